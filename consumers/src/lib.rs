@@ -1,0 +1,172 @@
+//! bosun's consumers. One folder per consumer, always the same files:
+//!
+//! - `mod.rs` — the consumer: its handler, generic over its port;
+//! - `port.rs` — the port trait the handler needs;
+//! - `local.rs` — the embedded adapter, doing the work for real on this
+//!   machine;
+//! - `azure.rs` — the adapter for the real Azure service;
+//! - `tests.rs` — handler tests over an in-memory port, adapter tests.
+//!
+//! A handler receives one decoded message and returns the messages it wants
+//! sent ([`Outcome`]); it never touches the broker or the stores. The runtime
+//! (`src/` of the `bosun` package) does idempotency, the outbox, retry and
+//! dead-lettering around it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::{ConsumerName, Envelope, Message};
+
+pub mod commit;
+pub mod repository_provisioning;
+
+/// A boxed error, kept whole so the runtime can record its chain.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// One message handed to a consumer.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    /// The envelope as received (correlation, tenant, attempt ...).
+    pub envelope: &'a Envelope,
+    /// The decoded, validated payload.
+    pub message: &'a Message,
+}
+
+/// A message a handler wants sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// The message.
+    pub message: Message,
+    /// Deliver it this long from now instead of at once (scheduled message).
+    pub delay: Option<Duration>,
+}
+
+impl Outgoing {
+    /// A message to send at once.
+    pub fn now(message: impl Into<Message>) -> Self {
+        Self {
+            message: message.into(),
+            delay: None,
+        }
+    }
+
+    /// A message to deliver after `delay`.
+    pub fn after(message: impl Into<Message>, delay: Duration) -> Self {
+        Self {
+            message: message.into(),
+            delay: Some(delay),
+        }
+    }
+}
+
+/// What a handler decided: the messages to send. The runtime writes them to
+/// the outbox in the same atomic unit as the idempotency record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Messages to send, in order.
+    pub messages: Vec<Outgoing>,
+}
+
+impl Outcome {
+    /// An outcome that sends these messages at once.
+    pub fn send(messages: impl IntoIterator<Item = Message>) -> Self {
+        Self {
+            messages: messages.into_iter().map(Outgoing::now).collect(),
+        }
+    }
+}
+
+/// Why a handler did not finish, and so what the runtime does next.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// Worth retrying with backoff (network, throttling, a dependency not
+    /// there yet).
+    #[error("transient: {0}")]
+    Transient(#[source] BoxError),
+    /// Retrying cannot help (invalid request, forbidden); dead-letter at once.
+    #[error("permanent: {0}")]
+    Permanent(#[source] BoxError),
+    /// Retry no sooner than `after` (e.g. HTTP 429 with Retry-After).
+    #[error("retry after {after:?}: {source}")]
+    RetryAfter {
+        /// Earliest retry.
+        after: Duration,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl HandlerError {
+    /// A transient error from anything that converts to a boxed error.
+    pub fn transient(err: impl Into<BoxError>) -> Self {
+        Self::Transient(err.into())
+    }
+
+    /// A permanent error from anything that converts to a boxed error.
+    pub fn permanent(err: impl Into<BoxError>) -> Self {
+        Self::Permanent(err.into())
+    }
+
+    /// Whether retrying may help.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Self::Permanent(_))
+    }
+}
+
+/// How a consumer's transient failures are retried: exponential backoff with
+/// full jitter, `delay(n) = random(0, min(max_delay, base_delay * 2^n))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (DESIGN.md's "5x").
+    pub max_retries: u32,
+    /// Delay ceiling of the first retry.
+    pub base_delay: Duration,
+    /// Largest delay ceiling.
+    pub max_delay: Duration,
+}
+
+impl RetryPolicy {
+    /// Exponential backoff with `max_retries` retries, 1 s base, 5 min cap.
+    pub const fn exponential(max_retries: u32) -> Self {
+        Self {
+            max_retries,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(300),
+        }
+    }
+
+    /// The delay ceiling before retry number `retry` (1-based).
+    pub fn ceiling(&self, retry: u32) -> Duration {
+        let factor = 2u32.saturating_pow(retry.saturating_sub(1));
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    }
+}
+
+/// A consumer: a name (also its queue and subscription), a retry policy and
+/// a handler.
+#[async_trait]
+pub trait Consumer: Send + Sync {
+    /// The consumer's name, as in `bosun_contracts::routing::CONSUMERS`.
+    fn name(&self) -> ConsumerName;
+
+    /// How transient failures are retried.
+    fn retry_policy(&self) -> RetryPolicy;
+
+    /// Handles one message.
+    async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_ceiling_doubles_and_caps() {
+        let policy = RetryPolicy::exponential(5);
+        assert_eq!(policy.ceiling(1), Duration::from_secs(1));
+        assert_eq!(policy.ceiling(2), Duration::from_secs(2));
+        assert_eq!(policy.ceiling(4), Duration::from_secs(8));
+        assert_eq!(policy.ceiling(40), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,222 @@
+//! The envelope: the JSON document every bosun message travels in.
+//!
+//! Fields follow `DESIGN.md`: `messageId` (UUID v7), `type`, `kind`,
+//! `schemaVersion`, `correlationId`, `causationId`, `tenantId`, `source`,
+//! `occurredAt`, `traceparent`, `attempt`, `payload`. Fields this build does
+//! not know are kept in [`Envelope::extensions`] and written back out, so a
+//! forwarded or replayed message loses nothing.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::ContractError;
+use crate::messages::Message;
+
+/// Largest message bosun accepts, in bytes (Service Bus standard tier limit).
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// Whether a message asks for something to be done or records that it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageKind {
+    /// Asks one consumer to do something; goes to that consumer's queue.
+    Command,
+    /// Records a fact; published on the events topic to every subscriber.
+    Event,
+}
+
+impl MessageKind {
+    /// `command` or `event`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Command => "command",
+            Self::Event => "event",
+        }
+    }
+}
+
+impl std::fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The envelope around every message on every transport.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    /// Unique id of this message (UUID v7); also the event id.
+    pub message_id: Uuid,
+    /// The message type, e.g. `ProvisionRepository`.
+    #[serde(rename = "type")]
+    pub message_type: String,
+    /// `command` or `event`.
+    pub kind: MessageKind,
+    /// Version of the payload schema for this type.
+    pub schema_version: u32,
+    /// The delivery this message belongs to.
+    pub correlation_id: Uuid,
+    /// The message that caused this one, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation_id: Option<Uuid>,
+    /// The tenant the delivery belongs to.
+    pub tenant_id: String,
+    /// Who sent it: a consumer name or an agent/person id.
+    pub source: String,
+    /// When the message was created (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub occurred_at: OffsetDateTime,
+    /// W3C trace context of the span that produced the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// How many times handling was retried (0 on first delivery).
+    #[serde(default)]
+    pub attempt: u32,
+    /// The payload; its shape is given by `type` and `schemaVersion`.
+    pub payload: Value,
+    /// Fields this build does not know; kept on forward and replay.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub extensions: Map<String, Value>,
+}
+
+impl Envelope {
+    /// Wraps a typed message in a new envelope with a fresh UUID v7 id.
+    pub fn new(message: &Message, correlation_id: Uuid, tenant_id: &str, source: &str) -> Self {
+        Self {
+            message_id: Uuid::now_v7(),
+            message_type: message.message_type().to_owned(),
+            kind: message.kind(),
+            schema_version: message.spec().schema_version,
+            correlation_id,
+            causation_id: None,
+            tenant_id: tenant_id.to_owned(),
+            source: source.to_owned(),
+            occurred_at: OffsetDateTime::now_utc(),
+            traceparent: None,
+            attempt: 0,
+            payload: message.to_payload(),
+            extensions: Map::new(),
+        }
+    }
+
+    /// Parses an envelope from bytes, naming the offending field on error.
+    /// Does not look at the payload; see [`Envelope::decode`].
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, ContractError> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(ContractError::Oversized {
+                size: bytes.len(),
+                limit: MAX_MESSAGE_BYTES,
+            });
+        }
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let envelope: Self =
+            serde_path_to_error::deserialize(&mut de).map_err(|err| ContractError::MalformedEnvelope {
+                field: path_or_root(&err.path().to_string()),
+                reason: err.inner().to_string(),
+            })?;
+        de.end().map_err(|err| ContractError::MalformedEnvelope {
+            field: ".".to_owned(),
+            reason: err.to_string(),
+        })?;
+        Ok(envelope)
+    }
+
+    /// Serializes the envelope (including unknown fields) to JSON bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        // Serializing a struct of strings, numbers and `Value`s cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads the typed message: checks the type, kind and schema version
+    /// against the catalogue, then the payload's shape and field rules.
+    pub fn decode(&self) -> Result<Message, ContractError> {
+        Message::from_envelope(self)
+    }
+
+    /// Parses and decodes in one step.
+    pub fn parse(bytes: &[u8]) -> Result<(Self, Message), ContractError> {
+        let envelope = Self::from_slice(bytes)?;
+        let message = envelope.decode()?;
+        Ok((envelope, message))
+    }
+
+    /// A follow-up message caused by this one: same correlation and tenant,
+    /// `causationId` set to this message's id, attempt 0.
+    pub fn follow_up(&self, message: &Message, source: &str) -> Self {
+        let mut next = Self::new(message, self.correlation_id, &self.tenant_id, source);
+        next.causation_id = Some(self.message_id);
+        next.traceparent = self.traceparent.clone();
+        next
+    }
+}
+
+pub(crate) fn path_or_root(path: &str) -> String {
+    if path.is_empty() || path == "." {
+        ".".to_owned()
+    } else {
+        path.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Value {
+        serde_json::json!({
+            "messageId": "01936f7e-8a3b-7c4d-9e5f-0123456789ab",
+            "type": "ProvisionRepository",
+            "kind": "command",
+            "schemaVersion": 1,
+            "correlationId": "01936f7e-8a3b-7c4d-9e5f-0123456789ac",
+            "tenantId": "contoso",
+            "source": "agent:test",
+            "occurredAt": "2026-11-29T10:00:00Z",
+            "attempt": 0,
+            "payload": {"name": "payments-api", "defaultBranch": "main", "futurePayloadField": 1},
+            "futureEnvelopeField": {"kept": true}
+        })
+    }
+
+    #[test]
+    fn unknown_fields_survive_a_round_trip() {
+        let bytes = serde_json::to_vec(&sample()).unwrap();
+        let envelope = Envelope::from_slice(&bytes).unwrap();
+        let back: Value = serde_json::from_slice(&envelope.to_vec()).unwrap();
+        assert_eq!(back["futureEnvelopeField"], serde_json::json!({"kept": true}));
+        assert_eq!(back["payload"]["futurePayloadField"], 1);
+    }
+
+    #[test]
+    fn malformed_json_names_the_problem() {
+        let err = Envelope::from_slice(b"{\"messageId\": ").unwrap_err();
+        assert!(matches!(err, ContractError::MalformedEnvelope { .. }), "{err}");
+    }
+
+    #[test]
+    fn missing_envelope_field_is_named() {
+        let mut value = sample();
+        value.as_object_mut().unwrap().remove("correlationId");
+        let err = Envelope::from_slice(&serde_json::to_vec(&value).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("correlationId"), "{err}");
+    }
+
+    #[test]
+    fn wrong_field_type_is_named() {
+        let mut value = sample();
+        value["attempt"] = serde_json::json!("three");
+        let err = Envelope::from_slice(&serde_json::to_vec(&value).unwrap()).unwrap_err();
+        assert_eq!(err.field(), Some("attempt"), "{err}");
+    }
+
+    #[test]
+    fn oversized_is_rejected_before_parsing() {
+        let bytes = vec![b' '; MAX_MESSAGE_BYTES + 1];
+        assert!(matches!(Envelope::from_slice(&bytes), Err(ContractError::Oversized { .. })));
+    }
+}
