@@ -1,1 +1,18 @@
-fn main() {}
+//! The `bosun` binary: parses the command line and runs it. This is the
+//! edge: errors become `anyhow` reports printed with their whole chain.
+
+mod cli;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -7,6 +7,13 @@
 //! - `azure.rs` — the adapter for the real Azure service;
 //! - `tests.rs` — handler tests over an in-memory port, adapter tests.
 //!
+//! Shared by several consumers:
+//!
+//! - [`local_git`] — the embedded Git host: bare repositories on disk,
+//!   driven through the `git` CLI's plumbing;
+//! - [`azure_devops`] — the Azure DevOps REST client, its configuration and
+//!   how its errors map to retry decisions.
+//!
 //! A handler receives one decoded message and returns the messages it wants
 //! sent ([`Outcome`]); it never touches the broker or the stores. The runtime
 //! (`src/` of the `bosun` package) does idempotency, the outbox, retry and
@@ -17,7 +24,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 
+pub mod azure_devops;
 pub mod commit;
+pub mod local_git;
 pub mod repository_provisioning;
 
 /// A boxed error, kept whole so the runtime can record its chain.
@@ -111,6 +120,27 @@ impl HandlerError {
     /// Whether retrying may help.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, Self::Permanent(_))
+    }
+}
+
+/// A consumer was handed a message type it does not handle: a routing
+/// mistake, so retrying cannot help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("consumer `{consumer}` does not handle `{message_type}` messages")]
+pub struct UnexpectedMessage {
+    /// The consumer.
+    pub consumer: ConsumerName,
+    /// The type it received.
+    pub message_type: String,
+}
+
+impl UnexpectedMessage {
+    /// The permanent handler error for `message` reaching `consumer`.
+    pub fn handler_error(consumer: ConsumerName, message: &Message) -> HandlerError {
+        HandlerError::permanent(Self {
+            consumer,
+            message_type: message.message_type().to_owned(),
+        })
     }
 }
 

@@ -217,6 +217,129 @@ mod tests {
     #[test]
     fn oversized_is_rejected_before_parsing() {
         let bytes = vec![b' '; MAX_MESSAGE_BYTES + 1];
-        assert!(matches!(Envelope::from_slice(&bytes), Err(ContractError::Oversized { .. })));
+        assert!(matches!(
+            Envelope::from_slice(&bytes),
+            Err(ContractError::Oversized { .. })
+        ));
+    }
+
+    #[test]
+    fn follow_up_links_to_its_cause() {
+        let cause = Envelope::new(
+            &crate::samples::build_completed().into(),
+            Uuid::now_v7(),
+            "contoso",
+            "build-ingestion",
+        );
+        let next = cause.follow_up(&crate::samples::container_image_built().into(), "container-build");
+        assert_eq!(next.causation_id, Some(cause.message_id));
+        assert_eq!(next.correlation_id, cause.correlation_id);
+        assert_eq!(next.tenant_id, "contoso");
+        assert_eq!(next.message_type, "ContainerImageBuilt");
+        assert_eq!(next.kind, MessageKind::Event);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Field names the envelope itself reads; extensions are everything else.
+        const KNOWN: &[&str] = &[
+            "messageId",
+            "type",
+            "kind",
+            "schemaVersion",
+            "correlationId",
+            "causationId",
+            "tenantId",
+            "source",
+            "occurredAt",
+            "traceparent",
+            "attempt",
+            "payload",
+        ];
+
+        /// Any JSON value. Numbers are integers or short binary fractions, which
+        /// JSON text represents exactly.
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<i32>().prop_map(|n| Value::from(f64::from(n) / 8.0)),
+                ".*".prop_map(Value::from),
+            ];
+            leaf.prop_recursive(4, 64, 8, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                    prop::collection::vec((".*", inner), 0..8)
+                        .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn json_object() -> impl Strategy<Value = Map<String, Value>> {
+            prop::collection::vec((".*", json_value()), 0..8).prop_map(|entries| entries.into_iter().collect())
+        }
+
+        fn extensions() -> impl Strategy<Value = Map<String, Value>> {
+            json_object().prop_map(|mut map| {
+                map.retain(|key, _| !KNOWN.contains(&key.as_str()));
+                map
+            })
+        }
+
+        fn envelope_with(payload: Map<String, Value>, extensions: Map<String, Value>) -> Envelope {
+            let mut envelope = Envelope::new(
+                &crate::samples::open_pull_request().into(),
+                Uuid::now_v7(),
+                "contoso",
+                "agent:test",
+            );
+            envelope.payload = Value::Object(payload);
+            envelope.extensions = extensions;
+            envelope.traceparent = Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned());
+            envelope
+        }
+
+        proptest! {
+            #[test]
+            fn from_slice_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+                let _ = Envelope::from_slice(&bytes);
+                let _ = Envelope::parse(&bytes);
+            }
+
+            #[test]
+            fn from_slice_never_panics_on_json(value in json_value()) {
+                let bytes = serde_json::to_vec(&value).unwrap();
+                if let Ok(envelope) = Envelope::from_slice(&bytes) {
+                    let _ = envelope.decode();
+                }
+            }
+
+            #[test]
+            fn envelope_with_an_arbitrary_field_changed_never_panics(
+                key in prop::sample::select(KNOWN),
+                value in json_value(),
+            ) {
+                let envelope = envelope_with(Map::new(), Map::new());
+                let mut document = serde_json::to_value(&envelope).unwrap();
+                document[key] = value;
+                let _ = Envelope::parse(&serde_json::to_vec(&document).unwrap());
+            }
+
+            #[test]
+            fn arbitrary_payload_and_extensions_survive_a_round_trip(
+                payload in json_object(),
+                extensions in extensions(),
+            ) {
+                let envelope = envelope_with(payload, extensions);
+                let back = Envelope::from_slice(&envelope.to_vec()).unwrap();
+                prop_assert_eq!(&back, &envelope);
+                let again = Envelope::from_slice(&back.to_vec()).unwrap();
+                prop_assert_eq!(again, envelope);
+            }
+        }
     }
 }

@@ -9,15 +9,17 @@
 //!   `contracts/schemas/`).
 //! - [`validate`]: field rules (names, branches, paths) with errors that name
 //!   the field.
+//! - [`samples`]: one realistic, valid sample of every message, for tests.
 
 pub mod envelope;
 pub mod error;
 pub mod messages;
 pub mod routing;
+pub mod samples;
 pub mod schema;
 pub mod validate;
 
-pub use envelope::{Envelope, MessageKind, MAX_MESSAGE_BYTES};
+pub use envelope::{Envelope, MAX_MESSAGE_BYTES, MessageKind};
 pub use error::ContractError;
-pub use messages::{Message, MessageSpec, CATALOGUE};
-pub use routing::{ConsumerName, Destination, CONSUMERS, EVENTS_TOPIC};
+pub use messages::{CATALOGUE, Message, MessageSpec};
+pub use routing::{CONSUMERS, ConsumerName, Destination, EVENTS_TOPIC};

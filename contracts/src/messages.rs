@@ -1,21 +1,44 @@
 //! The catalogue: every command and event of the eleven consumers.
 //!
 //! Each message type is a payload struct in one of the submodules, listed
-//! once in the [`catalogue!`] invocation below with its kind and schema
+//! once in the `catalogue!` invocation below with its kind and schema
 //! version. The macro derives the [`Message`] enum, the [`CATALOGUE`] of
 //! specs, typed decoding and the JSON Schema list from that one list.
+//!
+//! One submodule per area: [`repository`], [`source_control`],
+//! [`pull_request`], [`pipeline`], [`build`], [`artifacts`], [`release`],
+//! [`infrastructure`], [`gitops`]; types several areas share live in
+//! [`module`] ([`ModuleMetadata`]) and [`blob`] ([`BlobRef`]).
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::envelope::{path_or_root, Envelope, MessageKind};
+use crate::envelope::{Envelope, MessageKind, path_or_root};
 use crate::error::ContractError;
 use crate::validate::{FieldError, Validate};
 
+pub mod artifacts;
+pub mod blob;
+pub mod build;
+pub mod gitops;
+pub mod infrastructure;
+pub mod module;
+pub mod pipeline;
+pub mod pull_request;
+pub mod release;
 pub mod repository;
 pub mod source_control;
 
+pub use artifacts::*;
+pub use blob::*;
+pub use build::*;
+pub use gitops::*;
+pub use infrastructure::*;
+pub use module::*;
+pub use pipeline::*;
+pub use pull_request::*;
+pub use release::*;
 pub use repository::*;
 pub use source_control::*;
 
@@ -110,6 +133,29 @@ catalogue! {
     Event RepositoryProvisioned version 1: "A repository exists and is configured (created now or found existing).";
     Command CreateCommit version 1: "Write an artifact bundle's files into a branch and commit them.";
     Event CommitCreated version 1: "A branch holds the requested tree (a new commit, or the existing one when nothing changed).";
+    Command OpenPullRequest version 1: "Open a pull request with policy and build checks (idempotent on repository + source + target branch).";
+    Event PullRequestOpened version 1: "A pull request is open (opened now, or found already open).";
+    Command GeneratePipeline version 1: "Generate a module's YAML pipeline from its metadata and commit it (idempotent on repository + moduleId + templateVersion).";
+    Event PipelineGenerated version 1: "A module's pipeline file is committed and its pipeline definition exists.";
+    Event PipelineRunStarted version 1: "A pipeline run started for a release candidate.";
+    Command PollPipelineRun version 1: "The pipeline monitor's self-scheduled check of a run; carries the whole run so no state is held between polls.";
+    Event PipelineRunCompleted version 1: "A pipeline run finished (succeeded, failed or canceled); its log and JUnit files are in the blob store.";
+    Event BuildCompleted version 1: "A pipeline run's results are ingested: tests counted, logs and artifacts stored (idempotent on buildId).";
+    Event ContainerImageBuilt version 1: "An OCI image was built from a build and pushed (idempotent on the image digest).";
+    Event PackagePublished version 1: "A NuGet package version is on its feed (idempotent on packageId + version; versions are immutable).";
+    Event ReleasePlanned version 1: "A release's artifacts are ready and its promotion path through the environments is set.";
+    Command ApproveRelease version 1: "A person approves a release for one environment.";
+    Command RejectRelease version 1: "A person rejects a release; the release stops.";
+    Command ReleaseApprovalTimeout version 1: "The release saga's scheduled reminder that an environment's approval is overdue.";
+    Event ReleaseApproved version 1: "A release is approved for one environment (the record promotion requires).";
+    Event ReleaseRejected version 1: "A release was rejected, or its approval timed out; the release stops.";
+    Event ReleaseBlocked version 1: "A release step failed; the release waits for someone to act.";
+    Command ProvisionInfrastructure version 1: "Preview then apply an environment's infrastructure stack (idempotent on planId).";
+    Event InfrastructureProvisioned version 1: "An infrastructure stack is applied (or, with previewOnly, previewed).";
+    Event InfrastructureDriftDetected version 1: "Resources of an infrastructure stack differ from its recorded state.";
+    Event DeploymentPromoted version 1: "A release is the desired state of an environment: a commit in the environment repository, after an approval.";
+    Command ReconcileEnvironment version 1: "Reconcile an environment with its desired state in Git.";
+    Event GitOpsSynced version 1: "An environment matches its desired state at a commit of the environment repository.";
 }
 
 impl Message {
@@ -178,11 +224,10 @@ impl Message {
         let spec = MessageSpec::find(message_type).ok_or_else(|| ContractError::UnknownType {
             message_type: message_type.to_owned(),
         })?;
-        let message = Self::decode_payload(spec.message_type, payload).ok_or_else(|| {
-            ContractError::UnknownType {
+        let message =
+            Self::decode_payload(spec.message_type, payload).ok_or_else(|| ContractError::UnknownType {
                 message_type: message_type.to_owned(),
-            }
-        })??;
+            })??;
         message.validate()?;
         Ok(message)
     }
@@ -218,8 +263,7 @@ mod tests {
 
     #[test]
     fn missing_payload_field_is_named() {
-        let err = Message::from_type_and_payload("CreateCommit", &serde_json::json!({"repository": "r"}))
-            .unwrap_err();
+        let err = Message::from_type_and_payload("CreateCommit", &serde_json::json!({"repository": "r"})).unwrap_err();
         assert_eq!(err.field(), Some("payload"), "{err}");
         assert!(err.to_string().contains("branch"), "{err}");
     }
@@ -237,9 +281,84 @@ mod tests {
         assert_eq!(err.field(), Some("payload.files[0].content"), "{err}");
     }
 
+    fn envelope_of(message: &Message) -> Envelope {
+        Envelope::new(message, uuid::Uuid::now_v7(), crate::samples::TENANT_ID, "agent:test")
+    }
+
+    #[test]
+    fn wrong_schema_version_is_rejected_for_every_type() {
+        for message in crate::samples::samples() {
+            let mut envelope = envelope_of(&message);
+            envelope.schema_version += 1;
+            let err = Envelope::parse(&envelope.to_vec()).unwrap_err();
+            assert_eq!(err.field(), Some("schemaVersion"), "{err}");
+            assert!(
+                matches!(&err, ContractError::UnsupportedSchemaVersion { message_type, found: 2, .. }
+                    if message_type == message.message_type()),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_kind_is_rejected_for_every_type() {
+        for message in crate::samples::samples() {
+            let mut envelope = envelope_of(&message);
+            envelope.kind = match message.kind() {
+                MessageKind::Command => MessageKind::Event,
+                MessageKind::Event => MessageKind::Command,
+            };
+            let err = Envelope::parse(&envelope.to_vec()).unwrap_err();
+            assert_eq!(err.field(), Some("kind"), "{err}");
+            assert_eq!(
+                err,
+                ContractError::WrongKind {
+                    message_type: message.message_type().to_owned(),
+                    expected: message.kind().to_string(),
+                    found: envelope.kind.to_string(),
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_payload_fields_are_accepted() {
+        for message in crate::samples::samples() {
+            let mut payload = message.to_payload();
+            if let Some(object) = payload.as_object_mut() {
+                object.insert("addedInAFutureVersion".to_owned(), serde_json::json!({"x": [1, 2]}));
+            }
+            let decoded = Message::from_type_and_payload(message.message_type(), &payload).unwrap();
+            assert_eq!(decoded, message);
+        }
+    }
+
+    #[test]
+    fn invalid_payload_field_is_named_with_the_payload_prefix() {
+        let mut envelope = envelope_of(&crate::samples::approve_release().into());
+        envelope.payload["environment"] = serde_json::json!("Prod Env");
+        let err = Envelope::parse(&envelope.to_vec()).unwrap_err();
+        assert_eq!(err.field(), Some("payload.environment"), "{err}");
+        assert_eq!(err.cause(), "invalid-field");
+    }
+
+    #[test]
+    fn every_payload_schema_is_generated() {
+        let schemas = payload_schemas();
+        assert_eq!(schemas.len(), CATALOGUE.len());
+        for ((name, _), spec) in schemas.iter().zip(CATALOGUE) {
+            assert_eq!(*name, spec.message_type);
+        }
+    }
+
     #[test]
     fn unknown_type_is_rejected() {
         let err = Message::from_type_and_payload("LaunchRocket", &serde_json::json!({})).unwrap_err();
-        assert_eq!(err, ContractError::UnknownType { message_type: "LaunchRocket".into() });
+        assert_eq!(
+            err,
+            ContractError::UnknownType {
+                message_type: "LaunchRocket".into()
+            }
+        );
     }
 }

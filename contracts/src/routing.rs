@@ -202,9 +202,61 @@ mod tests {
     #[test]
     fn every_catalogued_command_has_exactly_one_handler() {
         for spec in CATALOGUE.iter().filter(|s| s.kind == MessageKind::Command) {
-            let handlers = CONSUMERS.iter().filter(|c| c.commands.contains(&spec.message_type)).count();
+            let handlers = CONSUMERS
+                .iter()
+                .filter(|c| c.commands.contains(&spec.message_type))
+                .count();
             assert_eq!(handlers, 1, "{} has {handlers} handlers", spec.message_type);
         }
+    }
+
+    #[test]
+    fn every_routed_type_is_catalogued_with_the_right_kind() {
+        for route in CONSUMERS {
+            for (types, kind) in [
+                (route.commands, MessageKind::Command),
+                (route.events, MessageKind::Event),
+            ] {
+                for message_type in types {
+                    let spec = MessageSpec::find(message_type)
+                        .unwrap_or_else(|| panic!("{} routes `{message_type}`, which is not catalogued", route.name));
+                    assert_eq!(spec.kind, kind, "{} routes `{message_type}` as a {kind}", route.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_consumer_lists_a_type_twice() {
+        for route in CONSUMERS {
+            let mut types: Vec<_> = route.commands.iter().chain(route.events).collect();
+            let before = types.len();
+            types.sort_unstable();
+            types.dedup();
+            assert_eq!(before, types.len(), "{}", route.name);
+        }
+    }
+
+    #[test]
+    fn every_catalogued_command_has_a_queue() {
+        for spec in CATALOGUE.iter().filter(|s| s.kind == MessageKind::Command) {
+            let handler = command_handler(spec.message_type).map(|c| c.name);
+            assert_eq!(
+                destination_of(spec.message_type),
+                handler.map(|name| Destination::Queue(name.to_owned())),
+                "{}",
+                spec.message_type
+            );
+        }
+        assert_eq!(
+            destination_of("ApproveRelease"),
+            Some(Destination::Queue("release-orchestration".into()))
+        );
+        let subscribers: Vec<_> = event_subscribers("BuildCompleted").map(|c| c.name).collect();
+        assert_eq!(
+            subscribers,
+            ["release-orchestration", "container-build", "package-publishing"]
+        );
     }
 
     #[test]
@@ -212,7 +264,10 @@ mod tests {
         for destination in [
             Destination::Queue("commit".into()),
             Destination::Topic(EVENTS_TOPIC.into()),
-            Destination::Subscription { topic: EVENTS_TOPIC.into(), subscription: "commit".into() },
+            Destination::Subscription {
+                topic: EVENTS_TOPIC.into(),
+                subscription: "commit".into(),
+            },
         ] {
             assert_eq!(Destination::parse(&destination.path()), destination);
         }
@@ -220,8 +275,14 @@ mod tests {
 
     #[test]
     fn commands_route_to_their_queue_and_events_to_the_topic() {
-        assert_eq!(destination_of("CreateCommit"), Some(Destination::Queue("commit".into())));
-        assert_eq!(destination_of("CommitCreated"), Some(Destination::Topic(EVENTS_TOPIC.into())));
+        assert_eq!(
+            destination_of("CreateCommit"),
+            Some(Destination::Queue("commit".into()))
+        );
+        assert_eq!(
+            destination_of("CommitCreated"),
+            Some(Destination::Topic(EVENTS_TOPIC.into()))
+        );
         assert_eq!(destination_of("Nope"), None);
     }
 }

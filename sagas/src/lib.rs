@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use bosun_contracts::Message;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{Serialize, de::DeserializeOwned};
 
 /// The kinds of saga bosun runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

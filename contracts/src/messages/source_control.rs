@@ -80,16 +80,25 @@ impl Validate for CreateCommit {
         if let Some(author) = &self.author {
             validate::non_empty("author.name", &author.name)?;
             if !author.email.contains('@') {
-                return Err(FieldError::new("author.email", format!("`{}` is not an e-mail address", author.email)));
+                return Err(FieldError::new(
+                    "author.email",
+                    format!("`{}` is not an e-mail address", author.email),
+                ));
             }
         }
         if self.files.is_empty() && self.delete.is_empty() {
-            return Err(FieldError::new("files", "must list at least one file (or `delete` a path)"));
+            return Err(FieldError::new(
+                "files",
+                "must list at least one file (or `delete` a path)",
+            ));
         }
         for (index, file) in self.files.iter().enumerate() {
             validate::repository_path(&format!("files[{index}].path"), &file.path)?;
             if file.encoding == ContentEncoding::Base64 && !is_base64(&file.content) {
-                return Err(FieldError::new(format!("files[{index}].content"), "is not valid base64"));
+                return Err(FieldError::new(
+                    format!("files[{index}].content"),
+                    "is not valid base64",
+                ));
             }
         }
         for (index, path) in self.delete.iter().enumerate() {
@@ -104,11 +113,13 @@ impl Validate for CreateCommit {
 
 fn is_base64(text: &str) -> bool {
     let trimmed: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    trimmed.len() % 4 == 0
-        && trimmed
-            .iter()
-            .enumerate()
-            .all(|(i, b)| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/' || (*b == b'=' && i >= trimmed.len().saturating_sub(2)))
+    trimmed.len().is_multiple_of(4)
+        && trimmed.iter().enumerate().all(|(i, b)| {
+            b.is_ascii_alphanumeric()
+                || *b == b'+'
+                || *b == b'/'
+                || (*b == b'=' && i >= trimmed.len().saturating_sub(2))
+        })
 }
 
 /// The branch holds the requested tree.

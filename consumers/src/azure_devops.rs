@@ -1,0 +1,526 @@
+//! The Azure DevOps REST client shared by the `azure` adapters of the Git
+//! consumers (`repository_provisioning::azure`, `commit::azure`).
+//!
+//! [`AzureDevOpsConfig`] names the organization, the default project and the
+//! credential (a personal access token sent as Basic auth with an empty user,
+//! or an Entra ID bearer token). The credential is never logged: its `Debug`
+//! output is redacted and the header built from it is marked sensitive.
+//!
+//! [`AzureDevOpsClient`] builds the request URLs (REST API version
+//! [`API_VERSION`]), sends JSON, and turns HTTP failures into
+//! [`AzureDevOpsError`], whose [`Disposition`] says what the runtime does
+//! next: 429/503 with `Retry-After` → retry after that delay; other 429,
+//! 408, 409, 5xx, timeouts and connection failures → transient; 400, 401,
+//! 403, 203 (the sign-in page Azure DevOps serves for a bad token) and other
+//! 4xx → permanent.
+
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{BoxError, HandlerError};
+
+/// The Azure DevOps REST API version bosun speaks.
+pub const API_VERSION: &str = "7.1";
+
+/// Default timeout of one HTTP request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest `Retry-After` honoured; a longer one is capped.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Longest error message kept from a response body.
+const MAX_ERROR_MESSAGE: usize = 500;
+
+/// How bosun authenticates to Azure DevOps. `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum AzureDevOpsAuth {
+    /// A personal access token, sent as HTTP Basic auth with an empty user.
+    Pat(String),
+    /// An Entra ID (Azure AD) access token, sent as a bearer token.
+    Bearer(String),
+}
+
+impl fmt::Debug for AzureDevOpsAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pat(_) => f.write_str("Pat(<redacted>)"),
+            Self::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+        }
+    }
+}
+
+impl AzureDevOpsAuth {
+    fn header_value(&self) -> Result<HeaderValue, AzureDevOpsError> {
+        let value = match self {
+            Self::Pat(token) => format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!(":{token}"))
+            ),
+            Self::Bearer(token) => format!("Bearer {token}"),
+        };
+        let mut header = HeaderValue::from_str(&value).map_err(|_| {
+            AzureDevOpsError::Config("the token contains characters not allowed in a header".to_owned())
+        })?;
+        header.set_sensitive(true);
+        Ok(header)
+    }
+}
+
+/// Where and how to reach Azure DevOps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureDevOpsConfig {
+    /// The organization URL, e.g. `https://dev.azure.com/contoso` (or an
+    /// Azure DevOps Server collection URL).
+    pub organization_url: String,
+    /// The project used when a command does not name one.
+    pub project: String,
+    /// The credential.
+    pub auth: AzureDevOpsAuth,
+    /// Timeout of one HTTP request.
+    pub request_timeout: Duration,
+}
+
+impl AzureDevOpsConfig {
+    /// A configuration with the default request timeout.
+    pub fn new(organization_url: impl Into<String>, project: impl Into<String>, auth: AzureDevOpsAuth) -> Self {
+        Self {
+            organization_url: organization_url.into(),
+            project: project.into(),
+            auth,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// What the runtime should do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Retry with the consumer's backoff.
+    Transient,
+    /// Retrying cannot help: dead-letter.
+    Permanent,
+    /// Retry no sooner than this.
+    RetryAfter(Duration),
+}
+
+/// A failed call to Azure DevOps.
+#[derive(Debug, thiserror::Error)]
+pub enum AzureDevOpsError {
+    /// The configuration cannot work (bad URL, unusable token).
+    #[error("invalid Azure DevOps configuration: {0}")]
+    Config(String),
+    /// Azure DevOps answered with an error status.
+    #[error("{operation}: HTTP {status}: {message}")]
+    Status {
+        /// Method and URL path of the request (no query, no credential).
+        operation: String,
+        /// The HTTP status.
+        status: u16,
+        /// Azure DevOps' `typeKey` (e.g. `GitRepositoryNotFoundException`),
+        /// when the body had one.
+        type_key: Option<String>,
+        /// The error message from the body (shortened).
+        message: String,
+        /// The `Retry-After` delay, when the response had one.
+        retry_after: Option<Duration>,
+    },
+    /// The request did not get an answer (connection refused, timeout ...).
+    #[error("{operation}: {source}")]
+    Transport {
+        /// Method and URL path of the request.
+        operation: String,
+        /// What the HTTP client said.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The answer was not what the API documents.
+    #[error("{operation}: unexpected response: {reason}")]
+    UnexpectedResponse {
+        /// Method and URL path of the request.
+        operation: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl AzureDevOpsError {
+    /// What the runtime should do about this error.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            Self::Config(_) | Self::UnexpectedResponse { .. } => Disposition::Permanent,
+            Self::Transport { source, .. } => {
+                if source.is_builder() {
+                    Disposition::Permanent
+                } else {
+                    Disposition::Transient
+                }
+            }
+            Self::Status {
+                status, retry_after, ..
+            } => {
+                let retryable = matches!(*status, 408 | 409 | 429) || *status >= 500;
+                match (retryable, retry_after) {
+                    (true, Some(after)) => Disposition::RetryAfter(*after),
+                    (true, None) => Disposition::Transient,
+                    (false, _) => Disposition::Permanent,
+                }
+            }
+        }
+    }
+
+    /// The HTTP status, when Azure DevOps answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Wraps any error with this error's disposition.
+    pub(crate) fn handler_error_with(disposition: Disposition, source: BoxError) -> HandlerError {
+        match disposition {
+            Disposition::Transient => HandlerError::Transient(source),
+            Disposition::Permanent => HandlerError::Permanent(source),
+            Disposition::RetryAfter(after) => HandlerError::RetryAfter { after, source },
+        }
+    }
+}
+
+impl From<AzureDevOpsError> for HandlerError {
+    fn from(err: AzureDevOpsError) -> Self {
+        let disposition = err.disposition();
+        AzureDevOpsError::handler_error_with(disposition, Box::new(err))
+    }
+}
+
+/// An authenticated Azure DevOps REST client for one organization.
+#[derive(Debug, Clone)]
+pub struct AzureDevOpsClient {
+    http: reqwest::Client,
+    organization: Url,
+    project: String,
+}
+
+impl AzureDevOpsClient {
+    /// A client for the configured organization. Fails when the URL is not
+    /// an absolute http(s) URL or the token cannot be sent in a header.
+    pub fn new(config: &AzureDevOpsConfig) -> Result<Self, AzureDevOpsError> {
+        let organization = Url::parse(config.organization_url.trim())
+            .map_err(|err| AzureDevOpsError::Config(format!("organization URL: {err}")))?;
+        if !matches!(organization.scheme(), "http" | "https") || organization.cannot_be_a_base() {
+            return Err(AzureDevOpsError::Config(
+                "organization URL must be an http(s) URL such as https://dev.azure.com/contoso".to_owned(),
+            ));
+        }
+        if config.project.trim().is_empty() {
+            return Err(AzureDevOpsError::Config("project must not be empty".to_owned()));
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, config.auth.header_value()?);
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|err| AzureDevOpsError::Config(format!("HTTP client: {err}")))?;
+        Ok(Self {
+            http,
+            organization,
+            project: config.project.clone(),
+        })
+    }
+
+    /// The project used when a command names none.
+    pub fn default_project(&self) -> &str {
+        &self.project
+    }
+
+    /// `{organization}/{segments...}?{query}&api-version=7.1`, each segment
+    /// percent-encoded.
+    pub fn url(&self, segments: &[&str], query: &[(&str, &str)]) -> Url {
+        let mut url = self.organization.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        {
+            let mut pairs = url.query_pairs_mut();
+            for (key, value) in query {
+                pairs.append_pair(key, value);
+            }
+            pairs.append_pair("api-version", API_VERSION);
+        }
+        url
+    }
+
+    /// GETs JSON.
+    pub async fn get_json<T: DeserializeOwned>(&self, url: Url) -> Result<T, AzureDevOpsError> {
+        let (operation, body) = self.send(Method::GET, url, None::<&()>, None).await?;
+        parse_json(&operation, &body)
+    }
+
+    /// GETs JSON; `None` when the resource does not exist (HTTP 404).
+    pub async fn get_json_opt<T: DeserializeOwned>(&self, url: Url) -> Result<Option<T>, AzureDevOpsError> {
+        match self.send(Method::GET, url, None::<&()>, None).await {
+            Ok((operation, body)) => parse_json(&operation, &body).map(Some),
+            Err(err) if err.status() == Some(404) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// GETs raw bytes (`Accept: application/octet-stream`); `None` on 404.
+    pub async fn get_bytes_opt(&self, url: Url) -> Result<Option<Vec<u8>>, AzureDevOpsError> {
+        match self
+            .send(Method::GET, url, None::<&()>, Some("application/octet-stream"))
+            .await
+        {
+            Ok((_, body)) => Ok(Some(body)),
+            Err(err) if err.status() == Some(404) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// POSTs a JSON body and reads a JSON answer.
+    pub async fn post_json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        url: Url,
+        body: &B,
+    ) -> Result<T, AzureDevOpsError> {
+        let (operation, response) = self.send(Method::POST, url, Some(body), None).await?;
+        parse_json(&operation, &response)
+    }
+
+    /// Sends a request and returns the body of a 2xx answer (other than 203).
+    async fn send<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        accept: Option<&'static str>,
+    ) -> Result<(String, Vec<u8>), AzureDevOpsError> {
+        let operation = format!("{method} {}", url.path());
+        let mut request = self.http.request(method, url);
+        if let Some(accept) = accept {
+            request = request.header(ACCEPT, accept);
+        }
+        if let Some(body) = body {
+            let bytes = serde_json::to_vec(body).map_err(|err| AzureDevOpsError::UnexpectedResponse {
+                operation: operation.clone(),
+                reason: format!("could not encode the request: {err}"),
+            })?;
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(bytes);
+        }
+        let transport = |source| AzureDevOpsError::Transport {
+            operation: operation.clone(),
+            source,
+        };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(parse_retry_after);
+        let body = response.bytes().await.map_err(transport)?.to_vec();
+        tracing::debug!(%operation, status = status.as_u16(), "azure devops call");
+        if status.is_success() && status != StatusCode::NON_AUTHORITATIVE_INFORMATION {
+            return Ok((operation, body));
+        }
+        let (type_key, message) = error_details(status, &body);
+        Err(AzureDevOpsError::Status {
+            operation,
+            status: status.as_u16(),
+            type_key,
+            message,
+            retry_after,
+        })
+    }
+}
+
+fn parse_json<T: DeserializeOwned>(operation: &str, body: &[u8]) -> Result<T, AzureDevOpsError> {
+    serde_json::from_slice(body).map_err(|err| AzureDevOpsError::UnexpectedResponse {
+        operation: operation.to_owned(),
+        reason: err.to_string(),
+    })
+}
+
+/// The `typeKey` and `message` of an Azure DevOps error body.
+fn error_details(status: StatusCode, body: &[u8]) -> (Option<String>, String) {
+    if status == StatusCode::NON_AUTHORITATIVE_INFORMATION {
+        return (
+            None,
+            "sign-in page returned: the token is missing, expired or invalid".to_owned(),
+        );
+    }
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let field = |name: &str| {
+        parsed
+            .as_ref()
+            .and_then(|value| value.get(name))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    let mut message = field("message").unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
+    if message.len() > MAX_ERROR_MESSAGE {
+        let mut cut = MAX_ERROR_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    (field("typeKey"), message)
+}
+
+/// A `Retry-After` value: delay-seconds or an HTTP date.
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let delay = if let Ok(seconds) = value.parse::<u64>() {
+        Duration::from_secs(seconds)
+    } else {
+        let at = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
+        let seconds = (at - time::OffsetDateTime::now_utc()).whole_seconds().max(0);
+        Duration::from_secs(u64::try_from(seconds).unwrap_or_default())
+    };
+    Some(delay.clamp(Duration::from_secs(1), MAX_RETRY_AFTER))
+}
+
+#[cfg(test)]
+pub(crate) mod test_server;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_server::{MockAzure, Reply};
+
+    fn client(url: &str) -> AzureDevOpsClient {
+        AzureDevOpsClient::new(&AzureDevOpsConfig::new(
+            url,
+            "proj",
+            AzureDevOpsAuth::Pat("secret-pat".into()),
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let config = AzureDevOpsConfig::new(
+            "https://dev.azure.com/o",
+            "p",
+            AzureDevOpsAuth::Bearer("tok-123".into()),
+        );
+        let shown = format!("{config:?} {:?}", AzureDevOpsClient::new(&config).unwrap());
+        assert!(!shown.contains("tok-123"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn urls_are_built_from_encoded_segments_with_the_api_version() {
+        let client = client("https://dev.azure.com/contoso/");
+        let url = client.url(
+            &["My Project", "_apis", "git", "repositories", "r"],
+            &[("filter", "heads/main")],
+        );
+        assert_eq!(
+            url.as_str(),
+            "https://dev.azure.com/contoso/My%20Project/_apis/git/repositories/r?filter=heads%2Fmain&api-version=7.1"
+        );
+    }
+
+    #[test]
+    fn bad_configuration_is_rejected() {
+        let err = AzureDevOpsClient::new(&AzureDevOpsConfig::new(
+            "not a url",
+            "p",
+            AzureDevOpsAuth::Pat("x".into()),
+        ))
+        .unwrap_err();
+        assert_eq!(err.disposition(), Disposition::Permanent);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after("0"), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[tokio::test]
+    async fn statuses_map_to_dispositions() {
+        let server = MockAzure::start(vec![
+            Reply::json("GET", "/org/a", 429, r#"{"message":"slow down"}"#).header("Retry-After", "12"),
+            Reply::json("GET", "/org/b", 503, "{}"),
+            Reply::json("GET", "/org/c", 401, "{}"),
+            Reply::json(
+                "GET",
+                "/org/d",
+                400,
+                r#"{"message":"bad","typeKey":"InvalidArgumentValueException"}"#,
+            ),
+            Reply::json("GET", "/org/e", 500, "{}"),
+            Reply::json("GET", "/org/f", 203, "<html>sign in</html>"),
+            Reply::json("GET", "/org/g", 403, "{}"),
+        ])
+        .await;
+        let client = client(&server.url("/org"));
+        let mut seen = Vec::new();
+        for path in ["a", "b", "c", "d", "e", "f", "g"] {
+            let err = client
+                .get_json::<serde_json::Value>(client.url(&[path], &[]))
+                .await
+                .unwrap_err();
+            seen.push(err.disposition());
+            if path == "d" {
+                assert!(err.to_string().contains("bad"), "{err}");
+            }
+        }
+        assert_eq!(
+            seen,
+            vec![
+                Disposition::RetryAfter(Duration::from_secs(12)),
+                Disposition::Transient,
+                Disposition::Permanent,
+                Disposition::Permanent,
+                Disposition::Transient,
+                Disposition::Permanent,
+                Disposition::Permanent,
+            ]
+        );
+        let requests = server.finish().await;
+        let auth = requests[0].header("authorization").unwrap();
+        assert_eq!(
+            auth,
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(":secret-pat")
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_host_is_transient() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/org", listener.local_addr().unwrap());
+        drop(listener);
+        let client = client(&url);
+        let err = client
+            .get_json::<serde_json::Value>(client.url(&["x"], &[]))
+            .await
+            .unwrap_err();
+        assert_eq!(err.disposition(), Disposition::Transient, "{err}");
+        assert!(matches!(HandlerError::from(err), HandlerError::Transient(_)));
+    }
+}

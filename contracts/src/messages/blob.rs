@@ -1,0 +1,61 @@
+//! Blob references (claim checks): large content such as build logs, test
+//! reports and artifacts lives in the blob store and messages carry a
+//! [`BlobRef`] to it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::validate::{self, FieldError, Validate};
+
+/// A reference to content in the blob store (the filesystem by default, Azure
+/// Blob Storage when configured). Readers check `sha256` and `sizeBytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlobRef {
+    /// Blob container (Azure Storage naming rules), e.g. `build-logs`.
+    pub container: String,
+    /// Blob name inside the container, `/`-separated, e.g.
+    /// `contoso/payments-api/4711/log.txt`.
+    pub key: String,
+    /// Size of the content in bytes.
+    pub size_bytes: u64,
+    /// SHA-256 of the content, 64 lowercase hex digits.
+    pub sha256: String,
+    /// MIME type, e.g. `text/plain; charset=utf-8`.
+    pub content_type: String,
+}
+
+impl Validate for BlobRef {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::blob_container("container", &self.container)?;
+        validate::blob_key("key", &self.key)?;
+        validate::sha256_hex("sha256", &self.sha256)?;
+        validate::media_type("contentType", &self.content_type)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::samples;
+
+    #[test]
+    fn bad_fields_are_named() {
+        let good = samples::build_completed().log;
+        assert_eq!(good.validate(), Ok(()));
+        for (field, change) in [
+            (
+                "container",
+                (|blob: &mut BlobRef| blob.container = "Build_Logs".into()) as fn(&mut BlobRef),
+            ),
+            ("key", |blob| blob.key = "/etc/passwd".into()),
+            ("sha256", |blob| blob.sha256 = "abc".into()),
+            ("contentType", |blob| blob.content_type = "text".into()),
+        ] {
+            let mut blob = good.clone();
+            change(&mut blob);
+            assert_eq!(blob.validate().unwrap_err().field, field);
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! Releases (consumer `release-orchestration`, the release saga keyed by
+//! `releaseId`): the plan, the approval commands and their outcomes, a
+//! blocked release, and the promotion of a release into an environment.
+//!
+//! Governance: the saga never emits `DeploymentPromoted` for an environment
+//! without a recorded `ReleaseApproved` for it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::artifacts::{ImageArtifact, PackageArtifact};
+use crate::validate::{self, FieldError, Validate};
+
+/// Longest approval comment, rejection or block reason.
+pub const MAX_REASON_CHARS: usize = 4000;
+/// Longest approver identity.
+pub const MAX_APPROVER_CHARS: usize = 256;
+
+/// The build a release ships.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildArtifact {
+    /// Id of the build record.
+    pub build_id: String,
+    /// The pipeline run it came from.
+    pub pipeline_run_id: String,
+    /// Repository name.
+    pub repository: String,
+    /// Commit built.
+    pub commit_sha: String,
+}
+
+impl Validate for BuildArtifact {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("buildId", &self.build_id)?;
+        validate::identifier("pipelineRunId", &self.pipeline_run_id)?;
+        validate::repository_name("repository", &self.repository)?;
+        validate::git_sha("commitSha", &self.commit_sha)
+    }
+}
+
+/// Everything a release ships: the build, and the image and package made
+/// from it when the module has them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseArtifacts {
+    /// The build.
+    pub build: BuildArtifact,
+    /// The container image, pinned by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageArtifact>,
+    /// The NuGet package.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PackageArtifact>,
+}
+
+impl Validate for ReleaseArtifacts {
+    fn validate(&self) -> Result<(), FieldError> {
+        self.build.validate().map_err(|err| validate::nested("build", err))?;
+        if let Some(image) = &self.image {
+            image.validate().map_err(|err| validate::nested("image", err))?;
+        }
+        if let Some(package) = &self.package {
+            package.validate().map_err(|err| validate::nested("package", err))?;
+        }
+        Ok(())
+    }
+}
+
+/// One environment on a release's promotion path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedEnvironment {
+    /// Environment name, e.g. `staging`.
+    pub environment: String,
+    /// Whether a person must approve (`ApproveRelease`); otherwise the saga
+    /// approves on its own (`ReleaseApproved` with `auto`).
+    pub requires_approval: bool,
+}
+
+/// A release is planned: its artifacts are ready and its promotion path is
+/// set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasePlanned {
+    /// The release (the saga's key).
+    pub release_id: String,
+    /// The module released.
+    pub module_id: String,
+    /// The module version released (semantic version).
+    pub version: String,
+    /// Environments to promote through, in order.
+    pub environments: Vec<PlannedEnvironment>,
+    /// What the release ships.
+    pub artifacts: ReleaseArtifacts,
+    /// When the plan was made.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub planned_at: OffsetDateTime,
+}
+
+impl Validate for ReleasePlanned {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::identifier("moduleId", &self.module_id)?;
+        validate::semantic_version("version", &self.version)?;
+        validate::non_empty_list("environments", &self.environments)?;
+        for (index, planned) in self.environments.iter().enumerate() {
+            validate::environment_name(&format!("environments[{index}].environment"), &planned.environment)?;
+        }
+        validate::unique("environments", self.environments.iter().map(|e| e.environment.as_str()))?;
+        self.artifacts
+            .validate()
+            .map_err(|err| validate::nested("artifacts", err))
+    }
+}
+
+/// A person approves a release for one environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApproveRelease {
+    /// The release.
+    pub release_id: String,
+    /// The environment approved.
+    pub environment: String,
+    /// Who approves (user principal name or e-mail).
+    pub approver: String,
+    /// Why, or any note for the audit trail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+impl Validate for ApproveRelease {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::environment_name("environment", &self.environment)?;
+        validate::text("approver", &self.approver, MAX_APPROVER_CHARS)?;
+        if let Some(comment) = &self.comment {
+            validate::max_chars("comment", comment, MAX_REASON_CHARS)?;
+        }
+        Ok(())
+    }
+}
+
+/// A person rejects a release; the release stops.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectRelease {
+    /// The release.
+    pub release_id: String,
+    /// The environment whose approval is refused, when the rejection is
+    /// about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// Who rejects.
+    pub approver: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl Validate for RejectRelease {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        if let Some(environment) = &self.environment {
+            validate::environment_name("environment", environment)?;
+        }
+        validate::text("approver", &self.approver, MAX_APPROVER_CHARS)?;
+        validate::text("reason", &self.reason, MAX_REASON_CHARS)
+    }
+}
+
+/// The release saga's own scheduled reminder: the approval of an
+/// environment was not given by `deadline`. Ignored when a decision was
+/// recorded meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseApprovalTimeout {
+    /// The release.
+    pub release_id: String,
+    /// The environment awaiting approval.
+    pub environment: String,
+    /// When the approval was due.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub deadline: OffsetDateTime,
+}
+
+impl Validate for ReleaseApprovalTimeout {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::environment_name("environment", &self.environment)
+    }
+}
+
+/// A release is approved for one environment (the governance record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseApproved {
+    /// The release.
+    pub release_id: String,
+    /// The module released (infrastructure provisioning picks its stack by
+    /// module and environment).
+    pub module_id: String,
+    /// The environment approved.
+    pub environment: String,
+    /// Who approved; `bosun` for automatic approvals.
+    pub approver: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub approved_at: OffsetDateTime,
+    /// `true` when the environment needs no manual approval and the saga
+    /// approved on its own.
+    #[serde(default)]
+    pub auto: bool,
+    /// The approver's comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+impl Validate for ReleaseApproved {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::identifier("moduleId", &self.module_id)?;
+        validate::environment_name("environment", &self.environment)?;
+        validate::text("approver", &self.approver, MAX_APPROVER_CHARS)?;
+        if let Some(comment) = &self.comment {
+            validate::max_chars("comment", comment, MAX_REASON_CHARS)?;
+        }
+        Ok(())
+    }
+}
+
+/// A release was rejected by a person, or its approval timed out. The
+/// release stops.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseRejected {
+    /// The release.
+    pub release_id: String,
+    /// The environment whose approval was refused or timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// Who rejected; absent when the approval timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// `true` when no decision came before the deadline.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub rejected_at: OffsetDateTime,
+}
+
+impl Validate for ReleaseRejected {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        if let Some(environment) = &self.environment {
+            validate::environment_name("environment", environment)?;
+        }
+        match &self.approver {
+            Some(approver) => validate::text("approver", approver, MAX_APPROVER_CHARS)?,
+            None if !self.timed_out => {
+                return Err(FieldError::new("approver", "is required unless `timedOut` is true"));
+            }
+            None => {}
+        }
+        validate::text("reason", &self.reason, MAX_REASON_CHARS)
+    }
+}
+
+/// The step of a release that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ReleaseStep {
+    /// The pipeline run or its tests.
+    Build,
+    /// Building or pushing the container image.
+    ContainerImage,
+    /// Publishing the package.
+    Package,
+    /// Provisioning the environment's infrastructure.
+    Infrastructure,
+    /// Writing the desired state into the environment repository.
+    Promotion,
+    /// Reconciling the environment (GitOps).
+    Sync,
+}
+
+/// A release cannot go on until someone acts: a step failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseBlocked {
+    /// The release.
+    pub release_id: String,
+    /// The step that failed.
+    pub failing_step: ReleaseStep,
+    /// What went wrong, for the operator.
+    pub reason: String,
+    /// The environment concerned, for environment steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub blocked_at: OffsetDateTime,
+}
+
+impl Validate for ReleaseBlocked {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::text("reason", &self.reason, MAX_REASON_CHARS)?;
+        if let Some(environment) = &self.environment {
+            validate::environment_name("environment", environment)?;
+        }
+        Ok(())
+    }
+}
+
+/// A release's artifacts are written as the desired state of an
+/// environment (a commit in the environment repository), after an approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentPromoted {
+    /// The release.
+    pub release_id: String,
+    /// The module.
+    pub module_id: String,
+    /// The environment promoted to.
+    pub environment: String,
+    /// The image deployed, pinned by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageArtifact>,
+    /// The package version deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PackageArtifact>,
+    /// The repository holding the environments' desired state.
+    pub environment_repository: String,
+    /// The commit in that repository with the new desired state.
+    pub desired_commit_sha: String,
+    /// Who approved the promotion (from the recorded `ReleaseApproved`).
+    pub approved_by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub promoted_at: OffsetDateTime,
+}
+
+impl Validate for DeploymentPromoted {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::identifier("moduleId", &self.module_id)?;
+        validate::environment_name("environment", &self.environment)?;
+        if self.image.is_none() && self.package.is_none() {
+            return Err(FieldError::new("image", "`image` or `package` is required"));
+        }
+        if let Some(image) = &self.image {
+            image.validate().map_err(|err| validate::nested("image", err))?;
+        }
+        if let Some(package) = &self.package {
+            package.validate().map_err(|err| validate::nested("package", err))?;
+        }
+        validate::repository_name("environmentRepository", &self.environment_repository)?;
+        validate::git_sha("desiredCommitSha", &self.desired_commit_sha)?;
+        validate::text("approvedBy", &self.approved_by, MAX_APPROVER_CHARS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Message;
+    use crate::samples;
+
+    #[test]
+    fn samples_are_valid() {
+        assert_eq!(samples::release_planned().validate(), Ok(()));
+        assert_eq!(samples::approve_release().validate(), Ok(()));
+        assert_eq!(samples::reject_release().validate(), Ok(()));
+        assert_eq!(samples::release_approval_timeout().validate(), Ok(()));
+        assert_eq!(samples::release_approved().validate(), Ok(()));
+        assert_eq!(samples::release_rejected().validate(), Ok(()));
+        assert_eq!(samples::release_blocked().validate(), Ok(()));
+        assert_eq!(samples::deployment_promoted().validate(), Ok(()));
+    }
+
+    #[test]
+    fn plan_bad_fields_are_named() {
+        let mut plan = samples::release_planned();
+        plan.environments.clear();
+        assert_eq!(plan.validate().unwrap_err().field, "environments");
+
+        let mut plan = samples::release_planned();
+        plan.environments[1].environment = "Staging".into();
+        assert_eq!(plan.validate().unwrap_err().field, "environments[1].environment");
+
+        let mut plan = samples::release_planned();
+        let first = plan.environments[0].clone();
+        plan.environments.push(first);
+        assert!(plan.validate().unwrap_err().field.starts_with("environments["));
+
+        let mut plan = samples::release_planned();
+        if let Some(image) = plan.artifacts.image.as_mut() {
+            image.digest = "latest".into();
+        }
+        assert_eq!(plan.validate().unwrap_err().field, "artifacts.image.digest");
+    }
+
+    #[test]
+    fn approval_bad_fields_are_named() {
+        let mut approve = samples::approve_release();
+        approve.approver = " ".into();
+        assert_eq!(approve.validate().unwrap_err().field, "approver");
+
+        let mut reject = samples::reject_release();
+        reject.reason = String::new();
+        assert_eq!(reject.validate().unwrap_err().field, "reason");
+
+        let mut timeout = samples::release_approval_timeout();
+        timeout.environment = "prod!".into();
+        assert_eq!(timeout.validate().unwrap_err().field, "environment");
+
+        let mut rejected = samples::release_rejected();
+        rejected.approver = None;
+        rejected.timed_out = false;
+        assert_eq!(rejected.validate().unwrap_err().field, "approver");
+        rejected.timed_out = true;
+        assert_eq!(rejected.validate(), Ok(()));
+    }
+
+    #[test]
+    fn promotion_needs_an_artifact() {
+        let mut promoted = samples::deployment_promoted();
+        promoted.image = None;
+        promoted.package = None;
+        assert_eq!(promoted.validate().unwrap_err().field, "image");
+
+        let mut promoted = samples::deployment_promoted();
+        promoted.desired_commit_sha = "abc".into();
+        assert_eq!(promoted.validate().unwrap_err().field, "desiredCommitSha");
+    }
+
+    #[test]
+    fn failing_step_is_camel_case_on_the_wire() {
+        let payload = Message::from(samples::release_blocked()).to_payload();
+        assert_eq!(payload["failingStep"], "containerImage");
+    }
+}

@@ -1,0 +1,618 @@
+//! The `bosun` command line: argument parsing and printing. Each command is
+//! a thin call into [`crate::runtime`] or [`crate::operator`]; `--json`
+//! prints machine-readable output for agents and scripts.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use bosun::config::{Settings, parse_consumer_list};
+use bosun::operator::Delivery;
+use bosun::runtime::{self, Backends};
+use bosun::store::{DeadLetterFilter, DeadLetterRecord, SagaRecord};
+use bosun::telemetry;
+
+/// bosun: saga orchestration for software delivery.
+#[derive(Debug, Parser)]
+#[command(name = "bosun", version, about, long_about = None)]
+pub struct Cli {
+    /// Settings file (default: $BOSUN_CONFIG, else ./bosun.toml if present).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory (overrides BOSUN_DATA_DIR; default ./.bosun).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the consumers on the embedded transport until SIGTERM or Ctrl-C.
+    Serve {
+        /// Comma-separated consumers to run (default: all available).
+        #[arg(long, value_name = "LIST")]
+        consumers: Option<String>,
+    },
+    /// Fire a command (or event): validate the payload and send it.
+    Send {
+        /// Message type, e.g. ProvisionRepository.
+        #[arg(value_name = "TYPE")]
+        message_type: String,
+        /// The payload as JSON, or @FILE to read it from a file (@- for stdin).
+        #[arg(long, value_name = "JSON|@FILE")]
+        payload: String,
+        /// Join an existing delivery instead of starting a new one.
+        #[arg(long, value_name = "ID")]
+        correlation_id: Option<Uuid>,
+        /// Tenant the delivery belongs to.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow deliveries.
+    Deliveries {
+        /// What to do.
+        #[command(subcommand)]
+        command: DeliveriesCommand,
+    },
+    /// Inspect, replay and purge dead letters.
+    #[command(name = "dead-letters")]
+    DeadLetters {
+        /// What to do.
+        #[command(subcommand)]
+        command: DeadLettersCommand,
+    },
+    /// Inspect sagas.
+    Sagas {
+        /// What to do.
+        #[command(subcommand)]
+        command: SagasCommand,
+    },
+    /// JSON Schemas of the contracts.
+    Schema {
+        /// What to do.
+        #[command(subcommand)]
+        command: SchemaCommand,
+    },
+}
+
+/// `bosun deliveries ...`
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCommand {
+    /// The timeline of one delivery: every message, its consumer, status,
+    /// attempts and times.
+    Show {
+        /// The delivery's correlation id.
+        correlation_id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Filters shared by the dead-letter commands.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DeadLetterFilterArgs {
+    /// Only this consumer.
+    #[arg(long, value_name = "C")]
+    pub consumer: Option<String>,
+    /// Only this message type.
+    #[arg(long = "type", value_name = "T")]
+    pub message_type: Option<String>,
+    /// Only dead-lettered since TIME (RFC 3339, or a duration ago: 30m, 2h, 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+}
+
+impl DeadLetterFilterArgs {
+    fn to_filter(&self, include_replayed: bool) -> Result<DeadLetterFilter> {
+        Ok(DeadLetterFilter {
+            consumer: self.consumer.clone(),
+            message_type: self.message_type.clone(),
+            since: self.since.as_deref().map(parse_since).transpose()?,
+            include_replayed,
+        })
+    }
+}
+
+/// `bosun dead-letters ...`
+#[derive(Debug, Subcommand)]
+pub enum DeadLettersCommand {
+    /// List dead letters (native ones of the transport included).
+    List {
+        /// Filters.
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// Include dead letters already replayed.
+        #[arg(long)]
+        include_replayed: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Everything about one dead letter: original message, error chain,
+    /// attempts, replays.
+    Show {
+        /// Id (or a unique prefix of at least 4 characters).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send dead letters back to their consumer.
+    Replay {
+        /// Ids to replay.
+        ids: Vec<String>,
+        /// Replay every dead letter matching the filters.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Filters (with --all).
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// At most N replays per second.
+        #[arg(long, value_name = "N")]
+        rate: Option<f64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete dead letters.
+    Purge {
+        /// Ids to purge.
+        ids: Vec<String>,
+        /// Purge every dead letter matching the filters.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Filters (with --all).
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `bosun sagas ...`
+#[derive(Debug, Subcommand)]
+pub enum SagasCommand {
+    /// List sagas.
+    List {
+        /// Only `release` or `gitops` sagas.
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One saga's state and history.
+    Show {
+        /// `release` or `gitops`.
+        kind: String,
+        /// The release id or environment.
+        key: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `bosun schema ...`
+#[derive(Debug, Subcommand)]
+pub enum SchemaCommand {
+    /// Write every JSON Schema into DIR.
+    Export {
+        /// Target directory (created if missing).
+        dir: PathBuf,
+    },
+}
+
+/// Parses `--since`: RFC 3339 or `<n>s|m|h|d` ago.
+pub fn parse_since(text: &str) -> Result<OffsetDateTime> {
+    if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(at);
+    }
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => bail!("--since `{text}` is neither RFC 3339 nor a duration like 30m, 2h, 7d"),
+    };
+    let amount: u64 = number
+        .parse()
+        .with_context(|| format!("--since `{text}` is neither RFC 3339 nor a duration like 30m, 2h, 7d"))?;
+    Ok(OffsetDateTime::now_utc() - Duration::from_secs(amount.saturating_mul(seconds)))
+}
+
+fn print_json(value: &impl Serialize) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut stdout, value)?;
+    writeln!(stdout)?;
+    Ok(())
+}
+
+fn short_time(at: OffsetDateTime) -> String {
+    at.format(&Rfc3339).unwrap_or_else(|_| at.to_string())
+}
+
+fn read_payload(payload: &str) -> Result<serde_json::Value> {
+    let text = match payload.strip_prefix('@') {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("reading the payload from stdin")?;
+            text
+        }
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading the payload from {path}"))?,
+        None => payload.to_owned(),
+    };
+    serde_json::from_str(&text).context("--payload is not valid JSON")
+}
+
+/// Runs the parsed command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    let mut settings = Settings::load(cli.config.as_deref())?;
+    if let Some(dir) = cli.data_dir {
+        settings.data_dir = dir;
+    }
+    telemetry::init(settings.log_format);
+    match cli.command {
+        Command::Serve { consumers } => {
+            if let Some(list) = consumers {
+                settings.consumers = Some(parse_consumer_list(&list)?);
+            }
+            let backends = Backends::open(&settings).await?;
+            let shutdown = CancellationToken::new();
+            runtime::cancel_on_signals(shutdown.clone());
+            runtime::serve(&settings, &backends, shutdown).await?;
+        }
+        Command::Send {
+            message_type,
+            payload,
+            correlation_id,
+            tenant,
+            json,
+        } => {
+            let payload = read_payload(&payload)?;
+            let backends = Backends::open(&settings).await?;
+            let sent = backends
+                .operator(&settings.operator)
+                .send(&message_type, &payload, correlation_id, &tenant)
+                .await?;
+            if json {
+                print_json(&sent)?;
+            } else {
+                println!("messageId     {}", sent.message_id);
+                println!("correlationId {}", sent.correlation_id);
+                println!("sent {} to {}", sent.message_type, sent.destination);
+            }
+        }
+        Command::Deliveries {
+            command: DeliveriesCommand::Show { correlation_id, json },
+        } => {
+            let backends = Backends::open(&settings).await?;
+            let delivery = backends.operator(&settings.operator).delivery(&correlation_id).await?;
+            if json {
+                print_json(&delivery)?;
+            } else {
+                print_delivery(&delivery);
+            }
+        }
+        Command::DeadLetters { command } => dead_letters(&settings, command).await?,
+        Command::Sagas { command } => {
+            let backends = Backends::open(&settings).await?;
+            let operator = backends.operator(&settings.operator);
+            match command {
+                SagasCommand::List { kind, json } => {
+                    if let Some(kind) = &kind {
+                        bosun_sagas::SagaKind::parse(kind)?;
+                    }
+                    let sagas = operator.sagas(kind.as_deref()).await?;
+                    if json {
+                        print_json(&sagas)?;
+                    } else if sagas.is_empty() {
+                        println!("no sagas");
+                    } else {
+                        println!("{:<8} {:<40} {:>7}  UPDATED", "KIND", "KEY", "VERSION");
+                        for saga in &sagas {
+                            println!(
+                                "{:<8} {:<40} {:>7}  {}",
+                                saga.kind,
+                                saga.key,
+                                saga.version,
+                                short_time(saga.updated_at)
+                            );
+                        }
+                    }
+                }
+                SagasCommand::Show { kind, key, json } => {
+                    bosun_sagas::SagaKind::parse(&kind)?;
+                    let saga = operator.saga(&kind, &key).await?;
+                    if json {
+                        print_json(&saga)?;
+                    } else {
+                        print_saga(&saga)?;
+                    }
+                }
+            }
+        }
+        Command::Schema {
+            command: SchemaCommand::Export { dir },
+        } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let files = bosun_contracts::schema::schema_files();
+            for (name, text) in &files {
+                std::fs::write(dir.join(name), text).with_context(|| format!("writing {name}"))?;
+            }
+            println!("wrote {} schema files to {}", files.len(), dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_delivery(delivery: &Delivery) {
+    println!("delivery {}  ({})", delivery.correlation_id, delivery.status);
+    for message in &delivery.messages {
+        println!(
+            "\n{}  {}  status={}  attempts={}  consumers={}",
+            message.message_type,
+            message.message_id,
+            message.status.as_str(),
+            message.attempts,
+            if message.consumers.is_empty() {
+                "-".to_owned()
+            } else {
+                message.consumers.join(",")
+            }
+        );
+        for event in &message.events {
+            println!(
+                "  {}  {:<16} {:<24} attempt {}  {}",
+                short_time(event.at),
+                event.status.as_str(),
+                event.consumer.as_deref().unwrap_or("-"),
+                event.attempt,
+                event.detail.as_deref().unwrap_or("")
+            );
+        }
+    }
+}
+
+fn print_saga(saga: &SagaRecord) -> Result<()> {
+    println!("{} saga {}  version {}", saga.kind, saga.key, saga.version);
+    println!(
+        "created {}  updated {}",
+        short_time(saga.created_at),
+        short_time(saga.updated_at)
+    );
+    println!("state:\n{}", serde_json::to_string_pretty(&saga.state)?);
+    println!("history:");
+    for entry in &saga.history {
+        println!(
+            "  v{:<4} {}  {}  {}",
+            entry.version,
+            short_time(entry.at),
+            entry.message_type,
+            entry.message_id
+        );
+    }
+    Ok(())
+}
+
+fn print_dead_letter_list(records: &[DeadLetterRecord]) {
+    if records.is_empty() {
+        println!("no dead letters");
+        return;
+    }
+    println!(
+        "{:<36}  {:<20}  {:<24}  {:<22}  {:<8}  REASON",
+        "ID", "DEAD-LETTERED", "CONSUMER", "TYPE", "STATUS"
+    );
+    for record in records {
+        println!(
+            "{:<36}  {:<20}  {:<24}  {:<22}  {:<8}  {}",
+            record.id,
+            short_time(record.dead_lettered_at),
+            record.consumer.as_deref().unwrap_or("-"),
+            record.message_type.as_deref().unwrap_or("-"),
+            format!("{:?}", record.status).to_lowercase(),
+            record.reason
+        );
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeadLetterView<'a> {
+    #[serde(flatten)]
+    record: &'a DeadLetterRecord,
+    /// The original message: JSON when it parses, else text.
+    original: serde_json::Value,
+}
+
+fn view(record: &DeadLetterRecord) -> DeadLetterView<'_> {
+    let original = serde_json::from_slice(&record.body)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&record.body).into_owned()));
+    DeadLetterView { record, original }
+}
+
+fn print_dead_letter(record: &DeadLetterRecord) -> Result<()> {
+    println!("dead letter    {}", record.id);
+    println!("status         {}", format!("{:?}", record.status).to_lowercase());
+    println!("consumer       {}", record.consumer.as_deref().unwrap_or("-"));
+    println!("entity         {}", record.entity);
+    println!(
+        "message        {} {}",
+        record.message_type.as_deref().unwrap_or("-"),
+        record.message_id.as_deref().unwrap_or("-")
+    );
+    println!("correlation    {}", record.correlation_id.as_deref().unwrap_or("-"));
+    println!("tenant         {}", record.tenant_id.as_deref().unwrap_or("-"));
+    println!("origin         {}", record.origin);
+    println!("dead-lettered  {}", short_time(record.dead_lettered_at));
+    println!("reason         {}", record.reason);
+    println!("description    {}", record.description);
+    println!("error chain:");
+    for (depth, error) in record.error_chain.iter().enumerate() {
+        println!("  {}{}", "  ".repeat(depth), error);
+    }
+    println!("attempts:");
+    for attempt in &record.attempts {
+        println!(
+            "  #{} {}  {}",
+            attempt.attempt,
+            short_time(attempt.at),
+            attempt.error_chain.join(": ")
+        );
+    }
+    println!("replays:");
+    if record.replays.is_empty() {
+        println!("  none");
+    }
+    for replay in &record.replays {
+        println!(
+            "  {} by {} to {} ({})",
+            short_time(replay.at),
+            replay.by,
+            replay.destination,
+            replay.replay_id
+        );
+    }
+    println!("original message ({} bytes):", record.body.len());
+    match serde_json::from_slice::<serde_json::Value>(&record.body) {
+        Ok(value) => println!("{}", serde_json::to_string_pretty(&value)?),
+        Err(_) => println!("{}", String::from_utf8_lossy(&record.body)),
+    }
+    Ok(())
+}
+
+async fn select_ids(
+    operator: &bosun::operator::Operator,
+    ids: Vec<String>,
+    all: bool,
+    filter: &DeadLetterFilterArgs,
+) -> Result<Vec<Uuid>> {
+    if all {
+        let records = operator.dead_letters(&filter.to_filter(false)?).await?;
+        return Ok(records.into_iter().rev().map(|r| r.id).collect());
+    }
+    if ids.is_empty() {
+        bail!("name at least one dead letter id, or use --all");
+    }
+    let mut resolved = Vec::new();
+    for id in ids {
+        resolved.push(operator.dead_letter(&id).await?.id);
+    }
+    Ok(resolved)
+}
+
+async fn dead_letters(settings: &Settings, command: DeadLettersCommand) -> Result<()> {
+    let backends = Backends::open(settings).await?;
+    let operator = backends.operator(&settings.operator);
+    match command {
+        DeadLettersCommand::List {
+            filter,
+            include_replayed,
+            json,
+        } => {
+            let records = operator.dead_letters(&filter.to_filter(include_replayed)?).await?;
+            if json {
+                print_json(&records.iter().map(view).collect::<Vec<_>>())?;
+            } else {
+                print_dead_letter_list(&records);
+            }
+        }
+        DeadLettersCommand::Show { id, json } => {
+            let record = operator.dead_letter(&id).await?;
+            if json {
+                print_json(&view(&record))?;
+            } else {
+                print_dead_letter(&record)?;
+            }
+        }
+        DeadLettersCommand::Replay {
+            ids,
+            all,
+            filter,
+            rate,
+            json,
+        } => {
+            if rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
+                bail!("--rate must be more than 0");
+            }
+            let ids = select_ids(&operator, ids, all, &filter).await?;
+            let total = ids.len();
+            let summary = operator
+                .replay_many(&ids, rate, |done, total, id, result| match result {
+                    Ok(_) => eprintln!("[{done}/{total}] replayed {id}"),
+                    Err(err) => eprintln!("[{done}/{total}] FAILED {id}: {err}"),
+                })
+                .await;
+            if json {
+                print_json(&summary)?;
+            } else {
+                println!("replayed {} of {total}", summary.replayed.len());
+            }
+            if !summary.failed.is_empty() {
+                bail!("{} of {total} replays failed", summary.failed.len());
+            }
+        }
+        DeadLettersCommand::Purge {
+            ids,
+            all,
+            filter,
+            yes,
+            json,
+        } => {
+            let ids = select_ids(&operator, ids, all, &filter).await?;
+            if ids.is_empty() {
+                println!("nothing to purge");
+                return Ok(());
+            }
+            if !yes {
+                if !std::io::stdin().is_terminal() {
+                    bail!(
+                        "refusing to purge {} dead letters without confirmation: pass --yes",
+                        ids.len()
+                    );
+                }
+                eprint!("Purge {} dead letter(s)? This cannot be undone. [y/N] ", ids.len());
+                std::io::stderr().flush()?;
+                let mut answer = String::new();
+                std::io::stdin().read_line(&mut answer)?;
+                if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                    println!("not purged");
+                    return Ok(());
+                }
+            }
+            let mut purged = Vec::new();
+            for (index, id) in ids.iter().enumerate() {
+                purged.push(operator.purge(&id.to_string()).await?);
+                eprintln!("[{}/{}] purged {id}", index + 1, ids.len());
+            }
+            if json {
+                print_json(&serde_json::json!({ "purged": purged }))?;
+            } else {
+                println!("purged {}", purged.len());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,468 @@
+//! Settings: the one place bosun reads its configuration.
+//!
+//! Values come, highest precedence first, from command-line flags (applied
+//! by the CLI on top of what this module returns), `BOSUN_*` environment
+//! variables, an optional TOML file (`--config`, `BOSUN_CONFIG`, or
+//! `./bosun.toml` when present; keys are the variable names without the
+//! `BOSUN_` prefix, in lowercase, e.g. `data_dir = "/var/lib/bosun"`), and
+//! defaults. Everything is parsed and validated at start; an invalid value
+//! is an error naming the setting. Secrets are wrapped in [`Secret`], whose
+//! `Debug` and `Display` print `[redacted]`.
+//!
+//! Tests build [`Settings`] from a map ([`Settings::from_sources`]) instead
+//! of touching the process environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A secret value: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// A setting that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A value does not parse or breaks a rule.
+    #[error("setting {name}: {reason}")]
+    Invalid {
+        /// The environment variable name of the setting.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The configuration file could not be read or parsed.
+    #[error("config file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+fn invalid(name: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        name: name.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Which transport carries messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// SQLite under the data directory (the default).
+    Embedded,
+}
+
+/// Which adapters the consumers use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdapterKind {
+    /// Do the work on this machine (bare Git repositories under the data dir ...).
+    Local,
+    /// Talk to Azure DevOps and the other Azure services.
+    Azure(AzureDevOpsSettings),
+}
+
+/// Azure DevOps connection settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureDevOpsSettings {
+    /// `https://dev.azure.com/<organization>`.
+    pub organization_url: String,
+    /// Project the repositories live in.
+    pub project: String,
+    /// A personal access token (`BOSUN_AZURE_DEVOPS_PAT`) ...
+    pub pat: Option<Secret>,
+    /// ... or an Entra ID bearer token (`BOSUN_AZURE_DEVOPS_TOKEN`).
+    pub bearer_token: Option<Secret>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A test hook that stops the process at a chosen point so crash tests can
+/// kill it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failpoint {
+    /// After the first message's state (idempotency record + outbox) is
+    /// committed and before its outbox is dispatched or the message is
+    /// completed, the process stops doing work and waits to be killed.
+    HaltAfterStateCommit,
+}
+
+/// Every setting bosun has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `BOSUN_DATA_DIR`: where the embedded transport, stores and local
+    /// adapters keep their files. Default `./.bosun`.
+    pub data_dir: PathBuf,
+    /// `BOSUN_TRANSPORT`: `embedded` (default).
+    pub transport: TransportKind,
+    /// `BOSUN_ADAPTERS`: `local` (default) or `azure`.
+    pub adapters: AdapterKind,
+    /// `BOSUN_CONSUMERS`: comma-separated consumers to run; all when unset.
+    pub consumers: Option<Vec<String>>,
+    /// `BOSUN_CONCURRENCY`: messages handled at once per consumer. Default 8.
+    pub concurrency: usize,
+    /// `BOSUN_LOCK_DURATION_MS`: peek-lock duration. Default 30 000.
+    pub lock_duration: Duration,
+    /// `BOSUN_MAX_DELIVERY_COUNT`: deliveries before the transport
+    /// dead-letters a message by itself. Default 10.
+    pub max_delivery_count: u32,
+    /// `BOSUN_RETRY_BASE_DELAY_MS`: the first retry's delay ceiling; every
+    /// consumer's retry delays scale with it. Default 1 000.
+    pub retry_base_delay: Duration,
+    /// `BOSUN_POLL_INTERVAL_MS`: how often an idle receiver looks for
+    /// messages sent by other processes. Default 250.
+    pub poll_interval: Duration,
+    /// `BOSUN_SHUTDOWN_GRACE_MS`: how long in-flight work may finish after
+    /// SIGTERM. Default 25 000.
+    pub shutdown_grace: Duration,
+    /// `BOSUN_LOG_FORMAT`: `text` (default) or `json`.
+    pub log_format: LogFormat,
+    /// `BOSUN_FAILPOINT`: test hook (`halt-after-state-commit`).
+    pub failpoint: Option<Failpoint>,
+    /// `BOSUN_OPERATOR` (else `USER`): who operator actions are recorded as.
+    pub operator: String,
+}
+
+/// Where raw values come from: a key (`BOSUN_DATA_DIR`) to its text.
+pub trait Source {
+    /// The raw value of a setting.
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Environment;
+
+impl Source for Environment {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Source for BTreeMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        BTreeMap::get(self, name).cloned()
+    }
+}
+
+const KNOWN: &[&str] = &[
+    "BOSUN_DATA_DIR",
+    "BOSUN_TRANSPORT",
+    "BOSUN_ADAPTERS",
+    "BOSUN_CONSUMERS",
+    "BOSUN_CONCURRENCY",
+    "BOSUN_LOCK_DURATION_MS",
+    "BOSUN_MAX_DELIVERY_COUNT",
+    "BOSUN_RETRY_BASE_DELAY_MS",
+    "BOSUN_POLL_INTERVAL_MS",
+    "BOSUN_SHUTDOWN_GRACE_MS",
+    "BOSUN_LOG_FORMAT",
+    "BOSUN_FAILPOINT",
+    "BOSUN_OPERATOR",
+    "BOSUN_AZURE_DEVOPS_ORG_URL",
+    "BOSUN_AZURE_DEVOPS_PROJECT",
+    "BOSUN_AZURE_DEVOPS_PAT",
+    "BOSUN_AZURE_DEVOPS_TOKEN",
+];
+
+/// Reads a TOML settings file into `BOSUN_*` keys.
+pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let file_error = |reason: String| ConfigError::File {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|err| file_error(err.to_string()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|err: toml::de::Error| file_error(err.to_string()))?;
+    let mut values = BTreeMap::new();
+    for (key, value) in table {
+        let name = format!("BOSUN_{}", key.to_ascii_uppercase());
+        if !KNOWN.contains(&name.as_str()) {
+            return Err(file_error(format!("unknown setting `{key}`")));
+        }
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_owned).unwrap_or_else(|| item.to_string()))
+                .collect::<Vec<_>>()
+                .join(","),
+            other => return Err(file_error(format!("setting `{key}` has unsupported value {other}"))),
+        };
+        values.insert(name, text);
+    }
+    Ok(values)
+}
+
+impl Settings {
+    /// Loads settings from the environment and the optional file: the path
+    /// given, else `BOSUN_CONFIG`, else `./bosun.toml` when it exists.
+    pub fn load(config_file: Option<&Path>) -> Result<Self, ConfigError> {
+        let env = Environment;
+        let path = config_file
+            .map(Path::to_path_buf)
+            .or_else(|| env.get("BOSUN_CONFIG").map(PathBuf::from))
+            .or_else(|| Some(PathBuf::from("bosun.toml")).filter(|p| p.exists()));
+        let file = match path {
+            Some(path) => read_file(&path)?,
+            None => BTreeMap::new(),
+        };
+        Self::from_sources(&env, &file)
+    }
+
+    /// Builds settings from an environment-like source over a file's values.
+    pub fn from_sources(env: &dyn Source, file: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| env.get(name).or_else(|| file.get(name).cloned());
+        let millis = |name: &str, default: u64| -> Result<Duration, ConfigError> {
+            match get(name) {
+                None => Ok(Duration::from_millis(default)),
+                Some(text) => text
+                    .trim()
+                    .parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| invalid(name, format!("`{text}` is not a number of milliseconds"))),
+            }
+        };
+        let number = |name: &str, default: u64, min: u64| -> Result<u64, ConfigError> {
+            let value = match get(name) {
+                None => default,
+                Some(text) => text
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| invalid(name, format!("`{text}` is not a whole number")))?,
+            };
+            if value < min {
+                return Err(invalid(name, format!("must be at least {min}")));
+            }
+            Ok(value)
+        };
+
+        let transport = match get("BOSUN_TRANSPORT").as_deref() {
+            None | Some("embedded") => TransportKind::Embedded,
+            Some(other) => {
+                return Err(invalid(
+                    "BOSUN_TRANSPORT",
+                    format!("`{other}` is not a transport (embedded)"),
+                ));
+            }
+        };
+        let adapters = match get("BOSUN_ADAPTERS").as_deref() {
+            None | Some("local") => AdapterKind::Local,
+            Some("azure") => {
+                let required =
+                    |name: &str| get(name).ok_or_else(|| invalid(name, "is required when BOSUN_ADAPTERS=azure"));
+                let organization_url = required("BOSUN_AZURE_DEVOPS_ORG_URL")?;
+                if !organization_url.starts_with("https://") && !organization_url.starts_with("http://") {
+                    return Err(invalid("BOSUN_AZURE_DEVOPS_ORG_URL", "must be an http(s) URL"));
+                }
+                let pat = get("BOSUN_AZURE_DEVOPS_PAT").map(Secret::new);
+                let bearer_token = get("BOSUN_AZURE_DEVOPS_TOKEN").map(Secret::new);
+                if pat.is_none() && bearer_token.is_none() {
+                    return Err(invalid(
+                        "BOSUN_AZURE_DEVOPS_PAT",
+                        "a PAT or BOSUN_AZURE_DEVOPS_TOKEN is required when BOSUN_ADAPTERS=azure",
+                    ));
+                }
+                AdapterKind::Azure(AzureDevOpsSettings {
+                    organization_url: organization_url.trim_end_matches('/').to_owned(),
+                    project: required("BOSUN_AZURE_DEVOPS_PROJECT")?,
+                    pat,
+                    bearer_token,
+                })
+            }
+            Some(other) => return Err(invalid("BOSUN_ADAPTERS", format!("`{other}` is not local or azure"))),
+        };
+        let consumers = get("BOSUN_CONSUMERS")
+            .map(|list| parse_consumer_list(&list))
+            .transpose()?;
+        let log_format = match get("BOSUN_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => return Err(invalid("BOSUN_LOG_FORMAT", format!("`{other}` is not text or json"))),
+        };
+        let failpoint = match get("BOSUN_FAILPOINT").as_deref() {
+            None => None,
+            Some("halt-after-state-commit") => Some(Failpoint::HaltAfterStateCommit),
+            Some(other) => return Err(invalid("BOSUN_FAILPOINT", format!("unknown failpoint `{other}`"))),
+        };
+        let settings = Self {
+            data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
+            transport,
+            adapters,
+            consumers,
+            concurrency: usize::try_from(number("BOSUN_CONCURRENCY", 8, 1)?).unwrap_or(usize::MAX),
+            lock_duration: millis("BOSUN_LOCK_DURATION_MS", 30_000)?,
+            max_delivery_count: u32::try_from(number("BOSUN_MAX_DELIVERY_COUNT", 10, 1)?)
+                .map_err(|_| invalid("BOSUN_MAX_DELIVERY_COUNT", "is too large"))?,
+            retry_base_delay: millis("BOSUN_RETRY_BASE_DELAY_MS", 1_000)?,
+            poll_interval: millis("BOSUN_POLL_INTERVAL_MS", 250)?,
+            shutdown_grace: millis("BOSUN_SHUTDOWN_GRACE_MS", 25_000)?,
+            log_format,
+            failpoint,
+            operator: get("BOSUN_OPERATOR")
+                .or_else(|| env.get("USER"))
+                .unwrap_or_else(|| "unknown".to_owned()),
+        };
+        if settings.lock_duration < Duration::from_millis(500) {
+            return Err(invalid("BOSUN_LOCK_DURATION_MS", "must be at least 500"));
+        }
+        if settings.poll_interval.is_zero() {
+            return Err(invalid("BOSUN_POLL_INTERVAL_MS", "must be more than 0"));
+        }
+        Ok(settings)
+    }
+
+    /// Defaults with the data directory set (tests, `bosun demo`).
+    pub fn with_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        let mut settings = Self::from_sources(&BTreeMap::new(), &BTreeMap::new()).unwrap_or_else(|_| unreachable!());
+        settings.data_dir = data_dir.into();
+        settings
+    }
+
+    /// The embedded transport's database file.
+    pub fn transport_path(&self) -> PathBuf {
+        self.data_dir.join("transport.db")
+    }
+
+    /// The SQLite store's database file.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("state.db")
+    }
+
+    /// Root of the local Git host's bare repositories.
+    pub fn git_root(&self) -> PathBuf {
+        self.data_dir.join("git")
+    }
+}
+
+/// Parses `a,b , c` into consumer names, checking each against the routing table.
+pub fn parse_consumer_list(list: &str) -> Result<Vec<String>, ConfigError> {
+    let names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if names.is_empty() {
+        return Err(invalid("BOSUN_CONSUMERS", "names no consumer"));
+    }
+    for name in &names {
+        if bosun_contracts::routing::consumer(name).is_none() {
+            let known: Vec<_> = bosun_contracts::CONSUMERS.iter().map(|c| c.name).collect();
+            return Err(invalid(
+                "BOSUN_CONSUMERS",
+                format!("`{name}` is not a consumer (known: {})", known.join(", ")),
+            ));
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let settings = Settings::from_sources(&map(&[]), &map(&[])).unwrap();
+        assert_eq!(settings.data_dir, PathBuf::from(".bosun"));
+        assert_eq!(settings.retry_base_delay, Duration::from_secs(1));
+        assert_eq!(settings.adapters, AdapterKind::Local);
+        assert_eq!(settings.consumers, None);
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let env = map(&[("BOSUN_DATA_DIR", "/env"), ("BOSUN_RETRY_BASE_DELAY_MS", "10")]);
+        let file = map(&[("BOSUN_DATA_DIR", "/file"), ("BOSUN_CONCURRENCY", "3")]);
+        let settings = Settings::from_sources(&env, &file).unwrap();
+        assert_eq!(settings.data_dir, PathBuf::from("/env"));
+        assert_eq!(settings.retry_base_delay, Duration::from_millis(10));
+        assert_eq!(settings.concurrency, 3);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let err = Settings::from_sources(&map(&[("BOSUN_RETRY_BASE_DELAY_MS", "soon")]), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains("BOSUN_RETRY_BASE_DELAY_MS"), "{err}");
+        let err = Settings::from_sources(&map(&[("BOSUN_CONSUMERS", "commit,billing")]), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains("billing"), "{err}");
+        let err = Settings::from_sources(&map(&[("BOSUN_ADAPTERS", "azure")]), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_ORG_URL"), "{err}");
+    }
+
+    #[test]
+    fn secrets_are_not_printed() {
+        let env = map(&[
+            ("BOSUN_ADAPTERS", "azure"),
+            ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso/"),
+            ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+            ("BOSUN_AZURE_DEVOPS_PAT", "super-secret-pat"),
+        ]);
+        let settings = Settings::from_sources(&env, &map(&[])).unwrap();
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("super-secret-pat"), "{printed}");
+        assert!(printed.contains("[redacted]"));
+    }
+
+    #[test]
+    fn toml_file_is_read_and_unknown_keys_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bosun.toml");
+        std::fs::write(
+            &path,
+            "data_dir = \"/srv/bosun\"\nconsumers = [\"commit\", \"repository-provisioning\"]\nconcurrency = 4\n",
+        )
+        .unwrap();
+        let file = read_file(&path).unwrap();
+        let settings = Settings::from_sources(&map(&[]), &file).unwrap();
+        assert_eq!(settings.data_dir, PathBuf::from("/srv/bosun"));
+        assert_eq!(
+            settings.consumers,
+            Some(vec!["commit".to_owned(), "repository-provisioning".to_owned()])
+        );
+        std::fs::write(&path, "dta_dir = \"/x\"\n").unwrap();
+        let err = read_file(&path).unwrap_err();
+        assert!(err.to_string().contains("dta_dir"), "{err}");
+    }
+}

@@ -1,0 +1,146 @@
+//! The outbox dispatcher: sends what handlers committed to the outbox.
+//!
+//! Entries are claimed with a lease (so several processes sharing a store do
+//! not send the same entry at once), sent as a batch, then marked sent. If
+//! the process dies after sending and before marking, the entry is sent
+//! again after the lease; the transport drops the copy by its broker message
+//! id (duplicate detection) and consumers are idempotent on messageId, so
+//! the message takes effect once.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bosun_contracts::Envelope;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::Runtime;
+use crate::store::{PendingOutbox, TimelineEntry, TimelineStatus};
+
+const BATCH: usize = 100;
+const LEASE: Duration = Duration::from_secs(30);
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Runs until `stop`, then sends what is left once more.
+pub(crate) async fn run(runtime: Arc<Runtime>, stop: CancellationToken) {
+    let mut failures = 0u32;
+    loop {
+        if runtime.frozen.load(Ordering::SeqCst) {
+            stop.cancelled().await;
+            return;
+        }
+        // Read before dispatching: a pass that started after the stop saw
+        // everything in-flight handlers committed, so an empty pass then
+        // means the outbox is flushed.
+        let stopping = stop.is_cancelled();
+        match dispatch_once(&runtime).await {
+            Ok(0) => {
+                failures = 0;
+                if stopping {
+                    return;
+                }
+                tokio::select! {
+                    () = runtime.outbox_ready.notified() => {},
+                    () = tokio::time::sleep(IDLE_POLL) => {},
+                    () = stop.cancelled() => {},
+                }
+            }
+            Ok(_) => failures = 0,
+            Err(err) => {
+                failures = failures.saturating_add(1);
+                let backoff = Duration::from_millis(100u64.saturating_mul(2u64.saturating_pow(failures.min(7))));
+                tracing::warn!(error = %err, ?backoff, "outbox dispatch failed");
+                if stopping {
+                    tracing::warn!("stopping with undispatched outbox entries; the next start sends them");
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {},
+                    () = stop.cancelled() => {},
+                }
+            }
+        }
+    }
+}
+
+/// Claims and sends one batch; returns how many entries were sent.
+pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, String> {
+    let pending = runtime
+        .store
+        .claim_outbox(BATCH, LEASE)
+        .await
+        .map_err(|err| err.to_string())?;
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    if runtime.frozen.load(Ordering::SeqCst) {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
+    let messages = pending.iter().map(|p| p.message.clone()).collect();
+    if let Err(batch_err) = runtime.transport.send(messages).await {
+        // One bad entry must not hold back the rest: send one by one.
+        tracing::warn!(error = %batch_err, "batch send failed; sending entries one by one");
+        let mut sent = Vec::new();
+        for entry in &pending {
+            match runtime.transport.send(vec![entry.message.clone()]).await {
+                Ok(()) => sent.push(entry),
+                Err(err) => tracing::error!(
+                    outbox_id = entry.id,
+                    destination = %entry.message.destination,
+                    error = %err,
+                    "outbox entry could not be sent; it will be tried again"
+                ),
+            }
+        }
+        if sent.is_empty() {
+            return Err(batch_err.to_string());
+        }
+        let ids: Vec<i64> = sent.iter().map(|p| p.id).collect();
+        runtime
+            .store
+            .mark_dispatched(&ids)
+            .await
+            .map_err(|err| err.to_string())?;
+        record_sent(runtime, sent.into_iter()).await;
+        return Ok(ids.len());
+    }
+    runtime
+        .store
+        .mark_dispatched(&ids)
+        .await
+        .map_err(|err| err.to_string())?;
+    record_sent(runtime, pending.iter()).await;
+    Ok(ids.len())
+}
+
+async fn record_sent<'a>(runtime: &Runtime, sent: impl Iterator<Item = &'a PendingOutbox>) {
+    let now = OffsetDateTime::now_utc();
+    let lines: Vec<TimelineEntry> = sent
+        .filter_map(|entry| {
+            let envelope = Envelope::from_slice(&entry.message.body).ok()?;
+            let detail = match entry.message.scheduled_at {
+                Some(at) if at > now => format!("to {} (scheduled for {at})", entry.message.destination),
+                _ => format!("to {}", entry.message.destination),
+            };
+            // Retries are already on the timeline as `retry-scheduled`.
+            if entry.message.broker_message_id.contains(".retry-") {
+                return None;
+            }
+            Some(TimelineEntry {
+                correlation_id: envelope.correlation_id.to_string(),
+                message_id: envelope.message_id.to_string(),
+                message_type: envelope.message_type.clone(),
+                consumer: None,
+                status: TimelineStatus::Sent,
+                attempt: envelope.attempt,
+                at: now,
+                detail: Some(detail),
+            })
+        })
+        .collect();
+    if let Err(err) = runtime.store.append_timeline(lines).await {
+        tracing::warn!(error = %err, "could not record sent messages on the timeline");
+    }
+}

@@ -1,0 +1,527 @@
+//! Consumer host tests over the in-memory transport and an in-memory store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_consumers::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy};
+use bosun_contracts::messages::{CommitCreated, CreateCommit};
+use bosun_contracts::routing::EVENTS_TOPIC;
+use bosun_contracts::{Destination, Envelope, Message};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{Host, HostOptions};
+use crate::store::sqlite::SqliteStore;
+use crate::store::{DeadLetterFilter, Store, TimelineStatus};
+use crate::transport::memory::MemoryTransport;
+use crate::transport::{OutboundMessage, Topology, Transport};
+
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Succeed,
+    FailTransientlyTimes(u32),
+    FailPermanently,
+    SleepFor(Duration),
+}
+
+struct TestConsumer {
+    behaviour: Behaviour,
+    calls: AtomicU32,
+    effects: AtomicU32,
+    max_retries: u32,
+}
+
+impl TestConsumer {
+    fn new(behaviour: Behaviour) -> Arc<Self> {
+        Arc::new(Self {
+            behaviour,
+            calls: AtomicU32::new(0),
+            effects: AtomicU32::new(0),
+            max_retries: 5,
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("git host answered 503")]
+struct Unavailable;
+
+#[derive(Debug, thiserror::Error)]
+#[error("could not write the commit")]
+struct WriteFailed(#[source] Unavailable);
+
+#[async_trait]
+impl Consumer for TestConsumer {
+    fn name(&self) -> &'static str {
+        "commit"
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::exponential(self.max_retries)
+    }
+
+    async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.behaviour {
+            Behaviour::FailTransientlyTimes(n) if call < n => {
+                return Err(HandlerError::transient(WriteFailed(Unavailable)));
+            }
+            Behaviour::FailPermanently => return Err(HandlerError::permanent("repository name is reserved")),
+            Behaviour::SleepFor(duration) => tokio::time::sleep(duration).await,
+            _ => {}
+        }
+        self.effects.fetch_add(1, Ordering::SeqCst);
+        let Message::CreateCommit(command) = inbound.message else {
+            return Err(HandlerError::permanent("unexpected message"));
+        };
+        Ok(Outcome::send([Message::CommitCreated(CommitCreated {
+            repository: command.repository.clone(),
+            repository_id: "r-1".into(),
+            branch: command.branch.clone(),
+            commit_sha: "a".repeat(40),
+            tree_sha: "b".repeat(40),
+            parent_sha: None,
+            files_changed: 1,
+            no_op: false,
+            pull_request_target: None,
+        })]))
+    }
+}
+
+fn create_commit() -> Envelope {
+    let message = Message::CreateCommit(CreateCommit {
+        repository: "payments-api".into(),
+        branch: "main".into(),
+        base_branch: None,
+        message: "add readme".into(),
+        author: None,
+        files: vec![bosun_contracts::messages::BundleFile {
+            path: "README.md".into(),
+            content: "# payments".into(),
+            encoding: Default::default(),
+            executable: false,
+        }],
+        delete: vec![],
+        pull_request_target: None,
+    });
+    Envelope::new(&message, Uuid::now_v7(), "contoso", "agent:test")
+}
+
+fn raw(body: Vec<u8>, broker_id: &str) -> OutboundMessage {
+    OutboundMessage {
+        destination: Destination::Queue("commit".into()),
+        broker_message_id: broker_id.to_owned(),
+        message_type: Some("CreateCommit".into()),
+        correlation_id: None,
+        body,
+        scheduled_at: None,
+    }
+}
+
+struct Harness {
+    transport: Arc<MemoryTransport>,
+    store: Arc<SqliteStore>,
+    shutdown: CancellationToken,
+    host: tokio::task::JoinHandle<()>,
+}
+
+fn options() -> HostOptions {
+    HostOptions {
+        concurrency: 4,
+        lock_duration: Duration::from_millis(600),
+        poll_interval: Duration::from_millis(20),
+        retry_base_delay: Duration::from_millis(10),
+        shutdown_grace: Duration::from_secs(5),
+        failpoint: None,
+    }
+}
+
+async fn start(consumer: Arc<TestConsumer>, options: HostOptions) -> Harness {
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let shutdown = CancellationToken::new();
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer], options);
+    let token = shutdown.clone();
+    let host = tokio::spawn(async move {
+        host.run(token).await.unwrap();
+    });
+    Harness {
+        transport,
+        store,
+        shutdown,
+        host,
+    }
+}
+
+impl Harness {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.host.await.unwrap();
+    }
+
+    async fn events_on(&self, subscription: &str) -> u64 {
+        self.transport
+            .depth(&Destination::Subscription {
+                topic: EVENTS_TOPIC.into(),
+                subscription: subscription.into(),
+            })
+            .await
+            .unwrap()
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+#[tokio::test]
+async fn a_duplicate_delivery_runs_the_effect_once() {
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let harness = start(consumer.clone(), options()).await;
+    let envelope = create_commit();
+    // The broker delivers the same message twice (e.g. a lock expired after
+    // the work was done): same messageId, different broker copies.
+    harness
+        .transport
+        .send(vec![raw(envelope.to_vec(), "copy-1")])
+        .await
+        .unwrap();
+    eventually("the first copy is handled", || async {
+        consumer.effects.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    harness
+        .transport
+        .send(vec![raw(envelope.to_vec(), "copy-2")])
+        .await
+        .unwrap();
+    let store = harness.store.clone();
+    let correlation = envelope.correlation_id.to_string();
+    eventually("the duplicate is acknowledged", || {
+        let store = store.clone();
+        let correlation = correlation.clone();
+        async move {
+            store
+                .timeline(&correlation)
+                .await
+                .unwrap()
+                .iter()
+                .any(|e| e.status == TimelineStatus::Duplicate)
+        }
+    })
+    .await;
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(consumer.effects.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        harness.events_on("pull-request").await,
+        1,
+        "the outgoing event was sent once"
+    );
+    assert_eq!(
+        harness
+            .transport
+            .depth(&Destination::Queue("commit".into()))
+            .await
+            .unwrap(),
+        0
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn two_transient_failures_then_success_records_three_attempts_and_one_effect() {
+    let consumer = TestConsumer::new(Behaviour::FailTransientlyTimes(2));
+    let harness = start(consumer.clone(), options()).await;
+    let envelope = create_commit();
+    harness.transport.send(vec![raw(envelope.to_vec(), "m")]).await.unwrap();
+    eventually("the third attempt succeeds", || async {
+        consumer.effects.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let store = harness.store.clone();
+    let correlation = envelope.correlation_id.to_string();
+    eventually("the completion is recorded", || {
+        let store = store.clone();
+        let correlation = correlation.clone();
+        async move {
+            store
+                .timeline(&correlation)
+                .await
+                .unwrap()
+                .iter()
+                .any(|e| e.status == TimelineStatus::Completed)
+        }
+    })
+    .await;
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 3);
+    let failures = harness
+        .store
+        .attempts("commit", &envelope.message_id.to_string())
+        .await
+        .unwrap();
+    assert_eq!(failures.iter().map(|a| a.attempt).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(
+        failures[0].error_chain,
+        ["transient: could not write the commit", "git host answered 503"]
+    );
+    let timeline = harness.store.timeline(&correlation).await.unwrap();
+    let attempts: Vec<_> = timeline
+        .iter()
+        .filter(|e| e.message_id == envelope.message_id.to_string())
+        .map(|e| (e.status, e.attempt))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (TimelineStatus::RetryScheduled, 0),
+            (TimelineStatus::RetryScheduled, 1),
+            (TimelineStatus::Completed, 2)
+        ]
+    );
+    eventually("the event is sent", || async {
+        harness.events_on("pull-request").await == 1
+    })
+    .await;
+    assert!(
+        harness
+            .store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_permanent_failure_is_dead_lettered_at_once_with_the_original_bytes() {
+    let consumer = TestConsumer::new(Behaviour::FailPermanently);
+    let harness = start(consumer.clone(), options()).await;
+    let envelope = create_commit();
+    // Unusual but valid formatting and an unknown field: the dead letter
+    // must keep the bytes exactly.
+    let mut value: serde_json::Value = serde_json::from_slice(&envelope.to_vec()).unwrap();
+    value["x-custom"] = serde_json::json!({"kept": true});
+    let original = serde_json::to_vec_pretty(&value).unwrap();
+    harness.transport.send(vec![raw(original.clone(), "m")]).await.unwrap();
+    let store = harness.store.clone();
+    eventually("the message is dead-lettered", || {
+        let store = store.clone();
+        async move {
+            !store
+                .dead_letters(&DeadLetterFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    })
+    .await;
+    let dead = harness.store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].body, original);
+    assert_eq!(dead[0].reason, "permanent-failure");
+    assert!(dead[0].description.contains("repository name is reserved"));
+    assert_eq!(dead[0].attempts.len(), 1);
+    assert_eq!(
+        consumer.calls.load(Ordering::SeqCst),
+        1,
+        "a permanent failure is not retried"
+    );
+    let native = harness
+        .transport
+        .peek_dead_letters(&Destination::Queue("commit".into()), 10)
+        .await
+        .unwrap();
+    assert_eq!(native.len(), 1);
+    assert_eq!(native[0].reason, "permanent-failure");
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn exhausted_retries_are_dead_lettered_with_every_attempt() {
+    let consumer = Arc::new(TestConsumer {
+        behaviour: Behaviour::FailTransientlyTimes(u32::MAX),
+        calls: AtomicU32::new(0),
+        effects: AtomicU32::new(0),
+        max_retries: 3,
+    });
+    let harness = start(consumer.clone(), options()).await;
+    let envelope = create_commit();
+    harness.transport.send(vec![raw(envelope.to_vec(), "m")]).await.unwrap();
+    let store = harness.store.clone();
+    eventually("the retries run out", || {
+        let store = store.clone();
+        async move {
+            !store
+                .dead_letters(&DeadLetterFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    })
+    .await;
+    let dead = harness.store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(dead[0].reason, "retries-exhausted");
+    assert_eq!(
+        dead[0].attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    assert!(
+        dead[0]
+            .attempts
+            .iter()
+            .all(|a| a.error_chain == ["transient: could not write the commit", "git host answered 503"])
+    );
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 4);
+    assert_eq!(consumer.effects.load(Ordering::SeqCst), 0);
+    // The kept envelope is the original apart from its attempt count.
+    let kept: serde_json::Value = serde_json::from_slice(&dead[0].body).unwrap();
+    let mut original: serde_json::Value = serde_json::from_slice(&envelope.to_vec()).unwrap();
+    original["attempt"] = serde_json::json!(3);
+    assert_eq!(kept, original);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_messages_are_dead_lettered_with_a_reason_and_the_host_keeps_running() {
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let harness = start(consumer.clone(), options()).await;
+    let mut unknown_type: serde_json::Value = serde_json::from_slice(&create_commit().to_vec()).unwrap();
+    unknown_type["type"] = serde_json::json!("LaunchRocket");
+    let mut missing_field: serde_json::Value = serde_json::from_slice(&create_commit().to_vec()).unwrap();
+    missing_field["payload"].as_object_mut().unwrap().remove("branch");
+    let mut wrong_version: serde_json::Value = serde_json::from_slice(&create_commit().to_vec()).unwrap();
+    wrong_version["schemaVersion"] = serde_json::json!(9);
+    harness
+        .transport
+        .send(vec![
+            raw(b"{not json".to_vec(), "bad-json"),
+            raw(serde_json::to_vec(&unknown_type).unwrap(), "unknown-type"),
+            raw(serde_json::to_vec(&missing_field).unwrap(), "missing-field"),
+            raw(serde_json::to_vec(&wrong_version).unwrap(), "wrong-version"),
+        ])
+        .await
+        .unwrap();
+    let store = harness.store.clone();
+    eventually("all four are dead-lettered", || {
+        let store = store.clone();
+        async move { store.dead_letters(&DeadLetterFilter::default()).await.unwrap().len() == 4 }
+    })
+    .await;
+    let dead = harness.store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    let by_broker_id = |id: &str| dead.iter().find(|d| d.broker_message_id == id).unwrap();
+    assert_eq!(by_broker_id("bad-json").reason, "malformed-envelope");
+    assert_eq!(by_broker_id("bad-json").body, b"{not json");
+    assert_eq!(by_broker_id("unknown-type").reason, "unknown-type");
+    assert!(by_broker_id("unknown-type").description.contains("LaunchRocket"));
+    assert_eq!(by_broker_id("missing-field").reason, "invalid-field");
+    assert!(
+        by_broker_id("missing-field").description.contains("branch"),
+        "{}",
+        by_broker_id("missing-field").description
+    );
+    assert_eq!(by_broker_id("wrong-version").reason, "unsupported-schema-version");
+    assert!(by_broker_id("wrong-version").description.contains("schemaVersion"));
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 0);
+
+    harness
+        .transport
+        .send(vec![raw(create_commit().to_vec(), "good")])
+        .await
+        .unwrap();
+    eventually("a good message is still handled", || async {
+        consumer.effects.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn the_lock_is_renewed_while_a_long_handler_runs() {
+    let consumer = TestConsumer::new(Behaviour::SleepFor(Duration::from_millis(1_500)));
+    let harness = start(consumer.clone(), options()).await;
+    harness
+        .transport
+        .send(vec![raw(create_commit().to_vec(), "m")])
+        .await
+        .unwrap();
+    eventually("the slow handler finishes", || async {
+        consumer.effects.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        consumer.calls.load(Ordering::SeqCst),
+        1,
+        "the message was delivered again while in flight"
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_work_finish_within_the_grace_period() {
+    let consumer = TestConsumer::new(Behaviour::SleepFor(Duration::from_millis(500)));
+    let harness = start(consumer.clone(), options()).await;
+    harness
+        .transport
+        .send(vec![raw(create_commit().to_vec(), "m")])
+        .await
+        .unwrap();
+    eventually("the handler starts", || async {
+        consumer.calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let transport = harness.transport.clone();
+    harness.stop().await;
+    assert_eq!(consumer.effects.load(Ordering::SeqCst), 1);
+    assert_eq!(transport.depth(&Destination::Queue("commit".into())).await.unwrap(), 0);
+    assert_eq!(
+        transport
+            .depth(&Destination::Subscription {
+                topic: EVENTS_TOPIC.into(),
+                subscription: "pull-request".into()
+            })
+            .await
+            .unwrap(),
+        1,
+        "the outbox was flushed before exit"
+    );
+}
+
+#[tokio::test]
+async fn work_past_the_grace_period_is_abandoned_for_redelivery() {
+    let consumer = TestConsumer::new(Behaviour::SleepFor(Duration::from_secs(30)));
+    let mut options = options();
+    options.shutdown_grace = Duration::from_millis(200);
+    let harness = start(consumer.clone(), options).await;
+    harness
+        .transport
+        .send(vec![raw(create_commit().to_vec(), "m")])
+        .await
+        .unwrap();
+    eventually("the handler starts", || async {
+        consumer.calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let transport = harness.transport.clone();
+    harness.stop().await;
+    assert_eq!(consumer.effects.load(Ordering::SeqCst), 0);
+    let again = transport
+        .receive(&Destination::Queue("commit".into()), 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "the abandoned message is available at once");
+}

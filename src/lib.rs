@@ -1,0 +1,26 @@
+//! bosun: saga orchestration for software delivery.
+//!
+//! This crate is the runtime and the binary around the pure crates
+//! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`):
+//!
+//! - [`config`]: settings, read in one place;
+//! - [`transport`]: the peek-lock transport trait, in-memory and embedded
+//!   (SQLite) implementations;
+//! - [`store`]: idempotency, sagas, outbox, dead letters, timeline;
+//! - [`host`]: the consumer host (receive, lock renewal, retry, idempotency,
+//!   outbox, dead-letter, graceful shutdown);
+//! - [`registry`]: the one list of consumers and how each is built;
+//! - [`operator`]: what operators and agents do: send commands, follow
+//!   deliveries, inspect and replay dead letters, look at sagas;
+//! - [`runtime`]: wiring settings to a transport, a store and a host;
+//! - [`telemetry`]: structured logs and trace context.
+
+pub mod config;
+pub mod host;
+pub mod operator;
+pub mod registry;
+pub mod runtime;
+pub mod sqlite;
+pub mod store;
+pub mod telemetry;
+pub mod transport;

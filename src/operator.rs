@@ -1,0 +1,406 @@
+//! What operators and agents do with a running (or stopped) bosun: fire
+//! commands, follow a delivery, look at and replay dead letters, look at
+//! sagas. The CLI is a thin layer over this module (and the HTTP API will
+//! be another).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_contracts::routing::destination_of;
+use bosun_contracts::validate::tenant_id;
+use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageSpec};
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::host::with_attempt;
+use crate::store::{
+    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry,
+    TimelineStatus,
+};
+use crate::telemetry;
+use crate::transport::{OutboundMessage, Topology, Transport, TransportError};
+
+/// Why an operator action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// The command is not valid.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    /// A store failure or a missing record.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A transport failure.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// Anything else that is the caller's to fix.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What `send` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SentMessage {
+    /// The new message's id.
+    pub message_id: Uuid,
+    /// The delivery it belongs to.
+    pub correlation_id: Uuid,
+    /// Its type.
+    pub message_type: String,
+    /// Where it went.
+    pub destination: String,
+}
+
+/// One message of a delivery, summarised from the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryMessage {
+    /// The message.
+    pub message_id: String,
+    /// Its type.
+    pub message_type: String,
+    /// Consumers that handled (or failed) it.
+    pub consumers: Vec<String>,
+    /// Its latest status.
+    pub status: TimelineStatus,
+    /// Handling attempts (retries + 1) seen so far.
+    pub attempts: u32,
+    /// First time it appears.
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_seen: OffsetDateTime,
+    /// Last time anything happened to it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_update: OffsetDateTime,
+    /// Every line.
+    pub events: Vec<TimelineEntry>,
+}
+
+/// A delivery: every message with one correlation id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// The correlation id.
+    pub correlation_id: String,
+    /// `failed` when a message is dead-lettered and not replayed since,
+    /// `in-progress` otherwise.
+    pub status: String,
+    /// Messages in the order they first appeared.
+    pub messages: Vec<DeliveryMessage>,
+}
+
+/// What a bulk replay did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplaySummary {
+    /// Dead letters replayed.
+    pub replayed: Vec<Uuid>,
+    /// Dead letters that could not be replayed, with why.
+    pub failed: Vec<(Uuid, String)>,
+}
+
+/// Operator actions over a transport and a store.
+#[derive(Clone)]
+pub struct Operator {
+    transport: Arc<dyn Transport>,
+    store: Arc<dyn Store>,
+    topology: Topology,
+    identity: String,
+}
+
+impl Operator {
+    /// Operator actions performed as `identity` (recorded on replays and sends).
+    pub fn new(transport: Arc<dyn Transport>, store: Arc<dyn Store>, identity: impl Into<String>) -> Self {
+        Self {
+            transport,
+            store,
+            topology: Topology::from_routing(),
+            identity: identity.into(),
+        }
+    }
+
+    /// Validates a payload against its contract and sends it as a new
+    /// message of a new (or the given) delivery.
+    pub async fn send(
+        &self,
+        message_type: &str,
+        payload: &Value,
+        correlation_id: Option<Uuid>,
+        tenant: &str,
+    ) -> Result<SentMessage, OperatorError> {
+        tenant_id("tenantId", tenant).map_err(|err| ContractError::InvalidField {
+            field: err.field,
+            reason: err.reason,
+        })?;
+        let message = Message::from_type_and_payload(message_type, payload)?;
+        let spec = MessageSpec::find(message_type).ok_or_else(|| ContractError::UnknownType {
+            message_type: message_type.to_owned(),
+        })?;
+        let destination = destination_of(spec.message_type)
+            .ok_or_else(|| OperatorError::Invalid(format!("no consumer handles `{message_type}`")))?;
+        let correlation_id = correlation_id.unwrap_or_else(Uuid::now_v7);
+        let source = format!("cli:{}", self.identity);
+        let mut envelope = Envelope::new(&message, correlation_id, tenant, &source);
+        envelope.traceparent = Some(telemetry::new_traceparent());
+        self.transport
+            .send(vec![OutboundMessage {
+                destination: destination.clone(),
+                broker_message_id: envelope.message_id.to_string(),
+                message_type: Some(envelope.message_type.clone()),
+                correlation_id: Some(correlation_id.to_string()),
+                body: envelope.to_vec(),
+                scheduled_at: None,
+            }])
+            .await?;
+        self.store
+            .append_timeline(vec![TimelineEntry {
+                correlation_id: correlation_id.to_string(),
+                message_id: envelope.message_id.to_string(),
+                message_type: envelope.message_type.clone(),
+                consumer: None,
+                status: TimelineStatus::Sent,
+                attempt: 0,
+                at: OffsetDateTime::now_utc(),
+                detail: Some(format!("to {destination} by {source}")),
+            }])
+            .await?;
+        Ok(SentMessage {
+            message_id: envelope.message_id,
+            correlation_id,
+            message_type: envelope.message_type,
+            destination: destination.path(),
+        })
+    }
+
+    /// The timeline of a delivery, grouped by message.
+    pub async fn delivery(&self, correlation_id: &str) -> Result<Delivery, OperatorError> {
+        let lines = self.store.timeline(correlation_id).await?;
+        if lines.is_empty() {
+            return Err(StoreError::NotFound {
+                what: "delivery",
+                id: correlation_id.to_owned(),
+            }
+            .into());
+        }
+        let mut messages: Vec<DeliveryMessage> = Vec::new();
+        for line in lines {
+            let index = match messages.iter().position(|m| m.message_id == line.message_id) {
+                Some(index) => index,
+                None => {
+                    messages.push(DeliveryMessage {
+                        message_id: line.message_id.clone(),
+                        message_type: line.message_type.clone(),
+                        consumers: Vec::new(),
+                        status: line.status,
+                        attempts: 0,
+                        first_seen: line.at,
+                        last_update: line.at,
+                        events: Vec::new(),
+                    });
+                    messages.len() - 1
+                }
+            };
+            let message = &mut messages[index];
+            if let Some(consumer) = line.consumer.as_ref().filter(|c| !message.consumers.contains(c)) {
+                message.consumers.push(consumer.clone());
+            }
+            if matches!(
+                line.status,
+                TimelineStatus::Completed | TimelineStatus::RetryScheduled | TimelineStatus::DeadLettered
+            ) {
+                message.attempts = message.attempts.max(line.attempt + 1);
+            }
+            // A duplicate acknowledgement does not change what happened.
+            if line.status != TimelineStatus::Duplicate {
+                message.status = line.status;
+            }
+            message.last_update = line.at;
+            message.events.push(line);
+        }
+        let failed = messages.iter().any(|m| m.status == TimelineStatus::DeadLettered);
+        Ok(Delivery {
+            correlation_id: correlation_id.to_owned(),
+            status: if failed { "failed" } else { "in-progress" }.to_owned(),
+            messages,
+        })
+    }
+
+    /// Brings the transport's own dead letters (max delivery count, TTL)
+    /// into the dead-letter list. Returns how many were new.
+    pub async fn sync_native_dead_letters(&self) -> Result<usize, OperatorError> {
+        let mut imported = 0;
+        for entity in self.topology.receive_entities() {
+            for native in self.transport.peek_dead_letters(&entity, 10_000).await? {
+                if self.store.dead_letter_for(&entity, native.sequence).await?.is_some() {
+                    continue;
+                }
+                let envelope = Envelope::from_slice(&native.body).ok();
+                let consumer = match &entity {
+                    Destination::Queue(name) => name.clone(),
+                    Destination::Subscription { subscription, .. } => subscription.clone(),
+                    Destination::Topic(topic) => topic.clone(),
+                };
+                let record = DeadLetterRecord {
+                    id: Uuid::now_v7(),
+                    consumer: Some(consumer),
+                    entity: entity.path(),
+                    transport_sequence: Some(native.sequence),
+                    broker_message_id: native.broker_message_id.clone(),
+                    message_id: envelope.as_ref().map(|e| e.message_id.to_string()),
+                    message_type: envelope
+                        .as_ref()
+                        .map(|e| e.message_type.clone())
+                        .or(native.message_type.clone()),
+                    correlation_id: envelope.as_ref().map(|e| e.correlation_id.to_string()),
+                    tenant_id: envelope.as_ref().map(|e| e.tenant_id.clone()),
+                    body: native.body.clone(),
+                    reason: native.reason.clone(),
+                    description: native.description.clone(),
+                    error_chain: vec![format!("{}: {}", native.reason, native.description)],
+                    attempts: Vec::new(),
+                    dead_lettered_at: native.dead_lettered_at,
+                    origin: "transport".to_owned(),
+                    status: DeadLetterStatus::Dead,
+                    replays: Vec::new(),
+                };
+                let timeline = envelope.as_ref().map(|e| TimelineEntry {
+                    correlation_id: e.correlation_id.to_string(),
+                    message_id: e.message_id.to_string(),
+                    message_type: e.message_type.clone(),
+                    consumer: record.consumer.clone(),
+                    status: TimelineStatus::DeadLettered,
+                    attempt: e.attempt,
+                    at: native.dead_lettered_at,
+                    detail: Some(format!(
+                        "{}: {} (dead letter {})",
+                        native.reason, native.description, record.id
+                    )),
+                });
+                self.store.record_dead_letter(record, timeline).await?;
+                imported += 1;
+            }
+        }
+        Ok(imported)
+    }
+
+    /// Dead letters matching `filter`, native ones included.
+    pub async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, OperatorError> {
+        self.sync_native_dead_letters().await?;
+        Ok(self.store.dead_letters(filter).await?)
+    }
+
+    /// One dead letter (full id or unique prefix).
+    pub async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, OperatorError> {
+        self.sync_native_dead_letters().await?;
+        Ok(self.store.dead_letter(id).await?)
+    }
+
+    /// Sends a dead letter's original envelope back to the queue or
+    /// subscription it came from (its attempt count reset to 0, everything
+    /// else byte-for-byte as kept, unknown fields included), removes the
+    /// transport's copy from the dead-letter queue, and records the replay.
+    pub async fn replay(&self, id: &str) -> Result<ReplayRecord, OperatorError> {
+        let record = self.dead_letter(id).await?;
+        let replay_id = Uuid::now_v7();
+        let destination = Destination::parse(&record.entity);
+        let body = with_attempt(&record.body, 0).unwrap_or_else(|| record.body.clone());
+        let base_id = record
+            .message_id
+            .clone()
+            .unwrap_or_else(|| record.broker_message_id.clone());
+        let broker_message_id = format!("{base_id}.replay-{replay_id}");
+        self.transport
+            .send(vec![OutboundMessage {
+                destination: destination.clone(),
+                broker_message_id: broker_message_id.clone(),
+                message_type: record.message_type.clone(),
+                correlation_id: record.correlation_id.clone(),
+                body,
+                scheduled_at: None,
+            }])
+            .await?;
+        if let Some(sequence) = record.transport_sequence {
+            self.transport.remove_dead_letter(&destination, sequence).await?;
+        }
+        let replay = ReplayRecord {
+            replay_id,
+            by: self.identity.clone(),
+            at: OffsetDateTime::now_utc(),
+            destination: destination.path(),
+            broker_message_id,
+        };
+        let timeline = match (&record.correlation_id, &record.message_id) {
+            (Some(correlation_id), Some(message_id)) => Some(TimelineEntry {
+                correlation_id: correlation_id.clone(),
+                message_id: message_id.clone(),
+                message_type: record.message_type.clone().unwrap_or_default(),
+                consumer: record.consumer.clone(),
+                status: TimelineStatus::Replayed,
+                attempt: 0,
+                at: replay.at,
+                detail: Some(format!("by {} from dead letter {}", replay.by, record.id)),
+            }),
+            _ => None,
+        };
+        self.store.record_replay(record.id, replay.clone(), timeline).await?;
+        Ok(replay)
+    }
+
+    /// Replays many dead letters, at most `rate` per second, calling
+    /// `progress(done, total)` after each.
+    pub async fn replay_many(
+        &self,
+        ids: &[Uuid],
+        rate: Option<f64>,
+        mut progress: impl FnMut(usize, usize, &Uuid, &Result<ReplayRecord, String>),
+    ) -> ReplaySummary {
+        let interval = rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
+        let mut ticker = interval.map(|interval| {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
+        let mut summary = ReplaySummary::default();
+        for (index, id) in ids.iter().enumerate() {
+            if let Some(ticker) = ticker.as_mut() {
+                ticker.tick().await;
+            }
+            let result = self.replay(&id.to_string()).await.map_err(|err| err.to_string());
+            match &result {
+                Ok(_) => summary.replayed.push(*id),
+                Err(err) => summary.failed.push((*id, err.clone())),
+            }
+            progress(index + 1, ids.len(), id, &result);
+        }
+        summary
+    }
+
+    /// Deletes a dead letter and the transport's copy.
+    pub async fn purge(&self, id: &str) -> Result<Uuid, OperatorError> {
+        let record = self.dead_letter(id).await?;
+        if let Some(sequence) = record.transport_sequence {
+            self.transport
+                .remove_dead_letter(&Destination::parse(&record.entity), sequence)
+                .await?;
+        }
+        self.store.purge_dead_letter(record.id).await?;
+        Ok(record.id)
+    }
+
+    /// Sagas, optionally of one kind.
+    pub async fn sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, OperatorError> {
+        Ok(self.store.list_sagas(kind).await?)
+    }
+
+    /// One saga.
+    pub async fn saga(&self, kind: &str, key: &str) -> Result<SagaRecord, OperatorError> {
+        self.store.load_saga(kind, key).await?.ok_or_else(|| {
+            StoreError::NotFound {
+                what: "saga",
+                id: format!("{kind}/{key}"),
+            }
+            .into()
+        })
+    }
+}

@@ -1,0 +1,419 @@
+//! Stores: what bosun remembers about messages, sagas and failures.
+//!
+//! One trait, [`Store`], in sections: idempotency (which consumer handled
+//! which message), sagas (state with optimistic concurrency), the outbox
+//! (messages to send, written atomically with the first two), attempts and
+//! dead letters (every failure, with the original bytes), and the delivery
+//! timeline (what happened to each message of a correlation id).
+//!
+//! The atomic unit is [`Store::commit_handled`]: the idempotency record, the
+//! saga state and the outbox entries of one message are written in one
+//! transaction, or not at all.
+//!
+//! - [`sqlite`]: the default, a SQLite file under the data directory.
+
+use async_trait::async_trait;
+use bosun_contracts::Destination;
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::transport::OutboundMessage;
+
+pub mod sqlite;
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The saga changed since it was loaded; reload and re-apply.
+    #[error("saga {kind}/{key} is at version {found}, expected {expected}")]
+    SagaConflict {
+        /// Saga kind.
+        kind: String,
+        /// Saga key.
+        key: String,
+        /// Version the writer loaded.
+        expected: i64,
+        /// Version in the store.
+        found: i64,
+    },
+    /// No record with that id.
+    #[error("no {what} `{id}`")]
+    NotFound {
+        /// What was looked up.
+        what: &'static str,
+        /// The id.
+        id: String,
+    },
+    /// The database failed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(err: serde_json::Error) -> Self {
+        Self::Unavailable(format!("corrupt JSON in store: {err}"))
+    }
+}
+
+/// A new saga state to save, if the saga is still at `expected_version`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SagaWrite {
+    /// `release` or `gitops`.
+    pub kind: String,
+    /// The saga key (releaseId or environment).
+    pub key: String,
+    /// The version loaded (0 when the saga did not exist).
+    pub expected_version: i64,
+    /// The new state.
+    pub state: Value,
+}
+
+/// A saga as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaRecord {
+    /// `release` or `gitops`.
+    pub kind: String,
+    /// The key.
+    pub key: String,
+    /// Incremented by every save.
+    pub version: i64,
+    /// The state.
+    pub state: Value,
+    /// First save.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last save.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// Every save: version, message and time.
+    pub history: Vec<SagaHistoryEntry>,
+}
+
+/// One save of a saga.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaHistoryEntry {
+    /// The version written.
+    pub version: i64,
+    /// The message applied.
+    pub message_id: String,
+    /// Its type.
+    pub message_type: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// What happened to a message, for `bosun deliveries show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimelineStatus {
+    /// Sent by an agent or dispatched from the outbox.
+    Sent,
+    /// Handled successfully by a consumer.
+    Completed,
+    /// Failed transiently; a retry is scheduled.
+    RetryScheduled,
+    /// Moved to the dead letters.
+    DeadLettered,
+    /// Delivered again after it was already handled; acknowledged, no effect.
+    Duplicate,
+    /// Sent again by an operator from the dead letters.
+    Replayed,
+}
+
+impl TimelineStatus {
+    /// The status as stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sent => "sent",
+            Self::Completed => "completed",
+            Self::RetryScheduled => "retry-scheduled",
+            Self::DeadLettered => "dead-lettered",
+            Self::Duplicate => "duplicate",
+            Self::Replayed => "replayed",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "completed" => Self::Completed,
+            "retry-scheduled" => Self::RetryScheduled,
+            "dead-lettered" => Self::DeadLettered,
+            "duplicate" => Self::Duplicate,
+            "replayed" => Self::Replayed,
+            _ => Self::Sent,
+        }
+    }
+}
+
+/// One line of a delivery's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineEntry {
+    /// The delivery.
+    pub correlation_id: String,
+    /// The message.
+    pub message_id: String,
+    /// Its type.
+    pub message_type: String,
+    /// The consumer it concerns (none for a plain send).
+    pub consumer: Option<String>,
+    /// What happened.
+    pub status: TimelineStatus,
+    /// The message's attempt number at the time.
+    pub attempt: u32,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Free text: the error, the entity, the replay id ...
+    pub detail: Option<String>,
+}
+
+/// Everything one successful handling writes, atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandledMessage {
+    /// The consumer.
+    pub consumer: String,
+    /// The envelope's messageId.
+    pub message_id: String,
+    /// The envelope's type.
+    pub message_type: String,
+    /// The saga state to save, if the consumer runs a saga.
+    pub saga: Option<SagaWrite>,
+    /// Messages to send.
+    pub outbox: Vec<OutboundMessage>,
+    /// Timeline lines.
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// Whether [`Store::commit_handled`] wrote anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Written now.
+    Committed,
+    /// The message was already handled by this consumer; nothing written.
+    AlreadyHandled,
+}
+
+/// One failed attempt at handling a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    /// Attempt number (0 = first delivery).
+    pub attempt: u32,
+    /// When it failed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The error and its causes, outermost first.
+    pub error_chain: Vec<String>,
+}
+
+/// A replay of a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayRecord {
+    /// Id of this replay.
+    pub replay_id: Uuid,
+    /// Who replayed it.
+    pub by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Where it was sent.
+    pub destination: String,
+    /// The broker message id of the replayed copy.
+    pub broker_message_id: String,
+}
+
+/// Where a dead letter stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadLetterStatus {
+    /// Waiting for an operator.
+    Dead,
+    /// Replayed at least once.
+    Replayed,
+}
+
+/// A message that could not be processed, kept whole.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterRecord {
+    /// Id of the dead letter.
+    pub id: Uuid,
+    /// The consumer that gave up on it.
+    pub consumer: Option<String>,
+    /// The queue or subscription it came from.
+    pub entity: String,
+    /// Its sequence number in the transport, when known.
+    pub transport_sequence: Option<i64>,
+    /// Broker-level id.
+    pub broker_message_id: String,
+    /// The envelope's messageId, when the envelope could be read.
+    pub message_id: Option<String>,
+    /// Its type, when known.
+    pub message_type: Option<String>,
+    /// Its correlation id, when known.
+    pub correlation_id: Option<String>,
+    /// Its tenant, when known.
+    pub tenant_id: Option<String>,
+    /// The original bytes, exactly as received.
+    #[serde(skip)]
+    pub body: Vec<u8>,
+    /// Short cause used for grouping (`invalid-field`, `transient-exhausted` ...).
+    pub reason: String,
+    /// The full description.
+    pub description: String,
+    /// The error chain of the last failure, outermost first.
+    pub error_chain: Vec<String>,
+    /// Every failed attempt.
+    pub attempts: Vec<AttemptRecord>,
+    /// When it was dead-lettered.
+    #[serde(with = "time::serde::rfc3339")]
+    pub dead_lettered_at: OffsetDateTime,
+    /// `host` when bosun dead-lettered it, `transport` for a native dead letter.
+    pub origin: String,
+    /// Dead or replayed.
+    pub status: DeadLetterStatus,
+    /// Every replay.
+    pub replays: Vec<ReplayRecord>,
+}
+
+/// Filters for listing dead letters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadLetterFilter {
+    /// Only this consumer.
+    pub consumer: Option<String>,
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// Only dead-lettered at or after this time.
+    pub since: Option<OffsetDateTime>,
+    /// Include ones already replayed.
+    pub include_replayed: bool,
+}
+
+/// An outbox entry waiting to be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOutbox {
+    /// Outbox row id.
+    pub id: i64,
+    /// The message.
+    pub message: OutboundMessage,
+    /// Correlation and causation for the timeline.
+    pub message_id: Option<String>,
+}
+
+/// Everything bosun persists besides the transport's messages.
+#[async_trait]
+pub trait Store: Send + Sync {
+    // -- idempotency --------------------------------------------------------
+
+    /// Whether `consumer` already handled `message_id`.
+    async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError>;
+
+    /// Writes the idempotency record, the saga state (with its version
+    /// check) and the outbox entries of one message in one transaction.
+    async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError>;
+
+    // -- retries ------------------------------------------------------------
+
+    /// Records a failed attempt and, atomically, the retry to send (a
+    /// scheduled copy of the message with `attempt + 1`). Keyed by the
+    /// delivery that failed (`received_broker_message_id`), so a redelivery
+    /// of the same failed copy does not schedule a second retry, while a
+    /// replayed copy starts afresh.
+    async fn record_retry(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        received_broker_message_id: &str,
+        attempt: AttemptRecord,
+        retry: OutboundMessage,
+        timeline: TimelineEntry,
+    ) -> Result<(), StoreError>;
+
+    /// Every failed attempt of a message at a consumer, oldest first (replays
+    /// included).
+    async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    // -- dead letters -------------------------------------------------------
+
+    /// Stores a dead letter (attempts included) and its timeline line.
+    async fn record_dead_letter(
+        &self,
+        record: DeadLetterRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Lists dead letters, newest first.
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError>;
+
+    /// One dead letter by id (a unique prefix of the id is accepted).
+    async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, StoreError>;
+
+    /// The dead letter recorded for a transport message, if any.
+    async fn dead_letter_for(
+        &self,
+        entity: &Destination,
+        sequence: i64,
+    ) -> Result<Option<DeadLetterRecord>, StoreError>;
+
+    /// Records a replay of a dead letter, with its timeline line.
+    async fn record_replay(
+        &self,
+        id: Uuid,
+        replay: ReplayRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Deletes a dead letter.
+    async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError>;
+
+    // -- outbox -------------------------------------------------------------
+
+    /// Adds messages to the outbox on their own (e.g. `bosun send`).
+    async fn enqueue_outbox(
+        &self,
+        messages: Vec<OutboundMessage>,
+        timeline: Vec<TimelineEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Claims up to `limit` undispatched entries for `lease` so other
+    /// processes leave them alone meanwhile.
+    async fn claim_outbox(&self, limit: usize, lease: std::time::Duration) -> Result<Vec<PendingOutbox>, StoreError>;
+
+    /// Marks entries as sent.
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError>;
+
+    /// Number of entries not yet sent.
+    async fn outbox_backlog(&self) -> Result<u64, StoreError>;
+
+    // -- sagas --------------------------------------------------------------
+
+    /// Loads a saga.
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError>;
+
+    /// Lists sagas, optionally of one kind.
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError>;
+
+    // -- timeline -----------------------------------------------------------
+
+    /// Appends timeline lines.
+    async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError>;
+
+    /// Every line of a delivery, oldest first.
+    async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError>;
+}
+
+#[cfg(test)]
+pub(crate) mod behaviour;

@@ -1,0 +1,227 @@
+//! Helpers for the end-to-end tests: run the real `bosun` binary against a
+//! temporary data directory and read its state through the library.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bosun::config::Settings;
+use bosun::runtime::Backends;
+use bosun_contracts::Destination;
+use bosun_contracts::routing::EVENTS_TOPIC;
+
+/// The `bosun` binary with a clean environment pointing at `data_dir`.
+pub fn bosun(data_dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_bosun"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("BOSUN_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("BOSUN_DATA_DIR", data_dir)
+        .env("BOSUN_RETRY_BASE_DELAY_MS", "5")
+        .env("BOSUN_POLL_INTERVAL_MS", "50")
+        .env("BOSUN_OPERATOR", "test-operator")
+        .env("RUST_LOG", "info")
+        .current_dir(data_dir);
+    command
+}
+
+/// Runs a CLI command to completion and returns its stdout; panics with
+/// stderr when it fails.
+pub fn run(data_dir: &Path, args: &[&str]) -> String {
+    let output = bosun(data_dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("bosun runs");
+    assert!(
+        output.status.success(),
+        "bosun {args:?} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs a CLI command with `--json` and parses its output.
+pub fn run_json(data_dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let stdout = run(data_dir, &args);
+    serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("bosun {args:?} printed no JSON ({err}): {stdout}"))
+}
+
+/// A `bosun serve` process, killed when dropped. Its stderr lines are
+/// collected in the background.
+pub struct Server {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Server {
+    pub fn start(data_dir: &Path, extra_env: &[(&str, &str)], args: &[&str]) -> Self {
+        let mut command = bosun(data_dir);
+        command.arg("serve").args(args);
+        for (key, value) in extra_env {
+            command.env(key, value);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("bosun serve starts");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a stderr line containing `needle`.
+    pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        panic!(
+            "no line with {needle:?} within {timeout:?}; saw:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    /// SIGKILL.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn terminate(mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(status.success(), "bosun serve exited with {status}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("bosun serve did not stop within 30 s of SIGTERM");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics.
+pub fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The library's view of a data directory.
+pub fn backends(data_dir: &Path) -> Backends {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime
+        .block_on(Backends::open(&Settings::with_data_dir(data_dir)))
+        .expect("backends open")
+}
+
+/// Runs a future to completion on a fresh runtime.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}
+
+/// Messages waiting on a consumer's subscription of the events topic.
+pub fn subscription_depth(data_dir: &Path, subscription: &str) -> u64 {
+    let backends = backends(data_dir);
+    block_on(backends.transport.depth(&Destination::Subscription {
+        topic: EVENTS_TOPIC.into(),
+        subscription: subscription.into(),
+    }))
+    .expect("depth")
+}
+
+/// Messages waiting on a consumer's queue.
+pub fn queue_depth(data_dir: &Path, queue: &str) -> u64 {
+    let backends = backends(data_dir);
+    block_on(backends.transport.depth(&Destination::Queue(queue.into()))).expect("depth")
+}
+
+/// The bare repository of `tenant`/`name` under the data directory's Git
+/// root, if it exists.
+pub fn find_repository(data_dir: &Path, tenant: &str, name: &str) -> Option<PathBuf> {
+    let tenant_dir = data_dir.join("git").join(tenant);
+    for project in std::fs::read_dir(&tenant_dir).ok()?.flatten() {
+        let candidate = project.path().join(format!("{name}.git"));
+        if candidate.is_dir() {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
+/// Runs git against a bare repository and returns stdout.
+pub fn git(repository: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .arg("--git-dir")
+        .arg(repository)
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
