@@ -4,6 +4,7 @@
 //! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`):
 //!
 //! - [`config`]: settings, read in one place;
+//! - [`demo`]: `bosun demo`, a whole delivery of a sample module;
 //! - [`transport`]: the peek-lock transport trait, in-memory and embedded
 //!   (SQLite) implementations;
 //! - [`store`]: idempotency, sagas, outbox, dead letters, timeline;
@@ -16,6 +17,7 @@
 //! - [`telemetry`]: structured logs and trace context.
 
 pub mod config;
+pub mod demo;
 pub mod host;
 pub mod operator;
 pub mod registry;

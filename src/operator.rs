@@ -404,3 +404,143 @@ impl Operator {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteStore;
+    use crate::transport::memory::MemoryTransport;
+
+    async fn operator(max_delivery_count: u32) -> (Operator, Arc<MemoryTransport>, Arc<SqliteStore>) {
+        let transport = Arc::new(MemoryTransport::new(max_delivery_count));
+        transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        (
+            Operator::new(transport.clone(), store.clone(), "alice"),
+            transport,
+            store,
+        )
+    }
+
+    fn commit_payload() -> Value {
+        serde_json::json!({
+            "repository": "payments-api", "branch": "main", "message": "m",
+            "files": [{"path": "README.md", "content": "x"}]
+        })
+    }
+
+    #[tokio::test]
+    async fn send_validates_and_names_the_field() {
+        let (operator, _, _) = operator(10).await;
+        let err = operator
+            .send("CreateCommit", &serde_json::json!({"repository": "r"}), None, "contoso")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("branch"), "{err}");
+        let err = operator
+            .send("CreateCommit", &commit_payload(), None, "Not A Tenant")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("tenantId"), "{err}");
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        assert_eq!(sent.destination, "commit");
+        let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+        assert_eq!(delivery.messages[0].status, TimelineStatus::Sent);
+    }
+
+    #[tokio::test]
+    async fn native_dead_letters_are_listed_and_replayable() {
+        let (operator, transport, _) = operator(1).await;
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        let queue = Destination::Queue("commit".into());
+        // A consumer that dies twice without settling: the transport gives up.
+        let first = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        transport.abandon(&first[0].lock).await.unwrap();
+        assert!(
+            transport
+                .receive(&queue, 1, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].origin, "transport");
+        assert_eq!(listed[0].reason, "MaxDeliveryCountExceeded");
+        assert_eq!(listed[0].message_id, Some(sent.message_id.to_string()));
+        // Listing again does not import it twice.
+        assert_eq!(
+            operator.dead_letters(&DeadLetterFilter::default()).await.unwrap().len(),
+            1
+        );
+
+        let replay = operator.replay(&listed[0].id.to_string()).await.unwrap();
+        assert_eq!(replay.by, "alice");
+        assert!(
+            transport.peek_dead_letters(&queue, 10).await.unwrap().is_empty(),
+            "the native copy is removed"
+        );
+        let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(again.len(), 1);
+        let envelope = Envelope::from_slice(&again[0].body).unwrap();
+        assert_eq!(envelope.message_id, sent.message_id, "a replay keeps the messageId");
+        assert_eq!(envelope.attempt, 0);
+        let shown = operator.dead_letter(&listed[0].id.to_string()[..8]).await.unwrap();
+        assert_eq!(shown.status, DeadLetterStatus::Replayed);
+        let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+        assert_eq!(delivery.messages[0].status, TimelineStatus::Replayed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bulk_replay_is_throttled_and_reports_progress() {
+        let (operator, transport, store) = operator(10).await;
+        let mut ids = Vec::new();
+        for index in 0..5 {
+            let record = DeadLetterRecord {
+                id: Uuid::now_v7(),
+                consumer: Some("commit".into()),
+                entity: "commit".into(),
+                transport_sequence: None,
+                broker_message_id: format!("b-{index}"),
+                message_id: Some(Uuid::now_v7().to_string()),
+                message_type: Some("CreateCommit".into()),
+                correlation_id: Some(Uuid::now_v7().to_string()),
+                tenant_id: Some("contoso".into()),
+                body: format!("{{\"n\":{index}}}").into_bytes(),
+                reason: "retries-exhausted".into(),
+                description: "x".into(),
+                error_chain: vec![],
+                attempts: vec![],
+                dead_lettered_at: OffsetDateTime::now_utc(),
+                origin: "host".into(),
+                status: DeadLetterStatus::Dead,
+                replays: vec![],
+            };
+            ids.push(record.id);
+            store.record_dead_letter(record, None).await.unwrap();
+        }
+        let started = tokio::time::Instant::now();
+        let mut seen = Vec::new();
+        let summary = operator
+            .replay_many(&ids, Some(2.0), |done, total, _, result| {
+                assert!(result.is_ok());
+                seen.push((done, total));
+            })
+            .await;
+        assert_eq!(summary.replayed.len(), 5);
+        assert_eq!(seen, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
+        // 2 per second: the fifth replay starts two seconds after the first.
+        assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+        assert_eq!(transport.depth(&Destination::Queue("commit".into())).await.unwrap(), 5);
+
+        operator.purge(&ids[0].to_string()).await.unwrap();
+        assert!(operator.dead_letter(&ids[0].to_string()).await.is_err());
+    }
+}

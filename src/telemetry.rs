@@ -11,7 +11,13 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber. `RUST_LOG` overrides the default level
 /// (`info`).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_filter(format, "info");
+}
+
+/// Installs the global subscriber with `default` as the level filter when
+/// `RUST_LOG` is not set.
+pub fn init_with_filter(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 
 pub mod azure_devops;
+pub mod blob;
 pub mod commit;
 pub mod local_git;
 pub mod repository_provisioning;
@@ -39,6 +40,33 @@ pub struct Inbound<'a> {
     pub envelope: &'a Envelope,
     /// The decoded, validated payload.
     pub message: &'a Message,
+    /// The saga this message belongs to, loaded by the runtime, when the
+    /// consumer runs one ([`Consumer::saga_of`]).
+    pub saga: Option<&'a SagaInstance>,
+}
+
+impl<'a> Inbound<'a> {
+    /// A message that belongs to no saga.
+    pub fn new(envelope: &'a Envelope, message: &'a Message) -> Self {
+        Self {
+            envelope,
+            message,
+            saga: None,
+        }
+    }
+}
+
+/// A saga as the runtime loaded it for one message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SagaInstance {
+    /// `release` or `gitops`.
+    pub kind: &'static str,
+    /// The key (releaseId or environment).
+    pub key: String,
+    /// The version loaded; 0 when the saga does not exist yet.
+    pub version: i64,
+    /// The state loaded; `Null` when the saga does not exist yet.
+    pub state: serde_json::Value,
 }
 
 /// A message a handler wants sent.
@@ -68,12 +96,17 @@ impl Outgoing {
     }
 }
 
-/// What a handler decided: the messages to send. The runtime writes them to
-/// the outbox in the same atomic unit as the idempotency record.
+/// What a handler decided: the messages to send and, for a saga consumer,
+/// the saga's new state. The runtime writes both to the store in the same
+/// atomic unit as the idempotency record, checking the saga's version; on a
+/// conflict it reloads the saga and runs the handler again.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
     /// Messages to send, in order.
     pub messages: Vec<Outgoing>,
+    /// The saga's new state (only for a message with an [`Inbound::saga`]);
+    /// `None` leaves the saga unchanged.
+    pub saga_state: Option<serde_json::Value>,
 }
 
 impl Outcome {
@@ -81,6 +114,7 @@ impl Outcome {
     pub fn send(messages: impl IntoIterator<Item = Message>) -> Self {
         Self {
             messages: messages.into_iter().map(Outgoing::now).collect(),
+            saga_state: None,
         }
     }
 }
@@ -182,6 +216,12 @@ pub trait Consumer: Send + Sync {
 
     /// How transient failures are retried.
     fn retry_policy(&self) -> RetryPolicy;
+
+    /// The saga (kind, key) a message belongs to, for consumers that run a
+    /// saga; the runtime loads it and passes it in [`Inbound::saga`].
+    fn saga_of(&self, _message: &Message) -> Option<(&'static str, String)> {
+        None
+    }
 
     /// Handles one message.
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError>;

@@ -315,6 +315,7 @@ pub fn pipeline_run_completed() -> PipelineRunCompleted {
             "018bb207e5cea3036e36872e61a3a9d432d23b4a199661e7494f0f0607e57951",
             "application/xml",
         )],
+        artifacts: build_completed().artifacts,
         url: started.url,
     }
 }

@@ -69,7 +69,8 @@ pub struct Transition<S> {
     pub actions: Vec<Action>,
 }
 
-/// A saga as a pure state machine.
+/// A saga as a pure state machine. Implementations hold their policy
+/// (e.g. which environments auto-approve) and nothing else.
 pub trait StateMachine {
     /// The persisted state; `Default` is the state before the first message.
     type State: Serialize + DeserializeOwned + Default + Clone + PartialEq;
@@ -78,10 +79,13 @@ pub trait StateMachine {
     const KIND: SagaKind;
 
     /// The saga key a message belongs to, or `None` if this saga ignores it.
-    fn key_of(message: &Message) -> Option<String>;
+    fn key_of(&self, message: &Message) -> Option<String>;
 
     /// Applies one message to a state.
-    fn apply(state: &Self::State, message: &Message) -> Result<Transition<Self::State>, SagaError>;
+    fn apply(&self, state: &Self::State, message: &Message) -> Result<Transition<Self::State>, SagaError>;
+
+    /// The state machine as a Mermaid `stateDiagram-v2`.
+    fn diagram(&self) -> String;
 }
 
 /// Errors of the saga layer.

@@ -44,6 +44,24 @@ pub enum Command {
         #[arg(long, value_name = "LIST")]
         consumers: Option<String>,
     },
+    /// Run one whole delivery of a sample module on the embedded default, in a
+    /// temporary data directory (or --data-dir), with live progress and a
+    /// summary. Exits non-zero if the delivery does not complete.
+    Demo {
+        /// Break the sample's unit test: the pipeline fails and the release
+        /// stops before promotion.
+        #[arg(long)]
+        failing_test: bool,
+        /// Keep the temporary data directory and print its path.
+        #[arg(long)]
+        keep: bool,
+        /// Give up after this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        timeout: u64,
+        /// Print the summary as JSON (progress goes to stderr).
+        #[arg(long)]
+        json: bool,
+    },
     /// Fire a command (or event): validate the payload and send it.
     Send {
         /// Message type, e.g. ProvisionRepository.
@@ -269,11 +287,22 @@ fn read_payload(payload: &str) -> Result<serde_json::Value> {
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
     let mut settings = Settings::load(cli.config.as_deref())?;
+    let explicit_data_dir = cli.data_dir.is_some();
     if let Some(dir) = cli.data_dir {
         settings.data_dir = dir;
     }
+    if let Command::Demo {
+        failing_test,
+        keep,
+        timeout,
+        json,
+    } = cli.command
+    {
+        return demo(settings, explicit_data_dir, failing_test, keep, timeout, json).await;
+    }
     telemetry::init(settings.log_format);
     match cli.command {
+        Command::Demo { .. } => unreachable!("handled above"),
         Command::Serve { consumers } => {
             if let Some(list) = consumers {
                 settings.consumers = Some(parse_consumer_list(&list)?);
@@ -363,6 +392,110 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             println!("wrote {} schema files to {}", files.len(), dir.display());
         }
+    }
+    Ok(())
+}
+
+async fn demo(
+    mut settings: Settings,
+    explicit_data_dir: bool,
+    failing_test: bool,
+    keep: bool,
+    timeout: u64,
+    json: bool,
+) -> Result<()> {
+    // The demo's own lines are the progress; only warnings from the runtime.
+    if std::env::var_os("RUST_LOG").is_none() {
+        telemetry::init_with_filter(settings.log_format, "warn");
+    } else {
+        telemetry::init(settings.log_format);
+    }
+    let temporary = if explicit_data_dir {
+        None
+    } else {
+        let dir = tempfile::Builder::new().prefix("bosun-demo-").tempdir()?;
+        settings.data_dir = dir.path().to_path_buf();
+        Some(dir)
+    };
+    settings.consumers = None;
+    settings.retry_base_delay = settings.retry_base_delay.min(Duration::from_millis(200));
+    settings.poll_interval = settings.poll_interval.min(Duration::from_millis(50));
+    let options = bosun::demo::DemoOptions {
+        failing_test,
+        timeout: Duration::from_secs(timeout),
+    };
+    let say = |text: String| {
+        if json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    };
+    say(format!(
+        "bosun demo: one delivery of the sample module `{}`",
+        bosun::demo::REPOSITORY
+    ));
+    say(format!("data directory: {}", settings.data_dir.display()));
+    say(String::new());
+    let report = bosun::demo::run(&settings, &options, |seconds, line| {
+        let arrow = match line.status {
+            bosun::store::TimelineStatus::Sent => "->",
+            bosun::store::TimelineStatus::Completed => "ok",
+            bosun::store::TimelineStatus::RetryScheduled => "..",
+            bosun::store::TimelineStatus::DeadLettered => "XX",
+            bosun::store::TimelineStatus::Duplicate => "==",
+            bosun::store::TimelineStatus::Replayed => "<>",
+        };
+        say(format!(
+            "[{seconds:7.2}s] {arrow} {:<26} {:<15} {:<22} {}",
+            line.message_type,
+            line.status.as_str(),
+            line.consumer.as_deref().unwrap_or(""),
+            line.detail.as_deref().unwrap_or("")
+        ));
+    })
+    .await?;
+    if json {
+        print_json(&report)?;
+    } else {
+        println!();
+        println!(
+            "{:<26} {:<15} {:>8} {:>9}  CONSUMERS",
+            "HOP", "STATUS", "ATTEMPTS", "LATENCY"
+        );
+        for hop in &report.hops {
+            println!(
+                "{:<26} {:<15} {:>8} {:>7}ms  {}",
+                hop.message_type,
+                hop.status.as_str(),
+                hop.attempts,
+                hop.latency_ms,
+                hop.consumers.join(",")
+            );
+        }
+        println!();
+        for (label, value) in &report.results {
+            println!("{label:<32} {value}");
+        }
+        println!();
+        match &report.failure {
+            None => println!(
+                "delivery {} completed ({}) in {:.1}s",
+                report.correlation_id, report.goal, report.seconds
+            ),
+            Some(reason) => println!("delivery {} FAILED: {reason}", report.correlation_id),
+        }
+    }
+    if let Some(dir) = temporary {
+        if keep {
+            let path = dir.keep();
+            eprintln!("kept the data directory {}", path.display());
+        } else {
+            eprintln!("removed the temporary data directory (pass --keep to keep it, or --data-dir DIR)");
+        }
+    }
+    if let Some(reason) = report.failure {
+        bail!("the delivery did not complete: {reason}");
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bosun_consumers::{Consumer, HandlerError, Inbound, RetryPolicy};
+use bosun_consumers::{Consumer, HandlerError, Inbound, RetryPolicy, SagaInstance};
 use bosun_contracts::routing::{self, destination_of};
 use bosun_contracts::{ContractError, Destination, Envelope, Message};
 use serde_json::Value;
@@ -35,13 +35,17 @@ use uuid::Uuid;
 
 use crate::config::{Failpoint, Settings};
 use crate::store::{
-    AttemptRecord, CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, Store, StoreError, TimelineEntry,
-    TimelineStatus,
+    AttemptRecord, CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, Store, StoreError,
+    TimelineEntry, TimelineStatus,
 };
 use crate::telemetry;
 use crate::transport::{OutboundMessage, ReceivedMessage, Transport, TransportError};
 
 pub mod dispatcher;
+
+/// Saga version conflicts tolerated for one message before it is abandoned
+/// for redelivery.
+const MAX_SAGA_CONFLICTS: u32 = 16;
 
 /// How the host runs its consumers.
 #[derive(Debug, Clone)]
@@ -560,61 +564,119 @@ async fn handle(
         }
     }
 
-    let started = std::time::Instant::now();
+    let saga_key = consumer.saga_of(message);
     let renewal = LockRenewal::start(runtime, received);
-    let result = tokio::select! {
-        result = consumer.handle(Inbound { envelope, message }) => Some(result),
-        () = hard_stop.cancelled() => None,
-    };
-    drop(renewal);
-    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let Some(result) = result else {
-        tracing::warn!("shutdown grace period over; abandoning");
-        let _ = runtime.transport.abandon(&received.lock).await;
-        return;
-    };
-    let result = result.and_then(|outcome| outgoing_messages(envelope, name, &outcome));
-    match result {
-        Ok(outbox) => {
-            let sends = outbox.len();
-            let handled = HandledMessage {
-                consumer: name.to_owned(),
-                message_id: message_id.clone(),
-                message_type: envelope.message_type.clone(),
-                saga: None,
-                outbox,
-                timeline: vec![timeline(
-                    envelope,
-                    name,
-                    TimelineStatus::Completed,
-                    Some(format!("{elapsed_ms} ms, pid {}", std::process::id())),
-                )],
-            };
-            if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
-                runtime.frozen.store(true, Ordering::SeqCst);
-            }
-            match runtime.store.commit_handled(handled).await {
-                Ok(CommitOutcome::Committed) => {
-                    if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
-                        tracing::error!("failpoint halt-after-state-commit reached; halting");
-                        eprintln!("FAILPOINT halt-after-state-commit {message_id}");
-                        std::future::pending::<()>().await;
-                    }
-                    tracing::info!(elapsed_ms, sends, "finished");
-                }
-                Ok(CommitOutcome::AlreadyHandled) => {
-                    tracing::info!("another host handled it first; acknowledging");
-                }
+    let mut conflicts = 0u32;
+    loop {
+        let started = std::time::Instant::now();
+        // A saga consumer gets its saga as stored now; on a version conflict
+        // at commit the saga is loaded again and the handler re-run.
+        let saga = match &saga_key {
+            Some((kind, key)) => match runtime.store.load_saga(kind, key).await {
+                Ok(record) => Some(SagaInstance {
+                    kind,
+                    key: key.clone(),
+                    version: record.as_ref().map_or(0, |r| r.version),
+                    state: record.map_or(Value::Null, |r| r.state),
+                }),
                 Err(err) => {
-                    tracing::warn!(error = %err, "could not commit; abandoning for redelivery");
+                    tracing::warn!(error = %err, "could not load the saga; abandoning for redelivery");
+                    drop(renewal);
                     let _ = runtime.transport.abandon(&received.lock).await;
                     return;
                 }
+            },
+            None => None,
+        };
+        let inbound = Inbound {
+            envelope,
+            message,
+            saga: saga.as_ref(),
+        };
+        let result = tokio::select! {
+            result = consumer.handle(inbound) => Some(result),
+            () = hard_stop.cancelled() => None,
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let Some(result) = result else {
+            tracing::warn!("shutdown grace period over; abandoning");
+            drop(renewal);
+            let _ = runtime.transport.abandon(&received.lock).await;
+            return;
+        };
+        let outcome = match result
+            .and_then(|outcome| outgoing_messages(envelope, name, &outcome).map(|outbox| (outbox, outcome.saga_state)))
+        {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                drop(renewal);
+                return fail(runtime, consumer, entity, received, envelope, &err).await;
             }
-            runtime.outbox_ready.notify_one();
-            settle_complete(runtime, received).await;
+        };
+        let (outbox, saga_state) = outcome;
+        let saga_write = match (saga_state, &saga) {
+            (Some(state), Some(instance)) => Some(SagaWrite {
+                kind: instance.kind.to_owned(),
+                key: instance.key.clone(),
+                expected_version: instance.version,
+                state,
+            }),
+            (Some(_), None) => {
+                tracing::error!("the handler returned saga state for a message that belongs to no saga; ignored");
+                None
+            }
+            (None, _) => None,
+        };
+        let sends = outbox.len();
+        let handled = HandledMessage {
+            consumer: name.to_owned(),
+            message_id: message_id.clone(),
+            message_type: envelope.message_type.clone(),
+            saga: saga_write,
+            outbox,
+            timeline: vec![timeline(
+                envelope,
+                name,
+                TimelineStatus::Completed,
+                Some(format!("{elapsed_ms} ms, pid {}", std::process::id())),
+            )],
+        };
+        if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
+            runtime.frozen.store(true, Ordering::SeqCst);
         }
-        Err(err) => fail(runtime, consumer, entity, received, envelope, &err).await,
+        match runtime.store.commit_handled(handled).await {
+            Ok(CommitOutcome::Committed) => {
+                if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
+                    tracing::error!("failpoint halt-after-state-commit reached; halting");
+                    eprintln!("FAILPOINT halt-after-state-commit {message_id}");
+                    std::future::pending::<()>().await;
+                }
+                tracing::info!(elapsed_ms, sends, "finished");
+            }
+            Ok(CommitOutcome::AlreadyHandled) => {
+                tracing::info!("another host handled it first; acknowledging");
+            }
+            Err(StoreError::SagaConflict { expected, found, .. }) if conflicts < MAX_SAGA_CONFLICTS => {
+                conflicts += 1;
+                tracing::info!(
+                    expected,
+                    found,
+                    conflicts,
+                    "saga changed meanwhile; reloading and applying again"
+                );
+                continue;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "could not commit; abandoning for redelivery");
+                drop(renewal);
+                let _ = runtime.transport.abandon(&received.lock).await;
+                return;
+            }
+        }
+        drop(renewal);
+        runtime.outbox_ready.notify_one();
+        settle_complete(runtime, received).await;
+        return;
     }
 }
 

@@ -525,3 +525,125 @@ async fn work_past_the_grace_period_is_abandoned_for_redelivery() {
         .unwrap();
     assert_eq!(again.len(), 1, "the abandoned message is available at once");
 }
+
+/// Counts messages in a saga: a read-modify-write that loses updates unless
+/// the host reloads and re-applies on version conflicts.
+struct CountingSaga {
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl Consumer for CountingSaga {
+    fn name(&self) -> &'static str {
+        "commit"
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::exponential(5)
+    }
+
+    fn saga_of(&self, _message: &Message) -> Option<(&'static str, String)> {
+        Some(("release", "payments-api-1".to_owned()))
+    }
+
+    async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let saga = inbound.saga.ok_or_else(|| HandlerError::permanent("no saga loaded"))?;
+        let count = saga.state.get("count").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        // Widen the race window so concurrent handlers really conflict.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(Outcome {
+            messages: Vec::new(),
+            saga_state: Some(serde_json::json!({ "count": count + 1 })),
+        })
+    }
+}
+
+#[tokio::test]
+async fn concurrent_saga_updates_are_never_lost() {
+    let consumer = Arc::new(CountingSaga {
+        calls: AtomicU32::new(0),
+    });
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let shutdown = CancellationToken::new();
+    let mut opts = options();
+    opts.concurrency = 8;
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], opts);
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    let messages: Vec<_> = (0..24)
+        .map(|i| raw(create_commit().to_vec(), &format!("m-{i}")))
+        .collect();
+    transport.send(messages).await.unwrap();
+    let sagas = store.clone();
+    eventually("every message is counted", || {
+        let sagas = sagas.clone();
+        async move {
+            sagas
+                .load_saga("release", "payments-api-1")
+                .await
+                .unwrap()
+                .is_some_and(|saga| saga.state["count"] == 24)
+        }
+    })
+    .await;
+    let saga = store.load_saga("release", "payments-api-1").await.unwrap().unwrap();
+    assert_eq!(saga.version, 24);
+    assert_eq!(saga.history.len(), 24);
+    assert!(
+        consumer.calls.load(Ordering::SeqCst) > 24,
+        "no conflict happened; the test proves nothing"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test]
+async fn each_consumer_runs_at_most_its_concurrency_limit() {
+    struct Gauge {
+        now: AtomicU32,
+        peak: AtomicU32,
+        done: AtomicU32,
+    }
+    #[async_trait]
+    impl Consumer for Gauge {
+        fn name(&self) -> &'static str {
+            "commit"
+        }
+        fn retry_policy(&self) -> RetryPolicy {
+            RetryPolicy::exponential(5)
+        }
+        async fn handle(&self, _inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            self.done.fetch_add(1, Ordering::SeqCst);
+            Ok(Outcome::default())
+        }
+    }
+    let gauge = Arc::new(Gauge {
+        now: AtomicU32::new(0),
+        peak: AtomicU32::new(0),
+        done: AtomicU32::new(0),
+    });
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let shutdown = CancellationToken::new();
+    let mut opts = options();
+    opts.concurrency = 3;
+    let host = Host::new(transport.clone(), store, vec![gauge.clone()], opts);
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    let messages: Vec<_> = (0..12)
+        .map(|i| raw(create_commit().to_vec(), &format!("m-{i}")))
+        .collect();
+    transport.send(messages).await.unwrap();
+    eventually("all are handled", || async { gauge.done.load(Ordering::SeqCst) == 12 }).await;
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 3);
+    shutdown.cancel();
+    running.await.unwrap();
+}

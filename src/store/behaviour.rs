@@ -107,6 +107,8 @@ async fn idempotency_record_is_written_once<S: Store>(store: &S) {
     assert!(!store.is_handled("pull-request", "m-1").await.unwrap());
     assert_eq!(store.outbox_backlog().await.unwrap(), 1);
     assert_eq!(store.timeline("c-1").await.unwrap().len(), 1);
+    assert_eq!(store.emitted("c-1").await.unwrap(), vec![b"{}".to_vec()]);
+    assert!(store.emitted("other").await.unwrap().is_empty());
 }
 
 async fn saga_conflict_writes_nothing<S: Store>(store: &S) {

@@ -398,6 +398,10 @@ pub trait Store: Send + Sync {
     /// Number of entries not yet sent.
     async fn outbox_backlog(&self) -> Result<u64, StoreError>;
 
+    /// The envelopes consumers emitted for a delivery (outbox entries with
+    /// this correlation id, retries excluded), oldest first.
+    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError>;
+
     // -- sagas --------------------------------------------------------------
 
     /// Loads a saga.

@@ -627,6 +627,20 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+        let correlation_id = correlation_id.to_owned();
+        self.database
+            .call(move |conn| {
+                let mut statement = conn.prepare_cached(
+                    "SELECT body FROM outbox WHERE correlation_id = ?1 AND broker_message_id NOT LIKE '%.retry-%'
+                     ORDER BY id",
+                )?;
+                let rows = statement.query_map([correlation_id], |row| row.get::<_, Vec<u8>>(0))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+    }
+
     async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
         let (kind, key) = (kind.to_owned(), key.to_owned());
         self.database.call(move |conn| load_saga_tx(conn, &kind, &key)).await

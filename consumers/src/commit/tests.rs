@@ -66,12 +66,7 @@ fn envelope(message: &Message) -> Envelope {
 
 async fn handle<P: CommitWriter>(consumer: &Commit<P>, message: Message) -> Result<Outcome, HandlerError> {
     let envelope = envelope(&message);
-    consumer
-        .handle(Inbound {
-            envelope: &envelope,
-            message: &message,
-        })
-        .await
+    consumer.handle(Inbound::new(&envelope, &message)).await
 }
 
 fn created(outcome: &Outcome) -> &CommitCreated {

@@ -37,12 +37,7 @@ async fn handle<P: RepositoryHost>(
     message: Message,
 ) -> Result<Outcome, HandlerError> {
     let envelope = envelope(&message, tenant);
-    consumer
-        .handle(Inbound {
-            envelope: &envelope,
-            message: &message,
-        })
-        .await
+    consumer.handle(Inbound::new(&envelope, &message)).await
 }
 
 fn provisioned(outcome: &Outcome) -> &RepositoryProvisioned {

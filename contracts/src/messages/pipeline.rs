@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::blob::BlobRef;
+use super::build::ArtifactRef;
 use super::module::ModuleMetadata;
 use crate::validate::{self, FieldError, Validate};
 
@@ -263,6 +264,10 @@ pub struct PipelineRunCompleted {
     /// The JUnit XML files the tests wrote, one blob per file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub test_results: Vec<BlobRef>,
+    /// Artifacts the run published (`PublishPipelineArtifact`), passed on
+    /// to `BuildCompleted`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<ArtifactRef>,
     /// Web address of the run, when the runner has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -290,6 +295,11 @@ impl Validate for PipelineRunCompleted {
         for (index, blob) in self.test_results.iter().enumerate() {
             blob.validate()
                 .map_err(|err| validate::nested_item("testResults", index, err))?;
+        }
+        for (index, artifact) in self.artifacts.iter().enumerate() {
+            artifact
+                .validate()
+                .map_err(|err| validate::nested_item("artifacts", index, err))?;
         }
         Ok(())
     }
