@@ -7,6 +7,9 @@
 
 use std::time::Duration;
 
+pub mod gitops;
+pub mod release;
+
 use bosun_contracts::Message;
 use serde::{Serialize, de::DeserializeOwned};
 
