@@ -1,0 +1,273 @@
+//! The Azure DevOps adapter: the pipeline file is pushed to Azure Repos and
+//! run by Azure Pipelines, through REST API 7.1.
+//!
+//! - reading `bosun.module.json`: `GET {org}/{project}/_apis/git/repositories/{repo}/items`
+//!   with `versionDescriptor.versionType=branch` and `$format=octetStream`
+//!   (404 — no repository, branch or file — is `None`);
+//! - committing: the commit consumer's pushes client
+//!   ([`AzureCommitWriter`]): unchanged content is a no-op, a moved branch
+//!   is retried;
+//! - the definition: `GET .../_apis/build/definitions?name={moduleId}`; when
+//!   missing, Pipelines - Create (`POST .../_apis/pipelines`) with a `yaml`
+//!   configuration pointing at the file in the repository (folder
+//!   `\bosun`);
+//! - the run: `GET .../_apis/build/builds?definitions={id}&branchName=refs/heads/{branch}`
+//!   finds a run of the same commit (`sourceVersion`) queued before, so a
+//!   redelivered message does not start a second run; otherwise Pipelines -
+//!   Runs - Run Pipeline (`POST .../_apis/pipelines/{id}/runs`) with
+//!   `resources.repositories.self` = the branch and the commit.
+
+use async_trait::async_trait;
+use bosun_contracts::messages::GitIdentity;
+use serde::Deserialize;
+use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::port::{CommittedPipeline, DefinitionSpec, PipelineError, PipelineFile, PipelineHost, QueuedRun, RunSpec};
+use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
+use crate::commit::azure::AzureCommitWriter;
+use crate::commit::{CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite};
+
+/// The folder bosun's pipeline definitions are created in.
+pub const PIPELINE_FOLDER: &str = "\\bosun";
+
+/// Recent runs of a definition and branch searched for the same commit.
+const RECENT_RUNS: &str = "50";
+
+/// Commits pipeline files to Azure Repos and runs them on Azure Pipelines.
+#[derive(Debug, Clone)]
+pub struct AzurePipelineGenerator {
+    client: AzureDevOpsClient,
+    commits: AzureCommitWriter,
+}
+
+impl AzurePipelineGenerator {
+    /// An adapter for the configured organization and project.
+    pub fn new(config: &AzureDevOpsConfig) -> Result<Self, AzureDevOpsError> {
+        Ok(Self::from_client(AzureDevOpsClient::new(config)?))
+    }
+
+    /// An adapter sharing an existing client.
+    pub fn from_client(client: AzureDevOpsClient) -> Self {
+        Self {
+            commits: AzureCommitWriter::from_client(client.clone()),
+            client,
+        }
+    }
+
+    fn project_url(&self, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
+        let mut segments = vec![self.client.default_project(), "_apis"];
+        segments.extend_from_slice(rest);
+        self.client.url(&segments, query)
+    }
+}
+
+/// An Azure DevOps date, to the second; `now` when absent or unreadable.
+fn azure_date(value: Option<&str>) -> OffsetDateTime {
+    let now = OffsetDateTime::now_utc();
+    let at = value
+        .and_then(|value| OffsetDateTime::parse(value, &Rfc3339).ok())
+        .unwrap_or(now);
+    at.replace_nanosecond(0).unwrap_or(at)
+}
+
+#[async_trait]
+impl PipelineHost for AzurePipelineGenerator {
+    async fn read_file(
+        &self,
+        _tenant: &str,
+        repository: &str,
+        branch: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, PipelineError> {
+        let item = format!("/{path}");
+        let url = self.project_url(
+            &["git", "repositories", repository, "items"],
+            &[
+                ("path", &item),
+                ("versionDescriptor.version", branch),
+                ("versionDescriptor.versionType", "branch"),
+                ("includeContent", "true"),
+                ("$format", "octetStream"),
+            ],
+        );
+        Ok(self.client.get_bytes_opt(url).await?)
+    }
+
+    async fn commit_pipeline(&self, file: &PipelineFile) -> Result<CommittedPipeline, PipelineError> {
+        let result = self
+            .commits
+            .commit(&CommitSpec {
+                tenant: file.tenant.clone(),
+                repository: file.repository.clone(),
+                branch: file.branch.clone(),
+                base_branch: None,
+                message: file.message.clone(),
+                author: GitIdentity {
+                    name: DEFAULT_AUTHOR_NAME.to_owned(),
+                    email: DEFAULT_AUTHOR_EMAIL.to_owned(),
+                },
+                date: file.date,
+                files: vec![FileWrite {
+                    path: file.path.clone(),
+                    content: file.content.clone().into_bytes(),
+                    executable: false,
+                }],
+                delete: Vec::new(),
+            })
+            .await?;
+        Ok(CommittedPipeline {
+            commit_sha: result.commit_sha,
+            no_op: result.no_op,
+        })
+    }
+
+    async fn ensure_pipeline(&self, definition: &DefinitionSpec) -> Result<String, PipelineError> {
+        let url = self.project_url(&["build", "definitions"], &[("name", &definition.name)]);
+        let existing: DefinitionList = self.client.get_json(url).await?;
+        if let Some(found) = existing
+            .value
+            .iter()
+            .find(|found| found.name.eq_ignore_ascii_case(&definition.name))
+        {
+            return Ok(found.id.to_string());
+        }
+
+        let url = self.project_url(&["git", "repositories", &definition.repository], &[]);
+        let Some(repository) = self.client.get_json_opt::<GitRepository>(url).await? else {
+            return Err(PipelineError::RepositoryNotFound {
+                repository: definition.repository.clone(),
+            });
+        };
+        let body = json!({
+            "name": definition.name,
+            "folder": PIPELINE_FOLDER,
+            "configuration": {
+                "type": "yaml",
+                "path": format!("/{}", definition.pipeline_path),
+                "repository": {
+                    "id": repository.id,
+                    "name": definition.repository,
+                    "type": "azureReposGit",
+                },
+            },
+        });
+        let created: Pipeline = self
+            .client
+            .post_json(self.project_url(&["pipelines"], &[]), &body)
+            .await?;
+        tracing::info!(pipeline = created.id, name = %definition.name, "Azure pipeline definition created");
+        Ok(created.id.to_string())
+    }
+
+    async fn queue_run(&self, run: &RunSpec) -> Result<QueuedRun, PipelineError> {
+        let branch_ref = format!("refs/heads/{}", run.branch);
+        let url = self.project_url(
+            &["build", "builds"],
+            &[
+                ("definitions", &run.pipeline_id),
+                ("branchName", &branch_ref),
+                ("queryOrder", "queueTimeDescending"),
+                ("$top", RECENT_RUNS),
+            ],
+        );
+        let recent: BuildList = self.client.get_json(url).await?;
+        if let Some(build) = recent
+            .value
+            .into_iter()
+            .find(|build| build.source_version.as_deref() == Some(run.commit_sha.as_str()))
+        {
+            tracing::debug!(run = build.id, commit = %run.commit_sha, "Azure pipeline run of this commit already queued");
+            return Ok(QueuedRun {
+                run_id: build.id.to_string(),
+                queued_at: azure_date(build.queue_time.as_deref()),
+                url: build.links.and_then(|links| links.web).map(|web| web.href),
+            });
+        }
+
+        let body = json!({
+            "resources": {
+                "repositories": {
+                    "self": { "refName": branch_ref, "version": run.commit_sha },
+                },
+            },
+        });
+        let url = self.project_url(&["pipelines", &run.pipeline_id, "runs"], &[]);
+        let started: PipelineRun = self.client.post_json(url, &body).await?;
+        Ok(QueuedRun {
+            run_id: started.id.to_string(),
+            queued_at: azure_date(started.created_date.as_deref()),
+            url: started.links.and_then(|links| links.web).map(|web| web.href),
+        })
+    }
+}
+
+/// `GitRepository`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct GitRepository {
+    id: String,
+}
+
+/// A list of `BuildDefinitionReference`s.
+#[derive(Debug, Deserialize)]
+struct DefinitionList {
+    #[serde(default)]
+    value: Vec<DefinitionReference>,
+}
+
+/// `BuildDefinitionReference`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct DefinitionReference {
+    id: u64,
+    name: String,
+}
+
+/// `Pipeline`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct Pipeline {
+    id: u64,
+}
+
+/// A list of `Build`s.
+#[derive(Debug, Deserialize)]
+struct BuildList {
+    #[serde(default)]
+    value: Vec<Build>,
+}
+
+/// `Build`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Build {
+    id: u64,
+    #[serde(default)]
+    source_version: Option<String>,
+    #[serde(default)]
+    queue_time: Option<String>,
+    #[serde(default, rename = "_links")]
+    links: Option<Links>,
+}
+
+/// `Run`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PipelineRun {
+    id: u64,
+    #[serde(default)]
+    created_date: Option<String>,
+    #[serde(default, rename = "_links")]
+    links: Option<Links>,
+}
+
+/// `ReferenceLinks`, the web link.
+#[derive(Debug, Deserialize)]
+struct Links {
+    #[serde(default)]
+    web: Option<Link>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Link {
+    href: String,
+}
