@@ -1,0 +1,406 @@
+//! The cloud adapter: promotions are pushed to the environment repository
+//! in Azure Repos, and environments are Argo CD applications.
+//!
+//! Writing a promotion goes through the commit consumer's Azure DevOps
+//! writer ([`AzureCommitWriter`], REST pushes, a no-op when the manifest is
+//! already there). The repository must exist in the configured project
+//! (provision it with `ProvisionRepository`); a missing one is transient.
+//!
+//! Argo CD was chosen over Flux: its REST API is reachable without
+//! Kubernetes credentials and reports the synced revision directly. Each
+//! environment is an Argo CD Application named `<prefix><environment>`
+//! whose source is the environment repository at path `<environment>` on
+//! `main`. A reconcile is, with a bearer token:
+//!
+//! 1. `POST /api/v1/applications/{name}/sync` with
+//!    `{"revision": "<commit>", "prune": true}` — an "another operation is
+//!    already in progress" answer is not an error: the running operation
+//!    is observed instead;
+//! 2. `GET /api/v1/applications/{name}` — the environment runs
+//!    `status.operationState.syncResult.revision` when the operation
+//!    `Succeeded`, otherwise `status.sync.revision` when `status.sync.status`
+//!    is `Synced`, otherwise nothing yet (the saga retries with backoff).
+//!    Applied resources come from `syncResult.resources` (their `message`
+//!    ends in `created`, `configured`, `unchanged` or `pruned`); the
+//!    environment is healthy when `status.health.status` is `Healthy`.
+//!
+//! Argo CD answers 401/403/404 (bad token, no such application) are
+//! permanent; 429 and 5xx are transient.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::messages::{AppliedResource, GitIdentity, SyncAction};
+use bosun_contracts::validate;
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::port::{
+    DesiredStateCommit, DesiredStateWrite, EnvironmentReport, Environments, GitOpsError, ReconcileRequest,
+};
+use crate::azure_devops::AzureDevOpsConfig;
+use crate::commit::azure::AzureCommitWriter;
+use crate::commit::{CommitSpec, CommitWriter, FileWrite};
+
+/// Default timeout of one Argo CD request.
+pub const DEFAULT_ARGO_CD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest error message kept from an Argo CD answer.
+const MAX_ERROR_MESSAGE: usize = 500;
+
+/// Where and how to reach Argo CD. `Debug` never shows the token.
+#[derive(Clone)]
+pub struct ArgoCdConfig {
+    /// The Argo CD server URL, e.g. `https://argocd.contoso.internal`.
+    pub server_url: String,
+    /// An Argo CD API token (a project or account token), sent as a bearer
+    /// token.
+    pub token: String,
+    /// Prefix of the application names: the application of environment
+    /// `prod` is `<prefix>prod`.
+    pub application_prefix: String,
+    /// Timeout of one request.
+    pub request_timeout: Duration,
+}
+
+impl fmt::Debug for ArgoCdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArgoCdConfig")
+            .field("server_url", &self.server_url)
+            .field("token", &"[redacted]")
+            .field("application_prefix", &self.application_prefix)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl ArgoCdConfig {
+    /// A configuration with no application prefix and the default timeout.
+    pub fn new(server_url: impl Into<String>, token: impl Into<String>) -> Self {
+        Self {
+            server_url: server_url.into(),
+            token: token.into(),
+            application_prefix: String::new(),
+            request_timeout: DEFAULT_ARGO_CD_TIMEOUT,
+        }
+    }
+}
+
+/// The Azure adapter's configuration: Azure DevOps for the environment
+/// repository, Argo CD for the environments.
+#[derive(Debug, Clone)]
+pub struct AzureGitOpsConfig {
+    /// The organization and project holding the environment repository.
+    pub azure_devops: AzureDevOpsConfig,
+    /// The Argo CD server.
+    pub argo_cd: ArgoCdConfig,
+}
+
+/// Environment repositories in Azure Repos, environments in Argo CD.
+#[derive(Debug, Clone)]
+pub struct AzureEnvironments {
+    writer: AzureCommitWriter,
+    http: reqwest::Client,
+    server: Url,
+    application_prefix: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Application {
+    status: ApplicationStatus,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ApplicationStatus {
+    sync: SyncStatus,
+    health: HealthStatus,
+    operation_state: Option<OperationState>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct SyncStatus {
+    status: String,
+    revision: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct HealthStatus {
+    status: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct OperationState {
+    phase: String,
+    message: Option<String>,
+    sync_result: Option<SyncResult>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct SyncResult {
+    revision: Option<String>,
+    resources: Vec<ResourceResult>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ResourceResult {
+    kind: String,
+    name: String,
+    namespace: Option<String>,
+    status: String,
+    message: String,
+}
+
+fn action_of(resource: &ResourceResult) -> SyncAction {
+    let message = resource.message.trim();
+    if resource.status == "Pruned" || message.ends_with("pruned") {
+        SyncAction::Pruned
+    } else if message.ends_with("created") {
+        SyncAction::Created
+    } else if message.ends_with("unchanged") {
+        SyncAction::Unchanged
+    } else {
+        SyncAction::Configured
+    }
+}
+
+fn applied_of(result: &SyncResult) -> Vec<AppliedResource> {
+    result
+        .resources
+        .iter()
+        .filter(|resource| !resource.kind.is_empty() && !resource.name.is_empty())
+        .map(|resource| AppliedResource {
+            kind: resource.kind.clone(),
+            name: resource.name.clone(),
+            namespace: resource
+                .namespace
+                .clone()
+                .filter(|namespace| validate::environment_name("namespace", namespace).is_ok()),
+            action: action_of(resource),
+        })
+        .collect()
+}
+
+/// What the application reports: the commit it runs, if it can tell.
+fn reported_commit(status: &ApplicationStatus) -> Option<String> {
+    let succeeded = status
+        .operation_state
+        .as_ref()
+        .filter(|operation| operation.phase == "Succeeded")
+        .and_then(|operation| operation.sync_result.as_ref())
+        .and_then(|result| result.revision.clone());
+    let synced = (status.sync.status == "Synced")
+        .then(|| status.sync.revision.clone())
+        .flatten();
+    succeeded
+        .or(synced)
+        .filter(|commit| validate::git_sha("revision", commit).is_ok())
+}
+
+fn error_message(body: &[u8]) -> String {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let mut message = parsed
+        .as_ref()
+        .and_then(|value| value.get("message").or_else(|| value.get("error")))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    if message.len() > MAX_ERROR_MESSAGE {
+        let mut cut = MAX_ERROR_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    message
+}
+
+impl AzureEnvironments {
+    /// An adapter for the configured Azure DevOps project and Argo CD
+    /// server. Fails when a URL is not an absolute http(s) URL or a token
+    /// cannot be sent in a header.
+    pub fn new(config: &AzureGitOpsConfig) -> Result<Self, GitOpsError> {
+        let writer = AzureCommitWriter::new(&config.azure_devops)
+            .map_err(|err| GitOpsError::Invalid(format!("Azure DevOps: {err}")))?;
+        let server = Url::parse(config.argo_cd.server_url.trim())
+            .map_err(|err| GitOpsError::Invalid(format!("Argo CD server URL: {err}")))?;
+        if !matches!(server.scheme(), "http" | "https") || server.cannot_be_a_base() {
+            return Err(GitOpsError::Invalid(
+                "the Argo CD server URL must be an http(s) URL".to_owned(),
+            ));
+        }
+        let mut bearer = HeaderValue::from_str(&format!("Bearer {}", config.argo_cd.token.trim()))
+            .map_err(|_| GitOpsError::Invalid("the Argo CD token cannot be sent in a header".to_owned()))?;
+        bearer.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, bearer);
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
+            .timeout(config.argo_cd.request_timeout)
+            .connect_timeout(config.argo_cd.request_timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|err| GitOpsError::Invalid(format!("Argo CD HTTP client: {err}")))?;
+        Ok(Self {
+            writer,
+            http,
+            server,
+            application_prefix: config.argo_cd.application_prefix.clone(),
+        })
+    }
+
+    fn application_url(&self, name: &str, rest: &[&str]) -> Url {
+        let mut url = self.server.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty()
+                .extend(["api", "v1", "applications", name])
+                .extend(rest);
+        }
+        url
+    }
+
+    /// Sends a request; the body of a 2xx answer, or the error.
+    async fn send(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Vec<u8>, (GitOpsError, String)> {
+        let operation = format!("{method} {}", url.path());
+        let mut request = self.http.request(method, url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|err| {
+            (
+                GitOpsError::Unavailable(format!("Argo CD {operation}: {err}").into()),
+                String::new(),
+            )
+        })?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(|seconds| Duration::from_secs(seconds.clamp(1, 300)));
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|err| {
+                (
+                    GitOpsError::Unavailable(format!("Argo CD {operation}: {err}").into()),
+                    String::new(),
+                )
+            })?
+            .to_vec();
+        tracing::debug!(%operation, status = status.as_u16(), "argo cd call");
+        if status.is_success() {
+            return Ok(bytes);
+        }
+        let message = error_message(&bytes);
+        let source = format!("Argo CD {operation}: HTTP {}: {message}", status.as_u16());
+        let err = match status {
+            StatusCode::TOO_MANY_REQUESTS => match retry_after {
+                Some(after) => GitOpsError::Throttled {
+                    after,
+                    source: source.into(),
+                },
+                None => GitOpsError::Unavailable(source.into()),
+            },
+            StatusCode::REQUEST_TIMEOUT => GitOpsError::Unavailable(source.into()),
+            status if status.is_server_error() => GitOpsError::Unavailable(source.into()),
+            _ => GitOpsError::Rejected(source.into()),
+        };
+        Err((err, message))
+    }
+}
+
+#[async_trait]
+impl Environments for AzureEnvironments {
+    async fn write_desired_state(&self, write: &DesiredStateWrite) -> Result<DesiredStateCommit, GitOpsError> {
+        let result = self
+            .writer
+            .commit(&CommitSpec {
+                tenant: write.tenant.clone(),
+                repository: write.repository.clone(),
+                branch: "main".to_owned(),
+                base_branch: None,
+                message: write.message.clone(),
+                author: GitIdentity {
+                    name: crate::commit::DEFAULT_AUTHOR_NAME.to_owned(),
+                    email: crate::commit::DEFAULT_AUTHOR_EMAIL.to_owned(),
+                },
+                date: write.date,
+                files: vec![FileWrite {
+                    path: write.path.clone(),
+                    content: write.manifest.clone(),
+                    executable: false,
+                }],
+                delete: vec![],
+            })
+            .await?;
+        Ok(DesiredStateCommit {
+            commit_sha: result.commit_sha,
+            no_op: result.no_op,
+        })
+    }
+
+    async fn reconcile(&self, request: &ReconcileRequest) -> Result<EnvironmentReport, GitOpsError> {
+        validate::environment_name("environment", &request.environment)?;
+        if let Some(commit) = &request.commit_sha {
+            validate::git_sha("commitSha", commit)?;
+        }
+        let name = format!("{}{}", self.application_prefix, request.environment);
+        let mut body = json!({ "prune": true });
+        if let Some(commit) = &request.commit_sha {
+            body["revision"] = json!(commit);
+        }
+        match self
+            .send(Method::POST, self.application_url(&name, &["sync"]), Some(&body))
+            .await
+        {
+            Ok(_) => {}
+            Err((_, message)) if message.contains("another operation is already in progress") => {
+                tracing::debug!(application = %name, "a sync is already running; observing it");
+            }
+            Err((err, _)) => return Err(err),
+        }
+        let bytes = self
+            .send(Method::GET, self.application_url(&name, &[]), None)
+            .await
+            .map_err(|(err, _)| err)?;
+        let application: Application = serde_json::from_slice(&bytes).map_err(|err| {
+            GitOpsError::Unavailable(format!("Argo CD application `{name}` is not readable: {err}").into())
+        })?;
+        let status = application.status;
+        if let Some(operation) = &status.operation_state
+            && matches!(operation.phase.as_str(), "Failed" | "Error")
+        {
+            tracing::warn!(
+                application = %name,
+                phase = %operation.phase,
+                message = operation.message.as_deref().unwrap_or(""),
+                "the Argo CD sync operation failed"
+            );
+        }
+        let applied = status
+            .operation_state
+            .as_ref()
+            .and_then(|operation| operation.sync_result.as_ref())
+            .map(applied_of)
+            .unwrap_or_default();
+        Ok(EnvironmentReport {
+            commit_sha: reported_commit(&status),
+            applied,
+            healthy: status.health.status == "Healthy",
+            observed_at: OffsetDateTime::now_utc(),
+        })
+    }
+}

@@ -1,0 +1,169 @@
+//! The port the iac-provisioning handler needs: an infrastructure engine
+//! that previews a stack's changes and applies them, guarded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::messages::{DriftedResource, ResourceChanges, ResourceSpec};
+use bosun_contracts::validate::FieldError;
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::{BoxError, HandlerError};
+
+/// What to provision: the command's fields (or the default stack of a
+/// release approval), with the envelope's tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvisionRequest {
+    /// The tenant owning the stack (from the envelope).
+    pub tenant: String,
+    /// Id of the change: the idempotency key.
+    pub plan_id: String,
+    /// The stack, `[organization/][project/]stack`.
+    pub stack: String,
+    /// The environment the stack belongs to.
+    pub environment: String,
+    /// The release the change serves, if any.
+    pub release_id: Option<String>,
+    /// Stack configuration (no secrets).
+    pub config: BTreeMap<String, Value>,
+    /// Desired resources, for declarative engines (the local engine).
+    pub resources: Vec<ResourceSpec>,
+    /// Only preview: report the changes without applying them.
+    pub preview_only: bool,
+}
+
+/// What a provisioning did (or, for a preview, would do).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProvisionReport {
+    /// Resource changes made by the plan (planned, for a preview). When an
+    /// earlier attempt of the same plan was interrupted, its changes are
+    /// counted too.
+    pub changes: ResourceChanges,
+    /// Stack outputs; secret outputs are `"[secret]"`.
+    pub outputs: BTreeMap<String, Value>,
+    /// When the apply (or preview) finished; for a replayed plan, when it
+    /// first finished.
+    pub provisioned_at: OffsetDateTime,
+    /// Hash of the preview the apply executed.
+    pub preview_hash: String,
+    /// Resources found differing from the recorded state before the plan
+    /// ran (they were refreshed and put back by the apply).
+    pub drift: Vec<DriftedResource>,
+    /// The plan last applied to the stack when the drift was found.
+    pub drift_plan_id: Option<String>,
+    /// `true` when an earlier apply was interrupted and this one ran a
+    /// fresh preview against the actual resources before applying.
+    pub previewed_after_interruption: bool,
+    /// `true` when the plan had already been applied and its recorded
+    /// result is returned without doing anything.
+    pub replayed: bool,
+}
+
+/// An infrastructure engine with guarded apply. Implementations must:
+///
+/// - be idempotent on `plan_id`: a plan already applied returns its
+///   recorded report (`replayed: true`) and changes nothing;
+/// - always preview before applying, and never re-run an apply that was
+///   interrupted or failed midway without a fresh preview against the
+///   actual resources (reporting `previewed_after_interruption`);
+/// - report drift (actual resources differing from the recorded state).
+#[async_trait]
+pub trait InfrastructureEngine: Send + Sync {
+    /// Previews the request's changes and, unless `preview_only`, applies
+    /// them.
+    async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError>;
+}
+
+#[async_trait]
+impl<T: InfrastructureEngine + ?Sized> InfrastructureEngine for Arc<T> {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError> {
+        (**self).provision(request).await
+    }
+}
+
+#[async_trait]
+impl<T: InfrastructureEngine + ?Sized> InfrastructureEngine for Box<T> {
+    async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError> {
+        (**self).provision(request).await
+    }
+}
+
+/// Why provisioning failed; each variant says whether a retry can help.
+#[derive(Debug, thiserror::Error)]
+pub enum IacError {
+    /// The request cannot be carried out as given. Permanent.
+    #[error("invalid provisioning request: {0}")]
+    Invalid(String),
+    /// A desired resource already exists and belongs to another stack.
+    /// Permanent until an operator resolves it.
+    #[error("resource `{urn}` belongs to stack `{owner}`")]
+    ResourceConflict {
+        /// The resource.
+        urn: String,
+        /// The stack owning it.
+        owner: String,
+    },
+    /// The apply stopped midway; some changes were made. Transient: the
+    /// retry previews again against the actual resources before applying.
+    #[error("apply of plan `{plan_id}` interrupted after {done} of {total} changes: {source}")]
+    ApplyInterrupted {
+        /// The plan.
+        plan_id: String,
+        /// Changes made before it stopped.
+        done: usize,
+        /// Changes planned.
+        total: usize,
+        /// Why it stopped.
+        #[source]
+        source: BoxError,
+    },
+    /// The engine failed (a CLI exited with an error, the state could not
+    /// be read or written). Transient.
+    #[error("infrastructure engine unavailable: {0}")]
+    Unavailable(#[source] BoxError),
+    /// The engine asks to retry after a delay (e.g. a locked stack).
+    #[error("infrastructure engine asks to retry after {after:?}: {source}")]
+    Throttled {
+        /// Earliest retry.
+        after: Duration,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// The engine refused the request (bad program or configuration,
+    /// credentials). Permanent.
+    #[error("infrastructure engine refused the request: {0}")]
+    Rejected(#[source] BoxError),
+}
+
+impl IacError {
+    /// Whether retrying may help.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(
+            self,
+            Self::Invalid(_) | Self::ResourceConflict { .. } | Self::Rejected(_)
+        )
+    }
+}
+
+impl From<IacError> for HandlerError {
+    fn from(err: IacError) -> Self {
+        match err {
+            IacError::Throttled { after, .. } => HandlerError::RetryAfter {
+                after,
+                source: Box::new(err),
+            },
+            err if err.is_retryable() => HandlerError::Transient(Box::new(err)),
+            err => HandlerError::Permanent(Box::new(err)),
+        }
+    }
+}
+
+impl From<FieldError> for IacError {
+    fn from(err: FieldError) -> Self {
+        Self::Invalid(format!("{}: {}", err.field, err.reason))
+    }
+}
