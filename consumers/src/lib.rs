@@ -12,7 +12,14 @@
 //! - [`local_git`] — the embedded Git host: bare repositories on disk,
 //!   driven through the `git` CLI's plumbing;
 //! - [`azure_devops`] — the Azure DevOps REST client, its configuration and
-//!   how its errors map to retry decisions.
+//!   how its errors map to retry decisions;
+//! - [`blob`] — the blob store port (logs, reports, artifacts) and its
+//!   filesystem implementation;
+//! - [`local_pipeline`] — the embedded pipeline runner: runs a generated
+//!   Azure Pipelines YAML's steps in a checkout, like a CI agent.
+//!
+//! `release_orchestration` has no port and no adapters: it runs the pure
+//! release saga and talks to no outside service.
 //!
 //! A handler receives one decoded message and returns the messages it wants
 //! sent ([`Outcome`]); it never touches the broker or the stores. The runtime
@@ -26,8 +33,18 @@ use bosun_contracts::{ConsumerName, Envelope, Message};
 
 pub mod azure_devops;
 pub mod blob;
+pub mod build_ingestion;
 pub mod commit;
+pub mod container_build;
+pub mod gitops_sync;
+pub mod iac_provisioning;
 pub mod local_git;
+pub mod local_pipeline;
+pub mod package_publishing;
+pub mod pipeline_generation;
+pub mod pipeline_monitor;
+pub mod pull_request;
+pub mod release_orchestration;
 pub mod repository_provisioning;
 
 /// A boxed error, kept whole so the runtime can record its chain.
@@ -218,8 +235,9 @@ pub trait Consumer: Send + Sync {
     fn retry_policy(&self) -> RetryPolicy;
 
     /// The saga (kind, key) a message belongs to, for consumers that run a
-    /// saga; the runtime loads it and passes it in [`Inbound::saga`].
-    fn saga_of(&self, _message: &Message) -> Option<(&'static str, String)> {
+    /// saga; the runtime loads it and passes it in [`Inbound::saga`]. The
+    /// envelope is there for keys scoped to a tenant.
+    fn saga_of(&self, _envelope: &Envelope, _message: &Message) -> Option<(&'static str, String)> {
         None
     }
 

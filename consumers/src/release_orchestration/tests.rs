@@ -1,0 +1,100 @@
+//! Release-orchestration tests: the consumer glues the saga to the runtime.
+
+use bosun_contracts::{Envelope, Message, samples};
+use bosun_sagas::release::{ReleasePolicy, ReleaseSaga};
+use uuid::Uuid;
+
+use super::*;
+use crate::SagaInstance;
+
+fn consumer() -> ReleaseOrchestration {
+    ReleaseOrchestration::new(ReleaseSaga::new(ReleasePolicy::default()))
+}
+
+async fn run(
+    consumer: &ReleaseOrchestration,
+    state: serde_json::Value,
+    version: i64,
+    message: Message,
+) -> (Outcome, SagaInstance) {
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+    let (kind, key) = consumer.saga_of(&envelope, &message).expect("a release message");
+    let saga = SagaInstance {
+        kind,
+        key,
+        version,
+        state,
+    };
+    let outcome = consumer
+        .handle(Inbound {
+            envelope: &envelope,
+            message: &message,
+            saga: Some(&saga),
+        })
+        .await
+        .expect("handled");
+    (outcome, saga)
+}
+
+fn types(outcome: &Outcome) -> Vec<&'static str> {
+    outcome.messages.iter().map(|m| m.message.message_type()).collect()
+}
+
+#[tokio::test]
+async fn a_build_with_its_artifacts_is_planned_and_auto_approved_for_dev() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let state = first.saga_state.clone().expect("state saved");
+    let (second, _) = run(&consumer, state, 1, samples::container_image_built().into()).await;
+    let state = second.saga_state.clone().expect("state saved");
+    let (third, _) = run(&consumer, state, 2, samples::package_published().into()).await;
+    let emitted: Vec<_> = [&first, &second, &third].iter().flat_map(|o| types(o)).collect();
+    assert!(emitted.contains(&"ReleasePlanned"), "{emitted:?}");
+    assert!(emitted.contains(&"ReleaseApproved"), "{emitted:?}");
+    assert!(
+        !emitted.contains(&"DeploymentPromoted"),
+        "promoted before infrastructure: {emitted:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_duplicate_changes_nothing_and_saves_nothing() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let state = first.saga_state.clone().expect("state saved");
+    let (again, _) = run(&consumer, state, 1, samples::build_completed().into()).await;
+    assert!(again.messages.is_empty());
+    assert_eq!(again.saga_state, None);
+}
+
+#[tokio::test]
+async fn messages_of_no_release_are_ignored() {
+    let consumer = consumer();
+    let message: Message = samples::commit_created().into();
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+    assert_eq!(consumer.saga_of(&envelope, &message), None);
+    let outcome = consumer.handle(Inbound::new(&envelope, &message)).await.unwrap();
+    assert_eq!(outcome, Outcome::default());
+}
+
+#[tokio::test]
+async fn corrupt_state_is_a_permanent_error() {
+    let consumer = consumer();
+    let message: Message = samples::build_completed().into();
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+    let saga = SagaInstance {
+        kind: SAGA_KIND,
+        key: "x".into(),
+        version: 3,
+        state: serde_json::json!({"phase": 42}),
+    };
+    let err = consumer
+        .handle(Inbound {
+            envelope: &envelope,
+            message: &message,
+            saga: Some(&saga),
+        })
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+}
