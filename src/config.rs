@@ -85,12 +85,80 @@ pub enum AdapterKind {
     /// Do the work on this machine (bare Git repositories under the data dir ...).
     Local,
     /// Talk to Azure DevOps and the other Azure services.
-    Azure(AzureDevOpsSettings),
+    Azure(Box<AzureDevOpsSettings>),
 }
 
-/// Azure DevOps connection settings.
+/// How bosun signs in to Azure Container Registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcrCredential {
+    /// `BOSUN_ACR_USERNAME` + `BOSUN_ACR_PASSWORD` (admin user or a scoped token).
+    Basic {
+        /// User or token name.
+        username: String,
+        /// Password.
+        password: Secret,
+    },
+    /// `BOSUN_ACR_REFRESH_TOKEN`.
+    RefreshToken(Secret),
+    /// `BOSUN_ACR_ENTRA_TOKEN` (+ `BOSUN_ACR_TENANT`): an Entra ID access token.
+    EntraToken {
+        /// The token.
+        token: Secret,
+        /// The Entra tenant.
+        tenant: Option<String>,
+    },
+}
+
+/// Azure Container Registry settings (container-build with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcrSettings {
+    /// `BOSUN_ACR_REGISTRY`: e.g. `contoso.azurecr.io`.
+    pub registry: String,
+    /// The credential.
+    pub credential: AcrCredential,
+}
+
+/// Azure Artifacts settings (package-publishing with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactsSettings {
+    /// `BOSUN_ARTIFACTS_URL`: `https://pkgs.dev.azure.com/<org>`.
+    pub url: String,
+    /// `BOSUN_ARTIFACTS_PROJECT`: the feed's project, for project-scoped feeds.
+    pub project: Option<String>,
+    /// `BOSUN_ARTIFACTS_PAT` (else the Azure DevOps PAT).
+    pub pat: Secret,
+}
+
+/// Argo CD settings (gitops-sync with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgoCdSettings {
+    /// `BOSUN_ARGOCD_URL`.
+    pub url: String,
+    /// `BOSUN_ARGOCD_TOKEN`.
+    pub token: Secret,
+}
+
+/// Pulumi settings (iac-provisioning with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PulumiSettings {
+    /// `BOSUN_PULUMI_PROGRAM_DIR`: the Pulumi program (project) directory.
+    pub program_dir: PathBuf,
+    /// `BOSUN_PULUMI_BINARY`: the `pulumi` executable (default `pulumi` on PATH).
+    pub binary: Option<PathBuf>,
+}
+
+/// Azure DevOps connection settings, and the other Azure services the
+/// `azure` adapters talk to (each optional until a consumer needs it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AzureDevOpsSettings {
+    /// Azure Container Registry, for container-build.
+    pub acr: Option<AcrSettings>,
+    /// Azure Artifacts, for package-publishing.
+    pub artifacts: Option<ArtifactsSettings>,
+    /// Argo CD, for gitops-sync.
+    pub argo_cd: Option<ArgoCdSettings>,
+    /// Pulumi, for iac-provisioning.
+    pub pulumi: Option<PulumiSettings>,
     /// `https://dev.azure.com/<organization>`.
     pub organization_url: String,
     /// Project the repositories live in.
@@ -154,6 +222,34 @@ pub struct Settings {
     pub failpoint: Option<Failpoint>,
     /// `BOSUN_OPERATOR` (else `USER`): who operator actions are recorded as.
     pub operator: String,
+    /// Release policy and timings of the long-running consumers.
+    pub delivery: DeliverySettings,
+}
+
+/// How releases are promoted and how long-running work is followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliverySettings {
+    /// `BOSUN_RELEASE_ENVIRONMENTS`: environments a release is promoted
+    /// through, in order. Default `dev`.
+    pub environments: Vec<String>,
+    /// `BOSUN_AUTO_APPROVE`: environments approved by policy, without a
+    /// person. Default `dev`; empty (`BOSUN_AUTO_APPROVE=none`) for none.
+    pub auto_approve: Vec<String>,
+    /// `BOSUN_APPROVAL_TIMEOUT_MS`: how long a release waits for an approval
+    /// before it is rejected. Default 24 h.
+    pub approval_timeout: Duration,
+    /// `BOSUN_PIPELINE_POLL_MS`: first delay between polls of a pipeline
+    /// run; doubles per poll. Default 2 000.
+    pub pipeline_poll: Duration,
+    /// `BOSUN_PIPELINE_POLL_MAX_MS`: longest delay between polls. Default 30 000.
+    pub pipeline_poll_max: Duration,
+    /// `BOSUN_PIPELINE_MAX_POLLS`: polls before a run is given up on. Default 1 000.
+    pub pipeline_max_polls: u32,
+    /// `BOSUN_RECONCILE_MS`: first delay before an environment that has not
+    /// reached its desired commit is reconciled again. Default 2 000.
+    pub reconcile: Duration,
+    /// `BOSUN_RECONCILE_MAX_MS`: longest reconcile delay. Default 60 000.
+    pub reconcile_max: Duration,
 }
 
 /// Where raw values come from: a key (`BOSUN_DATA_DIR`) to its text.
@@ -192,10 +288,31 @@ const KNOWN: &[&str] = &[
     "BOSUN_LOG_FORMAT",
     "BOSUN_FAILPOINT",
     "BOSUN_OPERATOR",
+    "BOSUN_RELEASE_ENVIRONMENTS",
+    "BOSUN_AUTO_APPROVE",
+    "BOSUN_APPROVAL_TIMEOUT_MS",
+    "BOSUN_PIPELINE_POLL_MS",
+    "BOSUN_PIPELINE_POLL_MAX_MS",
+    "BOSUN_PIPELINE_MAX_POLLS",
+    "BOSUN_RECONCILE_MS",
+    "BOSUN_RECONCILE_MAX_MS",
     "BOSUN_AZURE_DEVOPS_ORG_URL",
     "BOSUN_AZURE_DEVOPS_PROJECT",
     "BOSUN_AZURE_DEVOPS_PAT",
     "BOSUN_AZURE_DEVOPS_TOKEN",
+    "BOSUN_ACR_REGISTRY",
+    "BOSUN_ACR_USERNAME",
+    "BOSUN_ACR_PASSWORD",
+    "BOSUN_ACR_REFRESH_TOKEN",
+    "BOSUN_ACR_ENTRA_TOKEN",
+    "BOSUN_ACR_TENANT",
+    "BOSUN_ARTIFACTS_URL",
+    "BOSUN_ARTIFACTS_PROJECT",
+    "BOSUN_ARTIFACTS_PAT",
+    "BOSUN_ARGOCD_URL",
+    "BOSUN_ARGOCD_TOKEN",
+    "BOSUN_PULUMI_PROGRAM_DIR",
+    "BOSUN_PULUMI_BINARY",
 ];
 
 /// Reads a TOML settings file into `BOSUN_*` keys.
@@ -299,12 +416,63 @@ impl Settings {
                         "a PAT or BOSUN_AZURE_DEVOPS_TOKEN is required when BOSUN_ADAPTERS=azure",
                     ));
                 }
-                AdapterKind::Azure(AzureDevOpsSettings {
+                let acr = match get("BOSUN_ACR_REGISTRY") {
+                    None => None,
+                    Some(registry) => {
+                        let credential = if let Some(token) = get("BOSUN_ACR_ENTRA_TOKEN") {
+                            AcrCredential::EntraToken {
+                                token: Secret::new(token),
+                                tenant: get("BOSUN_ACR_TENANT"),
+                            }
+                        } else if let Some(token) = get("BOSUN_ACR_REFRESH_TOKEN") {
+                            AcrCredential::RefreshToken(Secret::new(token))
+                        } else {
+                            AcrCredential::Basic {
+                                username: get("BOSUN_ACR_USERNAME").ok_or_else(|| {
+                                    invalid(
+                                        "BOSUN_ACR_USERNAME",
+                                        "a credential is required with BOSUN_ACR_REGISTRY (username + password, \
+                                         BOSUN_ACR_REFRESH_TOKEN or BOSUN_ACR_ENTRA_TOKEN)",
+                                    )
+                                })?,
+                                password: Secret::new(required("BOSUN_ACR_PASSWORD")?),
+                            }
+                        };
+                        Some(AcrSettings { registry, credential })
+                    }
+                };
+                let artifacts = match get("BOSUN_ARTIFACTS_URL") {
+                    None => None,
+                    Some(url) => Some(ArtifactsSettings {
+                        url: url.trim_end_matches('/').to_owned(),
+                        project: get("BOSUN_ARTIFACTS_PROJECT"),
+                        pat: get("BOSUN_ARTIFACTS_PAT")
+                            .or_else(|| get("BOSUN_AZURE_DEVOPS_PAT"))
+                            .map(Secret::new)
+                            .ok_or_else(|| invalid("BOSUN_ARTIFACTS_PAT", "is required with BOSUN_ARTIFACTS_URL"))?,
+                    }),
+                };
+                let argo_cd = match get("BOSUN_ARGOCD_URL") {
+                    None => None,
+                    Some(url) => Some(ArgoCdSettings {
+                        url: url.trim_end_matches('/').to_owned(),
+                        token: Secret::new(required("BOSUN_ARGOCD_TOKEN")?),
+                    }),
+                };
+                let pulumi = get("BOSUN_PULUMI_PROGRAM_DIR").map(|dir| PulumiSettings {
+                    program_dir: PathBuf::from(dir),
+                    binary: get("BOSUN_PULUMI_BINARY").map(PathBuf::from),
+                });
+                AdapterKind::Azure(Box::new(AzureDevOpsSettings {
+                    acr,
+                    artifacts,
+                    argo_cd,
+                    pulumi,
                     organization_url: organization_url.trim_end_matches('/').to_owned(),
                     project: required("BOSUN_AZURE_DEVOPS_PROJECT")?,
                     pat,
                     bearer_token,
-                })
+                }))
             }
             Some(other) => return Err(invalid("BOSUN_ADAPTERS", format!("`{other}` is not local or azure"))),
         };
@@ -321,6 +489,36 @@ impl Settings {
             Some("halt-after-state-commit") => Some(Failpoint::HaltAfterStateCommit),
             Some(other) => return Err(invalid("BOSUN_FAILPOINT", format!("unknown failpoint `{other}`"))),
         };
+        let environment_list = |name: &str, default: &str| -> Result<Vec<String>, ConfigError> {
+            let text = get(name).unwrap_or_else(|| default.to_owned());
+            if text.trim() == "none" {
+                return Ok(Vec::new());
+            }
+            let names: Vec<String> = text
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
+            for env_name in &names {
+                bosun_contracts::validate::environment_name(name, env_name).map_err(|err| invalid(name, err.reason))?;
+            }
+            Ok(names)
+        };
+        let delivery = DeliverySettings {
+            environments: environment_list("BOSUN_RELEASE_ENVIRONMENTS", "dev")?,
+            auto_approve: environment_list("BOSUN_AUTO_APPROVE", "dev")?,
+            approval_timeout: millis("BOSUN_APPROVAL_TIMEOUT_MS", 24 * 3600 * 1000)?,
+            pipeline_poll: millis("BOSUN_PIPELINE_POLL_MS", 2_000)?,
+            pipeline_poll_max: millis("BOSUN_PIPELINE_POLL_MAX_MS", 30_000)?,
+            pipeline_max_polls: u32::try_from(number("BOSUN_PIPELINE_MAX_POLLS", 1_000, 1)?)
+                .map_err(|_| invalid("BOSUN_PIPELINE_MAX_POLLS", "is too large"))?,
+            reconcile: millis("BOSUN_RECONCILE_MS", 2_000)?,
+            reconcile_max: millis("BOSUN_RECONCILE_MAX_MS", 60_000)?,
+        };
+        if delivery.environments.is_empty() {
+            return Err(invalid("BOSUN_RELEASE_ENVIRONMENTS", "names no environment"));
+        }
         let settings = Self {
             data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
             transport,
@@ -338,6 +536,7 @@ impl Settings {
             operator: get("BOSUN_OPERATOR")
                 .or_else(|| env.get("USER"))
                 .unwrap_or_else(|| "unknown".to_owned()),
+            delivery,
         };
         if settings.lock_duration < Duration::from_millis(500) {
             return Err(invalid("BOSUN_LOCK_DURATION_MS", "must be at least 500"));
@@ -368,6 +567,11 @@ impl Settings {
     /// Root of the local Git host's bare repositories.
     pub fn git_root(&self) -> PathBuf {
         self.data_dir.join("git")
+    }
+
+    /// Root of the filesystem blob store.
+    pub fn blob_root(&self) -> PathBuf {
+        self.data_dir.join("blobs")
     }
 }
 

@@ -5,6 +5,7 @@
 //!
 //! - [`config`]: settings, read in one place;
 //! - [`demo`]: `bosun demo`, a whole delivery of a sample module;
+//! - [`describe`]: one-line descriptions of messages for people;
 //! - [`transport`]: the peek-lock transport trait, in-memory and embedded
 //!   (SQLite) implementations;
 //! - [`store`]: idempotency, sagas, outbox, dead letters, timeline;
@@ -18,6 +19,7 @@
 
 pub mod config;
 pub mod demo;
+pub mod describe;
 pub mod host;
 pub mod operator;
 pub mod registry;

@@ -73,6 +73,9 @@ pub struct DeliveryMessage {
     /// Last time anything happened to it.
     #[serde(with = "time::serde::rfc3339")]
     pub last_update: OffsetDateTime,
+    /// What the message says, in one line (for messages a consumer emitted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     /// Every line.
     pub events: Vec<TimelineEntry>,
 }
@@ -83,8 +86,8 @@ pub struct DeliveryMessage {
 pub struct Delivery {
     /// The correlation id.
     pub correlation_id: String,
-    /// `failed` when a message is dead-lettered and not replayed since,
-    /// `in-progress` otherwise.
+    /// `failed` when a message is dead-lettered and not replayed since, or
+    /// the release was blocked or rejected; `in-progress` otherwise.
     pub status: String,
     /// Messages in the order they first appeared.
     pub messages: Vec<DeliveryMessage>,
@@ -196,6 +199,7 @@ impl Operator {
                         attempts: 0,
                         first_seen: line.at,
                         last_update: line.at,
+                        summary: None,
                         events: Vec::new(),
                     });
                     messages.len() - 1
@@ -218,7 +222,18 @@ impl Operator {
             message.last_update = line.at;
             message.events.push(line);
         }
-        let failed = messages.iter().any(|m| m.status == TimelineStatus::DeadLettered);
+        for body in self.store.emitted(correlation_id).await? {
+            if let Ok((envelope, message)) = Envelope::parse(&body) {
+                let id = envelope.message_id.to_string();
+                if let Some(entry) = messages.iter_mut().find(|m| m.message_id == id) {
+                    entry.summary = crate::describe::describe(&message);
+                }
+            }
+        }
+        let stopped = messages
+            .iter()
+            .any(|m| matches!(m.message_type.as_str(), "ReleaseBlocked" | "ReleaseRejected"));
+        let failed = stopped || messages.iter().any(|m| m.status == TimelineStatus::DeadLettered);
         Ok(Delivery {
             correlation_id: correlation_id.to_owned(),
             status: if failed { "failed" } else { "in-progress" }.to_owned(),

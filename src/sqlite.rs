@@ -35,10 +35,26 @@ impl Database {
 
     fn configure(connection: Connection, schema: &str) -> rusqlite::Result<Self> {
         connection.busy_timeout(Duration::from_secs(30))?;
-        connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "NORMAL")?;
-        connection.pragma_update(None, "foreign_keys", "ON")?;
-        connection.execute_batch(schema)?;
+        // Switching a new file to WAL and creating the schema take locks
+        // that SQLite does not always wait for (the busy handler is skipped
+        // for some of them), so two processes starting on a fresh data
+        // directory retry here instead of failing.
+        let mut attempt = 0u32;
+        loop {
+            let result = connection
+                .pragma_update(None, "journal_mode", "WAL")
+                .and_then(|()| connection.pragma_update(None, "synchronous", "NORMAL"))
+                .and_then(|()| connection.pragma_update(None, "foreign_keys", "ON"))
+                .and_then(|()| connection.execute_batch(schema));
+            match result {
+                Ok(()) => break,
+                Err(err) if is_busy(&err) && attempt < 200 => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(10 + u64::from(attempt % 10) * 5));
+                }
+                Err(err) => return Err(err),
+            }
+        }
         Ok(Self {
             connection: Arc::new(Mutex::new(connection)),
         })
@@ -62,4 +78,11 @@ impl Database {
             Err(join) => Err(E::from(rusqlite::Error::ToSqlConversionFailure(Box::new(join)))),
         }
     }
+}
+
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }

@@ -1,6 +1,9 @@
 //! Two `bosun serve` processes on one data directory compete for one queue
 //! of 1,000 commands: every command is handled once and none is lost.
 
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::HashSet;

@@ -3,6 +3,9 @@
 //! acknowledged the message. After a restart the outgoing message is sent
 //! exactly once and the command is not handled again.
 
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

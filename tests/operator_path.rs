@@ -3,6 +3,9 @@
 //! provisioned, replaying the dead letter makes the commit happen, and the
 //! dead letter shows who replayed it.
 
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

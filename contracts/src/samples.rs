@@ -251,7 +251,7 @@ pub fn generate_pipeline() -> GeneratePipeline {
         repository: REPOSITORY.to_owned(),
         branch: "main".to_owned(),
         module: module(),
-        template_version: "2.3.0".to_owned(),
+        template_version: "2026.11.1".to_owned(),
         pipeline_path: Some("pipelines/payments-api.yml".to_owned()),
     }
 }
@@ -263,7 +263,7 @@ pub fn pipeline_generated() -> PipelineGenerated {
         branch: "main".to_owned(),
         pipeline_path: "pipelines/payments-api.yml".to_owned(),
         module_id: MODULE_ID.to_owned(),
-        template_version: "2.3.0".to_owned(),
+        template_version: "2026.11.1".to_owned(),
         commit_sha: MERGE_COMMIT_SHA.to_owned(),
         pipeline_id: PIPELINE_ID.to_owned(),
         no_op: false,

@@ -218,7 +218,12 @@ pub enum SagasCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One saga's state and history.
+    /// Print a saga's state machine as a Mermaid diagram.
+    Diagram {
+        /// `release` or `gitops`.
+        kind: String,
+    },
+    /// One saga's state, history and pending timeouts.
     Show {
         /// `release` or `gitops`.
         kind: String,
@@ -371,6 +376,17 @@ pub async fn run(cli: Cli) -> Result<()> {
                         }
                     }
                 }
+                SagasCommand::Diagram { kind } => {
+                    let diagram = match bosun_sagas::SagaKind::parse(&kind)? {
+                        bosun_sagas::SagaKind::Release => {
+                            bosun_sagas::StateMachine::diagram(&bosun::registry::release_saga(&settings))
+                        }
+                        bosun_sagas::SagaKind::Gitops => {
+                            bosun_sagas::StateMachine::diagram(&bosun::registry::gitops_saga(&settings))
+                        }
+                    };
+                    print!("{diagram}");
+                }
                 SagasCommand::Show { kind, key, json } => {
                     bosun_sagas::SagaKind::parse(&kind)?;
                     let saga = operator.saga(&kind, &key).await?;
@@ -420,6 +436,10 @@ async fn demo(
     settings.consumers = None;
     settings.retry_base_delay = settings.retry_base_delay.min(Duration::from_millis(200));
     settings.poll_interval = settings.poll_interval.min(Duration::from_millis(50));
+    settings.delivery.pipeline_poll = settings.delivery.pipeline_poll.min(Duration::from_millis(200));
+    settings.delivery.pipeline_poll_max = settings.delivery.pipeline_poll_max.min(Duration::from_secs(2));
+    settings.delivery.reconcile = settings.delivery.reconcile.min(Duration::from_millis(200));
+    settings.delivery.reconcile_max = settings.delivery.reconcile_max.min(Duration::from_secs(2));
     let options = bosun::demo::DemoOptions {
         failing_test,
         timeout: Duration::from_secs(timeout),
@@ -515,6 +535,9 @@ fn print_delivery(delivery: &Delivery) {
                 message.consumers.join(",")
             }
         );
+        if let Some(summary) = &message.summary {
+            println!("  {summary}");
+        }
         for event in &message.events {
             println!(
                 "  {}  {:<16} {:<24} attempt {}  {}",
@@ -535,6 +558,26 @@ fn print_saga(saga: &SagaRecord) -> Result<()> {
         short_time(saga.created_at),
         short_time(saga.updated_at)
     );
+    if let Some(phase) = saga.state.get("phase").and_then(|p| p.as_str()) {
+        println!("phase {phase}");
+    }
+    let pending: Vec<_> = saga
+        .state
+        .as_object()
+        .map(|state| {
+            state
+                .iter()
+                .filter(|(key, value)| key.starts_with("pending") && !value.is_null())
+                .collect()
+        })
+        .unwrap_or_default();
+    println!("pending timeouts:");
+    if pending.is_empty() {
+        println!("  none");
+    }
+    for (key, value) in pending {
+        println!("  {key}: {}", serde_json::to_string(value)?);
+    }
     println!("state:\n{}", serde_json::to_string_pretty(&saga.state)?);
     println!("history:");
     for entry in &saga.history {

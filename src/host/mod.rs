@@ -564,7 +564,7 @@ async fn handle(
         }
     }
 
-    let saga_key = consumer.saga_of(message);
+    let saga_key = consumer.saga_of(envelope, message);
     let renewal = LockRenewal::start(runtime, received);
     let mut conflicts = 0u32;
     loop {

@@ -542,7 +542,7 @@ impl Consumer for CountingSaga {
         RetryPolicy::exponential(5)
     }
 
-    fn saga_of(&self, _message: &Message) -> Option<(&'static str, String)> {
+    fn saga_of(&self, _envelope: &Envelope, _message: &Message) -> Option<(&'static str, String)> {
         Some(("release", "payments-api-1".to_owned()))
     }
 

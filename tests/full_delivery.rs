@@ -1,0 +1,340 @@
+//! The whole delivery on the embedded default: from a command to a synced
+//! environment, done for real; a failing unit test stops the release before
+//! promotion; a SIGKILL in the middle of a delivery loses and repeats
+//! nothing.
+
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Server, bosun, eventually, git, run_json};
+use serde_json::Value;
+
+fn demo(data: &Path, extra: &[&str]) -> (bool, Value) {
+    let output = bosun(data)
+        .args(["demo", "--json", "--timeout", "240", "--data-dir"])
+        .arg(data)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("bosun demo runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|err| {
+        panic!(
+            "demo printed no JSON ({err}): {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.success(), report)
+}
+
+fn result<'a>(report: &'a Value, label: &str) -> Option<&'a str> {
+    report["results"]
+        .as_array()?
+        .iter()
+        .find(|pair| pair[0] == label)
+        .and_then(|pair| pair[1].as_str())
+}
+
+fn hop_types(report: &Value) -> Vec<String> {
+    report["hops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hop| hop["messageType"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_whole_delivery_reaches_a_synced_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let (ok, report) = demo(data, &[]);
+    assert!(ok, "the demo failed: {report:#}");
+    assert_eq!(report["completed"], true);
+    assert_eq!(report["goal"], "GitOpsSynced");
+    let hops = hop_types(&report);
+    for expected in [
+        "RepositoryProvisioned",
+        "CommitCreated",
+        "PullRequestOpened",
+        "PipelineGenerated",
+        "PipelineRunStarted",
+        "PipelineRunCompleted",
+        "BuildCompleted",
+        "ContainerImageBuilt",
+        "PackagePublished",
+        "ReleasePlanned",
+        "ReleaseApproved",
+        "InfrastructureProvisioned",
+        "DeploymentPromoted",
+        "GitOpsSynced",
+    ] {
+        assert!(hops.iter().any(|h| h == expected), "no {expected} hop in {hops:?}");
+    }
+    for once in [
+        "ReleasePlanned",
+        "ReleaseApproved",
+        "DeploymentPromoted",
+        "ContainerImageBuilt",
+        "PackagePublished",
+    ] {
+        assert_eq!(
+            hops.iter().filter(|h| *h == once).count(),
+            1,
+            "{once} emitted more than once: {hops:?}"
+        );
+    }
+    assert!(!hops.iter().any(|h| h == "ReleaseBlocked"));
+    let tests = result(&report, "tests").expect("test counts in the summary");
+    assert!(tests.starts_with("3 passed, 0 failed"), "{tests}");
+    let image = result(&report, "image").expect("image in the summary");
+    assert!(image.contains("@sha256:"), "{image}");
+
+    // The work is on disk, for real.
+    let repository = data.join("git/demo/demo/payments-api.git");
+    let log = git(&repository, &["log", "--format=%s", "feature/payments-api"]);
+    assert!(log.contains("Add the payments service"), "{log}");
+    assert!(
+        git(&repository, &["ls-tree", "-r", "--name-only", "feature/payments-api"]).contains("azure-pipelines.yml"),
+        "the generated pipeline is committed to the pull request's branch"
+    );
+    assert!(
+        !git(&repository, &["for-each-ref", "refs/pull"]).is_empty(),
+        "the pull request exists"
+    );
+    let layouts: Vec<_> = walk(&data.join("oci"))
+        .into_iter()
+        .filter(|p| p.ends_with("index.json"))
+        .collect();
+    assert!(!layouts.is_empty(), "an OCI layout exists");
+    let packages: Vec<_> = walk(&data.join("nuget"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "nupkg"))
+        .collect();
+    assert_eq!(packages.len(), 1, "{packages:?}");
+    let synced: Vec<_> = walk(&data.join("environments"))
+        .into_iter()
+        .filter(|p| p.ends_with(".bosun-synced-commit"))
+        .collect();
+    assert_eq!(
+        synced.len(),
+        1,
+        "the dev environment reports its synced commit: {synced:?}"
+    );
+
+    let release = result(&report, "release").expect("a release");
+    let saga = run_json(data, &["sagas", "show", "release", release]);
+    assert_eq!(saga["kind"], "release");
+    let sagas = run_json(data, &["sagas", "list", "--kind", "gitops"]);
+    assert_eq!(sagas.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_failing_unit_test_stops_the_release_before_promotion() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let (ok, report) = demo(data, &["--failing-test"]);
+    assert!(!ok, "the demo must fail: {report:#}");
+    let failure = report["failure"].as_str().unwrap();
+    assert!(failure.contains("ReleaseBlocked"), "{failure}");
+    let hops = hop_types(&report);
+    assert!(hops.iter().any(|h| h == "ReleaseBlocked"), "{hops:?}");
+    for never in ["ReleaseApproved", "DeploymentPromoted", "GitOpsSynced"] {
+        assert!(
+            !hops.iter().any(|h| h == never),
+            "{never} despite a failing test: {hops:?}"
+        );
+    }
+    let correlation = report["correlationId"].as_str().unwrap();
+    let delivery = run_json(data, &["deliveries", "show", correlation]);
+    assert_eq!(delivery["status"], "failed");
+    let summary_of = |message_type: &str| -> String {
+        delivery["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["messageType"] == message_type)
+            .and_then(|m| m["summary"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(summary_of("PipelineRunCompleted").contains("failed"), "{delivery:#}");
+    assert!(
+        summary_of("BuildCompleted").contains("add_two_and_three"),
+        "{delivery:#}"
+    );
+    assert!(summary_of("ReleaseBlocked").contains("stopped"), "{delivery:#}");
+    let text = common::run(data, &["deliveries", "show", correlation]);
+    assert!(text.contains("add_two_and_three"), "{text}");
+}
+
+#[test]
+fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let env = [
+        ("BOSUN_LOCK_DURATION_MS", "2000"),
+        ("BOSUN_PIPELINE_POLL_MS", "100"),
+        ("BOSUN_PIPELINE_POLL_MAX_MS", "500"),
+        ("BOSUN_RECONCILE_MS", "100"),
+        ("BOSUN_RECONCILE_MAX_MS", "500"),
+    ];
+    let mut server = Server::start(data, &env, &[]);
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    let sent = run_json(
+        data,
+        &[
+            "send",
+            "ProvisionRepository",
+            "--tenant",
+            "demo",
+            "--payload",
+            r#"{"name": "payments-api"}"#,
+        ],
+    );
+    let correlation = sent["correlationId"].as_str().unwrap().to_owned();
+    let completed = |message_type: &str| {
+        let delivery = run_json(data, &["deliveries", "show", &correlation]);
+        delivery["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["messageType"] == message_type && (m["status"] == "completed" || m["status"] == "sent"))
+    };
+    eventually("the repository is provisioned", Duration::from_secs(30), || {
+        completed("RepositoryProvisioned").then_some(())
+    });
+    run_json(
+        data,
+        &[
+            "send",
+            "CreateCommit",
+            "--tenant",
+            "demo",
+            "--correlation-id",
+            &correlation,
+            "--payload",
+            r##"{"repository": "payments-api", "branch": "main", "message": "Initial commit",
+                "files": [{"path": "README.md", "content": "# payments-api\n"}]}"##,
+        ],
+    );
+    eventually("main exists", Duration::from_secs(30), || {
+        let delivery = run_json(data, &["deliveries", "show", &correlation]);
+        (delivery["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["messageType"] == "CommitCreated")
+            .count()
+            == 1)
+            .then_some(())
+    });
+    let files = sample_files();
+    let payload = serde_json::json!({
+        "repository": "payments-api", "branch": "feature/payments-api", "baseBranch": "main",
+        "message": "Add the payments service", "files": files, "pullRequestTarget": "main"
+    })
+    .to_string();
+    run_json(
+        data,
+        &[
+            "send",
+            "CreateCommit",
+            "--tenant",
+            "demo",
+            "--correlation-id",
+            &correlation,
+            "--payload",
+            &payload,
+        ],
+    );
+
+    // Kill it in the middle: once the pipeline is running.
+    eventually("the pipeline run starts", Duration::from_secs(60), || {
+        completed("PipelineRunStarted").then_some(())
+    });
+    server.kill();
+    let server = Server::start(data, &env, &[]);
+    eventually(
+        "the environment is synced after the restart",
+        Duration::from_secs(240),
+        || completed("GitOpsSynced").then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    server.terminate();
+
+    let delivery = run_json(data, &["deliveries", "show", &correlation]);
+    let messages = delivery["messages"].as_array().unwrap();
+    let count = |message_type: &str| messages.iter().filter(|m| m["messageType"] == message_type).count();
+    for once in [
+        "PullRequestOpened",
+        "PipelineGenerated",
+        "PipelineRunStarted",
+        "BuildCompleted",
+        "ContainerImageBuilt",
+        "PackagePublished",
+        "ReleasePlanned",
+        "ReleaseApproved",
+        "InfrastructureProvisioned",
+        "DeploymentPromoted",
+        "GitOpsSynced",
+    ] {
+        assert_eq!(count(once), 1, "{once} happened {} times", count(once));
+    }
+    // Every message that was handled was handled once.
+    for message in messages {
+        let completions = message["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["status"] == "completed")
+            .count();
+        assert!(
+            completions <= message["consumers"].as_array().unwrap().len().max(1),
+            "{message:#}"
+        );
+    }
+    let repository = data.join("git/demo/demo/payments-api.git");
+    let pipeline_commits = git(&repository, &["log", "--format=%s", "--all"])
+        .lines()
+        .filter(|subject| subject.to_lowercase().contains("pipeline"))
+        .count();
+    assert_eq!(pipeline_commits, 1, "the pipeline was committed once");
+}
+
+fn sample_files() -> Vec<Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/demo/sample");
+    walk(&root)
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+            let content = std::fs::read_to_string(&path).unwrap();
+            let executable = relative.ends_with(".sh") && !relative.starts_with("src/");
+            serde_json::json!({"path": relative, "content": content, "executable": executable})
+        })
+        .collect()
+}
+
+fn walk(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
