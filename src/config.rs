@@ -77,6 +77,8 @@ fn invalid(name: &str, reason: impl Into<String>) -> ConfigError {
 pub enum TransportKind {
     /// SQLite under the data directory (the default).
     Embedded,
+    /// Queues and the events topic in PostgreSQL (`BOSUN_DATABASE_URL`).
+    Postgres,
 }
 
 /// Which adapters the consumers use.
@@ -169,6 +171,50 @@ pub struct AzureDevOpsSettings {
     pub bearer_token: Option<Secret>,
 }
 
+/// Where large content (logs, reports, artifacts, claim-checked payloads)
+/// is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobBackend {
+    /// Files under `<data dir>/blobs` (the default).
+    Filesystem,
+    /// `BOSUN_BLOB_CONNECTION_STRING`: an Azure Storage connection string
+    /// (`UseDevelopmentStorage=true` for Azurite).
+    AzureConnectionString(Secret),
+    /// `BOSUN_BLOB_URL`: an Azure Storage account URL, with `auth`.
+    Azure {
+        /// `https://<account>.blob.core.windows.net`.
+        url: String,
+        /// How to sign in.
+        auth: BlobAuth,
+    },
+}
+
+/// How bosun signs in to Azure Blob Storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobAuth {
+    /// `BOSUN_BLOB_ACCOUNT_KEY` (+ `BOSUN_BLOB_ACCOUNT_NAME`): shared key.
+    SharedKey {
+        /// The account; read from the URL when absent.
+        account: Option<String>,
+        /// The key.
+        key: Secret,
+    },
+    /// `BOSUN_BLOB_SAS`: a SAS token.
+    Sas(Secret),
+    /// `BOSUN_BLOB_AUTH=default` (the default): workload identity, then the
+    /// Azure CLI, then the managed identity.
+    EntraDefault,
+    /// `BOSUN_BLOB_AUTH=workload-identity` (AKS).
+    WorkloadIdentity,
+    /// `BOSUN_BLOB_AUTH=managed-identity` (+ `BOSUN_BLOB_CLIENT_ID`).
+    ManagedIdentity {
+        /// A user-assigned identity's client id.
+        client_id: Option<String>,
+    },
+    /// `BOSUN_BLOB_AUTH=azure-cli`: the developer's `az login`.
+    AzureCli,
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -194,8 +240,16 @@ pub struct Settings {
     /// `BOSUN_DATA_DIR`: where the embedded transport, stores and local
     /// adapters keep their files. Default `./.bosun`.
     pub data_dir: PathBuf,
-    /// `BOSUN_TRANSPORT`: `embedded` (default).
+    /// `BOSUN_TRANSPORT`: `embedded` (default) or `postgres`.
     pub transport: TransportKind,
+    /// `BOSUN_DATABASE_URL`: `postgres://...`; when set, the stores live in
+    /// PostgreSQL instead of SQLite. A secret: it may hold a password.
+    pub database_url: Option<Secret>,
+    /// The blob store.
+    pub blob: BlobBackend,
+    /// `BOSUN_CLAIM_CHECK_BYTES`: envelopes larger than this have their
+    /// payload moved to the blob store. Default 196 608 (192 KiB).
+    pub claim_check_bytes: usize,
     /// `BOSUN_ADAPTERS`: `local` (default) or `azure`.
     pub adapters: AdapterKind,
     /// `BOSUN_CONSUMERS`: comma-separated consumers to run; all when unset.
@@ -277,6 +331,15 @@ impl Source for BTreeMap<String, String> {
 const KNOWN: &[&str] = &[
     "BOSUN_DATA_DIR",
     "BOSUN_TRANSPORT",
+    "BOSUN_DATABASE_URL",
+    "BOSUN_BLOB_CONNECTION_STRING",
+    "BOSUN_BLOB_URL",
+    "BOSUN_BLOB_ACCOUNT_NAME",
+    "BOSUN_BLOB_ACCOUNT_KEY",
+    "BOSUN_BLOB_SAS",
+    "BOSUN_BLOB_AUTH",
+    "BOSUN_BLOB_CLIENT_ID",
+    "BOSUN_CLAIM_CHECK_BYTES",
     "BOSUN_ADAPTERS",
     "BOSUN_CONSUMERS",
     "BOSUN_CONCURRENCY",
@@ -390,12 +453,77 @@ impl Settings {
             Ok(value)
         };
 
+        let database_url = get("BOSUN_DATABASE_URL").map(Secret::new);
+        if database_url
+            .as_ref()
+            .is_some_and(|url| !url.expose().starts_with("postgres://") && !url.expose().starts_with("postgresql://"))
+        {
+            return Err(invalid("BOSUN_DATABASE_URL", "must be a postgres:// URL"));
+        }
+        let blob = match (get("BOSUN_BLOB_CONNECTION_STRING"), get("BOSUN_BLOB_URL")) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "BOSUN_BLOB_URL",
+                    "set either BOSUN_BLOB_URL or BOSUN_BLOB_CONNECTION_STRING, not both",
+                ));
+            }
+            (Some(connection), None) => BlobBackend::AzureConnectionString(Secret::new(connection)),
+            (None, Some(url)) => {
+                let auth = match (get("BOSUN_BLOB_ACCOUNT_KEY"), get("BOSUN_BLOB_SAS")) {
+                    (Some(_), Some(_)) => {
+                        return Err(invalid(
+                            "BOSUN_BLOB_SAS",
+                            "set either an account key or a SAS, not both",
+                        ));
+                    }
+                    (Some(key), None) => BlobAuth::SharedKey {
+                        account: get("BOSUN_BLOB_ACCOUNT_NAME"),
+                        key: Secret::new(key),
+                    },
+                    (None, Some(sas)) => BlobAuth::Sas(Secret::new(sas)),
+                    (None, None) => match get("BOSUN_BLOB_AUTH").as_deref() {
+                        None | Some("default") => BlobAuth::EntraDefault,
+                        Some("workload-identity") => BlobAuth::WorkloadIdentity,
+                        Some("managed-identity") => BlobAuth::ManagedIdentity {
+                            client_id: get("BOSUN_BLOB_CLIENT_ID"),
+                        },
+                        Some("azure-cli") => BlobAuth::AzureCli,
+                        Some(other) => {
+                            return Err(invalid(
+                                "BOSUN_BLOB_AUTH",
+                                format!("`{other}` is not default, workload-identity, managed-identity or azure-cli"),
+                            ));
+                        }
+                    },
+                };
+                BlobBackend::Azure {
+                    url: url.trim_end_matches('/').to_owned(),
+                    auth,
+                }
+            }
+            (None, None) => BlobBackend::Filesystem,
+        };
+        let claim_check_bytes = usize::try_from(number("BOSUN_CLAIM_CHECK_BYTES", 196_608, 1024)?)
+            .map_err(|_| invalid("BOSUN_CLAIM_CHECK_BYTES", "is too large"))?;
+        if claim_check_bytes >= bosun_contracts::MAX_MESSAGE_BYTES {
+            return Err(invalid(
+                "BOSUN_CLAIM_CHECK_BYTES",
+                format!(
+                    "must be under the message limit of {} bytes",
+                    bosun_contracts::MAX_MESSAGE_BYTES
+                ),
+            ));
+        }
         let transport = match get("BOSUN_TRANSPORT").as_deref() {
             None | Some("embedded") => TransportKind::Embedded,
+            Some("postgres") if database_url.is_some() => TransportKind::Postgres,
+            Some("postgres") => {
+                return Err(invalid("BOSUN_TRANSPORT", "`postgres` needs BOSUN_DATABASE_URL"));
+            }
             Some(other) => {
                 return Err(invalid(
                     "BOSUN_TRANSPORT",
-                    format!("`{other}` is not a transport (embedded)"),
+                    format!("`{other}` is not a transport (embedded, postgres)"),
                 ));
             }
         };
@@ -522,6 +650,9 @@ impl Settings {
         let settings = Self {
             data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
             transport,
+            database_url,
+            blob,
+            claim_check_bytes,
             adapters,
             consumers,
             concurrency: usize::try_from(number("BOSUN_CONCURRENCY", 8, 1)?).unwrap_or(usize::MAX),

@@ -102,6 +102,13 @@ pub fn describe(message: &Message) -> Option<String> {
             short(&m.commit_sha),
             if m.healthy { "" } else { " (unhealthy)" }
         ),
+        Message::Probe(m) => format!(
+            "probe {} #{}{}",
+            m.group,
+            m.sequence,
+            if m.echo { "" } else { " (no echo)" }
+        ),
+        Message::ProbeEchoed(m) => format!("probe {} #{}", m.group, m.sequence),
     };
     Some(text)
 }

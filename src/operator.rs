@@ -14,6 +14,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::claim_check::ClaimCheck;
 use crate::host::with_attempt;
 use crate::store::{
     DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry,
@@ -110,6 +111,7 @@ pub struct Operator {
     store: Arc<dyn Store>,
     topology: Topology,
     identity: String,
+    claim_check: Option<ClaimCheck>,
 }
 
 impl Operator {
@@ -120,7 +122,14 @@ impl Operator {
             store,
             topology: Topology::from_routing(),
             identity: identity.into(),
+            claim_check: None,
         }
+    }
+
+    /// Moves payloads over the threshold to the blob store before sending.
+    pub fn with_claim_check(mut self, claim_check: ClaimCheck) -> Self {
+        self.claim_check = Some(claim_check);
+        self
     }
 
     /// Validates a payload against its contract and sends it as a new
@@ -146,13 +155,20 @@ impl Operator {
         let source = format!("cli:{}", self.identity);
         let mut envelope = Envelope::new(&message, correlation_id, tenant, &source);
         envelope.traceparent = Some(telemetry::new_traceparent());
+        let body = match &self.claim_check {
+            Some(claim_check) => claim_check
+                .offload(envelope.to_vec())
+                .await
+                .map_err(|err| OperatorError::Invalid(format!("claim check: {err}")))?,
+            None => envelope.to_vec(),
+        };
         self.transport
             .send(vec![OutboundMessage {
                 destination: destination.clone(),
                 broker_message_id: envelope.message_id.to_string(),
                 message_type: Some(envelope.message_type.clone()),
                 correlation_id: Some(correlation_id.to_string()),
-                body: envelope.to_vec(),
+                body,
                 scheduled_at: None,
             }])
             .await?;

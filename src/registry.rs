@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use bosun_consumers::Consumer;
 use bosun_consumers::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
+use bosun_consumers::blob::{
+    AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, EntraIdCredential,
+};
 use bosun_consumers::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::build_ingestion::{self, BuildIngestion};
 use bosun_consumers::commit::{self, Commit};
@@ -23,15 +26,16 @@ use bosun_consumers::package_publishing::azure::AzureArtifactsConfig;
 use bosun_consumers::package_publishing::{self, PackagePublishing};
 use bosun_consumers::pipeline_generation::{self, PipelineGeneration};
 use bosun_consumers::pipeline_monitor::{self, PipelineMonitor};
+use bosun_consumers::probe::{self, ProbeConsumer};
 use bosun_consumers::pull_request::{self, PullRequests};
 use bosun_consumers::release_orchestration::{self, ReleaseOrchestration};
 use bosun_consumers::repository_provisioning::{self, RepositoryProvisioning};
 use bosun_sagas::gitops::GitOpsSaga;
 use bosun_sagas::release::{ReleasePolicy, ReleaseSaga};
 
-use crate::config::{AcrCredential, AdapterKind, AzureDevOpsSettings, Settings};
+use crate::config::{AcrCredential, AdapterKind, AzureDevOpsSettings, BlobAuth, BlobBackend, Settings};
 
-/// Every consumer, in the order of the delivery.
+/// Every consumer, in the order of the delivery, then the built-in probe.
 pub const AVAILABLE: &[&str] = &[
     repository_provisioning::NAME,
     commit::NAME,
@@ -44,6 +48,7 @@ pub const AVAILABLE: &[&str] = &[
     release_orchestration::NAME,
     iac_provisioning::NAME,
     gitops_sync::NAME,
+    probe::NAME,
 ];
 
 /// Why consumers could not be built.
@@ -118,6 +123,47 @@ pub fn gitops_saga(settings: &Settings) -> GitOpsSaga {
     GitOpsSaga::new().with_reconcile_backoff(settings.delivery.reconcile, settings.delivery.reconcile_max)
 }
 
+/// The blob store the settings choose: the filesystem under the data
+/// directory, or Azure Blob Storage.
+pub fn blob_store(settings: &Settings) -> Result<Arc<dyn BlobStore>, RegistryError> {
+    let azure = |result: Result<AzureBlobStore, _>| -> Result<Arc<dyn BlobStore>, RegistryError> {
+        result
+            .map(|store| Arc::new(store) as Arc<dyn BlobStore>)
+            .map_err(|err: AzureBlobConfigError| RegistryError::Adapter {
+                consumer: "blob store",
+                reason: err.to_string(),
+            })
+    };
+    match &settings.blob {
+        BlobBackend::Filesystem => Ok(Arc::new(FilesystemBlobStore::new(settings.blob_root()))),
+        BlobBackend::AzureConnectionString(connection) => {
+            let blob_settings = AzureBlobSettings::from_connection_string(connection.expose()).map_err(|err| {
+                RegistryError::Adapter {
+                    consumer: "blob store",
+                    reason: err.to_string(),
+                }
+            })?;
+            azure(AzureBlobStore::new(blob_settings))
+        }
+        BlobBackend::Azure { url, auth } => {
+            let auth = match auth {
+                BlobAuth::SharedKey { account, key } => AzureBlobAuth::SharedKey {
+                    account: account.clone(),
+                    key: key.expose().to_owned(),
+                },
+                BlobAuth::Sas(sas) => AzureBlobAuth::Sas(sas.expose().to_owned()),
+                BlobAuth::EntraDefault => AzureBlobAuth::EntraId(EntraIdCredential::Default),
+                BlobAuth::WorkloadIdentity => AzureBlobAuth::EntraId(EntraIdCredential::WorkloadIdentity),
+                BlobAuth::ManagedIdentity { client_id } => AzureBlobAuth::EntraId(EntraIdCredential::ManagedIdentity {
+                    client_id: client_id.clone(),
+                }),
+                BlobAuth::AzureCli => AzureBlobAuth::EntraId(EntraIdCredential::DeveloperTools),
+            };
+            azure(AzureBlobStore::new(AzureBlobSettings::new(url.clone(), auth)))
+        }
+    }
+}
+
 /// What the local adapters share: one Git host, one blob store, one
 /// pipeline runner.
 struct Shared {
@@ -127,22 +173,22 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(settings: &Settings) -> Self {
+    fn new(settings: &Settings) -> Result<Self, RegistryError> {
         let git = Arc::new(LocalGitHost::new(settings.git_root()));
-        let blobs: Arc<dyn BlobStore> = Arc::new(FilesystemBlobStore::new(settings.blob_root()));
+        let blobs = blob_store(settings)?;
         let pipelines = Arc::new(LocalPipelines::with_host(
             settings.data_dir.join("pipelines"),
             Arc::clone(&git),
             Arc::clone(&blobs),
             RunnerSettings::default(),
         ));
-        Self { git, blobs, pipelines }
+        Ok(Self { git, blobs, pipelines })
     }
 }
 
 /// Builds one consumer by name.
 pub fn build_one(name: &str, settings: &Settings) -> Result<Arc<dyn Consumer>, RegistryError> {
-    build_with(name, settings, &Shared::new(settings))
+    build_with(name, settings, &Shared::new(settings)?)
 }
 
 fn build_with(name: &str, settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
@@ -285,6 +331,7 @@ fn build_with(name: &str, settings: &Settings, shared: &Shared) -> Result<Arc<dy
                 delivery.reconcile_max,
             ))
         }
+        (probe::NAME, _) => Arc::new(ProbeConsumer::new()),
         (other, _) => return Err(RegistryError::NotAvailable(other.to_owned())),
     };
     Ok(consumer)
@@ -296,7 +343,7 @@ pub fn build(settings: &Settings) -> Result<Vec<Arc<dyn Consumer>>, RegistryErro
         Some(names) => names.clone(),
         None => AVAILABLE.iter().map(|n| (*n).to_owned()).collect(),
     };
-    let shared = Shared::new(settings);
+    let shared = Shared::new(settings)?;
     names.iter().map(|name| build_with(name, settings, &shared)).collect()
 }
 

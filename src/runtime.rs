@@ -4,13 +4,16 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::config::{Settings, TransportKind};
 use crate::host::{Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::registry;
+use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError};
 use crate::transport::embedded::EmbeddedTransport;
+use crate::transport::postgres::PostgresTransport;
 use crate::transport::{Topology, Transport, TransportError};
 
 /// Errors while starting.
@@ -36,6 +39,9 @@ pub enum StartError {
     /// The host failed.
     #[error(transparent)]
     Host(#[from] HostError),
+    /// Settings that do not fit together.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// The transport and store chosen by the settings.
@@ -45,6 +51,8 @@ pub struct Backends {
     pub transport: Arc<dyn Transport>,
     /// The store.
     pub store: Arc<dyn Store>,
+    /// The blob store and when payloads go there.
+    pub claim_check: ClaimCheck,
 }
 
 impl Backends {
@@ -55,20 +63,59 @@ impl Backends {
             path: settings.data_dir.clone(),
             source,
         })?;
-        let transport: Arc<dyn Transport> = match settings.transport {
-            TransportKind::Embedded => Arc::new(EmbeddedTransport::open(
-                &settings.transport_path(),
-                settings.max_delivery_count,
-            )?),
-        };
+        let (transport, store): (Arc<dyn Transport>, Arc<dyn Store>) =
+            match (settings.transport, &settings.database_url) {
+                (TransportKind::Embedded, None) => (
+                    Arc::new(EmbeddedTransport::open(
+                        &settings.transport_path(),
+                        settings.max_delivery_count,
+                    )?),
+                    Arc::new(SqliteStore::open(&settings.store_path())?),
+                ),
+                (TransportKind::Embedded, Some(url)) => {
+                    let store = PostgresStore::connect(url.expose()).await?;
+                    store.check_schema().await?;
+                    (
+                        Arc::new(EmbeddedTransport::open(
+                            &settings.transport_path(),
+                            settings.max_delivery_count,
+                        )?),
+                        Arc::new(store),
+                    )
+                }
+                (TransportKind::Postgres, Some(url)) => {
+                    let transport = PostgresTransport::connect(url.expose(), settings.max_delivery_count).await?;
+                    transport.check_schema().await?;
+                    transport.start_listening().await?;
+                    // One database: a handled message's state, its outgoing
+                    // messages and its completion commit in one transaction.
+                    let store = PostgresStore::with_transport(&transport);
+                    (Arc::new(transport), Arc::new(store))
+                }
+                (TransportKind::Postgres, None) => {
+                    return Err(StartError::Config(
+                        "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
+                    ));
+                }
+            };
         transport.ensure_topology(&Topology::from_routing()).await?;
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&settings.store_path())?);
-        Ok(Self { transport, store })
+        let claim_check = ClaimCheck {
+            store: registry::blob_store(settings)?,
+            settings: ClaimCheckSettings {
+                threshold_bytes: settings.claim_check_bytes,
+            },
+        };
+        Ok(Self {
+            transport,
+            store,
+            claim_check,
+        })
     }
 
     /// Operator actions over these backends.
     pub fn operator(&self, identity: &str) -> Operator {
         Operator::new(Arc::clone(&self.transport), Arc::clone(&self.store), identity)
+            .with_claim_check(self.claim_check.clone())
     }
 }
 
@@ -79,14 +126,17 @@ pub async fn serve(settings: &Settings, backends: &Backends, shutdown: Cancellat
     tracing::info!(
         consumers = ?names,
         data_dir = %settings.data_dir.display(),
-        "bosun serving on the embedded transport"
+        transport = ?settings.transport,
+        postgres_store = settings.database_url.is_some(),
+        "bosun serving"
     );
     let host = Host::new(
         Arc::clone(&backends.transport),
         Arc::clone(&backends.store),
         consumers,
         HostOptions::from_settings(settings),
-    );
+    )
+    .with_claim_check(backends.claim_check.clone());
     host.run(shutdown).await?;
     Ok(())
 }

@@ -18,8 +18,8 @@
 //! - [`local_pipeline`] — the embedded pipeline runner: runs a generated
 //!   Azure Pipelines YAML's steps in a checkout, like a CI agent.
 //!
-//! `release_orchestration` has no port and no adapters: it runs the pure
-//! release saga and talks to no outside service.
+//! `release_orchestration` and `probe` (a built-in canary) have no port and
+//! no adapters: they run pure sagas and talk to no outside service.
 //!
 //! A handler receives one decoded message and returns the messages it wants
 //! sent ([`Outcome`]); it never touches the broker or the stores. The runtime
@@ -43,6 +43,7 @@ pub mod local_pipeline;
 pub mod package_publishing;
 pub mod pipeline_generation;
 pub mod pipeline_monitor;
+pub mod probe;
 pub mod pull_request;
 pub mod release_orchestration;
 pub mod repository_provisioning;

@@ -25,6 +25,7 @@ pub mod gitops;
 pub mod infrastructure;
 pub mod module;
 pub mod pipeline;
+pub mod probe;
 pub mod pull_request;
 pub mod release;
 pub mod repository;
@@ -37,6 +38,7 @@ pub use gitops::*;
 pub use infrastructure::*;
 pub use module::*;
 pub use pipeline::*;
+pub use probe::*;
 pub use pull_request::*;
 pub use release::*;
 pub use repository::*;
@@ -156,6 +158,8 @@ catalogue! {
     Event DeploymentPromoted version 1: "A release is the desired state of an environment: a commit in the environment repository, after an approval.";
     Command ReconcileEnvironment version 1: "Reconcile an environment with its desired state in Git.";
     Event GitOpsSynced version 1: "An environment matches its desired state at a commit of the environment repository.";
+    Command Probe version 1: "Check the runtime end to end with a synthetic message (a canary); no outside service is touched.";
+    Event ProbeEchoed version 1: "A probe went through its first hop; the probe consumer tallies it in a saga keyed by group.";
 }
 
 impl Message {

@@ -47,7 +47,8 @@ impl ConsumerRoute {
     }
 }
 
-/// The eleven consumers and what each receives.
+/// The eleven delivery consumers and the `probe` consumer (a built-in
+/// canary), and what each receives.
 pub const CONSUMERS: &[ConsumerRoute] = &[
     ConsumerRoute {
         name: "repository-provisioning",
@@ -109,6 +110,11 @@ pub const CONSUMERS: &[ConsumerRoute] = &[
         name: "package-publishing",
         commands: &[],
         events: &["BuildCompleted"],
+    },
+    ConsumerRoute {
+        name: "probe",
+        commands: &["Probe"],
+        events: &["ProbeEchoed"],
     },
 ];
 
@@ -191,12 +197,12 @@ mod tests {
     use crate::messages::CATALOGUE;
 
     #[test]
-    fn there_are_eleven_consumers_with_unique_names() {
+    fn there_are_eleven_delivery_consumers_and_the_probe_with_unique_names() {
         let mut names: Vec<_> = CONSUMERS.iter().map(|c| c.name).collect();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), 12);
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), 12);
     }
 
     #[test]

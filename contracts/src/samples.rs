@@ -75,7 +75,27 @@ pub fn samples() -> Vec<Message> {
         deployment_promoted().into(),
         reconcile_environment().into(),
         gitops_synced().into(),
+        probe().into(),
+        probe_echoed().into(),
     ]
+}
+
+/// `Probe`.
+pub fn probe() -> Probe {
+    Probe {
+        group: "canary".to_owned(),
+        sequence: 7,
+        echo: true,
+        work_ms: 0,
+    }
+}
+
+/// `ProbeEchoed`.
+pub fn probe_echoed() -> ProbeEchoed {
+    ProbeEchoed {
+        group: "canary".to_owned(),
+        sequence: 7,
+    }
 }
 
 /// The sample of one message type, if the catalogue has it.

@@ -20,17 +20,20 @@ pub enum SagaKind {
     Release,
     /// The GitOps saga, keyed by `environment`.
     Gitops,
+    /// The probe tally, keyed by probe group (a built-in canary).
+    Probe,
 }
 
 impl SagaKind {
     /// Every kind.
-    pub const ALL: [SagaKind; 2] = [SagaKind::Release, SagaKind::Gitops];
+    pub const ALL: [SagaKind; 3] = [SagaKind::Release, SagaKind::Gitops, SagaKind::Probe];
 
     /// `release` or `gitops`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Release => "release",
             Self::Gitops => "gitops",
+            Self::Probe => "probe",
         }
     }
 
@@ -95,7 +98,7 @@ pub trait StateMachine {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SagaError {
     /// A saga kind name that is neither `release` nor `gitops`.
-    #[error("unknown saga kind `{0}` (expected release or gitops)")]
+    #[error("unknown saga kind `{0}` (expected release, gitops or probe)")]
     UnknownKind(String),
     /// A message the saga cannot accept in its current state.
     #[error("saga rejected `{message_type}`: {reason}")]

@@ -62,6 +62,39 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure the runtime: messages per second and p50/p99 latencies of a
+    /// no-op consumer and a saga consumer, per backend and number of
+    /// concurrent handlers, printed as a table.
+    Bench {
+        /// Messages per run.
+        #[arg(long, default_value_t = 2000)]
+        messages: usize,
+        /// Concurrent handlers to try (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        concurrency: Vec<usize>,
+        /// Workloads (comma-separated: noop, saga).
+        #[arg(long, value_delimiter = ',', default_value = "noop,saga")]
+        scenarios: Vec<String>,
+        /// Give up on one run after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// Also measure on PostgreSQL (a fresh schema per run, dropped after).
+        #[arg(long, value_name = "URL")]
+        database_url: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or upgrade bosun's PostgreSQL schema (safe to run
+    /// concurrently and repeatedly).
+    Migrate {
+        /// The database (default: BOSUN_DATABASE_URL).
+        #[arg(long, value_name = "URL")]
+        database_url: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Fire a command (or event): validate the payload and send it.
     Send {
         /// Message type, e.g. ProvisionRepository.
@@ -305,9 +338,27 @@ pub async fn run(cli: Cli) -> Result<()> {
     {
         return demo(settings, explicit_data_dir, failing_test, keep, timeout, json).await;
     }
+    if let Command::Bench {
+        messages,
+        concurrency,
+        scenarios,
+        timeout,
+        database_url,
+        json,
+    } = cli.command
+    {
+        let plan = BenchArgs {
+            messages,
+            concurrency,
+            scenarios,
+            timeout,
+            database_url,
+        };
+        return bench(settings, plan, json).await;
+    }
     telemetry::init(settings.log_format);
     match cli.command {
-        Command::Demo { .. } => unreachable!("handled above"),
+        Command::Demo { .. } | Command::Bench { .. } => unreachable!("handled above"),
         Command::Serve { consumers } => {
             if let Some(list) = consumers {
                 settings.consumers = Some(parse_consumer_list(&list)?);
@@ -384,6 +435,9 @@ pub async fn run(cli: Cli) -> Result<()> {
                         bosun_sagas::SagaKind::Gitops => {
                             bosun_sagas::StateMachine::diagram(&bosun::registry::gitops_saga(&settings))
                         }
+                        bosun_sagas::SagaKind::Probe => "stateDiagram-v2\n    [*] --> Counting : ProbeEchoed\n    \
+                                                         Counting --> Counting : ProbeEchoed (count + 1)\n"
+                            .to_owned(),
                     };
                     print!("{diagram}");
                 }
@@ -398,6 +452,23 @@ pub async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
+        Command::Migrate { database_url, json } => {
+            let url = database_url
+                .or_else(|| settings.database_url.as_ref().map(|url| url.expose().to_owned()))
+                .context("no database: pass --database-url or set BOSUN_DATABASE_URL")?;
+            let database = bosun::postgres::PostgresDatabase::connect(&url).await?;
+            let report = database.migrate().await?;
+            if json {
+                print_json(&serde_json::json!({"applied": report.applied, "version": report.version}))?;
+            } else if report.applied.is_empty() {
+                println!("schema already at version {}", report.version);
+            } else {
+                println!(
+                    "applied migrations {:?}; schema at version {}",
+                    report.applied, report.version
+                );
+            }
+        }
         Command::Schema {
             command: SchemaCommand::Export { dir },
         } => {
@@ -408,6 +479,68 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             println!("wrote {} schema files to {}", files.len(), dir.display());
         }
+    }
+    Ok(())
+}
+
+struct BenchArgs {
+    messages: usize,
+    concurrency: Vec<usize>,
+    scenarios: Vec<String>,
+    timeout: u64,
+    database_url: Option<String>,
+}
+
+async fn bench(settings: Settings, args: BenchArgs, json: bool) -> Result<()> {
+    use bosun::bench::Scenario;
+    let BenchArgs {
+        messages,
+        concurrency,
+        scenarios,
+        timeout,
+        database_url,
+    } = args;
+    telemetry::init_with_filter(settings.log_format, "error");
+    let scenarios = scenarios
+        .iter()
+        .map(|name| match name.as_str() {
+            "noop" => Ok(Scenario::Noop),
+            "saga" => Ok(Scenario::Saga),
+            other => bail!("--scenarios: `{other}` is not noop or saga"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if messages == 0 || concurrency.contains(&0) {
+        bail!("--messages and --concurrency must be more than 0");
+    }
+    let scratch = tempfile::Builder::new().prefix("bosun-bench-").tempdir()?;
+    eprintln!(
+        "bosun bench: {messages} messages per run, handlers {concurrency:?}, scenarios {:?}",
+        scenarios.iter().map(|s| s.as_str()).collect::<Vec<_>>()
+    );
+
+    let plan = bosun::bench::BenchPlan {
+        scenarios,
+        concurrency,
+        messages,
+        timeout: Duration::from_secs(timeout),
+    };
+    let done = |row: &bosun::bench::BenchRow| {
+        eprintln!(
+            "  done: {:.0} msg/s, processing p50 {:.2} ms p99 {:.2} ms",
+            row.per_second, row.processing_p50_ms, row.processing_p99_ms
+        )
+    };
+    let start = |backend: &str, scenario: Scenario, handlers: usize| {
+        eprintln!("running {backend} {} with {handlers} handlers ...", scenario.as_str())
+    };
+    let mut rows = bosun::bench::run_embedded(scratch.path(), &settings, &plan, done, start).await?;
+    if let Some(url) = &database_url {
+        rows.extend(bosun::bench::run_postgres(url, &settings, &plan, done, start).await?);
+    }
+    if json {
+        print_json(&rows)?;
+    } else {
+        print!("{}", bosun::bench::table(&rows));
     }
     Ok(())
 }

@@ -161,7 +161,8 @@ pub async fn run(
         Arc::clone(&backends.store),
         consumers,
         HostOptions::from_settings(settings),
-    );
+    )
+    .with_claim_check(backends.claim_check.clone());
     let token = shutdown.clone();
     let running = tokio::spawn(async move { host.run(token).await });
     let operator = backends.operator("demo");

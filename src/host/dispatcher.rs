@@ -77,6 +77,16 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, String> {
     if runtime.frozen.load(Ordering::SeqCst) {
         return Ok(0);
     }
+    // Payloads over the claim-check threshold go to the blob store first;
+    // the outbox keeps the whole message, so a redispatch writes the same
+    // blob again (idempotent).
+    let mut pending = pending;
+    if let Some(claim_check) = &runtime.claim_check {
+        for entry in &mut pending {
+            let body = std::mem::take(&mut entry.message.body);
+            entry.message.body = claim_check.offload(body).await.map_err(|err| err.to_string())?;
+        }
+    }
     let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
     let messages = pending.iter().map(|p| p.message.clone()).collect();
     if let Err(batch_err) = runtime.transport.send(messages).await {

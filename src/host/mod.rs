@@ -33,7 +33,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 use uuid::Uuid;
 
+use crate::claim_check::{self, ClaimCheck};
 use crate::config::{Failpoint, Settings};
+use crate::metrics::{Event, Metrics};
 use crate::store::{
     AttemptRecord, CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, Store, StoreError,
     TimelineEntry, TimelineStatus,
@@ -107,6 +109,10 @@ pub(crate) struct Runtime {
     pub(crate) outbox_ready: Notify,
     /// Set when a failpoint halted the process: nothing more is sent.
     pub(crate) frozen: AtomicBool,
+    /// Counters and latencies.
+    pub(crate) metrics: Arc<Metrics>,
+    /// Large payloads: offloaded before sending, resolved after receiving.
+    pub(crate) claim_check: Option<ClaimCheck>,
 }
 
 /// Runs consumers against a transport and a store.
@@ -130,9 +136,25 @@ impl Host {
                 options,
                 outbox_ready: Notify::new(),
                 frozen: AtomicBool::new(false),
+                metrics: Arc::new(Metrics::new()),
+                claim_check: None,
             }),
             consumers,
         }
+    }
+
+    /// Moves payloads over the threshold to the blob store before sending
+    /// and resolves them after receiving (claim check).
+    pub fn with_claim_check(mut self, claim_check: ClaimCheck) -> Self {
+        if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
+            runtime.claim_check = Some(claim_check);
+        }
+        self
+    }
+
+    /// The host's metrics (shared; read them while it runs).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.runtime.metrics)
     }
 
     /// Runs until `shutdown` is cancelled, then drains: in-flight handlers
@@ -317,9 +339,29 @@ async fn process(
         trace_id = field::Empty,
         attempt = field::Empty,
     );
+    let received_at = std::time::Instant::now();
+    let name = consumer.name();
     async {
         let (envelope, message) = match Envelope::from_slice(&received.body) {
-            Ok(envelope) => {
+            Ok(mut envelope) => {
+                // A claim-checked payload is read back from the blob store
+                // before the message is decoded; consumers never see the
+                // difference. The received bytes (with the reference) are
+                // what retries and dead letters keep.
+                if let Some(claim_check) = &runtime.claim_check
+                    && let Err(err) = claim_check::resolve_envelope(&mut envelope, claim_check.store.as_ref()).await
+                {
+                    if err.is_transient() {
+                        tracing::warn!(error = %err, "blob store unavailable; abandoning for redelivery");
+                        let _ = runtime.transport.abandon(&received.lock).await;
+                        return;
+                    }
+                    let contract = ContractError::InvalidField {
+                        field: claim_check::REFERENCE_FIELD.to_owned(),
+                        reason: err.to_string(),
+                    };
+                    return reject(runtime, consumer, entity, &received, Some(&envelope), &contract).await;
+                }
                 let span = tracing::Span::current();
                 span.record("message_id", field::display(envelope.message_id));
                 span.record("message_type", envelope.message_type.as_str());
@@ -340,6 +382,7 @@ async fn process(
     }
     .instrument(span)
     .await;
+    runtime.metrics.processing_latency(name, received_at.elapsed());
 }
 
 /// Dead-letters a message that cannot be read.
@@ -352,6 +395,7 @@ async fn reject(
     err: &ContractError,
 ) {
     tracing::warn!(reason = err.cause(), error = %err, "message cannot be read; dead-lettering");
+    runtime.metrics.count(consumer.name(), Event::DeadLettered);
     let record = dead_letter_record(
         consumer.name(),
         entity,
@@ -548,6 +592,7 @@ async fn handle(
     match runtime.store.is_handled(name, &message_id).await {
         Ok(true) => {
             tracing::info!("already handled; acknowledging without running the handler again");
+            runtime.metrics.count(name, Event::Duplicate);
             let _ = runtime
                 .store
                 .append_timeline(vec![timeline(envelope, name, TimelineStatus::Duplicate, None)])
@@ -598,6 +643,7 @@ async fn handle(
             () = hard_stop.cancelled() => None,
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        runtime.metrics.handler_latency(name, started.elapsed());
         let Some(result) = result else {
             tracing::warn!("shutdown grace period over; abandoning");
             drop(renewal);
@@ -644,7 +690,23 @@ async fn handle(
         if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
             runtime.frozen.store(true, Ordering::SeqCst);
         }
-        match runtime.store.commit_handled(handled).await {
+        // Where the store and the transport share one database, the commit
+        // also enqueues the outgoing messages and completes this one.
+        let committed = match runtime
+            .store
+            .commit_handled_and_complete(&handled, &received.lock)
+            .await
+        {
+            Ok(Some(outcome)) => Ok((outcome, true)),
+            Ok(None) => runtime
+                .store
+                .commit_handled(handled)
+                .await
+                .map(|outcome| (outcome, false)),
+            Err(err) => Err(err),
+        };
+        let settled = matches!(committed, Ok((_, true)));
+        match committed.map(|(outcome, _)| outcome) {
             Ok(CommitOutcome::Committed) => {
                 if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
                     tracing::error!("failpoint halt-after-state-commit reached; halting");
@@ -652,12 +714,19 @@ async fn handle(
                     std::future::pending::<()>().await;
                 }
                 tracing::info!(elapsed_ms, sends, "finished");
+                runtime.metrics.count(name, Event::Processed);
             }
             Ok(CommitOutcome::AlreadyHandled) => {
                 tracing::info!("another host handled it first; acknowledging");
             }
+            Err(StoreError::LockLost { .. }) => {
+                tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
+                drop(renewal);
+                return;
+            }
             Err(StoreError::SagaConflict { expected, found, .. }) if conflicts < MAX_SAGA_CONFLICTS => {
                 conflicts += 1;
+                runtime.metrics.count(name, Event::SagaConflict);
                 tracing::info!(
                     expected,
                     found,
@@ -675,7 +744,9 @@ async fn handle(
         }
         drop(renewal);
         runtime.outbox_ready.notify_one();
-        settle_complete(runtime, received).await;
+        if !settled {
+            settle_complete(runtime, received).await;
+        }
         return;
     }
 }
@@ -746,6 +817,7 @@ async fn fail(
             .await
         {
             Ok(()) => {
+                runtime.metrics.count(name, Event::Retried);
                 tracing::warn!(error = %err, retry = attempt + 1, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "failed; retry scheduled");
                 runtime.outbox_ready.notify_one();
                 settle_complete(runtime, received).await;
@@ -767,6 +839,7 @@ async fn fail(
     };
     let mut attempts = runtime.store.attempts(name, &message_id).await.unwrap_or_default();
     attempts.push(record);
+    runtime.metrics.count(name, Event::DeadLettered);
     let dead = dead_letter_record(
         name,
         entity,

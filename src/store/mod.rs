@@ -11,6 +11,9 @@
 //! transaction, or not at all.
 //!
 //! - [`sqlite`]: the default, a SQLite file under the data directory.
+//! - [`postgres`]: PostgreSQL, shared by every replica; with the PostgreSQL
+//!   transport on the same database it also settles the received message in
+//!   the same transaction ([`Store::commit_handled_and_complete`]).
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
@@ -19,8 +22,9 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::transport::OutboundMessage;
+use crate::transport::{LockToken, OutboundMessage};
 
+pub mod postgres;
 pub mod sqlite;
 
 /// Store failures.
@@ -46,9 +50,39 @@ pub enum StoreError {
         /// The id.
         id: String,
     },
+    /// The received message's lock was lost before its handling could be
+    /// committed together with its completion: nothing was written, and the
+    /// message will be delivered again.
+    #[error("lock lost on {entity} message {sequence}; nothing was written")]
+    LockLost {
+        /// The entity the message was received from.
+        entity: String,
+        /// The message's sequence number.
+        sequence: i64,
+    },
+    /// The database's schema is not the version this bosun needs.
+    #[error("{}", schema_mismatch_message(*.found, *.expected))]
+    SchemaMismatch {
+        /// The version recorded in the database (0: never migrated).
+        found: i64,
+        /// The version this bosun needs.
+        expected: i64,
+    },
     /// The database failed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+}
+
+/// What to tell an operator whose database is at `found` when `expected` is needed.
+pub(crate) fn schema_mismatch_message(found: i64, expected: i64) -> String {
+    if found < expected {
+        format!("database schema is at version {found}, this bosun needs {expected}; run `bosun migrate`")
+    } else {
+        format!(
+            "database schema is at version {found}, newer than this bosun (which needs {expected}); \
+             run a bosun at least as new as the one that migrated it"
+        )
+    }
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -324,6 +358,22 @@ pub trait Store: Send + Sync {
     /// Writes the idempotency record, the saga state (with its version
     /// check) and the outbox entries of one message in one transaction.
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError>;
+
+    /// Like [`Store::commit_handled`], and in the same transaction completes
+    /// the received message (`lock`) and puts the outgoing messages straight
+    /// on the transport, when this store shares its database with the
+    /// transport. `Ok(None)`: this store cannot (the default); call
+    /// [`Store::commit_handled`] and complete the message on the transport.
+    /// `Ok(Some(_))`: written and settled; do not complete it again.
+    /// [`StoreError::LockLost`]: the lock was lost, nothing was written.
+    async fn commit_handled_and_complete(
+        &self,
+        handled: &HandledMessage,
+        lock: &LockToken,
+    ) -> Result<Option<CommitOutcome>, StoreError> {
+        let _ = (handled, lock);
+        Ok(None)
+    }
 
     // -- retries ------------------------------------------------------------
 

@@ -8,6 +8,8 @@
 //!
 //! - [`memory`]: in-memory, for unit tests.
 //! - [`embedded`]: SQLite, durable across restarts; the default.
+//! - [`postgres`]: PostgreSQL, shared by several bosun processes, woken by
+//!   LISTEN/NOTIFY.
 //!
 //! Entities come from the contracts' routing table ([`topology`]): a queue
 //! per consumer for commands, one events topic with a subscription per
@@ -22,6 +24,7 @@ use uuid::Uuid;
 
 pub mod embedded;
 pub mod memory;
+pub mod postgres;
 pub mod topology;
 
 pub use topology::Topology;

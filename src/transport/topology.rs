@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn every_consumer_has_a_queue_and_event_consumers_a_subscription() {
         let topology = Topology::from_routing();
-        assert_eq!(topology.queues.len(), 11);
+        assert_eq!(topology.queues.len(), 12);
         assert!(
             topology
                 .subscriptions

@@ -1,0 +1,140 @@
+//! [`FilesystemBlobStore`]: the embedded default blob store, one file per
+//! blob under `<root>/<container>/<key>`, written to a temporary file and
+//! renamed so a reader never sees half a blob.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use bosun_contracts::messages::BlobRef;
+
+use super::{BlobError, BlobStore, check_name, reference, verify};
+
+/// Blobs as files under a root directory.
+#[derive(Debug, Clone)]
+pub struct FilesystemBlobStore {
+    root: PathBuf,
+}
+
+impl FilesystemBlobStore {
+    /// A store rooted at `root` (the runtime passes `<data dir>/blobs`).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, container: &str, key: &str) -> Result<PathBuf, BlobError> {
+        check_name(container, key)?;
+        Ok(self.root.join(container).join(key))
+    }
+}
+
+fn unavailable(err: std::io::Error) -> BlobError {
+    BlobError::Unavailable(err.to_string())
+}
+
+#[async_trait]
+impl BlobStore for FilesystemBlobStore {
+    async fn put(
+        &self,
+        container: &str,
+        key: &str,
+        content: Vec<u8>,
+        content_type: &str,
+    ) -> Result<BlobRef, BlobError> {
+        let path = self.path(container, key)?;
+        let reference = reference(container, key, &content, content_type);
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(unavailable)?;
+        }
+        let temporary = path.with_extension(format!("tmp-{}", uuid_like()));
+        tokio::fs::write(&temporary, &content).await.map_err(unavailable)?;
+        tokio::fs::rename(&temporary, &path).await.map_err(unavailable)?;
+        Ok(reference)
+    }
+
+    async fn get(&self, blob: &BlobRef) -> Result<Vec<u8>, BlobError> {
+        let path = self.path(&blob.container, &blob.key)?;
+        let content = match tokio::fs::read(&path).await {
+            Ok(content) => content,
+            // A directory is where keys below it live, not a blob.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound || path.is_dir() => {
+                return Err(BlobError::NotFound {
+                    container: blob.container.clone(),
+                    key: blob.key.clone(),
+                });
+            }
+            Err(err) => return Err(unavailable(err)),
+        };
+        verify(blob, &content)?;
+        Ok(content)
+    }
+
+    async fn exists(&self, container: &str, key: &str) -> Result<bool, BlobError> {
+        let path = self.path(container, key)?;
+        match tokio::fs::metadata(&path).await {
+            Ok(metadata) => Ok(metadata.is_file()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(err) => Err(unavailable(err)),
+        }
+    }
+}
+
+/// A name for a temporary file unique to this process and this write, so
+/// concurrent writers of one key never share a temporary file.
+fn uuid_like() -> String {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{}-{:x}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn blobs_round_trip_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FilesystemBlobStore::new(dir.path());
+        let blob = store
+            .put(
+                "build-logs",
+                "contoso/payments-api/1/log.txt",
+                b"hello".to_vec(),
+                "text/plain",
+            )
+            .await
+            .unwrap();
+        assert_eq!(blob.size_bytes, 5);
+        assert_eq!(
+            blob.sha256,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        assert_eq!(store.get(&blob).await.unwrap(), b"hello");
+        assert!(
+            store
+                .exists("build-logs", "contoso/payments-api/1/log.txt")
+                .await
+                .unwrap()
+        );
+        std::fs::write(dir.path().join("build-logs/contoso/payments-api/1/log.txt"), b"hellO").unwrap();
+        assert!(matches!(store.get(&blob).await, Err(BlobError::Corrupt { .. })));
+        let mut missing = blob.clone();
+        missing.key = "contoso/none.txt".into();
+        assert!(matches!(store.get(&missing).await, Err(BlobError::NotFound { .. })));
+        assert!(matches!(
+            store.put("build-logs", "../escape", vec![], "text/plain").await,
+            Err(BlobError::InvalidName(_))
+        ));
+    }
+}

@@ -1,0 +1,119 @@
+//! The probe consumer: a built-in canary that checks the runtime end to end
+//! without touching any outside service.
+//!
+//! Hop 1: `Probe` (command) — optionally simulates `workMs` of work, then
+//! emits `ProbeEchoed` when `echo` is set. Hop 2: `ProbeEchoed` (event) —
+//! counted in the probe saga keyed by `<tenant>/<group>`. Because the
+//! runtime handles each message once (idempotency by messageId) and saves
+//! sagas with optimistic concurrency, a group's `count` equals the number
+//! of distinct echoes sent: operators use it as a canary
+//! (`bosun send Probe --payload '{"group":"canary"}'`, then
+//! `bosun sagas show probe <tenant>/canary`), and the scale test and
+//! `bosun bench` use it to load the runtime.
+//!
+//! Like release-orchestration it has no port and no adapters: there is no
+//! outside service to talk to.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::messages::ProbeEchoed;
+use bosun_contracts::{ConsumerName, Envelope, Message};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
+
+#[cfg(test)]
+mod tests;
+
+/// The consumer's name: its queue and subscription.
+pub const NAME: ConsumerName = "probe";
+
+/// The saga kind of the tally.
+pub const SAGA_KIND: &str = "probe";
+
+/// A probe group's tally.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProbeTally {
+    /// Echoes counted.
+    pub count: u64,
+    /// Highest sequence number seen.
+    pub highest_sequence: u64,
+    /// When the first echo was counted.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub first_at: Option<OffsetDateTime>,
+    /// When the last echo was counted.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_at: Option<OffsetDateTime>,
+}
+
+/// The probe consumer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProbeConsumer;
+
+impl ProbeConsumer {
+    /// The consumer.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+#[async_trait]
+impl Consumer for ProbeConsumer {
+    fn name(&self) -> ConsumerName {
+        NAME
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::exponential(5)
+    }
+
+    fn saga_of(&self, envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
+        match message {
+            Message::ProbeEchoed(echo) => Some((SAGA_KIND, format!("{}/{}", envelope.tenant_id, echo.group))),
+            _ => None,
+        }
+    }
+
+    async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
+        match inbound.message {
+            Message::Probe(probe) => {
+                if probe.work_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(u64::from(probe.work_ms))).await;
+                }
+                if !probe.echo {
+                    return Ok(Outcome::default());
+                }
+                Ok(Outcome::send([Message::ProbeEchoed(ProbeEchoed {
+                    group: probe.group.clone(),
+                    sequence: probe.sequence,
+                })]))
+            }
+            Message::ProbeEchoed(echo) => {
+                let saga = inbound
+                    .saga
+                    .ok_or_else(|| HandlerError::permanent("no probe saga was loaded for the echo"))?;
+                let mut tally: ProbeTally = if saga.state.is_null() {
+                    ProbeTally::default()
+                } else {
+                    serde_json::from_value(saga.state.clone()).map_err(|err| {
+                        HandlerError::permanent(format!("probe saga {}: stored state cannot be read: {err}", saga.key))
+                    })?
+                };
+                let at = inbound.envelope.occurred_at;
+                tally.count += 1;
+                tally.highest_sequence = tally.highest_sequence.max(echo.sequence);
+                tally.first_at = Some(tally.first_at.map_or(at, |first| first.min(at)));
+                tally.last_at = Some(tally.last_at.map_or(at, |last| last.max(at)));
+                let state = serde_json::to_value(&tally).map_err(HandlerError::permanent)?;
+                Ok(Outcome {
+                    messages: Vec::new(),
+                    saga_state: Some(state),
+                })
+            }
+            other => Err(UnexpectedMessage::handler_error(NAME, other)),
+        }
+    }
+}

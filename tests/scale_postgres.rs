@@ -1,0 +1,167 @@
+//! Scale on PostgreSQL: three `bosun serve` processes share one database;
+//! 10,000 probes go through a two-hop flow with a saga (Probe -> ProbeEchoed
+//! -> a tally saga per group); one process is killed with SIGKILL midway.
+//! Every message is handled once, no saga update is lost, nothing is left
+//! in flight.
+
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use bosun::config::{Secret, Settings, TransportKind};
+use bosun::runtime::Backends;
+use bosun_contracts::messages::Probe;
+use bosun_contracts::routing::destination_of;
+use bosun_contracts::{Envelope, Message};
+use common::{Server, eventually, run};
+use uuid::Uuid;
+
+const MESSAGES: u64 = 10_000;
+const GROUPS: u64 = 50;
+
+fn database_url() -> Option<String> {
+    let url = std::env::var("BOSUN_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let reachable =
+        std::net::TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2)).is_ok();
+    if reachable {
+        return Some(url);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("PostgreSQL is not reachable on 127.0.0.1:5432 and CI=true: this test must run in CI");
+    }
+    eprintln!("skipping: PostgreSQL is not reachable on 127.0.0.1:5432 (set up PostgreSQL to run this test)");
+    None
+}
+
+#[test]
+fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
+    let Some(base_url) = database_url() else { return };
+    // One runtime for the whole test: the connection pool lives in it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let schema = format!("bosun_scale_{}", Uuid::now_v7().simple());
+    let separator = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
+    runtime
+        .block_on(bosun::postgres::create_schema(&base_url, &schema))
+        .expect("create a fresh schema");
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    run(data, &["migrate", "--database-url", &url]);
+    let env = [
+        ("BOSUN_DATABASE_URL", url.as_str()),
+        ("BOSUN_TRANSPORT", "postgres"),
+        ("BOSUN_CONCURRENCY", "16"),
+        ("BOSUN_LOCK_DURATION_MS", "3000"),
+    ];
+    let args = ["--consumers", "probe"];
+    let mut servers: Vec<Server> = (0..3).map(|_| Server::start(data, &env, &args)).collect();
+    for server in &mut servers {
+        server.wait_for_line("receiving", Duration::from_secs(60));
+    }
+
+    let mut settings = Settings::with_data_dir(data);
+    settings.database_url = Some(Secret::new(url.clone()));
+    settings.transport = TransportKind::Postgres;
+    let backends = runtime.block_on(Backends::open(&settings)).expect("backends");
+    let destination = destination_of("Probe").unwrap();
+    let correlation = Uuid::now_v7();
+    runtime.block_on(async {
+        let mut batch = Vec::new();
+        for sequence in 0..MESSAGES {
+            let message = Message::Probe(Probe {
+                group: format!("g{}", sequence % GROUPS),
+                sequence,
+                echo: true,
+                work_ms: 0,
+            });
+            let envelope = Envelope::new(&message, correlation, "scale", "test");
+            batch.push(bosun::transport::OutboundMessage {
+                destination: destination.clone(),
+                broker_message_id: envelope.message_id.to_string(),
+                message_type: Some("Probe".into()),
+                correlation_id: Some(correlation.to_string()),
+                body: envelope.to_vec(),
+                scheduled_at: None,
+            });
+            if batch.len() == 500 {
+                backends.transport.send(std::mem::take(&mut batch)).await.unwrap();
+            }
+        }
+        backends.transport.send(batch).await.unwrap();
+    });
+    eprintln!("sent {MESSAGES} probes");
+
+    let counted = || -> u64 {
+        runtime
+            .block_on(backends.store.list_sagas(Some("probe")))
+            .unwrap()
+            .iter()
+            .map(|saga| saga.state["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    eventually("a third of the probes are counted", Duration::from_secs(300), || {
+        let n = counted();
+        eprintln!("counted {n}/{MESSAGES}");
+        (n >= MESSAGES / 3).then_some(())
+    });
+    servers.remove(0).kill();
+    eprintln!("killed one host with SIGKILL");
+
+    eventually("every probe is counted", Duration::from_secs(600), || {
+        let n = counted();
+        eprintln!("counted {n}/{MESSAGES}");
+        (n >= MESSAGES).then_some(())
+    });
+    let probe_queue = bosun_contracts::Destination::Queue("probe".into());
+    let probe_subscription = bosun_contracts::routing::consumer("probe").unwrap().subscription();
+    eventually("nothing is left in flight", Duration::from_secs(60), || {
+        let queued = runtime.block_on(backends.transport.depth(&probe_queue)).unwrap();
+        let echoes = runtime.block_on(backends.transport.depth(&probe_subscription)).unwrap();
+        (queued == 0 && echoes == 0).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    for server in servers {
+        server.terminate();
+    }
+
+    let sagas = runtime.block_on(backends.store.list_sagas(Some("probe"))).unwrap();
+    assert_eq!(sagas.len() as u64, GROUPS);
+    for saga in &sagas {
+        assert_eq!(
+            saga.state["count"],
+            MESSAGES / GROUPS,
+            "{} lost or doubled an update: {}",
+            saga.key,
+            saga.state
+        );
+        assert_eq!(
+            saga.version as u64,
+            MESSAGES / GROUPS,
+            "{}: one saga version per echo",
+            saga.key
+        );
+    }
+    assert_eq!(counted(), MESSAGES, "every probe counted exactly once");
+    assert_eq!(
+        runtime.block_on(backends.store.outbox_backlog()).unwrap(),
+        0,
+        "nothing left in the outbox"
+    );
+    let dead = runtime
+        .block_on(backends.store.dead_letters(&Default::default()))
+        .unwrap();
+    assert!(dead.is_empty(), "{} dead letters", dead.len());
+    runtime
+        .block_on(bosun::postgres::drop_schema(&base_url, &schema))
+        .expect("drop the schema");
+}
