@@ -272,12 +272,24 @@ pub async fn run_postgres(
             let separator = if url.contains('?') { '&' } else { '?' };
             let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
             let result = async {
-                crate::postgres::PostgresDatabase::connect(&scoped).await?.migrate().await?;
+                crate::postgres::PostgresDatabase::connect(&scoped)
+                    .await?
+                    .migrate()
+                    .await?;
                 let mut settings = base.clone();
                 settings.database_url = Some(crate::config::Secret::new(scoped.clone()));
                 settings.transport = crate::config::TransportKind::Postgres;
                 let backends = Backends::open(&settings).await?;
-                run_one("postgres", &backends, &settings, scenario, handlers, plan.messages, plan.timeout).await
+                run_one(
+                    "postgres",
+                    &backends,
+                    &settings,
+                    scenario,
+                    handlers,
+                    plan.messages,
+                    plan.timeout,
+                )
+                .await
             }
             .await;
             crate::postgres::drop_schema(url, &schema).await?;
