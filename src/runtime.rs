@@ -85,11 +85,11 @@ impl Backends {
                 }
                 (TransportKind::Postgres, Some(url)) => {
                     let transport = PostgresTransport::connect(url.expose(), settings.max_delivery_count).await?;
-                    transport.check_schema().await?;
-                    transport.start_listening().await?;
                     // One database: a handled message's state, its outgoing
                     // messages and its completion commit in one transaction.
                     let store = PostgresStore::with_transport(&transport);
+                    store.check_schema().await?;
+                    transport.start_listening().await?;
                     (Arc::new(transport), Arc::new(store))
                 }
                 (TransportKind::Postgres, None) => {

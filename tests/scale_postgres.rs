@@ -165,3 +165,35 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
         .block_on(bosun::postgres::drop_schema(&base_url, &schema))
         .expect("drop the schema");
 }
+
+#[test]
+fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
+    let Some(base_url) = database_url() else { return };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let schema = format!("bosun_unmigrated_{}", Uuid::now_v7().simple());
+    let separator = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
+    runtime
+        .block_on(bosun::postgres::create_schema(&base_url, &schema))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let output = common::bosun(dir.path())
+        .args(["serve", "--consumers", "probe"])
+        .env("BOSUN_DATABASE_URL", &url)
+        .env("BOSUN_TRANSPORT", "postgres")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve started on an unmigrated database");
+    assert!(stderr.contains("bosun migrate"), "{stderr}");
+    run(dir.path(), &["migrate", "--database-url", &url]);
+    let again = run(dir.path(), &["migrate", "--database-url", &url]);
+    assert!(again.contains("already at version"), "{again}");
+    runtime
+        .block_on(bosun::postgres::drop_schema(&base_url, &schema))
+        .unwrap();
+}
