@@ -130,7 +130,7 @@ struct Harness {
 fn options() -> HostOptions {
     HostOptions {
         concurrency: 4,
-        lock_duration: Duration::from_millis(600),
+        lock_duration: Duration::from_millis(1_200),
         poll_interval: Duration::from_millis(20),
         retry_base_delay: Duration::from_millis(10),
         shutdown_grace: Duration::from_secs(5),
@@ -451,7 +451,7 @@ async fn malformed_messages_are_dead_lettered_with_a_reason_and_the_host_keeps_r
 
 #[tokio::test]
 async fn the_lock_is_renewed_while_a_long_handler_runs() {
-    let consumer = TestConsumer::new(Behaviour::SleepFor(Duration::from_millis(1_500)));
+    let consumer = TestConsumer::new(Behaviour::SleepFor(Duration::from_millis(3_000)));
     let harness = start(consumer.clone(), options()).await;
     harness
         .transport
