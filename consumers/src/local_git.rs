@@ -417,15 +417,34 @@ pub enum RefUpdate {
     Moved,
 }
 
-/// Captured output of one git command.
+/// Captured output of one git command, for commands whose exit code means
+/// something (`merge-base --is-ancestor`, `merge-tree`).
 #[derive(Debug)]
-struct GitOutput {
-    status: std::process::ExitStatus,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+pub struct GitOutput {
+    /// How git exited.
+    pub status: std::process::ExitStatus,
+    /// What it printed.
+    pub stdout: Vec<u8>,
+    /// What it complained about.
+    pub stderr: Vec<u8>,
 }
 
 impl GitOutput {
+    /// The error for a failed `command`, with a bounded stderr excerpt.
+    pub fn error(&self, command: &str) -> LocalGitError {
+        self.failure(command)
+    }
+
+    /// Stdout as trimmed UTF-8 text.
+    pub fn text(&self, command: &str) -> Result<String, LocalGitError> {
+        String::from_utf8(self.stdout.clone())
+            .map(|text| text.trim().to_owned())
+            .map_err(|_| LocalGitError::UnexpectedOutput {
+                command: command.to_owned(),
+                reason: "not UTF-8".to_owned(),
+            })
+    }
+
     fn success(self, command: &str) -> Result<Vec<u8>, LocalGitError> {
         if self.status.success() {
             Ok(self.stdout)
@@ -467,7 +486,11 @@ impl Git {
         }
     }
 
-    async fn output(
+    /// Runs any git command against the repository with bosun's isolation
+    /// (no inherited `GIT_*` variables, no system or global configuration,
+    /// the C locale, literal pathspecs) and returns its output whatever the
+    /// exit code; for adapters that need plumbing beyond this type's methods.
+    pub async fn output(
         &self,
         args: &[&str],
         input: Option<&[u8]>,
@@ -717,7 +740,8 @@ pub struct Identity<'a> {
     pub email: &'a str,
 }
 
-fn check_oid(command: &str, oid: &str) -> Result<(), LocalGitError> {
+/// Checks that git printed a full object id.
+pub(crate) fn check_oid(command: &str, oid: &str) -> Result<(), LocalGitError> {
     if validate::git_sha("oid", oid).is_ok() {
         Ok(())
     } else {

@@ -40,7 +40,6 @@
 use std::ffi::OsStr;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -49,14 +48,12 @@ use bosun_contracts::messages::pull_request::MAX_TITLE_CHARS;
 use bosun_contracts::validate;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use super::port::{CheckStatus, OpenedPullRequest, PolicyCheck, PullRequestError, PullRequestHost, PullRequestSpec};
 use crate::blob::sha256_hex;
 use crate::commit::{DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME};
-use crate::local_git::{LocalGitError, LocalGitHost, LocalRepository, RefUpdate};
+use crate::local_git::{Git, GitOutput, LocalGitError, LocalGitHost, LocalRepository, RefUpdate, check_oid};
 
 /// Folder inside a bare repository holding its pull request records.
 pub const PULL_REQUESTS_DIR: &str = "bosun/pull-requests";
@@ -70,31 +67,6 @@ pub const CHECK_MERGEABLE: &str = "mergeable";
 
 /// Name of the minimum-reviewers check.
 pub const CHECK_MINIMUM_REVIEWERS: &str = "minimum-reviewers";
-
-/// Environment variables that would redirect git away from the repository
-/// we name, removed from every command (as [`crate::local_git`] does).
-const INHERITED_GIT_VARS: &[&str] = &[
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_COMMON_DIR",
-    "GIT_CEILING_DIRECTORIES",
-    "GIT_CONFIG",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT",
-    "GIT_AUTHOR_NAME",
-    "GIT_AUTHOR_EMAIL",
-    "GIT_AUTHOR_DATE",
-    "GIT_COMMITTER_NAME",
-    "GIT_COMMITTER_EMAIL",
-    "GIT_COMMITTER_DATE",
-];
-
-/// Longest stderr excerpt kept in an error.
-const MAX_STDERR: usize = 2000;
 
 /// A pull request of the local Git host, as stored in its record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -829,61 +801,16 @@ enum MergeTree {
     Unrelated,
 }
 
-/// The git commands this adapter needs beyond [`Git`]'s, run with the same
-/// isolation: explicit `GIT_DIR`, no system or global configuration, the C
-/// locale, literal pathspecs.
+/// The git commands this adapter needs beyond [`Git`]'s (merge-tree,
+/// ancestry, two-parent commits), run through [`Git::output`] with the same
+/// isolation.
 struct GitCli {
-    git_dir: PathBuf,
-}
-
-/// Captured output of one git command.
-struct GitOutput {
-    status: std::process::ExitStatus,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-}
-
-impl GitOutput {
-    fn error(&self, command: &str) -> LocalGitError {
-        let stderr = String::from_utf8_lossy(&self.stderr);
-        let mut stderr = stderr.trim().to_owned();
-        if stderr.len() > MAX_STDERR {
-            let mut cut = MAX_STDERR;
-            while !stderr.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            stderr.truncate(cut);
-            stderr.push('…');
-        }
-        LocalGitError::Command {
-            command: command.to_owned(),
-            status: self.status.to_string(),
-            stderr,
-        }
-    }
-
-    fn text(&self, command: &str) -> Result<String, LocalGitError> {
-        String::from_utf8(self.stdout.clone())
-            .map(|text| text.trim().to_owned())
-            .map_err(|_| LocalGitError::UnexpectedOutput {
-                command: command.to_owned(),
-                reason: "not UTF-8".to_owned(),
-            })
-    }
-}
-
-fn check_oid(command: &str, oid: &str) -> Result<(), LocalGitError> {
-    validate::git_sha("oid", oid).map_err(|_| LocalGitError::UnexpectedOutput {
-        command: command.to_owned(),
-        reason: format!("`{oid}` is not an object id"),
-    })
+    git: Git,
 }
 
 impl GitCli {
     fn new(git_dir: &Path) -> Self {
-        Self {
-            git_dir: git_dir.to_owned(),
-        }
+        Self { git: Git::new(git_dir) }
     }
 
     async fn output(
@@ -892,55 +819,7 @@ impl GitCli {
         input: Option<&[u8]>,
         env: &[(&str, &OsStr)],
     ) -> Result<GitOutput, LocalGitError> {
-        let command = args.first().copied().unwrap_or("git");
-        let mut cmd = Command::new("git");
-        for var in INHERITED_GIT_VARS {
-            cmd.env_remove(var);
-        }
-        let null_device = if cfg!(windows) { "NUL" } else { "/dev/null" };
-        cmd.env("GIT_DIR", &self.git_dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", null_device)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_LITERAL_PATHSPECS", "1")
-            .env("LC_ALL", "C")
-            .env("LANGUAGE", "C")
-            .args(args)
-            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
-        let spawn_error = |source| LocalGitError::Spawn {
-            command: command.to_owned(),
-            source,
-        };
-        let mut child = cmd.spawn().map_err(spawn_error)?;
-        let stdin = child.stdin.take();
-        let feed = async move {
-            if let (Some(mut stdin), Some(input)) = (stdin, input) {
-                stdin.write_all(input).await?;
-                stdin.shutdown().await?;
-            }
-            Ok::<(), std::io::Error>(())
-        };
-        let (fed, output) = tokio::join!(feed, child.wait_with_output());
-        let output = output.map_err(spawn_error)?;
-        if let Err(err) = fed
-            && output.status.success()
-        {
-            return Err(LocalGitError::Io {
-                context: format!("writing to `git {command}`"),
-                source: err,
-            });
-        }
-        Ok(GitOutput {
-            status: output.status,
-            stdout: output.stdout,
-            stderr: output.stderr,
-        })
+        self.git.output(args, input, env).await
     }
 
     async fn run(&self, args: &[&str], input: Option<&[u8]>, env: &[(&str, &OsStr)]) -> Result<String, LocalGitError> {
