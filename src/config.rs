@@ -250,6 +250,10 @@ pub struct Settings {
     /// `BOSUN_CLAIM_CHECK_BYTES`: envelopes larger than this have their
     /// payload moved to the blob store. Default 196 608 (192 KiB).
     pub claim_check_bytes: usize,
+    /// `BOSUN_HTTP_MAX_BODY_BYTES`: the largest request body the HTTP API
+    /// takes (larger: 413). Default 4 194 304 (4 MiB); payloads over the
+    /// claim-check threshold travel through the blob store.
+    pub http_max_body_bytes: usize,
     /// `BOSUN_ADAPTERS`: `local` (default) or `azure`.
     pub adapters: AdapterKind,
     /// `BOSUN_CONSUMERS`: comma-separated consumers to run; all when unset.
@@ -340,6 +344,7 @@ const KNOWN: &[&str] = &[
     "BOSUN_BLOB_AUTH",
     "BOSUN_BLOB_CLIENT_ID",
     "BOSUN_CLAIM_CHECK_BYTES",
+    "BOSUN_HTTP_MAX_BODY_BYTES",
     "BOSUN_ADAPTERS",
     "BOSUN_CONSUMERS",
     "BOSUN_CONCURRENCY",
@@ -653,6 +658,8 @@ impl Settings {
             database_url,
             blob,
             claim_check_bytes,
+            http_max_body_bytes: usize::try_from(number("BOSUN_HTTP_MAX_BODY_BYTES", 4_194_304, 1024)?)
+                .map_err(|_| invalid("BOSUN_HTTP_MAX_BODY_BYTES", "is too large"))?,
             adapters,
             consumers,
             concurrency: usize::try_from(number("BOSUN_CONCURRENCY", 8, 1)?).unwrap_or(usize::MAX),

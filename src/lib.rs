@@ -3,11 +3,16 @@
 //! This crate is the runtime and the binary around the pure crates
 //! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`):
 //!
+//! - [`access`]: API keys, scopes and who a caller is;
+//! - [`api`]: the HTTP API, `/metrics`, the OpenAPI document and the
+//!   operator console;
 //! - [`bench`]: `bosun bench`, the runtime's throughput and latency;
 //! - [`claim_check`]: large payloads moved to the blob store and back;
 //! - [`config`]: settings, read in one place;
 //! - [`demo`]: `bosun demo`, a whole delivery of a sample module;
 //! - [`describe`]: one-line descriptions of messages for people;
+//! - [`gateway`]: the front door's rules (scopes, tenants, idempotency)
+//!   shared by the HTTP API and the MCP server;
 //! - [`transport`]: the peek-lock transport trait, in-memory and embedded
 //!   (SQLite) implementations;
 //! - [`store`]: idempotency, sagas, outbox, dead letters, timeline;
@@ -22,12 +27,16 @@
 //! - [`runtime`]: wiring settings to a transport, a store and a host;
 //! - [`telemetry`]: structured logs and trace context.
 
+pub mod access;
+pub mod api;
 pub mod bench;
 pub mod claim_check;
 pub mod config;
 pub mod demo;
 pub mod describe;
+pub mod gateway;
 pub mod host;
+pub mod mcp;
 pub mod metrics;
 pub mod operator;
 pub mod postgres;

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_contracts::routing::destination_of;
+use bosun_contracts::routing::{command_handler, destination_of, event_subscribers};
 use bosun_contracts::validate::tenant_id;
-use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageSpec};
+use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -17,8 +17,8 @@ use uuid::Uuid;
 use crate::claim_check::ClaimCheck;
 use crate::host::with_attempt;
 use crate::store::{
-    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry,
-    TimelineStatus,
+    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, ReplayRecord, SagaRecord, Store, StoreError,
+    TimelineEntry, TimelineStatus,
 };
 use crate::telemetry;
 use crate::transport::{OutboundMessage, Topology, Transport, TransportError};
@@ -87,8 +87,12 @@ pub struct DeliveryMessage {
 pub struct Delivery {
     /// The correlation id.
     pub correlation_id: String,
+    /// The tenant whose delivery it is, when known.
+    pub tenant_id: Option<String>,
     /// `failed` when a message is dead-lettered and not replayed since, or
-    /// the release was blocked or rejected; `in-progress` otherwise.
+    /// the release was blocked or rejected; `completed` when every message
+    /// sent or emitted has been handled by every consumer it is routed to
+    /// (nothing in flight, nothing scheduled); `in-progress` otherwise.
     pub status: String,
     /// Messages in the order they first appeared.
     pub messages: Vec<DeliveryMessage>,
@@ -104,6 +108,16 @@ pub struct ReplaySummary {
     pub failed: Vec<(Uuid, String)>,
 }
 
+/// How [`Operator::send_with`] sends a command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendOptions {
+    /// Join this delivery instead of starting a new one.
+    pub correlation_id: Option<Uuid>,
+    /// Use this messageId (e.g. derived from an `Idempotency-Key`, so that a
+    /// re-sent request is caught by duplicate detection) instead of a new one.
+    pub message_id: Option<Uuid>,
+}
+
 /// Operator actions over a transport and a store.
 #[derive(Clone)]
 pub struct Operator {
@@ -111,19 +125,30 @@ pub struct Operator {
     store: Arc<dyn Store>,
     topology: Topology,
     identity: String,
+    source: String,
     claim_check: Option<ClaimCheck>,
 }
 
 impl Operator {
     /// Operator actions performed as `identity` (recorded on replays and sends).
     pub fn new(transport: Arc<dyn Transport>, store: Arc<dyn Store>, identity: impl Into<String>) -> Self {
+        let identity = identity.into();
         Self {
             transport,
             store,
             topology: Topology::from_routing(),
-            identity: identity.into(),
+            source: format!("cli:{identity}"),
+            identity,
             claim_check: None,
         }
+    }
+
+    /// Records `identity` as who acts and `source` as the envelope's source
+    /// of sent commands (the HTTP API uses `api:<key id>` for both).
+    pub fn acting_as(mut self, identity: impl Into<String>, source: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self.source = source.into();
+        self
     }
 
     /// Moves payloads over the threshold to the blob store before sending.
@@ -141,6 +166,22 @@ impl Operator {
         correlation_id: Option<Uuid>,
         tenant: &str,
     ) -> Result<SentMessage, OperatorError> {
+        let options = SendOptions {
+            correlation_id,
+            message_id: None,
+        };
+        self.send_with(message_type, payload, tenant, &options).await
+    }
+
+    /// [`Operator::send`] with every option. The delivery is recorded as
+    /// started by this operator for `tenant` (unless it already exists).
+    pub async fn send_with(
+        &self,
+        message_type: &str,
+        payload: &Value,
+        tenant: &str,
+        options: &SendOptions,
+    ) -> Result<SentMessage, OperatorError> {
         tenant_id("tenantId", tenant).map_err(|err| ContractError::InvalidField {
             field: err.field,
             reason: err.reason,
@@ -151,10 +192,25 @@ impl Operator {
         })?;
         let destination = destination_of(spec.message_type)
             .ok_or_else(|| OperatorError::Invalid(format!("no consumer handles `{message_type}`")))?;
-        let correlation_id = correlation_id.unwrap_or_else(Uuid::now_v7);
-        let source = format!("cli:{}", self.identity);
+        let correlation_id = options.correlation_id.unwrap_or_else(Uuid::now_v7);
+        let source = self.source.clone();
         let mut envelope = Envelope::new(&message, correlation_id, tenant, &source);
+        if let Some(message_id) = options.message_id {
+            envelope.message_id = message_id;
+        }
         envelope.traceparent = Some(telemetry::new_traceparent());
+        // Ownership first: a delivery belongs to its tenant before any
+        // consumer emits anything for it.
+        self.store
+            .record_delivery(DeliveryRecord {
+                correlation_id: correlation_id.to_string(),
+                tenant_id: tenant.to_owned(),
+                started_by: source.clone(),
+                message_type: envelope.message_type.clone(),
+                message_id: envelope.message_id.to_string(),
+                started_at: OffsetDateTime::now_utc(),
+            })
+            .await?;
         let body = match &self.claim_check {
             Some(claim_check) => claim_check
                 .offload(envelope.to_vec())
@@ -238,21 +294,47 @@ impl Operator {
             message.last_update = line.at;
             message.events.push(line);
         }
+        let mut tenant = self
+            .store
+            .delivery_record(correlation_id)
+            .await?
+            .map(|record| record.tenant_id);
+        // Messages consumers emitted: committed with the handling of their
+        // cause, before the dispatcher's `sent` line, so a delivery is not
+        // complete while one of them waits in the outbox.
+        let mut emitted = Vec::new();
         for body in self.store.emitted(correlation_id).await? {
             if let Ok((envelope, message)) = Envelope::parse(&body) {
                 let id = envelope.message_id.to_string();
                 if let Some(entry) = messages.iter_mut().find(|m| m.message_id == id) {
                     entry.summary = crate::describe::describe(&message);
                 }
+                tenant.get_or_insert_with(|| envelope.tenant_id.clone());
+                emitted.push((id, envelope.message_type));
             }
         }
         let stopped = messages
             .iter()
             .any(|m| matches!(m.message_type.as_str(), "ReleaseBlocked" | "ReleaseRejected"));
         let failed = stopped || messages.iter().any(|m| m.status == TimelineStatus::DeadLettered);
+        let settled = messages.iter().all(|m| handled_everywhere(&m.message_type, &m.events))
+            && emitted.iter().all(
+                |(id, message_type)| match messages.iter().find(|m| &m.message_id == id) {
+                    Some(message) => handled_everywhere(message_type, &message.events),
+                    None => expected_consumers(message_type).is_empty(),
+                },
+            );
+        let status = if failed {
+            "failed"
+        } else if settled {
+            "completed"
+        } else {
+            "in-progress"
+        };
         Ok(Delivery {
             correlation_id: correlation_id.to_owned(),
-            status: if failed { "failed" } else { "in-progress" }.to_owned(),
+            tenant_id: tenant,
+            status: status.to_owned(),
             messages,
         })
     }
@@ -332,10 +414,31 @@ impl Operator {
     /// else byte-for-byte as kept, unknown fields included), removes the
     /// transport's copy from the dead-letter queue, and records the replay.
     pub async fn replay(&self, id: &str) -> Result<ReplayRecord, OperatorError> {
+        self.replay_with(id, None).await
+    }
+
+    /// [`Operator::replay`], with the payload replaced by `edited_payload`
+    /// when given (validated against the message's contract first; the rest
+    /// of the envelope, messageId and unknown fields included, is kept).
+    pub async fn replay_with(&self, id: &str, edited_payload: Option<&Value>) -> Result<ReplayRecord, OperatorError> {
         let record = self.dead_letter(id).await?;
         let replay_id = Uuid::now_v7();
         let destination = Destination::parse(&record.entity);
-        let body = with_attempt(&record.body, 0).unwrap_or_else(|| record.body.clone());
+        let body = match edited_payload {
+            None => with_attempt(&record.body, 0).unwrap_or_else(|| record.body.clone()),
+            Some(payload) => {
+                let mut envelope = Envelope::from_slice(&record.body).map_err(|err| {
+                    OperatorError::Invalid(format!(
+                        "dead letter {} holds no readable envelope ({err}); it can only be replayed as it is",
+                        record.id
+                    ))
+                })?;
+                Message::from_type_and_payload(&envelope.message_type, payload)?;
+                envelope.payload = payload.clone();
+                envelope.attempt = 0;
+                envelope.to_vec()
+            }
+        };
         let base_id = record
             .message_id
             .clone()
@@ -419,6 +522,11 @@ impl Operator {
         Ok(record.id)
     }
 
+    /// The store this operator works on.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// Sagas, optionally of one kind.
     pub async fn sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, OperatorError> {
         Ok(self.store.list_sagas(kind).await?)
@@ -434,6 +542,25 @@ impl Operator {
             .into()
         })
     }
+}
+
+/// The consumers a message of this type is routed to.
+fn expected_consumers(message_type: &str) -> Vec<&'static str> {
+    match MessageSpec::find(message_type).map(|spec| spec.kind) {
+        Some(MessageKind::Command) => command_handler(message_type).map(|c| c.name).into_iter().collect(),
+        Some(MessageKind::Event) => event_subscribers(message_type).map(|c| c.name).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Whether every consumer a message is routed to has handled it.
+fn handled_everywhere(message_type: &str, events: &[TimelineEntry]) -> bool {
+    expected_consumers(message_type).iter().all(|consumer| {
+        events.iter().any(|line| {
+            line.consumer.as_deref() == Some(*consumer)
+                && matches!(line.status, TimelineStatus::Completed | TimelineStatus::Duplicate)
+        })
+    })
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use crate::transport::TransportError;
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +56,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "transport",
         sql: include_str!("../migrations/postgres/0002_transport.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "front_door",
+        sql: include_str!("../migrations/postgres/0003_front_door.sql"),
     },
 ];
 
@@ -593,7 +598,7 @@ mod tests {
             "{as_store:?}"
         );
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![2]);
+        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3]);
         database.check_schema().await.unwrap();
 
         // A newer bosun migrated this database: refuse to serve and to migrate.

@@ -7,11 +7,12 @@ use tokio_util::sync::CancellationToken;
 use crate::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::config::{Settings, TransportKind};
 use crate::host::{Host, HostError, HostOptions};
+use crate::metrics::Metrics;
 use crate::operator::Operator;
 use crate::registry;
 use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Store, StoreError};
+use crate::store::{AccessStore, Store, StoreError};
 use crate::transport::embedded::EmbeddedTransport;
 use crate::transport::postgres::PostgresTransport;
 use crate::transport::{Topology, Transport, TransportError};
@@ -51,6 +52,8 @@ pub struct Backends {
     pub transport: Arc<dyn Transport>,
     /// The store.
     pub store: Arc<dyn Store>,
+    /// API keys and HTTP idempotency (same database as the store).
+    pub access: Arc<dyn AccessStore>,
     /// The blob store and when payloads go there.
     pub claim_check: ClaimCheck,
 }
@@ -63,41 +66,46 @@ impl Backends {
             path: settings.data_dir.clone(),
             source,
         })?;
-        let (transport, store): (Arc<dyn Transport>, Arc<dyn Store>) =
-            match (settings.transport, &settings.database_url) {
-                (TransportKind::Embedded, None) => (
+        type Opened = (Arc<dyn Transport>, Arc<dyn Store>, Arc<dyn AccessStore>);
+        let (transport, store, access): Opened = match (settings.transport, &settings.database_url) {
+            (TransportKind::Embedded, None) => {
+                let store = Arc::new(SqliteStore::open(&settings.store_path())?);
+                (
                     Arc::new(EmbeddedTransport::open(
                         &settings.transport_path(),
                         settings.max_delivery_count,
                     )?),
-                    Arc::new(SqliteStore::open(&settings.store_path())?),
-                ),
-                (TransportKind::Embedded, Some(url)) => {
-                    let store = PostgresStore::connect(url.expose()).await?;
-                    store.check_schema().await?;
-                    (
-                        Arc::new(EmbeddedTransport::open(
-                            &settings.transport_path(),
-                            settings.max_delivery_count,
-                        )?),
-                        Arc::new(store),
-                    )
-                }
-                (TransportKind::Postgres, Some(url)) => {
-                    let transport = PostgresTransport::connect(url.expose(), settings.max_delivery_count).await?;
-                    // One database: a handled message's state, its outgoing
-                    // messages and its completion commit in one transaction.
-                    let store = PostgresStore::with_transport(&transport);
-                    store.check_schema().await?;
-                    transport.start_listening().await?;
-                    (Arc::new(transport), Arc::new(store))
-                }
-                (TransportKind::Postgres, None) => {
-                    return Err(StartError::Config(
-                        "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
-                    ));
-                }
-            };
+                    store.clone(),
+                    store,
+                )
+            }
+            (TransportKind::Embedded, Some(url)) => {
+                let store = Arc::new(PostgresStore::connect(url.expose()).await?);
+                store.check_schema().await?;
+                (
+                    Arc::new(EmbeddedTransport::open(
+                        &settings.transport_path(),
+                        settings.max_delivery_count,
+                    )?),
+                    store.clone(),
+                    store,
+                )
+            }
+            (TransportKind::Postgres, Some(url)) => {
+                let transport = PostgresTransport::connect(url.expose(), settings.max_delivery_count).await?;
+                // One database: a handled message's state, its outgoing
+                // messages and its completion commit in one transaction.
+                let store = Arc::new(PostgresStore::with_transport(&transport));
+                store.check_schema().await?;
+                transport.start_listening().await?;
+                (Arc::new(transport), store.clone(), store)
+            }
+            (TransportKind::Postgres, None) => {
+                return Err(StartError::Config(
+                    "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
+                ));
+            }
+        };
         transport.ensure_topology(&Topology::from_routing()).await?;
         let claim_check = ClaimCheck {
             store: registry::blob_store(settings)?,
@@ -108,6 +116,7 @@ impl Backends {
         Ok(Self {
             transport,
             store,
+            access,
             claim_check,
         })
     }
@@ -121,6 +130,16 @@ impl Backends {
 
 /// Runs the selected consumers until `shutdown` is cancelled.
 pub async fn serve(settings: &Settings, backends: &Backends, shutdown: CancellationToken) -> Result<(), StartError> {
+    serve_with_metrics(settings, backends, shutdown, Arc::new(Metrics::new())).await
+}
+
+/// [`serve`], counting into `metrics` (shared with the HTTP API's `/metrics`).
+pub async fn serve_with_metrics(
+    settings: &Settings,
+    backends: &Backends,
+    shutdown: CancellationToken,
+    metrics: Arc<Metrics>,
+) -> Result<(), StartError> {
     let consumers = registry::build(settings)?;
     let names: Vec<&str> = consumers.iter().map(|c| c.name()).collect();
     tracing::info!(
@@ -136,7 +155,8 @@ pub async fn serve(settings: &Settings, backends: &Backends, shutdown: Cancellat
         consumers,
         HostOptions::from_settings(settings),
     )
-    .with_claim_check(backends.claim_check.clone());
+    .with_claim_check(backends.claim_check.clone())
+    .with_metrics(metrics);
     host.run(shutdown).await?;
     Ok(())
 }

@@ -14,7 +14,14 @@ use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use std::sync::Arc;
+
+use bosun::access;
+use bosun::api::{self, ApiState};
 use bosun::config::{Settings, parse_consumer_list};
+use bosun::gateway::Gateway;
+use bosun::mcp::McpServer;
+use bosun::metrics::Metrics;
 use bosun::operator::Delivery;
 use bosun::runtime::{self, Backends};
 use bosun::store::{DeadLetterFilter, DeadLetterRecord, SagaRecord};
@@ -43,6 +50,25 @@ pub enum Command {
         /// Comma-separated consumers to run (default: all available).
         #[arg(long, value_name = "LIST")]
         consumers: Option<String>,
+        /// Also serve the HTTP API, console and MCP endpoint on this
+        /// address, e.g. 0.0.0.0:8080 (port 0 picks a free one).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+    },
+    /// Serve only the HTTP API, console and MCP endpoint (no consumers).
+    Api {
+        /// The address, e.g. 0.0.0.0:8080.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        http: String,
+    },
+    /// Serve the MCP tools to an agent over stdio, acting as the API key
+    /// in BOSUN_API_KEY.
+    Mcp,
+    /// Create, list and revoke API keys.
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeysCommand,
     },
     /// Run one whole delivery of a sample module on the embedded default, in a
     /// temporary data directory (or --data-dir), with live progress and a
@@ -140,6 +166,41 @@ pub enum Command {
     },
 }
 
+/// `bosun keys ...`
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key bound to a tenant and scopes; prints it once.
+    Create {
+        /// The tenant it acts for (`*`: a platform key for every tenant).
+        #[arg(long, value_name = "TENANT")]
+        tenant: String,
+        /// Comma-separated: commands:send, deliveries:read,
+        /// dead-letters:replay, admin.
+        #[arg(long, value_name = "S1,S2")]
+        scopes: String,
+        /// Free text to tell keys apart.
+        #[arg(long)]
+        description: Option<String>,
+        /// Print `{"key": ..., "id": ...}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every key (never the secrets).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key: it stops working at once.
+    Revoke {
+        /// The key's id (the part after `bsn_`).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// `bosun deliveries ...`
 #[derive(Debug, Subcommand)]
 pub enum DeliveriesCommand {
@@ -175,6 +236,7 @@ impl DeadLetterFilterArgs {
             message_type: self.message_type.clone(),
             since: self.since.as_deref().map(parse_since).transpose()?,
             include_replayed,
+            ..Default::default()
         })
     }
 }
@@ -297,6 +359,99 @@ pub fn parse_since(text: &str) -> Result<OffsetDateTime> {
     Ok(OffsetDateTime::now_utc() - Duration::from_secs(amount.saturating_mul(seconds)))
 }
 
+/// Binds the HTTP API and serves it in the background until the returned
+/// token is cancelled; readiness turns false when `draining` is cancelled.
+async fn start_api(
+    settings: &Settings,
+    backends: &Backends,
+    address: &str,
+    draining: &CancellationToken,
+    metrics: Arc<Metrics>,
+) -> Result<(CancellationToken, tokio::task::JoinHandle<Result<()>>)> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("--http {address}: cannot listen"))?;
+    let bound = listener.local_addr().context("--http: no local address")?;
+    // Scripts and tests read the port from here (port 0 picks a free one).
+    eprintln!("bosun: HTTP API on http://{bound}");
+    let state = ApiState::new(Gateway::new(backends.clone(), draining.clone()), metrics);
+    let stop = CancellationToken::new();
+    let max_body = settings.http_max_body_bytes;
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { api::serve(listener, state, max_body, stop).await.context("HTTP API") }
+    });
+    Ok((stop, task))
+}
+
+async fn run_keys(command: KeysCommand, backends: &Backends, operator: &str) -> Result<()> {
+    match command {
+        KeysCommand::Create {
+            tenant,
+            scopes,
+            description,
+            json,
+        } => {
+            let scopes = access::parse_scopes(&scopes)?;
+            let made = access::generate(&tenant, &scopes, operator, description)?;
+            backends.access.insert_api_key(made.record.clone()).await?;
+            if json {
+                print_json(&serde_json::json!({
+                    "key": made.key,
+                    "id": made.record.id,
+                    "tenantId": made.record.tenant_id,
+                    "scopes": made.record.scopes,
+                }))?;
+            } else {
+                println!("{}", made.key);
+                eprintln!(
+                    "key {} for tenant {} with {}: shown once, store it now",
+                    made.record.id,
+                    made.record.tenant_id,
+                    made.record.scopes.join(",")
+                );
+            }
+        }
+        KeysCommand::List { json } => {
+            let keys = backends.access.list_api_keys().await?;
+            if json {
+                print_json(&keys)?;
+            } else if keys.is_empty() {
+                println!("no keys (make one with `bosun keys create --tenant T --scopes S`)");
+            } else {
+                println!(
+                    "{:<14} {:<16} {:<52} {:<22} status",
+                    "id", "tenant", "scopes", "created"
+                );
+                for key in keys {
+                    let status = match key.revoked_at {
+                        Some(at) => format!("revoked {}", short_time(at)),
+                        None => "active".to_owned(),
+                    };
+                    println!(
+                        "{:<14} {:<16} {:<52} {:<22} {status}",
+                        key.id,
+                        key.tenant_id,
+                        key.scopes.join(","),
+                        short_time(key.created_at)
+                    );
+                }
+            }
+        }
+        KeysCommand::Revoke { id, json } => {
+            let id = id.trim().trim_start_matches("bsn_");
+            let id = id.split('_').next().unwrap_or(id);
+            let key = backends.access.revoke_api_key(id, OffsetDateTime::now_utc()).await?;
+            if json {
+                print_json(&key)?;
+            } else {
+                println!("revoked key {} (tenant {})", key.id, key.tenant_id);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn print_json(value: &impl Serialize) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut stdout, value)?;
@@ -359,14 +514,56 @@ pub async fn run(cli: Cli) -> Result<()> {
     telemetry::init(settings.log_format);
     match cli.command {
         Command::Demo { .. } | Command::Bench { .. } => unreachable!("handled above"),
-        Command::Serve { consumers } => {
+        Command::Serve { consumers, http } => {
             if let Some(list) = consumers {
                 settings.consumers = Some(parse_consumer_list(&list)?);
             }
             let backends = Backends::open(&settings).await?;
             let shutdown = CancellationToken::new();
             runtime::cancel_on_signals(shutdown.clone());
-            runtime::serve(&settings, &backends, shutdown).await?;
+            let metrics = Arc::new(Metrics::new());
+            let api = match http {
+                Some(address) => {
+                    Some(start_api(&settings, &backends, &address, &shutdown, Arc::clone(&metrics)).await?)
+                }
+                None => None,
+            };
+            let served = runtime::serve_with_metrics(&settings, &backends, shutdown, metrics).await;
+            // The API answers (not ready) while the consumers drain, then stops.
+            if let Some((stop, task)) = api {
+                stop.cancel();
+                task.await.context("HTTP API task")??;
+            }
+            served?;
+        }
+        Command::Api { http } => {
+            let backends = Backends::open(&settings).await?;
+            let shutdown = CancellationToken::new();
+            runtime::cancel_on_signals(shutdown.clone());
+            let (stop, task) = start_api(&settings, &backends, &http, &shutdown, Arc::new(Metrics::new())).await?;
+            shutdown.cancelled().await;
+            stop.cancel();
+            task.await.context("HTTP API task")??;
+        }
+        Command::Mcp => {
+            let key = std::env::var("BOSUN_API_KEY")
+                .context("bosun mcp acts as an API key: set BOSUN_API_KEY (make one with `bosun keys create`)")?;
+            let backends = Backends::open(&settings).await?;
+            let gateway = Gateway::new(backends, CancellationToken::new());
+            let caller = gateway
+                .authenticate(&key)
+                .await
+                .map_err(|err| anyhow::anyhow!("BOSUN_API_KEY: {err}"))?;
+            let server = McpServer::new(gateway).with_max_message_bytes(settings.http_max_body_bytes);
+            let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+            server
+                .serve_stdio(caller, stdin, tokio::io::stdout())
+                .await
+                .context("MCP stdio")?;
+        }
+        Command::Keys { command } => {
+            let backends = Backends::open(&settings).await?;
+            run_keys(command, &backends, &settings.operator).await?;
         }
         Command::Send {
             message_type,

@@ -152,6 +152,14 @@ impl Host {
         self
     }
 
+    /// Counts into `metrics` (shared with `/metrics`) instead of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
+            runtime.metrics = metrics;
+        }
+        self
+    }
+
     /// The host's metrics (shared; read them while it runs).
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.runtime.metrics)
@@ -666,6 +674,7 @@ async fn handle(
                 key: instance.key.clone(),
                 expected_version: instance.version,
                 state,
+                tenant_id: Some(envelope.tenant_id.clone()).filter(|tenant| !tenant.is_empty()),
             }),
             (Some(_), None) => {
                 tracing::error!("the handler returned saga state for a message that belongs to no saga; ignored");

@@ -108,6 +108,9 @@ pub struct SagaWrite {
     pub expected_version: i64,
     /// The new state.
     pub state: Value,
+    /// The tenant of the message that wrote it. Kept from the first save:
+    /// a saga belongs to the tenant that started it.
+    pub tenant_id: Option<String>,
 }
 
 /// A saga as stored.
@@ -120,6 +123,8 @@ pub struct SagaRecord {
     pub key: String,
     /// Incremented by every save.
     pub version: i64,
+    /// The tenant that started it (none for sagas saved before tenants were kept).
+    pub tenant_id: Option<String>,
     /// The state.
     pub state: Value,
     /// First save.
@@ -334,6 +339,120 @@ pub struct DeadLetterFilter {
     pub since: Option<OffsetDateTime>,
     /// Include ones already replayed.
     pub include_replayed: bool,
+    /// Only this tenant's.
+    pub tenant_id: Option<String>,
+    /// Only this failure cause (the dead letter's `reason`).
+    pub reason: Option<String>,
+    /// At most this many (newest first); `None`: all.
+    pub limit: Option<usize>,
+}
+
+/// How a delivery started: the first command of a correlation id, kept so
+/// that a delivery can be listed and belongs to one tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRecord {
+    /// The correlation id.
+    pub correlation_id: String,
+    /// The tenant whose delivery it is.
+    pub tenant_id: String,
+    /// Who started it (`cli:<user>`, `api:<key id>` ...).
+    pub started_by: String,
+    /// The first command's type.
+    pub message_type: String,
+    /// The first command's messageId.
+    pub message_id: String,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+}
+
+/// An API key as stored: only a hash of its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyRecord {
+    /// The public part of the key (`bsn_<id>_...`), used to look it up.
+    pub id: String,
+    /// The tenant it acts for (`*`: every tenant).
+    pub tenant_id: String,
+    /// What it may do.
+    pub scopes: Vec<String>,
+    /// SHA-256 of the secret, hex.
+    #[serde(skip)]
+    pub secret_hash: String,
+    /// Free text to tell keys apart.
+    pub description: Option<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it was revoked, if it was.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// The outcome of claiming an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyClaim {
+    /// This request owns the key now: do the work, then
+    /// [`AccessStore::complete_idempotency`] (or release it on failure).
+    Claimed,
+    /// Another request with this key is being processed.
+    InProgress {
+        /// The hash of that request.
+        request_hash: String,
+    },
+    /// A request with this key was answered before.
+    Completed {
+        /// The hash of that request.
+        request_hash: String,
+        /// Its HTTP status.
+        status: u16,
+        /// Its answer.
+        response: Value,
+    },
+}
+
+/// API keys and HTTP idempotency: what the front door remembers. In the
+/// same database as the [`Store`].
+#[async_trait]
+pub trait AccessStore: Send + Sync {
+    /// Stores a new key.
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError>;
+
+    /// One key by id (revoked ones included).
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Every key, oldest first.
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError>;
+
+    /// Revokes a key. [`StoreError::NotFound`] when there is none; revoking
+    /// twice keeps the first time.
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError>;
+
+    /// Claims `(tenant, key)` for a request with hash `request_hash`. A claim
+    /// left in progress longer than `stale_after` (its process died) is taken
+    /// over and reported as [`IdempotencyClaim::Claimed`].
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: std::time::Duration,
+    ) -> Result<IdempotencyClaim, StoreError>;
+
+    /// Records the answer of a claimed key.
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError>;
+
+    /// Forgets a claimed key whose request failed, so a retry can run.
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError>;
 }
 
 /// An outbox entry waiting to be sent.
@@ -467,6 +586,26 @@ pub trait Store: Send + Sync {
 
     /// Every line of a delivery, oldest first.
     async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError>;
+
+    // -- health -------------------------------------------------------------
+
+    /// Whether the database's schema is the version this bosun needs
+    /// (stores that create their own schema have nothing to check).
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    // -- deliveries ---------------------------------------------------------
+
+    /// Records how a delivery started; the first record of a correlation id
+    /// wins (later calls change nothing).
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError>;
+
+    /// How a delivery started, if it was recorded.
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    /// Deliveries, newest first, optionally of one tenant.
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
 }
 
 #[cfg(test)]

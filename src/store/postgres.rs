@@ -1,6 +1,8 @@
 //! The PostgreSQL store: idempotency records, sagas, the outbox, attempts,
 //! dead letters and the delivery timeline in PostgreSQL, shared by every
-//! bosun replica (tables of migration 1, `migrations/postgres/`).
+//! bosun replica (tables of migration 1, `migrations/postgres/`); with
+//! migration 3, deliveries, API keys and HTTP idempotency keys
+//! ([`AccessStore`]).
 //!
 //! [`Store::commit_handled`] writes the idempotency record, the saga (with
 //! its optimistic version check: `INSERT ... ON CONFLICT DO NOTHING` for a
@@ -19,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::{Destination, Envelope};
+use serde_json::Value;
 use sqlx_core::query::query;
 use sqlx_core::query_scalar::query_scalar;
 use sqlx_core::row::Row;
@@ -28,8 +31,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, HandledMessage, PendingOutbox,
-    ReplayRecord, SagaHistoryEntry, SagaRecord, Store, StoreError, TimelineEntry, TimelineStatus,
+    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
+    DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry, SagaRecord, Store,
+    StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::postgres::{MigrationReport, PostgresDatabase};
 use crate::transport::postgres::{Enqueued, KnownEntities, PostgresTransport, complete_locked, enqueue};
@@ -228,18 +232,22 @@ async fn write_saga(conn: &mut PgConnection, handled: &HandledMessage) -> Result
     let version = saga.expected_version + 1;
     let written = if saga.expected_version == 0 {
         query(
-            "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, now(), now()) ON CONFLICT DO NOTHING",
+            "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+             VALUES ($1, $2, $3, $4, now(), now(), $5) ON CONFLICT DO NOTHING",
         )
         .bind(&saga.kind)
         .bind(&saga.key)
         .bind(version)
         .bind(Json(&saga.state))
+        .bind(&saga.tenant_id)
         .execute(&mut *conn)
         .await?
     } else {
+        // The tenant is kept from the first save (one made before tenants
+        // were kept takes the next one's).
         query(
-            "UPDATE bosun_sagas SET version = $3, state = $4, updated_at = now()
+            "UPDATE bosun_sagas SET version = $3, state = $4, updated_at = now(),
+                tenant_id = coalesce(tenant_id, $6)
              WHERE kind = $1 AND key = $2 AND version = $5",
         )
         .bind(&saga.kind)
@@ -247,6 +255,7 @@ async fn write_saga(conn: &mut PgConnection, handled: &HandledMessage) -> Result
         .bind(version)
         .bind(Json(&saga.state))
         .bind(saga.expected_version)
+        .bind(&saga.tenant_id)
         .execute(&mut *conn)
         .await?
     };
@@ -508,12 +517,18 @@ impl Store for PostgresStore {
             "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
              WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
                AND ($3::timestamptz IS NULL OR dead_lettered_at >= $3) AND ($4 OR replays = '[]'::jsonb)
-             ORDER BY dead_lettered_at DESC, id DESC"
+               AND ($5::text IS NULL OR tenant_id = $5) AND ($6::text IS NULL OR reason = $6)
+             ORDER BY dead_lettered_at DESC, id DESC
+             LIMIT $7"
         )))
         .bind(&filter.consumer)
         .bind(&filter.message_type)
         .bind(filter.since)
         .bind(filter.include_replayed)
+        .bind(&filter.tenant_id)
+        .bind(&filter.reason)
+        // NULL: no limit.
+        .bind(filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)))
         .fetch_all(self.database.pool())
         .await?;
         rows.iter().map(dead_letter_from_row).collect()
@@ -704,6 +719,258 @@ impl Store for PostgresStore {
         .await?;
         rows.iter().map(timeline_from_row).collect()
     }
+
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(self.database.check_schema().await?)
+    }
+
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
+        query(
+            "INSERT INTO bosun_deliveries (correlation_id, tenant_id, started_by, message_type, message_id, started_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(&record.correlation_id)
+        .bind(&record.tenant_id)
+        .bind(&record.started_by)
+        .bind(&record.message_type)
+        .bind(&record.message_id)
+        .bind(record.started_at)
+        .execute(self.database.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries WHERE correlation_id = $1"
+        )))
+        .bind(correlation_id)
+        .fetch_optional(self.database.pool())
+        .await?;
+        row.as_ref().map(delivery_from_row).transpose()
+    }
+
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries WHERE ($1::text IS NULL OR tenant_id = $1)
+             ORDER BY started_at DESC, seq DESC LIMIT $2"
+        )))
+        .bind(tenant_id)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.database.pool())
+        .await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+}
+
+const DELIVERY_COLUMNS: &str = "correlation_id, tenant_id, started_by, message_type, message_id, started_at";
+
+fn delivery_from_row(row: &PgRow) -> Result<DeliveryRecord, StoreError> {
+    Ok(DeliveryRecord {
+        correlation_id: row.try_get(0)?,
+        tenant_id: row.try_get(1)?,
+        started_by: row.try_get(2)?,
+        message_type: row.try_get(3)?,
+        message_id: row.try_get(4)?,
+        started_at: row.try_get(5)?,
+    })
+}
+
+const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
+
+fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
+    let Json(scopes): Json<Vec<String>> = row.try_get(2)?;
+    Ok(ApiKeyRecord {
+        id: row.try_get(0)?,
+        tenant_id: row.try_get(1)?,
+        scopes,
+        secret_hash: row.try_get(3)?,
+        description: row.try_get(4)?,
+        created_by: row.try_get(5)?,
+        created_at: row.try_get(6)?,
+        revoked_at: row.try_get(7)?,
+    })
+}
+
+/// How often [`PostgresStore::claim_idempotency`] starts over when the row
+/// it looked at changed under it (released, or taken over by another).
+const CLAIM_ROUNDS: usize = 8;
+
+#[async_trait]
+impl AccessStore for PostgresStore {
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
+        query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "INSERT INTO bosun_api_keys ({API_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        )))
+        .bind(&key.id)
+        .bind(&key.tenant_id)
+        .bind(Json(&key.scopes))
+        .bind(&key.secret_hash)
+        .bind(&key.description)
+        .bind(&key.created_by)
+        .bind(key.created_at)
+        .bind(key.revoked_at)
+        .execute(self.database.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(self.database.pool())
+        .await?;
+        row.as_ref().map(api_key_from_row).transpose()
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys ORDER BY created_at, seq"
+        )))
+        .fetch_all(self.database.pool())
+        .await?;
+        rows.iter().map(api_key_from_row).collect()
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+        let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "UPDATE bosun_api_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
+        )))
+        .bind(id)
+        .bind(at)
+        .fetch_optional(self.database.pool())
+        .await?;
+        match row {
+            Some(row) => api_key_from_row(&row),
+            None => Err(StoreError::NotFound {
+                what: "API key",
+                id: id.to_owned(),
+            }),
+        }
+    }
+
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: Duration,
+    ) -> Result<IdempotencyClaim, StoreError> {
+        let pool = self.database.pool();
+        for _ in 0..CLAIM_ROUNDS {
+            let claim_id = Uuid::now_v7();
+            let inserted = query(
+                "INSERT INTO bosun_http_idempotency (tenant_id, key, request_hash, claim_id, claimed_at)
+                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant_id)
+            .bind(key)
+            .bind(request_hash)
+            .bind(claim_id)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            if inserted > 0 {
+                return Ok(IdempotencyClaim::Claimed);
+            }
+            let Some(row) = query(
+                "SELECT request_hash, claim_id, status, response,
+                        claimed_at <= now() - $3::bigint * interval '1 millisecond' AS stale
+                 FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2",
+            )
+            .bind(tenant_id)
+            .bind(key)
+            .bind(duration_ms(stale_after))
+            .fetch_optional(pool)
+            .await?
+            else {
+                // Released meanwhile: claim it afresh.
+                continue;
+            };
+            let request_hash_found: String = row.try_get(0)?;
+            let status: Option<i32> = row.try_get(2)?;
+            if let Some(status) = status {
+                let response: Option<Json<Value>> = row.try_get(3)?;
+                return Ok(IdempotencyClaim::Completed {
+                    request_hash: request_hash_found,
+                    status: u16::try_from(status).unwrap_or_default(),
+                    response: response.map_or(Value::Null, |Json(value)| value),
+                });
+            }
+            let stale: bool = row.try_get(4)?;
+            if !stale {
+                return Ok(IdempotencyClaim::InProgress {
+                    request_hash: request_hash_found,
+                });
+            }
+            // Its process died: take it over, unless another taker did first.
+            let previous: Uuid = row.try_get(1)?;
+            let taken = query(
+                "UPDATE bosun_http_idempotency SET request_hash = $3, claim_id = $4, claimed_at = now()
+                 WHERE tenant_id = $1 AND key = $2 AND status IS NULL AND claim_id = $5",
+            )
+            .bind(tenant_id)
+            .bind(key)
+            .bind(request_hash)
+            .bind(claim_id)
+            .bind(previous)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            if taken > 0 {
+                tracing::info!(tenant = %tenant_id, key = %key, "took over a stale idempotency claim");
+                return Ok(IdempotencyClaim::Claimed);
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "idempotency key `{key}` kept changing while it was claimed"
+        )))
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError> {
+        // Already completed: the first answer stands.
+        let found: Option<bool> = query_scalar(
+            "WITH completed AS (
+                UPDATE bosun_http_idempotency SET status = $3, response = $4, completed_at = now()
+                WHERE tenant_id = $1 AND key = $2 AND status IS NULL
+                RETURNING 1
+             )
+             SELECT true FROM completed
+             UNION ALL
+             SELECT true FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2
+             LIMIT 1",
+        )
+        .bind(tenant_id)
+        .bind(key)
+        .bind(i32::from(status))
+        .bind(Json(response))
+        .fetch_optional(self.database.pool())
+        .await?;
+        match found {
+            Some(_) => Ok(()),
+            None => Err(StoreError::NotFound {
+                what: "idempotency key",
+                id: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+        query("DELETE FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2 AND status IS NULL")
+            .bind(tenant_id)
+            .bind(key)
+            .execute(self.database.pool())
+            .await?;
+        Ok(())
+    }
 }
 
 impl PostgresStore {
@@ -714,7 +981,7 @@ impl PostgresStore {
         sqlx_core::executor::Executor::execute(&mut *tx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
         let rows = query(
-            "SELECT kind, key, version, state, created_at, updated_at FROM bosun_sagas
+            "SELECT kind, key, version, state, created_at, updated_at, tenant_id FROM bosun_sagas
              WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR key = $2)
              ORDER BY updated_at DESC, kind, key",
         )
@@ -754,6 +1021,7 @@ impl PostgresStore {
                     kind,
                     key,
                     version: row.try_get(2)?,
+                    tenant_id: row.try_get(6)?,
                     state,
                     created_at: row.try_get(4)?,
                     updated_at: row.try_get(5)?,
@@ -893,6 +1161,7 @@ mod tests {
             key: "r-1".into(),
             expected_version: 0,
             state: json!({"step": 1}),
+            tenant_id: None,
         };
         let outcome = store
             .commit_handled_and_complete(
@@ -984,6 +1253,7 @@ mod tests {
             key: "r-1".into(),
             expected_version: 0,
             state: json!({"step": 1}),
+            tenant_id: None,
         };
         let result = store
             .commit_handled_and_complete(
@@ -1030,6 +1300,7 @@ mod tests {
             key: "r-1".into(),
             expected_version: version,
             state: json!({"version": version}),
+            tenant_id: None,
         };
         store
             .commit_handled(handled("m-0", correlation, vec![], Some(write(0))))
@@ -1138,6 +1409,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn migration_3_keeps_existing_sagas_without_a_tenant() {
+        let Some(test) = testing::fresh().await else { return };
+        test.database.migrate_to(2).await.unwrap();
+        query(
+            "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at)
+             VALUES ('release', 'r-old', 1, '{\"step\": 1}', now(), now())",
+        )
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+        assert_eq!(test.database.migrate().await.unwrap().applied, vec![3]);
+        let store = PostgresStore::new(test.database.clone());
+        store.check_schema().await.unwrap();
+        let old = store.load_saga("release", "r-old").await.unwrap().unwrap();
+        assert_eq!((old.version, old.tenant_id), (1, None));
+        store
+            .commit_handled(handled(
+                "m-2",
+                Uuid::now_v7(),
+                vec![],
+                Some(SagaWrite {
+                    kind: "release".into(),
+                    key: "r-old".into(),
+                    expected_version: 1,
+                    state: json!({"step": 2}),
+                    tenant_id: Some("contoso".into()),
+                }),
+            ))
+            .await
+            .unwrap();
+        let saga = store.load_saga("release", "r-old").await.unwrap().unwrap();
+        assert_eq!((saga.version, saga.tenant_id.as_deref()), (2, Some("contoso")));
+        test.finish().await;
+    }
+
+    #[tokio::test]
     async fn sagas_list_newest_first_with_their_history() {
         let Some(test) = testing::migrated().await else { return };
         let store = PostgresStore::new(test.database.clone());
@@ -1153,6 +1460,7 @@ mod tests {
                         key: key.into(),
                         expected_version: version,
                         state: json!({"last": message, "nested": {"z": 1, "a": [1, 2]}}),
+                        tenant_id: None,
                     }),
                 ))
                 .await

@@ -6,12 +6,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::Destination;
 use rusqlite::{OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, HandledMessage, PendingOutbox,
-    ReplayRecord, SagaHistoryEntry, SagaRecord, Store, StoreError, TimelineEntry, TimelineStatus,
+    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
+    DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry, SagaRecord, Store,
+    StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::sqlite::Database;
 use crate::transport::{OutboundMessage, duration_ms, from_unix_ms, unix_ms};
@@ -45,6 +47,7 @@ CREATE TABLE IF NOT EXISTS sagas (
     state TEXT NOT NULL,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
+    tenant_id TEXT,
     PRIMARY KEY (kind, key)
 );
 CREATE TABLE IF NOT EXISTS saga_history (
@@ -98,7 +101,43 @@ CREATE TABLE IF NOT EXISTS timeline (
     detail TEXT
 );
 CREATE INDEX IF NOT EXISTS timeline_correlation ON timeline (correlation_id, id);
+CREATE TABLE IF NOT EXISTS deliveries (
+    correlation_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    started_by TEXT NOT NULL,
+    message_type TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    started_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deliveries_recent ON deliveries (started_at);
+CREATE INDEX IF NOT EXISTS deliveries_tenant ON deliveries (tenant_id, started_at);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    secret_hash TEXT NOT NULL,
+    description TEXT,
+    created_by TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS http_idempotency (
+    tenant_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    claim_id TEXT NOT NULL,
+    claimed_at INTEGER NOT NULL,
+    status INTEGER,
+    response TEXT,
+    completed_at INTEGER,
+    PRIMARY KEY (tenant_id, key)
+);
 ";
+
+/// Columns added to tables after their first release: state.db files made by
+/// an older bosun get them when opened (`CREATE TABLE IF NOT EXISTS` leaves
+/// an existing table alone).
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("sagas", "tenant_id", "TEXT")];
 
 /// The SQLite store.
 #[derive(Debug, Clone)]
@@ -109,9 +148,9 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Ok(Self {
-            database: Database::open(path, SCHEMA)?,
-        })
+        let database = Database::open(path, SCHEMA)?;
+        add_missing_columns(path)?;
+        Ok(Self { database })
     }
 
     /// An in-memory store (tests).
@@ -120,6 +159,30 @@ impl SqliteStore {
             database: Database::open_in_memory(SCHEMA)?,
         })
     }
+}
+
+/// Adds the [`ADDED_COLUMNS`] a state.db made by an older bosun lacks. In an
+/// immediate transaction, so two processes opening the same old file do not
+/// both add a column.
+fn add_missing_columns(path: &Path) -> Result<(), StoreError> {
+    let mut conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(30))?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for (table, column, definition) in ADDED_COLUMNS {
+        let present = {
+            let mut statement = tx.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
+            let names = statement
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            names.iter().any(|name| name == column)
+        };
+        if !present {
+            tracing::info!(table, column, "adding a column to the state database");
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {definition}"))?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 fn now_ms() -> i64 {
@@ -208,9 +271,9 @@ fn dead_letter_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterRecord> {
 }
 
 fn load_saga_tx(conn: &rusqlite::Connection, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
-    let Some((version, state, created_at, updated_at)) = conn
+    let Some((version, state, created_at, updated_at, tenant_id)) = conn
         .query_row(
-            "SELECT version, state, created_at, updated_at FROM sagas WHERE kind = ?1 AND key = ?2",
+            "SELECT version, state, created_at, updated_at, tenant_id FROM sagas WHERE kind = ?1 AND key = ?2",
             params![kind, key],
             |row| {
                 Ok((
@@ -218,6 +281,7 @@ fn load_saga_tx(conn: &rusqlite::Connection, kind: &str, key: &str) -> Result<Op
                     row.get::<_, String>(1)?,
                     row.get::<_, i64>(2)?,
                     row.get::<_, i64>(3)?,
+                    row.get::<_, Option<String>>(4)?,
                 ))
             },
         )
@@ -242,11 +306,51 @@ fn load_saga_tx(conn: &rusqlite::Connection, kind: &str, key: &str) -> Result<Op
         kind: kind.to_owned(),
         key: key.to_owned(),
         version,
+        tenant_id,
         state: serde_json::from_str(&state)?,
         created_at: from_unix_ms(created_at),
         updated_at: from_unix_ms(updated_at),
         history,
     }))
+}
+
+const DELIVERY_COLUMNS: &str = "correlation_id, tenant_id, started_by, message_type, message_id, started_at";
+
+fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecord> {
+    Ok(DeliveryRecord {
+        correlation_id: row.get(0)?,
+        tenant_id: row.get(1)?,
+        started_by: row.get(2)?,
+        message_type: row.get(3)?,
+        message_id: row.get(4)?,
+        started_at: from_unix_ms(row.get(5)?),
+    })
+}
+
+const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
+
+fn api_key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
+    let scopes: String = row.get(2)?;
+    Ok(ApiKeyRecord {
+        id: row.get(0)?,
+        tenant_id: row.get(1)?,
+        scopes: serde_json::from_str(&scopes)
+            .map_err(|err| rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, Box::new(err)))?,
+        secret_hash: row.get(3)?,
+        description: row.get(4)?,
+        created_by: row.get(5)?,
+        created_at: from_unix_ms(row.get(6)?),
+        revoked_at: row.get::<_, Option<i64>>(7)?.map(from_unix_ms),
+    })
+}
+
+/// An `http_idempotency` row as [`SqliteStore::claim_idempotency`] reads it.
+struct IdempotencyRow {
+    request_hash: String,
+    claim_id: String,
+    claimed_at: i64,
+    status: Option<i64>,
+    response: Option<String>,
 }
 
 #[async_trait]
@@ -298,11 +402,14 @@ impl Store for SqliteStore {
                     }
                     let version = found + 1;
                     let state = serde_json::to_string(&saga.state)?;
+                    // The tenant is kept from the first save (one made before
+                    // tenants were kept takes the next one's).
                     tx.execute(
-                        "INSERT INTO sagas (kind, key, version, state, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                        "INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
                          ON CONFLICT (kind, key) DO UPDATE SET version = excluded.version, state = excluded.state,
-                            updated_at = excluded.updated_at",
-                        params![saga.kind, saga.key, version, state, now],
+                            updated_at = excluded.updated_at, tenant_id = coalesce(sagas.tenant_id, excluded.tenant_id)",
+                        params![saga.kind, saga.key, version, state, now, saga.tenant_id],
                     )?;
                     tx.execute(
                         "INSERT INTO saga_history (kind, key, version, message_id, message_type, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -430,14 +537,23 @@ impl Store for SqliteStore {
                     "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
                      WHERE (?1 IS NULL OR consumer = ?1) AND (?2 IS NULL OR message_type = ?2)
                        AND (?3 IS NULL OR dead_lettered_at >= ?3) AND (?4 OR replays = '[]')
-                     ORDER BY dead_lettered_at DESC, id DESC"
+                       AND (?5 IS NULL OR tenant_id = ?5) AND (?6 IS NULL OR reason = ?6)
+                     ORDER BY dead_lettered_at DESC, id DESC
+                     LIMIT ?7"
                 ))?;
+                // LIMIT -1: no limit.
+                let limit = filter
+                    .limit
+                    .map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX));
                 let rows = statement.query_map(
                     params![
                         filter.consumer,
                         filter.message_type,
                         filter.since.map(unix_ms),
-                        filter.include_replayed
+                        filter.include_replayed,
+                        filter.tenant_id,
+                        filter.reason,
+                        limit
                     ],
                     dead_letter_from_row,
                 )?;
@@ -704,14 +820,367 @@ impl Store for SqliteStore {
             })
             .await
     }
+
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
+        self.database
+            .call(move |conn| {
+                conn.execute(
+                    &format!("INSERT OR IGNORE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                    params![
+                        record.correlation_id,
+                        record.tenant_id,
+                        record.started_by,
+                        record.message_type,
+                        record.message_id,
+                        unix_ms(record.started_at)
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        let correlation_id = correlation_id.to_owned();
+        self.database
+            .call(move |conn| {
+                Ok(conn
+                    .query_row(
+                        &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE correlation_id = ?1"),
+                        [correlation_id],
+                        delivery_from_row,
+                    )
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let tenant_id = tenant_id.map(str::to_owned);
+        self.database
+            .call(move |conn| {
+                let mut statement = conn.prepare_cached(&format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE (?1 IS NULL OR tenant_id = ?1)
+                     ORDER BY started_at DESC, rowid DESC LIMIT ?2"
+                ))?;
+                let rows = statement.query_map(
+                    params![tenant_id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                    delivery_from_row,
+                )?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl AccessStore for SqliteStore {
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
+        self.database
+            .call(move |conn| {
+                conn.execute(
+                    &format!("INSERT INTO api_keys ({API_KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+                    params![
+                        key.id,
+                        key.tenant_id,
+                        serde_json::to_string(&key.scopes)?,
+                        key.secret_hash,
+                        key.description,
+                        key.created_by,
+                        unix_ms(key.created_at),
+                        key.revoked_at.map(unix_ms)
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let id = id.to_owned();
+        self.database
+            .call(move |conn| {
+                Ok(conn
+                    .query_row(
+                        &format!("SELECT {API_KEY_COLUMNS} FROM api_keys WHERE id = ?1"),
+                        [id],
+                        api_key_from_row,
+                    )
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.database
+            .call(move |conn| {
+                let mut statement = conn.prepare_cached(&format!(
+                    "SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY created_at, rowid"
+                ))?;
+                let rows = statement.query_map([], api_key_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+        let id = id.to_owned();
+        self.database
+            .call(move |conn| {
+                conn.query_row(
+                    &format!(
+                        "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1
+                         RETURNING {API_KEY_COLUMNS}"
+                    ),
+                    params![id, unix_ms(at)],
+                    api_key_from_row,
+                )
+                .optional()?
+                .ok_or(StoreError::NotFound { what: "API key", id })
+            })
+            .await
+    }
+
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: Duration,
+    ) -> Result<IdempotencyClaim, StoreError> {
+        let (tenant_id, key, request_hash) = (tenant_id.to_owned(), key.to_owned(), request_hash.to_owned());
+        self.database
+            .call(move |conn| {
+                // Immediate: the write lock is taken first, so another process
+                // claiming the same key waits for this one's answer.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let now = now_ms();
+                let claim_id = Uuid::now_v7().to_string();
+                let inserted = tx.execute(
+                    "INSERT INTO http_idempotency (tenant_id, key, request_hash, claim_id, claimed_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant_id, key) DO NOTHING",
+                    params![tenant_id, key, request_hash, claim_id, now],
+                )?;
+                if inserted > 0 {
+                    tx.commit()?;
+                    return Ok(IdempotencyClaim::Claimed);
+                }
+                let row = tx.query_row(
+                    "SELECT request_hash, claim_id, claimed_at, status, response FROM http_idempotency
+                     WHERE tenant_id = ?1 AND key = ?2",
+                    params![tenant_id, key],
+                    |row| {
+                        Ok(IdempotencyRow {
+                            request_hash: row.get(0)?,
+                            claim_id: row.get(1)?,
+                            claimed_at: row.get(2)?,
+                            status: row.get(3)?,
+                            response: row.get(4)?,
+                        })
+                    },
+                )?;
+                let claim = match row.status {
+                    Some(status) => IdempotencyClaim::Completed {
+                        request_hash: row.request_hash,
+                        status: u16::try_from(status).unwrap_or_default(),
+                        response: row.response.as_deref().map_or(Ok(Value::Null), serde_json::from_str)?,
+                    },
+                    None if row.claimed_at <= now.saturating_sub(duration_ms(stale_after)) => {
+                        // Its process died: take it over, unless another taker did.
+                        let taken = tx.execute(
+                            "UPDATE http_idempotency SET request_hash = ?3, claim_id = ?4, claimed_at = ?5
+                             WHERE tenant_id = ?1 AND key = ?2 AND status IS NULL AND claim_id = ?6",
+                            params![tenant_id, key, request_hash, claim_id, now, row.claim_id],
+                        )?;
+                        if taken > 0 {
+                            tracing::info!(tenant = %tenant_id, key = %key, "took over a stale idempotency claim");
+                            IdempotencyClaim::Claimed
+                        } else {
+                            IdempotencyClaim::InProgress {
+                                request_hash: row.request_hash,
+                            }
+                        }
+                    }
+                    None => IdempotencyClaim::InProgress {
+                        request_hash: row.request_hash,
+                    },
+                };
+                tx.commit()?;
+                Ok(claim)
+            })
+            .await
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError> {
+        let (tenant_id, key) = (tenant_id.to_owned(), key.to_owned());
+        let response = serde_json::to_string(response)?;
+        self.database
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let completed = tx.execute(
+                    "UPDATE http_idempotency SET status = ?3, response = ?4, completed_at = ?5
+                     WHERE tenant_id = ?1 AND key = ?2 AND status IS NULL",
+                    params![tenant_id, key, status, response, now_ms()],
+                )?;
+                if completed == 0 {
+                    // Already completed: the first answer stands.
+                    let exists = tx
+                        .query_row(
+                            "SELECT 1 FROM http_idempotency WHERE tenant_id = ?1 AND key = ?2",
+                            params![tenant_id, key],
+                            |_| Ok(()),
+                        )
+                        .optional()?
+                        .is_some();
+                    if !exists {
+                        return Err(StoreError::NotFound {
+                            what: "idempotency key",
+                            id: key,
+                        });
+                    }
+                }
+                tx.commit()?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+        let (tenant_id, key) = (tenant_id.to_owned(), key.to_owned());
+        self.database
+            .call(move |conn| {
+                conn.execute(
+                    "DELETE FROM http_idempotency WHERE tenant_id = ?1 AND key = ?2 AND status IS NULL",
+                    params![tenant_id, key],
+                )?;
+                Ok(())
+            })
+            .await
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::store::SagaWrite;
 
     #[tokio::test]
     async fn sqlite_store_passes_the_behaviour_suite() {
         super::super::behaviour::run_all(|| async { SqliteStore::in_memory().unwrap() }).await;
+    }
+
+    /// The `sagas` table as bosun made it before sagas kept their tenant.
+    const OLD_SAGAS: &str = "
+        CREATE TABLE sagas (
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (kind, key)
+        );
+        INSERT INTO sagas VALUES ('release', 'r-old', 1, '{\"step\": 1}', 1, 1);
+    ";
+
+    fn saga_columns(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn.prepare("SELECT name FROM pragma_table_info('sagas')").unwrap();
+        statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_old_state_db_gets_the_saga_tenant_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(OLD_SAGAS)
+            .unwrap();
+        assert!(!saga_columns(&path).contains(&"tenant_id".to_owned()));
+
+        // Several processes opening the old file at once: one adds the column.
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || SqliteStore::open(&path).map(drop))
+            })
+            .collect();
+        for open in opens {
+            open.join().unwrap().unwrap();
+        }
+        let columns = saga_columns(&path);
+        assert_eq!(
+            columns.iter().filter(|name| *name == "tenant_id").count(),
+            1,
+            "{columns:?}"
+        );
+
+        let store = SqliteStore::open(&path).unwrap();
+        let old = store.load_saga("release", "r-old").await.unwrap().unwrap();
+        assert_eq!((old.version, old.tenant_id), (1, None));
+        assert_eq!(old.state, json!({"step": 1}));
+        let write = SagaWrite {
+            kind: "release".into(),
+            key: "r-old".into(),
+            expected_version: 1,
+            state: json!({"step": 2}),
+            tenant_id: Some("contoso".into()),
+        };
+        let handled = HandledMessage {
+            consumer: "release".into(),
+            message_id: "m-2".into(),
+            message_type: "CommitCreated".into(),
+            saga: Some(write),
+            outbox: vec![],
+            timeline: vec![],
+        };
+        store.commit_handled(handled).await.unwrap();
+        let saga = store.load_saga("release", "r-old").await.unwrap().unwrap();
+        assert_eq!((saga.version, saga.tenant_id.as_deref()), (2, Some("contoso")));
+    }
+
+    #[tokio::test]
+    async fn idempotency_claims_from_several_processes_have_one_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        // One store (one connection) per "process".
+        let stores: Vec<SqliteStore> = (0..4).map(|_| SqliteStore::open(&path).unwrap()).collect();
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(stores.len() * 2));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (claimer, store) in stores.iter().cycle().take(stores.len() * 2).enumerate() {
+            let (store, start) = (store.clone(), std::sync::Arc::clone(&start));
+            tasks.spawn(async move {
+                start.wait().await;
+                store
+                    .claim_idempotency("contoso", "k", &format!("h-{claimer}"), Duration::from_secs(600))
+                    .await
+                    .unwrap()
+            });
+        }
+        let claims = tasks.join_all().await;
+        let winners = claims
+            .iter()
+            .filter(|claim| **claim == IdempotencyClaim::Claimed)
+            .count();
+        assert_eq!(winners, 1, "{claims:?}");
+        assert!(
+            claims
+                .iter()
+                .all(|claim| matches!(claim, IdempotencyClaim::Claimed | IdempotencyClaim::InProgress { .. })),
+            "{claims:?}"
+        );
     }
 }

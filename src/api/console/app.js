@@ -1,0 +1,1150 @@
+// bosun operator console: one page over bosun's HTTP API (/v1/...).
+//
+// No framework and no build step: the server embeds this file as is. Every
+// value from the API is rendered through text nodes and attributes (never
+// innerHTML), so a message type or an error text cannot inject markup.
+//
+// Sections (hash routes):
+//   #/deliveries[/<correlationId>]   deliveries, a delivery's timeline, live over SSE
+//   #/sagas[/<kind>/<key>]           sagas and their state
+//   #/dead-letters[/<id>]            dead letters (list or grouped), detail, replay,
+//                                    edit-and-replay, replay a group at a rate
+
+const KEY_STORAGE = 'bosun.console.apiKey';
+const SECTIONS = ['deliveries', 'sagas', 'dead-letters'];
+const POLL_MS = 500;
+
+// ---------------------------------------------------------------- helpers
+
+/** Builds an element; string/number children become text nodes. */
+function h(tag, attrs = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === 'class') element.className = value;
+    else if (name.startsWith('on') && typeof value === 'function') element.addEventListener(name.slice(2), value);
+    else if (value === true) element.setAttribute(name, '');
+    else element.setAttribute(name, String(value));
+  }
+  append(element, children);
+  return element;
+}
+
+function append(parent, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    parent.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+function clear(element) {
+  element.replaceChildren();
+  return element;
+}
+
+const $ = (id) => document.getElementById(id);
+
+/** A class-name-safe version of a status word. */
+const token = (text) => String(text ?? '').toLowerCase().replace(/[^a-z0-9-]/g, '');
+
+function badge(status, testid) {
+  return h('span', { class: `badge status-${token(status)}`, 'data-testid': testid, 'data-status': status ?? '' }, status ?? '—');
+}
+
+function time(iso) {
+  if (!iso) return h('span', { class: 'muted' }, '—');
+  const date = new Date(iso);
+  const shown = Number.isNaN(date.getTime())
+    ? String(iso)
+    : date.toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' });
+  return h('time', { datetime: iso, title: iso }, shown);
+}
+
+const text = (value) => (value === undefined || value === null || value === '' ? '—' : String(value));
+
+function shortId(id) {
+  const value = String(id ?? '');
+  return value.length > 13 ? `${value.slice(0, 8)}…` : value;
+}
+
+function link(href, ...children) {
+  return h('a', { href }, ...children);
+}
+
+function route(...parts) {
+  return `#/${parts.map((part) => encodeURIComponent(part)).join('/')}`;
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+function pretty(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+// ---------------------------------------------------------------- API
+
+/** An error answer of the API: `{"error": {"code", "message", "field"?}}`. */
+class ApiError extends Error {
+  constructor(status, code, message, field = null) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.field = field;
+  }
+}
+
+function getKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORAGE) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+function authHeaders() {
+  const key = getKey();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+async function errorFrom(response) {
+  const body = await response.text().catch(() => '');
+  let parsed = null;
+  try {
+    parsed = body ? JSON.parse(body) : null;
+  } catch {
+    parsed = null;
+  }
+  const error = parsed && typeof parsed === 'object' ? parsed.error : null;
+  if (error && typeof error === 'object') {
+    return new ApiError(
+      response.status,
+      String(error.code ?? `http-${response.status}`),
+      String(error.message ?? response.statusText),
+      error.field === undefined || error.field === null ? null : String(error.field),
+    );
+  }
+  return new ApiError(response.status, `http-${response.status}`, body.slice(0, 300) || response.statusText);
+}
+
+async function api(path, { method = 'GET', body, signal } = {}) {
+  const headers = { Accept: 'application/json', ...authHeaders() };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+      cache: 'no-store',
+    });
+  } catch (err) {
+    if (err?.name === 'AbortError') throw err;
+    throw new ApiError(0, 'network', `bosun did not answer: ${err?.message ?? err}`);
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (error.status === 401) keyRefused(error);
+    throw error;
+  }
+  const raw = await response.text();
+  return raw ? JSON.parse(raw) : null;
+}
+
+function query(params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null && value !== '' && value !== false) search.set(name, String(value));
+  }
+  const encoded = search.toString();
+  return encoded ? `?${encoded}` : '';
+}
+
+/** Shows an error (or clears the slot when `error` is null). */
+function showError(slot, error) {
+  clear(slot);
+  if (!error) return;
+  if (error?.name === 'AbortError') return;
+  const apiError = error instanceof ApiError ? error : new ApiError(0, 'console', String(error?.message ?? error));
+  const hint = {
+    401: 'Enter a valid API key above.',
+    403: 'This key does not have the scope this needs.',
+  }[apiError.status];
+  slot.append(
+    h(
+      'div',
+      { class: 'error', role: 'alert', 'data-testid': 'error', 'data-code': apiError.code },
+      h('strong', { class: 'error-code', 'data-testid': 'error-code' }, apiError.code),
+      apiError.status ? h('span', { class: 'muted' }, ` (HTTP ${apiError.status})`) : null,
+      ': ',
+      h('span', { class: 'error-message', 'data-testid': 'error-message' }, apiError.message),
+      apiError.field
+        ? h(
+            'div',
+            { class: 'error-field', 'data-testid': 'error-field', 'data-field': apiError.field },
+            'Field: ',
+            h('code', {}, apiError.field),
+          )
+        : null,
+      hint ? h('div', { class: 'muted' }, hint) : null,
+    ),
+  );
+}
+
+// ---------------------------------------------------------------- key
+
+function keyLabel(key) {
+  // bsn_<id>_<secret>: show the public id only.
+  const match = /^(bsn_[^_]+)_/.exec(key);
+  return match ? `${match[1]}_…` : 'a key';
+}
+
+function renderKeyState() {
+  const key = getKey();
+  const state = $('key-state');
+  state.className = 'key-state';
+  if (key) {
+    state.textContent = `Using ${keyLabel(key)}`;
+    state.dataset.state = 'set';
+  } else {
+    state.textContent = 'No key: enter an API key';
+    state.dataset.state = 'none';
+  }
+}
+
+function keyRefused(error) {
+  const state = $('key-state');
+  state.className = 'key-state refused';
+  state.dataset.state = 'refused';
+  state.textContent = `Key refused (${error.code})`;
+}
+
+function setupKey() {
+  $('key-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    const key = $('api-key').value.trim();
+    try {
+      if (key) sessionStorage.setItem(KEY_STORAGE, key);
+      else sessionStorage.removeItem(KEY_STORAGE);
+    } catch {
+      // Storage disabled: the key lasts until the page reloads.
+    }
+    $('api-key').value = '';
+    renderKeyState();
+    reload();
+  });
+  $('key-forget').addEventListener('click', () => {
+    try {
+      sessionStorage.removeItem(KEY_STORAGE);
+    } catch {
+      // nothing stored
+    }
+    $('api-key').value = '';
+    renderKeyState();
+    stopDeliveryStream();
+  });
+  renderKeyState();
+}
+
+// ---------------------------------------------------------------- routing
+
+let currentSection = null;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const parts = raw ? raw.split('/') : [];
+  try {
+    return parts.map((part) => decodeURIComponent(part));
+  } catch {
+    return [];
+  }
+}
+
+function showSection(section) {
+  for (const name of SECTIONS) {
+    const selected = name === section;
+    $(`section-${name}`).hidden = !selected;
+    const tab = $(`tab-${name}`);
+    tab.setAttribute('aria-selected', String(selected));
+    tab.tabIndex = selected ? 0 : -1;
+  }
+}
+
+async function onRoute({ force = false } = {}) {
+  const parts = parseHash();
+  const section = SECTIONS.includes(parts[0]) ? parts[0] : 'deliveries';
+  const entered = force || section !== currentSection;
+  currentSection = section;
+  showSection(section);
+  showError($('global-error'), null);
+  if (!getKey()) {
+    showError($('global-error'), new ApiError(0, 'no-key', 'Enter an API key to use the console.'));
+    return;
+  }
+  if (section !== 'deliveries') stopDeliveryStream();
+  if (section === 'deliveries') {
+    if (entered) loadDeliveries();
+    if (parts[1]) openDelivery(parts[1], { force });
+    else closeDelivery();
+  } else if (section === 'sagas') {
+    if (entered) loadSagas();
+    if (parts[1] && parts[2]) openSaga(parts[1], parts[2]);
+    else closeSaga();
+  } else {
+    if (entered) loadDeadLetters();
+    if (parts[1]) openDeadLetter(parts[1]);
+    else closeDeadLetter();
+  }
+}
+
+function reload() {
+  onRoute({ force: true });
+}
+
+function setupTabs() {
+  const tabs = SECTIONS.map((name) => $(`tab-${name}`));
+  for (const [index, tab] of tabs.entries()) {
+    tab.addEventListener('click', () => {
+      location.hash = route(tab.dataset.section);
+    });
+    tab.addEventListener('keydown', (event) => {
+      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+      if (!step) return;
+      const next = tabs[(index + step + tabs.length) % tabs.length];
+      next.focus();
+      next.click();
+    });
+  }
+}
+
+// ---------------------------------------------------------------- deliveries
+
+let selectedDelivery = null;
+let deliveryStream = null; // AbortController of the live stream
+let deliveryModel = null; // { id, delivery, live: Map }
+let refreshTimer = null;
+
+async function loadDeliveries() {
+  const slot = $('deliveries-error');
+  showError(slot, null);
+  try {
+    const data = await api(`/v1/deliveries${query({ limit: 50 })}`);
+    renderDeliveries(data?.deliveries ?? []);
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
+function renderDeliveries(deliveries) {
+  const body = clear($('deliveries-body'));
+  $('deliveries-empty').hidden = deliveries.length > 0;
+  for (const delivery of deliveries) {
+    const id = String(delivery.correlationId ?? '');
+    body.append(
+      h(
+        'tr',
+        {
+          'data-testid': 'delivery-row',
+          'data-correlation-id': id,
+          class: id === selectedDelivery ? 'selected' : '',
+          'aria-current': id === selectedDelivery ? 'true' : null,
+        },
+        h('td', {}, time(delivery.startedAt)),
+        h('td', {}, text(delivery.messageType)),
+        h('td', {}, text(delivery.tenantId)),
+        h('td', {}, badge(delivery.status, 'delivery-row-status')),
+        h('td', {}, link(route('deliveries', id), h('code', { title: id }, id))),
+      ),
+    );
+  }
+}
+
+function markSelected(tbodyId, attribute, value) {
+  for (const row of $(tbodyId).querySelectorAll('tr')) {
+    const selected = row.getAttribute(attribute) === value;
+    row.classList.toggle('selected', selected);
+    if (selected) row.setAttribute('aria-current', 'true');
+    else row.removeAttribute('aria-current');
+  }
+}
+
+function closeDelivery() {
+  stopDeliveryStream();
+  selectedDelivery = null;
+  deliveryModel = null;
+  $('delivery-detail').hidden = true;
+  $('delivery-placeholder').hidden = false;
+  markSelected('deliveries-body', 'data-correlation-id', null);
+}
+
+async function openDelivery(id, { force = false } = {}) {
+  if (id === selectedDelivery && !force && deliveryStream) return;
+  stopDeliveryStream();
+  selectedDelivery = id;
+  deliveryModel = { id, delivery: null, live: new Map() };
+  markSelected('deliveries-body', 'data-correlation-id', id);
+  $('delivery-placeholder').hidden = true;
+  $('delivery-detail').hidden = false;
+  $('delivery-id').textContent = id;
+  clear($('delivery-status'));
+  clear($('delivery-messages'));
+  clear($('timeline-body'));
+  showError($('delivery-error'), null);
+  setLive('connecting');
+  $('delivery-live').dataset.lines = '0';
+  const loaded = await refreshDelivery(id);
+  if (loaded && selectedDelivery === id) followDelivery(id);
+}
+
+async function refreshDelivery(id) {
+  try {
+    const delivery = await api(`/v1/deliveries/${encodeURIComponent(id)}`);
+    if (!deliveryModel || deliveryModel.id !== id) return false;
+    deliveryModel.delivery = delivery;
+    renderDelivery();
+    return true;
+  } catch (err) {
+    if (selectedDelivery === id) {
+      showError($('delivery-error'), err);
+      setLive('stopped');
+    }
+    return false;
+  }
+}
+
+/** Re-reads the delivery at most every 400 ms while lines stream in. */
+function scheduleDeliveryRefresh(id) {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(() => {
+    refreshTimer = null;
+    refreshDelivery(id);
+  }, 400);
+}
+
+const eventKey = (e) => [e.messageId, e.consumer ?? '', e.status, e.attempt, e.at, e.detail ?? ''].join('|');
+
+function renderDelivery() {
+  const { delivery, live } = deliveryModel;
+  if (!delivery) return;
+  const status = $('delivery-status');
+  status.className = `badge status-${token(delivery.status)}`;
+  status.dataset.status = delivery.status ?? '';
+  status.textContent = text(delivery.status);
+
+  const messages = clear($('delivery-messages'));
+  const events = new Map();
+  for (const message of delivery.messages ?? []) {
+    messages.append(
+      h(
+        'article',
+        {
+          class: 'message',
+          'data-testid': 'delivery-message',
+          'data-message-type': message.messageType ?? '',
+          'data-status': message.status ?? '',
+        },
+        h(
+          'header',
+          {},
+          h('strong', {}, text(message.messageType)),
+          ' ',
+          badge(message.status, 'delivery-message-status'),
+          h('span', { class: 'muted' }, ` attempts ${text(message.attempts)}`),
+        ),
+        message.summary ? h('p', { class: 'summary' }, message.summary) : null,
+        h(
+          'p',
+          { class: 'muted small' },
+          'message ',
+          h('code', { title: message.messageId ?? '' }, shortId(message.messageId)),
+          (message.consumers ?? []).length ? ` · consumers: ${message.consumers.join(', ')}` : '',
+          ' · last update ',
+          time(message.lastUpdate),
+        ),
+      ),
+    );
+    for (const event of message.events ?? []) events.set(eventKey(event), event);
+  }
+  for (const [key, event] of live) if (!events.has(key)) events.set(key, event);
+  const ordered = [...events.values()].sort((a, b) => String(a.at).localeCompare(String(b.at)));
+
+  const body = clear($('timeline-body'));
+  for (const event of ordered) {
+    body.append(
+      h(
+        'tr',
+        { 'data-testid': 'timeline-event', 'data-status': event.status ?? '', 'data-message-type': event.messageType ?? '' },
+        h('td', {}, time(event.at)),
+        h('td', {}, text(event.messageType)),
+        h('td', {}, text(event.consumer)),
+        h('td', {}, badge(event.status, 'timeline-event-status')),
+        h('td', {}, text(event.attempt)),
+        h('td', { class: 'detail' }, text(event.detail)),
+      ),
+    );
+  }
+}
+
+function setLive(state, status) {
+  const live = $('delivery-live');
+  live.dataset.state = state;
+  live.className = `live live-${token(state)}`;
+  live.textContent = {
+    connecting: 'connecting…',
+    live: '● live',
+    reconnecting: 'reconnecting…',
+    ended: `stream ended: ${status ?? ''}`,
+    stopped: 'not live',
+    disconnected: 'live updates lost (refresh to retry)',
+  }[state] ?? state;
+}
+
+function stopDeliveryStream() {
+  if (deliveryStream) deliveryStream.abort();
+  deliveryStream = null;
+  if (refreshTimer) clearTimeout(refreshTimer);
+  refreshTimer = null;
+}
+
+/**
+ * Follows /v1/deliveries/{id}/events with fetch (EventSource cannot send the
+ * Authorization header), reconnecting with backoff until `event: end`.
+ */
+async function followDelivery(id) {
+  const controller = new AbortController();
+  deliveryStream = controller;
+  const { signal } = controller;
+  let failures = 0;
+  while (!signal.aborted) {
+    setLive(failures ? 'reconnecting' : 'connecting');
+    try {
+      const response = await fetch(`/v1/deliveries/${encodeURIComponent(id)}/events`, {
+        headers: { Accept: 'text/event-stream', ...authHeaders() },
+        signal,
+        cache: 'no-store',
+      });
+      if (!response.ok) throw await errorFrom(response);
+      if (!response.body) throw new ApiError(0, 'console', 'this browser cannot stream responses');
+      setLive('live');
+      failures = 0;
+      const ended = await readEvents(response.body, signal, (name, data) => onDeliveryEvent(id, name, data));
+      if (ended || signal.aborted) return;
+    } catch (err) {
+      if (signal.aborted) return;
+      if (err instanceof ApiError && err.status >= 400 && err.status < 500) {
+        if (err.status === 401) keyRefused(err);
+        showError($('delivery-error'), err);
+        setLive('stopped');
+        return;
+      }
+      failures += 1;
+      if (failures > 5) {
+        showError($('delivery-error'), err);
+        setLive('disconnected');
+        return;
+      }
+    }
+    await sleep(Math.min(500 * 2 ** failures, 8000), signal);
+  }
+}
+
+/** Returns true when the delivery's stream is over. */
+function onDeliveryEvent(id, name, data) {
+  if (!deliveryModel || deliveryModel.id !== id) return true;
+  let parsed = null;
+  try {
+    parsed = data ? JSON.parse(data) : null;
+  } catch {
+    parsed = null;
+  }
+  if (name === 'timeline' && parsed && typeof parsed === 'object') {
+    deliveryModel.live.set(eventKey(parsed), parsed);
+    const live = $('delivery-live');
+    live.dataset.lines = String(Number(live.dataset.lines ?? 0) + 1);
+    renderDelivery();
+    scheduleDeliveryRefresh(id);
+    return false;
+  }
+  if (name === 'end') {
+    setLive('ended', parsed?.status);
+    refreshDelivery(id);
+    loadDeliveries();
+    return true;
+  }
+  if (name === 'error') {
+    // The server gave up on the stream (the error in the API's shape).
+    const error = parsed?.error ?? {};
+    showError(
+      $('delivery-error'),
+      new ApiError(0, String(error.code ?? 'stream-error'), String(error.message ?? data), error.field ?? null),
+    );
+    setLive('stopped');
+    return true;
+  }
+  return false;
+}
+
+/** Reads a text/event-stream body; calls `onEvent(name, data)` per event. */
+async function readEvents(body, signal, onEvent) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  let name = '';
+  let data = [];
+  const abort = () => reader.cancel().catch(() => {});
+  signal.addEventListener('abort', abort, { once: true });
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return false;
+      buffer += decoder.decode(value, { stream: true });
+      for (;;) {
+        const end = buffer.search(/\r\n|\r|\n/);
+        if (end < 0 || (buffer[end] === '\r' && end === buffer.length - 1)) break;
+        const line = buffer.slice(0, end);
+        buffer = buffer.slice(end + (buffer.startsWith('\r\n', end) ? 2 : 1));
+        if (line === '') {
+          if (data.length || name) {
+            if (onEvent(name || 'message', data.join('\n'))) {
+              abort();
+              return true;
+            }
+          }
+          name = '';
+          data = [];
+          continue;
+        }
+        if (line.startsWith(':')) continue;
+        const colon = line.indexOf(':');
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? '' : line.slice(colon + 1);
+        if (value.startsWith(' ')) value = value.slice(1);
+        if (field === 'event') name = value;
+        else if (field === 'data') data.push(value);
+      }
+    }
+  } finally {
+    signal.removeEventListener('abort', abort);
+  }
+}
+
+// ---------------------------------------------------------------- sagas
+
+let selectedSaga = null;
+
+async function loadSagas() {
+  const slot = $('sagas-error');
+  showError(slot, null);
+  try {
+    const data = await api(`/v1/sagas${query({ kind: $('saga-kind').value })}`);
+    renderSagas(data?.sagas ?? []);
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
+function renderSagas(sagas) {
+  const body = clear($('sagas-body'));
+  $('sagas-empty').hidden = sagas.length > 0;
+  for (const saga of sagas) {
+    const id = `${saga.kind}/${saga.key}`;
+    body.append(
+      h(
+        'tr',
+        { 'data-testid': 'saga-row', 'data-saga': id, 'data-kind': saga.kind ?? '', 'data-key': saga.key ?? '' },
+        h('td', {}, text(saga.kind)),
+        h('td', {}, link(route('sagas', saga.kind ?? '', saga.key ?? ''), text(saga.key))),
+        h('td', {}, text(saga.version)),
+        h('td', {}, text(saga.tenantId)),
+        h('td', {}, time(saga.updatedAt)),
+      ),
+    );
+  }
+  markSelected('sagas-body', 'data-saga', selectedSaga);
+}
+
+function closeSaga() {
+  selectedSaga = null;
+  $('saga-detail').hidden = true;
+  $('saga-placeholder').hidden = false;
+  markSelected('sagas-body', 'data-saga', null);
+}
+
+async function openSaga(kind, key) {
+  selectedSaga = `${kind}/${key}`;
+  markSelected('sagas-body', 'data-saga', selectedSaga);
+  showError($('sagas-error'), null);
+  try {
+    const saga = await api(`/v1/sagas/${encodeURIComponent(kind)}/${encodeURIComponent(key)}`);
+    if (selectedSaga !== `${kind}/${key}`) return;
+    $('saga-placeholder').hidden = true;
+    $('saga-detail').hidden = false;
+    $('saga-title').textContent = `${saga.kind}/${saga.key} v${saga.version}`;
+    $('saga-state').textContent = pretty(saga.state);
+    const body = clear($('saga-history-body'));
+    for (const entry of saga.history ?? []) {
+      body.append(
+        h(
+          'tr',
+          { 'data-testid': 'saga-history-row' },
+          h('td', {}, text(entry.version)),
+          h('td', {}, h('code', { title: entry.messageId ?? '' }, shortId(entry.messageId))),
+          h('td', {}, text(entry.messageType)),
+          h('td', {}, time(entry.at)),
+        ),
+      );
+    }
+  } catch (err) {
+    showError($('sagas-error'), err);
+  }
+}
+
+function setupSagas() {
+  $('sagas-refresh').addEventListener('click', loadSagas);
+  $('saga-kind').addEventListener('change', loadSagas);
+}
+
+// ---------------------------------------------------------------- dead letters
+
+let selectedDeadLetter = null;
+let deadLetterDetail = null;
+let bulkGroup = null;
+let bulkPoll = null; // AbortController of the progress polling
+
+function deadLetterFilters() {
+  return {
+    consumer: $('dl-consumer').value.trim(),
+    type: $('dl-type').value.trim(),
+    reason: $('dl-reason').value.trim(),
+    includeReplayed: $('dl-include-replayed').checked ? 'true' : '',
+  };
+}
+
+const groupedView = () => $('dl-view-groups').checked;
+
+async function loadDeadLetters() {
+  const slot = $('dl-error');
+  showError(slot, null);
+  const grouped = groupedView();
+  $('dl-list').hidden = grouped;
+  $('dl-groups').hidden = !grouped;
+  try {
+    if (grouped) {
+      const data = await api(`/v1/dead-letters/groups${query(deadLetterFilters())}`);
+      renderGroups(data?.groups ?? []);
+    } else {
+      const data = await api(`/v1/dead-letters${query({ ...deadLetterFilters(), limit: 200 })}`);
+      renderDeadLetters(data?.deadLetters ?? []);
+    }
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
+function renderDeadLetters(records) {
+  const body = clear($('dl-body'));
+  $('dl-empty').hidden = records.length > 0;
+  for (const record of records) {
+    const id = String(record.id ?? '');
+    body.append(
+      h(
+        'tr',
+        {
+          'data-testid': 'dead-letter-row',
+          'data-id': id,
+          'data-reason': record.reason ?? '',
+          'data-status': record.status ?? '',
+        },
+        h('td', {}, link(route('dead-letters', id), time(record.deadLetteredAt))),
+        h('td', {}, text(record.consumer)),
+        h('td', {}, text(record.messageType)),
+        h('td', {}, text(record.reason)),
+        h('td', {}, badge(record.status, 'dead-letter-status')),
+        h('td', { class: 'detail', title: record.description ?? '' }, text(record.description)),
+      ),
+    );
+  }
+  markSelected('dl-body', 'data-id', selectedDeadLetter);
+}
+
+function renderGroups(groups) {
+  const body = clear($('dl-groups-body'));
+  $('dl-groups-empty').hidden = groups.length > 0;
+  for (const group of groups) {
+    body.append(
+      h(
+        'tr',
+        {
+          'data-testid': 'dead-letter-group',
+          'data-reason': group.reason ?? '',
+          'data-consumer': group.consumer ?? '',
+          'data-type': group.messageType ?? '',
+          'data-count': group.count ?? 0,
+        },
+        h('td', { 'data-testid': 'group-count' }, text(group.count)),
+        h('td', {}, text(group.reason)),
+        h('td', {}, text(group.consumer)),
+        h('td', {}, text(group.messageType)),
+        h('td', {}, h('div', {}, time(group.firstAt)), h('div', { class: 'muted' }, 'to ', time(group.lastAt))),
+        h('td', { class: 'detail', title: group.description ?? '' }, text(group.description)),
+        h(
+          'td',
+          {},
+          h(
+            'div',
+            { class: 'row-actions' },
+            h(
+              'button',
+              { type: 'button', class: 'secondary', 'data-testid': 'group-show', onclick: () => showGroup(group) },
+              'Show',
+            ),
+            h(
+              'button',
+              { type: 'button', 'data-testid': 'group-replay', onclick: () => openBulk(group) },
+              'Replay group…',
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+}
+
+function showGroup(group) {
+  $('dl-consumer').value = group.consumer ?? '';
+  $('dl-type').value = group.messageType ?? '';
+  $('dl-reason').value = group.reason ?? '';
+  $('dl-view-list').checked = true;
+  loadDeadLetters();
+}
+
+function closeDeadLetter() {
+  selectedDeadLetter = null;
+  deadLetterDetail = null;
+  $('dl-detail').hidden = true;
+  $('dl-placeholder').hidden = !$('bulk-replay').hidden;
+  markSelected('dl-body', 'data-id', null);
+}
+
+async function openDeadLetter(id, { keepMessages = false } = {}) {
+  selectedDeadLetter = id;
+  markSelected('dl-body', 'data-id', id);
+  if (!keepMessages) {
+    clear($('dl-replay-result'));
+    showError($('dl-edit-error'), null);
+  }
+  try {
+    const record = await api(`/v1/dead-letters/${encodeURIComponent(id)}`);
+    if (selectedDeadLetter !== id) return;
+    deadLetterDetail = record;
+    renderDeadLetter(record, { keepPayload: keepMessages });
+  } catch (err) {
+    showError($('dl-error'), err);
+  }
+}
+
+function renderDeadLetter(record, { keepPayload }) {
+  $('dl-placeholder').hidden = true;
+  $('dl-detail').hidden = false;
+  $('dl-detail-id').textContent = record.id ?? '';
+  const status = $('dl-detail-status');
+  status.className = `badge status-${token(record.status)}`;
+  status.dataset.status = record.status ?? '';
+  status.textContent = text(record.status);
+
+  const fields = clear($('dl-detail-fields'));
+  const row = (label, value) => [h('dt', {}, label), h('dd', {}, value)];
+  append(fields, [
+    row('Consumer', text(record.consumer)),
+    row('Entity', text(record.entity)),
+    row('Message type', text(record.messageType)),
+    row('Message id', h('code', {}, text(record.messageId))),
+    row(
+      'Delivery',
+      record.correlationId
+        ? link(route('deliveries', record.correlationId), h('code', {}, record.correlationId))
+        : '—',
+    ),
+    row('Tenant', text(record.tenantId)),
+    row('Reason', h('span', { 'data-testid': 'dl-detail-reason' }, text(record.reason))),
+    row('Description', h('span', { class: 'detail' }, text(record.description))),
+    row('Dead-lettered', time(record.deadLetteredAt)),
+    row('Origin', text(record.origin)),
+  ]);
+
+  const chain = clear($('dl-detail-chain'));
+  for (const line of record.errorChain ?? []) chain.append(h('li', {}, line));
+
+  const attempts = clear($('dl-detail-attempts-body'));
+  for (const attempt of record.attempts ?? []) {
+    attempts.append(
+      h(
+        'tr',
+        {},
+        h('td', {}, text(attempt.attempt)),
+        h('td', {}, time(attempt.at)),
+        h('td', { class: 'detail' }, (attempt.errorChain ?? []).join(': ')),
+      ),
+    );
+  }
+
+  const replays = clear($('dl-detail-replays'));
+  for (const replay of record.replays ?? []) {
+    replays.append(
+      h(
+        'li',
+        { 'data-testid': 'dl-detail-replay' },
+        time(replay.at),
+        ` by ${text(replay.by)} to ${text(replay.destination)} `,
+        h('code', { class: 'muted', title: replay.replayId ?? '' }, shortId(replay.replayId)),
+        replay.edited ? ' (edited)' : '',
+      ),
+    );
+  }
+  if (!(record.replays ?? []).length) replays.append(h('li', { class: 'muted' }, 'Not replayed yet.'));
+
+  const envelope = $('dl-detail-envelope');
+  if (record.envelope !== undefined && record.envelope !== null) envelope.textContent = pretty(record.envelope);
+  else envelope.textContent = record.bodyText ?? '(no body)';
+
+  const payload = record.envelope && typeof record.envelope === 'object' ? record.envelope.payload : undefined;
+  const textarea = $('dl-edit-payload');
+  const editable = payload !== undefined;
+  textarea.disabled = !editable;
+  $('dl-replay-edited').disabled = !editable;
+  if (!keepPayload || !textarea.value) {
+    textarea.value = editable ? pretty(payload) : '';
+    textarea.removeAttribute('aria-invalid');
+  }
+  textarea.placeholder = editable ? '' : 'The original envelope could not be read: only a plain replay is possible.';
+}
+
+function replayResult(result) {
+  const slot = clear($('dl-replay-result'));
+  slot.append(
+    h(
+      'p',
+      { class: 'ok', 'data-testid': 'replay-ok', 'data-replay-id': result?.replayId ?? '' },
+      result?.edited ? 'Replayed with the edited payload' : 'Replayed',
+      ` to ${text(result?.destination)} by ${text(result?.by)} `,
+      h('code', { title: result?.replayId ?? '' }, shortId(result?.replayId)),
+    ),
+  );
+}
+
+async function replayOne() {
+  const id = selectedDeadLetter;
+  if (!id) return;
+  const button = $('dl-replay');
+  button.disabled = true;
+  clear($('dl-replay-result'));
+  showError($('dl-edit-error'), null);
+  try {
+    const result = await api(`/v1/dead-letters/${encodeURIComponent(id)}/replay`, { method: 'POST' });
+    replayResult(result);
+    await openDeadLetter(id, { keepMessages: true });
+    loadDeadLetters();
+  } catch (err) {
+    showError($('dl-edit-error'), err);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function replayEdited(event) {
+  event.preventDefault();
+  const id = selectedDeadLetter;
+  if (!id) return;
+  const textarea = $('dl-edit-payload');
+  const slot = $('dl-edit-error');
+  clear($('dl-replay-result'));
+  showError(slot, null);
+  textarea.removeAttribute('aria-invalid');
+  let payload;
+  try {
+    payload = JSON.parse(textarea.value);
+  } catch (err) {
+    textarea.setAttribute('aria-invalid', 'true');
+    showError(slot, new ApiError(0, 'malformed-json', `The payload is not JSON: ${err.message}`, 'payload'));
+    return;
+  }
+  const button = $('dl-replay-edited');
+  button.disabled = true;
+  try {
+    const result = await api(`/v1/dead-letters/${encodeURIComponent(id)}/replay`, {
+      method: 'POST',
+      body: { payload },
+    });
+    replayResult(result);
+    await openDeadLetter(id, { keepMessages: true });
+    loadDeadLetters();
+  } catch (err) {
+    if (err instanceof ApiError && err.field) textarea.setAttribute('aria-invalid', 'true');
+    showError(slot, err);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function purgeOne() {
+  const id = selectedDeadLetter;
+  if (!id) return;
+  if (!window.confirm(`Purge dead letter ${id}? Its message is deleted for good.`)) return;
+  try {
+    await api(`/v1/dead-letters/${encodeURIComponent(id)}`, { method: 'DELETE' });
+    location.hash = route('dead-letters');
+    loadDeadLetters();
+  } catch (err) {
+    showError($('dl-edit-error'), err);
+  }
+}
+
+// Replay a group at a rate, with progress.
+
+function openBulk(group) {
+  stopBulkPoll();
+  bulkGroup = group;
+  $('bulk-replay').hidden = false;
+  $('dl-placeholder').hidden = true;
+  $('bulk-summary').textContent =
+    `${group.count ?? (group.ids ?? []).length} dead letter(s): ${text(group.reason)} · ` +
+    `${text(group.consumer)} · ${text(group.messageType)}`;
+  $('bulk-progress-area').hidden = true;
+  $('bulk-start').disabled = false;
+  showError($('bulk-error'), null);
+  $('bulk-rate').focus();
+}
+
+function closeBulk() {
+  stopBulkPoll();
+  bulkGroup = null;
+  $('bulk-replay').hidden = true;
+  $('dl-placeholder').hidden = !$('dl-detail').hidden;
+}
+
+function stopBulkPoll() {
+  if (bulkPoll) bulkPoll.abort();
+  bulkPoll = null;
+}
+
+function renderProgress(job) {
+  $('bulk-progress-area').hidden = false;
+  const total = Number(job.total ?? 0);
+  const done = Number(job.done ?? 0);
+  const progress = $('bulk-progress');
+  progress.max = total > 0 ? total : 1;
+  progress.value = total > 0 ? Math.min(done, total) : job.status === 'finished' ? 1 : 0;
+  progress.dataset.state = job.status ?? '';
+  progress.setAttribute('aria-valuetext', `${done} of ${total}`);
+  $('bulk-progress-text').textContent = `${done} of ${total}`;
+  const status = $('bulk-status');
+  status.className = `badge status-${token(job.status)}`;
+  status.dataset.status = job.status ?? '';
+  status.textContent = text(job.status);
+  $('bulk-id').textContent = job.id ?? '';
+  const failed = clear($('bulk-failed'));
+  for (const failure of job.failed ?? []) {
+    failed.append(
+      h('li', { 'data-testid': 'bulk-failure' }, h('code', {}, text(failure.id)), `: ${text(failure.error)}`),
+    );
+  }
+  if (job.status === 'finished') {
+    const replayed = (job.replayed ?? []).length;
+    $('bulk-progress-text').textContent =
+      `${done} of ${total} · ${replayed} replayed` + ((job.failed ?? []).length ? `, ${job.failed.length} failed` : '');
+  }
+}
+
+async function startBulk(event) {
+  event.preventDefault();
+  if (!bulkGroup) return;
+  const slot = $('bulk-error');
+  showError(slot, null);
+  const rateText = $('bulk-rate').value.trim();
+  const rate = rateText === '' ? null : Number(rateText);
+  if (rate !== null && !(Number.isFinite(rate) && rate > 0)) {
+    showError(slot, new ApiError(0, 'invalid-field', 'The rate must be a number above 0 (per second).', 'rate'));
+    return;
+  }
+  const ids = bulkGroup.ids ?? [];
+  const body = ids.length
+    ? { ids }
+    : { filter: { consumer: bulkGroup.consumer, type: bulkGroup.messageType, reason: bulkGroup.reason } };
+  if (rate !== null) body.rate = rate;
+  const button = $('bulk-start');
+  button.disabled = true;
+  try {
+    const job = await api('/v1/dead-letters/replays', { method: 'POST', body });
+    renderProgress(job);
+    await pollBulk(job);
+  } catch (err) {
+    showError(slot, err);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function pollBulk(job) {
+  stopBulkPoll();
+  const controller = new AbortController();
+  bulkPoll = controller;
+  let current = job;
+  while (current.status !== 'finished' && !controller.signal.aborted) {
+    await sleep(POLL_MS, controller.signal);
+    if (controller.signal.aborted) return;
+    try {
+      current = await api(`/v1/replays/${encodeURIComponent(job.id)}`, { signal: controller.signal });
+      renderProgress(current);
+    } catch (err) {
+      if (controller.signal.aborted) return;
+      showError($('bulk-error'), err);
+      if (err instanceof ApiError && err.status >= 400 && err.status < 500) return;
+    }
+  }
+  if (bulkPoll === controller) bulkPoll = null;
+  loadDeadLetters();
+  if (selectedDeadLetter) openDeadLetter(selectedDeadLetter, { keepMessages: true });
+}
+
+function setupDeadLetters() {
+  $('dl-filters').addEventListener('submit', (event) => {
+    event.preventDefault();
+    loadDeadLetters();
+  });
+  $('dl-clear').addEventListener('click', () => {
+    for (const id of ['dl-consumer', 'dl-type', 'dl-reason']) $(id).value = '';
+    $('dl-include-replayed').checked = false;
+    loadDeadLetters();
+  });
+  $('dl-include-replayed').addEventListener('change', loadDeadLetters);
+  $('dl-view-list').addEventListener('change', loadDeadLetters);
+  $('dl-view-groups').addEventListener('change', loadDeadLetters);
+  $('dl-replay').addEventListener('click', replayOne);
+  $('dl-purge').addEventListener('click', purgeOne);
+  $('dl-edit-form').addEventListener('submit', replayEdited);
+  $('bulk-form').addEventListener('submit', startBulk);
+  $('bulk-close').addEventListener('click', closeBulk);
+}
+
+// ---------------------------------------------------------------- start
+
+function start() {
+  setupKey();
+  setupTabs();
+  setupSagas();
+  setupDeadLetters();
+  $('deliveries-refresh').addEventListener('click', loadDeliveries);
+  window.addEventListener('hashchange', () => onRoute());
+  document.body.dataset.ready = 'true';
+  onRoute({ force: true });
+}
+
+start();

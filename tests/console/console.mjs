@@ -1,0 +1,409 @@
+// The operator console in a real browser: Debian's Chromium driven by
+// playwright-core against a running `bosun serve --http`.
+//
+//   NODE_PATH="$(scripts/browser node-path)" \
+//   BOSUN_URL=http://127.0.0.1:PORT BOSUN_KEY=bsn_... \
+//   BOSUN_DELIVERY=<correlation id> BOSUN_DEAD_LETTER_GROUP_REASON=<reason> \
+//   node tests/console/console.mjs
+//
+// Env:
+//   BOSUN_URL                        where bosun serves HTTP
+//   BOSUN_KEY                        an admin key of the tenant that owns what follows
+//   BOSUN_DELIVERY                   a correlation id that exists
+//   BOSUN_DEAD_LETTER_GROUP_REASON   a dead-letter reason with at least two dead letters
+//                                    (not replayed yet), all of one consumer and type
+//   BOSUN_LIVE_PROBE                 optional: `1` to also send a Probe that takes 3 s (the probe
+//                                    consumer must run) and follow it live until it completes
+//   BOSUN_SCREENSHOT                 optional: a PNG path for a screenshot (taken on failure too)
+//   BOSUN_CHROMIUM                   optional: the browser (default /usr/bin/chromium)
+//   BOSUN_STEP_TIMEOUT_MS            optional: how long one step may wait (default 30000)
+//
+// Prints one line per step that passed; exits 1 with the reason on the first
+// failure. The group replay changes the data: run it on a fresh data directory.
+
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+
+function fail(message) {
+  console.error(`console test: ${message}`);
+  process.exit(1);
+}
+
+function env(name) {
+  const value = process.env[name];
+  if (!value) fail(`${name} is not set (see the comment at the top of tests/console/console.mjs)`);
+  return value;
+}
+
+const baseUrl = env('BOSUN_URL').replace(/\/+$/, '');
+const key = env('BOSUN_KEY');
+const deliveryId = env('BOSUN_DELIVERY');
+const reason = env('BOSUN_DEAD_LETTER_GROUP_REASON');
+const liveProbe = process.env.BOSUN_LIVE_PROBE === '1';
+const screenshotPath = process.env.BOSUN_SCREENSHOT || '';
+const executablePath = process.env.BOSUN_CHROMIUM || '/usr/bin/chromium';
+const timeout = Number(process.env.BOSUN_STEP_TIMEOUT_MS || 30000);
+
+let chromium;
+try {
+  ({ chromium } = require('playwright-core'));
+} catch (err) {
+  fail(
+    `cannot load playwright-core (${err.code ?? err.message}); ` +
+      'run with NODE_PATH="$(scripts/browser node-path)"',
+  );
+}
+
+// chromium.launch starts with a fresh, temporary profile (user data dir) and
+// removes it on close; the flags keep Chromium from calling home.
+const browser = await chromium
+  .launch({
+    executablePath,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  })
+  .catch((err) => fail(`cannot start ${executablePath}: ${err.message}`));
+const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+const page = await context.newPage();
+page.setDefaultTimeout(timeout);
+const pageErrors = [];
+const consoleLines = [];
+page.on('pageerror', (err) => pageErrors.push(err.message));
+page.on('console', (message) => {
+  consoleLines.push(`${message.type()}: ${message.text()}`);
+  if (consoleLines.length > 50) consoleLines.shift();
+});
+
+const started = Date.now();
+let passed = 0;
+
+async function shutdown() {
+  await browser.close().catch(() => {});
+}
+
+async function screenshot() {
+  if (!screenshotPath) return;
+  await page.screenshot({ path: screenshotPath, fullPage: true }).catch((err) => {
+    console.error(`console test: screenshot to ${screenshotPath} failed: ${err.message}`);
+  });
+}
+
+async function step(name, body) {
+  const at = Date.now();
+  try {
+    await body();
+    if (pageErrors.length) throw new Error(`uncaught error in the page: ${pageErrors.join(' | ')}`);
+  } catch (err) {
+    console.error(`not ok ${passed + 1} - ${name}\n  ${String(err.message ?? err).split('\n').join('\n  ')}`);
+    if (consoleLines.length) console.error(`  browser console (last lines):\n    ${consoleLines.join('\n    ')}`);
+    console.error(`  page: ${page.url()}`);
+    await screenshot();
+    if (screenshotPath) console.error(`  screenshot: ${screenshotPath}`);
+    await shutdown();
+    process.exit(1);
+  }
+  passed += 1;
+  console.log(`ok ${passed} - ${name} (${Date.now() - at} ms)`);
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+const byTestId = (id) => `[data-testid="${id}"]`;
+const cssString = (value) => JSON.stringify(String(value));
+
+/** Waits until `predicate` (run in the page) returns truthy; its value. */
+async function waitInPage(what, predicate, arg) {
+  try {
+    const handle = await page.waitForFunction(predicate, arg, { timeout, polling: 100 });
+    return await handle.jsonValue();
+  } catch (err) {
+    const errors = await page
+      .$$eval('[data-testid="error"]', (nodes) => nodes.map((node) => node.textContent.trim()))
+      .catch(() => []);
+    const shown = errors.length ? `; errors on the page: ${errors.join(' | ')}` : '';
+    throw new Error(`timed out waiting until ${what}${shown}`);
+  }
+}
+
+// ---------------------------------------------------------------- steps
+
+await step('GET / redirects to the console page', async () => {
+  const response = await page.goto(`${baseUrl}/`);
+  check(response, 'no response');
+  check(response.ok(), `GET / ended with HTTP ${response.status()}`);
+  check(new URL(page.url()).pathname === '/console', `GET / ended at ${page.url()}, not /console`);
+  await page.waitForSelector('body[data-ready="true"]');
+  check((await page.title()).includes('bosun'), `the title is ${await page.title()}`);
+});
+
+await step('without a key the page asks for one', async () => {
+  await page.waitForSelector(`${byTestId('global-error')} [data-code="no-key"]`);
+  check((await page.getAttribute(byTestId('key-state'), 'data-state')) === 'none', 'the key state is not "none"');
+});
+
+await step('the key is taken and kept in sessionStorage', async () => {
+  await page.getByLabel('API key', { exact: true }).fill(key);
+  await page.click(byTestId('key-save'));
+  await page.waitForSelector(`${byTestId('key-state')}[data-state="set"]`);
+  const stored = await page.evaluate(() => Object.values(sessionStorage));
+  check(stored.includes(key), 'the key is not in sessionStorage');
+  check((await page.inputValue('#api-key')) === '', 'the key field still shows the key');
+});
+
+const deliveryRow = `${byTestId('delivery-row')}[data-correlation-id=${cssString(deliveryId)}]`;
+
+await step(`the delivery ${deliveryId} is listed`, async () => {
+  await page.waitForSelector(deliveryRow);
+});
+
+await step('its timeline shows and follows the live stream', async () => {
+  await page.click(`${deliveryRow} a`);
+  await page.waitForSelector(`${byTestId('delivery-detail')}:visible`);
+  const shownId = (await page.textContent(byTestId('delivery-id'))).trim();
+  check(shownId === deliveryId, `the detail shows ${shownId}`);
+  const events = await waitInPage(
+    'the timeline has lines',
+    () => document.querySelectorAll('[data-testid="timeline-event"]').length,
+  );
+  const messages = await page.locator(byTestId('delivery-message')).count();
+  check(messages >= 1, 'no message is shown for the delivery');
+  // The stream sends every line so far, then `end` once the delivery is over.
+  const live = await waitInPage('the live stream sent the timeline', () => {
+    const node = document.querySelector('[data-testid="delivery-live"]');
+    const status = document.querySelector('[data-testid="delivery-status"]').dataset.status;
+    const lines = Number(node.dataset.lines);
+    const over = status === 'completed' || status === 'failed';
+    const state = node.dataset.state;
+    return lines >= 1 && (over ? state === 'ended' : state === 'live' || state === 'ended') ? { state, lines } : null;
+  });
+  const status = await page.getAttribute(byTestId('delivery-status'), 'data-status');
+  console.log(
+    `  ${events} timeline line(s), ${messages} message(s), status ${status}, stream ${live.state} after ${live.lines} line(s)`,
+  );
+});
+
+if (liveProbe) {
+  await step('a probe sent now is followed live until it completes', async () => {
+    // Sent from here, so the page opens the delivery while the probe
+    // consumer still works on it (3 s of simulated work).
+    const response = await fetch(`${baseUrl}/v1/commands/Probe`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ group: 'console-test', workMs: 3000 }),
+    });
+    const accepted = await response.json();
+    check(response.status === 202, `POST /v1/commands/Probe: ${response.status} ${JSON.stringify(accepted)}`);
+    const probeId = accepted.correlationId;
+    const at = Date.now();
+    await page.click(byTestId('deliveries-refresh'));
+    const row = `${byTestId('delivery-row')}[data-correlation-id=${cssString(probeId)}]`;
+    await page.click(`${row} a`);
+    const first = await waitInPage(
+      'the probe delivery is shown',
+      (id) =>
+        document.querySelector('[data-testid="delivery-id"]').textContent === id &&
+        document.querySelector('[data-testid="delivery-status"]').dataset.status,
+      probeId,
+    );
+    check(
+      first === 'in-progress',
+      `the probe was already ${first} ${Date.now() - at} ms after it was sent: nothing left to follow live`,
+    );
+    const end = await waitInPage('the stream ends with the delivery completed', () => {
+      const live = document.querySelector('[data-testid="delivery-live"]');
+      const status = document.querySelector('[data-testid="delivery-status"]').dataset.status;
+      const echoed = document.querySelector(
+        '[data-testid="timeline-event"][data-message-type="ProbeEchoed"][data-status="completed"]',
+      );
+      return live.dataset.state === 'ended' && status === 'completed' && echoed ? Number(live.dataset.lines) : null;
+    });
+    console.log(`  in-progress -> completed over the live stream (${end} lines) in ${Date.now() - at} ms`);
+  });
+}
+
+await step('the sagas section lists sagas with their state', async () => {
+  await page.click(byTestId('tab-sagas'));
+  await page.waitForSelector(`${byTestId('section-sagas')}:visible`);
+  await waitInPage(
+    'the sagas are listed (or the list says there are none)',
+    () =>
+      document.querySelectorAll('[data-testid="saga-row"]').length > 0 ||
+      !document.querySelector('[data-testid="sagas-empty"]').hidden,
+  );
+  const errors = await page.locator(`${byTestId('sagas-error')} ${byTestId('error')}`).count();
+  check(errors === 0, `the sagas section shows an error: ${await page.textContent(byTestId('sagas-error'))}`);
+  const sagas = await page.locator(byTestId('saga-row')).count();
+  check(!liveProbe || sagas >= 1, 'the probe saga is not listed');
+  if (sagas) {
+    const saga = await page.getAttribute(`${byTestId('saga-row')} >> nth=0`, 'data-saga');
+    await page.click(`${byTestId('saga-row')} >> nth=0 >> a`);
+    await page.waitForSelector(`${byTestId('saga-detail')}:visible`);
+    const state = JSON.parse(await page.textContent(byTestId('saga-state')));
+    check(state && typeof state === 'object', `the state of ${saga} is not a JSON object`);
+    console.log(`  ${sagas} saga(s); ${saga}: ${Object.keys(state).length} state field(s)`);
+  }
+});
+
+const deadRow = `${byTestId('dead-letter-row')}[data-reason=${cssString(reason)}]`;
+let deadIds = [];
+
+await step(`the dead letters with reason ${reason} are listed`, async () => {
+  await page.click(byTestId('tab-dead-letters'));
+  await page.getByLabel('Reason', { exact: true }).fill(reason);
+  await page.click(byTestId('dl-apply'));
+  await waitInPage(
+    'at least two dead letters are listed',
+    (selector) => document.querySelectorAll(selector).length >= 2,
+    deadRow,
+  );
+  const rows = await page.$$eval(deadRow, (nodes) => nodes.map((node) => [node.dataset.id, node.dataset.status]));
+  const others = await page.locator(`${byTestId('dead-letter-row')}:not([data-reason=${cssString(reason)}])`).count();
+  check(others === 0, `the reason filter let ${others} other dead letter(s) through`);
+  check(rows.every(([, status]) => status === 'dead'), `not all are dead: ${JSON.stringify(rows)}`);
+  deadIds = rows.map(([id]) => id);
+  console.log(`  ${deadIds.length} dead letter(s)`);
+});
+
+let group = null;
+
+await step('the grouped view shows them as one group', async () => {
+  await page.getByLabel('Grouped', { exact: true }).check();
+  const groupRow = `${byTestId('dead-letter-group')}[data-reason=${cssString(reason)}]`;
+  await page.waitForSelector(groupRow);
+  group = await page.$eval(groupRow, (node) => ({ ...node.dataset }));
+  check(Number(group.count) === deadIds.length, `the group counts ${group.count}, the list shows ${deadIds.length}`);
+  console.log(`  group: ${group.count} × ${group.consumer} / ${group.type}`);
+});
+
+let payloadField = '';
+
+await step('the dead letter detail shows the envelope', async () => {
+  await page.getByLabel('List', { exact: true }).check();
+  await page.waitForSelector(deadRow);
+  await page.click(`${deadRow}[data-id=${cssString(deadIds[0])}] a`);
+  await page.waitForSelector(`${byTestId('dead-letter-detail')}:visible`);
+  await waitInPage(
+    'the detail shows the chosen dead letter',
+    (id) => document.querySelector('[data-testid="dl-detail-id"]').textContent === id,
+    deadIds[0],
+  );
+  const shownReason = (await page.textContent(byTestId('dl-detail-reason'))).trim();
+  check(shownReason === reason, `the detail shows reason ${shownReason}`);
+  const envelope = JSON.parse(await page.textContent(byTestId('dl-detail-envelope')));
+  check(envelope && typeof envelope.payload === 'object', 'the envelope has no payload');
+  const payload = JSON.parse(await page.inputValue(byTestId('edit-payload')));
+  check(JSON.stringify(payload) === JSON.stringify(envelope.payload), 'the edit box does not hold the payload');
+  payloadField = Object.keys(payload).find((name) => typeof payload[name] === 'string') ?? '';
+  check(payloadField, 'the payload has no text field to break');
+});
+
+await step('an edit-and-replay with a bad payload shows the field', async () => {
+  // A number where the contract wants text: the API answers 422 naming the field.
+  const payload = JSON.parse(await page.inputValue(byTestId('edit-payload')));
+  payload[payloadField] = 42;
+  await page.getByLabel('Edit and replay: payload (JSON)', { exact: true }).fill(JSON.stringify(payload, null, 2));
+  await page.click(byTestId('replay-edited'));
+  const slot = byTestId('replay-error');
+  await page.waitForSelector(`${slot} ${byTestId('error')}`);
+  const code = (await page.textContent(`${slot} ${byTestId('error-code')}`)).trim();
+  check(code === 'invalid-field', `the error code is ${code}: ${await page.textContent(slot)}`);
+  const field = await page.getAttribute(`${slot} ${byTestId('error-field')}`, 'data-field').catch(() => null);
+  check(field && field.includes(payloadField), `the error names field ${field}, not ${payloadField}`);
+  check(
+    (await page.getAttribute(byTestId('edit-payload'), 'aria-invalid')) === 'true',
+    'the payload box is not marked invalid',
+  );
+  const status = await page.getAttribute(byTestId('dl-detail-status'), 'data-status');
+  check(status === 'dead', `the rejected replay changed the dead letter to ${status}`);
+  console.log(`  ${code} on ${field}`);
+});
+
+await step('a payload that is not JSON is caught in the page', async () => {
+  await page.fill(byTestId('edit-payload'), '{"oops": ');
+  await page.click(byTestId('replay-edited'));
+  await page.waitForSelector(`${byTestId('replay-error')} [data-code="malformed-json"]`);
+});
+
+await step('replaying the group at a rate runs the progress bar to the end', async () => {
+  await page.getByLabel('Grouped', { exact: true }).check();
+  const groupRow = `${byTestId('dead-letter-group')}[data-reason=${cssString(reason)}]`;
+  await page.click(`${groupRow} ${byTestId('group-replay')}`);
+  await page.waitForSelector(`${byTestId('bulk-replay')}:visible`);
+  await page.getByLabel('Rate (per second)', { exact: true }).fill('4');
+  const at = Date.now();
+  await page.click(byTestId('bulk-start'));
+  await page.waitForSelector(`${byTestId('bulk-progress')}:visible`);
+  const seen = new Set();
+  const deadline = Date.now() + Math.max(timeout, (deadIds.length / 4) * 1000 + 30000);
+  let progress;
+  for (;;) {
+    progress = await page.evaluate(() => {
+      const bar = document.querySelector('[data-testid="bulk-progress"]');
+      return {
+        state: bar.dataset.state,
+        value: bar.value,
+        max: bar.max,
+        text: document.querySelector('[data-testid="bulk-progress-text"]').textContent,
+        failed: document.querySelectorAll('[data-testid="bulk-failure"]').length,
+        error: document.querySelector('[data-testid="bulk-error"]').textContent,
+      };
+    });
+    seen.add(`${progress.state} ${progress.value}/${progress.max}`);
+    if (progress.error) throw new Error(`the replay shows an error: ${progress.error}`);
+    if (progress.state === 'finished') break;
+    if (Date.now() > deadline) throw new Error(`the replay did not finish; last: ${JSON.stringify(progress)}`);
+    await page.waitForTimeout(100);
+  }
+  check(progress.max === deadIds.length, `the bar's total is ${progress.max}, not ${deadIds.length}`);
+  check(progress.value === progress.max, `the bar ended at ${progress.value} of ${progress.max}`);
+  check(progress.failed === 0, `${progress.failed} replay(s) failed: ${await page.textContent(byTestId('bulk-failed'))}`);
+  console.log(`  ${progress.text} in ${Date.now() - at} ms; bar states seen: ${[...seen].join(', ')}`);
+});
+
+await step('the dead letters of the group are now marked replayed', async () => {
+  await page.getByLabel('List', { exact: true }).check();
+  await page.getByLabel('Include replayed', { exact: true }).check();
+  await waitInPage(
+    'every dead letter of the group shows replayed',
+    (ids) =>
+      ids.every(
+        (id) =>
+          document.querySelector(`[data-testid="dead-letter-row"][data-id="${CSS.escape(id)}"]`)?.dataset.status ===
+          'replayed',
+      ),
+    deadIds,
+  );
+  await page.click(`${deadRow}[data-id=${cssString(deadIds[1])}] a`);
+  await waitInPage(
+    'the detail shows the replay',
+    (id) =>
+      document.querySelector('[data-testid="dl-detail-id"]').textContent === id &&
+      document.querySelector('[data-testid="dl-detail-status"]').dataset.status === 'replayed' &&
+      document.querySelectorAll('[data-testid="dl-detail-replay"]').length >= 1,
+    deadIds[1],
+  );
+});
+
+await screenshot();
+
+await step('a wrong key is refused and said so', async () => {
+  await page.fill('#api-key', 'bsn_nobody_notasecret');
+  await page.click(byTestId('key-save'));
+  await page.waitForSelector(`${byTestId('key-state')}[data-state="refused"]`);
+  await page.waitForSelector(`${byTestId('dl-error')} [data-code="unauthorized"]`);
+});
+
+await shutdown();
+console.log(`console test: ${passed} passed, 0 failed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
