@@ -240,11 +240,19 @@ impl Message {
 fn decode<T: DeserializeOwned + JsonSchema>(payload: &Value) -> Result<T, ContractError> {
     serde_path_to_error::deserialize(payload).map_err(|err| {
         let path = path_or_root(&err.path().to_string());
-        let field = if path == "." {
+        let mut field = if path == "." {
             "payload".to_owned()
         } else {
             format!("payload.{path}")
         };
+        // serde reports a missing field at its parent; name the field itself.
+        let reason = err.inner().to_string();
+        if let Some(missing) = reason
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            field = format!("{field}.{missing}");
+        }
         ContractError::InvalidField {
             field,
             reason: err.inner().to_string(),
@@ -268,7 +276,7 @@ mod tests {
     #[test]
     fn missing_payload_field_is_named() {
         let err = Message::from_type_and_payload("CreateCommit", &serde_json::json!({"repository": "r"})).unwrap_err();
-        assert_eq!(err.field(), Some("payload"), "{err}");
+        assert_eq!(err.field(), Some("payload.branch"), "{err}");
         assert!(err.to_string().contains("branch"), "{err}");
     }
 
