@@ -79,6 +79,26 @@ pub enum TransportKind {
     Embedded,
     /// Queues and the events topic in PostgreSQL (`BOSUN_DATABASE_URL`).
     Postgres,
+    /// Azure Service Bus (or its emulator) over AMQP 1.0.
+    ServiceBus,
+}
+
+/// `BOSUN_TRANSPORT=servicebus`: where the namespace is and how to use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceBusSettings {
+    /// The namespace and credentials (from
+    /// `BOSUN_SERVICEBUS_CONNECTION_STRING`, or `BOSUN_SERVICEBUS_NAMESPACE`
+    /// with `BOSUN_SERVICEBUS_AUTH` / `BOSUN_SERVICEBUS_CLIENT_ID`).
+    pub endpoint: crate::transport::servicebus::connection::ServiceBusEndpoint,
+    /// `BOSUN_SERVICEBUS_PREFETCH`: messages each receiver link is given
+    /// credit for ahead of the handlers. Default 16.
+    pub prefetch: u32,
+    /// `BOSUN_SERVICEBUS_SEND_TIMEOUT_MS`: the longest a send may take
+    /// before its link is recreated and the send reported failed. Default 30 000.
+    pub send_timeout: Duration,
+    /// `BOSUN_SERVICEBUS_VERIFY`: check at start that every entity exists
+    /// (`true`, the default) through the management API.
+    pub verify_topology: bool,
 }
 
 /// Which adapters the consumers use.
@@ -242,6 +262,8 @@ pub struct Settings {
     pub data_dir: PathBuf,
     /// `BOSUN_TRANSPORT`: `embedded` (default) or `postgres`.
     pub transport: TransportKind,
+    /// The Service Bus namespace, with `BOSUN_TRANSPORT=servicebus`.
+    pub servicebus: Option<ServiceBusSettings>,
     /// `BOSUN_DATABASE_URL`: `postgres://...`; when set, the stores live in
     /// PostgreSQL instead of SQLite. A secret: it may hold a password.
     pub database_url: Option<Secret>,
@@ -336,6 +358,13 @@ const KNOWN: &[&str] = &[
     "BOSUN_DATA_DIR",
     "BOSUN_TRANSPORT",
     "BOSUN_DATABASE_URL",
+    "BOSUN_SERVICEBUS_CONNECTION_STRING",
+    "BOSUN_SERVICEBUS_NAMESPACE",
+    "BOSUN_SERVICEBUS_AUTH",
+    "BOSUN_SERVICEBUS_CLIENT_ID",
+    "BOSUN_SERVICEBUS_PREFETCH",
+    "BOSUN_SERVICEBUS_SEND_TIMEOUT_MS",
+    "BOSUN_SERVICEBUS_VERIFY",
     "BOSUN_BLOB_CONNECTION_STRING",
     "BOSUN_BLOB_URL",
     "BOSUN_BLOB_ACCOUNT_NAME",
@@ -525,12 +554,56 @@ impl Settings {
             Some("postgres") => {
                 return Err(invalid("BOSUN_TRANSPORT", "`postgres` needs BOSUN_DATABASE_URL"));
             }
+            Some("servicebus") => TransportKind::ServiceBus,
             Some(other) => {
                 return Err(invalid(
                     "BOSUN_TRANSPORT",
-                    format!("`{other}` is not a transport (embedded, postgres)"),
+                    format!("`{other}` is not a transport (embedded, postgres, servicebus)"),
                 ));
             }
+        };
+        let servicebus = if transport == TransportKind::ServiceBus {
+            use crate::transport::servicebus::connection::ServiceBusEndpoint;
+            let endpoint = match (
+                get("BOSUN_SERVICEBUS_CONNECTION_STRING"),
+                get("BOSUN_SERVICEBUS_NAMESPACE"),
+            ) {
+                (Some(text), None) => ServiceBusEndpoint::from_connection_string(&text)
+                    .map_err(|err| invalid("BOSUN_SERVICEBUS_CONNECTION_STRING", err.to_string()))?,
+                (None, Some(namespace)) => ServiceBusEndpoint::from_namespace(
+                    &namespace,
+                    get("BOSUN_SERVICEBUS_AUTH").as_deref().unwrap_or("default"),
+                    get("BOSUN_SERVICEBUS_CLIENT_ID"),
+                )
+                .map_err(|err| invalid(&err.field.clone(), err.reason))?,
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        "BOSUN_SERVICEBUS_NAMESPACE",
+                        "set either BOSUN_SERVICEBUS_CONNECTION_STRING or BOSUN_SERVICEBUS_NAMESPACE, not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        "BOSUN_TRANSPORT",
+                        "`servicebus` needs BOSUN_SERVICEBUS_CONNECTION_STRING (SAS or the emulator) or \
+                         BOSUN_SERVICEBUS_NAMESPACE (Entra ID)",
+                    ));
+                }
+            };
+            let verify_topology = match get("BOSUN_SERVICEBUS_VERIFY").as_deref() {
+                None | Some("true") => true,
+                Some("false") => false,
+                Some(_) => return Err(invalid("BOSUN_SERVICEBUS_VERIFY", "must be true or false")),
+            };
+            Some(ServiceBusSettings {
+                endpoint,
+                prefetch: u32::try_from(number("BOSUN_SERVICEBUS_PREFETCH", 16, 0)?)
+                    .map_err(|_| invalid("BOSUN_SERVICEBUS_PREFETCH", "is too large"))?,
+                send_timeout: millis("BOSUN_SERVICEBUS_SEND_TIMEOUT_MS", 30_000)?,
+                verify_topology,
+            })
+        } else {
+            None
         };
         let adapters = match get("BOSUN_ADAPTERS").as_deref() {
             None | Some("local") => AdapterKind::Local,
@@ -655,6 +728,7 @@ impl Settings {
         let settings = Self {
             data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
             transport,
+            servicebus,
             database_url,
             blob,
             claim_check_bytes,
@@ -751,6 +825,64 @@ mod tests {
         assert_eq!(settings.retry_base_delay, Duration::from_secs(1));
         assert_eq!(settings.adapters, AdapterKind::Local);
         assert_eq!(settings.consumers, None);
+    }
+
+    #[test]
+    fn service_bus_settings() {
+        let emulator = "Endpoint=sb://127.0.0.1:5673;SharedAccessKeyName=RootManageSharedAccessKey;\
+                        SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true";
+        let settings = Settings::from_sources(
+            &map(&[
+                ("BOSUN_TRANSPORT", "servicebus"),
+                ("BOSUN_SERVICEBUS_CONNECTION_STRING", emulator),
+                ("BOSUN_SERVICEBUS_PREFETCH", "4"),
+            ]),
+            &map(&[]),
+        )
+        .unwrap();
+        assert_eq!(settings.transport, TransportKind::ServiceBus);
+        let servicebus = settings.servicebus.unwrap();
+        assert_eq!(servicebus.endpoint.amqp_url(), "amqp://127.0.0.1:5673");
+        assert_eq!(servicebus.prefetch, 4);
+        assert!(servicebus.verify_topology);
+        let entra = Settings::from_sources(
+            &map(&[
+                ("BOSUN_TRANSPORT", "servicebus"),
+                ("BOSUN_SERVICEBUS_NAMESPACE", "contoso"),
+                ("BOSUN_SERVICEBUS_AUTH", "workload-identity"),
+            ]),
+            &map(&[]),
+        )
+        .unwrap();
+        assert_eq!(
+            entra.servicebus.unwrap().endpoint.host,
+            "contoso.servicebus.windows.net"
+        );
+        for (env, named) in [
+            (vec![("BOSUN_TRANSPORT", "servicebus")], "BOSUN_TRANSPORT"),
+            (
+                vec![
+                    ("BOSUN_TRANSPORT", "servicebus"),
+                    (
+                        "BOSUN_SERVICEBUS_CONNECTION_STRING",
+                        "Endpoint=sb://x/;SharedAccessKey=secret",
+                    ),
+                ],
+                "SharedAccessKeyName",
+            ),
+            (
+                vec![
+                    ("BOSUN_TRANSPORT", "servicebus"),
+                    ("BOSUN_SERVICEBUS_NAMESPACE", "contoso"),
+                    ("BOSUN_SERVICEBUS_AUTH", "password"),
+                ],
+                "BOSUN_SERVICEBUS_AUTH",
+            ),
+        ] {
+            let err = Settings::from_sources(&map(&env), &map(&[])).unwrap_err().to_string();
+            assert!(err.contains(named), "{err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
     }
 
     #[test]

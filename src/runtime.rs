@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::claim_check::{ClaimCheck, ClaimCheckSettings};
-use crate::config::{Settings, TransportKind};
+use crate::config::{ServiceBusSettings, Settings, TransportKind};
 use crate::host::{Host, HostError, HostOptions};
 use crate::metrics::Metrics;
 use crate::operator::Operator;
@@ -15,6 +15,10 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::{AccessStore, Store, StoreError};
 use crate::transport::embedded::EmbeddedTransport;
 use crate::transport::postgres::PostgresTransport;
+use crate::transport::servicebus::credential::TokenSource;
+use crate::transport::servicebus::management::{ManagementClient, ManagementError};
+use crate::transport::servicebus::plan::TopologyOptions;
+use crate::transport::servicebus::{ServiceBusOptions, ServiceBusTransport};
 use crate::transport::{Topology, Transport, TransportError};
 
 /// Errors while starting.
@@ -105,6 +109,31 @@ impl Backends {
                     "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
                 ));
             }
+            (TransportKind::ServiceBus, database_url) => {
+                let (store, access): (Arc<dyn Store>, Arc<dyn AccessStore>) = match database_url {
+                    Some(url) => {
+                        let store = Arc::new(PostgresStore::connect(url.expose()).await?);
+                        store.check_schema().await?;
+                        (store.clone(), store)
+                    }
+                    None => {
+                        let store = Arc::new(SqliteStore::open(&settings.store_path())?);
+                        (store.clone(), store)
+                    }
+                };
+                let servicebus = settings.servicebus.as_ref().ok_or_else(|| {
+                    StartError::Config("BOSUN_TRANSPORT=servicebus needs BOSUN_SERVICEBUS_CONNECTION_STRING or BOSUN_SERVICEBUS_NAMESPACE".into())
+                })?;
+                let tokens = TokenSource::for_endpoint(&servicebus.endpoint)
+                    .map_err(|err| StartError::Config(err.to_string()))?;
+                let options = ServiceBusOptions {
+                    prefetch: servicebus.prefetch,
+                    send_timeout: servicebus.send_timeout,
+                    ..ServiceBusOptions::default()
+                };
+                let transport = ServiceBusTransport::connect(servicebus.endpoint.clone(), tokens, options).await?;
+                (Arc::new(transport), store, access)
+            }
         };
         transport.ensure_topology(&Topology::from_routing()).await?;
         let claim_check = ClaimCheck {
@@ -140,6 +169,7 @@ pub async fn serve_with_metrics(
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
 ) -> Result<(), StartError> {
+    verify_topology(settings).await?;
     let consumers = registry::build(settings)?;
     let names: Vec<&str> = consumers.iter().map(|c| c.name()).collect();
     tracing::info!(
@@ -159,6 +189,51 @@ pub async fn serve_with_metrics(
     .with_metrics(metrics);
     host.run(shutdown).await?;
     Ok(())
+}
+
+/// The Service Bus entity settings that follow from bosun's settings.
+pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartError> {
+    let options = TopologyOptions {
+        lock_duration: settings.lock_duration,
+        max_delivery_count: settings.max_delivery_count,
+        ..TopologyOptions::default()
+    };
+    options.validate().map_err(|err| StartError::Config(err.to_string()))?;
+    Ok(options)
+}
+
+/// A management client for the configured namespace.
+pub fn management_client(settings: &ServiceBusSettings) -> Result<ManagementClient, StartError> {
+    let tokens = TokenSource::for_endpoint(&settings.endpoint).map_err(|err| StartError::Config(err.to_string()))?;
+    ManagementClient::new(&settings.endpoint, tokens).map_err(|err| StartError::Config(err.to_string()))
+}
+
+/// Checks that the namespace has every entity bosun needs; refuses to
+/// start when one is missing. An endpoint without the management API (the
+/// emulator) or an identity without Manage rights cannot be checked: that
+/// is logged, and serving goes on (a missing entity then fails its link).
+pub async fn verify_topology(settings: &Settings) -> Result<(), StartError> {
+    let Some(servicebus) = settings.servicebus.as_ref().filter(|s| s.verify_topology) else {
+        return Ok(());
+    };
+    let client = management_client(servicebus)?;
+    match client
+        .verify(&Topology::from_routing(), &topology_options(settings)?)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(namespace = %servicebus.endpoint.host, "Service Bus topology verified");
+            Ok(())
+        }
+        Err(err @ (ManagementError::Unsupported { .. } | ManagementError::Unauthorized { .. })) => {
+            tracing::warn!(
+                error = %err,
+                "cannot verify the Service Bus topology; serving without the check (BOSUN_SERVICEBUS_VERIFY=false silences this)"
+            );
+            Ok(())
+        }
+        Err(err) => Err(StartError::Config(err.to_string())),
+    }
 }
 
 /// Cancels `token` on SIGTERM or Ctrl-C.

@@ -26,6 +26,8 @@ use bosun::operator::Delivery;
 use bosun::runtime::{self, Backends};
 use bosun::store::{DeadLetterFilter, DeadLetterRecord, SagaRecord};
 use bosun::telemetry;
+use bosun::transport::Topology;
+use bosun::transport::servicebus::plan as servicebus_plan;
 
 /// bosun: saga orchestration for software delivery.
 #[derive(Debug, Parser)]
@@ -64,6 +66,13 @@ pub enum Command {
     /// Serve the MCP tools to an agent over stdio, acting as the API key
     /// in BOSUN_API_KEY.
     Mcp,
+    /// The Service Bus entities bosun needs (queues, the events topic,
+    /// subscriptions and their filter rules).
+    Topology {
+        /// What to do.
+        #[command(subcommand)]
+        command: TopologyCommand,
+    },
     /// Create, list and revoke API keys.
     Keys {
         /// What to do.
@@ -163,6 +172,26 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: SchemaCommand,
+    },
+}
+
+/// `bosun topology ...`
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// What the namespace needs, entity by entity (create, exists,
+    /// differs, delete). Without BOSUN_TRANSPORT=servicebus it lists what a
+    /// namespace would need, without contacting one.
+    Plan {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create what the plan says is missing (needs Manage rights on the
+    /// namespace); never deletes anything but `$Default` rules.
+    Apply {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -384,6 +413,63 @@ async fn start_api(
     Ok((stop, task))
 }
 
+async fn run_topology(command: TopologyCommand, settings: &Settings) -> Result<()> {
+    let topology = Topology::from_routing();
+    let options = runtime::topology_options(settings)?;
+    let Some(servicebus) = &settings.servicebus else {
+        return match command {
+            TopologyCommand::Plan { json } => {
+                let plan = servicebus_plan::Plan {
+                    items: servicebus_plan::desired_entities(&topology, &options)
+                        .into_iter()
+                        .map(|spec| servicebus_plan::PlanItem {
+                            entry: spec.atom_entry(),
+                            kind: spec.kind,
+                            path: spec.path,
+                            action: servicebus_plan::PlanAction::Create,
+                        })
+                        .filter(|item| item.entry.is_some())
+                        .collect(),
+                };
+                if json {
+                    print_json(&plan)?;
+                } else {
+                    eprintln!(
+                        "bosun: not on Service Bus (BOSUN_TRANSPORT={:?}); what a new namespace needs:",
+                        settings.transport
+                    );
+                    print!("{plan}");
+                }
+                Ok(())
+            }
+            TopologyCommand::Apply { .. } => {
+                bail!("bosun topology apply works on Service Bus: set BOSUN_TRANSPORT=servicebus and its namespace")
+            }
+        };
+    };
+    let client = runtime::management_client(servicebus)?;
+    match command {
+        TopologyCommand::Plan { json } => {
+            let plan = client.plan(&topology, &options).await?;
+            if json {
+                print_json(&plan)?;
+            } else {
+                print!("{plan}");
+            }
+        }
+        TopologyCommand::Apply { json } => {
+            let plan = client.plan(&topology, &options).await?;
+            let report = client.apply(&plan).await?;
+            if json {
+                print_json(&report)?;
+            } else {
+                print!("{report}");
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn run_keys(command: KeysCommand, backends: &Backends, operator: &str) -> Result<()> {
     match command {
         KeysCommand::Create {
@@ -561,6 +647,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .await
                 .context("MCP stdio")?;
         }
+        Command::Topology { command } => run_topology(command, &settings).await?,
         Command::Keys { command } => {
             let backends = Backends::open(&settings).await?;
             run_keys(command, &backends, &settings.operator).await?;

@@ -38,6 +38,21 @@ fn subscription(name: &str) -> Destination {
     }
 }
 
+/// Every behaviour by name, with the maximum delivery count its entities need.
+pub(crate) const BEHAVIOURS: &[(&str, u32)] = &[
+    ("send_receive_complete", 10),
+    ("topic_fans_out_by_type", 10),
+    ("lock_hides_until_expiry", 10),
+    ("abandon_redelivers", 10),
+    ("max_delivery_count_dead_letters", 2),
+    ("scheduled_messages_wait", 10),
+    ("duplicates_are_dropped", 10),
+    ("dead_letter_keeps_reason_and_bytes", 10),
+    ("renew_extends_lock", 10),
+    ("unknown_entity_is_refused", 10),
+    ("subscription_send_reaches_only_it", 10),
+];
+
 /// Runs every behaviour against fresh transports made by `make(max_delivery_count)`.
 pub(crate) async fn run_all<T, F, Fut>(make: F)
 where
@@ -45,22 +60,30 @@ where
     F: Fn(u32) -> Fut,
     Fut: Future<Output = T>,
 {
-    async fn fresh<T: Transport, Fut: Future<Output = T>>(fut: Fut) -> T {
-        let transport = fut.await;
+    for (name, max_delivery_count) in BEHAVIOURS {
+        let transport = make(*max_delivery_count).await;
         transport.ensure_topology(&Topology::from_routing()).await.unwrap();
-        transport
+        run_one(name, &transport).await;
     }
-    send_receive_complete(&fresh(make(10)).await).await;
-    topic_fans_out_by_type(&fresh(make(10)).await).await;
-    lock_hides_until_expiry(&fresh(make(10)).await).await;
-    abandon_redelivers(&fresh(make(10)).await).await;
-    max_delivery_count_dead_letters(&fresh(make(2)).await).await;
-    scheduled_messages_wait(&fresh(make(10)).await).await;
-    duplicates_are_dropped(&fresh(make(10)).await).await;
-    dead_letter_keeps_reason_and_bytes(&fresh(make(10)).await).await;
-    renew_extends_lock(&fresh(make(10)).await).await;
-    unknown_entity_is_refused(&fresh(make(10)).await).await;
-    subscription_send_reaches_only_it(&fresh(make(10)).await).await;
+}
+
+/// Runs the behaviour called `name` (one of [`BEHAVIOURS`]) against
+/// `transport`, whose topology is in place and whose entities are empty.
+pub(crate) async fn run_one<T: Transport>(name: &str, transport: &T) {
+    match name {
+        "send_receive_complete" => send_receive_complete(transport).await,
+        "topic_fans_out_by_type" => topic_fans_out_by_type(transport).await,
+        "lock_hides_until_expiry" => lock_hides_until_expiry(transport).await,
+        "abandon_redelivers" => abandon_redelivers(transport).await,
+        "max_delivery_count_dead_letters" => max_delivery_count_dead_letters(transport).await,
+        "scheduled_messages_wait" => scheduled_messages_wait(transport).await,
+        "duplicates_are_dropped" => duplicates_are_dropped(transport).await,
+        "dead_letter_keeps_reason_and_bytes" => dead_letter_keeps_reason_and_bytes(transport).await,
+        "renew_extends_lock" => renew_extends_lock(transport).await,
+        "unknown_entity_is_refused" => unknown_entity_is_refused(transport).await,
+        "subscription_send_reaches_only_it" => subscription_send_reaches_only_it(transport).await,
+        other => panic!("no behaviour `{other}`"),
+    }
 }
 
 async fn send_receive_complete<T: Transport>(transport: &T) {

@@ -25,6 +25,7 @@ use uuid::Uuid;
 pub mod embedded;
 pub mod memory;
 pub mod postgres;
+pub mod servicebus;
 pub mod topology;
 
 pub use topology::Topology;

@@ -492,8 +492,10 @@ fn account_name(url: &Url) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Builds the `azure_identity` credential for `credential`.
-fn entra_id_credential(credential: EntraIdCredential) -> Result<Arc<dyn TokenCredential>, AzureBlobConfigError> {
+/// Builds the `azure_identity` credential for `credential` (shared with
+/// the Service Bus transport, so all of bosun's Azure clients pick an
+/// identity the same way).
+pub fn entra_id_credential(credential: EntraIdCredential) -> Result<Arc<dyn TokenCredential>, AzureBlobConfigError> {
     let failed = |which: &str, err: azure_core::Error| AzureBlobConfigError(format!("{which}: {}", error_chain(&err)));
     Ok(match credential {
         EntraIdCredential::Default => Arc::new(DefaultChain::new()?),

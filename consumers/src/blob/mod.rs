@@ -29,7 +29,7 @@ mod shared_key;
 
 pub use azure::{
     AccessToken, AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, EntraIdCredential,
-    TokenCredential, TokenRequestOptions,
+    TokenCredential, TokenRequestOptions, entra_id_credential,
 };
 pub use filesystem::FilesystemBlobStore;
 
