@@ -620,6 +620,9 @@ pub async fn run(cli: Cli) -> Result<()> {
                 stop.cancel();
                 task.await.context("HTTP API task")??;
             }
+            // Prefetched messages go back to the broker at once, not when
+            // their locks expire.
+            backends.transport.close().await;
             served?;
         }
         Command::Api { http } => {

@@ -179,6 +179,11 @@ pub trait Transport: Send + Sync {
     /// Counts active (not dead-lettered) messages per entity, scheduled ones
     /// included.
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError>;
+
+    /// Gives back what this process holds but will not handle (prefetched
+    /// messages) and closes connections; called once the host has drained.
+    /// Transports that hold nothing have nothing to do.
+    async fn close(&self) {}
 }
 
 pub(crate) fn unix_ms(at: OffsetDateTime) -> i64 {

@@ -649,6 +649,10 @@ async fn take_deliveries(
 
 #[async_trait]
 impl Transport for ServiceBusTransport {
+    async fn close(&self) {
+        ServiceBusTransport::close(self).await;
+    }
+
     async fn ensure_topology(&self, _topology: &Topology) -> Result<(), TransportError> {
         // Entities are created by `bosun topology apply` through the
         // management API and verified by `serve` at start, not over AMQP.
