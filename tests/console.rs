@@ -18,46 +18,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Server, eventually, run_json};
+use common::{Server, eventually, in_ci, node_tools, run_json, run_node_script};
 use serde_json::{Value, json};
-
-const REPO: &str = env!("CARGO_MANIFEST_DIR");
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
-/// The NODE_PATH holding playwright-core, or why the browser test cannot run.
-fn browser_tools() -> Result<String, String> {
-    let node = Command::new("node").arg("--version").output();
-    match node {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => return Err(format!("`node --version` failed: {}", output.status)),
-        Err(err) => return Err(format!("Node.js is not installed ({err}); apt-get install nodejs npm")),
-    }
-    // Installs Chromium (as root, with apt-get) and playwright-core when missing.
-    let output = Command::new(Path::new(REPO).join("scripts/browser"))
-        .arg("node-path")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|err| format!("scripts/browser did not run: {err}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "scripts/browser node-path failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let node_path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    if node_path.is_empty() {
-        return Err("scripts/browser node-path printed nothing".into());
-    }
-    Ok(node_path)
-}
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
@@ -93,51 +58,9 @@ fn api(port: u16, method: &str, path: &str, key: &str, body: Option<&Value>) -> 
     (status, value)
 }
 
-/// Runs the browser script with a wall-clock limit; its exit status and output.
-fn run_console_script(env: &[(&str, &str)], log_dir: &Path) -> (bool, String) {
-    let stdout_path = log_dir.join("console-stdout.log");
-    let stderr_path = log_dir.join("console-stderr.log");
-    let mut command = Command::new("node");
-    command.arg(Path::new(REPO).join("tests/console/console.mjs"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("BOSUN_") {
-            command.env_remove(key);
-        }
-    }
-    let mut child = command
-        .envs(env.iter().copied())
-        .current_dir(REPO)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .expect("node starts");
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for node") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let output = format!(
-        "{}{}",
-        std::fs::read_to_string(&stdout_path).unwrap_or_default(),
-        std::fs::read_to_string(&stderr_path).unwrap_or_default()
-    );
-    match status {
-        Some(status) => (status.success(), format!("exit {status}\n{output}")),
-        None => (false, format!("killed after 240 s\n{output}")),
-    }
-}
-
 #[test]
 fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
-    let node_path = match browser_tools() {
+    let node_path = match node_tools("browser") {
         Ok(node_path) => node_path,
         Err(reason) if in_ci() => panic!("the console browser test needs Node.js and Chromium: {reason}"),
         Err(reason) => {
@@ -212,7 +135,8 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
     let url = format!("http://{listen}");
     let screenshot_text = screenshot.to_string_lossy().into_owned();
     let started = Instant::now();
-    let (passed, output) = run_console_script(
+    let (passed, output) = run_node_script(
+        "tests/console/console.mjs",
         &[
             ("NODE_PATH", node_path.as_str()),
             ("BOSUN_URL", url.as_str()),
@@ -223,6 +147,7 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
             ("BOSUN_SCREENSHOT", screenshot_text.as_str()),
         ],
         data,
+        "console",
     );
     println!(
         "tests/console/console.mjs ({:.1} s):\n{output}",

@@ -14,89 +14,13 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Server, run_json};
-
-const REPO: &str = env!("CARGO_MANIFEST_DIR");
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
-/// The NODE_PATH holding the MCP SDK, or why the client cannot run.
-fn mcp_sdk() -> Result<String, String> {
-    match Command::new("node").arg("--version").output() {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => return Err(format!("`node --version` failed: {}", output.status)),
-        Err(err) => return Err(format!("Node.js is not installed ({err}); apt-get install nodejs npm")),
-    }
-    let output = Command::new(Path::new(REPO).join("scripts/mcp-sdk"))
-        .arg("node-path")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|err| format!("scripts/mcp-sdk did not run: {err}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "scripts/mcp-sdk node-path failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let node_path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    if node_path.is_empty() {
-        return Err("scripts/mcp-sdk node-path printed nothing".into());
-    }
-    Ok(node_path)
-}
-
-/// Runs the client with a wall-clock limit; whether it passed, and its output.
-fn run_client(env: &[(&str, &str)], log_dir: &Path) -> (bool, String) {
-    let stdout_path = log_dir.join("mcp-client-stdout.log");
-    let stderr_path = log_dir.join("mcp-client-stderr.log");
-    let mut command = Command::new("node");
-    command.arg(Path::new(REPO).join("tests/mcp/client.mjs"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("BOSUN_") {
-            command.env_remove(key);
-        }
-    }
-    let mut child = command
-        .envs(env.iter().copied())
-        .current_dir(REPO)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .spawn()
-        .expect("node starts");
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for node") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let output = format!(
-        "{}{}",
-        std::fs::read_to_string(&stdout_path).unwrap_or_default(),
-        std::fs::read_to_string(&stderr_path).unwrap_or_default()
-    );
-    match status {
-        Some(status) => (status.success(), format!("exit {status}\n{output}")),
-        None => (false, format!("killed after 240 s\n{output}")),
-    }
-}
+use common::{Server, in_ci, node_tools, run_json, run_node_script};
 
 #[test]
 fn an_mcp_client_sends_and_follows_a_delivery_over_stdio_and_http() {
-    let node_path = match mcp_sdk() {
+    let node_path = match node_tools("mcp-sdk") {
         Ok(node_path) => node_path,
         Err(reason) if in_ci() => panic!("the MCP client test needs Node.js and the MCP SDK: {reason}"),
         Err(reason) => {
@@ -119,7 +43,8 @@ fn an_mcp_client_sends_and_follows_a_delivery_over_stdio_and_http() {
         .to_owned();
 
     let data_dir = data.to_str().expect("a UTF-8 temporary path");
-    let (passed, output) = run_client(
+    let (passed, output) = run_node_script(
+        "tests/mcp/client.mjs",
         &[
             ("NODE_PATH", &node_path),
             ("BOSUN_BIN", env!("CARGO_BIN_EXE_bosun")),
@@ -130,6 +55,7 @@ fn an_mcp_client_sends_and_follows_a_delivery_over_stdio_and_http() {
             ("RUST_LOG", "info"),
         ],
         data,
+        "mcp-client",
     );
     if !passed {
         panic!(

@@ -225,3 +225,82 @@ pub fn git(repository: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// This checkout.
+pub const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Whether this runs in CI (`CI=true`), where a missing tool is a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true")
+}
+
+/// The NODE_PATH printed by `scripts/<tool> node-path` (which installs the
+/// tool when missing), or why the Node.js test cannot run.
+pub fn node_tools(tool: &str) -> Result<String, String> {
+    match Command::new("node").arg("--version").output() {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => return Err(format!("`node --version` failed: {}", output.status)),
+        Err(err) => return Err(format!("Node.js is not installed ({err}); apt-get install nodejs npm")),
+    }
+    let output = Command::new(Path::new(REPO).join("scripts").join(tool))
+        .arg("node-path")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|err| format!("scripts/{tool} did not run: {err}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "scripts/{tool} node-path failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let node_path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if node_path.is_empty() {
+        return Err(format!("scripts/{tool} node-path printed nothing"));
+    }
+    Ok(node_path)
+}
+
+/// Runs `node <script>` (relative to the checkout) with `env` and no other
+/// BOSUN_ variables, for at most 240 s; whether it passed, and its output
+/// (also kept in `<log_dir>/<name>-stdout.log` and `-stderr.log`).
+pub fn run_node_script(script: &str, env: &[(&str, &str)], log_dir: &Path, name: &str) -> (bool, String) {
+    let stdout_path = log_dir.join(format!("{name}-stdout.log"));
+    let stderr_path = log_dir.join(format!("{name}-stderr.log"));
+    let mut command = Command::new("node");
+    command.arg(Path::new(REPO).join(script));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("BOSUN_") {
+            command.env_remove(key);
+        }
+    }
+    let mut child = command
+        .envs(env.iter().copied())
+        .current_dir(REPO)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).expect("log file"))
+        .stderr(std::fs::File::create(&stderr_path).expect("log file"))
+        .spawn()
+        .expect("node starts");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for node") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = format!(
+        "{}{}",
+        std::fs::read_to_string(&stdout_path).unwrap_or_default(),
+        std::fs::read_to_string(&stderr_path).unwrap_or_default()
+    );
+    match status {
+        Some(status) => (status.success(), format!("exit {status}\n{output}")),
+        None => (false, format!("killed after 240 s\n{output}")),
+    }
+}
