@@ -339,13 +339,62 @@ impl Operator {
         })
     }
 
+    /// Removes the transport's copy of a dead letter from its dead-letter
+    /// queue: by the sequence number the host saw, or, where the transport
+    /// gives a dead-lettered message a new one (Service Bus numbers its
+    /// dead-letter sub-queue anew), by the broker message id.
+    async fn remove_native_copy(&self, record: &DeadLetterRecord) -> Result<(), OperatorError> {
+        let entity = Destination::parse(&record.entity);
+        if let Some(sequence) = record.transport_sequence
+            && self.transport.remove_dead_letter(&entity, sequence).await?
+        {
+            return Ok(());
+        }
+        if record.origin == "host" {
+            let natives = self.transport.peek_dead_letters(&entity, 10_000).await?;
+            if let Some(native) = natives
+                .iter()
+                .find(|native| native.broker_message_id == record.broker_message_id)
+            {
+                self.transport.remove_dead_letter(&entity, native.sequence).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Brings the transport's own dead letters (max delivery count, TTL)
-    /// into the dead-letter list. Returns how many were new.
+    /// into the dead-letter list. Returns how many were new. The native
+    /// copies of messages the host dead-lettered itself are already listed
+    /// (matched by sequence number, else by entity and broker message id).
     pub async fn sync_native_dead_letters(&self) -> Result<usize, OperatorError> {
         let mut imported = 0;
+        let mut host_records: Option<Vec<(String, String)>> = None;
         for entity in self.topology.receive_entities() {
             for native in self.transport.peek_dead_letters(&entity, 10_000).await? {
                 if self.store.dead_letter_for(&entity, native.sequence).await?.is_some() {
+                    continue;
+                }
+                if host_records.is_none() {
+                    let all = DeadLetterFilter {
+                        include_replayed: true,
+                        ..DeadLetterFilter::default()
+                    };
+                    host_records = Some(
+                        self.store
+                            .dead_letters(&all)
+                            .await?
+                            .into_iter()
+                            .filter(|record| record.origin == "host")
+                            .map(|record| (record.entity, record.broker_message_id))
+                            .collect(),
+                    );
+                }
+                let path = entity.path();
+                if host_records
+                    .iter()
+                    .flatten()
+                    .any(|(entity, broker_id)| entity == &path && broker_id == &native.broker_message_id)
+                {
                     continue;
                 }
                 let envelope = Envelope::from_slice(&native.body).ok();
@@ -454,9 +503,7 @@ impl Operator {
                 scheduled_at: None,
             }])
             .await?;
-        if let Some(sequence) = record.transport_sequence {
-            self.transport.remove_dead_letter(&destination, sequence).await?;
-        }
+        self.remove_native_copy(&record).await?;
         let replay = ReplayRecord {
             replay_id,
             by: self.identity.clone(),
@@ -513,11 +560,7 @@ impl Operator {
     /// Deletes a dead letter and the transport's copy.
     pub async fn purge(&self, id: &str) -> Result<Uuid, OperatorError> {
         let record = self.dead_letter(id).await?;
-        if let Some(sequence) = record.transport_sequence {
-            self.transport
-                .remove_dead_letter(&Destination::parse(&record.entity), sequence)
-                .await?;
-        }
+        self.remove_native_copy(&record).await?;
         self.store.purge_dead_letter(record.id).await?;
         Ok(record.id)
     }
@@ -654,6 +697,48 @@ mod tests {
         assert_eq!(shown.status, DeadLetterStatus::Replayed);
         let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
         assert_eq!(delivery.messages[0].status, TimelineStatus::Replayed);
+    }
+
+    #[tokio::test]
+    async fn a_host_dead_letter_renumbered_by_the_transport_is_listed_once_and_its_copy_removed() {
+        let (operator, transport, store) = operator(10).await;
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        let queue = Destination::Queue("commit".into());
+        let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        transport.dead_letter(&received[0].lock, "retries-exhausted", "x").await.unwrap();
+        // The host's record, with the sequence number the message had in the
+        // queue; like Service Bus, the dead-letter queue numbers it anew.
+        let record = DeadLetterRecord {
+            id: Uuid::now_v7(),
+            consumer: Some("commit".into()),
+            entity: "commit".into(),
+            transport_sequence: Some(received[0].lock.sequence + 1000),
+            broker_message_id: received[0].broker_message_id.clone(),
+            message_id: Some(sent.message_id.to_string()),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: Some(sent.correlation_id.to_string()),
+            tenant_id: Some("contoso".into()),
+            body: received[0].body.clone(),
+            reason: "retries-exhausted".into(),
+            description: "x".into(),
+            error_chain: vec![],
+            attempts: vec![],
+            dead_lettered_at: OffsetDateTime::now_utc(),
+            origin: "host".into(),
+            status: DeadLetterStatus::Dead,
+            replays: vec![],
+        };
+        store.record_dead_letter(record.clone(), None).await.unwrap();
+        let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1, "the native copy is not imported a second time");
+        operator.replay(&record.id.to_string()).await.unwrap();
+        assert!(
+            transport.peek_dead_letters(&queue, 10).await.unwrap().is_empty(),
+            "the native copy is removed by its broker message id"
+        );
     }
 
     #[tokio::test(start_paused = true)]
