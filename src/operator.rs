@@ -708,7 +708,10 @@ mod tests {
             .unwrap();
         let queue = Destination::Queue("commit".into());
         let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
-        transport.dead_letter(&received[0].lock, "retries-exhausted", "x").await.unwrap();
+        transport
+            .dead_letter(&received[0].lock, "retries-exhausted", "x")
+            .await
+            .unwrap();
         // The host's record, with the sequence number the message had in the
         // queue; like Service Bus, the dead-letter queue numbers it anew.
         let record = DeadLetterRecord {
