@@ -31,6 +31,48 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 
+/// The two conversions every port error over Azure DevOps shares, in one
+/// place:
+/// - `From<AzureDevOpsError>`: by the error's disposition, `Unavailable`
+///   (transient), `Rejected` (permanent) or `Throttled { after, source }`;
+/// - `From<$error> for HandlerError` (unless `azure_devops_only`): the
+///   host's verdict, `RetryAfter` for `Throttled`, `Transient` when
+///   `is_retryable()`, else `Permanent`.
+///
+/// The port error needs those three variants and an `is_retryable(&self)`.
+macro_rules! port_error_conversions {
+    ($error:ident) => {
+        port_error_conversions!($error, azure_devops_only);
+
+        impl From<$error> for $crate::HandlerError {
+            fn from(err: $error) -> Self {
+                match err {
+                    $error::Throttled { after, .. } => $crate::HandlerError::RetryAfter {
+                        after,
+                        source: Box::new(err),
+                    },
+                    err if err.is_retryable() => $crate::HandlerError::Transient(Box::new(err)),
+                    err => $crate::HandlerError::Permanent(Box::new(err)),
+                }
+            }
+        }
+    };
+    ($error:ident, azure_devops_only) => {
+        impl From<$crate::azure_devops::AzureDevOpsError> for $error {
+            fn from(err: $crate::azure_devops::AzureDevOpsError) -> Self {
+                match err.disposition() {
+                    $crate::azure_devops::Disposition::Transient => Self::Unavailable(Box::new(err)),
+                    $crate::azure_devops::Disposition::Permanent => Self::Rejected(Box::new(err)),
+                    $crate::azure_devops::Disposition::RetryAfter(after) => Self::Throttled {
+                        after,
+                        source: Box::new(err),
+                    },
+                }
+            }
+        }
+    };
+}
+
 pub mod azure_devops;
 pub mod blob;
 pub mod build_ingestion;

@@ -9,9 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::messages::{BuildCompleted, PipelineRunCompleted};
 
-use crate::azure_devops::{AzureDevOpsError, Disposition};
+use crate::BoxError;
 use crate::blob::BlobError;
-use crate::{BoxError, HandlerError};
 
 /// What to ingest: the run, with the envelope's tenant and the build id
 /// derived from the run.
@@ -88,19 +87,6 @@ impl IngestError {
     }
 }
 
-impl From<IngestError> for HandlerError {
-    fn from(err: IngestError) -> Self {
-        match err {
-            IngestError::Throttled { after, .. } => HandlerError::RetryAfter {
-                after,
-                source: Box::new(err),
-            },
-            err if err.is_retryable() => HandlerError::Transient(Box::new(err)),
-            err => HandlerError::Permanent(Box::new(err)),
-        }
-    }
-}
-
 impl From<BlobError> for IngestError {
     fn from(err: BlobError) -> Self {
         match err {
@@ -111,15 +97,4 @@ impl From<BlobError> for IngestError {
     }
 }
 
-impl From<AzureDevOpsError> for IngestError {
-    fn from(err: AzureDevOpsError) -> Self {
-        match err.disposition() {
-            Disposition::Transient => Self::Unavailable(Box::new(err)),
-            Disposition::Permanent => Self::Rejected(Box::new(err)),
-            Disposition::RetryAfter(after) => Self::Throttled {
-                after,
-                source: Box::new(err),
-            },
-        }
-    }
-}
+port_error_conversions!(IngestError);

@@ -10,8 +10,7 @@ use bosun_contracts::messages::GitIdentity;
 use bosun_contracts::validate::FieldError;
 use time::OffsetDateTime;
 
-use crate::azure_devops::{AzureDevOpsError, Disposition};
-use crate::{BoxError, HandlerError};
+use crate::BoxError;
 
 /// One file to write, decoded.
 #[derive(Clone, PartialEq, Eq)]
@@ -156,34 +155,10 @@ impl CommitError {
     }
 }
 
-impl From<CommitError> for HandlerError {
-    fn from(err: CommitError) -> Self {
-        match err {
-            CommitError::Throttled { after, .. } => HandlerError::RetryAfter {
-                after,
-                source: Box::new(err),
-            },
-            err if err.is_retryable() => HandlerError::Transient(Box::new(err)),
-            err => HandlerError::Permanent(Box::new(err)),
-        }
-    }
-}
-
 impl From<FieldError> for CommitError {
     fn from(err: FieldError) -> Self {
         Self::Invalid(format!("{}: {}", err.field, err.reason))
     }
 }
 
-impl From<AzureDevOpsError> for CommitError {
-    fn from(err: AzureDevOpsError) -> Self {
-        match err.disposition() {
-            Disposition::Transient => Self::Unavailable(Box::new(err)),
-            Disposition::Permanent => Self::Rejected(Box::new(err)),
-            Disposition::RetryAfter(after) => Self::Throttled {
-                after,
-                source: Box::new(err),
-            },
-        }
-    }
-}
+port_error_conversions!(CommitError);

@@ -10,7 +10,6 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::template::UnknownTemplateVersion;
-use crate::azure_devops::{AzureDevOpsError, Disposition};
 use crate::commit::CommitError;
 use crate::local_pipeline::LocalPipelineError;
 use crate::{BoxError, HandlerError};
@@ -264,18 +263,7 @@ impl From<CommitError> for PipelineError {
     }
 }
 
-impl From<AzureDevOpsError> for PipelineError {
-    fn from(err: AzureDevOpsError) -> Self {
-        match err.disposition() {
-            Disposition::Transient => Self::Unavailable(Box::new(err)),
-            Disposition::Permanent => Self::Rejected(Box::new(err)),
-            Disposition::RetryAfter(after) => Self::Throttled {
-                after,
-                source: Box::new(err),
-            },
-        }
-    }
-}
+port_error_conversions!(PipelineError, azure_devops_only);
 
 impl From<LocalPipelineError> for PipelineError {
     fn from(err: LocalPipelineError) -> Self {

@@ -9,10 +9,9 @@ use async_trait::async_trait;
 use bosun_contracts::messages::{ArtifactRef, BlobRef, PipelineResult};
 use time::OffsetDateTime;
 
-use crate::azure_devops::{AzureDevOpsError, Disposition};
+use crate::BoxError;
 use crate::blob::BlobError;
 use crate::local_pipeline::LocalPipelineError;
-use crate::{BoxError, HandlerError};
 
 /// The run to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,31 +133,7 @@ impl MonitorError {
     }
 }
 
-impl From<MonitorError> for HandlerError {
-    fn from(err: MonitorError) -> Self {
-        match err {
-            MonitorError::Throttled { after, .. } => HandlerError::RetryAfter {
-                after,
-                source: Box::new(err),
-            },
-            err if err.is_retryable() => HandlerError::Transient(Box::new(err)),
-            err => HandlerError::Permanent(Box::new(err)),
-        }
-    }
-}
-
-impl From<AzureDevOpsError> for MonitorError {
-    fn from(err: AzureDevOpsError) -> Self {
-        match err.disposition() {
-            Disposition::Transient => Self::Unavailable(Box::new(err)),
-            Disposition::Permanent => Self::Rejected(Box::new(err)),
-            Disposition::RetryAfter(after) => Self::Throttled {
-                after,
-                source: Box::new(err),
-            },
-        }
-    }
-}
+port_error_conversions!(MonitorError);
 
 impl From<BlobError> for MonitorError {
     fn from(err: BlobError) -> Self {

@@ -12,8 +12,7 @@ use bosun_contracts::validate::FieldError;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::azure_devops::{AzureDevOpsError, Disposition};
-use crate::{BoxError, HandlerError};
+use crate::BoxError;
 
 /// What to open: the command's (or event's) fields, checked, with the
 /// envelope's tenant and time.
@@ -249,34 +248,10 @@ impl PullRequestError {
     }
 }
 
-impl From<PullRequestError> for HandlerError {
-    fn from(err: PullRequestError) -> Self {
-        match err {
-            PullRequestError::Throttled { after, .. } => HandlerError::RetryAfter {
-                after,
-                source: Box::new(err),
-            },
-            err if err.is_retryable() => HandlerError::Transient(Box::new(err)),
-            err => HandlerError::Permanent(Box::new(err)),
-        }
-    }
-}
-
 impl From<FieldError> for PullRequestError {
     fn from(err: FieldError) -> Self {
         Self::Invalid(format!("{}: {}", err.field, err.reason))
     }
 }
 
-impl From<AzureDevOpsError> for PullRequestError {
-    fn from(err: AzureDevOpsError) -> Self {
-        match err.disposition() {
-            Disposition::Transient => Self::Unavailable(Box::new(err)),
-            Disposition::Permanent => Self::Rejected(Box::new(err)),
-            Disposition::RetryAfter(after) => Self::Throttled {
-                after,
-                source: Box::new(err),
-            },
-        }
-    }
-}
+port_error_conversions!(PullRequestError);

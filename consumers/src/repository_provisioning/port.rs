@@ -7,8 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::messages::RepositoryRef;
 
-use crate::azure_devops::{AzureDevOpsError, Disposition};
-use crate::{BoxError, HandlerError};
+use crate::BoxError;
 
 /// What to provision: the command's fields with the envelope's tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,28 +109,4 @@ impl ProvisionError {
     }
 }
 
-impl From<ProvisionError> for HandlerError {
-    fn from(err: ProvisionError) -> Self {
-        match err {
-            ProvisionError::Throttled { after, .. } => HandlerError::RetryAfter {
-                after,
-                source: Box::new(err),
-            },
-            err if err.is_retryable() => HandlerError::Transient(Box::new(err)),
-            err => HandlerError::Permanent(Box::new(err)),
-        }
-    }
-}
-
-impl From<AzureDevOpsError> for ProvisionError {
-    fn from(err: AzureDevOpsError) -> Self {
-        match err.disposition() {
-            Disposition::Transient => Self::Unavailable(Box::new(err)),
-            Disposition::Permanent => Self::Rejected(Box::new(err)),
-            Disposition::RetryAfter(after) => Self::Throttled {
-                after,
-                source: Box::new(err),
-            },
-        }
-    }
-}
+port_error_conversions!(ProvisionError);
