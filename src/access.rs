@@ -10,8 +10,8 @@
 
 use std::fmt;
 
+use bosun_consumers::blob::sha256_hex;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -205,7 +205,7 @@ pub fn parse_key(presented: &str) -> Result<(&str, &str), KeyError> {
 
 /// SHA-256 of a secret, lowercase hex.
 pub fn hash_secret(secret: &str) -> String {
-    hex(&Sha256::digest(secret.as_bytes()))
+    sha256_hex(secret.as_bytes())
 }
 
 /// Whether `secret` matches the stored record (in time independent of
@@ -226,15 +226,6 @@ pub fn verify(record: &ApiKeyRecord, secret: &str) -> Option<Caller> {
         tenant_id: record.tenant_id.clone(),
         // Scopes unknown to this build (written by a newer one) give nothing.
         scopes: record.scopes.iter().filter_map(|s| Scope::parse(s).ok()).collect(),
-    })
-}
-
-/// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
     })
 }
 

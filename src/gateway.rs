@@ -21,6 +21,8 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use bosun_consumers::blob::sha256_hex;
+
 use crate::access::{self, ALL_TENANTS, Caller, Scope};
 use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
 use crate::runtime::Backends;
@@ -886,15 +888,15 @@ pub fn group_failures(records: &[DeadLetterRecord]) -> Vec<FailureGroup> {
 /// SHA-256 over what makes two command requests the same request: type,
 /// tenant, delivery and the payload with its object keys sorted.
 fn request_hash(message_type: &str, tenant: &str, correlation_id: Option<Uuid>, payload: &Value) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(message_type.as_bytes());
-    hasher.update([0]);
-    hasher.update(tenant.as_bytes());
-    hasher.update([0]);
-    hasher.update(correlation_id.map(|id| id.to_string()).unwrap_or_default().as_bytes());
-    hasher.update([0]);
-    hasher.update(canonical(payload).to_string().as_bytes());
-    access::hex(&hasher.finalize())
+    let correlation = correlation_id.map(|id| id.to_string()).unwrap_or_default();
+    let request = [
+        message_type,
+        tenant,
+        correlation.as_str(),
+        canonical(payload).to_string().as_str(),
+    ]
+    .join("\0");
+    sha256_hex(request.as_bytes())
 }
 
 fn canonical(value: &Value) -> Value {

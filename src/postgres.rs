@@ -22,7 +22,6 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use sqlx_core::executor::Executor;
 use sqlx_core::query::query;
 use sqlx_core::raw_sql::raw_sql;
@@ -360,10 +359,7 @@ async fn apply_migrations(conn: &mut PgConnection, target: i64) -> Result<Migrat
 }
 
 fn checksum_of(sql: &str) -> String {
-    Sha256::digest(sql.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    bosun_consumers::blob::sha256_hex(sql.as_bytes())
 }
 
 /// Test support: a fresh schema per test in the database named by
