@@ -454,7 +454,10 @@ impl Operator {
 
     /// One dead letter (full id or unique prefix).
     pub async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, OperatorError> {
-        self.sync_native_dead_letters().await?;
+        // No sync here: a dead letter's id is given when it is recorded (a
+        // native one when a listing imports it), so an id names a record
+        // the store already has. Replays, bulk ones included, look up each
+        // id without peeking every dead-letter queue again.
         Ok(self.store.dead_letter(id).await?)
     }
 
