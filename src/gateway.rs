@@ -547,12 +547,21 @@ impl Gateway {
 
     /// One delivery's timeline.
     pub async fn delivery(&self, caller: &Caller, correlation_id: &str) -> Result<Delivery, GatewayError> {
+        Ok(self.visible_delivery(caller, correlation_id).await?.0)
+    }
+
+    /// A delivery and its timeline lines, if the caller may read it.
+    async fn visible_delivery(
+        &self,
+        caller: &Caller,
+        correlation_id: &str,
+    ) -> Result<(Delivery, Vec<TimelineEntry>), GatewayError> {
         Self::require(caller, Scope::DeliveriesRead)?;
-        let delivery = self.operator(caller).delivery(correlation_id).await?;
+        let (delivery, lines) = self.operator(caller).delivery_with_lines(correlation_id).await?;
         if !caller.sees(delivery.tenant_id.as_deref()) {
             return Err(GatewayError::not_found("delivery", correlation_id));
         }
-        Ok(delivery)
+        Ok((delivery, lines))
     }
 
     /// A delivery's timeline lines in the order they were written, and its
@@ -562,8 +571,7 @@ impl Gateway {
         caller: &Caller,
         correlation_id: &str,
     ) -> Result<(Vec<TimelineEntry>, String), GatewayError> {
-        let delivery = self.delivery(caller, correlation_id).await?;
-        let lines = self.backends.store.timeline(correlation_id).await?;
+        let (delivery, lines) = self.visible_delivery(caller, correlation_id).await?;
         Ok((lines, delivery.status))
     }
 

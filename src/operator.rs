@@ -250,6 +250,15 @@ impl Operator {
 
     /// The timeline of a delivery, grouped by message.
     pub async fn delivery(&self, correlation_id: &str) -> Result<Delivery, OperatorError> {
+        Ok(self.delivery_with_lines(correlation_id).await?.0)
+    }
+
+    /// [`Operator::delivery`], and its timeline lines in the order they
+    /// were written (for a stream that follows them), from one read.
+    pub async fn delivery_with_lines(
+        &self,
+        correlation_id: &str,
+    ) -> Result<(Delivery, Vec<TimelineEntry>), OperatorError> {
         let lines = self.store.timeline(correlation_id).await?;
         if lines.is_empty() {
             return Err(StoreError::NotFound {
@@ -259,7 +268,7 @@ impl Operator {
             .into());
         }
         let mut messages: Vec<DeliveryMessage> = Vec::new();
-        for line in lines {
+        for line in lines.iter().cloned() {
             let index = match messages.iter().position(|m| m.message_id == line.message_id) {
                 Some(index) => index,
                 None => {
@@ -331,12 +340,13 @@ impl Operator {
         } else {
             "in-progress"
         };
-        Ok(Delivery {
+        let delivery = Delivery {
             correlation_id: correlation_id.to_owned(),
             tenant_id: tenant,
             status: status.to_owned(),
             messages,
-        })
+        };
+        Ok((delivery, lines))
     }
 
     /// Removes the transport's copy of a dead letter from its dead-letter
