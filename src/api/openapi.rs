@@ -211,8 +211,12 @@ pub const ROUTES: &[RouteDoc] = &[
     },
 ];
 
+/// A response with the API's error body.
+fn error(description: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
 fn error_responses(scoped: bool) -> Map<String, Value> {
-    let error = |text: &str| json!({"description": text, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let mut responses = Map::new();
     if scoped {
         responses.insert("401".into(), error("no valid API key"));
@@ -305,10 +309,9 @@ pub fn document() -> Value {
         let mut responses = error_responses(route.scope.is_some());
         responses.insert(route.success.0.to_string(), json!({"description": route.success.1}));
         if route.body.is_some() {
-            let error = json!({"description": "malformed JSON / invalid field", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
-            responses.insert("400".into(), error.clone());
-            responses.insert("413".into(), error.clone());
-            responses.insert("422".into(), error);
+            for status in ["400", "413", "422"] {
+                responses.insert(status.into(), error("malformed JSON / invalid field"));
+            }
         }
         operation.insert("responses".into(), Value::Object(responses));
         let entry = paths.entry(route.path.to_owned()).or_insert_with(|| json!({}));
@@ -327,11 +330,9 @@ pub fn document() -> Value {
         components.insert(name.to_owned(), schema);
         let consumer = command_handler(name).map_or("nobody", |c| c.name);
         let mut responses = error_responses(true);
-        let error = json!({"description": "see the error's code and field", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
-        responses.insert("400".into(), error.clone());
-        responses.insert("409".into(), error.clone());
-        responses.insert("413".into(), error.clone());
-        responses.insert("422".into(), error);
+        for status in ["400", "409", "413", "422"] {
+            responses.insert(status.into(), error("see the error's code and field"));
+        }
         responses.insert(
             "202".into(),
             json!({"description": "accepted (with `Idempotent-Replayed: true` when answering a repeated Idempotency-Key)",
