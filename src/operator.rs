@@ -350,24 +350,25 @@ impl Operator {
     }
 
     /// Removes the transport's copy of a dead letter from its dead-letter
-    /// queue: by the sequence number the host saw, or, where the transport
-    /// gives a dead-lettered message a new one (Service Bus numbers its
-    /// dead-letter sub-queue anew), by the broker message id.
+    /// queue. A native dead letter's record holds the copy's sequence
+    /// number. The host's record holds the number the message had in its
+    /// queue, which a transport may change when it dead-letters it (Service
+    /// Bus numbers its dead-letter sub-queue anew), so that copy is found by
+    /// its broker message id.
     async fn remove_native_copy(&self, record: &DeadLetterRecord) -> Result<(), OperatorError> {
         let entity = Destination::parse(&record.entity);
-        if let Some(sequence) = record.transport_sequence
-            && self.transport.remove_dead_letter(&entity, sequence).await?
-        {
-            return Ok(());
-        }
-        if record.origin == "host" {
-            let natives = self.transport.peek_dead_letters(&entity, 10_000).await?;
-            if let Some(native) = natives
-                .iter()
+        let sequence = if record.origin == "host" {
+            self.transport
+                .peek_dead_letters(&entity, 10_000)
+                .await?
+                .into_iter()
                 .find(|native| native.broker_message_id == record.broker_message_id)
-            {
-                self.transport.remove_dead_letter(&entity, native.sequence).await?;
-            }
+                .map(|native| native.sequence)
+        } else {
+            record.transport_sequence
+        };
+        if let Some(sequence) = sequence {
+            self.transport.remove_dead_letter(&entity, sequence).await?;
         }
         Ok(())
     }
