@@ -8,6 +8,17 @@ fn short(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
 }
 
+/// Who decided on a release: the authenticated caller, with the name the
+/// sender gave when it says more.
+fn decided_by(authenticated: Option<&str>, claimed: Option<&str>) -> String {
+    match (authenticated, claimed) {
+        (Some(by), Some(name)) if by != name => format!("{by} (as \"{name}\")"),
+        (Some(by), _) => by.to_owned(),
+        (None, Some(name)) => format!("\"{name}\" (unauthenticated)"),
+        (None, None) => "no one authenticated".to_owned(),
+    }
+}
+
 /// What a message says, in one line, or `None` when its type says it all.
 pub fn describe(message: &Message) -> Option<String> {
     let text = match message {
@@ -80,8 +91,18 @@ pub fn describe(message: &Message) -> Option<String> {
         Message::ContainerImageBuilt(m) => m.artifact().reference(),
         Message::PackagePublished(m) => format!("{} {} to {}", m.package_id, m.version, m.feed),
         Message::ReleasePlanned(m) => format!("release {}", m.release_id),
-        Message::ApproveRelease(m) => format!("release {} in {} by {}", m.release_id, m.environment, m.approver),
-        Message::RejectRelease(m) => format!("release {} by {}: {}", m.release_id, m.approver, m.reason),
+        Message::ApproveRelease(m) => format!(
+            "release {} in {} by {}",
+            m.release_id,
+            m.environment,
+            decided_by(m.approved_by.as_deref(), m.approver.as_deref())
+        ),
+        Message::RejectRelease(m) => format!(
+            "release {} by {}: {}",
+            m.release_id,
+            decided_by(m.rejected_by.as_deref(), m.approver.as_deref()),
+            m.reason
+        ),
         Message::ReleaseApprovalTimeout(m) => format!("release {} in {}", m.release_id, m.environment),
         Message::ReleaseApproved(m) => format!("release {} in {} by {}", m.release_id, m.environment, m.approver),
         Message::ReleaseRejected(m) => format!("release {}: {}", m.release_id, m.reason),

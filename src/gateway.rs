@@ -144,7 +144,7 @@ impl From<StoreError> for GatewayError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::NotFound { what, id } => Self::NotFound { what, id },
-            StoreError::SagaConflict { .. } => Self::Conflict(err.to_string()),
+            StoreError::SagaConflict { .. } | StoreError::Ambiguous { .. } => Self::Conflict(err.to_string()),
             other => Self::Unavailable(other.to_string()),
         }
     }
@@ -165,6 +165,7 @@ impl From<OperatorError> for GatewayError {
             OperatorError::Contract(err) => err.into(),
             OperatorError::Store(err) => err.into(),
             OperatorError::Transport(err) => Self::Unavailable(err.to_string()),
+            OperatorError::Internal(_) => Self::UnknownType(err.to_string()),
             OperatorError::Invalid(message) => Self::Invalid { field: None, message },
         }
     }
@@ -338,6 +339,7 @@ impl Gateway {
         self.backends
             .operator(&caller.identity())
             .acting_as(caller.identity(), format!("api:{}", caller.key_id))
+            .approving_as(caller.principal())
     }
 
     fn require(caller: &Caller, scope: Scope) -> Result<(), GatewayError> {
@@ -370,13 +372,26 @@ impl Gateway {
         correlation_id: Option<Uuid>,
         idempotency_key: Option<&str>,
     ) -> Result<CommandAccepted, GatewayError> {
-        Self::require(caller, Scope::CommandsSend)?;
         let spec = MessageSpec::find(message_type)
             .ok_or_else(|| GatewayError::UnknownType(format!("unknown message type `{message_type}`")))?;
         if spec.kind != MessageKind::Command {
             return Err(GatewayError::UnknownType(format!(
                 "`{message_type}` is an event; only commands can be sent"
             )));
+        }
+        if spec.internal {
+            return Err(OperatorError::Internal(spec.message_type.to_owned()).into());
+        }
+        if matches!(spec.message_type, "ApproveRelease" | "RejectRelease") {
+            // Deciding on a release is its own right, not `commands:send`.
+            let environment = payload.get("environment").and_then(Value::as_str);
+            if !caller.may_approve(environment) {
+                return Err(GatewayError::Forbidden {
+                    scope: Scope::ReleasesApprove,
+                });
+            }
+        } else {
+            Self::require(caller, Scope::CommandsSend)?;
         }
         let tenant = match (caller.tenant_id.as_str(), tenant) {
             (ALL_TENANTS, Some(tenant)) => tenant.to_owned(),
@@ -662,11 +677,8 @@ impl Gateway {
     }
 
     async fn visible_dead_letter(&self, caller: &Caller, id: &str) -> Result<DeadLetterRecord, GatewayError> {
-        let record = self.operator(caller).dead_letter(id).await?;
-        if !caller.sees(record.tenant_id.as_deref()) {
-            return Err(GatewayError::not_found("dead letter", id));
-        }
-        Ok(record)
+        let tenant = caller.tenant_filter();
+        Ok(self.operator(caller).dead_letter_of(id, tenant.as_deref()).await?)
     }
 
     /// Replays one dead letter, its payload replaced by `edited_payload`

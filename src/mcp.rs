@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
-use bosun_contracts::{CATALOGUE, MessageKind, MessageSpec};
+use bosun_contracts::{CATALOGUE, MessageSpec};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
@@ -658,7 +658,7 @@ fn command_types() -> Vec<&'static str> {
 }
 
 fn commands() -> impl Iterator<Item = &'static MessageSpec> {
-    CATALOGUE.iter().filter(|spec| spec.kind == MessageKind::Command)
+    CATALOGUE.iter().filter(|spec| spec.is_sendable())
 }
 
 fn send_command_description() -> String {
@@ -708,7 +708,7 @@ fn id_schema(extra: Value) -> Value {
 /// `describe_command`: the catalogue entry, the payload schema and a sample.
 fn describe_command(message_type: &str) -> Result<Value, GatewayError> {
     let spec = MessageSpec::find(message_type)
-        .filter(|spec| spec.kind == MessageKind::Command)
+        .filter(|spec| spec.is_sendable())
         .ok_or_else(|| {
             GatewayError::UnknownType(format!(
                 "`{message_type}` is not a command (commands: {})",
@@ -1054,11 +1054,7 @@ mod tests {
     }
 
     fn caller(tenant: &str, scopes: &[Scope]) -> Caller {
-        Caller {
-            key_id: format!("{tenant}-key"),
-            tenant_id: tenant.to_owned(),
-            scopes: scopes.to_vec(),
-        }
+        Caller::new(format!("{tenant}-key"), tenant, scopes.to_vec())
     }
 
     fn contoso() -> Caller {
@@ -1226,7 +1222,7 @@ mod tests {
         let description = send["description"].as_str().expect("description");
         for spec in CATALOGUE {
             let listed = description.contains(&format!("- {}:", spec.message_type));
-            assert_eq!(listed, spec.kind == MessageKind::Command, "{}", spec.message_type);
+            assert_eq!(listed, spec.is_sendable(), "{}", spec.message_type);
         }
         assert!(description.contains("- CreateCommit: "));
         assert_eq!(send["inputSchema"]["required"], json!(["type", "payload"]));

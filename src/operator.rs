@@ -35,6 +35,9 @@ pub enum OperatorError {
     /// A transport failure.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// A message bosun schedules for itself (a timeout, a poll).
+    #[error("`{0}` is scheduled by bosun itself and cannot be sent")]
+    Internal(String),
     /// Anything else that is the caller's to fix.
     #[error("{0}")]
     Invalid(String),
@@ -126,6 +129,7 @@ pub struct Operator {
     topology: Topology,
     identity: String,
     source: String,
+    principal: String,
     claim_check: Option<ClaimCheck>,
 }
 
@@ -138,9 +142,18 @@ impl Operator {
             store,
             topology: Topology::from_routing(),
             source: format!("cli:{identity}"),
+            principal: format!("cli:{identity}"),
             identity,
             claim_check: None,
         }
+    }
+
+    /// Records `principal` as who approves or rejects releases in the
+    /// commands this operator sends (`approvedBy`, `rejectedBy`); the CLI's
+    /// is `cli:<operator>`, an API key's `key:<id> (<description>)`.
+    pub fn approving_as(mut self, principal: impl Into<String>) -> Self {
+        self.principal = principal.into();
+        self
     }
 
     /// Records `identity` as who acts and `source` as the envelope's source
@@ -186,10 +199,21 @@ impl Operator {
             field: err.field,
             reason: err.reason,
         })?;
-        let message = Message::from_type_and_payload(message_type, payload)?;
         let spec = MessageSpec::find(message_type).ok_or_else(|| ContractError::UnknownType {
             message_type: message_type.to_owned(),
         })?;
+        if spec.internal {
+            return Err(OperatorError::Internal(spec.message_type.to_owned()));
+        }
+        let mut message = Message::from_type_and_payload(message_type, payload)?;
+        // Who decides on a release is who bosun authenticated, whatever the
+        // payload says.
+        match &mut message {
+            Message::ApproveRelease(approve) => approve.approved_by = Some(self.principal.clone()),
+            Message::RejectRelease(reject) => reject.rejected_by = Some(self.principal.clone()),
+            _ => {}
+        }
+        message.validate()?;
         let destination = destination_of(spec.message_type)
             .ok_or_else(|| OperatorError::Invalid(format!("no consumer handles `{message_type}`")))?;
         let correlation_id = options.correlation_id.unwrap_or_else(Uuid::now_v7);
@@ -463,13 +487,20 @@ impl Operator {
         Ok(self.store.dead_letters(filter).await?)
     }
 
-    /// One dead letter (full id or unique prefix).
+    /// One dead letter (full id or unique prefix), of any tenant.
     pub async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, OperatorError> {
+        self.dead_letter_of(id, None).await
+    }
+
+    /// One dead letter (full id or unique prefix) of `tenant` only when
+    /// given: another tenant's records neither match nor make a prefix
+    /// ambiguous.
+    pub async fn dead_letter_of(&self, id: &str, tenant: Option<&str>) -> Result<DeadLetterRecord, OperatorError> {
         // No sync here: a dead letter's id is given when it is recorded (a
         // native one when a listing imports it), so an id names a record
         // the store already has. Replays, bulk ones included, look up each
         // id without peeking every dead-letter queue again.
-        Ok(self.store.dead_letter(id).await?)
+        Ok(self.store.dead_letter(id, tenant).await?)
     }
 
     /// Sends a dead letter's original envelope back to the queue or
@@ -496,8 +527,28 @@ impl Operator {
                         record.id
                     ))
                 })?;
-                Message::from_type_and_payload(&envelope.message_type, payload)?;
-                envelope.payload = payload.clone();
+                if MessageSpec::find(&envelope.message_type).is_some_and(|spec| spec.internal) {
+                    return Err(OperatorError::Invalid(format!(
+                        "`{}` is scheduled by bosun itself: it can only be replayed as it is, not edited",
+                        envelope.message_type
+                    )));
+                }
+                let mut payload = payload.clone();
+                // Replaying is not approving: who decided stays who bosun
+                // authenticated when the decision was first sent.
+                if let Some(field) = match envelope.message_type.as_str() {
+                    "ApproveRelease" => Some("approvedBy"),
+                    "RejectRelease" => Some("rejectedBy"),
+                    _ => None,
+                } && let Some(object) = payload.as_object_mut()
+                {
+                    match envelope.payload.get(field) {
+                        Some(original) => object.insert(field.to_owned(), original.clone()),
+                        None => object.remove(field),
+                    };
+                }
+                Message::from_type_and_payload(&envelope.message_type, &payload)?;
+                envelope.payload = payload;
                 envelope.attempt = 0;
                 envelope.to_vec()
             }

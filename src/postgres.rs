@@ -33,7 +33,7 @@ use crate::transport::TransportError;
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +60,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "front_door",
         sql: include_str!("../migrations/postgres/0003_front_door.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "tenant_keys",
+        sql: include_str!("../migrations/postgres/0004_tenant_keys.sql"),
     },
 ];
 
@@ -594,7 +599,7 @@ mod tests {
             "{as_store:?}"
         );
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3]);
+        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4]);
         database.check_schema().await.unwrap();
 
         // A newer bosun migrated this database: refuse to serve and to migrate.
@@ -609,6 +614,84 @@ mod tests {
             database.migrate().await,
             Err(DatabaseError::SchemaMismatch { found, .. }) if found == SCHEMA_VERSION + 1
         ));
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn release_sagas_move_under_their_tenant() {
+        let Some(test) = testing::fresh().await else { return };
+        let database = &test.database;
+        database.migrate_to(3).await.unwrap();
+        let pool = database.pool();
+        // Schema 3 data: a release saga with its tenant, one saved before
+        // tenants were kept (its delivery says whose it is), one whose
+        // tenant nothing records, and a GitOps saga already keyed by tenant.
+        for (kind, key, tenant) in [
+            ("release", "rel-1", Some("contoso")),
+            ("release", "rel-2", None),
+            ("release", "rel-3", None),
+            ("gitops", "contoso/prod", Some("contoso")),
+        ] {
+            query(
+                "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+                 VALUES ($1, $2, 1, '{}', now(), now(), $3)",
+            )
+            .bind(kind)
+            .bind(key)
+            .bind(tenant)
+            .execute(pool)
+            .await
+            .unwrap();
+            query(
+                "INSERT INTO bosun_saga_history (kind, key, version, message_id, message_type, at)
+                 VALUES ($1, $2, 1, $3, 'BuildCompleted', now())",
+            )
+            .bind(kind)
+            .bind(key)
+            .bind(format!("m-{key}"))
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        query(
+            "INSERT INTO bosun_timeline (correlation_id, message_id, message_type, status, attempt, at)
+             VALUES ('c-2', 'm-rel-2', 'BuildCompleted', 'completed', 0, now())",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        query(
+            "INSERT INTO bosun_deliveries (correlation_id, tenant_id, started_by, message_type, message_id, started_at)
+             VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', now())",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+
+        assert_eq!(database.migrate().await.unwrap().applied, vec![4]);
+        let keys: Vec<(String, String, Option<String>)> =
+            sqlx_core::query_as::query_as("SELECT kind, key, tenant_id FROM bosun_sagas ORDER BY kind, key")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        let owned = |kind: &str, key: &str, tenant: Option<&str>| {
+            (kind.to_owned(), key.to_owned(), tenant.map(str::to_owned))
+        };
+        assert_eq!(
+            keys,
+            [
+                owned("gitops", "contoso/prod", Some("contoso")),
+                owned("release", "contoso/rel-1", Some("contoso")),
+                owned("release", "fabrikam/rel-2", Some("fabrikam")),
+                owned("release", "rel-3", None),
+            ]
+        );
+        let history: Vec<String> =
+            sqlx_core::query_scalar::query_scalar("SELECT key FROM bosun_saga_history ORDER BY key")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        assert_eq!(history, ["contoso/prod", "contoso/rel-1", "fabrikam/rel-2", "rel-3"]);
         test.finish().await;
     }
 

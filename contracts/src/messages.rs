@@ -2,7 +2,8 @@
 //!
 //! Each message type is a payload struct in one of the submodules, listed
 //! once in the `catalogue!` invocation below with its kind and schema
-//! version. The macro derives the [`Message`] enum, the [`CATALOGUE`] of
+//! version (and `(internal)` for the messages bosun schedules for itself,
+//! which no front door accepts). The macro derives the [`Message`] enum, the [`CATALOGUE`] of
 //! specs, typed decoding and the JSON Schema list from that one list.
 //!
 //! One submodule per area: [`repository`], [`source_control`],
@@ -55,6 +56,10 @@ pub struct MessageSpec {
     pub schema_version: u32,
     /// One line saying what the message means.
     pub description: &'static str,
+    /// A message bosun schedules for itself (a timeout, a poll): no front
+    /// door (HTTP API, MCP, `bosun send`) accepts it, and it is left out of
+    /// the OpenAPI document.
+    pub internal: bool,
 }
 
 impl MessageSpec {
@@ -62,10 +67,18 @@ impl MessageSpec {
     pub fn find(message_type: &str) -> Option<&'static MessageSpec> {
         CATALOGUE.iter().find(|spec| spec.message_type == message_type)
     }
+
+    /// Whether callers outside bosun may send it: a command that is not
+    /// [`internal`](MessageSpec::internal).
+    pub fn is_sendable(&self) -> bool {
+        self.kind == MessageKind::Command && !self.internal
+    }
 }
 
 macro_rules! catalogue {
-    ($( $kind:ident $name:ident version $version:literal : $doc:literal ;)*) => {
+    (@internal internal) => { true };
+    (@internal) => { false };
+    ($( $kind:ident $name:ident version $version:literal $( ($internal:ident) )? : $doc:literal ;)*) => {
         /// Every message bosun knows, with its typed payload.
         #[derive(Debug, Clone, PartialEq)]
         pub enum Message {
@@ -83,6 +96,7 @@ macro_rules! catalogue {
                     kind: MessageKind::$kind,
                     schema_version: $version,
                     description: $doc,
+                    internal: catalogue!(@internal $($internal)?),
                 },
             )*
         ];
@@ -140,7 +154,7 @@ catalogue! {
     Command GeneratePipeline version 1: "Generate a module's YAML pipeline from its metadata and commit it (idempotent on repository + moduleId + templateVersion).";
     Event PipelineGenerated version 1: "A module's pipeline file is committed and its pipeline definition exists.";
     Event PipelineRunStarted version 1: "A pipeline run started for a release candidate.";
-    Command PollPipelineRun version 1: "The pipeline monitor's self-scheduled check of a run; carries the whole run so no state is held between polls.";
+    Command PollPipelineRun version 1 (internal): "The pipeline monitor's self-scheduled check of a run; carries the whole run so no state is held between polls.";
     Event PipelineRunCompleted version 1: "A pipeline run finished (succeeded, failed or canceled); its log and JUnit files are in the blob store.";
     Event BuildCompleted version 1: "A pipeline run's results are ingested: tests counted, logs and artifacts stored (idempotent on buildId).";
     Event ContainerImageBuilt version 1: "An OCI image was built from a build and pushed (idempotent on the image digest).";
@@ -148,7 +162,7 @@ catalogue! {
     Event ReleasePlanned version 1: "A release's artifacts are ready and its promotion path through the environments is set.";
     Command ApproveRelease version 1: "A person approves a release for one environment.";
     Command RejectRelease version 1: "A person rejects a release; the release stops.";
-    Command ReleaseApprovalTimeout version 1: "The release saga's scheduled reminder that an environment's approval is overdue.";
+    Command ReleaseApprovalTimeout version 1 (internal): "The release saga's scheduled reminder that an environment's approval is overdue.";
     Event ReleaseApproved version 1: "A release is approved for one environment (the record promotion requires).";
     Event ReleaseRejected version 1: "A release was rejected, or its approval timed out; the release stops.";
     Event ReleaseBlocked version 1: "A release step failed; the release waits for someone to act.";

@@ -473,8 +473,9 @@ pub fn approve_release() -> ApproveRelease {
     ApproveRelease {
         release_id: RELEASE_ID.to_owned(),
         environment: "prod".to_owned(),
-        approver: "alice@contoso.com".to_owned(),
+        approver: Some("alice@contoso.com".to_owned()),
         comment: Some("Change CHG-1234 approved by CAB.".to_owned()),
+        approved_by: Some("key:0123456789ab (release board)".to_owned()),
     }
 }
 
@@ -483,8 +484,9 @@ pub fn reject_release() -> RejectRelease {
     RejectRelease {
         release_id: RELEASE_ID.to_owned(),
         environment: Some("prod".to_owned()),
-        approver: "bob@contoso.com".to_owned(),
+        approver: Some("bob@contoso.com".to_owned()),
         reason: "Payment freeze until the end of the quarter.".to_owned(),
+        rejected_by: Some("cli:bob".to_owned()),
     }
 }
 
@@ -503,7 +505,7 @@ pub fn release_approved() -> ReleaseApproved {
         release_id: RELEASE_ID.to_owned(),
         module_id: MODULE_ID.to_owned(),
         environment: "prod".to_owned(),
-        approver: "alice@contoso.com".to_owned(),
+        approver: "key:0123456789ab (release board)".to_owned(),
         approved_at: datetime!(2026-11-29 14:05:00 UTC),
         auto: false,
         comment: Some("Change CHG-1234 approved by CAB.".to_owned()),
@@ -515,7 +517,7 @@ pub fn release_rejected() -> ReleaseRejected {
     ReleaseRejected {
         release_id: RELEASE_ID.to_owned(),
         environment: Some("prod".to_owned()),
-        approver: Some("bob@contoso.com".to_owned()),
+        approver: Some("cli:bob".to_owned()),
         reason: "Payment freeze until the end of the quarter.".to_owned(),
         timed_out: false,
         rejected_at: datetime!(2026-11-29 14:05:00 UTC),
@@ -616,7 +618,7 @@ pub fn deployment_promoted() -> DeploymentPromoted {
         package: Some(package()),
         environment_repository: ENVIRONMENT_REPOSITORY.to_owned(),
         desired_commit_sha: ENVIRONMENT_COMMIT_SHA.to_owned(),
-        approved_by: "alice@contoso.com".to_owned(),
+        approved_by: "key:0123456789ab (release board)".to_owned(),
         promoted_at: datetime!(2026-11-29 14:09:30 UTC),
     }
 }

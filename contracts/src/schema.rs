@@ -37,6 +37,7 @@ pub fn schema_files() -> Vec<(String, String)> {
                 "kind": spec.kind,
                 "schemaVersion": spec.schema_version,
                 "description": spec.description,
+                "internal": spec.internal,
                 "destination": destination_of(spec.message_type).map(|d| d.path()),
                 "handledBy": command_handler(spec.message_type).map(|c| c.name),
                 "subscribers": event_subscribers(spec.message_type).map(|c| c.name).collect::<Vec<_>>(),

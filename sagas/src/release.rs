@@ -423,8 +423,13 @@ impl BuildRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRecord {
-    /// Who approved ([`AUTO_APPROVER`] for the policy).
+    /// Who approved: the authenticated caller (`approvedBy`), or
+    /// [`AUTO_APPROVER`] for the policy.
     pub approver: String,
+    /// The free-text name the sender gave (`approver` of the command), kept
+    /// as a note when it says something the authenticated identity does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// The approver's comment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
@@ -660,17 +665,23 @@ impl ReleaseSaga {
             Message::BuildCompleted(build) => step.on_build_completed(build)?,
             Message::ContainerImageBuilt(image) => step.on_image(image)?,
             Message::PackagePublished(package) => step.on_package(package)?,
-            Message::ApproveRelease(approve) => step.on_approve(
-                &approve.environment,
-                ApprovalRecord {
-                    approver: approve.approver.clone(),
-                    comment: approve.comment.clone(),
-                    auto: false,
-                    at: now,
-                },
-            )?,
+            Message::ApproveRelease(approve) => {
+                let approver = step.authenticated(approve.approved_by.as_deref(), "approvedBy")?;
+                step.on_approve(
+                    &approve.environment,
+                    ApprovalRecord {
+                        note: claimed_name(approve.approver.as_deref(), &approver),
+                        approver,
+                        comment: approve.comment.clone(),
+                        auto: false,
+                        at: now,
+                    },
+                )?
+            }
             Message::RejectRelease(reject) => {
-                step.on_reject(reject.environment.clone(), &reject.approver, &reject.reason)?
+                let rejected_by = step.authenticated(reject.rejected_by.as_deref(), "rejectedBy")?;
+                let claimed = claimed_name(reject.approver.as_deref(), &rejected_by);
+                step.on_reject(reject.environment.clone(), &rejected_by, claimed, &reject.reason)?
             }
             Message::ReleaseApprovalTimeout(timeout) => step.on_timeout(timeout)?,
             Message::InfrastructureProvisioned(provisioned) => step.on_infrastructure(provisioned)?,
@@ -772,6 +783,20 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
+    /// The authenticated caller of an approval or rejection: a decision
+    /// that names no one bosun authenticated is refused, whatever name it
+    /// claims.
+    fn authenticated(&self, by: Option<&str>, field: &str) -> Result<String, SagaError> {
+        match by.map(str::trim) {
+            Some(by) if !by.is_empty() => Ok(by.to_owned()),
+            _ => Err(self.refuse(format!(
+                "a decision on release {} names no authenticated caller (`{field}` is missing): \
+                 approvals and rejections are accepted only through bosun's front door",
+                self.release_id
+            ))),
+        }
+    }
+
     fn refuse(&self, reason: impl Into<String>) -> SagaError {
         SagaError::Rejected {
             message_type: self.message_type.to_owned(),
@@ -984,6 +1009,7 @@ impl Step<'_> {
         if !planned.requires_approval {
             let record = ApprovalRecord {
                 approver: AUTO_APPROVER.to_owned(),
+                note: None,
                 comment: None,
                 auto: true,
                 at: self.now,
@@ -1039,7 +1065,10 @@ impl Step<'_> {
             auto: record.auto,
             comment: record.comment.clone(),
         };
-        self.note(format!("{environment} approved by {}", record.approver));
+        match &record.note {
+            Some(note) => self.note(format!("{environment} approved by {} (as \"{note}\")", record.approver)),
+            None => self.note(format!("{environment} approved by {}", record.approver)),
+        }
         self.state.approvals.insert(environment.to_owned(), record);
         self.send(step::approved(environment), approved.into());
         if self
@@ -1178,7 +1207,13 @@ impl Step<'_> {
         Ok(())
     }
 
-    fn on_reject(&mut self, environment: Option<String>, approver: &str, reason: &str) -> Result<(), SagaError> {
+    fn on_reject(
+        &mut self,
+        environment: Option<String>,
+        approver: &str,
+        claimed: Option<String>,
+        reason: &str,
+    ) -> Result<(), SagaError> {
         match self.state.phase {
             ReleasePhase::Rejected => Ok(()),
             ReleasePhase::Completed => Err(self.refuse(format!(
@@ -1186,12 +1221,18 @@ impl Step<'_> {
                 self.release_id
             ))),
             _ => {
-                self.note(format!("rejected by {approver}"));
+                match claimed {
+                    Some(name) => self.note(format!("rejected by {approver} (as \"{name}\")")),
+                    None => self.note(format!("rejected by {approver}")),
+                }
                 self.reject(environment, Some(approver.to_owned()), reason.to_owned(), false)
             }
         }
     }
 
+    /// A timeout counts only when it is the one the saga scheduled and
+    /// still waits on (same environment and deadline); any other one (a
+    /// decision came first, or it is not the saga's) changes nothing.
     fn on_timeout(&mut self, timeout: &ReleaseApprovalTimeout) -> Result<(), SagaError> {
         let waiting = self.state.phase == ReleasePhase::AwaitingApproval
             && self.is_current(&timeout.environment)
@@ -1199,9 +1240,8 @@ impl Step<'_> {
                 .state
                 .pending_timeout
                 .as_ref()
-                .is_some_and(|pending| pending.message.environment == timeout.environment);
+                .is_some_and(|pending| pending.message == *timeout);
         if !waiting {
-            // A decision was recorded meanwhile.
             return Ok(());
         }
         let reason = format!(
@@ -1327,6 +1367,15 @@ fn build_failure(build: &BuildCompleted) -> String {
 }
 
 /// `text` cut to at most `max` characters.
+/// The free-text name a sender gave, when it adds something to the
+/// authenticated identity.
+fn claimed_name(claimed: Option<&str>, authenticated: &str) -> Option<String> {
+    claimed
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && *name != authenticated)
+        .map(str::to_owned)
+}
+
 fn clip(text: String, max: usize) -> String {
     if text.chars().count() <= max {
         text
@@ -1409,6 +1458,12 @@ mod tests {
         .into()
     }
 
+    /// The timeout the saga scheduled and waits on.
+    fn pending_timeout(state: &ReleaseState) -> Message {
+        let pending = state.pending_timeout.as_ref().expect("the saga waits on a timeout");
+        pending.message.clone().into()
+    }
+
     fn provisioned(environment: &str) -> Message {
         InfrastructureProvisioned {
             plan_id: format!("{RELEASE_ID}-{environment}"),
@@ -1481,10 +1536,16 @@ mod tests {
         .into()
     }
 
+    /// The `approvedBy` of the sample approval: the authenticated caller.
+    fn approving_key() -> String {
+        samples::approve_release().approved_by.unwrap_or_default()
+    }
+
     fn approved_by_alice(environment: &str) -> Message {
         ReleaseApproved {
             environment: environment.to_owned(),
             approved_at: NOW,
+            approver: approving_key(),
             ..samples::release_approved()
         }
         .into()
@@ -1785,7 +1846,7 @@ mod tests {
         assert_eq!(state.pending_timeout, None);
 
         let mut bob = samples::approve_release();
-        bob.approver = "bob@contoso.com".to_owned();
+        bob.approved_by = Some("cli:bob".to_owned());
         let (_, actions) = run(&saga, state, &[approve("prod"), bob.into()]);
         assert_eq!(actions, []);
     }
@@ -1794,7 +1855,7 @@ mod tests {
     fn a_timeout_while_waiting_rejects_the_release() {
         let saga = ReleaseSaga::new(policy(&["prod"], &[]));
         let state = planned(&saga);
-        let (state, actions) = run(&saga, state, &[timeout("prod")]);
+        let (state, actions) = run(&saga, state.clone(), &[pending_timeout(&state)]);
         let sent = sends(&actions);
         let [Message::ReleaseRejected(rejected)] = &sent[..] else {
             panic!("expected ReleaseRejected, got {sent:?}");
@@ -1812,6 +1873,69 @@ mod tests {
         // The same timeout again, infrastructure: nothing.
         let (_, actions) = run(&saga, state, &[timeout("prod"), provisioned("prod")]);
         assert_eq!(actions, []);
+    }
+
+    #[test]
+    fn only_the_timeout_the_saga_waits_on_counts() {
+        let saga = ReleaseSaga::new(policy(&["prod"], &[]));
+        let state = planned(&saga);
+        let Message::ReleaseApprovalTimeout(real) = pending_timeout(&state) else {
+            unreachable!()
+        };
+        // A forged timeout: the right release and environment, a deadline in
+        // the past instead of the one scheduled.
+        let forged = ReleaseApprovalTimeout {
+            deadline: real.deadline - time::Duration::days(2),
+            ..real.clone()
+        };
+        let (after, actions) = run(&saga, state.clone(), &[forged.into()]);
+        assert_eq!(actions, []);
+        assert_eq!(after, state, "a forged timeout changes nothing");
+        assert_eq!(after.phase, ReleasePhase::AwaitingApproval);
+
+        let (after, actions) = run(&saga, after, &[real.into()]);
+        assert_eq!(types(&actions), ["ReleaseRejected"]);
+        assert_eq!(after.phase, ReleasePhase::Rejected);
+    }
+
+    #[test]
+    fn the_approver_recorded_is_the_authenticated_caller() {
+        let saga = ReleaseSaga::new(policy(&["prod"], &[]));
+        let mallory = ApproveRelease {
+            approver: Some("mallory".to_owned()),
+            approved_by: None,
+            ..samples::approve_release()
+        };
+        let err = saga.apply_at(&planned(&saga), &mallory.clone().into(), NOW).unwrap_err();
+        assert!(err.to_string().contains("approvedBy"), "{err}");
+
+        let signed = ApproveRelease {
+            approved_by: Some("key:0123456789ab (release board)".to_owned()),
+            ..mallory
+        };
+        let (state, actions) = run(&saga, planned(&saga), &[signed.into()]);
+        let sent = sends(&actions);
+        let Message::ReleaseApproved(approved) = &sent[0] else {
+            panic!("expected ReleaseApproved, got {sent:?}");
+        };
+        assert_eq!(approved.approver, "key:0123456789ab (release board)");
+        let record = &state.approvals["prod"];
+        assert_eq!(record.approver, "key:0123456789ab (release board)");
+        assert_eq!(record.note.as_deref(), Some("mallory"));
+        assert!(
+            state
+                .history
+                .iter()
+                .any(|entry| entry.note.contains("approved by key:0123456789ab (release board) (as \"mallory\")")),
+            "{:?}",
+            state.history
+        );
+
+        let unsigned = RejectRelease {
+            rejected_by: None,
+            ..samples::reject_release()
+        };
+        assert!(saga.apply_at(&planned(&saga), &unsigned.into(), NOW).is_err());
     }
 
     #[test]
@@ -1944,7 +2068,7 @@ mod tests {
             actions,
             [
                 Action::Send(approved_by_alice("prod")),
-                Action::Send(promoted("prod", "alice@contoso.com")),
+                Action::Send(promoted("prod", &approving_key())),
             ]
         );
     }

@@ -5,7 +5,7 @@
 //! schema.
 
 use bosun_contracts::messages::{CATALOGUE, payload_schemas};
-use bosun_contracts::{MessageKind, routing::command_handler};
+use bosun_contracts::routing::command_handler;
 use serde_json::{Map, Value, json};
 
 /// One documented operation (besides the per-command ones).
@@ -323,7 +323,7 @@ pub fn document() -> Value {
         let Some(spec) = CATALOGUE.iter().find(|spec| spec.message_type == name) else {
             continue;
         };
-        if spec.kind != MessageKind::Command {
+        if !spec.is_sendable() {
             continue;
         }
         let schema = hoist(json!(schema), &mut components);
@@ -387,7 +387,7 @@ mod tests {
     #[test]
     fn every_command_has_an_operation_with_its_schema_and_refs_resolve() {
         let doc = document();
-        let commands = CATALOGUE.iter().filter(|s| s.kind == MessageKind::Command).count();
+        let commands = CATALOGUE.iter().filter(|s| s.is_sendable()).count();
         let command_paths = doc["paths"]
             .as_object()
             .unwrap()
@@ -395,6 +395,13 @@ mod tests {
             .filter(|p| p.starts_with("/v1/commands/"))
             .count();
         assert_eq!(command_paths, commands);
+        for internal in ["ReleaseApprovalTimeout", "PollPipelineRun"] {
+            assert!(
+                doc["paths"][format!("/v1/commands/{internal}")].is_null(),
+                "{internal} is internal"
+            );
+            assert!(doc["components"]["schemas"][internal].is_null(), "{internal} is internal");
+        }
         let create = &doc["paths"]["/v1/commands/CreateCommit"]["post"];
         assert_eq!(create["operationId"], "sendCreateCommit");
         let schema = &doc["components"]["schemas"]["CreateCommit"];

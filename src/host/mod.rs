@@ -49,6 +49,23 @@ pub mod dispatcher;
 /// for redelivery.
 const MAX_SAGA_CONFLICTS: u32 = 16;
 
+/// A message whose tenant is not the tenant of the saga it names: refused
+/// as a permanent failure (dead-lettered, so an operator sees the attempt).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "tenant mismatch: `{message_type}` of tenant `{message_tenant}` names saga `{saga}` of tenant `{saga_tenant}`; refused"
+)]
+pub struct TenantMismatch {
+    /// The message's type.
+    pub message_type: String,
+    /// The tenant on the message's envelope.
+    pub message_tenant: String,
+    /// The saga, as `kind/key`.
+    pub saga: String,
+    /// The tenant the saga belongs to.
+    pub saga_tenant: String,
+}
+
 /// How the host runs its consumers.
 #[derive(Debug, Clone)]
 pub struct HostOptions {
@@ -626,6 +643,24 @@ async fn handle(
         // at commit the saga is loaded again and the handler re-run.
         let saga = match &saga_key {
             Some((kind, key)) => match runtime.store.load_saga(kind, key).await {
+                Ok(Some(record))
+                    if record
+                        .tenant_id
+                        .as_deref()
+                        .is_some_and(|owner| owner != envelope.tenant_id) =>
+                {
+                    // Tenants are walls: a message never acts on another
+                    // tenant's saga, whatever its key says.
+                    drop(renewal);
+                    let err = HandlerError::permanent(TenantMismatch {
+                        message_type: envelope.message_type.clone(),
+                        message_tenant: envelope.tenant_id.clone(),
+                        saga: format!("{kind}/{key}"),
+                        saga_tenant: record.tenant_id.unwrap_or_default(),
+                    });
+                    tracing::warn!(error = %err, "message refused: it names another tenant's saga");
+                    return fail(runtime, consumer, entity, received, envelope, &err).await;
+                }
                 Ok(record) => Some(SagaInstance {
                     kind,
                     key: key.clone(),

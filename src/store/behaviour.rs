@@ -95,6 +95,7 @@ where
     outbox_claims_are_leased(&make().await).await;
     retries_are_recorded_once_per_attempt(&make().await).await;
     dead_letters_round_trip(&make().await).await;
+    dead_letter_lookups_stay_in_their_tenant(&make().await).await;
     dead_letters_filter_by_tenant_reason_and_limit(&make().await).await;
     timeline_keeps_order(&make().await).await;
     deliveries_keep_their_first_record(&make().await).await;
@@ -282,6 +283,62 @@ async fn retries_are_recorded_once_per_attempt<S: Store>(store: &S) {
     assert_eq!(store.outbox_backlog().await.unwrap(), 1);
 }
 
+/// Ids are matched literally and within the caller's tenant; "not found"
+/// reads the same whether or not another tenant has a match.
+async fn dead_letter_lookups_stay_in_their_tenant<S: Store>(store: &S) {
+    let shared = "0195f3a0-0000-7000-8000-0000000000";
+    let with_id = |suffix: &str, tenant: &str, sequence: i64| DeadLetterRecord {
+        id: Uuid::parse_str(&format!("{shared}{suffix}")).unwrap(),
+        tenant_id: Some(tenant.into()),
+        ..dead_letter("commit", "CreateCommit", sequence)
+    };
+    let contoso = with_id("01", "contoso", 1);
+    let fabrikam = with_id("02", "fabrikam", 2);
+    let contoso_too = with_id("03", "contoso", 3);
+    for record in [&contoso, &fabrikam] {
+        store.record_dead_letter(record.clone(), None).await.unwrap();
+    }
+    let text = |result: Result<DeadLetterRecord, StoreError>| match result {
+        Ok(record) => format!("found {}", record.id),
+        Err(err) => err.to_string(),
+    };
+    // A prefix both tenants' records share is unique within each tenant.
+    assert_eq!(store.dead_letter(shared, Some("contoso")).await.unwrap().id, contoso.id);
+    assert_eq!(store.dead_letter(shared, Some("fabrikam")).await.unwrap().id, fabrikam.id);
+    // Another tenant's record reads exactly as no record.
+    let foreign = text(store.dead_letter(&fabrikam.id.to_string(), Some("contoso")).await);
+    let absent = text(
+        store
+            .dead_letter(&format!("{shared}ff"), Some("contoso"))
+            .await,
+    );
+    assert_eq!(
+        foreign.replace(&fabrikam.id.to_string(), "ID"),
+        absent.replace(&format!("{shared}ff"), "ID")
+    );
+    assert!(foreign.starts_with("no dead letter"), "{foreign}");
+    // No wildcards.
+    for pattern in ["%", "____", "0195%", "0195f3a0-0000-7000-8000-00000000000_"] {
+        assert!(
+            matches!(store.dead_letter(pattern, None).await, Err(StoreError::NotFound { .. })),
+            "{pattern}"
+        );
+    }
+    // Ambiguous within the tenant: listed; the platform (no tenant) sees all.
+    store.record_dead_letter(contoso_too.clone(), None).await.unwrap();
+    let Err(StoreError::Ambiguous { candidates, .. }) = store.dead_letter(shared, Some("contoso")).await else {
+        panic!("a prefix of two contoso records is ambiguous");
+    };
+    assert_eq!(candidates, [contoso.id.to_string(), contoso_too.id.to_string()]);
+    let Err(StoreError::Ambiguous { candidates, .. }) = store.dead_letter(shared, None).await else {
+        panic!("ambiguous for the platform");
+    };
+    assert_eq!(candidates.len(), 3);
+    // The full id always wins, in any case.
+    let upper = contoso.id.to_string().to_uppercase();
+    assert_eq!(store.dead_letter(&upper, Some("contoso")).await.unwrap().id, contoso.id);
+}
+
 async fn dead_letters_round_trip<S: Store>(store: &S) {
     let first = dead_letter("commit", "CreateCommit", 1);
     let second = dead_letter("pull-request", "OpenPullRequest", 2);
@@ -321,7 +378,7 @@ async fn dead_letters_round_trip<S: Store>(store: &S) {
         .unwrap();
     assert!(future.is_empty());
 
-    let found = store.dead_letter(&first.id.to_string()).await.unwrap();
+    let found = store.dead_letter(&first.id.to_string(), None).await.unwrap();
     assert_eq!(found.id, first.id);
     let by_transport = store
         .dead_letter_for(&Destination::Queue("commit".into()), 1)
@@ -337,7 +394,7 @@ async fn dead_letters_round_trip<S: Store>(store: &S) {
         broker_message_id: "m-1.replay".into(),
     };
     store.record_replay(first.id, replay.clone(), None).await.unwrap();
-    let replayed = store.dead_letter(&first.id.to_string()).await.unwrap();
+    let replayed = store.dead_letter(&first.id.to_string(), None).await.unwrap();
     assert_eq!(replayed.status, DeadLetterStatus::Replayed);
     assert_eq!(replayed.replays, vec![replay]);
     assert_eq!(store.dead_letters(&DeadLetterFilter::default()).await.unwrap().len(), 1);
@@ -355,7 +412,7 @@ async fn dead_letters_round_trip<S: Store>(store: &S) {
 
     store.purge_dead_letter(second.id).await.unwrap();
     assert!(matches!(
-        store.dead_letter(&second.id.to_string()).await,
+        store.dead_letter(&second.id.to_string(), None).await,
         Err(StoreError::NotFound { .. })
     ));
     assert!(matches!(

@@ -50,6 +50,16 @@ pub enum StoreError {
         /// The id.
         id: String,
     },
+    /// An id prefix that matches several records the caller may see.
+    #[error("{what} `{id}` is ambiguous: it begins {}; give more of the id", candidates.join(", "))]
+    Ambiguous {
+        /// What was looked up.
+        what: &'static str,
+        /// The prefix given.
+        id: String,
+        /// The ids it matches (at most [`AMBIGUOUS_SHOWN`]).
+        candidates: Vec<String>,
+    },
     /// The received message's lock was lost before its handling could be
     /// committed together with its completion: nothing was written, and the
     /// message will be delivered again.
@@ -71,6 +81,72 @@ pub enum StoreError {
     /// The database failed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+}
+
+/// How many ids an [`StoreError::Ambiguous`] lists.
+pub const AMBIGUOUS_SHOWN: usize = 10;
+
+/// A dead-letter lookup by id or id prefix, the same on every backend: the
+/// prefix is matched literally (ids are lowercase hex and dashes; anything
+/// else matches nothing), within one tenant when one is given, and "not
+/// found" reads the same whatever other tenants have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterLookup {
+    /// The id or prefix as given, for messages.
+    pub given: String,
+    /// The prefix to match (lowercase), or `None` when it can match nothing.
+    pub prefix: Option<String>,
+}
+
+impl DeadLetterLookup {
+    /// What "not found" calls a dead letter.
+    const WHAT: &'static str = "dead letter (give the full id or a unique prefix of at least 4 characters)";
+
+    /// Reads an id or prefix.
+    pub fn new(id: &str) -> Self {
+        let prefix = id.trim().to_ascii_lowercase();
+        let valid = prefix.len() >= 4 && prefix.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        Self {
+            given: id.to_owned(),
+            prefix: valid.then_some(prefix),
+        }
+    }
+
+    /// The rows to fetch at most: enough to list an ambiguity.
+    pub const LIMIT: usize = AMBIGUOUS_SHOWN + 1;
+
+    /// The answer for no match.
+    pub fn not_found(&self) -> StoreError {
+        StoreError::NotFound {
+            what: Self::WHAT,
+            id: self.given.clone(),
+        }
+    }
+
+    /// The answer from the records the prefix matched (in id order, at most
+    /// [`Self::LIMIT`]).
+    pub fn pick(&self, mut found: Vec<DeadLetterRecord>) -> Result<DeadLetterRecord, StoreError> {
+        let Some(prefix) = &self.prefix else {
+            return Err(self.not_found());
+        };
+        if let Some(exact) = found.iter().position(|record| record.id.to_string() == *prefix) {
+            return Ok(found.swap_remove(exact));
+        }
+        match <[DeadLetterRecord; 1]>::try_from(found) {
+            Ok([only]) => Ok(only),
+            Err(found) if found.is_empty() => Err(self.not_found()),
+            Err(found) => Err(StoreError::Ambiguous {
+                what: "dead letter",
+                id: self.given.clone(),
+                candidates: found
+                    .iter()
+                    .take(AMBIGUOUS_SHOWN)
+                    .map(|record| record.id.to_string())
+                    .chain((found.len() > AMBIGUOUS_SHOWN).then(|| "...".to_owned()))
+                    .collect(),
+            }),
+        }
+    }
 }
 
 /// What to tell an operator whose database is at `found` when `expected` is needed.
@@ -527,8 +603,10 @@ pub trait Store: Send + Sync {
     /// Lists dead letters, newest first.
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError>;
 
-    /// One dead letter by id (a unique prefix of the id is accepted).
-    async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, StoreError>;
+    /// One dead letter by id, of `tenant_id` only when given (a unique
+    /// prefix of at least 4 characters is accepted, matched literally; see
+    /// [`DeadLetterLookup`]).
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError>;
 
     /// The dead letter recorded for a transport message, if any.
     async fn dead_letter_for(

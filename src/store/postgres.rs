@@ -31,7 +31,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
+    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord,
+    DeadLetterStatus,
     DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry, SagaRecord, Store,
     StoreError, TimelineEntry, TimelineStatus,
 };
@@ -534,24 +535,24 @@ impl Store for PostgresStore {
         rows.iter().map(dead_letter_from_row).collect()
     }
 
-    async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, StoreError> {
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
+        let lookup = DeadLetterLookup::new(id);
+        let Some(prefix) = lookup.prefix.as_deref() else {
+            return Err(lookup.not_found());
+        };
+        // `starts_with` compares literally: no character is a wildcard.
         let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-            "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters WHERE starts_with(id::text, $1) ORDER BY id LIMIT 2"
+            "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
+             WHERE starts_with(id::text, $1) AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY id LIMIT $3"
         )))
-        .bind(id.to_ascii_lowercase())
+        .bind(prefix)
+        .bind(tenant_id)
+        .bind(i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX))
         .fetch_all(self.database.pool())
         .await?;
         let found = rows.iter().map(dead_letter_from_row).collect::<Result<Vec<_>, _>>()?;
-        if let Some(exact) = found.iter().find(|record| record.id.to_string() == id) {
-            return Ok(exact.clone());
-        }
-        match found.as_slice() {
-            [only] if id.len() >= 4 => Ok(only.clone()),
-            _ => Err(StoreError::NotFound {
-                what: "dead letter (give the full id or a unique prefix of at least 4 characters)",
-                id: id.to_owned(),
-            }),
-        }
+        lookup.pick(found)
     }
 
     async fn dead_letter_for(
@@ -1419,7 +1420,7 @@ mod tests {
         .execute(test.database.pool())
         .await
         .unwrap();
-        assert_eq!(test.database.migrate().await.unwrap().applied, vec![3]);
+        assert_eq!(test.database.migrate().await.unwrap().applied, vec![3, 4]);
         let store = PostgresStore::new(test.database.clone());
         store.check_schema().await.unwrap();
         let old = store.load_saga("release", "r-old").await.unwrap().unwrap();

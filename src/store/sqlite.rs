@@ -11,7 +11,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
+    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord,
+    DeadLetterStatus,
     DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry, SagaRecord, Store,
     StoreError, TimelineEntry, TimelineStatus,
 };
@@ -139,6 +140,30 @@ CREATE TABLE IF NOT EXISTS http_idempotency (
 /// an existing table alone).
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[("sagas", "tenant_id", "TEXT")];
 
+/// Data migrations of `state.db`, numbered by `PRAGMA user_version` and
+/// applied once each, in order, by [`SqliteStore::open`] (the same changes
+/// as the PostgreSQL migrations of the same name).
+const DATA_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "tenant_keys",
+    // The release saga is keyed by tenant and releaseId; see
+    // migrations/postgres/0004_tenant_keys.sql.
+    "UPDATE sagas SET tenant_id = (
+         SELECT d.tenant_id FROM saga_history h
+         JOIN timeline t ON t.message_id = h.message_id
+         JOIN deliveries d ON d.correlation_id = t.correlation_id
+         WHERE h.kind = sagas.kind AND h.key = sagas.key
+         ORDER BY h.version LIMIT 1)
+     WHERE tenant_id IS NULL;
+     UPDATE saga_history SET key = (
+         SELECT s.tenant_id || '/' || saga_history.key FROM sagas s
+         WHERE s.kind = 'release' AND s.key = saga_history.key)
+     WHERE kind = 'release' AND instr(key, '/') = 0 AND EXISTS (
+         SELECT 1 FROM sagas s WHERE s.kind = 'release' AND s.key = saga_history.key AND s.tenant_id IS NOT NULL);
+     UPDATE sagas SET key = tenant_id || '/' || key
+     WHERE kind = 'release' AND tenant_id IS NOT NULL AND instr(key, '/') = 0;",
+)];
+
 /// The SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -149,7 +174,7 @@ impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let database = Database::open(path, SCHEMA)?;
-        add_missing_columns(path)?;
+        upgrade(path)?;
         Ok(Self { database })
     }
 
@@ -161,10 +186,11 @@ impl SqliteStore {
     }
 }
 
-/// Adds the [`ADDED_COLUMNS`] a state.db made by an older bosun lacks. In an
-/// immediate transaction, so two processes opening the same old file do not
-/// both add a column.
-fn add_missing_columns(path: &Path) -> Result<(), StoreError> {
+/// Adds the [`ADDED_COLUMNS`] a state.db made by an older bosun lacks and
+/// applies the [`DATA_MIGRATIONS`] it has not had. In an immediate
+/// transaction, so two processes opening the same old file do not both
+/// upgrade it.
+fn upgrade(path: &Path) -> Result<(), StoreError> {
     let mut conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(30))?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -180,6 +206,12 @@ fn add_missing_columns(path: &Path) -> Result<(), StoreError> {
             tracing::info!(table, column, "adding a column to the state database");
             tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {definition}"))?;
         }
+    }
+    let applied: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    for (version, name, sql) in DATA_MIGRATIONS.iter().filter(|(version, ..)| *version > applied) {
+        tracing::info!(version, name, "migrating the state database");
+        tx.execute_batch(sql)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {version}"))?;
     }
     tx.commit()?;
     Ok(())
@@ -562,28 +594,28 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, StoreError> {
-        let id = id.to_owned();
-        self.database
-            .call(move |conn| {
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
+        let lookup = DeadLetterLookup::new(id);
+        let Some(prefix) = lookup.prefix.clone() else {
+            return Err(lookup.not_found());
+        };
+        let tenant_id = tenant_id.map(str::to_owned);
+        let found: Vec<DeadLetterRecord> = self
+            .database
+            .call(move |conn| -> Result<_, StoreError> {
+                // `substr` compares literally: no character is a wildcard.
                 let mut statement = conn.prepare(&format!(
-                    "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id LIKE ?1 || '%' ORDER BY id LIMIT 2"
+                    "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
+                     WHERE substr(id, 1, length(?1)) = ?1 AND (?2 IS NULL OR tenant_id = ?2)
+                     ORDER BY id LIMIT ?3"
                 ))?;
-                let found = statement
-                    .query_map([&id], dead_letter_from_row)?
-                    .collect::<Result<Vec<_>, _>>()?;
-                if let Some(exact) = found.iter().find(|record| record.id.to_string() == id) {
-                    return Ok(exact.clone());
-                }
-                match found.as_slice() {
-                    [only] if id.len() >= 4 => Ok(only.clone()),
-                    _ => Err(StoreError::NotFound {
-                        what: "dead letter (give the full id or a unique prefix of at least 4 characters)",
-                        id,
-                    }),
-                }
+                let limit = i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX);
+                Ok(statement
+                    .query_map(params![prefix, tenant_id, limit], dead_letter_from_row)?
+                    .collect::<Result<Vec<_>, _>>()?)
             })
-            .await
+            .await?;
+        lookup.pick(found)
     }
 
     async fn dead_letter_for(
@@ -1150,6 +1182,42 @@ mod tests {
         store.commit_handled(handled).await.unwrap();
         let saga = store.load_saga("release", "r-old").await.unwrap().unwrap();
         assert_eq!((saga.version, saga.tenant_id.as_deref()), (2, Some("contoso")));
+    }
+
+    #[tokio::test]
+    async fn release_sagas_of_an_old_state_db_move_under_their_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        drop(SqliteStore::open(&path).unwrap());
+        // Rows as a bosun before tenant keys wrote them.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "INSERT INTO sagas VALUES ('release', 'rel-1', 1, '{}', 1, 1, 'contoso');
+                 INSERT INTO saga_history VALUES ('release', 'rel-1', 1, 'm-1', 'BuildCompleted', 1);
+                 INSERT INTO sagas VALUES ('release', 'rel-2', 1, '{}', 1, 1, NULL);
+                 INSERT INTO saga_history VALUES ('release', 'rel-2', 1, 'm-2', 'BuildCompleted', 1);
+                 INSERT INTO timeline (correlation_id, message_id, message_type, status, attempt, at)
+                     VALUES ('c-2', 'm-2', 'BuildCompleted', 'completed', 0, 1);
+                 INSERT INTO deliveries VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', 1);
+                 INSERT INTO sagas VALUES ('release', 'rel-3', 1, '{}', 1, 1, NULL);
+                 INSERT INTO sagas VALUES ('gitops', 'contoso/prod', 1, '{}', 1, 1, 'contoso');
+                 PRAGMA user_version = 0;",
+            )
+            .unwrap();
+        let store = SqliteStore::open(&path).unwrap();
+        let contoso = store.load_saga("release", "contoso/rel-1").await.unwrap().unwrap();
+        assert_eq!(contoso.tenant_id.as_deref(), Some("contoso"));
+        assert_eq!(contoso.history.len(), 1, "the history moves with the saga");
+        let fabrikam = store.load_saga("release", "fabrikam/rel-2").await.unwrap().unwrap();
+        assert_eq!(fabrikam.tenant_id.as_deref(), Some("fabrikam"));
+        assert!(store.load_saga("release", "rel-1").await.unwrap().is_none());
+        assert!(store.load_saga("release", "rel-3").await.unwrap().is_some(), "tenant unknown: kept");
+        assert!(store.load_saga("gitops", "contoso/prod").await.unwrap().is_some());
+        // Opening again changes nothing.
+        drop(store);
+        let store = SqliteStore::open(&path).unwrap();
+        assert!(store.load_saga("release", "contoso/rel-1").await.unwrap().is_some());
     }
 
     #[tokio::test]

@@ -1,5 +1,7 @@
 //! The release-orchestration consumer: runs the release saga
-//! ([`bosun_sagas::release::ReleaseSaga`]), keyed by `releaseId`.
+//! ([`bosun_sagas::release::ReleaseSaga`]), keyed by tenant and `releaseId`
+//! (`<tenant>/<releaseId>`): two tenants may use the same release id, and a
+//! message only ever reaches the release of its own tenant.
 //!
 //! Triggered by `BuildCompleted`, `ContainerImageBuilt`, `PackagePublished`,
 //! `InfrastructureProvisioned`, `GitOpsSynced` and the commands
@@ -13,11 +15,18 @@
 //! outgoing messages in one transaction (reloading and re-applying on a
 //! version conflict). Idempotency is the saga's: a step is never emitted
 //! twice, whatever the order or duplication of its inputs.
+//!
+//! Approvals and rejections of a release the tenant does not have are
+//! refused (dead-lettered): they read the same whether or not another
+//! tenant has a release of that id. A `ReleaseApprovalTimeout` that is not
+//! the one the saga waits on, or that arrives before its deadline, changes
+//! nothing and is logged.
 
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::release::{ReleaseSaga, ReleaseState};
 use bosun_sagas::{Action, StateMachine};
+use time::OffsetDateTime;
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy};
 
@@ -43,6 +52,34 @@ impl ReleaseOrchestration {
     }
 }
 
+/// How early a `ReleaseApprovalTimeout` may arrive before its deadline
+/// and still count (clocks of the scheduling and the receiving host differ
+/// a little).
+const DEADLINE_TOLERANCE: time::Duration = time::Duration::seconds(30);
+
+/// The key of a tenant's release saga: `<tenant>/<releaseId>`.
+pub fn saga_key(tenant: &str, release_id: &str) -> String {
+    format!("{tenant}/{release_id}")
+}
+
+/// The release an approval or rejection decides on.
+fn decision_on(message: &Message) -> Option<&str> {
+    match message {
+        Message::ApproveRelease(approve) => Some(&approve.release_id),
+        Message::RejectRelease(reject) => Some(&reject.release_id),
+        _ => None,
+    }
+}
+
+/// A decision on a release the tenant does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("{message_type} refused: tenant `{tenant}` has no release `{release_id}`")]
+pub struct UnknownRelease {
+    message_type: &'static str,
+    tenant: String,
+    release_id: String,
+}
+
 /// The saga's corrupt or unreadable state.
 #[derive(Debug, thiserror::Error)]
 #[error("release saga {key}: stored state cannot be read: {source}")]
@@ -62,8 +99,10 @@ impl Consumer for ReleaseOrchestration {
         RetryPolicy::exponential(5)
     }
 
-    fn saga_of(&self, _envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
-        self.saga.key_of(message).map(|key| (SAGA_KIND, key))
+    fn saga_of(&self, envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
+        self.saga
+            .key_of(message)
+            .map(|release_id| (SAGA_KIND, saga_key(&envelope.tenant_id, &release_id)))
     }
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
@@ -71,6 +110,28 @@ impl Consumer for ReleaseOrchestration {
             // Not a message of any release (e.g. a preview-only provisioning).
             return Ok(Outcome::default());
         };
+        let tenant = &inbound.envelope.tenant_id;
+        if saga.state.is_null()
+            && let Some(release_id) = decision_on(inbound.message)
+        {
+            // The same words whether or not another tenant has this release.
+            return Err(HandlerError::permanent(UnknownRelease {
+                message_type: inbound.message.message_type(),
+                tenant: tenant.clone(),
+                release_id: release_id.to_owned(),
+            }));
+        }
+        if let Message::ReleaseApprovalTimeout(timeout) = inbound.message
+            && timeout.deadline > OffsetDateTime::now_utc() + DEADLINE_TOLERANCE
+        {
+            tracing::warn!(
+                release_id = %timeout.release_id,
+                environment = %timeout.environment,
+                deadline = %timeout.deadline,
+                "approval timeout arrived before its deadline; ignored"
+            );
+            return Ok(Outcome::default());
+        }
         let state: ReleaseState = if saga.state.is_null() {
             ReleaseState::default()
         } else {
@@ -86,6 +147,15 @@ impl Consumer for ReleaseOrchestration {
             .apply_at(&state, inbound.message, inbound.envelope.occurred_at)
             .map_err(HandlerError::permanent)?;
         if transition.state == state && transition.actions.is_empty() {
+            if let Message::ReleaseApprovalTimeout(timeout) = inbound.message {
+                tracing::warn!(
+                    release_id = %timeout.release_id,
+                    environment = %timeout.environment,
+                    deadline = %timeout.deadline,
+                    "approval timeout is not the one the release waits on; ignored"
+                );
+                return Ok(Outcome::default());
+            }
             tracing::info!(release_id = %saga.key, "nothing to do for this message in the release's current state");
             return Ok(Outcome::default());
         }

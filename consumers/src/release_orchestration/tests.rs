@@ -98,3 +98,61 @@ async fn corrupt_state_is_a_permanent_error() {
         .unwrap_err();
     assert!(!err.is_retryable(), "{err}");
 }
+
+#[tokio::test]
+async fn the_saga_key_names_the_tenant() {
+    let consumer = consumer();
+    let message: Message = samples::approve_release().into();
+    for tenant in ["contoso", "fabrikam"] {
+        let envelope = Envelope::new(&message, Uuid::now_v7(), tenant, "test");
+        let (kind, key) = consumer.saga_of(&envelope, &message).expect("a release message");
+        assert_eq!(kind, SAGA_KIND);
+        assert_eq!(key, format!("{tenant}/{}", samples::RELEASE_ID));
+    }
+}
+
+#[tokio::test]
+async fn a_decision_on_a_release_the_tenant_does_not_have_is_refused() {
+    let consumer = consumer();
+    let decisions: [Message; 2] = [samples::approve_release().into(), samples::reject_release().into()];
+    for message in decisions {
+        let envelope = Envelope::new(&message, Uuid::now_v7(), "evil", "test");
+        let (kind, key) = consumer.saga_of(&envelope, &message).expect("a release message");
+        let saga = SagaInstance {
+            kind,
+            key,
+            version: 0,
+            state: serde_json::Value::Null,
+        };
+        let err = consumer
+            .handle(Inbound {
+                envelope: &envelope,
+                message: &message,
+                saga: Some(&saga),
+            })
+            .await
+            .expect_err("refused");
+        assert!(!err.is_retryable(), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "permanent: {} refused: tenant `evil` has no release `{}`",
+                message.message_type(),
+                samples::RELEASE_ID
+            )
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_before_its_deadline_changes_nothing() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let timeout = bosun_contracts::messages::ReleaseApprovalTimeout {
+        deadline: time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+        ..samples::release_approval_timeout()
+    };
+    let state = first.saga_state.clone().expect("state saved");
+    let (outcome, _) = run(&consumer, state, 1, timeout.into()).await;
+    assert_eq!(outcome, Outcome::default());
+}

@@ -117,6 +117,12 @@ impl Validate for ReleasePlanned {
 }
 
 /// A person approves a release for one environment.
+///
+/// Approving is an authority (scope `releases:approve`): the approver the
+/// release records is `approvedBy`, which bosun's front door (HTTP API, MCP,
+/// `bosun send`) sets to the authenticated caller, replacing whatever the
+/// sender wrote there. `approver` is free text the sender may add (a name,
+/// a ticket), kept only as a note.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApproveRelease {
@@ -124,26 +130,40 @@ pub struct ApproveRelease {
     pub release_id: String,
     /// The environment approved.
     pub environment: String,
-    /// Who approves (user principal name or e-mail).
-    pub approver: String,
+    /// A name the sender gives (kept as a note, never as the approver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
     /// Why, or any note for the audit trail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
+    /// The authenticated caller (`key:<id> (<description>)` or
+    /// `cli:<operator>`), set by bosun's front door.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 impl Validate for ApproveRelease {
     fn validate(&self) -> Result<(), FieldError> {
         validate::identifier("releaseId", &self.release_id)?;
         validate::environment_name("environment", &self.environment)?;
-        validate::text("approver", &self.approver, MAX_APPROVER_CHARS)?;
+        if let Some(approver) = &self.approver {
+            validate::text("approver", approver, MAX_APPROVER_CHARS)?;
+        }
         if let Some(comment) = &self.comment {
             validate::max_chars("comment", comment, MAX_REASON_CHARS)?;
+        }
+        if let Some(approved_by) = &self.approved_by {
+            validate::text("approvedBy", approved_by, MAX_APPROVER_CHARS)?;
         }
         Ok(())
     }
 }
 
 /// A person rejects a release; the release stops.
+///
+/// Rejecting is the same authority as approving (scope
+/// `releases:approve`); `rejectedBy` is set by the front door as
+/// `approvedBy` is on [`ApproveRelease`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RejectRelease {
@@ -153,10 +173,14 @@ pub struct RejectRelease {
     /// about one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
-    /// Who rejects.
-    pub approver: String,
+    /// A name the sender gives (kept as a note, never as who rejected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
     /// Why.
     pub reason: String,
+    /// The authenticated caller, set by bosun's front door.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_by: Option<String>,
 }
 
 impl Validate for RejectRelease {
@@ -165,7 +189,12 @@ impl Validate for RejectRelease {
         if let Some(environment) = &self.environment {
             validate::environment_name("environment", environment)?;
         }
-        validate::text("approver", &self.approver, MAX_APPROVER_CHARS)?;
+        if let Some(approver) = &self.approver {
+            validate::text("approver", approver, MAX_APPROVER_CHARS)?;
+        }
+        if let Some(rejected_by) = &self.rejected_by {
+            validate::text("rejectedBy", rejected_by, MAX_APPROVER_CHARS)?;
+        }
         validate::text("reason", &self.reason, MAX_REASON_CHARS)
     }
 }
@@ -413,9 +442,16 @@ mod tests {
     #[test]
     fn approval_bad_fields_are_named() {
         let mut approve = samples::approve_release();
-        approve.approver = " ".into();
+        approve.approver = Some(" ".into());
         assert_eq!(approve.validate().unwrap_err().field, "approver");
 
+        let mut approve = samples::approve_release();
+        approve.approved_by = Some(String::new());
+        assert_eq!(approve.validate().unwrap_err().field, "approvedBy");
+
+        let mut reject = samples::reject_release();
+        reject.rejected_by = Some("  ".into());
+        assert_eq!(reject.validate().unwrap_err().field, "rejectedBy");
         let mut reject = samples::reject_release();
         reject.reason = String::new();
         assert_eq!(reject.validate().unwrap_err().field, "reason");
