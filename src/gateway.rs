@@ -621,9 +621,18 @@ impl Gateway {
     /// One saga.
     pub async fn saga(&self, caller: &Caller, kind: &str, key: &str) -> Result<SagaRecord, GatewayError> {
         Self::require(caller, Scope::DeliveriesRead)?;
-        let saga = self.operator(caller).saga(kind, key).await?;
+        let not_found = || GatewayError::not_found("saga", &format!("{kind}/{key}"));
+        // A tenant's key names its own sagas, with or without the tenant.
+        let key = match caller.tenant_filter() {
+            Some(tenant) if !key.contains('/') => format!("{tenant}/{key}"),
+            _ => key.to_owned(),
+        };
+        let saga = match self.operator(caller).saga(kind, &key).await {
+            Err(OperatorError::Store(StoreError::NotFound { .. })) => return Err(not_found()),
+            other => other?,
+        };
         if !caller.sees(saga.tenant_id.as_deref()) {
-            return Err(GatewayError::not_found("saga", &format!("{kind}/{key}")));
+            return Err(not_found());
         }
         Ok(saga)
     }

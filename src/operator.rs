@@ -640,15 +640,38 @@ impl Operator {
         Ok(self.store.list_sagas(kind).await?)
     }
 
-    /// One saga.
+    /// One saga, by its key (`<tenant>/<releaseId>`, `<tenant>/<environment>`).
+    /// Of any tenant, a key without its tenant finds the saga when only one
+    /// tenant has it, and is ambiguous when several do.
     pub async fn saga(&self, kind: &str, key: &str) -> Result<SagaRecord, OperatorError> {
-        self.store.load_saga(kind, key).await?.ok_or_else(|| {
-            StoreError::NotFound {
+        if let Some(saga) = self.store.load_saga(kind, key).await? {
+            return Ok(saga);
+        }
+        let not_found = || StoreError::NotFound {
+            what: "saga",
+            id: format!("{kind}/{key}"),
+        };
+        if key.contains('/') {
+            return Err(not_found().into());
+        }
+        let suffix = format!("/{key}");
+        let mut matching: Vec<SagaRecord> = self
+            .store
+            .list_sagas(Some(kind))
+            .await?
+            .into_iter()
+            .filter(|saga| saga.key.ends_with(&suffix))
+            .collect();
+        match matching.len() {
+            0 => Err(not_found().into()),
+            1 => Ok(matching.remove(0)),
+            _ => Err(StoreError::Ambiguous {
                 what: "saga",
                 id: format!("{kind}/{key}"),
+                candidates: matching.iter().map(|saga| saga.key.clone()).collect(),
             }
-            .into()
-        })
+            .into()),
+        }
     }
 }
 

@@ -304,3 +304,19 @@ pub fn run_node_script(script: &str, env: &[(&str, &str)], log_dir: &Path, name:
         None => (false, format!("killed after 240 s\n{output}")),
     }
 }
+
+/// The PostgreSQL server the suite uses (`BOSUN_TEST_DATABASE_URL`, else
+/// 127.0.0.1:5432, database `test`). A test that needs it fails when it is
+/// not there, saying so: it never reports `ok` without having run.
+pub fn postgres_url() -> String {
+    let url = std::env::var("BOSUN_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let reachable =
+        std::net::TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2)).is_ok();
+    assert!(
+        reachable || std::env::var_os("BOSUN_TEST_DATABASE_URL").is_some(),
+        "PostgreSQL is not reachable on 127.0.0.1:5432: start it (trust auth, user postgres, database test) \
+         or point BOSUN_TEST_DATABASE_URL at one"
+    );
+    url
+}

@@ -1,0 +1,365 @@
+//! Tenants are walls, and approving is an authority, against the real
+//! binary on the embedded default and on PostgreSQL.
+//!
+//! A demo delivery of tenant `demo` waits for its `prod` approval. Then:
+//! tenant `evil` approves and rejects it (CLI, and the API with a key that
+//! holds `releases:approve`): both are dead-lettered with a reason naming
+//! the tenant, and nothing happens to the demo's release nor in `evil`'s
+//! environments; a `commands:send` key without `releases:approve` gets 403;
+//! the internal `ReleaseApprovalTimeout` cannot be sent and is not in the
+//! OpenAPI document; a forged timeout put straight on the queue changes
+//! nothing; the rightful approval then completes the release, with the
+//! approving key recorded as the approver.
+
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use bosun::config::{Secret, Settings, TransportKind};
+use bosun::runtime::Backends;
+use bosun_contracts::messages::ReleaseApprovalTimeout;
+use bosun_contracts::routing::destination_of;
+use bosun_contracts::{Envelope, Message};
+use common::{Server, bosun, eventually, run};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// Where the scenario runs: the embedded default, or PostgreSQL.
+struct Backend {
+    env: Vec<(String, String)>,
+    database_url: Option<String>,
+}
+
+impl Backend {
+    fn embedded() -> Self {
+        Self {
+            env: Vec::new(),
+            database_url: None,
+        }
+    }
+
+    fn settings(&self, data: &Path) -> Settings {
+        let mut settings = Settings::with_data_dir(data);
+        if let Some(url) = &self.database_url {
+            settings.database_url = Some(Secret::new(url.clone()));
+            settings.transport = TransportKind::Postgres;
+        }
+        settings
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+}
+
+/// A free loopback port (bound, then released for the server to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn key(data: &Path, backend: &Backend, tenant: &str, scopes: &str, description: &str) -> (String, String) {
+    let mut command = bosun(data);
+    command.args([
+        "keys",
+        "create",
+        "--tenant",
+        tenant,
+        "--scopes",
+        scopes,
+        "--description",
+        description,
+        "--json",
+    ]);
+    for (k, v) in backend.env() {
+        command.env(k, v);
+    }
+    let output = command.stdin(Stdio::null()).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let made: Value = serde_json::from_slice(&output.stdout).unwrap();
+    (
+        made["key"].as_str().unwrap().to_owned(),
+        made["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// `bosun ARGS` with the backend's environment: (success, stdout, stderr).
+fn cli(data: &Path, backend: &Backend, args: &[&str]) -> (bool, String, String) {
+    let mut command = bosun(data);
+    command.args(args);
+    for (k, v) in backend.env() {
+        command.env(k, v);
+    }
+    let output = command.stdin(Stdio::null()).output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn cli_json(data: &Path, backend: &Backend, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let (ok, stdout, stderr) = cli(data, backend, &args);
+    assert!(ok, "bosun {args:?} failed: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("no JSON from {args:?} ({err}): {stdout}"))
+}
+
+/// POSTs a command as `key`: (status, body).
+fn post_command(port: u16, key: &str, message_type: &str, payload: &Value) -> (u16, Value) {
+    common::block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/v1/commands/{message_type}"))
+            .bearer_auth(key)
+            .json(payload)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    })
+}
+
+fn get(port: u16, path: &str) -> Value {
+    common::block_on(async {
+        reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+}
+
+fn release_saga(data: &Path, backend: &Backend) -> Value {
+    let sagas = cli_json(data, backend, &["sagas", "list", "--kind", "release"]);
+    let sagas = sagas.as_array().unwrap();
+    assert_eq!(sagas.len(), 1, "{sagas:#?}");
+    sagas[0].clone()
+}
+
+fn dead_letter_saying(data: &Path, backend: &Backend, what: &str, needle: &str) -> Value {
+    eventually(what, Duration::from_secs(60), || {
+        let list = cli_json(
+            data,
+            backend,
+            &["dead-letters", "list", "--consumer", "release-orchestration"],
+        );
+        list.as_array()?
+            .iter()
+            .find(|dead| dead["description"].as_str().is_some_and(|d| d.contains(needle)))
+            .cloned()
+    })
+}
+
+/// Every path under `data` that names tenant `evil`.
+fn paths_of(data: &Path, tenant: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![data.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.file_name().is_some_and(|name| name == tenant) {
+                found.push(path.display().to_string());
+            }
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    found
+}
+
+fn scenario(backend: &Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let mut env = backend.env();
+    env.extend([
+        ("BOSUN_RELEASE_ENVIRONMENTS", "dev,prod"),
+        ("BOSUN_AUTO_APPROVE", "dev"),
+    ]);
+
+    // The demo tenant's delivery: synced in dev, waiting for prod.
+    let mut demo = bosun(data);
+    demo.args(["demo", "--json", "--keep", "--timeout", "240", "--data-dir"])
+        .arg(data);
+    for (k, v) in &env {
+        demo.env(k, v);
+    }
+    let output = demo.stdin(Stdio::null()).output().unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!("demo printed no JSON ({err}): {}", String::from_utf8_lossy(&output.stderr))
+    });
+    assert_eq!(report["completed"], true, "{report:#}");
+    let saga = release_saga(data, backend);
+    let release_id = saga["state"]["releaseId"].as_str().unwrap().to_owned();
+    assert_eq!(saga["key"], format!("demo/{release_id}"), "keyed by tenant");
+    assert_eq!(saga["tenantId"], "demo");
+    assert_eq!(saga["state"]["phase"], "awaitingApproval", "{saga:#}");
+
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let mut server = Server::start(data, &env, &["--http", &address]);
+    server.wait_for_line("HTTP API listening", Duration::from_secs(60));
+    server.wait_for_line("receiving", Duration::from_secs(60));
+
+    let (evil_sender, _) = key(data, backend, "evil", "commands:send", "evil sender");
+    let (evil_approver, _) = key(data, backend, "evil", "releases:approve", "evil approver");
+    let (demo_sender, _) = key(data, backend, "demo", "commands:send", "demo sender");
+    let (demo_approver, demo_approver_id) = key(data, backend, "demo", "releases:approve:prod", "release board");
+
+    let approve = json!({"releaseId": release_id, "environment": "prod", "approver": "mallory"});
+    let reject = json!({"releaseId": release_id, "environment": "prod", "reason": "sabotage"});
+
+    // 2. Sending commands is not approving.
+    for sender in [&evil_sender, &demo_sender] {
+        let (status, body) = post_command(port, sender, "ApproveRelease", &approve);
+        assert_eq!(status, 403, "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("releases:approve"), "{body}");
+        let (status, _) = post_command(port, sender, "RejectRelease", &reject);
+        assert_eq!(status, 403);
+    }
+
+    // 1. Another tenant's approval and rejection are dead-lettered.
+    let approve_text = approve.to_string();
+    let sent = cli_json(
+        data,
+        backend,
+        &["send", "ApproveRelease", "--tenant", "evil", "--payload", &approve_text],
+    );
+    assert!(sent["messageId"].is_string());
+    let (status, body) = post_command(port, &evil_approver, "RejectRelease", &reject);
+    assert_eq!(status, 202, "{body}");
+    let approval = dead_letter_saying(
+        data,
+        backend,
+        "the foreign approval is dead-lettered",
+        &format!("ApproveRelease refused: tenant `evil` has no release `{release_id}`"),
+    );
+    assert_eq!(approval["tenantId"], "evil");
+    let rejection = dead_letter_saying(
+        data,
+        backend,
+        "the foreign rejection is dead-lettered",
+        &format!("RejectRelease refused: tenant `evil` has no release `{release_id}`"),
+    );
+    assert_eq!(rejection["tenantId"], "evil");
+
+    // 3. Internal messages stay internal.
+    let forged = json!({
+        "releaseId": release_id,
+        "environment": "prod",
+        "deadline": "2020-01-01T00:00:00Z",
+    });
+    let (ok, _, stderr) = cli(
+        data,
+        backend,
+        &[
+            "send",
+            "ReleaseApprovalTimeout",
+            "--tenant",
+            "demo",
+            "--payload",
+            &forged.to_string(),
+        ],
+    );
+    assert!(!ok, "bosun send accepted an internal message");
+    assert!(stderr.contains("scheduled by bosun itself"), "{stderr}");
+    let (status, body) = post_command(port, &demo_approver, "ReleaseApprovalTimeout", &forged);
+    assert_eq!(status, 404, "{body}");
+    let openapi = get(port, "/openapi.json");
+    assert!(openapi["paths"]["/v1/commands/ReleaseApprovalTimeout"].is_null());
+    assert!(openapi["paths"]["/v1/commands/PollPipelineRun"].is_null());
+    assert!(openapi["paths"]["/v1/commands/ApproveRelease"].is_object());
+
+    // A forged timeout put straight on the queue (as only someone with
+    // the broker's keys could) is not the one the saga waits on.
+    let message = Message::ReleaseApprovalTimeout(ReleaseApprovalTimeout {
+        release_id: release_id.clone(),
+        environment: "prod".into(),
+        deadline: time::OffsetDateTime::now_utc() - time::Duration::days(1),
+    });
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "demo", "forger");
+    let forged_id = envelope.message_id.to_string();
+    common::block_on(async {
+        let backends = Backends::open(&backend.settings(data)).await.unwrap();
+        backends
+            .transport
+            .send(vec![bosun::transport::OutboundMessage {
+                destination: destination_of("ReleaseApprovalTimeout").unwrap(),
+                broker_message_id: forged_id.clone(),
+                message_type: Some(envelope.message_type.clone()),
+                correlation_id: Some(envelope.correlation_id.to_string()),
+                body: envelope.to_vec(),
+                scheduled_at: None,
+            }])
+            .await
+            .unwrap();
+    });
+    eventually("the forged timeout is handled", Duration::from_secs(60), || {
+        // No delivery until the first timeline line: the forger recorded none.
+        let (ok, stdout, _) = cli(
+            data,
+            backend,
+            &["deliveries", "show", &envelope.correlation_id.to_string(), "--json"],
+        );
+        let shown: Value = serde_json::from_str(&stdout).ok().filter(|_| ok)?;
+        (shown["messages"][0]["status"] == "completed").then_some(())
+    });
+
+    let saga = release_saga(data, backend);
+    assert_eq!(saga["state"]["phase"], "awaitingApproval", "{saga:#}");
+    assert!(saga["state"]["approvals"]["prod"].is_null(), "{saga:#}");
+    assert!(saga["state"]["rejected"].is_null(), "{saga:#}");
+    assert_eq!(paths_of(data, "evil"), Vec::<String>::new(), "nothing in evil's environments");
+
+    // The rightful approval completes the release, recorded as the key.
+    let (status, body) = post_command(port, &demo_approver, "ApproveRelease", &approve);
+    assert_eq!(status, 202, "{body}");
+    let saga = eventually("the release completes", Duration::from_secs(120), || {
+        let saga = release_saga(data, backend);
+        (saga["state"]["phase"] == "completed").then_some(saga)
+    });
+    let principal = format!("key:{demo_approver_id} (release board)");
+    let record = &saga["state"]["approvals"]["prod"];
+    assert_eq!(record["approver"], principal.as_str(), "{saga:#}");
+    assert_eq!(record["note"], "mallory", "the free-text name is only a note");
+    let history = saga["state"]["history"].to_string();
+    assert!(history.contains(&format!("prod approved by {principal}")), "{history}");
+    assert_eq!(paths_of(data, "evil"), Vec::<String>::new());
+    server.terminate();
+}
+
+#[test]
+fn a_tenant_cannot_decide_on_another_tenants_release_embedded() {
+    scenario(&Backend::embedded());
+}
+
+#[test]
+fn a_tenant_cannot_decide_on_another_tenants_release_on_postgres() {
+    let base_url = common::postgres_url();
+    let schema = format!("bosun_walls_{}", Uuid::now_v7().simple());
+    let separator = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
+    common::block_on(bosun::postgres::create_schema(&base_url, &schema)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    run(dir.path(), &["migrate", "--database-url", &url]);
+    let backend = Backend {
+        env: vec![
+            ("BOSUN_DATABASE_URL".into(), url.clone()),
+            ("BOSUN_TRANSPORT".into(), "postgres".into()),
+        ],
+        database_url: Some(url),
+    };
+    scenario(&backend);
+    common::block_on(bosun::postgres::drop_schema(&base_url, &schema)).unwrap();
+}
