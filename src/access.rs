@@ -412,12 +412,21 @@ mod tests {
     #[test]
     fn approval_is_its_own_right_optionally_limited_to_environments() {
         let key = |scopes: &str| {
-            let made = generate("contoso", &parse_scopes(scopes).unwrap(), "alice", Some("release board".into())).unwrap();
+            let made = generate(
+                "contoso",
+                &parse_scopes(scopes).unwrap(),
+                "alice",
+                Some("release board".into()),
+            )
+            .unwrap();
             let caller = verify(&made.record, parse_key(&made.key).unwrap().1).unwrap();
             (made.record, caller)
         };
         let (_, sender) = key("commands:send");
-        assert!(!sender.may_approve(Some("prod")), "commands:send does not imply approval");
+        assert!(
+            !sender.may_approve(Some("prod")),
+            "commands:send does not imply approval"
+        );
 
         let (record, limited) = key("releases:approve:staging,releases:approve:prod,deliveries:read");
         assert_eq!(
@@ -426,7 +435,10 @@ mod tests {
         );
         assert!(limited.may_approve(Some("prod")) && limited.may_approve(Some("staging")));
         assert!(!limited.may_approve(Some("dev")));
-        assert!(!limited.may_approve(None), "a whole-release decision needs the unlimited right");
+        assert!(
+            !limited.may_approve(None),
+            "a whole-release decision needs the unlimited right"
+        );
         assert_eq!(limited.principal(), format!("key:{} (release board)", limited.key_id));
 
         let (_, any) = key("releases:approve:prod,releases:approve");

@@ -674,9 +674,8 @@ mod tests {
                 .fetch_all(pool)
                 .await
                 .unwrap();
-        let owned = |kind: &str, key: &str, tenant: Option<&str>| {
-            (kind.to_owned(), key.to_owned(), tenant.map(str::to_owned))
-        };
+        let owned =
+            |kind: &str, key: &str, tenant: Option<&str>| (kind.to_owned(), key.to_owned(), tenant.map(str::to_owned));
         assert_eq!(
             keys,
             [

@@ -197,7 +197,10 @@ fn scenario(backend: &Backend) {
     }
     let output = demo.stdin(Stdio::null()).output().unwrap();
     let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!("demo printed no JSON ({err}): {}", String::from_utf8_lossy(&output.stderr))
+        panic!(
+            "demo printed no JSON ({err}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
     });
     assert_eq!(report["completed"], true, "{report:#}");
     let saga = release_saga(data, backend);
@@ -224,7 +227,10 @@ fn scenario(backend: &Backend) {
     for sender in [&evil_sender, &demo_sender] {
         let (status, body) = post_command(port, sender, "ApproveRelease", &approve);
         assert_eq!(status, 403, "{body}");
-        assert!(body["error"]["message"].as_str().unwrap().contains("releases:approve"), "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("releases:approve"),
+            "{body}"
+        );
         let (status, _) = post_command(port, sender, "RejectRelease", &reject);
         assert_eq!(status, 403);
     }
@@ -320,7 +326,11 @@ fn scenario(backend: &Backend) {
     assert_eq!(saga["state"]["phase"], "awaitingApproval", "{saga:#}");
     assert!(saga["state"]["approvals"]["prod"].is_null(), "{saga:#}");
     assert!(saga["state"]["rejected"].is_null(), "{saga:#}");
-    assert_eq!(paths_of(data, "evil"), Vec::<String>::new(), "nothing in evil's environments");
+    assert_eq!(
+        paths_of(data, "evil"),
+        Vec::<String>::new(),
+        "nothing in evil's environments"
+    );
 
     // The rightful approval completes the release, recorded as the key.
     let (status, body) = post_command(port, &demo_approver, "ApproveRelease", &approve);

@@ -1906,7 +1906,9 @@ mod tests {
             approved_by: None,
             ..samples::approve_release()
         };
-        let err = saga.apply_at(&planned(&saga), &mallory.clone().into(), NOW).unwrap_err();
+        let err = saga
+            .apply_at(&planned(&saga), &mallory.clone().into(), NOW)
+            .unwrap_err();
         assert!(err.to_string().contains("approvedBy"), "{err}");
 
         let signed = ApproveRelease {
@@ -1923,10 +1925,9 @@ mod tests {
         assert_eq!(record.approver, "key:0123456789ab (release board)");
         assert_eq!(record.note.as_deref(), Some("mallory"));
         assert!(
-            state
-                .history
-                .iter()
-                .any(|entry| entry.note.contains("approved by key:0123456789ab (release board) (as \"mallory\")")),
+            state.history.iter().any(|entry| entry
+                .note
+                .contains("approved by key:0123456789ab (release board) (as \"mallory\")")),
             "{:?}",
             state.history
         );

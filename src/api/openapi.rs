@@ -400,7 +400,10 @@ mod tests {
                 doc["paths"][format!("/v1/commands/{internal}")].is_null(),
                 "{internal} is internal"
             );
-            assert!(doc["components"]["schemas"][internal].is_null(), "{internal} is internal");
+            assert!(
+                doc["components"]["schemas"][internal].is_null(),
+                "{internal} is internal"
+            );
         }
         let create = &doc["paths"]["/v1/commands/CreateCommit"]["post"];
         assert_eq!(create["operationId"], "sendCreateCommit");

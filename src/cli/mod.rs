@@ -204,10 +204,12 @@ pub enum KeysCommand {
         #[arg(long, value_name = "TENANT")]
         tenant: String,
         /// Comma-separated: commands:send, deliveries:read,
-        /// dead-letters:replay, admin.
+        /// dead-letters:replay, releases:approve (or
+        /// releases:approve:<environment>, once per environment), admin.
         #[arg(long, value_name = "S1,S2")]
         scopes: String,
-        /// Free text to tell keys apart.
+        /// Free text to tell keys apart; recorded with the approvals the
+        /// key gives (`key:<id> (<description>)`).
         #[arg(long)]
         description: Option<String>,
         /// Print `{"key": ..., "id": ...}`.

@@ -304,14 +304,13 @@ async fn dead_letter_lookups_stay_in_their_tenant<S: Store>(store: &S) {
     };
     // A prefix both tenants' records share is unique within each tenant.
     assert_eq!(store.dead_letter(shared, Some("contoso")).await.unwrap().id, contoso.id);
-    assert_eq!(store.dead_letter(shared, Some("fabrikam")).await.unwrap().id, fabrikam.id);
+    assert_eq!(
+        store.dead_letter(shared, Some("fabrikam")).await.unwrap().id,
+        fabrikam.id
+    );
     // Another tenant's record reads exactly as no record.
     let foreign = text(store.dead_letter(&fabrikam.id.to_string(), Some("contoso")).await);
-    let absent = text(
-        store
-            .dead_letter(&format!("{shared}ff"), Some("contoso"))
-            .await,
-    );
+    let absent = text(store.dead_letter(&format!("{shared}ff"), Some("contoso")).await);
     assert_eq!(
         foreign.replace(&fabrikam.id.to_string(), "ID"),
         absent.replace(&format!("{shared}ff"), "ID")

@@ -32,9 +32,8 @@ use uuid::Uuid;
 
 use super::{
     AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord,
-    DeadLetterStatus,
-    DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry, SagaRecord, Store,
-    StoreError, TimelineEntry, TimelineStatus,
+    DeadLetterStatus, DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry,
+    SagaRecord, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::postgres::{MigrationReport, PostgresDatabase};
 use crate::transport::postgres::{Enqueued, KnownEntities, PostgresTransport, complete_locked, enqueue};

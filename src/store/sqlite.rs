@@ -12,9 +12,8 @@ use uuid::Uuid;
 
 use super::{
     AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord,
-    DeadLetterStatus,
-    DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry, SagaRecord, Store,
-    StoreError, TimelineEntry, TimelineStatus,
+    DeadLetterStatus, DeliveryRecord, HandledMessage, IdempotencyClaim, PendingOutbox, ReplayRecord, SagaHistoryEntry,
+    SagaRecord, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::sqlite::Database;
 use crate::transport::{OutboundMessage, duration_ms, from_unix_ms, unix_ms};
@@ -1212,7 +1211,10 @@ mod tests {
         let fabrikam = store.load_saga("release", "fabrikam/rel-2").await.unwrap().unwrap();
         assert_eq!(fabrikam.tenant_id.as_deref(), Some("fabrikam"));
         assert!(store.load_saga("release", "rel-1").await.unwrap().is_none());
-        assert!(store.load_saga("release", "rel-3").await.unwrap().is_some(), "tenant unknown: kept");
+        assert!(
+            store.load_saga("release", "rel-3").await.unwrap().is_some(),
+            "tenant unknown: kept"
+        );
         assert!(store.load_saga("gitops", "contoso/prod").await.unwrap().is_some());
         // Opening again changes nothing.
         drop(store);
