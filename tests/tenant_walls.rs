@@ -373,3 +373,167 @@ fn a_tenant_cannot_decide_on_another_tenants_release_on_postgres() {
     scenario(&backend);
     common::block_on(bosun::postgres::drop_schema(&base_url, &schema)).unwrap();
 }
+
+/// `bosun demo --tenant TENANT` on `data`, as a running child.
+fn spawn_demo(data: &Path, tenant: &str) -> std::process::Child {
+    bosun(data)
+        .args(["demo", "--json", "--timeout", "300", "--tenant", tenant, "--data-dir"])
+        .arg(data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish_demo(child: std::process::Child) -> Value {
+    let output = child.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!("demo printed no JSON ({err}): {}", String::from_utf8_lossy(&output.stderr))
+    });
+    assert!(output.status.success(), "{report:#}");
+    report
+}
+
+fn result(report: &Value, label: &str) -> String {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == label)
+        .and_then(|pair| pair[1].as_str())
+        .unwrap_or_else(|| panic!("no {label} in {report:#}"))
+        .to_owned()
+}
+
+/// GET as `key`: (status, body).
+fn get_as(port: u16, key: &str, path: &str) -> (u16, Value) {
+    common::block_on(async {
+        let response = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    })
+}
+
+fn post_as(port: u16, key: &str, path: &str) -> (u16, Value) {
+    common::block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}{path}"))
+            .bearer_auth(key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    })
+}
+
+/// The error of a 404 with the looked-up id replaced, to compare answers.
+fn not_found_text(body: &Value, id: &str) -> String {
+    body["error"]["message"].as_str().unwrap_or_default().replace(id, "ID")
+}
+
+#[test]
+fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let backend = Backend::embedded();
+    // Same repository, module id, version, package id, image name and
+    // environments; both at once on one data directory.
+    let contoso = spawn_demo(data, "contoso");
+    let fabrikam = spawn_demo(data, "fabrikam");
+    let (contoso, fabrikam) = (finish_demo(contoso), finish_demo(fabrikam));
+    for (report, tenant) in [(&contoso, "contoso"), (&fabrikam, "fabrikam")] {
+        assert_eq!(report["completed"], true, "{report:#}");
+        assert!(
+            result(report, "repository").contains(&format!("/git/{tenant}/")),
+            "{report:#}"
+        );
+        assert!(result(report, "environment dev").starts_with("synced to "), "{report:#}");
+    }
+    assert_eq!(
+        result(&contoso, "package").split(' ').take(2).collect::<Vec<_>>(),
+        result(&fabrikam, "package").split(' ').take(2).collect::<Vec<_>>(),
+        "the same package id and version"
+    );
+    assert_ne!(
+        result(&contoso, "commit on main"),
+        result(&fabrikam, "commit on main"),
+        "each tenant has its own repository"
+    );
+    let dead = cli_json(data, &backend, &["dead-letters", "list"]);
+    assert_eq!(dead, json!([]), "neither blocked the other");
+
+    // A dead letter of fabrikam's: a commit to a repository it does not have.
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let mut server = Server::start(data, &[], &["--http", &address, "--consumers", "commit"]);
+    server.wait_for_line("HTTP API listening", Duration::from_secs(60));
+    server.wait_for_line("receiving", Duration::from_secs(60));
+    let commit = json!({
+        "repository": "nowhere",
+        "branch": "main",
+        "message": "x",
+        "files": [{"path": "README.md", "content": "x"}]
+    })
+    .to_string();
+    cli_json(
+        data,
+        &backend,
+        &["send", "CreateCommit", "--tenant", "fabrikam", "--payload", &commit],
+    );
+    let dead = eventually("fabrikam's commit is dead-lettered", Duration::from_secs(60), || {
+        let list = cli_json(data, &backend, &["dead-letters", "list", "--consumer", "commit"]);
+        list.as_array()?.first().cloned()
+    });
+    let dead_id = dead["id"].as_str().unwrap().to_owned();
+    assert_eq!(dead["tenantId"], "fabrikam");
+
+    let (reader, _) = key(data, &backend, "contoso", "deliveries:read,dead-letters:replay", "contoso ops");
+    let (theirs, _) = key(data, &backend, "fabrikam", "deliveries:read", "fabrikam ops");
+    let absent = Uuid::now_v7().to_string();
+
+    // Deliveries: another tenant's reads exactly as one that does not exist.
+    let fabrikam_delivery = fabrikam["correlationId"].as_str().unwrap();
+    let (status, foreign) = get_as(port, &reader, &format!("/v1/deliveries/{fabrikam_delivery}"));
+    let (absent_status, missing) = get_as(port, &reader, &format!("/v1/deliveries/{absent}"));
+    assert_eq!((status, absent_status), (404, 404));
+    assert_eq!(not_found_text(&foreign, fabrikam_delivery), not_found_text(&missing, &absent));
+    let (_, listed) = get_as(port, &reader, "/v1/deliveries");
+    assert!(!listed.to_string().contains(fabrikam_delivery), "{listed}");
+    let (status, own) = get_as(port, &theirs, &format!("/v1/deliveries/{fabrikam_delivery}"));
+    assert_eq!(status, 200, "{own}");
+
+    // Sagas: each sees its own release and environments only.
+    let (_, sagas) = get_as(port, &reader, "/v1/sagas");
+    let sagas = sagas.as_array().unwrap().clone();
+    assert!(!sagas.is_empty());
+    assert!(sagas.iter().all(|saga| saga["tenantId"] == "contoso"), "{sagas:#?}");
+    let fabrikam_release = result(&fabrikam, "release");
+    let (status, _) = get_as(port, &reader, &format!("/v1/sagas/release/{fabrikam_release}"));
+    assert_eq!(status, 404);
+    let (status, _) = get_as(port, &reader, &format!("/v1/sagas/release/fabrikam%2F{fabrikam_release}"));
+    assert_eq!(status, 404);
+    let (status, _) = get_as(port, &theirs, &format!("/v1/sagas/release/{fabrikam_release}"));
+    assert_eq!(status, 200);
+
+    // Dead letters: not listed, not found (by id or prefix), not replayable.
+    let (_, list) = get_as(port, &reader, "/v1/dead-letters");
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    for id in [dead_id.as_str(), &dead_id[..8]] {
+        let (status, foreign) = get_as(port, &reader, &format!("/v1/dead-letters/{id}"));
+        let fake = format!("{}{}", &absent[..id.len().min(absent.len())], "");
+        let (_, missing) = get_as(port, &reader, &format!("/v1/dead-letters/{fake}"));
+        assert_eq!(status, 404, "{foreign}");
+        assert_eq!(not_found_text(&foreign, id), not_found_text(&missing, &fake));
+        let (status, _) = post_as(port, &reader, &format!("/v1/dead-letters/{id}/replay"));
+        assert_eq!(status, 404);
+    }
+    let (status, _) = get_as(port, &theirs, &format!("/v1/dead-letters/{dead_id}"));
+    assert_eq!(status, 200);
+    server.terminate();
+}

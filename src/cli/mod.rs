@@ -93,6 +93,9 @@ pub enum Command {
         /// Give up after this many seconds.
         #[arg(long, value_name = "SECS", default_value_t = 300)]
         timeout: u64,
+        /// The tenant the delivery belongs to.
+        #[arg(long, value_name = "TENANT", default_value = bosun::demo::TENANT)]
+        tenant: String,
         /// Print the summary as JSON (progress goes to stderr).
         #[arg(long)]
         json: bool,
@@ -576,10 +579,16 @@ pub async fn run(cli: Cli) -> Result<()> {
         failing_test,
         keep,
         timeout,
+        tenant,
         json,
     } = cli.command
     {
-        return demo(settings, explicit_data_dir, failing_test, keep, timeout, json).await;
+        let options = bosun::demo::DemoOptions {
+            failing_test,
+            timeout: Duration::from_secs(timeout),
+            tenant,
+        };
+        return demo(settings, explicit_data_dir, options, keep, json).await;
     }
     if let Command::Bench {
         messages,
@@ -837,9 +846,8 @@ async fn bench(settings: Settings, args: BenchArgs, json: bool) -> Result<()> {
 async fn demo(
     mut settings: Settings,
     explicit_data_dir: bool,
-    failing_test: bool,
+    options: bosun::demo::DemoOptions,
     keep: bool,
-    timeout: u64,
     json: bool,
 ) -> Result<()> {
     // The demo's own lines are the progress; only warnings from the runtime.
@@ -862,10 +870,6 @@ async fn demo(
     settings.delivery.pipeline_poll_max = settings.delivery.pipeline_poll_max.min(Duration::from_secs(2));
     settings.delivery.reconcile = settings.delivery.reconcile.min(Duration::from_millis(200));
     settings.delivery.reconcile_max = settings.delivery.reconcile_max.min(Duration::from_secs(2));
-    let options = bosun::demo::DemoOptions {
-        failing_test,
-        timeout: Duration::from_secs(timeout),
-    };
     let say = |text: String| {
         if json {
             eprintln!("{text}");

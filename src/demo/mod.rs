@@ -41,7 +41,7 @@ const CALC: &str = include_str!("sample/src/calc.sh");
 
 /// The repository the demo creates.
 pub const REPOSITORY: &str = "payments-api";
-/// The tenant the demo runs as.
+/// The tenant the demo runs as unless told otherwise.
 pub const TENANT: &str = "demo";
 
 /// How to run the demo.
@@ -52,6 +52,10 @@ pub struct DemoOptions {
     pub failing_test: bool,
     /// Give up after this long.
     pub timeout: Duration,
+    /// The tenant the delivery belongs to ([`TENANT`] by default). Demos of
+    /// different tenants may run at once on one data directory: every
+    /// repository, feed, image, release and environment is the tenant's own.
+    pub tenant: String,
 }
 
 impl Default for DemoOptions {
@@ -59,6 +63,7 @@ impl Default for DemoOptions {
         Self {
             failing_test: false,
             timeout: Duration::from_secs(300),
+            tenant: TENANT.to_owned(),
         }
     }
 }
@@ -199,7 +204,7 @@ pub async fn run(
             at_seconds: (message.first_seen - origin).as_seconds_f64(),
         })
         .collect();
-    let results = results(&backends, settings, correlation_id).await?;
+    let results = results(&backends, settings, &options.tenant, correlation_id).await?;
     Ok(DemoReport {
         completed: failure.is_none(),
         failure,
@@ -259,7 +264,7 @@ async fn drive(
         };
         if let Some((message_type, payload)) = next {
             operator
-                .send(message_type, &payload, Some(correlation_id), TENANT)
+                .send(message_type, &payload, Some(correlation_id), &options.tenant)
                 .await?;
             step += 1;
             continue;
@@ -327,6 +332,7 @@ async fn emitted_of(backends: &Backends, correlation: &str, message_type: &str) 
 async fn results(
     backends: &Backends,
     settings: &Settings,
+    tenant: &str,
     correlation_id: Uuid,
 ) -> Result<Vec<(String, String)>, StoreError> {
     let mut results = Vec::new();
@@ -345,7 +351,7 @@ async fn results(
             Message::RepositoryProvisioned(event) => {
                 let path = settings
                     .git_root()
-                    .join(TENANT)
+                    .join(tenant)
                     .join(&event.repository.project)
                     .join(format!("{}.git", event.repository.name));
                 push("repository", path.display().to_string());
