@@ -1405,6 +1405,28 @@ mod tests {
         let (failed, error) = call(&f.server, &sender, "list_failures", json!({})).await;
         assert!(failed);
         assert_eq!(error["error"]["code"], "forbidden");
+        // Approving is its own right; internal messages are nobody's to send.
+        let approve = json!({"releaseId": "payments-api-1", "environment": "prod", "approver": "mallory"});
+        let (failed, error) = call(
+            &f.server,
+            &sender,
+            "send_command",
+            json!({"type": "ApproveRelease", "payload": approve}),
+        )
+        .await;
+        assert!(failed);
+        assert_eq!(error["error"]["code"], "forbidden", "{error}");
+        assert!(error.to_string().contains("releases:approve"), "{error}");
+        let timeout = json!({"releaseId": "payments-api-1", "environment": "prod", "deadline": "2020-01-01T00:00:00Z"});
+        let (failed, error) = call(
+            &f.server,
+            &caller("contoso", &[Scope::Admin]),
+            "send_command",
+            json!({"type": "ReleaseApprovalTimeout", "payload": timeout}),
+        )
+        .await;
+        assert!(failed);
+        assert_eq!(error["error"]["code"], "unknown-type", "{error}");
         let (failed, error) = call(
             &f.server,
             &reader,

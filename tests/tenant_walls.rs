@@ -389,7 +389,10 @@ fn spawn_demo(data: &Path, tenant: &str) -> std::process::Child {
 fn finish_demo(child: std::process::Child) -> Value {
     let output = child.wait_with_output().unwrap();
     let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!("demo printed no JSON ({err}): {}", String::from_utf8_lossy(&output.stderr))
+        panic!(
+            "demo printed no JSON ({err}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
     });
     assert!(output.status.success(), "{report:#}");
     report
@@ -453,7 +456,10 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
             result(report, "repository").contains(&format!("/git/{tenant}/")),
             "{report:#}"
         );
-        assert!(result(report, "environment dev").starts_with("synced to "), "{report:#}");
+        assert!(
+            result(report, "environment dev").starts_with("synced to "),
+            "{report:#}"
+        );
     }
     assert_eq!(
         result(&contoso, "package").split(' ').take(2).collect::<Vec<_>>(),
@@ -493,7 +499,13 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
     let dead_id = dead["id"].as_str().unwrap().to_owned();
     assert_eq!(dead["tenantId"], "fabrikam");
 
-    let (reader, _) = key(data, &backend, "contoso", "deliveries:read,dead-letters:replay", "contoso ops");
+    let (reader, _) = key(
+        data,
+        &backend,
+        "contoso",
+        "deliveries:read,dead-letters:replay",
+        "contoso ops",
+    );
     let (theirs, _) = key(data, &backend, "fabrikam", "deliveries:read", "fabrikam ops");
     let absent = Uuid::now_v7().to_string();
 
@@ -502,7 +514,10 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
     let (status, foreign) = get_as(port, &reader, &format!("/v1/deliveries/{fabrikam_delivery}"));
     let (absent_status, missing) = get_as(port, &reader, &format!("/v1/deliveries/{absent}"));
     assert_eq!((status, absent_status), (404, 404));
-    assert_eq!(not_found_text(&foreign, fabrikam_delivery), not_found_text(&missing, &absent));
+    assert_eq!(
+        not_found_text(&foreign, fabrikam_delivery),
+        not_found_text(&missing, &absent)
+    );
     let (_, listed) = get_as(port, &reader, "/v1/deliveries");
     assert!(!listed.to_string().contains(fabrikam_delivery), "{listed}");
     let (status, own) = get_as(port, &theirs, &format!("/v1/deliveries/{fabrikam_delivery}"));
@@ -516,7 +531,11 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
     let fabrikam_release = result(&fabrikam, "release");
     let (status, _) = get_as(port, &reader, &format!("/v1/sagas/release/{fabrikam_release}"));
     assert_eq!(status, 404);
-    let (status, _) = get_as(port, &reader, &format!("/v1/sagas/release/fabrikam%2F{fabrikam_release}"));
+    let (status, _) = get_as(
+        port,
+        &reader,
+        &format!("/v1/sagas/release/fabrikam%2F{fabrikam_release}"),
+    );
     assert_eq!(status, 404);
     let (status, _) = get_as(port, &theirs, &format!("/v1/sagas/release/{fabrikam_release}"));
     assert_eq!(status, 200);

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{Host, HostOptions};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{DeadLetterFilter, Store, TimelineStatus};
+use crate::store::{DeadLetterFilter, HandledMessage, SagaWrite, Store, TimelineStatus};
 use crate::transport::memory::MemoryTransport;
 use crate::transport::{OutboundMessage, Topology, Transport};
 
@@ -644,6 +644,63 @@ async fn each_consumer_runs_at_most_its_concurrency_limit() {
     transport.send(messages).await.unwrap();
     eventually("all are handled", || async { gauge.done.load(Ordering::SeqCst) == 12 }).await;
     assert_eq!(gauge.peak.load(Ordering::SeqCst), 3);
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_message_for_another_tenants_saga_is_dead_lettered_naming_both_and_changes_nothing() {
+    let consumer = Arc::new(CountingSaga {
+        calls: AtomicU32::new(0),
+    });
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    // fabrikam's saga, under a key that does not name its tenant (as sagas
+    // saved before tenant keys were).
+    store
+        .commit_handled(HandledMessage {
+            consumer: "commit".into(),
+            message_id: "m-0".into(),
+            message_type: "CreateCommit".into(),
+            saga: Some(SagaWrite {
+                kind: "release".into(),
+                key: "payments-api-1".into(),
+                expected_version: 0,
+                state: serde_json::json!({ "count": 7 }),
+                tenant_id: Some("fabrikam".into()),
+            }),
+            outbox: vec![],
+            timeline: vec![],
+        })
+        .await
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], options());
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    // A message of tenant contoso (create_commit's tenant).
+    transport
+        .send(vec![raw(create_commit().to_vec(), "m-contoso")])
+        .await
+        .unwrap();
+    let records = store.clone();
+    eventually("the message is dead-lettered", || {
+        let records = records.clone();
+        async move { !records.dead_letters(&Default::default()).await.unwrap().is_empty() }
+    })
+    .await;
+    let dead = store.dead_letters(&Default::default()).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "permanent-failure");
+    assert!(
+        dead[0].description.contains("tenant `contoso`") && dead[0].description.contains("tenant `fabrikam`"),
+        "{}",
+        dead[0].description
+    );
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 0, "the handler never ran");
+    let saga = store.load_saga("release", "payments-api-1").await.unwrap().unwrap();
+    assert_eq!((saga.version, saga.state["count"].as_u64()), (1, Some(7)));
     shutdown.cancel();
     running.await.unwrap();
 }
