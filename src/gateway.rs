@@ -622,14 +622,20 @@ impl Gateway {
     pub async fn saga(&self, caller: &Caller, kind: &str, key: &str) -> Result<SagaRecord, GatewayError> {
         Self::require(caller, Scope::DeliveriesRead)?;
         let not_found = || GatewayError::not_found("saga", &format!("{kind}/{key}"));
-        // A tenant's key names its own sagas, with or without the tenant.
-        let key = match caller.tenant_filter() {
-            Some(tenant) if !key.contains('/') => format!("{tenant}/{key}"),
-            _ => key.to_owned(),
-        };
-        let saga = match self.operator(caller).saga(kind, &key).await {
-            Err(OperatorError::Store(StoreError::NotFound { .. })) => return Err(not_found()),
-            other => other?,
+        let operator = self.operator(caller);
+        // A tenant's key names its own sagas, with or without the tenant (a
+        // saga whose tenant nothing recorded keeps its old key).
+        let saga = match caller.tenant_filter() {
+            Some(tenant) if !key.contains('/') => {
+                match self.backends.store.load_saga(kind, &format!("{tenant}/{key}")).await? {
+                    Some(saga) => saga,
+                    None => self.backends.store.load_saga(kind, key).await?.ok_or_else(not_found)?,
+                }
+            }
+            _ => match operator.saga(kind, key).await {
+                Err(OperatorError::Store(StoreError::NotFound { .. })) => return Err(not_found()),
+                other => other?,
+            },
         };
         if !caller.sees(saga.tenant_id.as_deref()) {
             return Err(not_found());
