@@ -13,6 +13,22 @@
 //! 408, 409, 5xx, timeouts and connection failures → transient; 400, 401,
 //! 403, 203 (the sign-in page Azure DevOps serves for a bad token) and other
 //! 4xx → permanent.
+//!
+//! # Tenants
+//!
+//! Every tenant maps to the configured organization and project, by
+//! configuration: a repository is found by its name in that project (or in
+//! the project a `ProvisionRepository` names), so repository names — and
+//! with them their pull requests, pushes and builds — are unique per
+//! project, not per tenant. Keeping tenants apart on Azure DevOps means
+//! giving each tenant its own project (or its own bosun deployment); a
+//! tenant-to-project setting belongs in the runtime's configuration, which
+//! does not have one yet. What bosun creates in the project is scoped by
+//! tenant where the name would otherwise collide: pipeline definitions
+//! live in a folder per tenant ([`PIPELINE_FOLDER`]`\<tenant>`,
+//! [`tenant_pipeline_folder`]), and the pipeline monitor refuses a run of
+//! another tenant's folder ([`check_pipeline_folder`]), as build
+//! ingestion refuses a build of one.
 
 use std::fmt;
 use std::time::Duration;
@@ -23,10 +39,42 @@ use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// The Azure DevOps REST API version bosun speaks.
 pub const API_VERSION: &str = "7.1";
+
+/// The folder bosun's pipeline definitions are created under; definitions
+/// made before tenant folders sit in it directly.
+pub const PIPELINE_FOLDER: &str = "\\bosun";
+
+/// The folder of a tenant's pipeline definitions, `\bosun\<tenant>`.
+pub fn tenant_pipeline_folder(tenant: &str) -> String {
+    format!("{PIPELINE_FOLDER}\\{tenant}")
+}
+
+/// `Ok` when a pipeline (its definition's folder, `folder`) is `tenant`'s:
+/// in `\bosun\<tenant>`, or in `\bosun` (made before tenant folders; whose
+/// it is cannot be told, so its runs and builds stay readable by their id,
+/// as before). Another tenant's folder, or a pipeline bosun did not make,
+/// is refused: run and build ids are project-wide, so a message of one
+/// tenant could otherwise name another's.
+pub fn check_pipeline_folder(
+    resource: impl FnOnce() -> String,
+    folder: Option<&str>,
+    tenant: &str,
+) -> Result<(), ForeignTenant> {
+    let folder = folder.unwrap_or_default().trim_end_matches('\\');
+    if folder.eq_ignore_ascii_case(&tenant_pipeline_folder(tenant)) || folder.eq_ignore_ascii_case(PIPELINE_FOLDER) {
+        return Ok(());
+    }
+    let owner = folder
+        .strip_prefix(PIPELINE_FOLDER)
+        .and_then(|rest| rest.strip_prefix('\\'))
+        .filter(|owner| bosun_contracts::validate::tenant_id("tenant", owner).is_ok());
+    Err(ForeignTenant::new(resource(), owner, tenant))
+}
 
 /// Default timeout of one HTTP request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

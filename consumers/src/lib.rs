@@ -16,7 +16,10 @@
 //! - [`blob`] — the blob store port (logs, reports, artifacts) and its
 //!   filesystem implementation;
 //! - [`local_pipeline`] — the embedded pipeline runner: runs a generated
-//!   Azure Pipelines YAML's steps in a checkout, like a CI agent.
+//!   Azure Pipelines YAML's steps in a checkout, like a CI agent;
+//! - [`tenant`] — tenant walls: the error of a message naming another
+//!   tenant's resource, the blob-key check, and the migration of local
+//!   layouts to `<root>/<tenant>/...`.
 //!
 //! `release_orchestration` and `probe` (a built-in canary) have no port and
 //! no adapters: they run pure sagas and talk to no outside service.
@@ -89,6 +92,7 @@ pub mod probe;
 pub mod pull_request;
 pub mod release_orchestration;
 pub mod repository_provisioning;
+pub mod tenant;
 
 /// A boxed error, kept whole so the runtime can record its chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

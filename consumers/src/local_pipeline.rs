@@ -16,6 +16,11 @@
 //!   `a` (`Build.ArtifactStagingDirectory`), `b` (`Build.BinariesDirectory`),
 //!   `TestResults`, `_temp` and `_logs`. It is removed when the run ends.
 //!
+//! Everything of a run is under its tenant: the record, the definition,
+//! the workspace, and the blobs it uploads; a run id (derived from the
+//! tenant among the rest) is looked up in the tenant's folder only, and a
+//! record there naming another tenant is refused.
+//!
 //! # A run
 //!
 //! [`LocalPipelines::queue`] writes a `queued` record, hands it to an
@@ -87,6 +92,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::blob::{BlobStore, sha256_hex};
 use crate::local_git::{LocalGitError, LocalGitHost};
+use crate::tenant::{ForeignTenant, check_owner};
 
 /// Blob container of run logs.
 pub const LOG_CONTAINER: &str = "build-logs";
@@ -327,6 +333,10 @@ pub enum LocalPipelineError {
     /// The local Git host failed. Transient unless the input was invalid.
     #[error(transparent)]
     Git(#[from] LocalGitError),
+    /// The run record in the tenant's folder names another tenant (a
+    /// copied or edited folder). Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl LocalPipelineError {
@@ -335,7 +345,7 @@ impl LocalPipelineError {
         match self {
             Self::Io { .. } => true,
             Self::Git(err) => !err.is_invalid_input(),
-            Self::Invalid(_) | Self::RunNotFound { .. } | Self::CorruptRecord { .. } => false,
+            Self::Invalid(_) | Self::RunNotFound { .. } | Self::CorruptRecord { .. } | Self::ForeignTenant(_) => false,
         }
     }
 
@@ -522,7 +532,9 @@ impl LocalPipelines {
     pub async fn get(&self, tenant: &str, run_id: &str) -> Result<RunRecord, LocalPipelineError> {
         check_tenant(tenant)?;
         validate::identifier("runId", run_id).map_err(invalid)?;
-        read_record(&self.record_path(tenant, run_id)).await
+        let record = read_record(&self.record_path(tenant, run_id)).await?;
+        check_owner(|| format!("pipeline run `{run_id}`"), &record.tenant, tenant)?;
+        Ok(record)
     }
 
     /// A run's record, after starting it when it is queued or was

@@ -4,6 +4,11 @@
 //! the run message carries none. Everything derived is stored in the blob
 //! store and recorded as the local adapter does ([`super::results`]).
 //!
+//! 0. `GET {project}/_apis/build/builds/{id}` (REST 7.1): build ids are
+//!    project-wide, so the build's definition must be in the tenant's
+//!    folder (`\bosun\<tenant>`), or in `\bosun` (made before tenant
+//!    folders); another tenant's is refused
+//!    ([`crate::azure_devops::check_pipeline_folder`]);
 //! 1. without a log on the message: `GET {project}/_apis/build/builds/{id}/logs`
 //!    (REST 7.1), then `GET .../logs/{logId}` for each (JSON, one string
 //!    per line), joined in log order under a `##[bosun] log {logId}`
@@ -29,7 +34,7 @@ use serde_json::Value;
 use super::junit::{TestCase, TestOutcome};
 use super::port::{BuildResults, IngestError, IngestRequest};
 use super::results::{self, ReportRun, ReportSource, RunLog, TestReport, TestResults};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
+use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
 use crate::blob::BlobStore;
 
 /// API version of the test results API (a preview API).
@@ -189,6 +194,15 @@ impl BuildResults for AzureBuildResults {
                 "pipelineRunId `{build}` is not an Azure Pipelines build id"
             )));
         }
+        let url = self.project_url(&["build", "builds", build], &[]);
+        let Some(details) = self.client.get_json_opt::<Build>(url).await? else {
+            return Err(IngestError::Invalid(format!("build {build} not found")));
+        };
+        let folder = details
+            .definition
+            .as_ref()
+            .and_then(|definition| definition.path.as_deref());
+        check_pipeline_folder(|| format!("build {build}"), folder, &request.tenant)?;
         let log = match &request.run.log {
             Some(blob) => RunLog::Stored(blob.clone()),
             None => RunLog::Captured(match self.fetch_log(build).await? {
@@ -211,6 +225,21 @@ impl BuildResults for AzureBuildResults {
 struct List<T> {
     #[serde(default = "Vec::new")]
     value: Vec<T>,
+}
+
+/// `Build`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct Build {
+    #[serde(default)]
+    definition: Option<DefinitionReference>,
+}
+
+/// `DefinitionReference`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct DefinitionReference {
+    /// The folder, e.g. `\bosun\contoso`.
+    #[serde(default)]
+    path: Option<String>,
 }
 
 /// `BuildLog`, the fields bosun reads.

@@ -8,7 +8,11 @@
 //! passed on, and the result set — a run that succeeded but whose tests
 //! failed is `failed`. Idempotent on the build id, `build-<pipelineRunId>`:
 //! the same run ingested twice gives the same `BuildCompleted` and one
-//! record ([`results`]). The tenant comes from the envelope. Retried
+//! record ([`results`]). The tenant comes from the envelope: the build id
+//! and every blob ingestion writes are under the tenant's keys
+//! (`<tenant>/...`), so two tenants' runs of the same id are two builds,
+//! and a run naming blobs that are not under its tenant's keys is refused
+//! ([`crate::tenant::check_blob`]). Retried
 //! exponentially, 5 times (DESIGN.md).
 //!
 //! - [`port`] — the [`BuildResults`] port and its [`IngestError`];
@@ -73,6 +77,14 @@ pub fn ingest_request(envelope: &Envelope, run: &PipelineRunCompleted) -> Result
         .map_err(|err| invalid(&format!("payload.{}", err.field), &err.reason))?;
     let build_id = build_id(&run.pipeline_run_id);
     validate::identifier("buildId", &build_id).map_err(|err| invalid(&err.field, &err.reason))?;
+    let blobs = run
+        .log
+        .iter()
+        .chain(&run.test_results)
+        .chain(run.artifacts.iter().map(|artifact| &artifact.blob));
+    for blob in blobs {
+        crate::tenant::check_blob(blob, &envelope.tenant_id)?;
+    }
     Ok(IngestRequest {
         tenant: envelope.tenant_id.clone(),
         build_id,

@@ -11,6 +11,7 @@ use bosun_contracts::messages::{BuildCompleted, PipelineRunCompleted};
 
 use crate::BoxError;
 use crate::blob::BlobError;
+use crate::tenant::ForeignTenant;
 
 /// What to ingest: the run, with the envelope's tenant and the build id
 /// derived from the run.
@@ -78,12 +79,18 @@ pub enum IngestError {
     /// Permanent.
     #[error("build service refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The run names blobs or a build of another tenant. Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl IngestError {
     /// Whether retrying may help.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, Self::Invalid(_) | Self::BlobUnreadable(_) | Self::Rejected(_))
+        !matches!(
+            self,
+            Self::Invalid(_) | Self::BlobUnreadable(_) | Self::Rejected(_) | Self::ForeignTenant(_)
+        )
     }
 }
 

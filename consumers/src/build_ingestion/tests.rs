@@ -178,9 +178,14 @@ impl Fixture {
     /// A finished run as the local pipeline runner reports it: its log, the
     /// JUnit files and the artifacts in the blob store.
     async fn run(&self, result: PipelineResult, junit: &[&str]) -> PipelineRunCompleted {
+        self.run_as("contoso", result, junit).await
+    }
+
+    /// A run of `tenant`, its blobs stored under the tenant's keys.
+    async fn run_as(&self, tenant: &str, result: PipelineResult, junit: &[&str]) -> PipelineRunCompleted {
         let mut run = samples::pipeline_run_completed();
         run.result = result;
-        let prefix = format!("contoso/{}/{}", run.repository, run.pipeline_run_id);
+        let prefix = format!("{tenant}/{}/{}", run.repository, run.pipeline_run_id);
         run.log = Some(
             self.blobs
                 .put(
@@ -409,6 +414,74 @@ async fn local_consumer_end_to_end_twice_is_one_build() {
     assert_eq!(records, vec![std::ffi::OsString::from("build-4711.json")]);
 }
 
+// ---- Tenants: walls between them ----
+
+#[tokio::test]
+async fn two_tenants_runs_of_the_same_id_are_two_builds() {
+    let fixture = Fixture::new();
+    let consumer = BuildIngestion::new(LocalBuildResults::new(Arc::clone(&fixture.blobs)));
+    let ours = fixture
+        .run_as("contoso", PipelineResult::Succeeded, &[DOTNET_JUNIT])
+        .await;
+    let theirs = fixture
+        .run_as("fabrikam", PipelineResult::Succeeded, &[PASSING_JUNIT])
+        .await;
+    assert_eq!(ours.pipeline_run_id, theirs.pipeline_run_id);
+    let deliver = |tenant: &'static str, run: PipelineRunCompleted| {
+        let consumer = &consumer;
+        async move {
+            let message = Message::from(run);
+            let envelope = envelope(&message, tenant);
+            consumer.handle(Inbound::new(&envelope, &message)).await.unwrap()
+        }
+    };
+    let contoso = deliver("contoso", ours.clone()).await;
+    let fabrikam = deliver("fabrikam", theirs).await;
+    let (contoso, fabrikam) = (completed(&contoso), completed(&fabrikam));
+    assert_eq!(contoso.build_id, fabrikam.build_id);
+    assert_eq!(contoso.result, PipelineResult::Failed);
+    assert_eq!(
+        fabrikam.result,
+        PipelineResult::Succeeded,
+        "fabrikam's build is not contoso's replayed"
+    );
+    assert_eq!(
+        fabrikam.test_report.as_ref().unwrap().key,
+        "fabrikam/payments-api/build-4711/tests.json"
+    );
+    let records = fixture.dir.path().join("blobs").join(RECORD_CONTAINER);
+    for tenant in ["contoso", "fabrikam"] {
+        assert!(records.join(tenant).join("build-4711.json").is_file(), "{tenant}");
+    }
+    // contoso's again is still contoso's.
+    let again = deliver("contoso", ours).await;
+    assert_eq!(completed(&again), contoso);
+}
+
+#[tokio::test]
+async fn a_run_naming_another_tenants_blobs_is_refused_naming_both() {
+    let fixture = Fixture::new();
+    let consumer = BuildIngestion::new(LocalBuildResults::new(Arc::clone(&fixture.blobs)));
+    let contoso_run = fixture.run(PipelineResult::Succeeded, &[DOTNET_JUNIT]).await;
+    let message = Message::from(contoso_run);
+    let envelope = envelope(&message, "fabrikam");
+    let err = consumer.handle(Inbound::new(&envelope, &message)).await.unwrap_err();
+    let HandlerError::Permanent(source) = &err else {
+        panic!("expected a permanent error, got {err}");
+    };
+    let text = source.to_string();
+    assert!(text.contains("`fabrikam`") && text.contains("`contoso`"), "{text}");
+    assert!(
+        !fixture
+            .dir
+            .path()
+            .join("blobs")
+            .join(RECORD_CONTAINER)
+            .join("fabrikam")
+            .exists()
+    );
+}
+
 // ---- Azure adapter ----
 
 fn azure(server: &MockAzure, fixture: &Fixture) -> AzureBuildResults {
@@ -421,6 +494,16 @@ fn azure(server: &MockAzure, fixture: &Fixture) -> AzureBuildResults {
         Arc::clone(&fixture.blobs),
     )
     .unwrap()
+}
+
+/// The build, its definition in contoso's folder.
+fn build_reply() -> Reply {
+    Reply::json(
+        "GET",
+        "/contoso/Delivery/_apis/build/builds/4711",
+        200,
+        r#"{"id":4711,"definition":{"id":42,"name":"payments-api","path":"\\bosun\\contoso"}}"#,
+    )
 }
 
 const TEST_RUNS_JSON: &str = r#"{"count":2,"value":[
@@ -444,6 +527,7 @@ async fn azure_ingests_test_runs_and_fetches_the_log() {
     let mut run = samples::pipeline_run_completed();
     run.log = None;
     let server = MockAzure::start(vec![
+        build_reply(),
         Reply::json(
             "GET",
             "/contoso/Delivery/_apis/build/builds/4711/logs",
@@ -495,11 +579,11 @@ async fn azure_ingests_test_runs_and_fetches_the_log() {
     assert_eq!(report["tests"][0]["message"], "Assert.Equal() Failure: Values differ");
     Message::from(build).validate().unwrap();
 
-    let runs = &requests[3];
+    let runs = &requests[4];
     assert_eq!(runs.query("buildUri"), Some("vstfs:///Build/Build/4711"));
     assert_eq!(runs.query("includeRunDetails"), Some("true"));
     assert_eq!(runs.query("api-version"), Some("7.1"));
-    let results = &requests[4];
+    let results = &requests[5];
     assert_eq!(results.query("outcomes"), Some("Failed,Error,Timeout,Aborted"));
     assert_eq!(results.query("api-version"), Some("7.1-preview.6"));
     assert_eq!(results.query.iter().filter(|(key, _)| key == "api-version").count(), 1);
@@ -512,12 +596,15 @@ async fn azure_ingests_test_runs_and_fetches_the_log() {
 async fn azure_build_without_test_runs_reads_the_junit_files_and_keeps_the_log() {
     let fixture = Fixture::new();
     let run = fixture.run(PipelineResult::Succeeded, &[DOTNET_JUNIT]).await;
-    let server = MockAzure::start(vec![Reply::json(
-        "GET",
-        "/contoso/Delivery/_apis/test/runs",
-        200,
-        r#"{"count":0,"value":[]}"#,
-    )])
+    let server = MockAzure::start(vec![
+        build_reply(),
+        Reply::json(
+            "GET",
+            "/contoso/Delivery/_apis/test/runs",
+            200,
+            r#"{"count":0,"value":[]}"#,
+        ),
+    ])
     .await;
     let adapter = azure(&server, &fixture);
     let build = adapter.ingest(&request(run.clone())).await.unwrap();
@@ -542,6 +629,7 @@ async fn azure_refuses_a_run_id_that_is_not_a_build_id() {
 async fn azure_throttling_is_retry_after() {
     let fixture = Fixture::new();
     let server = MockAzure::start(vec![
+        build_reply(),
         Reply::json("GET", "/contoso/Delivery/_apis/test/runs", 429, "{}").header("Retry-After", "11"),
     ])
     .await;
@@ -553,4 +641,24 @@ async fn azure_throttling_is_retry_after() {
     assert!(
         matches!(HandlerError::from(err), HandlerError::RetryAfter { after, .. } if after == Duration::from_secs(11))
     );
+}
+
+#[tokio::test]
+async fn azure_build_of_another_tenants_pipeline_is_refused_naming_both() {
+    let fixture = Fixture::new();
+    let server = MockAzure::start(vec![Reply::json(
+        "GET",
+        "/contoso/Delivery/_apis/build/builds/4711",
+        200,
+        r#"{"id":4711,"definition":{"id":9,"name":"payments-api","path":"\\bosun\\fabrikam"}}"#,
+    )])
+    .await;
+    let err = azure(&server, &fixture)
+        .ingest(&request(samples::pipeline_run_completed()))
+        .await
+        .unwrap_err();
+    server.finish().await;
+    let text = err.to_string();
+    assert!(text.contains("`contoso`") && text.contains("`fabrikam`"), "{text}");
+    assert!(!HandlerError::from(err).is_retryable());
 }

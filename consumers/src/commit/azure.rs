@@ -18,7 +18,9 @@
 //!    content; a 409 (the branch moved) starts over from the new head;
 //! 5. `GET .../commits/{id}` for the tree and parent of the result.
 //!
-//! The project is the configured one (`CreateCommit` names none). The push
+//! The project is the configured one (`CreateCommit` names none): every
+//! tenant maps to it by configuration, so the repository is the project's
+//! of that name (see the tenants section of [`crate::azure_devops`]). The push
 //! API cannot set a file mode, so the executable bit is not carried to Azure
 //! Repos (a warning is logged). Author and committer are the request's
 //! identity with the request's date.

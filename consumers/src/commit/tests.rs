@@ -403,6 +403,58 @@ async fn local_commit_to_a_missing_repository_is_transient() {
 }
 
 #[tokio::test]
+async fn two_tenants_commit_to_repositories_of_the_same_name_each_to_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let host = Arc::new(LocalGitHost::new(root.path().join("git")));
+    let provisioning = LocalRepositoryHost::with_host(Arc::clone(&host));
+    for tenant in ["contoso", "fabrikam"] {
+        let spec = RepositorySpec {
+            tenant: tenant.into(),
+            name: "payments-api".into(),
+            project: None,
+            default_branch: "main".into(),
+            description: None,
+            minimum_reviewers: 0,
+        };
+        assert!(provisioning.provision(&spec).await.unwrap().created, "{tenant}");
+    }
+    let consumer = Commit::new(LocalCommitWriter::with_host(host));
+    let as_tenant = |tenant: &'static str, message: Message| {
+        let consumer = &consumer;
+        async move {
+            let mut envelope = Envelope::new(&message, Uuid::now_v7(), tenant, "agent:test");
+            envelope.occurred_at = datetime!(2026-11-29 10:00:00 UTC);
+            consumer.handle(Inbound::new(&envelope, &message)).await
+        }
+    };
+    let ours = as_tenant("contoso", command(vec![text("README.md", "contoso")]).into())
+        .await
+        .unwrap();
+    let theirs = as_tenant("fabrikam", command(vec![text("README.md", "fabrikam")]).into())
+        .await
+        .unwrap();
+    let (ours, theirs) = (created(&ours), created(&theirs));
+    assert_ne!(ours.repository_id, theirs.repository_id);
+    let contoso_repo = root.path().join("git/contoso/contoso/payments-api.git");
+    let fabrikam_repo = root.path().join("git/fabrikam/fabrikam/payments-api.git");
+    assert_eq!(git(&contoso_repo, &["show", "main:README.md"]), "contoso");
+    assert_eq!(git(&fabrikam_repo, &["show", "main:README.md"]), "fabrikam");
+    assert_eq!(git(&contoso_repo, &["rev-list", "--count", "main"]), "1");
+
+    // A tenant without the repository gets what a name nobody has gets.
+    let northwind = as_tenant("northwind", command(vec![text("a", "x")]).into())
+        .await
+        .unwrap_err();
+    let mut nobody = command(vec![text("a", "x")]);
+    nobody.repository = "nobody-has-it".into();
+    let nobody = as_tenant("contoso", nobody.into()).await.unwrap_err();
+    assert_eq!(
+        northwind.to_string().replace("payments-api", "<name>"),
+        nobody.to_string().replace("nobody-has-it", "<name>")
+    );
+}
+
+#[tokio::test]
 async fn local_new_branch_starts_from_its_base() {
     let fixture = local_fixture().await;
     let main = handle(&fixture.consumer, command(vec![text("base.txt", "base\n")]).into())

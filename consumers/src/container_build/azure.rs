@@ -27,6 +27,10 @@
 //!
 //! # Push
 //!
+//! The repository is the tenant's, `<tenant>/<image>` ([`tenant_repository`];
+//! an image already named `<tenant>/...` is kept as it is), and the event
+//! reports it.
+//!
 //! 1. `HEAD /v2/<image>/manifests/<tag>`: when the tag already names the
 //!    digest just built, nothing is pushed (`alreadyPresent`);
 //! 2. for each layer and the config, `HEAD /v2/<image>/blobs/<digest>`
@@ -420,12 +424,30 @@ impl AzureContainerRegistry {
     }
 }
 
+/// The ACR repository of a tenant's image: `<tenant>/<image>`, or the image
+/// itself when it already starts with `<tenant>/`. One registry serves
+/// every tenant, so the repository (and with it the tags, and the
+/// repository-scoped tokens) is the tenant's: two tenants pushing
+/// `payments-api:1.4.0` push `contoso/payments-api:1.4.0` and
+/// `fabrikam/payments-api:1.4.0`. Images pushed before tenants, under the
+/// bare name, stay where they are; deployments pin digests, and a retried
+/// build pushes into the tenant's repository.
+pub fn tenant_repository(tenant: &str, image: &str) -> String {
+    match image.strip_prefix(tenant) {
+        Some(rest) if rest.starts_with('/') => image.to_owned(),
+        _ => format!("{tenant}/{image}"),
+    }
+}
+
 #[async_trait]
 impl ImageBuilder for AzureContainerRegistry {
     async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
         let invalid =
             |err: validate::FieldError| ContainerBuildError::Invalid(format!("{}: {}", err.field, err.reason));
+        validate::tenant_id("tenant", &spec.tenant).map_err(invalid)?;
         validate::oci_repository("image", &spec.image).map_err(invalid)?;
+        let repository = tenant_repository(&spec.tenant, &spec.image);
+        validate::oci_repository("image", &repository).map_err(invalid)?;
         validate::oci_tag("tag", &spec.tag).map_err(invalid)?;
         if spec.registry != self.registry {
             return Err(ContainerBuildError::Invalid(format!(
@@ -434,10 +456,11 @@ impl ImageBuilder for AzureContainerRegistry {
             )));
         }
         let image = build_from_context(&*self.blobs, spec).await?;
-        let bearer = format!("Bearer {}", self.access_token(&spec.image).await?);
-        if self.tagged_digest(&bearer, &spec.image, &spec.tag).await?.as_deref() == Some(image.digest()) {
-            tracing::debug!(image = %spec.image, tag = %spec.tag, digest = %image.digest(), "image already in the registry");
+        let bearer = format!("Bearer {}", self.access_token(&repository).await?);
+        if self.tagged_digest(&bearer, &repository, &spec.tag).await?.as_deref() == Some(image.digest()) {
+            tracing::debug!(%repository, tag = %spec.tag, digest = %image.digest(), "image already in the registry");
             return Ok(BuiltImage {
+                repository,
                 digest: image.digest().to_owned(),
                 size_bytes: image.size_bytes(),
                 already_present: true,
@@ -446,11 +469,11 @@ impl ImageBuilder for AzureContainerRegistry {
         }
         let mut uploaded = 0usize;
         for blob in image.blobs() {
-            if self.push_blob(&bearer, &spec.image, blob).await? {
+            if self.push_blob(&bearer, &repository, blob).await? {
                 uploaded += 1;
             }
         }
-        let url = self.url(&format!("/v2/{}/manifests/{}", spec.image, spec.tag));
+        let url = self.url(&format!("/v2/{repository}/manifests/{}", spec.tag));
         let (operation, answer) = self
             .call(
                 Method::PUT,
@@ -473,13 +496,14 @@ impl ImageBuilder for AzureContainerRegistry {
             .into());
         }
         tracing::debug!(
-            image = %spec.image,
+            %repository,
             tag = %spec.tag,
             digest = %image.digest(),
             blobs_uploaded = uploaded,
             "image pushed"
         );
         Ok(BuiltImage {
+            repository,
             digest: image.digest().to_owned(),
             size_bytes: image.size_bytes(),
             already_present: false,

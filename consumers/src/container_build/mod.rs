@@ -7,6 +7,11 @@
 //! returns an empty outcome. The image is built from the context and its
 //! Dockerfile without Docker ([`image`]: a documented Dockerfile subset,
 //! `FROM scratch` only) and stored under the module version as tag.
+//! Images are the tenant's: the context must be under the tenant's blob
+//! keys ([`crate::tenant::check_blob`]), each tenant has its own local
+//! layouts, and on ACR the repository is `<tenant>/<image>` — two tenants
+//! building the same image name and tag never move each other's tag. The
+//! event names the repository the registry holds the image under.
 //! Idempotent on the image digest: the build is reproducible, so the same
 //! context gives the same digest, and when the tag already names it nothing
 //! is written and the event says `alreadyPresent: true`. Retried
@@ -90,6 +95,7 @@ pub fn image_spec(tenant: &str, event: &BuildCompleted) -> Result<Option<ImageSp
         .unwrap_or(first);
     let invalid = |err: validate::FieldError| ContainerBuildError::Invalid(format!("{}: {}", err.field, err.reason));
     validate::tenant_id("tenantId", tenant).map_err(invalid)?;
+    crate::tenant::check_blob(&context.blob, tenant)?;
     let tag = tag_for_version(&event.module.version);
     validate::oci_tag("module.version", &tag).map_err(invalid)?;
     Ok(Some(ImageSpec {
@@ -160,7 +166,7 @@ impl<P: ImageBuilder> Consumer for ContainerBuild<P> {
             tenant,
             build_id = %event.build_id,
             registry = %spec.registry,
-            image = %spec.image,
+            image = %built.repository,
             tag = %spec.tag,
             digest = %built.digest,
             already_present = built.already_present,
@@ -173,7 +179,7 @@ impl<P: ImageBuilder> Consumer for ContainerBuild<P> {
             repository: event.repository.clone(),
             commit_sha: event.commit_sha.clone(),
             registry: spec.registry,
-            image: spec.image,
+            image: built.repository,
             tag: spec.tag,
             digest: built.digest,
             platform: spec.platform,

@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 
 use super::image::BuildError;
 use crate::blob::BlobError;
+use crate::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// What to build and where to put it: the module's container settings and
@@ -40,6 +41,11 @@ pub struct ImageSpec {
 /// The image as the registry holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltImage {
+    /// The repository the registry holds it under, the one to pull:
+    /// scoped to the tenant where the registry is shared (on ACR
+    /// `<tenant>/<image>`); the module's image name where the registry
+    /// itself is the tenant's (the local layouts, `<root>/<tenant>/...`).
+    pub repository: String,
     /// Manifest digest, `sha256:<hex>`.
     pub digest: String,
     /// Manifest, config and layers together, in bytes.
@@ -115,6 +121,9 @@ pub enum ContainerBuildError {
     /// manifest it does not accept). Permanent.
     #[error("registry refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The request names a context or a tag of another tenant. Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl ContainerBuildError {
@@ -123,7 +132,9 @@ impl ContainerBuildError {
         match self {
             Self::Context(err) => err.is_transient(),
             Self::Storage(_) | Self::Unavailable(_) | Self::Throttled { .. } => true,
-            Self::Invalid(_) | Self::Build(_) | Self::CorruptLayout(_) | Self::Rejected(_) => false,
+            Self::Invalid(_) | Self::Build(_) | Self::CorruptLayout(_) | Self::Rejected(_) | Self::ForeignTenant(_) => {
+                false
+            }
         }
     }
 }

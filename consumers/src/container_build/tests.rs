@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::azure::{AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig};
 use super::image::{BuildInput, OciImage, Platform, build_image};
-use super::local::{LocalImageBuilder, REF_NAME_ANNOTATION};
+use super::local::{LocalImageBuilder, REF_NAME_ANNOTATION, TENANT_ANNOTATION};
 use super::tar::TarWriter;
 use super::*;
 use crate::azure_devops::test_server::{MockAzure, Reply};
@@ -85,6 +85,7 @@ impl ImageBuilder for FakeBuilder {
             return Err(fail());
         }
         Ok(BuiltImage {
+            repository: spec.image.clone(),
             digest: format!("sha256:{}", "ab".repeat(32)),
             size_bytes: 4096,
             already_present: self.calls.lock().unwrap().len() > 1,
@@ -252,7 +253,7 @@ async fn the_local_builder_writes_a_valid_oci_layout() {
     assert_eq!(image.validate(), Ok(()));
     assert!(!image.already_present);
 
-    let layout = fixture.oci.join("contoso.azurecr.io/contoso/payments-api");
+    let layout = fixture.oci.join("contoso/contoso.azurecr.io/contoso/payments-api");
     assert_eq!(
         read_json(&layout.join("oci-layout")),
         serde_json::json!({"imageLayoutVersion": "1.0.0"})
@@ -275,6 +276,7 @@ async fn the_local_builder_writes_a_valid_oci_layout() {
     assert_eq!(entry["digest"], image.digest);
     assert_eq!(entry["mediaType"], "application/vnd.oci.image.manifest.v1+json");
     assert_eq!(entry["annotations"][REF_NAME_ANNOTATION], "1.4.0");
+    assert_eq!(entry["annotations"][TENANT_ANNOTATION], "contoso");
     assert_eq!(
         entry["platform"],
         serde_json::json!({"architecture": "amd64", "os": "linux"})
@@ -348,7 +350,11 @@ async fn the_same_context_in_another_build_gives_the_same_digest_and_new_content
     let second = built(&handle(&fixture.consumer, changed.into()).await.unwrap()).clone();
     assert_ne!(second.digest, first.digest);
     assert!(!second.already_present);
-    let index = read_json(&fixture.oci.join("contoso.azurecr.io/contoso/payments-api/index.json"));
+    let index = read_json(
+        &fixture
+            .oci
+            .join("contoso/contoso.azurecr.io/contoso/payments-api/index.json"),
+    );
     let manifests = index["manifests"].as_array().unwrap();
     assert_eq!(manifests.len(), 1, "the tag moved to the new digest");
     assert_eq!(manifests[0]["digest"], second.digest);
@@ -365,7 +371,7 @@ async fn tags_live_side_by_side_in_one_layout() {
     handle(&fixture.consumer, event.clone().into()).await.unwrap();
     event.module.version = "1.5.0".into();
     handle(&fixture.consumer, event.into()).await.unwrap();
-    let index = read_json(&fixture.oci.join("localhost_5000/payments-api/index.json"));
+    let index = read_json(&fixture.oci.join("contoso/localhost_5000/payments-api/index.json"));
     let tags: Vec<&str> = index["manifests"]
         .as_array()
         .unwrap()
@@ -397,7 +403,7 @@ async fn an_unsupported_base_image_is_a_permanent_error_naming_the_line() {
     assert!(text.contains("line 2"), "{text}");
     assert!(text.contains("mcr.microsoft.com/dotnet/aspnet:9.0"), "{text}");
     assert!(text.contains("no registry access"), "{text}");
-    assert!(!fixture.oci.join("contoso.azurecr.io").exists());
+    assert!(!fixture.oci.join("contoso/contoso.azurecr.io").exists());
 }
 
 #[tokio::test]
@@ -411,6 +417,221 @@ async fn a_missing_or_broken_context_is_permanent() {
     let event = build_event(&*fixture.blobs, b"not a tar archive at all".repeat(40)).await;
     let err = handle(&fixture.consumer, event.into()).await.unwrap_err();
     assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+}
+
+// ---- Tenants: walls between them ----
+
+/// The sample build of `tenant`, its context stored under the tenant's keys.
+async fn tenant_build(blobs: &dyn BlobStore, tenant: &str, context: Vec<u8>) -> BuildCompleted {
+    let mut event = samples::build_completed();
+    let blob = blobs
+        .put(
+            "artifacts",
+            &format!("{tenant}/4711/container-context.tar"),
+            context,
+            "application/x-tar",
+        )
+        .await
+        .unwrap();
+    for artifact in &mut event.artifacts {
+        if artifact.kind == ArtifactKind::ContainerContext {
+            artifact.blob = blob.clone();
+        }
+    }
+    event
+}
+
+async fn handle_as<P: ImageBuilder>(
+    consumer: &ContainerBuild<P>,
+    tenant: &str,
+    message: Message,
+) -> Result<Outcome, HandlerError> {
+    let envelope = Envelope::new(&message, Uuid::now_v7(), tenant, "build-ingestion");
+    consumer.handle(Inbound::new(&envelope, &message)).await
+}
+
+#[tokio::test]
+async fn two_tenants_build_the_same_image_and_tag_each_into_their_own_layout() {
+    let fixture = local_fixture();
+    let contoso = tenant_build(&*fixture.blobs, "contoso", context_tar(b"contoso server")).await;
+    let fabrikam = tenant_build(&*fixture.blobs, "fabrikam", context_tar(b"fabrikam server")).await;
+    let first = built(
+        &handle_as(&fixture.consumer, "contoso", contoso.clone().into())
+            .await
+            .unwrap(),
+    )
+    .clone();
+    let contoso_layout = fixture.oci.join("contoso/contoso.azurecr.io/contoso/payments-api");
+    let before = snapshot(&contoso_layout);
+
+    // Same registry, image name and tag; other content.
+    let second = built(
+        &handle_as(&fixture.consumer, "fabrikam", fabrikam.clone().into())
+            .await
+            .unwrap(),
+    )
+    .clone();
+    assert_ne!(first.digest, second.digest);
+    assert!(!second.already_present, "fabrikam does not see contoso's tag");
+    assert_eq!(
+        (first.image.as_str(), second.image.as_str()),
+        ("contoso/payments-api", "contoso/payments-api")
+    );
+    assert_eq!(before, snapshot(&contoso_layout), "contoso's tag did not move");
+    let index = read_json(
+        &fixture
+            .oci
+            .join("fabrikam/contoso.azurecr.io/contoso/payments-api/index.json"),
+    );
+    assert_eq!(index["manifests"][0]["digest"], second.digest);
+    assert_eq!(index["manifests"][0]["annotations"][TENANT_ANNOTATION], "fabrikam");
+
+    // Each finds its own tag, and again builds to `already_present`.
+    let builder = fixture.consumer.builder();
+    for (tenant, digest) in [("contoso", &first.digest), ("fabrikam", &second.digest)] {
+        let found = builder
+            .find(tenant, "contoso.azurecr.io", "contoso/payments-api", "1.4.0")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&found.digest, found.legacy), (digest, false));
+    }
+    assert_eq!(
+        builder
+            .find("northwind", "contoso.azurecr.io", "contoso/payments-api", "1.4.0")
+            .await
+            .unwrap(),
+        None
+    );
+    let again = built(&handle_as(&fixture.consumer, "contoso", contoso.into()).await.unwrap()).clone();
+    assert!(again.already_present);
+    assert_eq!(again.digest, first.digest);
+}
+
+#[tokio::test]
+async fn a_context_of_another_tenant_is_refused_naming_both() {
+    let fixture = local_fixture();
+    let contoso = tenant_build(&*fixture.blobs, "contoso", context_tar(b"server")).await;
+    let err = handle_as(&fixture.consumer, "fabrikam", contoso.into())
+        .await
+        .unwrap_err();
+    let HandlerError::Permanent(source) = &err else {
+        panic!("expected a permanent error, got {err}");
+    };
+    let text = source.to_string();
+    assert!(text.contains("`fabrikam`") && text.contains("`contoso`"), "{text}");
+    assert!(!fixture.oci.join("fabrikam").exists());
+}
+
+/// Writes `image` tagged `tag` as the registry wrote layouts before
+/// tenants: `<root>/<registry>/<image>/`, the index naming the tag only.
+fn write_old_layout(root: &Path, registry: &str, name: &str, image: &OciImage, tag: &str) -> std::path::PathBuf {
+    let dir = root.join(registry).join(name);
+    let blob_dir = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blob_dir).unwrap();
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    for blob in image.blobs().chain(std::iter::once(&image.manifest)) {
+        std::fs::write(blob_dir.join(blob.hex()), &blob.bytes).unwrap();
+    }
+    let mut entry = image.manifest.descriptor();
+    entry["platform"] = image.platform_json();
+    entry["annotations"] = serde_json::json!({ REF_NAME_ANNOTATION: tag });
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [entry],
+    });
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn layouts_from_before_tenants_stay_read_only_and_block_no_tenant() {
+    let fixture = local_fixture();
+    let event = tenant_build(&*fixture.blobs, "contoso", context_tar(b"server v1")).await;
+    let image = expected_image(&*fixture.blobs, &event).await;
+    let old = write_old_layout(
+        &fixture.oci,
+        "contoso.azurecr.io",
+        "contoso/payments-api",
+        &image,
+        "1.4.0",
+    );
+    let old_files = snapshot(&old);
+
+    // The old layout records no tenant: it moves aside, intact, and its
+    // owner still finds the tag.
+    let builder = fixture.consumer.builder();
+    let found = builder
+        .find("contoso", "contoso.azurecr.io", "contoso/payments-api", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(found.legacy);
+    assert_eq!(found.digest, image.digest());
+    let parked = fixture.oci.join(".legacy/contoso.azurecr.io/contoso/payments-api");
+    assert_eq!(found.layout, parked);
+    assert!(!old.exists());
+    assert_eq!(old_files, snapshot(&parked), "moved, not rewritten");
+    assert!(fixture.oci.join(crate::tenant::LAYOUT_MARKER).is_file());
+
+    // The owner's in-flight build completes into its own layout; another
+    // tenant's build of the same name and tag is blocked by neither.
+    let rebuilt = built(&handle_as(&fixture.consumer, "contoso", event.into()).await.unwrap()).clone();
+    assert_eq!(rebuilt.digest, image.digest());
+    let fabrikam = tenant_build(&*fixture.blobs, "fabrikam", context_tar(b"server v2")).await;
+    let theirs = built(&handle_as(&fixture.consumer, "fabrikam", fabrikam.into()).await.unwrap()).clone();
+    assert_ne!(theirs.digest, image.digest());
+    for tenant in ["contoso", "fabrikam"] {
+        let found = builder
+            .find(tenant, "contoso.azurecr.io", "contoso/payments-api", "1.4.0")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!found.legacy, "{tenant} finds its own layout first");
+    }
+    assert_eq!(old_files, snapshot(&parked), "the old layout is read-only");
+
+    // A restart migrates nothing more.
+    let restarted = LocalImageBuilder::new(&fixture.oci, fixture.blobs.clone());
+    let again = restarted
+        .find("northwind", "contoso.azurecr.io", "contoso/payments-api", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.legacy);
+    assert_eq!(old_files, snapshot(&parked));
+}
+
+#[tokio::test]
+async fn an_old_layout_whose_tags_record_a_tenant_moves_to_that_tenant() {
+    let fixture = local_fixture();
+    let event = tenant_build(&*fixture.blobs, "contoso", context_tar(b"server")).await;
+    let image = expected_image(&*fixture.blobs, &event).await;
+    let old = write_old_layout(&fixture.oci, "localhost", "payments-api", &image, "1.4.0");
+    let mut index = read_json(&old.join("index.json"));
+    index["manifests"][0]["annotations"][TENANT_ANNOTATION] = "contoso".into();
+    std::fs::write(old.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+
+    let found = fixture
+        .consumer
+        .builder()
+        .find("contoso", "localhost", "payments-api", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!found.legacy);
+    assert_eq!(found.layout, fixture.oci.join("contoso/localhost/payments-api"));
+    assert_eq!(
+        fixture
+            .consumer
+            .builder()
+            .find("fabrikam", "localhost", "payments-api", "1.4.0")
+            .await
+            .unwrap(),
+        None,
+        "another tenant does not see it"
+    );
 }
 
 // ---- Azure adapter against a scripted registry ----
@@ -631,4 +852,41 @@ async fn acr_refuses_another_registry_and_hides_secrets() {
     server.finish().await;
     assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
     assert!(err.to_string().contains("fabrikam.azurecr.io"), "{err}");
+}
+
+#[tokio::test]
+async fn acr_pushes_into_the_tenants_repository() {
+    assert_eq!(
+        super::azure::tenant_repository("contoso", "contoso/payments-api"),
+        "contoso/payments-api"
+    );
+    assert_eq!(
+        super::azure::tenant_repository("contoso", "payments-api"),
+        "contoso/payments-api"
+    );
+    assert_eq!(
+        super::azure::tenant_repository("contoso", "contosox/api"),
+        "contoso/contosox/api"
+    );
+
+    // Fabrikam building the same image name pushes under fabrikam/.
+    let fixture = local_fixture();
+    let event = tenant_build(&*fixture.blobs, "fabrikam", context_tar(b"server")).await;
+    let image = expected_image(&*fixture.blobs, &event).await;
+    let repository = "/v2/fabrikam/contoso/payments-api";
+    let server = MockAzure::start(vec![
+        Reply::json("GET", "/oauth2/token", 200, r#"{"access_token":"acr-access"}"#),
+        Reply::bytes("HEAD", &format!("{repository}/manifests/1.4.0"), 200, b"")
+            .header("Docker-Content-Digest", image.digest()),
+    ])
+    .await;
+    let outcome = handle_as(&acr(&server, fixture.blobs.clone(), basic()), "fabrikam", event.into()).await;
+    let requests = server.finish().await;
+    let pushed = built(outcome.as_ref().unwrap());
+    assert_eq!(pushed.image, "fabrikam/contoso/payments-api");
+    assert_eq!(pushed.validate(), Ok(()));
+    assert_eq!(
+        requests[0].query("scope"),
+        Some("repository:fabrikam/contoso/payments-api:pull,push")
+    );
 }

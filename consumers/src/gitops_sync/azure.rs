@@ -8,10 +8,27 @@
 //!
 //! Argo CD was chosen over Flux: its REST API is reachable without
 //! Kubernetes credentials and reports the synced revision directly. Each
-//! environment is an Argo CD Application named `<prefix><environment>`
-//! whose source is the environment repository at path `<environment>` on
-//! `main`. A reconcile is, with a bearer token:
+//! tenant's environment is an Argo CD Application named
+//! `<prefix><tenant>.<environment>` ([`application_name`]; tenant ids hold
+//! no `.`, so two tenants' `dev` are two applications) whose source is the
+//! tenant's environment repository at path `<environment>` on `main`.
+//! Operators create the applications; one may carry the label
+//! `bosun.dev/tenant` ([`TENANT_LABEL`]), and one labelled for another
+//! tenant is refused ([`GitOpsError::ForeignTenant`]).
 //!
+//! Applications named before tenants, `<prefix><environment>`, are used
+//! only for the tenant their `bosun.dev/tenant` label names: when the
+//! tenant's application does not exist (404, or 403 as Argo CD answers for
+//! applications a token may not see) and the old one is labelled for the
+//! tenant, it is synced; labelled for another tenant, refused; not
+//! labelled, refused with what to do (create the tenant's application, or
+//! label the old one) — an unlabelled application records nothing that
+//! says whose it is, and syncing it would change another tenant's
+//! environment.
+//!
+//! A reconcile is, with a bearer token:
+//!
+//! 0. `GET /api/v1/applications/{name}` — which application (see above);
 //! 1. `POST /api/v1/applications/{name}/sync` with
 //!    `{"revision": "<commit>", "prune": true}` — an "another operation is
 //!    already in progress" answer is not an error: the running operation
@@ -45,6 +62,7 @@ use super::port::{
 use crate::azure_devops::AzureDevOpsConfig;
 use crate::commit::azure::AzureCommitWriter;
 use crate::commit::{CommitSpec, CommitWriter, FileWrite};
+use crate::tenant::ForeignTenant;
 
 /// Default timeout of one Argo CD request.
 pub const DEFAULT_ARGO_CD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -112,8 +130,34 @@ pub struct AzureEnvironments {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct Application {
+    metadata: ApplicationMetadata,
     status: ApplicationStatus,
 }
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ApplicationMetadata {
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+impl Application {
+    fn tenant(&self) -> Option<&str> {
+        self.metadata.labels.get(TENANT_LABEL).map(String::as_str)
+    }
+}
+
+/// The label of an Argo CD Application naming the tenant whose
+/// environment it is.
+pub const TENANT_LABEL: &str = "bosun.dev/tenant";
+
+/// The Argo CD Application of a tenant's environment:
+/// `<prefix><tenant>.<environment>`.
+pub fn application_name(prefix: &str, tenant: &str, environment: &str) -> String {
+    format!("{prefix}{tenant}.{environment}")
+}
+
+/// A failed Argo CD call: the error, Argo CD's message, the HTTP status.
+type ArgoFailure = (GitOpsError, String, Option<StatusCode>);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -271,7 +315,7 @@ impl AzureEnvironments {
     }
 
     /// Sends a request; the body of a 2xx answer, or the error.
-    async fn send(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Vec<u8>, (GitOpsError, String)> {
+    async fn send(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Vec<u8>, ArgoFailure> {
         let operation = format!("{method} {}", url.path());
         let mut request = self.http.request(method, url);
         if let Some(body) = body {
@@ -281,6 +325,7 @@ impl AzureEnvironments {
             (
                 GitOpsError::Unavailable(format!("Argo CD {operation}: {err}").into()),
                 String::new(),
+                None,
             )
         })?;
         let status = response.status();
@@ -297,6 +342,7 @@ impl AzureEnvironments {
                 (
                     GitOpsError::Unavailable(format!("Argo CD {operation}: {err}").into()),
                     String::new(),
+                    Some(status),
                 )
             })?
             .to_vec();
@@ -318,7 +364,64 @@ impl AzureEnvironments {
             status if status.is_server_error() => GitOpsError::Unavailable(source.into()),
             _ => GitOpsError::Rejected(source.into()),
         };
-        Err((err, message))
+        Err((err, message, Some(status)))
+    }
+
+    /// An application and what it says, parsed.
+    async fn application(&self, name: &str) -> Result<Application, ArgoFailure> {
+        let bytes = self.send(Method::GET, self.application_url(name, &[]), None).await?;
+        serde_json::from_slice(&bytes).map_err(|err| {
+            (
+                GitOpsError::Unavailable(format!("Argo CD application `{name}` is not readable: {err}").into()),
+                String::new(),
+                None,
+            )
+        })
+    }
+
+    /// The name of the application to sync for a tenant's environment (see
+    /// the module documentation).
+    async fn resolve_application(&self, tenant: &str, environment: &str) -> Result<String, GitOpsError> {
+        let name = application_name(&self.application_prefix, tenant, environment);
+        let refuse = |app: &str, owner: &str| {
+            GitOpsError::from(ForeignTenant::new(
+                format!("Argo CD application `{app}`"),
+                Some(owner),
+                tenant,
+            ))
+        };
+        let scoped_error = match self.application(&name).await {
+            Ok(application) => {
+                return match application.tenant() {
+                    Some(owner) if owner != tenant => Err(refuse(&name, owner)),
+                    _ => Ok(name),
+                };
+            }
+            Err((err, _, Some(StatusCode::NOT_FOUND | StatusCode::FORBIDDEN))) => err,
+            Err((err, _, _)) => return Err(err),
+        };
+        let legacy = format!("{}{environment}", self.application_prefix);
+        let application = match self.application(&legacy).await {
+            Ok(application) => application,
+            // Neither exists: the tenant's application is the one to make.
+            Err((_, _, Some(StatusCode::NOT_FOUND | StatusCode::FORBIDDEN))) => return Err(scoped_error),
+            Err((err, _, _)) => return Err(err),
+        };
+        match application.tenant() {
+            Some(owner) if owner == tenant => {
+                tracing::debug!(application = %legacy, tenant, "using the application named before tenants, labelled for this tenant");
+                Ok(legacy)
+            }
+            Some(owner) => Err(refuse(&legacy, owner)),
+            None => Err(GitOpsError::Rejected(
+                format!(
+                    "Argo CD application `{name}` does not exist, and `{legacy}` (named before tenants) has no \
+                     `{TENANT_LABEL}` label saying whose it is; create `{name}` for tenant `{tenant}`, \
+                     or label `{legacy}` with {TENANT_LABEL}={tenant}, then replay"
+                )
+                .into(),
+            )),
+        }
     }
 }
 
@@ -357,7 +460,8 @@ impl Environments for AzureEnvironments {
         if let Some(commit) = &request.commit_sha {
             validate::git_sha("commitSha", commit)?;
         }
-        let name = format!("{}{}", self.application_prefix, request.environment);
+        validate::tenant_id("tenant", &request.tenant)?;
+        let name = self.resolve_application(&request.tenant, &request.environment).await?;
         let mut body = json!({ "prune": true });
         if let Some(commit) = &request.commit_sha {
             body["revision"] = json!(commit);
@@ -367,18 +471,12 @@ impl Environments for AzureEnvironments {
             .await
         {
             Ok(_) => {}
-            Err((_, message)) if message.contains("another operation is already in progress") => {
+            Err((_, message, _)) if message.contains("another operation is already in progress") => {
                 tracing::debug!(application = %name, "a sync is already running; observing it");
             }
-            Err((err, _)) => return Err(err),
+            Err((err, _, _)) => return Err(err),
         }
-        let bytes = self
-            .send(Method::GET, self.application_url(&name, &[]), None)
-            .await
-            .map_err(|(err, _)| err)?;
-        let application: Application = serde_json::from_slice(&bytes).map_err(|err| {
-            GitOpsError::Unavailable(format!("Argo CD application `{name}` is not readable: {err}").into())
-        })?;
+        let application = self.application(&name).await.map_err(|(err, _, _)| err)?;
         let status = application.status;
         if let Some(operation) = &status.operation_state
             && matches!(operation.phase.as_str(), "Failed" | "Error")

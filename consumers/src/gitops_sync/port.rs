@@ -11,6 +11,7 @@ pub use bosun_sagas::gitops::EnvironmentReport;
 use time::OffsetDateTime;
 
 use crate::commit::CommitError;
+use crate::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// A promotion's desired state to commit into the environment repository.
@@ -135,12 +136,15 @@ pub enum GitOpsError {
     /// application that does not exist). Permanent.
     #[error("environment refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The environment is another tenant's. Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl GitOpsError {
     /// Whether retrying may help.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, Self::Invalid(_) | Self::Rejected(_))
+        !matches!(self, Self::Invalid(_) | Self::Rejected(_) | Self::ForeignTenant(_))
     }
 }
 

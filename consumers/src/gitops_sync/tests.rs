@@ -42,8 +42,18 @@ async fn deliver<P: Environments>(
     stored: &mut Value,
     message: impl Into<Message>,
 ) -> Result<Outcome, HandlerError> {
+    deliver_as(consumer, "contoso", stored, message).await
+}
+
+/// [`deliver`] for a message of `tenant`.
+async fn deliver_as<P: Environments>(
+    consumer: &GitOpsSync<P>,
+    tenant: &str,
+    stored: &mut Value,
+    message: impl Into<Message>,
+) -> Result<Outcome, HandlerError> {
     let message = message.into();
-    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "agent:test");
+    let envelope = Envelope::new(&message, Uuid::now_v7(), tenant, "agent:test");
     let (kind, key) = consumer.saga_of(&envelope, &message).expect("a GitOps message");
     let saga = SagaInstance {
         kind,
@@ -511,6 +521,64 @@ async fn local_newer_promotion_supersedes_and_late_older_one_is_ignored() {
 }
 
 #[tokio::test]
+async fn two_tenants_reconcile_the_same_environment_name_each_their_own() {
+    let local = Local::new();
+    let (mut contoso_saga, mut fabrikam_saga) = (Value::Null, Value::Null);
+    let contoso = deliver_as(
+        &local.consumer,
+        "contoso",
+        &mut contoso_saga,
+        promoted("payments-api-1.4.0-7f3c2a1", 0),
+    )
+    .await
+    .unwrap();
+    let contoso_dir = local.env_dir();
+    let contoso_manifest = std::fs::read(contoso_dir.join("apps/payments-api/release.json")).unwrap();
+
+    // Same environment, environment repository and module; another release.
+    let fabrikam = deliver_as(
+        &local.consumer,
+        "fabrikam",
+        &mut fabrikam_saga,
+        promoted("payments-api-2.0.0-9b9b9b9", 0),
+    )
+    .await
+    .unwrap();
+    let (contoso, fabrikam) = (synced(&contoso)[0], synced(&fabrikam)[0]);
+    assert_eq!(
+        fabrikam.applied[0].action,
+        SyncAction::Created,
+        "fabrikam's dev starts empty"
+    );
+    assert_ne!(contoso.commit_sha, fabrikam.commit_sha);
+    let theirs = local.git_root.join("fabrikam/environments/environments.git");
+    assert_eq!(git(&theirs, &["rev-parse", "main"]), fabrikam.commit_sha);
+    assert_eq!(git(&local.repo(), &["rev-parse", "main"]), contoso.commit_sha);
+    assert_eq!(
+        local.commit_count(),
+        1,
+        "contoso's repository has only its own promotion"
+    );
+
+    let their_dir = local.consumer.environments().environment_dir("fabrikam", "dev");
+    assert_eq!(
+        read_json(&their_dir.join("apps/payments-api/release.json"))["releaseId"],
+        "payments-api-2.0.0-9b9b9b9"
+    );
+    assert_eq!(
+        std::fs::read(contoso_dir.join("apps/payments-api/release.json")).unwrap(),
+        contoso_manifest,
+        "contoso's environment is untouched"
+    );
+    assert_eq!(
+        std::fs::read_to_string(contoso_dir.join(SYNCED_COMMIT_FILE))
+            .unwrap()
+            .trim(),
+        contoso.commit_sha
+    );
+}
+
+#[tokio::test]
 async fn local_reconcile_prunes_what_is_gone_and_reports_each_app() {
     let local = Local::new();
     let port = local.consumer.environments();
@@ -626,7 +694,8 @@ mod azure {
     use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
     use crate::gitops_sync::azure::{ArgoCdConfig, AzureEnvironments, AzureGitOpsConfig};
 
-    const APP: &str = "/api/v1/applications/bosun-dev";
+    const APP: &str = "/api/v1/applications/bosun-contoso.dev";
+    const OLD_APP: &str = "/api/v1/applications/bosun-dev";
 
     fn adapter(server: &MockAzure) -> AzureEnvironments {
         let mut argo_cd = ArgoCdConfig::new(server.url(""), "argo-token");
@@ -654,7 +723,7 @@ mod azure {
 
     fn application(phase: &str, sync: &str, revision: &str, health: &str) -> String {
         serde_json::json!({
-            "metadata": {"name": "bosun-dev", "namespace": "argocd"},
+            "metadata": {"name": "bosun-contoso.dev", "namespace": "argocd"},
             "spec": {"source": {"repoURL": "https://dev.azure.com/contoso/Delivery/_git/environments", "path": "dev", "targetRevision": "main"}},
             "status": {
                 "sync": {"status": sync, "revision": revision},
@@ -682,6 +751,7 @@ mod azure {
     #[tokio::test]
     async fn argo_cd_sync_to_the_commit_and_report_what_runs() {
         let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 200, &application("Succeeded", "Synced", SHA_1, "Healthy")),
             Reply::json(
                 "POST",
                 &format!("{APP}/sync"),
@@ -707,7 +777,7 @@ mod azure {
         );
         assert_eq!(report.applied[0].namespace.as_deref(), Some("payments"));
         assert_eq!(
-            requests[0].json(),
+            requests[1].json(),
             serde_json::json!({"prune": true, "revision": SHA_2})
         );
         for request in &requests {
@@ -718,6 +788,7 @@ mod azure {
     #[tokio::test]
     async fn argo_cd_sync_in_progress_reports_nothing_yet() {
         let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 200, &application("Running", "OutOfSync", SHA_1, "Progressing")),
             Reply::json(
                 "POST",
                 &format!("{APP}/sync"),
@@ -736,22 +807,38 @@ mod azure {
 
     #[tokio::test]
     async fn argo_cd_errors_map_to_retry_decisions() {
-        let server = MockAzure::start(vec![Reply::json(
-            "POST",
-            &format!("{APP}/sync"),
-            403,
-            r#"{"error":"permission denied","code":7,"message":"permission denied"}"#,
-        )])
+        let app = application("Succeeded", "Synced", SHA_1, "Healthy");
+        let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 200, &app),
+            Reply::json(
+                "POST",
+                &format!("{APP}/sync"),
+                403,
+                r#"{"error":"permission denied","code":7,"message":"permission denied"}"#,
+            ),
+        ])
         .await;
         let err = adapter(&server).reconcile(&request(Some(SHA_2))).await.unwrap_err();
         server.finish().await;
         assert!(!err.is_retryable(), "{err}");
 
-        let server = MockAzure::start(vec![Reply::json("POST", &format!("{APP}/sync"), 503, "{}")]).await;
+        let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 200, &app),
+            Reply::json("POST", &format!("{APP}/sync"), 503, "{}"),
+        ])
+        .await;
         let err = adapter(&server).reconcile(&request(None)).await.unwrap_err();
         let requests = server.finish().await;
         assert!(err.is_retryable(), "{err}");
-        assert_eq!(requests[0].json(), serde_json::json!({"prune": true}));
+        assert_eq!(requests[1].json(), serde_json::json!({"prune": true}));
+
+        let server = MockAzure::start(vec![Reply::json("GET", APP, 503, "{}")]).await;
+        let err = adapter(&server).reconcile(&request(None)).await.unwrap_err();
+        server.finish().await;
+        assert!(
+            err.is_retryable(),
+            "an unreachable Argo CD is no missing application: {err}"
+        );
     }
 
     #[tokio::test]
@@ -800,5 +887,102 @@ mod azure {
         assert!(written.no_op);
         assert_eq!(written.commit_sha, SHA_1);
         assert_eq!(requests[2].query("path"), Some(format!("/{path}").as_str()));
+    }
+
+    fn labelled(tenant: Option<&str>) -> String {
+        let mut app: serde_json::Value =
+            serde_json::from_str(&application("Succeeded", "Synced", SHA_2, "Healthy")).unwrap();
+        if let Some(tenant) = tenant {
+            app["metadata"]["labels"] = serde_json::json!({ "bosun.dev/tenant": tenant });
+        }
+        app.to_string()
+    }
+
+    #[tokio::test]
+    async fn two_tenants_reconcile_the_same_environment_name_through_their_own_applications() {
+        assert_eq!(
+            crate::gitops_sync::azure::application_name("bosun-", "fabrikam", "dev"),
+            "bosun-fabrikam.dev"
+        );
+        let theirs = "/api/v1/applications/bosun-fabrikam.dev";
+        let server = MockAzure::start(vec![
+            Reply::json("GET", theirs, 200, &labelled(Some("fabrikam"))),
+            Reply::json("POST", &format!("{theirs}/sync"), 200, "{}"),
+            Reply::json("GET", theirs, 200, &labelled(Some("fabrikam"))),
+        ])
+        .await;
+        let mut fabrikam = request(Some(SHA_2));
+        fabrikam.tenant = "fabrikam".into();
+        let report = adapter(&server).reconcile(&fabrikam).await;
+        let requests = server.finish().await;
+        assert_eq!(report.unwrap().commit_sha.as_deref(), Some(SHA_2));
+        assert!(
+            requests.iter().all(|r| r.path.starts_with(theirs)),
+            "contoso's application is never touched"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_application_labelled_for_another_tenant_is_refused_naming_both() {
+        let server = MockAzure::start(vec![Reply::json("GET", APP, 200, &labelled(Some("fabrikam")))]).await;
+        let err = adapter(&server).reconcile(&request(Some(SHA_2))).await.unwrap_err();
+        let requests = server.finish().await;
+        assert!(!err.is_retryable());
+        let text = err.to_string();
+        assert!(text.contains("`contoso`") && text.contains("`fabrikam`"), "{text}");
+        assert_eq!(requests.len(), 1, "no sync is asked for");
+    }
+
+    #[tokio::test]
+    async fn an_application_named_before_tenants_is_used_only_when_labelled_for_the_tenant() {
+        // Labelled for this tenant: the in-flight promotion completes.
+        let server = MockAzure::start(vec![
+            Reply::json(
+                "GET",
+                APP,
+                404,
+                r#"{"message":"applications.argoproj.io \"bosun-contoso.dev\" not found"}"#,
+            ),
+            Reply::json("GET", OLD_APP, 200, &labelled(Some("contoso"))),
+            Reply::json("POST", &format!("{OLD_APP}/sync"), 200, "{}"),
+            Reply::json("GET", OLD_APP, 200, &labelled(Some("contoso"))),
+        ])
+        .await;
+        let report = adapter(&server).reconcile(&request(Some(SHA_2))).await;
+        server.finish().await;
+        assert_eq!(report.unwrap().commit_sha.as_deref(), Some(SHA_2));
+
+        // Unlabelled: whose it is cannot be known; refused with what to do.
+        let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 403, r#"{"message":"permission denied"}"#),
+            Reply::json("GET", OLD_APP, 200, &labelled(None)),
+        ])
+        .await;
+        let err = adapter(&server).reconcile(&request(Some(SHA_2))).await.unwrap_err();
+        let requests = server.finish().await;
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("bosun.dev/tenant=contoso"), "{err}");
+        assert_eq!(requests.len(), 2, "nothing is synced");
+
+        // Labelled for another tenant: refused.
+        let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 404, "{}"),
+            Reply::json("GET", OLD_APP, 200, &labelled(Some("fabrikam"))),
+        ])
+        .await;
+        let err = adapter(&server).reconcile(&request(Some(SHA_2))).await.unwrap_err();
+        server.finish().await;
+        assert!(err.to_string().contains("`fabrikam`"), "{err}");
+
+        // Neither exists: the tenant's application is the one named.
+        let server = MockAzure::start(vec![
+            Reply::json("GET", APP, 404, r#"{"message":"not found"}"#),
+            Reply::json("GET", OLD_APP, 404, r#"{"message":"not found"}"#),
+        ])
+        .await;
+        let err = adapter(&server).reconcile(&request(Some(SHA_2))).await.unwrap_err();
+        server.finish().await;
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("bosun-contoso.dev"), "{err}");
     }
 }

@@ -5,6 +5,20 @@
 //! non-interactively, with the configured environment (backend URL,
 //! credentials — never logged) and:
 //!
+//! `S` is the tenant's Pulumi stack ([`tenant_stack`]): the request's
+//! `[organization/][project/]name` with the name written `<tenant>.<name>`
+//! (tenant ids hold no `.`, so no two tenants' stacks can meet), so two
+//! tenants provisioning the same stack get two Pulumi stacks, two states
+//! and two histories.
+//!
+//! 0. `pulumi stack select --stack S` (without `--create`) tells whether
+//!    the tenant's stack exists. When it does not, and the stack of the
+//!    request's bare name does (one created before stacks were scoped by
+//!    tenant), the request is refused ([`IacError::UnscopedStack`]):
+//!    Pulumi records nothing that says whose that stack is, and creating a
+//!    second stack beside it would deploy its resources a second time. An
+//!    operator gives it to its owner with
+//!    `pulumi stack rename --stack <name> <tenant stack>` and replays;
 //! 1. `pulumi stack select --create --stack S` — the stack exists;
 //! 2. `pulumi stack history --json --stack S` — idempotency on `planId`:
 //!    every update bosun runs carries the message `bosun plan <planId>`, so
@@ -219,6 +233,15 @@ fn drift_of(digest: &PulumiDigest) -> Vec<DriftedResource> {
     drifted
 }
 
+/// The Pulumi stack of `tenant`'s stack `stack` (`[organization/][project/]name`):
+/// the same with the name written `<tenant>.<name>`.
+pub fn tenant_stack(tenant: &str, stack: &str) -> String {
+    match stack.rsplit_once('/') {
+        Some((scope, name)) => format!("{scope}/{tenant}.{name}"),
+        None => format!("{tenant}.{stack}"),
+    }
+}
+
 /// The message marking bosun's updates of a plan.
 fn plan_message(plan_id: &str) -> String {
     format!("bosun plan {plan_id}")
@@ -310,6 +333,18 @@ impl PulumiEngine {
             .collect()
     }
 
+    /// Whether a stack exists (selecting it, without creating it).
+    async fn stack_exists(&self, stack: &str) -> Result<bool, IacError> {
+        match self
+            .pulumi(&["stack".into(), "select".into(), "--stack".into(), stack.into()])
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(IacError::Unavailable(err)) if err.to_string().contains("no stack named") => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     async fn outputs(&self, stack: &str) -> Result<BTreeMap<String, Value>, IacError> {
         let text = self
             .pulumi(&[
@@ -334,16 +369,25 @@ impl InfrastructureEngine for PulumiEngine {
     async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError> {
         validate::stack_name("stack", &request.stack)?;
         validate::identifier("planId", &request.plan_id)?;
-        let stack = request.stack.clone();
+        validate::tenant_id("tenant", &request.tenant)?;
+        let stack = tenant_stack(&request.tenant, &request.stack);
         let message = plan_message(&request.plan_id);
-        self.pulumi(&[
-            "stack".into(),
-            "select".into(),
-            "--create".into(),
-            "--stack".into(),
-            stack.clone(),
-        ])
-        .await?;
+        if !self.stack_exists(&stack).await? {
+            if self.stack_exists(&request.stack).await? {
+                return Err(IacError::UnscopedStack {
+                    stack: request.stack.clone(),
+                    tenant_stack: stack,
+                });
+            }
+            self.pulumi(&[
+                "stack".into(),
+                "select".into(),
+                "--create".into(),
+                "--stack".into(),
+                stack.clone(),
+            ])
+            .await?;
+        }
 
         let text = self
             .pulumi(&[
@@ -363,7 +407,7 @@ impl InfrastructureEngine for PulumiEngine {
             .iter()
             .find(|entry| entry.kind == "update" && entry.message == message && entry.result == "succeeded")
         {
-            tracing::info!(plan_id = %request.plan_id, %stack, "plan already applied; replaying its result");
+            tracing::info!(tenant = %request.tenant, plan_id = %request.plan_id, %stack, "plan already applied; replaying its result");
             let provisioned_at = applied
                 .end_time
                 .as_deref()

@@ -12,6 +12,14 @@
 //!   stacks/<stack>/last-apply.json        the journal of the last finished apply
 //! ```
 //!
+//! Everything of a stack is under its tenant's folder, so two tenants
+//! provisioning the same stack in the same environment name never meet;
+//! the state also records the tenant (`tenant`), and a state naming
+//! another tenant is refused ([`IacError::ForeignTenant`]). A state from
+//! before the tenant was recorded is adopted by the tenant whose folder
+//! holds it, on its next apply. Plans are looked up in the stack's state,
+//! so a plan id is the tenant's too.
+//!
 //! `<stack>` is the stack name with `/` written as `+`; `<type>` is the
 //! resource type with `:` written as `.` and any character other than
 //! `[A-Za-z0-9_-]` percent-encoded. An actual resource file holds its type,
@@ -58,6 +66,7 @@ use tokio::sync::Mutex;
 
 use super::port::{IacError, InfrastructureEngine, ProvisionReport, ProvisionRequest};
 use crate::blob::sha256_hex;
+use crate::tenant::check_owner;
 
 /// Applied plans remembered per stack (the newest).
 pub const PLAN_HISTORY: usize = 200;
@@ -143,6 +152,11 @@ pub struct PlanRecord {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct StackState {
+    /// The tenant owning the stack. States written before the tenant was
+    /// recorded have none: their folder is the tenant's, so the next
+    /// apply records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// The stack.
     pub stack: String,
     /// The environment.
@@ -583,6 +597,14 @@ fn outputs(state: &StackState) -> BTreeMap<String, Value> {
 impl LocalInfrastructure {
     async fn run(&self, request: &ProvisionRequest, paths: &StackPaths) -> Result<ProvisionReport, IacError> {
         let mut state: StackState = read_json(&paths.state()).await?.unwrap_or_default();
+        if let Some(owner) = &state.tenant {
+            check_owner(
+                || format!("stack `{}` in `{}`", request.stack, request.environment),
+                owner,
+                &request.tenant,
+            )?;
+        }
+        state.tenant = Some(request.tenant.clone());
         state.stack.clone_from(&request.stack);
         state.environment.clone_from(&request.environment);
         let journal: Option<Journal> = read_json(&paths.journal()).await?;

@@ -11,13 +11,16 @@ use bosun_contracts::validate::FieldError;
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use crate::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// What to provision: the command's fields (or the default stack of a
 /// release approval), with the envelope's tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProvisionRequest {
-    /// The tenant owning the stack (from the envelope).
+    /// The tenant owning the stack (from the envelope). Stacks, their
+    /// state and their plans are the tenant's: two tenants provisioning
+    /// the same stack name never share one.
     pub tenant: String,
     /// Id of the change: the idempotency key.
     pub plan_id: String,
@@ -137,6 +140,22 @@ pub enum IacError {
     /// credentials). Permanent.
     #[error("infrastructure engine refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The stack exists only under the bare name it had before stacks
+    /// were scoped by tenant, so whose it is cannot be known. Permanent:
+    /// an operator renames it to its owner's stack, then replays.
+    #[error(
+        "stack `{stack}` was created before stacks were scoped by tenant and records no owner; \
+         if it is this tenant's, rename it (`pulumi stack rename --stack {stack} {tenant_stack}`) and replay"
+    )]
+    UnscopedStack {
+        /// The stack as the request names it.
+        stack: String,
+        /// The tenant's stack it would be.
+        tenant_stack: String,
+    },
+    /// The stack is another tenant's. Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl IacError {
@@ -144,7 +163,11 @@ impl IacError {
     pub fn is_retryable(&self) -> bool {
         !matches!(
             self,
-            Self::Invalid(_) | Self::ResourceConflict { .. } | Self::Rejected(_)
+            Self::Invalid(_)
+                | Self::ResourceConflict { .. }
+                | Self::Rejected(_)
+                | Self::UnscopedStack { .. }
+                | Self::ForeignTenant(_)
         )
     }
 }

@@ -461,6 +461,109 @@ async fn a_resource_of_another_stack_is_a_permanent_conflict() {
     assert!(err.to_string().contains("payments/dev"), "{err}");
 }
 
+// ---- tenants: walls between them ----
+
+async fn handle_as<P: InfrastructureEngine>(
+    consumer: &IacProvisioning<P>,
+    tenant: &str,
+    message: impl Into<Message>,
+) -> Result<Outcome, HandlerError> {
+    let message = message.into();
+    let envelope = Envelope::new(&message, Uuid::now_v7(), tenant, "agent:test");
+    consumer.handle(Inbound::new(&envelope, &message)).await
+}
+
+#[tokio::test]
+async fn two_tenants_provision_the_same_stack_and_plan_each_their_own() {
+    let root = tempfile::tempdir().unwrap();
+    let consumer = IacProvisioning::new(LocalInfrastructure::new(root.path()));
+    let contoso = handle_as(&consumer, "contoso", command("plan-1", four_resources()))
+        .await
+        .unwrap();
+    let engine = consumer.engine();
+    let contoso_state = std::fs::read(stack_dir(engine).join("state.json")).unwrap();
+
+    // Same stack, environment and plan id, other resources.
+    let fabrikam_resources = vec![resource("local:storage", "receipts", json!({"sizeGb": 50}))];
+    let fabrikam = handle_as(&consumer, "fabrikam", command("plan-1", fabrikam_resources))
+        .await
+        .unwrap();
+    assert_eq!(provisioned(&contoso).changes.created, 4);
+    let event = provisioned(&fabrikam);
+    assert_eq!(
+        event.changes,
+        ResourceChanges {
+            created: 1,
+            ..ResourceChanges::default()
+        },
+        "fabrikam's plan-1 is not contoso's replayed"
+    );
+    assert!(drift_event(&fabrikam).is_none());
+    assert_eq!(
+        std::fs::read(stack_dir(engine).join("state.json")).unwrap(),
+        contoso_state,
+        "contoso's state is untouched"
+    );
+    let theirs: Value = read(
+        &engine
+            .resources_dir("fabrikam", "dev")
+            .join("local.storage/receipts.json"),
+    );
+    assert_eq!(theirs["properties"]["sizeGb"], json!(50));
+    let ours: Value = read(&resource_file(engine, "local.storage", "receipts"));
+    assert_eq!(ours["properties"]["sizeGb"], json!(5));
+    let state: StackState = read(&engine.stack_dir("fabrikam", "dev", "payments/dev").join("state.json"));
+    assert_eq!(state.tenant.as_deref(), Some("fabrikam"));
+    assert_eq!(state.resources.len(), 1);
+
+    // Each replays its own plan.
+    let again = handle_as(&consumer, "contoso", command("plan-1", four_resources()))
+        .await
+        .unwrap();
+    assert_eq!(provisioned(&again).changes, provisioned(&contoso).changes);
+}
+
+#[tokio::test]
+async fn a_state_from_before_tenants_is_adopted_and_one_of_another_tenant_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let consumer = IacProvisioning::new(LocalInfrastructure::new(root.path()));
+    handle(&consumer, command("plan-1", four_resources())).await.unwrap();
+    let state_path = stack_dir(consumer.engine()).join("state.json");
+
+    // The state as the engine wrote it before it recorded the tenant.
+    let mut old: Value = read(&state_path);
+    old.as_object_mut().unwrap().remove("tenant");
+    std::fs::write(&state_path, serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+    let replay = handle(&consumer, command("plan-1", four_resources())).await.unwrap();
+    assert_eq!(
+        provisioned(&replay).changes.created,
+        4,
+        "the in-flight plan is found again"
+    );
+    handle(&consumer, command("plan-2", four_resources())).await.unwrap();
+    let state: StackState = read(&state_path);
+    assert_eq!(
+        state.tenant.as_deref(),
+        Some("contoso"),
+        "the folder's tenant is recorded"
+    );
+
+    // A state naming another tenant (a copied folder) is not applied.
+    let mut foreign: Value = read(&state_path);
+    foreign["tenant"] = json!("fabrikam");
+    std::fs::write(&state_path, serde_json::to_vec_pretty(&foreign).unwrap()).unwrap();
+    let before = std::fs::read(&state_path).unwrap();
+    let err = handle(&consumer, command("plan-3", four_resources()))
+        .await
+        .unwrap_err();
+    let HandlerError::Permanent(source) = &err else {
+        panic!("expected a permanent error, got {err}");
+    };
+    let text = source.to_string();
+    assert!(text.contains("`contoso`") && text.contains("`fabrikam`"), "{text}");
+    assert_eq!(std::fs::read(&state_path).unwrap(), before);
+}
+
 // ---- the Pulumi adapter ----
 
 #[cfg(unix)]
@@ -469,12 +572,21 @@ mod pulumi {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::iac_provisioning::azure::{PulumiConfig, PulumiEngine};
+    use crate::iac_provisioning::azure::{PulumiConfig, PulumiEngine, tenant_stack};
 
     const FAKE: &str = r#"#!/bin/sh
 echo "$*" >> "$FAKE_PULUMI_DIR/args.log"
 case "$1 $2" in
-  "stack select") exit 0 ;;
+  "stack select")
+    name=""; prev=""; create=""
+    for arg in "$@"; do
+      if [ "$prev" = "--stack" ]; then name="$arg"; fi
+      if [ "$arg" = "--create" ]; then create=1; fi
+      prev="$arg"
+    done
+    if [ -n "$create" ]; then echo "$name" >> "$FAKE_PULUMI_DIR/stacks"; exit 0; fi
+    if [ -f "$FAKE_PULUMI_DIR/stacks" ] && grep -qxF "$name" "$FAKE_PULUMI_DIR/stacks"; then exit 0; fi
+    echo "error: no stack named '$name' found" >&2; exit 255 ;;
   "stack history") if [ -f "$FAKE_PULUMI_DIR/history.json" ]; then cat "$FAKE_PULUMI_DIR/history.json"; else echo "[]"; fi; exit 0 ;;
   "stack output") cat "$FAKE_PULUMI_DIR/outputs.json"; exit 0 ;;
 esac
@@ -598,6 +710,8 @@ esac
             verbs,
             vec![
                 "stack select",
+                "stack select",
+                "stack select",
                 "stack history",
                 "refresh --preview-only",
                 "preview --json",
@@ -609,15 +723,21 @@ esac
             .dir
             .path()
             .join("plans")
-            .join("payments+dev-payments-api-1.4.0-7f3c2a1-dev.plan.json");
-        assert!(
-            calls[3].contains(&format!("--save-plan={}", plan.display())),
-            "{}",
-            calls[3]
+            .join("payments+contoso.dev-payments-api-1.4.0-7f3c2a1-dev.plan.json");
+        assert_eq!(calls[0], "stack select --stack payments/contoso.dev --non-interactive");
+        assert_eq!(calls[1], "stack select --stack payments/dev --non-interactive");
+        assert_eq!(
+            calls[2],
+            "stack select --create --stack payments/contoso.dev --non-interactive"
         );
-        assert!(calls[4].contains(&format!("--plan={}", plan.display())), "{}", calls[4]);
-        for call in &calls[3..5] {
-            assert!(call.contains("--stack payments/dev"), "{call}");
+        assert!(
+            calls[5].contains(&format!("--save-plan={}", plan.display())),
+            "{}",
+            calls[5]
+        );
+        assert!(calls[6].contains(&format!("--plan={}", plan.display())), "{}", calls[6]);
+        for call in &calls[5..7] {
+            assert!(call.contains("--stack payments/contoso.dev"), "{call}");
             assert!(
                 call.contains("--message bosun plan payments-api-1.4.0-7f3c2a1-dev"),
                 "{call}"
@@ -626,7 +746,7 @@ esac
             assert!(call.contains("--config payments:replicas=3"), "{call}");
             assert!(call.contains("--non-interactive"), "{call}");
         }
-        assert!(!calls[3].contains("--refresh"));
+        assert!(!calls[5].contains("--refresh"));
     }
 
     #[tokio::test]
@@ -720,5 +840,54 @@ esac
         let calls = fake.calls();
         assert!(calls.iter().all(|c| !c.starts_with("up")), "{calls:?}");
         assert!(calls.iter().all(|c| !c.contains("--save-plan")), "{calls:?}");
+    }
+
+    #[tokio::test]
+    async fn two_tenants_with_the_same_stack_get_a_pulumi_stack_each() {
+        assert_eq!(tenant_stack("contoso", "payments/dev"), "payments/contoso.dev");
+        assert_eq!(
+            tenant_stack("contoso", "acme/payments/dev"),
+            "acme/payments/contoso.dev"
+        );
+        assert_eq!(tenant_stack("contoso", "dev"), "contoso.dev");
+
+        let fake = Fake::new();
+        fake.engine.provision(&request()).await.unwrap();
+        let mut fabrikam = request();
+        fabrikam.tenant = "fabrikam".into();
+        let report = fake.engine.provision(&fabrikam).await.unwrap();
+        assert!(!report.replayed, "fabrikam does not see contoso's plan");
+        let stacks = std::fs::read_to_string(fake.file("stacks")).unwrap();
+        assert_eq!(stacks, "payments/contoso.dev\npayments/fabrikam.dev\n");
+        let calls = fake.calls();
+        let ups: Vec<&String> = calls.iter().filter(|c| c.starts_with("up")).collect();
+        assert_eq!(ups.len(), 2, "{calls:?}");
+        assert!(ups[0].contains("--stack payments/contoso.dev "), "{}", ups[0]);
+        assert!(ups[1].contains("--stack payments/fabrikam.dev "), "{}", ups[1]);
+    }
+
+    #[tokio::test]
+    async fn a_stack_from_before_tenants_is_refused_until_an_operator_gives_it_an_owner() {
+        let fake = Fake::new();
+        std::fs::write(fake.file("stacks"), "payments/dev\n").unwrap();
+        let err = fake.engine.provision(&request()).await.unwrap_err();
+        assert!(matches!(err, IacError::UnscopedStack { .. }), "{err}");
+        assert!(!err.is_retryable());
+        assert!(
+            err.to_string()
+                .contains("pulumi stack rename --stack payments/dev payments/contoso.dev"),
+            "{err}"
+        );
+        let calls = fake.calls();
+        assert!(
+            calls
+                .iter()
+                .all(|c| !c.contains("--create") && !c.starts_with("up") && !c.starts_with("preview")),
+            "nothing is created or applied: {calls:?}"
+        );
+
+        // Renamed to its owner, the stack is used again.
+        std::fs::write(fake.file("stacks"), "payments/contoso.dev\n").unwrap();
+        fake.engine.provision(&request()).await.unwrap();
     }
 }

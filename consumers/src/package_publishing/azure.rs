@@ -17,6 +17,22 @@
 //! what a retry after a lost answer sees); a different one, or one the
 //! feed no longer serves, is a permanent [`PublishError::VersionConflict`].
 //!
+//! # Tenants
+//!
+//! A feed is the wall between tenants on Azure Artifacts: NuGet package
+//! ids and versions are unique per feed, and the feed a version goes to is
+//! the one the tenant's module names (`package.feed`), in the configured
+//! organization (and project). Tenants are kept apart by configuration —
+//! each tenant's modules name the tenant's own feed, which the feed's
+//! permissions give to that tenant — not by bosun renaming packages (a
+//! package id is what its users restore). When two tenants' modules name
+//! one feed, the version is the first publisher's: a later publish of
+//! other content by another tenant is refused as
+//! [`PublishError::ForeignTenant`], naming both tenants when the version on
+//! the feed was packed by bosun (its `<authors>` is the tenant, see
+//! [`super::nupkg::packed_tenant`]), else as a
+//! [`PublishError::VersionConflict`].
+//!
 //! Errors: 429 and 503 with `Retry-After` → retry after it; other 429,
 //! 408, 5xx and connection failures → transient; 400 (an invalid package),
 //! 401, 403 and other 4xx → permanent.
@@ -42,9 +58,10 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY
 use reqwest::{Method, StatusCode, Url};
 use time::OffsetDateTime;
 
-use super::nupkg::{Nupkg, check_spec, normalized_version, prepare, sha512_hex};
+use super::nupkg::{Nupkg, check_spec, normalized_version, nuspec_of, packed_tenant, prepare, sha512_hex};
 use super::port::{PackageFeed, PackageSpec, PublishError, PublishedPackage};
 use crate::blob::BlobStore;
+use crate::tenant::ForeignTenant;
 
 /// Default timeout of one HTTP request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -339,6 +356,16 @@ impl PackageFeed for AzureArtifactsFeed {
         };
         let existing_sha512 = sha512_hex(&existing);
         if existing_sha512 != nupkg.sha512 {
+            if let Some(owner) = nuspec_of(&existing).as_deref().and_then(packed_tenant)
+                && owner != spec.tenant
+            {
+                return Err(ForeignTenant::new(
+                    format!("{} {} on feed `{}`", spec.package_id, spec.version, spec.feed),
+                    Some(&owner),
+                    &spec.tenant,
+                )
+                .into());
+            }
             return Err(conflict(existing_sha512));
         }
         tracing::debug!(feed = %spec.feed, package_id = %spec.package_id, version = %spec.version, "package already on the feed");

@@ -13,7 +13,11 @@
 //! fields, so a packed `.nuspec` names the tenant as author and the
 //! module's name as description.
 //!
-//! Idempotent on (packageId, version): versions are immutable. Packing is
+//! Idempotent on (tenant, feed, packageId, version): versions are
+//! immutable. On the folder feed each tenant has its own feeds (two tenants
+//! publishing the same id and version never meet); on Azure Artifacts the
+//! feed a module names is the wall (see [`azure`]). The content blob must
+//! be under the tenant's keys ([`crate::tenant::check_blob`]). Packing is
 //! deterministic, so the same content gives the same SHA-512; when the feed
 //! already has the version with that hash nothing is written and the event
 //! says `alreadyPublished: true`; different content for an existing version
@@ -100,6 +104,10 @@ pub fn package_spec(tenant: &str, event: &BuildCompleted) -> Result<Option<Packa
     };
     validate::tenant_id("tenantId", tenant)
         .map_err(|err| PublishError::Invalid(format!("{}: {}", err.field, err.reason)))?;
+    let blob = match &source {
+        PackageSource::Content(blob) | PackageSource::Nupkg(blob) => blob,
+    };
+    crate::tenant::check_blob(blob, tenant)?;
     Ok(Some(PackageSpec {
         tenant: tenant.to_owned(),
         feed: package.feed.clone(),

@@ -112,6 +112,7 @@ pub fn normalized_version(version: &str) -> String {
 /// Checks the spec's names before anything is read.
 pub fn check_spec(spec: &PackageSpec) -> Result<(), PublishError> {
     let invalid = |err: validate::FieldError| PublishError::Invalid(format!("{}: {}", err.field, err.reason));
+    validate::tenant_id("tenant", &spec.tenant).map_err(invalid)?;
     validate::nuget_package_id("packageId", &spec.package_id).map_err(invalid)?;
     validate::semantic_version("version", &spec.version).map_err(invalid)?;
     validate::identifier("feed", &spec.feed).map_err(invalid)?;
@@ -144,6 +145,11 @@ pub async fn prepare(blobs: &dyn BlobStore, spec: &PackageSpec) -> Result<Nupkg,
 
 /// The `.nuspec` of a packed package.
 pub fn nuspec(spec: &PackageSpec) -> String {
+    nuspec_document(&spec.package_id, &spec.version, &spec.authors, &spec.description)
+}
+
+/// The `.nuspec` document bosun writes for these metadata.
+fn nuspec_document(package_id: &str, version: &str, authors: &str, description: &str) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n\
          <package xmlns=\"{NUSPEC_NAMESPACE}\">\n  \
@@ -154,11 +160,39 @@ pub fn nuspec(spec: &PackageSpec) -> String {
          <description>{}</description>\n  \
          </metadata>\n\
          </package>\n",
-        xml_escape(&spec.package_id),
-        xml_escape(&spec.version),
-        xml_escape(&spec.authors),
-        xml_escape(&spec.description),
+        xml_escape(package_id),
+        xml_escape(version),
+        xml_escape(authors),
+        xml_escape(description),
     )
+}
+
+/// The tenant that published a package bosun packed, read from its
+/// `.nuspec`: bosun packs with the tenant as `<authors>`, in exactly the
+/// document [`nuspec`] writes. `None` for any other `.nuspec` (a ready
+/// package a build made names its own authors, which say nothing about
+/// the tenant).
+pub fn packed_tenant(nuspec: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(nuspec).ok()?;
+    let id = xml_element(text, "id")?;
+    let version = xml_element(text, "version")?;
+    let authors = xml_element(text, "authors")?;
+    let description = xml_element(text, "description")?;
+    validate::tenant_id("authors", &authors).ok()?;
+    (nuspec_document(&id, &version, &authors, &description) == text).then_some(authors)
+}
+
+/// The `.nuspec` inside a `.nupkg` (the one file at its root ending in
+/// `.nuspec`), if it has exactly one.
+pub fn nuspec_of(bytes: &[u8]) -> Option<Vec<u8>> {
+    let entries = zip::read_central_directory(bytes).ok()?;
+    let mut manifests = entries
+        .iter()
+        .filter(|e| !e.name.contains('/') && e.name.to_ascii_lowercase().ends_with(".nuspec"));
+    match (manifests.next(), manifests.next()) {
+        (Some(manifest), None) => zip::extract(bytes, manifest).ok(),
+        _ => None,
+    }
 }
 
 /// Packs `content` (the entries of the content tar) into a `.nupkg`.
@@ -512,5 +546,21 @@ mod tests {
             xml_element("<metadata><idx>no</idx><id >\n Foo &amp; Bar </id></metadata>", "id").as_deref(),
             Some("Foo & Bar")
         );
+    }
+
+    #[test]
+    fn a_packed_nuspec_names_its_tenant_and_a_foreign_one_does_not() {
+        let packed = pack(&spec(), &entries(&[("readme.md", b"# Client")])).unwrap();
+        assert_eq!(packed_tenant(&packed.nuspec).as_deref(), Some("contoso"));
+        assert_eq!(nuspec_of(&packed.bytes), Some(packed.nuspec.clone()));
+        // The same metadata in a document bosun did not write.
+        let foreign = String::from_utf8(packed.nuspec.clone())
+            .unwrap()
+            .replace("\n    <", "\n  <");
+        assert_eq!(packed_tenant(foreign.as_bytes()), None);
+        // Authors that are no tenant id.
+        let mut named = spec();
+        named.authors = "Contoso Ltd".into();
+        assert_eq!(packed_tenant(nuspec(&named).as_bytes()), None);
     }
 }

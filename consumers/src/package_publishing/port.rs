@@ -9,6 +9,7 @@ use bosun_contracts::messages::BlobRef;
 use time::OffsetDateTime;
 
 use crate::blob::BlobError;
+use crate::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// Where the package's content comes from.
@@ -23,6 +24,8 @@ pub enum PackageSource {
 }
 
 /// What to publish: the module's package settings and metadata, checked.
+/// The tenant scopes the version: two tenants publishing the same id and
+/// version each get their own (locally, `<tenant>/<feed>/...`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackageSpec {
     /// The tenant (from the envelope).
@@ -136,6 +139,10 @@ pub enum PublishError {
     /// invalid package). Permanent.
     #[error("feed refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The request names content or a version of another tenant.
+    /// Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl PublishError {
@@ -144,7 +151,11 @@ impl PublishError {
         match self {
             Self::ContentUnavailable(err) => err.is_transient(),
             Self::Storage(_) | Self::Unavailable(_) | Self::Throttled { .. } => true,
-            Self::Invalid(_) | Self::Content(_) | Self::VersionConflict { .. } | Self::Rejected(_) => false,
+            Self::Invalid(_)
+            | Self::Content(_)
+            | Self::VersionConflict { .. }
+            | Self::Rejected(_)
+            | Self::ForeignTenant(_) => false,
         }
     }
 }

@@ -227,7 +227,7 @@ fn local_fixture() -> LocalFixture {
 }
 
 fn version_dir(root: &Path) -> std::path::PathBuf {
-    root.join("contoso-internal/contoso.payments.client/1.4.0")
+    root.join("contoso/contoso-internal/contoso.payments.client/1.4.0")
 }
 
 fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
@@ -258,6 +258,7 @@ async fn the_folder_feed_holds_the_package_in_the_v3_layout() {
     assert_eq!(
         files,
         vec![
+            ".bosun-tenant",
             "contoso.payments.client.1.4.0.nupkg",
             "contoso.payments.client.1.4.0.nupkg.sha512",
             "contoso.payments.client.nuspec"
@@ -270,6 +271,7 @@ async fn the_folder_feed_holds_the_package_in_the_v3_layout() {
     let decoded = base64::engine::general_purpose::STANDARD.decode(marker.trim()).unwrap();
     let hex: String = decoded.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(hex, package.sha512);
+    assert_eq!(std::fs::read_to_string(dir.join(".bosun-tenant")).unwrap(), "contoso\n");
     let nuspec = std::fs::read_to_string(dir.join("contoso.payments.client.nuspec")).unwrap();
     assert!(nuspec.contains("<id>Contoso.Payments.Client</id>"), "{nuspec}");
     let url = package.url.unwrap();
@@ -336,7 +338,7 @@ async fn different_content_for_an_existing_version_is_a_permanent_error() {
     assert!(
         fixture
             .nuget
-            .join("contoso-internal/contoso.payments.client/1.4.1")
+            .join("contoso/contoso-internal/contoso.payments.client/1.4.1")
             .is_dir()
     );
 }
@@ -404,6 +406,249 @@ async fn missing_content_is_permanent() {
         .await
         .unwrap_err();
     assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+}
+
+// ---- Tenants: walls between them ----
+
+/// The sample build of `tenant`, its content tar stored under the tenant's
+/// keys.
+async fn tenant_build(blobs: &dyn BlobStore, tenant: &str, content: Vec<u8>) -> BuildCompleted {
+    let mut event = samples::build_completed();
+    let blob = blobs
+        .put(
+            "artifacts",
+            &format!("{tenant}/4711/package-content.tar"),
+            content,
+            "application/x-tar",
+        )
+        .await
+        .unwrap();
+    event.artifacts.push(ArtifactRef {
+        name: CONTENT_ARTIFACT.into(),
+        kind: ArtifactKind::Archive,
+        blob,
+    });
+    event
+}
+
+async fn handle_as<P: PackageFeed>(
+    consumer: &PackagePublishing<P>,
+    tenant: &str,
+    message: Message,
+) -> Result<Outcome, HandlerError> {
+    let envelope = Envelope::new(&message, Uuid::now_v7(), tenant, "build-ingestion");
+    consumer.handle(Inbound::new(&envelope, &message)).await
+}
+
+#[tokio::test]
+async fn two_tenants_publish_the_same_id_and_version_each_to_their_own_feed() {
+    let fixture = local_fixture();
+    let contoso = tenant_build(&*fixture.blobs, "contoso", default_content()).await;
+    let fabrikam = tenant_build(
+        &*fixture.blobs,
+        "fabrikam",
+        content_tar(&[("lib/net8.0/Contoso.Payments.Client.dll", b"MZ fabrikam")]),
+    )
+    .await;
+    let first = handle_as(&fixture.consumer, "contoso", contoso.clone().into())
+        .await
+        .unwrap();
+    let contoso_dir = version_dir(&fixture.nuget);
+    let before = snapshot(&contoso_dir);
+
+    // Same package id, version and feed name, other content: not a conflict.
+    let second = handle_as(&fixture.consumer, "fabrikam", fabrikam.clone().into())
+        .await
+        .unwrap();
+    let (first, second) = (published(&first), published(&second));
+    assert!(!first.already_published && !second.already_published);
+    assert_ne!(first.sha512, second.sha512);
+    assert_ne!(first.url, second.url);
+    let fabrikam_dir = fixture
+        .nuget
+        .join("fabrikam/contoso-internal/contoso.payments.client/1.4.0");
+    let bytes = std::fs::read(fabrikam_dir.join("contoso.payments.client.1.4.0.nupkg")).unwrap();
+    assert_eq!(sha512_hex(&bytes), second.sha512);
+    assert_eq!(
+        std::fs::read_to_string(fabrikam_dir.join(".bosun-tenant")).unwrap(),
+        "fabrikam\n"
+    );
+    assert_eq!(before, snapshot(&contoso_dir), "contoso's version is untouched");
+
+    // Each sees its own version again, and only its own.
+    let again = handle_as(&fixture.consumer, "contoso", contoso.into()).await.unwrap();
+    assert!(published(&again).already_published);
+    assert_eq!(published(&again).sha512, first.sha512);
+    let feed = fixture.consumer.feed();
+    let found = feed
+        .find("fabrikam", "contoso-internal", "Contoso.Payments.Client", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((found.sha512.as_str(), found.legacy), (second.sha512.as_str(), false));
+    assert_eq!(
+        feed.find("northwind", "contoso-internal", "Contoso.Payments.Client", "1.4.0")
+            .await
+            .unwrap(),
+        None,
+        "a third tenant sees nothing"
+    );
+}
+
+#[tokio::test]
+async fn content_of_another_tenant_is_refused_naming_both() {
+    let fixture = local_fixture();
+    let contoso = tenant_build(&*fixture.blobs, "contoso", default_content()).await;
+    let err = handle_as(&fixture.consumer, "fabrikam", contoso.into())
+        .await
+        .unwrap_err();
+    let HandlerError::Permanent(source) = &err else {
+        panic!("expected a permanent error, got {err}");
+    };
+    let text = source.to_string();
+    assert!(text.contains("`fabrikam`") && text.contains("`contoso`"), "{text}");
+    assert!(!fixture.nuget.join("fabrikam").exists(), "nothing is published");
+}
+
+/// Writes a version as the feed wrote it before tenants:
+/// `<root>/<feed>/<id>/<version>/` with the package, its marker and its
+/// `.nuspec`.
+fn write_old_version(root: &Path, feed: &str, package: &nupkg::Nupkg, id: &str, version: &str) {
+    let dir = root.join(feed).join(id).join(version);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{id}.nuspec")), &package.nuspec).unwrap();
+    std::fs::write(dir.join(format!("{id}.{version}.nupkg")), &package.bytes).unwrap();
+    std::fs::write(
+        dir.join(format!("{id}.{version}.nupkg.sha512")),
+        package.sha512_base64(),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn versions_from_before_tenants_move_to_their_tenant_or_stay_read_only() {
+    let fixture = local_fixture();
+    // Contoso's package, packed by bosun (the tenant is its author), and a
+    // ready package a build made (its authors say nothing of the tenant),
+    // both in the old layout.
+    let event = tenant_build(&*fixture.blobs, "contoso", default_content()).await;
+    let spec = package_spec("contoso", &event).unwrap().unwrap();
+    let packed = nupkg::prepare(&*fixture.blobs, &spec).await.unwrap();
+    write_old_version(
+        &fixture.nuget,
+        "contoso-internal",
+        &packed,
+        "contoso.payments.client",
+        "1.4.0",
+    );
+    let mut ready_spec = spec.clone();
+    ready_spec.package_id = "Contoso.Tool".into();
+    ready_spec.authors = "Contoso Tools Team".into();
+    let ready = nupkg::pack(
+        &ready_spec,
+        &tar::read_archive(&content_tar(&[("tools/run.sh", b"echo")])).unwrap(),
+    )
+    .unwrap();
+    write_old_version(&fixture.nuget, "contoso-internal", &ready, "contoso.tool", "1.4.0");
+
+    // The in-flight delivery completes after the upgrade: the same event
+    // finds its version, now in contoso's feed.
+    let outcome = handle_as(&fixture.consumer, "contoso", event.clone().into())
+        .await
+        .unwrap();
+    let package = published(&outcome);
+    assert!(package.already_published, "{package:?}");
+    assert_eq!(package.sha512, packed.sha512);
+    let moved = version_dir(&fixture.nuget);
+    assert_eq!(
+        std::fs::read(moved.join("contoso.payments.client.1.4.0.nupkg")).unwrap(),
+        packed.bytes
+    );
+    assert_eq!(
+        std::fs::read_to_string(moved.join(".bosun-tenant")).unwrap(),
+        "contoso\n"
+    );
+    assert!(fixture.nuget.join(crate::tenant::LAYOUT_MARKER).is_file());
+    assert!(
+        !fixture.nuget.join("contoso-internal").exists(),
+        "no feed is left in the old place"
+    );
+
+    // The ready package's owner cannot be known: it stays, read-only, and
+    // its owner still finds it.
+    let feed = fixture.consumer.feed();
+    let old = feed
+        .find("contoso", "contoso-internal", "Contoso.Tool", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(old.legacy);
+    assert_eq!(old.sha512, ready.sha512);
+    assert!(old.paths.dir.starts_with(fixture.nuget.join(".legacy")));
+    let found = feed
+        .find("contoso", "contoso-internal", "Contoso.Payments.Client", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!found.legacy);
+
+    // Another tenant publishing the same ids is blocked by neither.
+    let fabrikam = tenant_build(&*fixture.blobs, "fabrikam", content_tar(&[("README.md", b"fabrikam")])).await;
+    let outcome = handle_as(&fixture.consumer, "fabrikam", fabrikam.into()).await.unwrap();
+    assert!(!published(&outcome).already_published);
+    assert_eq!(
+        feed.find("fabrikam", "contoso-internal", "Contoso.Payments.Client", "1.4.0")
+            .await
+            .unwrap()
+            .map(|found| found.legacy),
+        Some(false)
+    );
+
+    // Opening the same root again (a restart) changes nothing.
+    let restarted = LocalNugetFeed::new(&fixture.nuget, fixture.blobs.clone());
+    let before = snapshot(&moved);
+    let again = restarted
+        .find("contoso", "contoso-internal", "Contoso.Payments.Client", "1.4.0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.sha512, packed.sha512);
+    assert_eq!(before, snapshot(&moved));
+    assert!(
+        restarted
+            .find("contoso", "contoso-internal", "Contoso.Tool", "1.4.0")
+            .await
+            .unwrap()
+            .unwrap()
+            .legacy
+    );
+}
+
+#[tokio::test]
+async fn a_migration_interrupted_after_recording_the_tenant_is_finished() {
+    let fixture = local_fixture();
+    let event = tenant_build(&*fixture.blobs, "contoso", default_content()).await;
+    let spec = package_spec("contoso", &event).unwrap().unwrap();
+    let packed = nupkg::prepare(&*fixture.blobs, &spec).await.unwrap();
+    // As a crash would leave it: the feed parked, the marker written, the
+    // version's tenant recorded but the version not moved yet.
+    let parked = fixture.nuget.join(".legacy");
+    write_old_version(&parked, "contoso-internal", &packed, "contoso.payments.client", "1.4.0");
+    std::fs::write(
+        parked.join("contoso-internal/contoso.payments.client/1.4.0/.bosun-tenant"),
+        "contoso\n",
+    )
+    .unwrap();
+    std::fs::write(fixture.nuget.join(crate::tenant::LAYOUT_MARKER), "tenant-scoped 1\n").unwrap();
+
+    let outcome = handle_as(&fixture.consumer, "contoso", event.into()).await.unwrap();
+    assert!(published(&outcome).already_published);
+    assert!(
+        version_dir(&fixture.nuget)
+            .join("contoso.payments.client.1.4.0.nupkg")
+            .is_file()
+    );
+    assert!(!parked.exists(), "the emptied legacy folders are gone");
 }
 
 // ---- Azure adapter against a scripted feed ----
@@ -536,4 +781,30 @@ async fn azure_failures_map_to_retry_decisions() {
         feed.push_url("internal").as_str(),
         "https://pkgs.dev.azure.com/contoso/_packaging/internal/nuget/v2/"
     );
+}
+
+#[tokio::test]
+async fn azure_conflict_with_another_tenants_package_names_both_tenants() {
+    let fixture = local_fixture();
+    let contoso = tenant_build(&*fixture.blobs, "contoso", default_content()).await;
+    let theirs = expected_package(&*fixture.blobs, &contoso).await;
+    let fabrikam = tenant_build(&*fixture.blobs, "fabrikam", default_content()).await;
+    let server = MockAzure::start(vec![
+        Reply::json("PUT", PUSH, 409, "{}"),
+        Reply::bytes("GET", DOWNLOAD, 200, &theirs.bytes),
+    ])
+    .await;
+    let err = handle_as(
+        &azure_consumer(&server, fixture.blobs.clone()),
+        "fabrikam",
+        fabrikam.into(),
+    )
+    .await
+    .unwrap_err();
+    server.finish().await;
+    let HandlerError::Permanent(source) = &err else {
+        panic!("expected a permanent error, got {err}");
+    };
+    let text = source.to_string();
+    assert!(text.contains("`fabrikam`") && text.contains("`contoso`"), "{text}");
 }

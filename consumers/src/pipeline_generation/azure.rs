@@ -7,15 +7,24 @@
 //! - committing: the commit consumer's pushes client
 //!   ([`AzureCommitWriter`]): unchanged content is a no-op, a moved branch
 //!   is retried;
-//! - the definition: `GET .../_apis/build/definitions?name={moduleId}`; when
-//!   missing, Pipelines - Create (`POST .../_apis/pipelines`) with a `yaml`
-//!   configuration pointing at the file in the repository (folder
-//!   `\bosun`);
+//! - the definition: `GET .../_apis/build/definitions?name={moduleId}`, the
+//!   one in the tenant's folder `\bosun\<tenant>` (definition names are
+//!   unique per folder, so two tenants' modules of one id have a definition
+//!   each); when missing, a definition of that name in `\bosun` (made
+//!   before tenant folders) is reused if it runs the same repository
+//!   (`GET .../_apis/build/definitions/{id}`), else Pipelines - Create
+//!   (`POST .../_apis/pipelines`) makes one in the tenant's folder with a
+//!   `yaml` configuration pointing at the file in the repository. The
+//!   pipeline monitor refuses runs of another tenant's folder;
 //! - the run: `GET .../_apis/build/builds?definitions={id}&branchName=refs/heads/{branch}`
 //!   finds a run of the same commit (`sourceVersion`) queued before, so a
 //!   redelivered message does not start a second run; otherwise Pipelines -
 //!   Runs - Run Pipeline (`POST .../_apis/pipelines/{id}/runs`) with
 //!   `resources.repositories.self` = the branch and the commit.
+//!
+//! Repositories are those of the configured project: on Azure DevOps every
+//! tenant maps to the configured organization and project (see
+//! [`crate::azure_devops`]).
 
 use async_trait::async_trait;
 use bosun_contracts::messages::GitIdentity;
@@ -25,12 +34,11 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::port::{CommittedPipeline, DefinitionSpec, PipelineError, PipelineFile, PipelineHost, QueuedRun, RunSpec};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
+use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, tenant_pipeline_folder};
 use crate::commit::azure::AzureCommitWriter;
 use crate::commit::{CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite};
 
-/// The folder bosun's pipeline definitions are created in.
-pub const PIPELINE_FOLDER: &str = "\\bosun";
+pub use crate::azure_devops::PIPELINE_FOLDER;
 
 /// Recent runs of a definition and branch searched for the same commit.
 const RECENT_RUNS: &str = "50";
@@ -76,6 +84,9 @@ fn azure_date(value: Option<&str>) -> OffsetDateTime {
 impl PipelineHost for AzurePipelineGenerator {
     async fn read_file(
         &self,
+        // Every tenant maps to the configured project (see the tenants
+        // section of `crate::azure_devops`): the repository is the
+        // project's of that name.
         _tenant: &str,
         repository: &str,
         branch: &str,
@@ -124,14 +135,39 @@ impl PipelineHost for AzurePipelineGenerator {
     }
 
     async fn ensure_pipeline(&self, definition: &DefinitionSpec) -> Result<String, PipelineError> {
+        bosun_contracts::validate::tenant_id("tenant", &definition.tenant)
+            .map_err(|err| PipelineError::Invalid(format!("{}: {}", err.field, err.reason)))?;
+        let folder = tenant_pipeline_folder(&definition.tenant);
         let url = self.project_url(&["build", "definitions"], &[("name", &definition.name)]);
         let existing: DefinitionList = self.client.get_json(url).await?;
+        let named = |found: &&DefinitionReference| found.name.eq_ignore_ascii_case(&definition.name);
         if let Some(found) = existing
             .value
             .iter()
-            .find(|found| found.name.eq_ignore_ascii_case(&definition.name))
+            .filter(named)
+            .find(|found| found.path.eq_ignore_ascii_case(&folder))
         {
             return Ok(found.id.to_string());
+        }
+        // A definition of this name made before definitions had a folder
+        // per tenant: reused when it runs the requested repository, so a
+        // delivery in flight at the upgrade keeps its pipeline.
+        if let Some(legacy) = existing
+            .value
+            .iter()
+            .filter(named)
+            .find(|found| found.path.eq_ignore_ascii_case(PIPELINE_FOLDER))
+        {
+            let id = legacy.id.to_string();
+            let url = self.project_url(&["build", "definitions", &id], &[]);
+            let details: DefinitionDetails = self.client.get_json(url).await?;
+            if details
+                .repository
+                .is_some_and(|repository| repository.name.eq_ignore_ascii_case(&definition.repository))
+            {
+                tracing::debug!(pipeline = legacy.id, name = %definition.name, "reusing a definition made before tenant folders");
+                return Ok(id);
+            }
         }
 
         let url = self.project_url(&["git", "repositories", &definition.repository], &[]);
@@ -142,7 +178,7 @@ impl PipelineHost for AzurePipelineGenerator {
         };
         let body = json!({
             "name": definition.name,
-            "folder": PIPELINE_FOLDER,
+            "folder": folder,
             "configuration": {
                 "type": "yaml",
                 "path": format!("/{}", definition.pipeline_path),
@@ -220,6 +256,22 @@ struct DefinitionList {
 #[derive(Debug, Deserialize)]
 struct DefinitionReference {
     id: u64,
+    name: String,
+    /// The folder, e.g. `\bosun\contoso`.
+    #[serde(default)]
+    path: String,
+}
+
+/// `BuildDefinition`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct DefinitionDetails {
+    #[serde(default)]
+    repository: Option<DefinitionRepository>,
+}
+
+/// `BuildRepository`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct DefinitionRepository {
     name: String,
 }
 

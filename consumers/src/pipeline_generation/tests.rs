@@ -696,7 +696,7 @@ async fn azure_pull_request_twice_pushes_once_and_runs_once() {
             "GET",
             &api("/build/definitions"),
             200,
-            r#"{"count":1,"value":[{"id":12,"name":"payments-api","path":"\\bosun"}]}"#,
+            r#"{"count":2,"value":[{"id":9,"name":"payments-api","path":"\\bosun\\fabrikam"},{"id":12,"name":"payments-api","path":"\\bosun\\contoso"}]}"#,
         ),
         Reply::json(
             "GET",
@@ -733,6 +733,7 @@ async fn azure_pull_request_twice_pushes_once_and_runs_once() {
     assert_eq!(create.query("api-version"), Some("7.1"));
     let create = create.json();
     assert_eq!(create["name"], "payments-api");
+    assert_eq!(create["folder"], "\\bosun\\contoso", "the tenant's folder");
     assert_eq!(create["configuration"]["type"], "yaml");
     assert_eq!(create["configuration"]["path"], "/src/Payments.Api/azure-pipelines.yml");
     assert_eq!(create["configuration"]["repository"]["id"], REPO_ID);
@@ -780,4 +781,48 @@ async fn azure_reads_the_module_file_of_the_default_branch() {
     assert_eq!(requests[0].query("path"), Some("/bosun.module.json"));
     assert_eq!(requests[0].query("versionDescriptor.version"), Some("main"));
     assert_eq!(requests[0].query("versionDescriptor.versionType"), Some("branch"));
+}
+
+#[tokio::test]
+async fn azure_definitions_are_the_tenants_and_one_from_before_tenant_folders_is_reused_for_its_repository() {
+    let spec = |tenant: &str| DefinitionSpec {
+        tenant: tenant.into(),
+        repository: "hello".into(),
+        pipeline_path: "azure-pipelines.yml".into(),
+        name: "payments-api".into(),
+    };
+    let legacy = r#"{"count":1,"value":[{"id":7,"name":"payments-api","path":"\\bosun"}]}"#;
+    let server = MockAzure::start(vec![
+        // The definition made before tenant folders runs this repository.
+        Reply::json("GET", &api("/build/definitions"), 200, legacy),
+        Reply::json(
+            "GET",
+            &api("/build/definitions/7"),
+            200,
+            r#"{"id":7,"name":"payments-api","path":"\\bosun","repository":{"id":"r","name":"hello","type":"TfsGit"}}"#,
+        ),
+        // Another tenant's definition of the same module id is not used.
+        Reply::json(
+            "GET",
+            &api("/build/definitions"),
+            200,
+            r#"{"count":1,"value":[{"id":9,"name":"payments-api","path":"\\bosun\\contoso"}]}"#,
+        ),
+        repository_reply(),
+        Reply::json("POST", &api("/pipelines"), 200, r#"{"id":13,"name":"payments-api"}"#),
+    ])
+    .await;
+    let adapter = AzurePipelineGenerator::new(&AzureDevOpsConfig::new(
+        server.url("/contoso"),
+        "Delivery",
+        AzureDevOpsAuth::Pat("my-pat".into()),
+    ))
+    .unwrap();
+    let reused = adapter.ensure_pipeline(&spec("contoso")).await;
+    let created = adapter.ensure_pipeline(&spec("fabrikam")).await;
+    let requests = server.finish().await;
+    assert_eq!(reused.unwrap(), "7");
+    assert_eq!(created.unwrap(), "13");
+    let create = requests.last().unwrap().json();
+    assert_eq!(create["folder"], "\\bosun\\fabrikam");
 }

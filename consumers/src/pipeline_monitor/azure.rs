@@ -3,7 +3,13 @@
 //! bosun's blob store.
 //!
 //! 1. Pipelines - Runs - Get (`GET {org}/{project}/_apis/pipelines/{pipelineId}/runs/{runId}`):
-//!    `state` other than `completed` is in progress; `result` `succeeded`,
+//!    run ids are project-wide, so the run's `pipeline.folder` must be the
+//!    tenant's (`\bosun\<tenant>`, where pipeline generation puts the
+//!    tenant's definitions) or `\bosun` (definitions made before tenant
+//!    folders, whose owner cannot be told; they stay readable by their run
+//!    id); another tenant's folder, or a pipeline bosun did not make, is
+//!    refused ([`MonitorError::ForeignTenant`]). `state` other than
+//!    `completed` is in progress; `result` `succeeded`,
 //!    `canceled`, or else failed (the contract reports Azure's
 //!    `partiallySucceeded` as failed);
 //! 2. the build timeline (`GET .../_apis/build/builds/{runId}/timeline`):
@@ -31,7 +37,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::port::{FinishedRun, MonitorError, PipelineRunStatus, RunQuery, RunState};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
+use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
 use crate::blob::BlobStore;
 use crate::local_pipeline::{LOG_CONTAINER, TEST_RESULTS_CONTAINER};
 
@@ -169,6 +175,12 @@ impl PipelineRunStatus for AzureRunStatus {
                 run_id: query.pipeline_run_id.clone(),
             });
         };
+        let folder = run.pipeline.as_ref().and_then(|pipeline| pipeline.folder.as_deref());
+        check_pipeline_folder(
+            || format!("pipeline run `{}`", query.pipeline_run_id),
+            folder,
+            &query.tenant,
+        )?;
         if run.state != "completed" {
             return Ok(RunState::InProgress { status: run.state });
         }
@@ -270,6 +282,8 @@ fn junit(suite: &str, results: &[TestResult]) -> String {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Run {
+    #[serde(default)]
+    pipeline: Option<PipelineReference>,
     state: String,
     #[serde(default)]
     result: Option<String>,
@@ -277,6 +291,13 @@ struct Run {
     finished_date: Option<String>,
     #[serde(default, rename = "_links")]
     links: Option<Links>,
+}
+
+/// `PipelineReference`, the fields bosun reads.
+#[derive(Debug, Deserialize)]
+struct PipelineReference {
+    #[serde(default)]
+    folder: Option<String>,
 }
 
 /// `ReferenceLinks`, the web link.

@@ -12,11 +12,13 @@ use time::OffsetDateTime;
 use crate::BoxError;
 use crate::blob::BlobError;
 use crate::local_pipeline::LocalPipelineError;
+use crate::tenant::ForeignTenant;
 
 /// The run to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunQuery {
-    /// Tenant (from the envelope); names the blob keys.
+    /// Tenant (from the envelope): the run is looked up among the
+    /// tenant's runs only, and names the blob keys.
     pub tenant: String,
     /// The run's id.
     pub pipeline_run_id: String,
@@ -124,6 +126,9 @@ pub enum MonitorError {
     /// Permanent.
     #[error("pipeline service refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The run is another tenant's. Permanent.
+    #[error(transparent)]
+    ForeignTenant(#[from] ForeignTenant),
 }
 
 impl MonitorError {
@@ -149,6 +154,7 @@ impl From<LocalPipelineError> for MonitorError {
     fn from(err: LocalPipelineError) -> Self {
         match err {
             LocalPipelineError::RunNotFound { run_id } => Self::RunNotFound { run_id },
+            LocalPipelineError::ForeignTenant(err) => Self::ForeignTenant(err),
             err if err.is_retryable() => Self::Unavailable(Box::new(err)),
             err => Self::Invalid(err.to_string()),
         }

@@ -489,6 +489,44 @@ async fn local_run_interrupted_by_a_crash_is_finished_after_a_restart() {
     assert_eq!(event.artifacts.len(), 2);
 }
 
+#[tokio::test]
+async fn local_run_of_another_tenant_reads_as_not_found() {
+    let fixture = Fixture::new(quick_settings()).await;
+    let started = start_run(&fixture, true).await;
+    let monitor = local_monitor(&fixture.pipelines);
+    follow(&monitor, &started).await;
+
+    // Fabrikam naming contoso's run id gets what any unknown id gets.
+    let ask = |run_id: &str| {
+        let mut poll = PollPipelineRun::first(&started);
+        poll.pipeline_run_id = run_id.to_owned();
+        Message::from(poll)
+    };
+    let as_fabrikam = |message: Message| {
+        let monitor = &monitor;
+        async move {
+            let envelope = Envelope::new(&message, Uuid::now_v7(), "fabrikam", "agent:test");
+            monitor.handle(Inbound::new(&envelope, &message)).await.unwrap_err()
+        }
+    };
+    let theirs = as_fabrikam(ask(&started.pipeline_run_id)).await;
+    let unknown = as_fabrikam(ask("run-00000000000000000000")).await;
+    assert!(matches!(theirs, HandlerError::Permanent(_)), "{theirs}");
+    assert_eq!(
+        theirs.to_string().replace(&started.pipeline_run_id, "<id>"),
+        unknown.to_string().replace("run-00000000000000000000", "<id>"),
+        "not found reads the same whether or not another tenant has the run"
+    );
+    assert!(
+        fixture
+            .pipelines
+            .get("fabrikam", &started.pipeline_run_id)
+            .await
+            .is_err(),
+        "nor does the runner find it for fabrikam"
+    );
+}
+
 // ---- Azure adapter ----
 
 fn api(rest: &str) -> String {
@@ -513,12 +551,12 @@ async fn azure_run_is_polled_then_its_log_and_tests_are_copied() {
     let blobs = Arc::new(FilesystemBlobStore::new(dir.path()));
     let run_path = api("/pipelines/42/runs/4711");
     let server = MockAzure::start(vec![
-        Reply::json("GET", &run_path, 200, r#"{"id":4711,"state":"inProgress","createdDate":"2026-11-29T10:02:00Z"}"#),
+        Reply::json("GET", &run_path, 200, r#"{"id":4711,"pipeline":{"id":42,"folder":"\\bosun\\contoso"},"state":"inProgress","createdDate":"2026-11-29T10:02:00Z"}"#),
         Reply::json(
             "GET",
             &run_path,
             200,
-            r#"{"id":4711,"state":"completed","result":"failed","createdDate":"2026-11-29T10:02:00Z","finishedDate":"2026-11-29T10:09:30.5Z","_links":{"web":{"href":"https://dev.azure.com/contoso/Delivery/_build/results?buildId=4711"}}}"#,
+            r#"{"id":4711,"pipeline":{"id":42,"folder":"\\bosun\\contoso"},"state":"completed","result":"failed","createdDate":"2026-11-29T10:02:00Z","finishedDate":"2026-11-29T10:09:30.5Z","_links":{"web":{"href":"https://dev.azure.com/contoso/Delivery/_build/results?buildId=4711"}}}"#,
         ),
         Reply::json(
             "GET",
@@ -608,5 +646,39 @@ async fn azure_missing_run_is_permanent_and_outages_transient() {
     assert!(err.to_string().contains("not found"), "{err}");
     let err = handle(&consumer, poll).await.unwrap_err();
     assert!(matches!(err, HandlerError::Transient(_)), "{err}");
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn azure_run_of_another_tenants_pipeline_is_refused_and_one_from_before_tenant_folders_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = Arc::new(FilesystemBlobStore::new(dir.path()));
+    let run_path = api("/pipelines/42/runs/4711");
+    let run = |folder: &str| format!(r#"{{"id":4711,"pipeline":{{"id":42,"folder":{folder}}},"state":"inProgress"}}"#);
+    let server = MockAzure::start(vec![
+        Reply::json("GET", &run_path, 200, &run(r#""\\bosun\\fabrikam""#)),
+        Reply::json("GET", &run_path, 200, &run(r#""\\Team builds""#)),
+        Reply::json("GET", &run_path, 200, &run(r#""\\bosun""#)),
+    ])
+    .await;
+    let consumer = monitor(azure_port(&server, &blobs));
+    let poll: Message = samples::poll_pipeline_run().into();
+    let err = handle(&consumer, poll.clone()).await.unwrap_err();
+    let HandlerError::Permanent(source) = &err else {
+        panic!("expected a permanent error, got {err}");
+    };
+    let text = source.to_string();
+    assert!(text.contains("`contoso`") && text.contains("`fabrikam`"), "{text}");
+    let err = handle(&consumer, poll.clone()).await.unwrap_err();
+    assert!(
+        matches!(err, HandlerError::Permanent(_)),
+        "a pipeline bosun did not make: {err}"
+    );
+    let outcome = handle(&consumer, poll).await.unwrap();
+    assert_eq!(
+        outcome.messages.len(),
+        1,
+        "the run from before tenant folders is still followed"
+    );
     server.finish().await;
 }

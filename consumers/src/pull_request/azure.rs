@@ -364,6 +364,9 @@ impl PullRequestHost for AzurePullRequests {
 
     async fn read_file(
         &self,
+        // Every tenant maps to the configured project (see the tenants
+        // section of `crate::azure_devops`): the repository is the
+        // project's of that name.
         _tenant: &str,
         repository: &str,
         commit: &str,
@@ -387,6 +390,9 @@ impl PullRequestHost for AzurePullRequests {
 
     async fn find_files(
         &self,
+        // Every tenant maps to the configured project (see the tenants
+        // section of `crate::azure_devops`): the repository is the
+        // project's of that name.
         _tenant: &str,
         repository: &str,
         commit: &str,

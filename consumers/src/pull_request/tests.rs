@@ -717,6 +717,75 @@ async fn local_concurrent_opens_in_one_adapter_number_densely() {
 }
 
 #[tokio::test]
+async fn two_tenants_open_the_same_pull_request_each_in_its_own_repository() {
+    let fixture = fixture(0).await;
+    fixture
+        .commit("feature/retry", Some("main"), "Retry", &[("src/app.txt", "v2\n")])
+        .await;
+    // Fabrikam has a repository of the same name, with the same branches.
+    LocalRepositoryHost::with_host(Arc::clone(&fixture.host))
+        .provision(&RepositorySpec {
+            tenant: "fabrikam".into(),
+            name: "payments-api".into(),
+            project: None,
+            default_branch: "main".into(),
+            description: None,
+            minimum_reviewers: 0,
+        })
+        .await
+        .unwrap();
+    let commit_as_fabrikam = |branch: &str, base: Option<&str>, content: &str| {
+        let spec = CommitSpec {
+            tenant: "fabrikam".into(),
+            repository: "payments-api".into(),
+            branch: branch.into(),
+            base_branch: base.map(str::to_owned),
+            message: "fabrikam".into(),
+            author: GitIdentity {
+                name: "Fabrikam".into(),
+                email: "dev@fabrikam.com".into(),
+            },
+            date: datetime!(2026-11-29 09:00:00 UTC),
+            files: vec![FileWrite {
+                path: "src/app.txt".into(),
+                content: content.as_bytes().to_vec(),
+                executable: false,
+            }],
+            delete: vec![],
+        };
+        let writer = &fixture.writer;
+        async move { writer.commit(&spec).await }
+    };
+    commit_as_fabrikam("main", None, "f1\n").await.unwrap();
+    let their_head = commit_as_fabrikam("feature/retry", Some("main"), "f2\n")
+        .await
+        .unwrap()
+        .commit_sha;
+
+    let adapter = fixture.adapter();
+    let ours = adapter.open(&spec("feature/retry", "main", false)).await.unwrap();
+    let mut fabrikam = spec("feature/retry", "main", false);
+    fabrikam.tenant = "fabrikam".into();
+    let theirs = adapter.open(&fabrikam).await.unwrap();
+    assert!(ours.created && theirs.created, "neither finds the other's pull request");
+    assert_eq!((ours.pull_request_id, theirs.pull_request_id), (1, 1));
+    assert_eq!(theirs.head_commit, their_head);
+    assert_ne!(ours.head_commit, theirs.head_commit);
+    assert_eq!(adapter.pull_requests("contoso", "payments-api").await.unwrap().len(), 1);
+    let their_repo = fixture.git_root.join("fabrikam/fabrikam/payments-api.git");
+    assert_eq!(git(&their_repo, &["rev-parse", "refs/pull/1/head"]), their_head);
+    assert_eq!(
+        adapter
+            .read_file("fabrikam", "payments-api", &ours.head_commit, "src/app.txt")
+            .await
+            .ok()
+            .flatten(),
+        None,
+        "contoso's commit is not in fabrikam's repository"
+    );
+}
+
+#[tokio::test]
 async fn local_missing_repository_or_branch_is_transient() {
     let fixture = fixture(0).await;
     let adapter = fixture.adapter();

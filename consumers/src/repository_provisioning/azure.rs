@@ -13,7 +13,10 @@
 //!    `POST .../_apis/policy/configurations`).
 //!
 //! The project is the command's, else the configured one; every tenant maps
-//! to the configured organization. Azure DevOps has no repository
+//! to the configured organization (and, unless the command names another,
+//! the configured project) by configuration, so a repository name is
+//! unique per project, not per tenant (see the tenants section of
+//! [`crate::azure_devops`]). Azure DevOps has no repository
 //! description, so `description` is not sent. The repository's default
 //! branch is set by its first push; until then the requested one is
 //! reported.
