@@ -57,6 +57,15 @@ impl Backend {
     }
 }
 
+/// Waits until the server's `/healthz` answers.
+fn wait_for_http(port: u16) {
+    eventually("the HTTP API answers", Duration::from_secs(60), || {
+        common::block_on(async { reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await.ok() })
+            .filter(|response| response.status().is_success())
+            .map(drop)
+    });
+}
+
 /// A free loopback port (bound, then released for the server to take).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -212,8 +221,8 @@ fn scenario(backend: &Backend) {
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
     let mut server = Server::start(data, &env, &["--http", &address]);
-    server.wait_for_line("HTTP API listening", Duration::from_secs(60));
     server.wait_for_line("receiving", Duration::from_secs(60));
+    wait_for_http(port);
 
     let (evil_sender, _) = key(data, backend, "evil", "commands:send", "evil sender");
     let (evil_approver, _) = key(data, backend, "evil", "releases:approve", "evil approver");
@@ -466,11 +475,11 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
         result(&fabrikam, "package").split(' ').take(2).collect::<Vec<_>>(),
         "the same package id and version"
     );
-    assert_ne!(
-        result(&contoso, "commit on main"),
-        result(&fabrikam, "commit on main"),
-        "each tenant has its own repository"
-    );
+    let repositories = [result(&contoso, "repository"), result(&fabrikam, "repository")];
+    assert_ne!(repositories[0], repositories[1], "each tenant has its own repository");
+    for repository in &repositories {
+        assert!(Path::new(repository).is_dir(), "{repository}");
+    }
     let dead = cli_json(data, &backend, &["dead-letters", "list"]);
     assert_eq!(dead, json!([]), "neither blocked the other");
 
@@ -478,8 +487,8 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
     let mut server = Server::start(data, &[], &["--http", &address, "--consumers", "commit"]);
-    server.wait_for_line("HTTP API listening", Duration::from_secs(60));
     server.wait_for_line("receiving", Duration::from_secs(60));
+    wait_for_http(port);
     let commit = json!({
         "repository": "nowhere",
         "branch": "main",
@@ -519,18 +528,22 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
         not_found_text(&missing, &absent)
     );
     let (_, listed) = get_as(port, &reader, "/v1/deliveries");
+    assert!(listed["deliveries"].is_array(), "{listed}");
     assert!(!listed.to_string().contains(fabrikam_delivery), "{listed}");
     let (status, own) = get_as(port, &theirs, &format!("/v1/deliveries/{fabrikam_delivery}"));
     assert_eq!(status, 200, "{own}");
 
     // Sagas: each sees its own release and environments only.
     let (_, sagas) = get_as(port, &reader, "/v1/sagas");
-    let sagas = sagas.as_array().unwrap().clone();
+    let sagas = sagas["sagas"].as_array().unwrap().clone();
     assert!(!sagas.is_empty());
     assert!(sagas.iter().all(|saga| saga["tenantId"] == "contoso"), "{sagas:#?}");
+    // The same module at the same commit: the same release id, two releases.
     let fabrikam_release = result(&fabrikam, "release");
-    let (status, _) = get_as(port, &reader, &format!("/v1/sagas/release/{fabrikam_release}"));
-    assert_eq!(status, 404);
+    assert_eq!(result(&contoso, "release"), fabrikam_release);
+    let (status, own) = get_as(port, &reader, &format!("/v1/sagas/release/{fabrikam_release}"));
+    assert_eq!((status, own["tenantId"].as_str()), (200, Some("contoso")), "{own}");
+    assert_eq!(own["key"], format!("contoso/{fabrikam_release}"));
     let (status, _) = get_as(
         port,
         &reader,
@@ -542,7 +555,7 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
 
     // Dead letters: not listed, not found (by id or prefix), not replayable.
     let (_, list) = get_as(port, &reader, "/v1/dead-letters");
-    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    assert_eq!(list["deadLetters"].as_array().map(Vec::len), Some(0), "{list}");
     for id in [dead_id.as_str(), &dead_id[..8]] {
         let (status, foreign) = get_as(port, &reader, &format!("/v1/dead-letters/{id}"));
         let fake = format!("{}{}", &absent[..id.len().min(absent.len())], "");
