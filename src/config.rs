@@ -183,7 +183,13 @@ pub struct AzureDevOpsSettings {
     pub pulumi: Option<PulumiSettings>,
     /// `https://dev.azure.com/<organization>`.
     pub organization_url: String,
-    /// Project the repositories live in.
+    /// `BOSUN_AZURE_DEVOPS_PROJECT`: the project the repositories,
+    /// pull requests, pipelines and builds live in. A plain name
+    /// (`delivery`) is one project shared by every tenant, so two tenants'
+    /// repositories of one name are one repository; a template with
+    /// `{tenant}` (`delivery-{tenant}`) gives each tenant its own project
+    /// (`delivery-contoso`), created by an operator. `{tenant}` is the only
+    /// placeholder; any other `{...}` is a configuration error.
     pub project: String,
     /// A personal access token (`BOSUN_AZURE_DEVOPS_PAT`) ...
     pub pat: Option<Secret>,
@@ -614,6 +620,9 @@ impl Settings {
                 if !organization_url.starts_with("https://") && !organization_url.starts_with("http://") {
                     return Err(invalid("BOSUN_AZURE_DEVOPS_ORG_URL", "must be an http(s) URL"));
                 }
+                let project = required("BOSUN_AZURE_DEVOPS_PROJECT")?;
+                bosun_consumers::azure_devops::check_project_template(&project)
+                    .map_err(|err| invalid("BOSUN_AZURE_DEVOPS_PROJECT", format!("`{project}`: {err}")))?;
                 let pat = get("BOSUN_AZURE_DEVOPS_PAT").map(Secret::new);
                 let bearer_token = get("BOSUN_AZURE_DEVOPS_TOKEN").map(Secret::new);
                 if pat.is_none() && bearer_token.is_none() {
@@ -675,7 +684,7 @@ impl Settings {
                     argo_cd,
                     pulumi,
                     organization_url: organization_url.trim_end_matches('/').to_owned(),
-                    project: required("BOSUN_AZURE_DEVOPS_PROJECT")?,
+                    project,
                     pat,
                     bearer_token,
                 }))
@@ -903,6 +912,31 @@ mod tests {
         assert!(err.to_string().contains("billing"), "{err}");
         let err = Settings::from_sources(&map(&[("BOSUN_ADAPTERS", "azure")]), &map(&[])).unwrap_err();
         assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_ORG_URL"), "{err}");
+    }
+
+    #[test]
+    fn azure_devops_project_may_name_a_project_per_tenant() {
+        let env = |project: &str| {
+            map(&[
+                ("BOSUN_ADAPTERS", "azure"),
+                ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+                ("BOSUN_AZURE_DEVOPS_PROJECT", project),
+                ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
+            ])
+        };
+        for project in ["delivery", "delivery-{tenant}", "{tenant}"] {
+            let settings = Settings::from_sources(&env(project), &map(&[])).unwrap();
+            let AdapterKind::Azure(azure) = settings.adapters else {
+                panic!("azure adapters expected");
+            };
+            assert_eq!(azure.project, project);
+        }
+        for project in ["delivery-{team}", "delivery-{tenant", "delivery}"] {
+            let err = Settings::from_sources(&env(project), &map(&[])).unwrap_err();
+            assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_PROJECT"), "{err}");
+        }
+        let err = Settings::from_sources(&env("delivery-{team}"), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains("`{team}` is not a known placeholder"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The Azure DevOps REST client shared by the `azure` adapters of the Git
 //! consumers (`repository_provisioning::azure`, `commit::azure`).
 //!
-//! [`AzureDevOpsConfig`] names the organization, the default project and the
+//! [`AzureDevOpsConfig`] names the organization, the project (or a project
+//! per tenant, see [Tenants](#tenants)) and the
 //! credential (a personal access token sent as Basic auth with an empty user,
 //! or an Entra ID bearer token). The credential is never logged: its `Debug`
 //! output is redacted and the header built from it is marked sensitive.
@@ -16,20 +17,41 @@
 //!
 //! # Tenants
 //!
-//! Every tenant maps to the configured organization and project, by
-//! configuration: a repository is found by its name in that project (or in
-//! the project a `ProvisionRepository` names), so repository names — and
-//! with them their pull requests, pushes and builds — are unique per
-//! project, not per tenant. Keeping tenants apart on Azure DevOps means
-//! giving each tenant its own project (or its own bosun deployment); a
-//! tenant-to-project setting belongs in the runtime's configuration, which
-//! does not have one yet. What bosun creates in the project is scoped by
-//! tenant where the name would otherwise collide: pipeline definitions
-//! live in a folder per tenant ([`PIPELINE_FOLDER`]`\<tenant>`,
+//! The project setting ([`AzureDevOpsConfig::project`],
+//! `BOSUN_AZURE_DEVOPS_PROJECT`) says which project a tenant's
+//! repositories, pushes, pull requests, pipeline definitions and builds live
+//! in; [`AzureDevOpsClient::project_for`] resolves it for a message's tenant
+//! and every adapter builds its URLs from that:
+//!
+//! - **a template with [`TENANT_PLACEHOLDER`]** (e.g. `delivery-{tenant}`):
+//!   each tenant has its own project (`delivery-contoso`,
+//!   `delivery-fabrikam`), so two tenants' repositories of one name are two
+//!   repositories, and their pushes, pull requests, definitions and builds
+//!   never mix. The projects are not created by bosun: an operator creates
+//!   each tenant's project (a missing one answers 404, reported as a
+//!   missing repository or project). A `ProvisionRepository` naming another
+//!   project than the tenant's is refused (permanent): a tenant cannot
+//!   reach into another project. Tenant ids are validated lowercase names,
+//!   so the substitution cannot make a path of its own, and each URL
+//!   segment is percent-encoded as always. `{tenant}` is the only known
+//!   placeholder; any other `{...}` is a configuration error
+//!   ([`check_project_template`]);
+//! - **a plain project name**: every tenant maps to that one project, by
+//!   configuration. A repository is found by its name in that project (or
+//!   in the project a `ProvisionRepository` names), so repository names —
+//!   and with them their pull requests, pushes and builds — are unique per
+//!   project, not per tenant: two tenants' `payments-api` are one Azure
+//!   repository. Keeping tenants apart then means a per-tenant project (the
+//!   template above) or a bosun deployment per tenant.
+//!
+//! Either way, what bosun creates in a project is also scoped by tenant
+//! where the name would otherwise collide: pipeline definitions live in a
+//! folder per tenant ([`PIPELINE_FOLDER`]`\<tenant>`,
 //! [`tenant_pipeline_folder`]), and the pipeline monitor refuses a run of
-//! another tenant's folder ([`check_pipeline_folder`]), as build
-//! ingestion refuses a build of one.
+//! another tenant's folder ([`check_pipeline_folder`]), as build ingestion
+//! refuses a build of one.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -74,6 +96,57 @@ pub fn check_pipeline_folder(
         .and_then(|rest| rest.strip_prefix('\\'))
         .filter(|owner| bosun_contracts::validate::tenant_id("tenant", owner).is_ok());
     Err(ForeignTenant::new(resource(), owner, tenant))
+}
+
+/// The placeholder of the project setting that each message's tenant
+/// replaces: `delivery-{tenant}` is `delivery-contoso` for tenant `contoso`.
+pub const TENANT_PLACEHOLDER: &str = "{tenant}";
+
+/// Why a project setting cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProjectTemplateError {
+    /// The setting is empty (or only spaces).
+    #[error("must not be empty")]
+    Empty,
+    /// A `{...}` other than `{tenant}`.
+    #[error("`{placeholder}` is not a known placeholder (only `{{tenant}}` is)")]
+    UnknownPlaceholder {
+        /// The placeholder as written, braces included.
+        placeholder: String,
+    },
+    /// A `{` without its `}`, or a `}` without its `{` (neither may appear
+    /// in an Azure DevOps project name).
+    #[error("has an unmatched `{brace}`; only the placeholder `{{tenant}}` may use braces")]
+    UnmatchedBrace {
+        /// The brace.
+        brace: char,
+    },
+}
+
+/// Checks a project setting: a project name, or a template in which
+/// [`TENANT_PLACEHOLDER`] is the only placeholder.
+pub fn check_project_template(project: &str) -> Result<(), ProjectTemplateError> {
+    if project.trim().is_empty() {
+        return Err(ProjectTemplateError::Empty);
+    }
+    let mut rest = project;
+    while let Some(index) = rest.find(['{', '}']) {
+        let tail = &rest[index..];
+        if tail.starts_with('}') {
+            return Err(ProjectTemplateError::UnmatchedBrace { brace: '}' });
+        }
+        let Some(end) = tail.find('}') else {
+            return Err(ProjectTemplateError::UnmatchedBrace { brace: '{' });
+        };
+        let placeholder = &tail[..=end];
+        if placeholder != TENANT_PLACEHOLDER {
+            return Err(ProjectTemplateError::UnknownPlaceholder {
+                placeholder: placeholder.to_owned(),
+            });
+        }
+        rest = &tail[end + 1..];
+    }
+    Ok(())
 }
 
 /// Default timeout of one HTTP request.
@@ -126,7 +199,9 @@ pub struct AzureDevOpsConfig {
     /// The organization URL, e.g. `https://dev.azure.com/contoso` (or an
     /// Azure DevOps Server collection URL).
     pub organization_url: String,
-    /// The project used when a command does not name one.
+    /// The project of every tenant (`delivery`), or a template naming a
+    /// project per tenant (`delivery-{tenant}`, see [`TENANT_PLACEHOLDER`]
+    /// and the tenants section of this module).
     pub project: String,
     /// The credential.
     pub auth: AzureDevOpsAuth,
@@ -266,9 +341,8 @@ impl AzureDevOpsClient {
                 "organization URL must be an http(s) URL such as https://dev.azure.com/contoso".to_owned(),
             ));
         }
-        if config.project.trim().is_empty() {
-            return Err(AzureDevOpsError::Config("project must not be empty".to_owned()));
-        }
+        check_project_template(&config.project)
+            .map_err(|err| AzureDevOpsError::Config(format!("project `{}`: {err}", config.project)))?;
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, config.auth.header_value()?);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
@@ -286,9 +360,30 @@ impl AzureDevOpsClient {
         })
     }
 
-    /// The project used when a command names none.
-    pub fn default_project(&self) -> &str {
-        &self.project
+    /// The project of `tenant`'s repositories, pipelines and builds: the
+    /// configured project with [`TENANT_PLACEHOLDER`] replaced by the
+    /// tenant, or the one configured project when it has no placeholder.
+    pub fn project_for(&self, tenant: &str) -> Cow<'_, str> {
+        if self.project_per_tenant() {
+            Cow::Owned(self.project.replace(TENANT_PLACEHOLDER, tenant))
+        } else {
+            Cow::Borrowed(&self.project)
+        }
+    }
+
+    /// Whether each tenant has its own project (the setting has
+    /// [`TENANT_PLACEHOLDER`]).
+    pub fn project_per_tenant(&self) -> bool {
+        self.project.contains(TENANT_PLACEHOLDER)
+    }
+
+    /// `{organization}/{tenant's project}/_apis/{rest...}?{query}&api-version=7.1`,
+    /// each segment percent-encoded.
+    pub fn project_url(&self, tenant: &str, rest: &[&str], query: &[(&str, &str)]) -> Url {
+        let project = self.project_for(tenant);
+        let mut segments = vec![project.as_ref(), "_apis"];
+        segments.extend_from_slice(rest);
+        self.url(&segments, query)
     }
 
     /// `{organization}/{segments...}?{query}&api-version=7.1`, each segment
@@ -482,6 +577,54 @@ mod tests {
             url.as_str(),
             "https://dev.azure.com/contoso/My%20Project/_apis/git/repositories/r?filter=heads%2Fmain&api-version=7.1"
         );
+    }
+
+    #[test]
+    fn a_project_template_names_a_project_per_tenant() {
+        let template = |project: &str| {
+            AzureDevOpsClient::new(&AzureDevOpsConfig::new(
+                "https://dev.azure.com/contoso",
+                project,
+                AzureDevOpsAuth::Pat("x".into()),
+            ))
+        };
+        let client = template("Delivery {tenant}").unwrap();
+        assert!(client.project_per_tenant());
+        assert_eq!(client.project_for("fabrikam"), "Delivery fabrikam");
+        assert_eq!(
+            client
+                .project_url("fabrikam", &["git", "repositories", "r"], &[])
+                .as_str(),
+            "https://dev.azure.com/contoso/Delivery%20fabrikam/_apis/git/repositories/r?api-version=7.1"
+        );
+        let shared = template("Delivery").unwrap();
+        assert!(!shared.project_per_tenant());
+        assert_eq!(shared.project_for("contoso"), shared.project_for("fabrikam"));
+        assert_eq!(shared.project_for("fabrikam"), "Delivery");
+
+        for (project, expected) in [
+            ("", ProjectTemplateError::Empty),
+            (
+                "delivery-{team}",
+                ProjectTemplateError::UnknownPlaceholder {
+                    placeholder: "{team}".into(),
+                },
+            ),
+            (
+                "{tenant}-{Tenant}",
+                ProjectTemplateError::UnknownPlaceholder {
+                    placeholder: "{Tenant}".into(),
+                },
+            ),
+            ("delivery-{tenant", ProjectTemplateError::UnmatchedBrace { brace: '{' }),
+            ("delivery-tenant}", ProjectTemplateError::UnmatchedBrace { brace: '}' }),
+        ] {
+            assert_eq!(check_project_template(project), Err(expected), "{project}");
+            let err = template(project).unwrap_err();
+            assert_eq!(err.disposition(), Disposition::Permanent, "{err}");
+        }
+        assert_eq!(check_project_template("{tenant}"), Ok(()));
+        assert_eq!(check_project_template("{tenant}-{tenant}"), Ok(()));
     }
 
     #[test]

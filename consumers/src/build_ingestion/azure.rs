@@ -3,6 +3,8 @@
 //! runs published for it, and its log comes from the Build Logs API when
 //! the run message carries none. Everything derived is stored in the blob
 //! store and recorded as the local adapter does ([`super::results`]).
+//! `{project}` is the tenant's project
+//! ([`AzureDevOpsClient::project_for`]).
 //!
 //! 0. `GET {project}/_apis/build/builds/{id}` (REST 7.1): build ids are
 //!    project-wide, so the build's definition must be in the tenant's
@@ -71,15 +73,14 @@ impl AzureBuildResults {
         })
     }
 
-    fn project_url(&self, rest: &[&str], query: &[(&str, &str)]) -> Url {
-        let mut segments = vec![self.client.default_project(), "_apis"];
-        segments.extend_from_slice(rest);
-        self.client.url(&segments, query)
+    /// A URL in `tenant`'s project (see [`AzureDevOpsClient::project_for`]).
+    fn project_url(&self, tenant: &str, rest: &[&str], query: &[(&str, &str)]) -> Url {
+        self.client.project_url(tenant, rest, query)
     }
 
     /// The build's logs joined into one text.
-    async fn fetch_log(&self, build: &str) -> Result<Option<Vec<u8>>, IngestError> {
-        let url = self.project_url(&["build", "builds", build, "logs"], &[]);
+    async fn fetch_log(&self, tenant: &str, build: &str) -> Result<Option<Vec<u8>>, IngestError> {
+        let url = self.project_url(tenant, &["build", "builds", build, "logs"], &[]);
         let Some(mut logs) = self.client.get_json_opt::<List<BuildLog>>(url).await? else {
             return Ok(None);
         };
@@ -90,7 +91,7 @@ impl AzureBuildResults {
         let mut content = Vec::new();
         for log in logs.value {
             let id = log.id.to_string();
-            let url = self.project_url(&["build", "builds", build, "logs", &id], &[]);
+            let url = self.project_url(tenant, &["build", "builds", build, "logs", &id], &[]);
             let lines: Value = self.client.get_json(url).await?;
             content.extend_from_slice(format!("##[bosun] log {id}\n").as_bytes());
             match &lines {
@@ -115,19 +116,21 @@ impl AzureBuildResults {
         Ok(Some(content))
     }
 
-    async fn test_runs(&self, build: &str) -> Result<Vec<TestRun>, IngestError> {
+    async fn test_runs(&self, tenant: &str, build: &str) -> Result<Vec<TestRun>, IngestError> {
         let build_uri = format!("vstfs:///Build/Build/{build}");
         let url = self.project_url(
+            tenant,
             &["test", "runs"],
             &[("buildUri", &build_uri), ("includeRunDetails", "true")],
         );
         Ok(self.client.get_json::<List<TestRun>>(url).await?.value)
     }
 
-    async fn failing_results(&self, run: u64) -> Result<Vec<TestCaseResult>, IngestError> {
+    async fn failing_results(&self, tenant: &str, run: u64) -> Result<Vec<TestCaseResult>, IngestError> {
         let run = run.to_string();
         let top = MAX_FAILED_TESTS.to_string();
         let mut url = self.project_url(
+            tenant,
             &["test", "Runs", &run, "results"],
             &[("outcomes", FAILED_OUTCOMES), ("$top", &top)],
         );
@@ -146,7 +149,7 @@ impl AzureBuildResults {
             summary.failed = summary.failed.saturating_add(counts.failed);
             summary.skipped = summary.skipped.saturating_add(counts.skipped);
             if counts.failed > 0 && failures.len() < MAX_FAILED_TESTS {
-                for result in self.failing_results(run.id).await? {
+                for result in self.failing_results(&request.tenant, run.id).await? {
                     failures.push(result.into_case(&run.name));
                 }
             }
@@ -194,7 +197,7 @@ impl BuildResults for AzureBuildResults {
                 "pipelineRunId `{build}` is not an Azure Pipelines build id"
             )));
         }
-        let url = self.project_url(&["build", "builds", build], &[]);
+        let url = self.project_url(&request.tenant, &["build", "builds", build], &[]);
         let Some(details) = self.client.get_json_opt::<Build>(url).await? else {
             return Err(IngestError::Invalid(format!("build {build} not found")));
         };
@@ -205,12 +208,12 @@ impl BuildResults for AzureBuildResults {
         check_pipeline_folder(|| format!("build {build}"), folder, &request.tenant)?;
         let log = match &request.run.log {
             Some(blob) => RunLog::Stored(blob.clone()),
-            None => RunLog::Captured(match self.fetch_log(build).await? {
+            None => RunLog::Captured(match self.fetch_log(&request.tenant, build).await? {
                 Some(content) => content,
                 None => results::missing_log_note(request),
             }),
         };
-        let runs = self.test_runs(build).await?;
+        let runs = self.test_runs(&request.tenant, build).await?;
         let tests = if runs.is_empty() {
             results::junit_results(self.blobs.as_ref(), request).await?
         } else {

@@ -614,6 +614,64 @@ async fn azure_build_without_test_runs_reads_the_junit_files_and_keeps_the_log()
     assert_eq!(Some(build.log), run.log);
 }
 
+/// The replies for build 4711 of `tenant`'s pipeline in `project`: no logs
+/// and no test runs.
+fn bare_build_replies(project: &str, tenant: &str) -> Vec<Reply> {
+    let api = |rest: &str| format!("/contoso/{project}/_apis{rest}");
+    vec![
+        Reply::json(
+            "GET",
+            &api("/build/builds/4711"),
+            200,
+            &format!(r#"{{"id":4711,"definition":{{"id":42,"name":"payments-api","path":"\\bosun\\{tenant}"}}}}"#),
+        ),
+        Reply::json("GET", &api("/build/builds/4711/logs"), 404, "{}"),
+        Reply::json("GET", &api("/test/runs"), 200, r#"{"count":0,"value":[]}"#),
+    ]
+}
+
+/// Ingests build 4711 (no log, no JUnit files on the message) as
+/// `contoso`, then as `fabrikam`.
+async fn ingest_as_both_tenants(adapter: &AzureBuildResults) {
+    let mut run = samples::pipeline_run_completed();
+    run.log = None;
+    run.test_results = Vec::new();
+    for tenant in ["contoso", "fabrikam"] {
+        let mut request = request(run.clone());
+        request.tenant = tenant.into();
+        let build = adapter.ingest(&request).await.unwrap();
+        assert!(build.log.key.starts_with(&format!("{tenant}/")), "{}", build.log.key);
+    }
+}
+
+#[tokio::test]
+async fn azure_project_template_gives_each_tenant_its_own_project() {
+    let fixture = Fixture::new();
+    let mut script = bare_build_replies("delivery-contoso", "contoso");
+    script.extend(bare_build_replies("delivery-fabrikam", "fabrikam"));
+    let server = MockAzure::start(script).await;
+    let adapter = AzureBuildResults::new(
+        &AzureDevOpsConfig::new(
+            server.url("/contoso"),
+            "delivery-{tenant}",
+            AzureDevOpsAuth::Bearer("entra-token".into()),
+        ),
+        Arc::clone(&fixture.blobs),
+    )
+    .unwrap();
+    ingest_as_both_tenants(&adapter).await;
+    server.finish().await;
+
+    // Without the placeholder, both tenants' builds are in the one project
+    // (told apart by their definition's folder).
+    let fixture = Fixture::new();
+    let mut script = bare_build_replies("Delivery", "contoso");
+    script.extend(bare_build_replies("Delivery", "fabrikam"));
+    let server = MockAzure::start(script).await;
+    ingest_as_both_tenants(&azure(&server, &fixture)).await;
+    server.finish().await;
+}
+
 #[tokio::test]
 async fn azure_refuses_a_run_id_that_is_not_a_build_id() {
     let fixture = Fixture::new();

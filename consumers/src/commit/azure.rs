@@ -18,9 +18,11 @@
 //!    content; a 409 (the branch moved) starts over from the new head;
 //! 5. `GET .../commits/{id}` for the tree and parent of the result.
 //!
-//! The project is the configured one (`CreateCommit` names none): every
-//! tenant maps to it by configuration, so the repository is the project's
-//! of that name (see the tenants section of [`crate::azure_devops`]). The push
+//! The project is the tenant's ([`AzureDevOpsClient::project_for`];
+//! `CreateCommit` names none): its own project when the setting has
+//! `{tenant}`, else the one configured project every tenant maps to, where
+//! the repository is the project's of that name (see the tenants section
+//! of [`crate::azure_devops`]). The push
 //! API cannot set a file mode, so the executable bit is not carried to Azure
 //! Repos (a warning is logged). Author and committer are the request's
 //! identity with the request's date.
@@ -77,30 +79,31 @@ impl AzureCommitWriter {
         Self { client }
     }
 
-    fn repository_url(&self, repository_id: &str, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
-        let mut segments = vec![
-            self.client.default_project(),
-            "_apis",
-            "git",
-            "repositories",
-            repository_id,
-        ];
+    /// A URL of a repository in `tenant`'s project (see
+    /// [`AzureDevOpsClient::project_for`]).
+    fn repository_url(&self, tenant: &str, repository_id: &str, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
+        let mut segments = vec!["git", "repositories", repository_id];
         segments.extend_from_slice(rest);
-        self.client.url(&segments, query)
+        self.client.project_url(tenant, &segments, query)
     }
 
     /// The commit a branch points at, `None` when it does not exist.
-    async fn branch_head(&self, repository_id: &str, branch: &str) -> Result<Option<String>, AzureDevOpsError> {
+    async fn branch_head(
+        &self,
+        tenant: &str,
+        repository_id: &str,
+        branch: &str,
+    ) -> Result<Option<String>, AzureDevOpsError> {
         let filter = format!("heads/{branch}");
-        let url = self.repository_url(repository_id, &["refs"], &[("filter", &filter)]);
+        let url = self.repository_url(tenant, repository_id, &["refs"], &[("filter", &filter)]);
         let refs: RefList = self.client.get_json(url).await?;
         let wanted = format!("refs/heads/{branch}");
         Ok(refs.value.into_iter().find(|r| r.name == wanted).map(|r| r.object_id))
     }
 
     /// Whether the repository has any branch.
-    async fn has_branches(&self, repository_id: &str) -> Result<bool, AzureDevOpsError> {
-        let url = self.repository_url(repository_id, &["refs"], &[("filter", "heads/"), ("$top", "1")]);
+    async fn has_branches(&self, tenant: &str, repository_id: &str) -> Result<bool, AzureDevOpsError> {
+        let url = self.repository_url(tenant, repository_id, &["refs"], &[("filter", "heads/"), ("$top", "1")]);
         let refs: RefList = self.client.get_json(url).await?;
         Ok(!refs.value.is_empty())
     }
@@ -108,11 +111,13 @@ impl AzureCommitWriter {
     /// The file's bytes at a commit, `None` when it does not exist.
     async fn file_at(
         &self,
+        tenant: &str,
         repository_id: &str,
         commit: &str,
         path: &str,
     ) -> Result<Option<Vec<u8>>, AzureDevOpsError> {
         let url = self.repository_url(
+            tenant,
             repository_id,
             &["items"],
             &[
@@ -127,8 +132,15 @@ impl AzureCommitWriter {
     }
 
     /// Whether an item (file or folder) exists at a commit.
-    async fn item_exists(&self, repository_id: &str, commit: &str, path: &str) -> Result<bool, AzureDevOpsError> {
+    async fn item_exists(
+        &self,
+        tenant: &str,
+        repository_id: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<bool, AzureDevOpsError> {
         let url = self.repository_url(
+            tenant,
             repository_id,
             &["items"],
             &[
@@ -155,7 +167,7 @@ impl AzureCommitWriter {
             }
             let path = format!("/{path}");
             if let Some(start) = start
-                && self.item_exists(repository_id, start, &path).await?
+                && self.item_exists(&spec.tenant, repository_id, start, &path).await?
             {
                 changes.push(Change {
                     change_type: "delete",
@@ -167,7 +179,7 @@ impl AzureCommitWriter {
         for file in &spec.files {
             let path = format!("/{}", file.path);
             let current = match start {
-                Some(start) => self.file_at(repository_id, start, &path).await?,
+                Some(start) => self.file_at(&spec.tenant, repository_id, start, &path).await?,
                 None => None,
             };
             // A file inside a folder deleted by this same push is added anew.
@@ -203,15 +215,26 @@ impl AzureCommitWriter {
         Ok(changes)
     }
 
-    async fn commit_details(&self, repository_id: &str, commit: &str) -> Result<GitCommit, AzureDevOpsError> {
-        let url = self.repository_url(repository_id, &["commits", commit], &[]);
+    async fn commit_details(
+        &self,
+        tenant: &str,
+        repository_id: &str,
+        commit: &str,
+    ) -> Result<GitCommit, AzureDevOpsError> {
+        let url = self.repository_url(tenant, repository_id, &["commits", commit], &[]);
         self.client.get_json(url).await
     }
 
     /// Creates `refs/heads/{branch}` at `commit`; `false` when it appeared
     /// meanwhile.
-    async fn create_branch(&self, repository_id: &str, branch: &str, commit: &str) -> Result<bool, AzureDevOpsError> {
-        let url = self.repository_url(repository_id, &["refs"], &[]);
+    async fn create_branch(
+        &self,
+        tenant: &str,
+        repository_id: &str,
+        branch: &str,
+        commit: &str,
+    ) -> Result<bool, AzureDevOpsError> {
+        let url = self.repository_url(tenant, repository_id, &["refs"], &[]);
         let body =
             json!([{ "name": format!("refs/heads/{branch}"), "oldObjectId": ZERO_OBJECT_ID, "newObjectId": commit }]);
         let updates: RefUpdateList = match self.client.post_json(url, &body).await {
@@ -243,7 +266,7 @@ impl AzureCommitWriter {
                 "changes": changes.iter().map(Change::to_json).collect::<Vec<_>>(),
             }],
         });
-        let url = self.repository_url(repository_id, &["pushes"], &[]);
+        let url = self.repository_url(&spec.tenant, repository_id, &["pushes"], &[]);
         match self.client.post_json::<_, GitPush>(url, &body).await {
             Ok(push) => {
                 let commit = push
@@ -266,16 +289,9 @@ impl AzureCommitWriter {
 #[async_trait]
 impl CommitWriter for AzureCommitWriter {
     async fn commit(&self, spec: &CommitSpec) -> Result<CommitResult, CommitError> {
-        let url = self.client.url(
-            &[
-                self.client.default_project(),
-                "_apis",
-                "git",
-                "repositories",
-                &spec.repository,
-            ],
-            &[],
-        );
+        let url = self
+            .client
+            .project_url(&spec.tenant, &["git", "repositories", &spec.repository], &[]);
         let Some(repository) = self.client.get_json_opt::<GitRepository>(url).await? else {
             return Err(CommitError::RepositoryNotFound {
                 repository: spec.repository.clone(),
@@ -284,7 +300,7 @@ impl CommitWriter for AzureCommitWriter {
         let repository_id = repository.id.as_str();
 
         for attempt in 1..=MAX_ATTEMPTS {
-            let head = self.branch_head(repository_id, &spec.branch).await?;
+            let head = self.branch_head(&spec.tenant, repository_id, &spec.branch).await?;
             let start = match &head {
                 Some(head) => Some(head.clone()),
                 None => {
@@ -293,9 +309,9 @@ impl CommitWriter for AzureCommitWriter {
                         .clone()
                         .or_else(|| repository.default_branch.as_deref().map(|b| short_branch(b).to_owned()))
                         .unwrap_or_else(|| "main".to_owned());
-                    match self.branch_head(repository_id, &base).await? {
+                    match self.branch_head(&spec.tenant, repository_id, &base).await? {
                         Some(commit) => Some(commit),
-                        None if self.has_branches(repository_id).await? => {
+                        None if self.has_branches(&spec.tenant, repository_id).await? => {
                             return Err(CommitError::BaseBranchNotFound { branch: base });
                         }
                         None => None,
@@ -306,10 +322,14 @@ impl CommitWriter for AzureCommitWriter {
 
             let commit = match (&start, changes.is_empty()) {
                 (Some(start), true) => {
-                    if head.is_none() && !self.create_branch(repository_id, &spec.branch, start).await? {
+                    if head.is_none()
+                        && !self
+                            .create_branch(&spec.tenant, repository_id, &spec.branch, start)
+                            .await?
+                    {
                         continue;
                     }
-                    let details = self.commit_details(repository_id, start).await?;
+                    let details = self.commit_details(&spec.tenant, repository_id, start).await?;
                     return Ok(CommitResult {
                         repository_id: repository_id.to_owned(),
                         commit_sha: start.clone(),
@@ -335,7 +355,7 @@ impl CommitWriter for AzureCommitWriter {
                     }
                 }
             };
-            let details = self.commit_details(repository_id, &commit).await?;
+            let details = self.commit_details(&spec.tenant, repository_id, &commit).await?;
             return Ok(CommitResult {
                 repository_id: repository_id.to_owned(),
                 commit_sha: commit,

@@ -774,6 +774,61 @@ async fn azure_unchanged_content_is_a_no_op() {
     assert_eq!(result.parent_sha.as_deref(), Some(NEW));
 }
 
+/// The replies of a commit that changes nothing, in `project`.
+fn no_op_replies(project: &str) -> Vec<Reply> {
+    let repo = format!("/contoso/{project}/_apis/git/repositories/{REPO_ID}");
+    vec![
+        Reply::json(
+            "GET",
+            &format!("/contoso/{project}/_apis/git/repositories/payments-api"),
+            200,
+            &format!(r#"{{"id":"{REPO_ID}","name":"payments-api","defaultBranch":"refs/heads/main"}}"#),
+        ),
+        Reply::json(
+            "GET",
+            &format!("{repo}/refs"),
+            200,
+            &format!(r#"{{"value":[{{"name":"refs/heads/main","objectId":"{HEAD}"}}],"count":1}}"#),
+        ),
+        Reply::bytes("GET", &format!("{repo}/items"), 200, b"same\n"),
+        Reply::json(
+            "GET",
+            &format!("{repo}/commits/{HEAD}"),
+            200,
+            &format!(r#"{{"commitId":"{HEAD}","treeId":"{TREE}","parents":["{NEW}"],"comment":"m"}}"#),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn azure_project_template_gives_each_tenant_its_own_project() {
+    let mut script = no_op_replies("delivery-contoso");
+    script.extend(no_op_replies("delivery-fabrikam"));
+    let server = MockAzure::start(script).await;
+    let writer = AzureCommitWriter::new(&AzureDevOpsConfig::new(
+        server.url("/contoso"),
+        "delivery-{tenant}",
+        AzureDevOpsAuth::Pat("my-pat".into()),
+    ))
+    .unwrap();
+    let contoso = azure_spec(vec![write("a.txt", b"same\n")], vec![]);
+    let mut fabrikam = contoso.clone();
+    fabrikam.tenant = "fabrikam".into();
+    assert!(writer.commit(&contoso).await.unwrap().no_op);
+    assert!(writer.commit(&fabrikam).await.unwrap().no_op);
+    server.finish().await;
+
+    // Without the placeholder, both tenants' `payments-api` is the one
+    // repository of the configured project.
+    let mut script = no_op_replies("Delivery");
+    script.extend(no_op_replies("Delivery"));
+    let server = MockAzure::start(script).await;
+    let writer = azure_writer(&server);
+    assert!(writer.commit(&contoso).await.unwrap().no_op);
+    assert!(writer.commit(&fabrikam).await.unwrap().no_op);
+    server.finish().await;
+}
+
 #[tokio::test]
 async fn azure_new_branch_is_pushed_from_its_base_and_retried_when_moved() {
     let server = MockAzure::start(vec![

@@ -3,8 +3,9 @@
 //!
 //! Writing a promotion goes through the commit consumer's Azure DevOps
 //! writer ([`AzureCommitWriter`], REST pushes, a no-op when the manifest is
-//! already there). The repository must exist in the configured project
-//! (provision it with `ProvisionRepository`); a missing one is transient.
+//! already there). The repository must exist in the tenant's project (see
+//! the tenants section of [`crate::azure_devops`]; provision it with
+//! `ProvisionRepository`); a missing one is transient.
 //!
 //! Argo CD was chosen over Flux: its REST API is reachable without
 //! Kubernetes credentials and reports the synced revision directly. Each

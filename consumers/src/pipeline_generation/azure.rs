@@ -22,9 +22,10 @@
 //!   Runs - Run Pipeline (`POST .../_apis/pipelines/{id}/runs`) with
 //!   `resources.repositories.self` = the branch and the commit.
 //!
-//! Repositories are those of the configured project: on Azure DevOps every
-//! tenant maps to the configured organization and project (see
-//! [`crate::azure_devops`]).
+//! `{project}` is the tenant's project
+//! ([`AzureDevOpsClient::project_for`]): one project per tenant when the
+//! setting has `{tenant}`, else the one configured project that every
+//! tenant maps to (see the tenants section of [`crate::azure_devops`]).
 
 use async_trait::async_trait;
 use bosun_contracts::messages::GitIdentity;
@@ -64,10 +65,9 @@ impl AzurePipelineGenerator {
         }
     }
 
-    fn project_url(&self, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
-        let mut segments = vec![self.client.default_project(), "_apis"];
-        segments.extend_from_slice(rest);
-        self.client.url(&segments, query)
+    /// A URL in `tenant`'s project (see [`AzureDevOpsClient::project_for`]).
+    fn project_url(&self, tenant: &str, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
+        self.client.project_url(tenant, rest, query)
     }
 }
 
@@ -84,16 +84,14 @@ fn azure_date(value: Option<&str>) -> OffsetDateTime {
 impl PipelineHost for AzurePipelineGenerator {
     async fn read_file(
         &self,
-        // Every tenant maps to the configured project (see the tenants
-        // section of `crate::azure_devops`): the repository is the
-        // project's of that name.
-        _tenant: &str,
+        tenant: &str,
         repository: &str,
         branch: &str,
         path: &str,
     ) -> Result<Option<Vec<u8>>, PipelineError> {
         let item = format!("/{path}");
         let url = self.project_url(
+            tenant,
             &["git", "repositories", repository, "items"],
             &[
                 ("path", &item),
@@ -138,7 +136,11 @@ impl PipelineHost for AzurePipelineGenerator {
         bosun_contracts::validate::tenant_id("tenant", &definition.tenant)
             .map_err(|err| PipelineError::Invalid(format!("{}: {}", err.field, err.reason)))?;
         let folder = tenant_pipeline_folder(&definition.tenant);
-        let url = self.project_url(&["build", "definitions"], &[("name", &definition.name)]);
+        let url = self.project_url(
+            &definition.tenant,
+            &["build", "definitions"],
+            &[("name", &definition.name)],
+        );
         let existing: DefinitionList = self.client.get_json(url).await?;
         let named = |found: &&DefinitionReference| found.name.eq_ignore_ascii_case(&definition.name);
         if let Some(found) = existing
@@ -159,7 +161,7 @@ impl PipelineHost for AzurePipelineGenerator {
             .find(|found| found.path.eq_ignore_ascii_case(PIPELINE_FOLDER))
         {
             let id = legacy.id.to_string();
-            let url = self.project_url(&["build", "definitions", &id], &[]);
+            let url = self.project_url(&definition.tenant, &["build", "definitions", &id], &[]);
             let details: DefinitionDetails = self.client.get_json(url).await?;
             if details
                 .repository
@@ -170,7 +172,11 @@ impl PipelineHost for AzurePipelineGenerator {
             }
         }
 
-        let url = self.project_url(&["git", "repositories", &definition.repository], &[]);
+        let url = self.project_url(
+            &definition.tenant,
+            &["git", "repositories", &definition.repository],
+            &[],
+        );
         let Some(repository) = self.client.get_json_opt::<GitRepository>(url).await? else {
             return Err(PipelineError::RepositoryNotFound {
                 repository: definition.repository.clone(),
@@ -191,7 +197,7 @@ impl PipelineHost for AzurePipelineGenerator {
         });
         let created: Pipeline = self
             .client
-            .post_json(self.project_url(&["pipelines"], &[]), &body)
+            .post_json(self.project_url(&definition.tenant, &["pipelines"], &[]), &body)
             .await?;
         tracing::info!(pipeline = created.id, name = %definition.name, "Azure pipeline definition created");
         Ok(created.id.to_string())
@@ -200,6 +206,7 @@ impl PipelineHost for AzurePipelineGenerator {
     async fn queue_run(&self, run: &RunSpec) -> Result<QueuedRun, PipelineError> {
         let branch_ref = format!("refs/heads/{}", run.branch);
         let url = self.project_url(
+            &run.tenant,
             &["build", "builds"],
             &[
                 ("definitions", &run.pipeline_id),
@@ -229,7 +236,7 @@ impl PipelineHost for AzurePipelineGenerator {
                 },
             },
         });
-        let url = self.project_url(&["pipelines", &run.pipeline_id, "runs"], &[]);
+        let url = self.project_url(&run.tenant, &["pipelines", &run.pipeline_id, "runs"], &[]);
         let started: PipelineRun = self.client.post_json(url, &body).await?;
         Ok(QueuedRun {
             run_id: started.id.to_string(),

@@ -758,6 +758,93 @@ async fn azure_pull_request_twice_pushes_once_and_runs_once() {
     assert_eq!(definitions.query("name"), Some("payments-api"));
 }
 
+/// The replies of reading the module file, finding the definition and
+/// finding its run of [`NEW`], for `tenant` in `project`.
+fn pipeline_replies(project: &str, tenant: &str) -> Vec<Reply> {
+    let api = |rest: &str| format!("/contoso/{project}/_apis{rest}");
+    vec![
+        Reply::json(
+            "GET",
+            &api("/git/repositories/hello/items"),
+            404,
+            r#"{"message":"not found"}"#,
+        ),
+        Reply::json(
+            "GET",
+            &api("/build/definitions"),
+            200,
+            &format!(r#"{{"count":1,"value":[{{"id":9,"name":"payments-api","path":"\\bosun\\{tenant}"}}]}}"#),
+        ),
+        Reply::json(
+            "GET",
+            &api("/build/builds"),
+            200,
+            &format!(
+                r#"{{"count":1,"value":[{{"id":4711,"sourceVersion":"{NEW}","queueTime":"2026-11-29T10:00:07Z"}}]}}"#
+            ),
+        ),
+    ]
+}
+
+/// Reads the module file, finds the definition and its run, as `contoso`
+/// then as `fabrikam`.
+async fn pipelines_of_both_tenants(adapter: &AzurePipelineGenerator) {
+    for tenant in ["contoso", "fabrikam"] {
+        assert_eq!(
+            adapter
+                .read_file(tenant, "hello", "main", "bosun.module.json")
+                .await
+                .unwrap(),
+            None
+        );
+        let definition = DefinitionSpec {
+            tenant: tenant.into(),
+            repository: "hello".into(),
+            pipeline_path: "azure-pipelines.yml".into(),
+            name: "payments-api".into(),
+        };
+        assert_eq!(adapter.ensure_pipeline(&definition).await.unwrap(), "9");
+        let run = RunSpec {
+            tenant: tenant.into(),
+            repository: "hello".into(),
+            branch: "feature/hello".into(),
+            commit_sha: NEW.into(),
+            pipeline_path: "azure-pipelines.yml".into(),
+            pipeline_id: "9".into(),
+        };
+        assert_eq!(adapter.queue_run(&run).await.unwrap().run_id, "4711");
+    }
+}
+
+#[tokio::test]
+async fn azure_project_template_gives_each_tenant_its_own_project() {
+    let mut script = pipeline_replies("delivery-contoso", "contoso");
+    script.extend(pipeline_replies("delivery-fabrikam", "fabrikam"));
+    let server = MockAzure::start(script).await;
+    let adapter = AzurePipelineGenerator::new(&AzureDevOpsConfig::new(
+        server.url("/contoso"),
+        "delivery-{tenant}",
+        AzureDevOpsAuth::Pat("my-pat".into()),
+    ))
+    .unwrap();
+    pipelines_of_both_tenants(&adapter).await;
+    server.finish().await;
+
+    // Without the placeholder, both tenants' definitions are in the one
+    // project (in a folder each).
+    let mut script = pipeline_replies("Delivery", "contoso");
+    script.extend(pipeline_replies("Delivery", "fabrikam"));
+    let server = MockAzure::start(script).await;
+    let adapter = AzurePipelineGenerator::new(&AzureDevOpsConfig::new(
+        server.url("/contoso"),
+        "Delivery",
+        AzureDevOpsAuth::Pat("my-pat".into()),
+    ))
+    .unwrap();
+    pipelines_of_both_tenants(&adapter).await;
+    server.finish().await;
+}
+
 #[tokio::test]
 async fn azure_reads_the_module_file_of_the_default_branch() {
     let server = MockAzure::start(vec![

@@ -1,6 +1,7 @@
 //! The Azure DevOps adapter: follows an Azure Pipelines run through REST
 //! API 7.1 and, once it completed, copies its log and test results into
-//! bosun's blob store.
+//! bosun's blob store. `{project}` is the tenant's project
+//! ([`AzureDevOpsClient::project_for`]).
 //!
 //! 1. Pipelines - Runs - Get (`GET {org}/{project}/_apis/pipelines/{pipelineId}/runs/{runId}`):
 //!    run ids are project-wide, so the run's `pipeline.folder` must be the
@@ -74,15 +75,18 @@ impl AzureRunStatus {
         Self { client, blobs }
     }
 
-    fn project_url(&self, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
-        let mut segments = vec![self.client.default_project(), "_apis"];
-        segments.extend_from_slice(rest);
-        self.client.url(&segments, query)
+    /// A URL in `tenant`'s project (see [`AzureDevOpsClient::project_for`]).
+    fn project_url(&self, tenant: &str, rest: &[&str], query: &[(&str, &str)]) -> reqwest::Url {
+        self.client.project_url(tenant, rest, query)
     }
 
     /// The first failed task and the earliest start of the timeline.
-    async fn timeline(&self, run_id: &str) -> Result<(Option<String>, Option<OffsetDateTime>), MonitorError> {
-        let url = self.project_url(&["build", "builds", run_id, "timeline"], &[]);
+    async fn timeline(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<(Option<String>, Option<OffsetDateTime>), MonitorError> {
+        let url = self.project_url(tenant, &["build", "builds", run_id, "timeline"], &[]);
         let Some(timeline) = self.client.get_json_opt::<Timeline>(url).await? else {
             return Ok((None, None));
         };
@@ -101,7 +105,7 @@ impl AzureRunStatus {
 
     /// The run's logs joined into one blob.
     async fn log(&self, tenant: &str, run_id: &str) -> Result<Option<BlobRef>, MonitorError> {
-        let url = self.project_url(&["build", "builds", run_id, "logs"], &[]);
+        let url = self.project_url(tenant, &["build", "builds", run_id, "logs"], &[]);
         let Some(mut logs) = self.client.get_json_opt::<LogList>(url).await? else {
             return Ok(None);
         };
@@ -109,7 +113,7 @@ impl AzureRunStatus {
         let mut text = String::new();
         for log in &logs.value {
             let id = log.id.to_string();
-            let url = self.project_url(&["build", "builds", run_id, "logs", &id], &[]);
+            let url = self.project_url(tenant, &["build", "builds", run_id, "logs", &id], &[]);
             let lines: LogLines = self.client.get_json(url).await?;
             let _ = writeln!(text, "##[section]Log {id}");
             for line in lines.value {
@@ -128,7 +132,7 @@ impl AzureRunStatus {
     /// One JUnit file per test run of the build.
     async fn test_results(&self, tenant: &str, run_id: &str) -> Result<Vec<BlobRef>, MonitorError> {
         let build_uri = format!("vstfs:///Build/Build/{run_id}");
-        let url = self.project_url(&["test", "runs"], &[("buildUri", &build_uri)]);
+        let url = self.project_url(tenant, &["test", "runs"], &[("buildUri", &build_uri)]);
         let runs: TestRunList = self.client.get_json(url).await?;
         let mut blobs = Vec::new();
         for test_run in runs.value {
@@ -137,7 +141,11 @@ impl AzureRunStatus {
             loop {
                 let skip = results.len().to_string();
                 let top = RESULTS_PAGE.to_string();
-                let url = self.project_url(&["test", "Runs", &id, "results"], &[("$top", &top), ("$skip", &skip)]);
+                let url = self.project_url(
+                    tenant,
+                    &["test", "Runs", &id, "results"],
+                    &[("$top", &top), ("$skip", &skip)],
+                );
                 let page: TestResultList = self.client.get_json(url).await?;
                 let count = page.value.len();
                 results.extend(page.value);
@@ -169,7 +177,11 @@ fn to_second(at: OffsetDateTime) -> OffsetDateTime {
 #[async_trait]
 impl PipelineRunStatus for AzureRunStatus {
     async fn run_status(&self, query: &RunQuery) -> Result<RunState, MonitorError> {
-        let url = self.project_url(&["pipelines", &query.pipeline_id, "runs", &query.pipeline_run_id], &[]);
+        let url = self.project_url(
+            &query.tenant,
+            &["pipelines", &query.pipeline_id, "runs", &query.pipeline_run_id],
+            &[],
+        );
         let Some(run) = self.client.get_json_opt::<Run>(url).await? else {
             return Err(MonitorError::RunNotFound {
                 run_id: query.pipeline_run_id.clone(),
@@ -189,7 +201,7 @@ impl PipelineRunStatus for AzureRunStatus {
             Some("canceled") => PipelineResult::Canceled,
             _ => PipelineResult::Failed,
         };
-        let (failed_step, started_at) = self.timeline(&query.pipeline_run_id).await?;
+        let (failed_step, started_at) = self.timeline(&query.tenant, &query.pipeline_run_id).await?;
         let log = self.log(&query.tenant, &query.pipeline_run_id).await?;
         let test_results = self.test_results(&query.tenant, &query.pipeline_run_id).await?;
         let finished_at = date(run.finished_date.as_deref()).unwrap_or_else(OffsetDateTime::now_utc);

@@ -629,6 +629,70 @@ async fn azure_run_is_polled_then_its_log_and_tests_are_copied() {
     );
 }
 
+/// The replies of a finished run of `tenant`'s pipeline in `project`, with
+/// no timeline, no logs and no test runs.
+fn finished_run_replies(project: &str, tenant: &str) -> Vec<Reply> {
+    let api = |rest: &str| format!("/contoso/{project}/_apis{rest}");
+    vec![
+        Reply::json(
+            "GET",
+            &api("/pipelines/42/runs/4711"),
+            200,
+            &format!(
+                r#"{{"id":4711,"pipeline":{{"id":42,"folder":"\\bosun\\{tenant}"}},"state":"completed","result":"succeeded","finishedDate":"2026-11-29T10:09:30Z"}}"#
+            ),
+        ),
+        Reply::json("GET", &api("/build/builds/4711/timeline"), 404, "{}"),
+        Reply::json("GET", &api("/build/builds/4711/logs"), 404, "{}"),
+        Reply::json("GET", &api("/test/runs"), 200, r#"{"value":[],"count":0}"#),
+    ]
+}
+
+/// Asks for run 4711 of pipeline 42 as `contoso`, then as `fabrikam`.
+async fn poll_as_both_tenants(port: &AzureRunStatus) {
+    for tenant in ["contoso", "fabrikam"] {
+        let state = port
+            .run_status(&RunQuery {
+                tenant: tenant.into(),
+                pipeline_run_id: "4711".into(),
+                pipeline_id: "42".into(),
+                repository: "payments-api".into(),
+                commit_sha: "0123456789abcdef0123456789abcdef01234567".into(),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(state, RunState::Finished(_)), "{state:?}");
+    }
+}
+
+#[tokio::test]
+async fn azure_project_template_gives_each_tenant_its_own_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = Arc::new(FilesystemBlobStore::new(dir.path()));
+    let mut script = finished_run_replies("delivery-contoso", "contoso");
+    script.extend(finished_run_replies("delivery-fabrikam", "fabrikam"));
+    let server = MockAzure::start(script).await;
+    let port = AzureRunStatus::new(
+        &AzureDevOpsConfig::new(
+            server.url("/contoso"),
+            "delivery-{tenant}",
+            AzureDevOpsAuth::Pat("my-pat".into()),
+        ),
+        Arc::clone(&blobs) as Arc<dyn BlobStore>,
+    )
+    .unwrap();
+    poll_as_both_tenants(&port).await;
+    server.finish().await;
+
+    // Without the placeholder, both tenants' runs are in the one project
+    // (told apart by their pipeline's folder).
+    let mut script = finished_run_replies("Delivery", "contoso");
+    script.extend(finished_run_replies("Delivery", "fabrikam"));
+    let server = MockAzure::start(script).await;
+    poll_as_both_tenants(&azure_port(&server, &blobs)).await;
+    server.finish().await;
+}
+
 #[tokio::test]
 async fn azure_missing_run_is_permanent_and_outages_transient() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,7 @@
 //! The Azure DevOps adapter: pull requests are Azure Repos pull requests,
-//! through REST API 7.1 (the repository is addressed by name).
+//! through REST API 7.1 (the repository is addressed by name, in the
+//! tenant's project: [`AzureDevOpsClient::project_for`], see the tenants
+//! section of [`crate::azure_devops`]).
 //!
 //! 1. `GET .../pullrequests?searchCriteria.sourceRefName=&targetRefName=&status=active`
 //!    — an open pull request between the two branches is the answer
@@ -71,16 +73,12 @@ impl AzurePullRequests {
         })
     }
 
-    fn repository_url(&self, repository: &str, rest: &[&str], query: &[(&str, &str)]) -> Url {
-        let mut segments = vec![
-            self.client.default_project(),
-            "_apis",
-            "git",
-            "repositories",
-            repository,
-        ];
+    /// A URL of a repository in `tenant`'s project (see
+    /// [`AzureDevOpsClient::project_for`]).
+    fn repository_url(&self, tenant: &str, repository: &str, rest: &[&str], query: &[(&str, &str)]) -> Url {
+        let mut segments = vec!["git", "repositories", repository];
         segments.extend_from_slice(rest);
-        self.client.url(&segments, query)
+        self.client.project_url(tenant, &segments, query)
     }
 
     /// Pull requests between the spec's branches in one status.
@@ -88,6 +86,7 @@ impl AzurePullRequests {
         let source = format!("refs/heads/{}", spec.source_branch);
         let target = format!("refs/heads/{}", spec.target_branch);
         let url = self.repository_url(
+            &spec.tenant,
             &spec.repository,
             &["pullrequests"],
             &[
@@ -106,17 +105,22 @@ impl AzurePullRequests {
     }
 
     /// The commit a branch points at.
-    async fn branch_head(&self, repository: &str, branch: &str) -> Result<Option<String>, AzureDevOpsError> {
+    async fn branch_head(
+        &self,
+        tenant: &str,
+        repository: &str,
+        branch: &str,
+    ) -> Result<Option<String>, AzureDevOpsError> {
         let filter = format!("heads/{branch}");
-        let url = self.repository_url(repository, &["refs"], &[("filter", &filter)]);
+        let url = self.repository_url(tenant, repository, &["refs"], &[("filter", &filter)]);
         let refs: List<GitRef> = self.client.get_json(url).await?;
         let wanted = format!("refs/heads/{branch}");
         Ok(refs.value.into_iter().find(|r| r.name == wanted).map(|r| r.object_id))
     }
 
     /// The subject line of a commit.
-    async fn subject(&self, repository: &str, commit: &str) -> Result<String, AzureDevOpsError> {
-        let url = self.repository_url(repository, &["commits", commit], &[]);
+    async fn subject(&self, tenant: &str, repository: &str, commit: &str) -> Result<String, AzureDevOpsError> {
+        let url = self.repository_url(tenant, repository, &["commits", commit], &[]);
         let commit: GitCommit = self.client.get_json(url).await?;
         Ok(commit.comment.lines().next().unwrap_or_default().trim().to_owned())
     }
@@ -130,7 +134,7 @@ impl AzurePullRequests {
         if let Some(description) = &spec.description {
             body["description"] = json!(description);
         }
-        let url = self.repository_url(&spec.repository, &["pullrequests"], &[]);
+        let url = self.repository_url(&spec.tenant, &spec.repository, &["pullrequests"], &[]);
         match self.client.post_json::<_, GitPullRequest>(url, &body).await {
             Ok(created) => Ok(Some(created)),
             // TF401179: an active pull request for the two branches exists.
@@ -142,6 +146,7 @@ impl AzurePullRequests {
     /// Turns auto-complete on, set by the pull request's creator.
     async fn enable_auto_complete(
         &self,
+        tenant: &str,
         repository: &str,
         pull_request: GitPullRequest,
     ) -> Result<GitPullRequest, PullRequestError> {
@@ -157,7 +162,7 @@ impl AzurePullRequests {
             return Ok(pull_request);
         };
         let id = pull_request.pull_request_id.to_string();
-        let url = self.repository_url(repository, &["pullrequests", &id], &[]);
+        let url = self.repository_url(tenant, repository, &["pullrequests", &id], &[]);
         let body = json!({
             "autoCompleteSetBy": { "id": creator },
             "completionOptions": {
@@ -173,7 +178,7 @@ impl AzurePullRequests {
     }
 
     /// The policy evaluations of a pull request, best effort.
-    async fn checks(&self, pull_request: &GitPullRequest) -> Vec<PolicyCheck> {
+    async fn checks(&self, tenant: &str, pull_request: &GitPullRequest) -> Vec<PolicyCheck> {
         let Some(project_id) = pull_request
             .repository
             .as_ref()
@@ -186,10 +191,9 @@ impl AzurePullRequests {
             "vstfs:///CodeReview/CodeReviewId/{project_id}/{}",
             pull_request.pull_request_id
         );
-        let mut url = self.client.url(
-            &[self.client.default_project(), "_apis", "policy", "evaluations"],
-            &[("artifactId", &artifact)],
-        );
+        let mut url = self
+            .client
+            .project_url(tenant, &["policy", "evaluations"], &[("artifactId", &artifact)]);
         set_api_version(&mut url, POLICY_EVALUATIONS_API_VERSION);
         match self.client.get_json::<List<PolicyEvaluation>>(url).await {
             Ok(list) => list
@@ -227,10 +231,11 @@ impl AzurePullRequests {
                 return url.to_string();
             }
         }
+        let project = self.client.project_for(&spec.tenant);
         let mut url = self.organization.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend([
-                self.client.default_project(),
+                project.as_ref(),
                 "_git",
                 spec.repository.as_str(),
                 "pullrequest",
@@ -306,7 +311,7 @@ impl PullRequestHost for AzurePullRequests {
         validate::branch_name("targetBranch", &spec.target_branch)?;
         let active = self.list(spec, "active").await?.into_iter().next();
         let head = self
-            .branch_head(&spec.repository, &spec.source_branch)
+            .branch_head(&spec.tenant, &spec.repository, &spec.source_branch)
             .await?
             .ok_or_else(|| PullRequestError::BranchNotFound {
                 branch: spec.source_branch.clone(),
@@ -320,12 +325,12 @@ impl PullRequestHost for AzurePullRequests {
                         .is_some_and(|c| c.commit_id == head)
                 });
                 if let Some(done) = completed {
-                    let checks = self.checks(&done).await;
+                    let checks = self.checks(&spec.tenant, &done).await;
                     return self.report(spec, done, head, false, checks);
                 }
                 let title = match &spec.title {
                     Some(title) => title.clone(),
-                    None => self.subject(&spec.repository, &head).await?,
+                    None => self.subject(&spec.tenant, &spec.repository, &head).await?,
                 };
                 let title: String = title.chars().take(MAX_TITLE_CHARS).collect();
                 let title = if title.trim().is_empty() {
@@ -354,20 +359,18 @@ impl PullRequestHost for AzurePullRequests {
             }
         };
         let pull_request = if spec.auto_complete {
-            self.enable_auto_complete(&spec.repository, pull_request).await?
+            self.enable_auto_complete(&spec.tenant, &spec.repository, pull_request)
+                .await?
         } else {
             pull_request
         };
-        let checks = self.checks(&pull_request).await;
+        let checks = self.checks(&spec.tenant, &pull_request).await;
         self.report(spec, pull_request, head, created, checks)
     }
 
     async fn read_file(
         &self,
-        // Every tenant maps to the configured project (see the tenants
-        // section of `crate::azure_devops`): the repository is the
-        // project's of that name.
-        _tenant: &str,
+        tenant: &str,
         repository: &str,
         commit: &str,
         path: &str,
@@ -375,6 +378,7 @@ impl PullRequestHost for AzurePullRequests {
         validate::repository_path("path", path)?;
         let path = format!("/{path}");
         let url = self.repository_url(
+            tenant,
             repository,
             &["items"],
             &[
@@ -390,15 +394,13 @@ impl PullRequestHost for AzurePullRequests {
 
     async fn find_files(
         &self,
-        // Every tenant maps to the configured project (see the tenants
-        // section of `crate::azure_devops`): the repository is the
-        // project's of that name.
-        _tenant: &str,
+        tenant: &str,
         repository: &str,
         commit: &str,
         file_name: &str,
     ) -> Result<Vec<String>, PullRequestError> {
         let url = self.repository_url(
+            tenant,
             repository,
             &["items"],
             &[

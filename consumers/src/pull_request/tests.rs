@@ -1123,6 +1123,82 @@ async fn azure_existing_pull_request_is_returned_with_the_current_head() {
     assert!(opened.auto_complete, "already set: no PATCH");
 }
 
+/// The replies of an open pull request found again, in `project`, and of a
+/// file read from its repository.
+fn existing_pull_request_replies(project: &str) -> Vec<Reply> {
+    let repository = format!("/contoso/{project}/_apis/git/repositories/payments-api");
+    // Without the repository's `webUrl`, the adapter builds the link itself.
+    let mut pull_request: serde_json::Value = serde_json::from_str(&pull_request_json("active", true)).unwrap();
+    pull_request["repository"].as_object_mut().unwrap().remove("webUrl");
+    vec![
+        Reply::json(
+            "GET",
+            &format!("{repository}/pullrequests"),
+            200,
+            &list(&[pull_request.to_string()]),
+        ),
+        Reply::json("GET", &format!("{repository}/refs"), 200, &refs_json("feature/x", HEAD)),
+        Reply::json(
+            "GET",
+            &format!("/contoso/{project}/_apis/policy/evaluations"),
+            200,
+            r#"{"value":[],"count":0}"#,
+        ),
+        Reply::bytes("GET", &format!("{repository}/items"), 200, module_json().as_bytes()),
+    ]
+}
+
+#[tokio::test]
+async fn azure_project_template_gives_each_tenant_its_own_project() {
+    let mut script = existing_pull_request_replies("delivery-contoso");
+    script.extend(existing_pull_request_replies("delivery-fabrikam"));
+    let server = MockAzure::start(script).await;
+    let organization = server.url("/contoso");
+    let adapter = AzurePullRequests::new(&AzureDevOpsConfig::new(
+        organization.clone(),
+        "delivery-{tenant}",
+        AzureDevOpsAuth::Pat("secret-pat".into()),
+    ))
+    .unwrap();
+    assert_eq!(
+        open_and_read_for_both_tenants(&adapter).await,
+        vec![
+            format!("{organization}/delivery-contoso/_git/payments-api/pullrequest/42"),
+            format!("{organization}/delivery-fabrikam/_git/payments-api/pullrequest/42"),
+        ]
+    );
+    server.finish().await;
+
+    // Without the placeholder, both tenants' `payments-api` is the one
+    // repository of the configured project.
+    let mut script = existing_pull_request_replies("Delivery");
+    script.extend(existing_pull_request_replies("Delivery"));
+    let server = MockAzure::start(script).await;
+    let organization = server.url("/contoso");
+    assert_eq!(
+        open_and_read_for_both_tenants(&azure(&server)).await,
+        vec![format!("{organization}/Delivery/_git/payments-api/pullrequest/42"); 2]
+    );
+    server.finish().await;
+}
+
+/// Opens `feature/x` into `main` and reads a file, as `contoso` then as
+/// `fabrikam`; the pull requests' links.
+async fn open_and_read_for_both_tenants(adapter: &AzurePullRequests) -> Vec<String> {
+    let mut urls = Vec::new();
+    for tenant in ["contoso", "fabrikam"] {
+        let mut request = spec("feature/x", "main", true);
+        request.tenant = tenant.into();
+        urls.push(adapter.open(&request).await.unwrap().url);
+        let file = adapter
+            .read_file(tenant, "payments-api", HEAD, "bosun.module.json")
+            .await
+            .unwrap();
+        assert_eq!(file, Some(module_json().into_bytes()));
+    }
+    urls
+}
+
 #[tokio::test]
 async fn azure_completed_pull_request_at_the_head_is_the_answer() {
     let server = MockAzure::start(vec![

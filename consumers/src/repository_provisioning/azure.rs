@@ -12,11 +12,13 @@
 //!    (`GET .../_apis/git/policy/configurations`, then
 //!    `POST .../_apis/policy/configurations`).
 //!
-//! The project is the command's, else the configured one; every tenant maps
-//! to the configured organization (and, unless the command names another,
-//! the configured project) by configuration, so a repository name is
-//! unique per project, not per tenant (see the tenants section of
-//! [`crate::azure_devops`]). Azure DevOps has no repository
+//! The project is the tenant's ([`AzureDevOpsClient::project_for`]). When
+//! the setting has `{tenant}`, each tenant has its own project, and a
+//! command naming another project than the tenant's is refused
+//! ([`ProvisionError::ForeignProject`], permanent). Without it, the project
+//! is the command's, else the configured one that every tenant maps to, so
+//! a repository name is unique per project, not per tenant (see the
+//! tenants section of [`crate::azure_devops`]). Azure DevOps has no repository
 //! description, so `description` is not sent. The repository's default
 //! branch is set by its first push; until then the requested one is
 //! reported.
@@ -40,7 +42,7 @@ pub struct AzureRepositoryHost {
 }
 
 impl AzureRepositoryHost {
-    /// An adapter for the configured organization and default project.
+    /// An adapter for the configured organization and project setting.
     pub fn new(config: &AzureDevOpsConfig) -> Result<Self, AzureDevOpsError> {
         Ok(Self::from_client(AzureDevOpsClient::new(config)?))
     }
@@ -114,7 +116,23 @@ impl AzureRepositoryHost {
 #[async_trait]
 impl RepositoryHost for AzureRepositoryHost {
     async fn provision(&self, spec: &RepositorySpec) -> Result<ProvisionedRepository, ProvisionError> {
-        let project = spec.project.as_deref().unwrap_or(self.client.default_project());
+        let tenant_project = self.client.project_for(&spec.tenant);
+        let project = match spec.project.as_deref() {
+            None => tenant_project.as_ref(),
+            // One project per tenant: the tenant's own, under any spelling
+            // (Azure DevOps project names ignore case).
+            Some(requested) if self.client.project_per_tenant() => {
+                if !requested.eq_ignore_ascii_case(&tenant_project) {
+                    return Err(ProvisionError::ForeignProject {
+                        tenant: spec.tenant.clone(),
+                        requested_project: requested.to_owned(),
+                        tenant_project: tenant_project.into_owned(),
+                    });
+                }
+                requested
+            }
+            Some(requested) => requested,
+        };
         let (repository, created) = match self.find(project, &spec.name).await? {
             Some(existing) => (existing, false),
             None => match self.create(project, &spec.name).await? {

@@ -17,7 +17,7 @@ pub struct RepositorySpec {
     /// Repository name; with the tenant, the natural key.
     pub name: String,
     /// The project asked for; `None` lets the adapter choose (the tenant
-    /// locally, the configured project on Azure DevOps).
+    /// locally, the tenant's project on Azure DevOps).
     pub project: Option<String>,
     /// The default branch, without `refs/heads/`.
     pub default_branch: String,
@@ -83,6 +83,21 @@ pub enum ProvisionError {
         existing_project: String,
         /// Where the command asked for it.
         requested_project: String,
+    },
+    /// The command names a project that is not the tenant's (each tenant
+    /// has its own project, and may not create repositories in another's).
+    /// Permanent.
+    #[error(
+        "tenant `{tenant}` may not provision repositories in project `{requested_project}`: \
+         its project is `{tenant_project}`"
+    )]
+    ForeignProject {
+        /// The command's tenant.
+        tenant: String,
+        /// The project the command names.
+        requested_project: String,
+        /// The tenant's project.
+        tenant_project: String,
     },
     /// The Git host could not be reached or failed. Transient.
     #[error("Git host unavailable: {0}")]

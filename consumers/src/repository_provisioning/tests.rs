@@ -356,9 +356,14 @@ const REPOSITORY_JSON: &str = r#"{
 const NOT_FOUND_JSON: &str = r#"{"$id":"1","innerException":null,"message":"TF401019: The Git repository with name or identifier payments-api does not exist or you do not have permissions for the operation you are attempting.","typeName":"Microsoft.TeamFoundation.Git.Server.GitRepositoryNotFoundException, Microsoft.TeamFoundation.Git.Server","typeKey":"GitRepositoryNotFoundException","errorCode":0,"eventId":3000}"#;
 
 fn azure(server: &MockAzure) -> AzureRepositoryHost {
+    azure_in(server, "Delivery")
+}
+
+/// An adapter whose project setting is `project` (a name or a template).
+fn azure_in(server: &MockAzure, project: &str) -> AzureRepositoryHost {
     AzureRepositoryHost::new(&AzureDevOpsConfig::new(
         server.url("/contoso"),
-        "Delivery",
+        project,
         AzureDevOpsAuth::Bearer("entra-token".into()),
     ))
     .unwrap()
@@ -486,6 +491,111 @@ async fn azure_missing_project_is_permanent_and_throttling_is_retry_after() {
         matches!(err, HandlerError::RetryAfter { after, .. } if after == Duration::from_secs(30)),
         "{err}"
     );
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn azure_project_template_gives_each_tenant_its_own_project() {
+    let server = MockAzure::start(vec![
+        Reply::json(
+            "GET",
+            "/contoso/delivery-contoso/_apis/git/repositories/payments-api",
+            200,
+            REPOSITORY_JSON,
+        ),
+        Reply::json(
+            "GET",
+            "/contoso/delivery-fabrikam/_apis/git/repositories/payments-api",
+            404,
+            NOT_FOUND_JSON,
+        ),
+        Reply::json(
+            "GET",
+            "/contoso/_apis/projects/delivery-fabrikam",
+            200,
+            r#"{"id":"f1","name":"delivery-fabrikam"}"#,
+        ),
+        Reply::json(
+            "POST",
+            "/contoso/delivery-fabrikam/_apis/git/repositories",
+            201,
+            REPOSITORY_JSON,
+        ),
+        // The tenant's own project, named explicitly (in another case).
+        Reply::json(
+            "GET",
+            "/contoso/Delivery-Fabrikam/_apis/git/repositories/payments-api",
+            200,
+            REPOSITORY_JSON,
+        ),
+    ])
+    .await;
+    let host = azure_in(&server, "delivery-{tenant}");
+    let mut contoso = spec("contoso", "payments-api");
+    contoso.minimum_reviewers = 0;
+    let mut fabrikam = spec("fabrikam", "payments-api");
+    fabrikam.minimum_reviewers = 0;
+    assert!(!host.provision(&contoso).await.unwrap().created);
+    assert!(host.provision(&fabrikam).await.unwrap().created);
+    fabrikam.project = Some("Delivery-Fabrikam".to_owned());
+    assert!(!host.provision(&fabrikam).await.unwrap().created);
+    let requests = server.finish().await;
+    assert_eq!(requests[3].json()["project"]["id"], "f1");
+
+    // Without the placeholder, every tenant maps to the one project.
+    let server = MockAzure::start(vec![
+        Reply::json(
+            "GET",
+            "/contoso/Delivery/_apis/git/repositories/payments-api",
+            200,
+            REPOSITORY_JSON,
+        ),
+        Reply::json(
+            "GET",
+            "/contoso/Delivery/_apis/git/repositories/payments-api",
+            200,
+            REPOSITORY_JSON,
+        ),
+    ])
+    .await;
+    let host = azure(&server);
+    fabrikam.project = None;
+    let first = host.provision(&contoso).await.unwrap();
+    let second = host.provision(&fabrikam).await.unwrap();
+    server.finish().await;
+    assert_eq!(first.repository, second.repository);
+}
+
+#[tokio::test]
+async fn azure_project_of_another_tenant_is_refused_naming_both() {
+    let server = MockAzure::start(vec![]).await;
+    let consumer = RepositoryProvisioning::new(azure_in(&server, "delivery-{tenant}"));
+    let mut request = command("payments-api");
+    request.project = Some("delivery-contoso".to_owned());
+    let err = handle(&consumer, "fabrikam", request.into()).await.unwrap_err();
+    // Refused before any call to Azure DevOps.
+    server.finish().await;
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+    let HandlerError::Permanent(source) = &err else {
+        unreachable!()
+    };
+    let shown = source.to_string();
+    assert!(shown.contains("`fabrikam`"), "{shown}");
+    assert!(shown.contains("`delivery-contoso`"), "{shown}");
+    assert!(shown.contains("`delivery-fabrikam`"), "{shown}");
+
+    // Without the placeholder a named project is used as asked, as before.
+    let server = MockAzure::start(vec![Reply::json(
+        "GET",
+        "/contoso/delivery-contoso/_apis/git/repositories/payments-api",
+        200,
+        REPOSITORY_JSON,
+    )])
+    .await;
+    let mut request = spec("fabrikam", "payments-api");
+    request.project = Some("delivery-contoso".to_owned());
+    request.minimum_reviewers = 0;
+    azure(&server).provision(&request).await.unwrap();
     server.finish().await;
 }
 
