@@ -260,6 +260,55 @@ pub enum Failpoint {
     HaltAfterStateCommit,
 }
 
+/// How the HTTP front door holds under abuse: how long a connection may
+/// take to send a request head or sit idle, how many connections are open
+/// at once, each key's request budget and which browser origins may call
+/// `/mcp`. [`Default`] gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// `BOSUN_HTTP_HEADER_TIMEOUT_MS`: the longest a client may take to send
+    /// a request head (from its connection's accept, or from the first byte
+    /// of a later request on a kept-alive connection). Default 10 000.
+    pub header_timeout: Duration,
+    /// `BOSUN_HTTP_IDLE_TIMEOUT_MS`: how long a kept-alive connection may
+    /// wait for its next request. Default 75 000, longer than the 60 s
+    /// upstream keep-alive of common proxies so that they close first.
+    pub idle_timeout: Duration,
+    /// `BOSUN_HTTP_MAX_CONNECTIONS`: connections open at once; never more
+    /// than half the process's open-file soft limit. Default 4 096.
+    pub max_connections: usize,
+    /// `BOSUN_HTTP_RATE_LIMIT_PER_SECOND`: requests per second each API key
+    /// may make, sustained; 0 turns the limit off. Default 20.
+    pub rate_limit_per_second: u32,
+    /// `BOSUN_HTTP_RATE_LIMIT_BURST`: requests a key may make at once before
+    /// the sustained rate applies. Default 100.
+    pub rate_limit_burst: u32,
+    /// `BOSUN_HTTP_ALLOWED_ORIGINS`: the browser origins that may call
+    /// `/mcp` (besides the server's own address): a comma list of
+    /// `scheme://host[:port]` and `loopback` (any port on `localhost`,
+    /// `127.0.0.0/8` or `[::1]`), or `none`. Default `loopback`.
+    pub allowed_origins: Vec<crate::api::origin::AllowedOrigin>,
+}
+
+const HTTP_HEADER_TIMEOUT_MS: u64 = 10_000;
+const HTTP_IDLE_TIMEOUT_MS: u64 = 75_000;
+const HTTP_MAX_CONNECTIONS: u64 = 4_096;
+const HTTP_RATE_LIMIT_PER_SECOND: u64 = 20;
+const HTTP_RATE_LIMIT_BURST: u64 = 100;
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_millis(HTTP_HEADER_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(HTTP_IDLE_TIMEOUT_MS),
+            max_connections: HTTP_MAX_CONNECTIONS as usize,
+            rate_limit_per_second: HTTP_RATE_LIMIT_PER_SECOND as u32,
+            rate_limit_burst: HTTP_RATE_LIMIT_BURST as u32,
+            allowed_origins: vec![crate::api::origin::AllowedOrigin::Loopback],
+        }
+    }
+}
+
 /// Every setting bosun has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -282,6 +331,9 @@ pub struct Settings {
     /// takes (larger: 413). Default 4 194 304 (4 MiB); payloads over the
     /// claim-check threshold travel through the blob store.
     pub http_max_body_bytes: usize,
+    /// The HTTP front door's timeouts, connection cap, per-key request
+    /// budget and allowed browser origins (`BOSUN_HTTP_*`).
+    pub http_limits: HttpLimits,
     /// `BOSUN_ADAPTERS`: `local` (default) or `azure`.
     pub adapters: AdapterKind,
     /// `BOSUN_CONSUMERS`: comma-separated consumers to run; all when unset.
@@ -380,6 +432,12 @@ const KNOWN: &[&str] = &[
     "BOSUN_BLOB_CLIENT_ID",
     "BOSUN_CLAIM_CHECK_BYTES",
     "BOSUN_HTTP_MAX_BODY_BYTES",
+    "BOSUN_HTTP_HEADER_TIMEOUT_MS",
+    "BOSUN_HTTP_IDLE_TIMEOUT_MS",
+    "BOSUN_HTTP_MAX_CONNECTIONS",
+    "BOSUN_HTTP_RATE_LIMIT_PER_SECOND",
+    "BOSUN_HTTP_RATE_LIMIT_BURST",
+    "BOSUN_HTTP_ALLOWED_ORIGINS",
     "BOSUN_ADAPTERS",
     "BOSUN_CONSUMERS",
     "BOSUN_CONCURRENCY",
@@ -734,6 +792,35 @@ impl Settings {
         if delivery.environments.is_empty() {
             return Err(invalid("BOSUN_RELEASE_ENVIRONMENTS", "names no environment"));
         }
+        let http_limits = {
+            let at_least = |name: &str, default: u64, min: u64| -> Result<Duration, ConfigError> {
+                let value = millis(name, default)?;
+                if value < Duration::from_millis(min) {
+                    return Err(invalid(name, format!("must be at least {min}")));
+                }
+                Ok(value)
+            };
+            let small = |name: &str, value: u64| u32::try_from(value).map_err(|_| invalid(name, "is too large"));
+            HttpLimits {
+                header_timeout: at_least("BOSUN_HTTP_HEADER_TIMEOUT_MS", HTTP_HEADER_TIMEOUT_MS, 100)?,
+                idle_timeout: at_least("BOSUN_HTTP_IDLE_TIMEOUT_MS", HTTP_IDLE_TIMEOUT_MS, 100)?,
+                max_connections: usize::try_from(number("BOSUN_HTTP_MAX_CONNECTIONS", HTTP_MAX_CONNECTIONS, 2)?)
+                    .map_err(|_| invalid("BOSUN_HTTP_MAX_CONNECTIONS", "is too large"))?,
+                rate_limit_per_second: small(
+                    "BOSUN_HTTP_RATE_LIMIT_PER_SECOND",
+                    number("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", HTTP_RATE_LIMIT_PER_SECOND, 0)?,
+                )?,
+                rate_limit_burst: small(
+                    "BOSUN_HTTP_RATE_LIMIT_BURST",
+                    number("BOSUN_HTTP_RATE_LIMIT_BURST", HTTP_RATE_LIMIT_BURST, 1)?,
+                )?,
+                allowed_origins: match get("BOSUN_HTTP_ALLOWED_ORIGINS") {
+                    None => HttpLimits::default().allowed_origins,
+                    Some(list) => crate::api::origin::parse_allowed_origins(&list)
+                        .map_err(|err| invalid("BOSUN_HTTP_ALLOWED_ORIGINS", err.to_string()))?,
+                },
+            }
+        };
         let settings = Self {
             data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
             transport,
@@ -743,6 +830,7 @@ impl Settings {
             claim_check_bytes,
             http_max_body_bytes: usize::try_from(number("BOSUN_HTTP_MAX_BODY_BYTES", 4_194_304, 1024)?)
                 .map_err(|_| invalid("BOSUN_HTTP_MAX_BODY_BYTES", "is too large"))?,
+            http_limits,
             adapters,
             consumers,
             concurrency: usize::try_from(number("BOSUN_CONCURRENCY", 8, 1)?).unwrap_or(usize::MAX),
@@ -937,6 +1025,76 @@ mod tests {
         }
         let err = Settings::from_sources(&env("delivery-{team}"), &map(&[])).unwrap_err();
         assert!(err.to_string().contains("`{team}` is not a known placeholder"), "{err}");
+    }
+
+    #[test]
+    fn http_limits_have_documented_defaults_and_parse() {
+        use crate::api::origin::{AllowedOrigin, Origin};
+        let defaults = Settings::from_sources(&map(&[]), &map(&[])).unwrap().http_limits;
+        assert_eq!(defaults, HttpLimits::default());
+        assert_eq!(defaults.header_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(75));
+        assert_eq!(defaults.max_connections, 4096);
+        assert_eq!((defaults.rate_limit_per_second, defaults.rate_limit_burst), (20, 100));
+        assert_eq!(defaults.allowed_origins, vec![AllowedOrigin::Loopback]);
+
+        let env = map(&[
+            ("BOSUN_HTTP_HEADER_TIMEOUT_MS", "2500"),
+            ("BOSUN_HTTP_IDLE_TIMEOUT_MS", " 30000 "),
+            ("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", "0"),
+            ("BOSUN_HTTP_ALLOWED_ORIGINS", "https://Console.Example.com, loopback"),
+        ]);
+        let file = map(&[
+            ("BOSUN_HTTP_MAX_CONNECTIONS", "300"),
+            ("BOSUN_HTTP_RATE_LIMIT_BURST", "7"),
+        ]);
+        let limits = Settings::from_sources(&env, &file).unwrap().http_limits;
+        assert_eq!(limits.header_timeout, Duration::from_millis(2500));
+        assert_eq!(limits.idle_timeout, Duration::from_secs(30));
+        assert_eq!(limits.max_connections, 300);
+        assert_eq!((limits.rate_limit_per_second, limits.rate_limit_burst), (0, 7));
+        assert_eq!(
+            limits.allowed_origins,
+            vec![
+                AllowedOrigin::Exact(Origin::parse("https://console.example.com:443").unwrap()),
+                AllowedOrigin::Loopback
+            ]
+        );
+        let none = Settings::from_sources(&map(&[("BOSUN_HTTP_ALLOWED_ORIGINS", "none")]), &map(&[])).unwrap();
+        assert!(none.http_limits.allowed_origins.is_empty());
+
+        for (name, value, says) in [
+            ("BOSUN_HTTP_HEADER_TIMEOUT_MS", "50", "at least 100"),
+            ("BOSUN_HTTP_IDLE_TIMEOUT_MS", "soon", "milliseconds"),
+            ("BOSUN_HTTP_MAX_CONNECTIONS", "1", "at least 2"),
+            ("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", "-1", "whole number"),
+            ("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", "99999999999", "too large"),
+            ("BOSUN_HTTP_RATE_LIMIT_BURST", "0", "at least 1"),
+            ("BOSUN_HTTP_ALLOWED_ORIGINS", "console.example.com", "scheme://host"),
+            ("BOSUN_HTTP_ALLOWED_ORIGINS", "https://example.com/path", "no path"),
+            ("BOSUN_HTTP_ALLOWED_ORIGINS", " , ", "names no origin"),
+        ] {
+            let err = Settings::from_sources(&map(&[(name, value)]), &map(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(name) && err.contains(says), "{name}={value}: {err}");
+        }
+        // A TOML list is a comma list.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bosun.toml");
+        std::fs::write(
+            &path,
+            "http_allowed_origins = [\"http://10.0.0.5:8080\"]\nhttp_max_connections = 64\n",
+        )
+        .unwrap();
+        let limits = Settings::from_sources(&map(&[]), &read_file(&path).unwrap())
+            .unwrap()
+            .http_limits;
+        assert_eq!(limits.max_connections, 64);
+        assert_eq!(
+            limits.allowed_origins,
+            vec![AllowedOrigin::Exact(Origin::parse("http://10.0.0.5:8080").unwrap())]
+        );
     }
 
     #[test]

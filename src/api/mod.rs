@@ -7,6 +7,13 @@
 //! Errors are always `{"error": {"code", "message", "field"?}}` with the
 //! status the gateway chose; the body limit (`BOSUN_HTTP_MAX_BODY_BYTES`)
 //! answers 413 in the same shape.
+//!
+//! The front door holds under abuse: [`server`] serves the router with
+//! header and idle timeouts and a connection cap; [`rate_limit`] gives each
+//! API key a request budget, checked in `caller` right after the key is
+//! authenticated (over it: 429 `rate-limited` with `Retry-After`); and
+//! [`origin`] refuses `/mcp` requests from browser origins that are not
+//! allowed (403 `origin-not-allowed`), as the MCP specification requires.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,14 +36,20 @@ use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use self::origin::{OriginPolicy, OriginVerdict};
+use self::rate_limit::RateLimiter;
 use crate::access::Caller;
+use crate::config::HttpLimits;
 use crate::gateway::{BulkReplayRequest, Gateway, GatewayError};
 use crate::mcp::McpServer;
 use crate::metrics::Metrics;
 use crate::store::DeadLetterFilter;
 
 pub mod openapi;
+pub mod origin;
 pub mod prometheus;
+pub mod rate_limit;
+pub mod server;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -45,35 +58,71 @@ pub struct ApiState {
     mcp: McpServer,
     metrics: Arc<Metrics>,
     http: Arc<prometheus::HttpMetrics>,
+    limiter: Arc<RateLimiter>,
+    origins: Arc<OriginPolicy>,
 }
 
 impl ApiState {
     /// State over a gateway and the host's metrics (empty when no host runs
-    /// in this process).
+    /// in this process), with the default front-door limits.
     pub fn new(gateway: Gateway, metrics: Arc<Metrics>) -> Self {
+        let limits = HttpLimits::default();
         Self {
             mcp: McpServer::new(gateway.clone()),
             gateway,
             metrics,
             http: Arc::default(),
+            limiter: Arc::new(RateLimiter::new(limits.rate_limit_per_second, limits.rate_limit_burst)),
+            origins: Arc::new(OriginPolicy::new(limits.allowed_origins, None)),
         }
+    }
+
+    /// The same state under `limits`' request budget and allowed origins;
+    /// `bound` is the server's own address, whose pages may call `/mcp`.
+    pub fn with_limits(mut self, limits: &HttpLimits, bound: Option<SocketAddr>) -> Self {
+        self.limiter = Arc::new(RateLimiter::new(limits.rate_limit_per_second, limits.rate_limit_burst));
+        self.origins = Arc::new(OriginPolicy::new(limits.allowed_origins.clone(), bound));
+        self
     }
 }
 
 /// An answer that went wrong, in the API's error shape.
 #[derive(Debug)]
-pub struct ApiError(GatewayError);
+pub enum ApiError {
+    /// What the gateway refused, with the status it chose.
+    Gateway(GatewayError),
+    /// The key is over its request budget: 429 with `Retry-After`.
+    RateLimited(rate_limit::OverBudget),
+}
 
 impl From<GatewayError> for ApiError {
     fn from(err: GatewayError) -> Self {
-        Self(err)
+        Self::Gateway(err)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, Json(self.0.to_json())).into_response();
+        let err = match self {
+            Self::Gateway(err) => err,
+            Self::RateLimited(over) => {
+                let seconds = over.retry_after.as_secs().max(1);
+                let mut response = error_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate-limited",
+                    format!(
+                        "this key is over its request budget (BOSUN_HTTP_RATE_LIMIT_PER_SECOND, \
+                         BOSUN_HTTP_RATE_LIMIT_BURST); retry in {seconds} s"
+                    ),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                return response;
+            }
+        };
+        let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(err.to_json())).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -120,19 +169,44 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` is cancelled, then
+/// Serves the API on `listener` under `limits` (timeouts, connection cap,
+/// per-key budget, allowed origins) until `shutdown` is cancelled, then
 /// finishes the requests in flight.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
     max_body_bytes: usize,
+    limits: HttpLimits,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let address: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(address = ?address, "HTTP API listening");
-    axum::serve(listener, router(state, max_body_bytes))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    let connection_limits = server::ConnectionLimits::new(&limits, server::open_files_soft_limit());
+    tracing::info!(
+        address = ?address,
+        max_connections = connection_limits.max_connections,
+        header_timeout_ms = limits.header_timeout.as_millis() as u64,
+        idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+        rate_limit_per_second = limits.rate_limit_per_second,
+        rate_limit_burst = limits.rate_limit_burst,
+        "HTTP API listening"
+    );
+    if connection_limits.max_connections < limits.max_connections {
+        tracing::info!(
+            configured = limits.max_connections,
+            max_connections = connection_limits.max_connections,
+            "HTTP connection cap lowered to half the open-file limit"
+        );
+    }
+    let state = state.with_limits(&limits, address);
+    let http = Arc::clone(&state.http);
+    server::serve_router(
+        listener,
+        router(state, max_body_bytes),
+        connection_limits,
+        http,
+        shutdown,
+    )
+    .await
 }
 
 /// Counts and logs every request (by route template, never by raw path or body).
@@ -150,12 +224,29 @@ async fn observe(State(state): State<ApiState>, request: Request, next: Next) ->
     response
 }
 
-/// The caller behind the request's key.
+/// The caller behind the request's key, if it is within its budget.
 async fn caller(state: &ApiState, headers: &HeaderMap) -> ApiResult<Caller> {
     let presented = presented_key(headers).ok_or_else(|| {
         GatewayError::Unauthorized("missing API key: send `Authorization: Bearer <key>` or `X-Api-Key`".into())
     })?;
-    Ok(state.gateway.authenticate(&presented).await?)
+    let caller = state.gateway.authenticate(&presented).await?;
+    if let Err(over) = state.limiter.check(&caller.key_id) {
+        state.http.record_rate_limited(&caller.key_id);
+        return Err(ApiError::RateLimited(over));
+    }
+    Ok(caller)
+}
+
+/// 403 for a browser origin that may not call `/mcp`; `None` to go on.
+fn refuse_origin(state: &ApiState, headers: &HeaderMap) -> Option<Response> {
+    match state.origins.check(headers) {
+        OriginVerdict::Allowed => None,
+        OriginVerdict::Refused(origin) => Some(error_response(
+            StatusCode::FORBIDDEN,
+            "origin-not-allowed",
+            format!("Origin `{origin}` may not call /mcp (allowed: BOSUN_HTTP_ALLOWED_ORIGINS)"),
+        )),
+    }
 }
 
 /// The key in `Authorization: Bearer` or `X-Api-Key`.
@@ -622,7 +713,11 @@ async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path
 /// MCP over Streamable HTTP: one JSON-RPC message (or batch) per POST,
 /// answered as JSON; notifications get 202.
 async fn mcp(State(state): State<ApiState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
-    // The key first: nothing about the request is answered without one.
+    // A DNS-rebinding page first (see `origin`), then the key: nothing
+    // about the request is answered without both.
+    if let Some(refused) = refuse_origin(&state, &headers) {
+        return refused;
+    }
     let caller = match caller(&state, &headers).await {
         Ok(caller) => caller,
         Err(err) => return err.into_response(),
@@ -644,7 +739,10 @@ async fn mcp(State(state): State<ApiState>, headers: HeaderMap, body: Result<Byt
 }
 
 /// bosun's MCP endpoint sends no server-initiated messages: no SSE stream.
-async fn mcp_get() -> Response {
+async fn mcp_get(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refuse_origin(&state, &headers) {
+        return refused;
+    }
     (
         StatusCode::METHOD_NOT_ALLOWED,
         [(header::ALLOW, "POST")],

@@ -1,10 +1,13 @@
 //! `/metrics` in the Prometheus text exposition format (version 0.0.4):
 //! the host's per-consumer counters and latency quantiles, the outbox
-//! backlog, and the HTTP API's requests by route and status.
+//! backlog, the HTTP API's requests by route and status, and what the
+//! front door refused: requests over a key's budget, connections shed at
+//! the connection cap or closed for taking too long.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::metrics::{ConsumerSnapshot, Metrics};
@@ -15,10 +18,16 @@ type RequestCounts = BTreeMap<(String, String, u16), (u64, Duration)>;
 /// A consumer counter: name, help, and how to read it from a snapshot.
 type Counter = (&'static str, &'static str, fn(&ConsumerSnapshot) -> u64);
 
-/// Requests the API answered, by method, route template and status.
+/// Requests the API answered, by method, route template and status, and
+/// what the front door refused.
 #[derive(Debug, Default)]
 pub struct HttpMetrics {
     requests: Mutex<RequestCounts>,
+    /// key id -> requests refused with 429.
+    rate_limited: Mutex<BTreeMap<String, u64>>,
+    connections_open: AtomicU64,
+    connections_shed: AtomicU64,
+    connections_timed_out: AtomicU64,
 }
 
 impl HttpMetrics {
@@ -30,6 +39,30 @@ impl HttpMetrics {
             .or_insert((0, Duration::ZERO));
         entry.0 += 1;
         entry.1 += elapsed;
+    }
+
+    /// Counts one request of `key_id` refused for being over its budget.
+    pub fn record_rate_limited(&self, key_id: &str) {
+        let mut guard = self
+            .rate_limited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *guard.entry(key_id.to_owned()).or_insert(0) += 1;
+    }
+
+    /// Sets how many HTTP connections are open.
+    pub fn set_connections_open(&self, open: u64) {
+        self.connections_open.store(open, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed at the connection cap.
+    pub fn record_connection_shed(&self) {
+        self.connections_shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed by the header or idle timeout.
+    pub fn record_connection_timed_out(&self) {
+        self.connections_timed_out.fetch_add(1, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> RequestCounts {
@@ -148,6 +181,44 @@ pub fn render(metrics: &Metrics, http: &HttpMetrics, outbox_backlog: Option<u64>
             elapsed.as_secs_f64()
         );
     }
+    let rate_limited = http
+        .rate_limited
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let _ = writeln!(
+        out,
+        "# HELP bosun_http_rate_limited_total Requests refused with 429 because their API key was over its budget.\n# TYPE bosun_http_rate_limited_total counter"
+    );
+    for (key, count) in &rate_limited {
+        let _ = writeln!(out, "bosun_http_rate_limited_total{{key=\"{}\"}} {count}", label(key));
+    }
+    for (name, kind, help, value) in [
+        (
+            "bosun_http_connections_open",
+            "gauge",
+            "HTTP connections open now.",
+            &http.connections_open,
+        ),
+        (
+            "bosun_http_connections_shed_total",
+            "counter",
+            "Connections closed at the connection cap because they had waited longest for a request.",
+            &http.connections_shed,
+        ),
+        (
+            "bosun_http_connections_timed_out_total",
+            "counter",
+            "Connections closed because a request head or the next request did not come in time.",
+            &http.connections_timed_out,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
+            value.load(Ordering::Relaxed)
+        );
+    }
     out
 }
 
@@ -164,6 +235,10 @@ mod tests {
         metrics.processing_latency("commit", Duration::from_millis(20));
         let http = HttpMetrics::default();
         http.record("POST", "/v1/commands/{type}", 202, Duration::from_millis(3));
+        http.record_rate_limited("k1");
+        http.record_rate_limited("k1");
+        http.record_connection_shed();
+        http.set_connections_open(3);
         let text = render(&metrics, &http, Some(4));
         assert!(
             text.contains("bosun_messages_processed_total{consumer=\"commit\"} 2"),
@@ -175,6 +250,10 @@ mod tests {
         assert!(
             text.contains("bosun_http_requests_total{method=\"POST\",route=\"/v1/commands/{type}\",status=\"202\"} 1")
         );
+        assert!(text.contains("bosun_http_rate_limited_total{key=\"k1\"} 2"), "{text}");
+        assert!(text.contains("bosun_http_connections_open 3"), "{text}");
+        assert!(text.contains("bosun_http_connections_shed_total 1"), "{text}");
+        assert!(text.contains("bosun_http_connections_timed_out_total 0"), "{text}");
         assert_eq!(label("a\"b\\c"), "a\\\"b\\\\c");
     }
 }

@@ -10,9 +10,10 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{ApiState, router};
+use super::origin::{AllowedOrigin, Origin};
+use super::{ApiState, router, serve};
 use crate::access::{self, Scope};
-use crate::config::Settings;
+use crate::config::{HttpLimits, Settings};
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
 use crate::runtime::Backends;
@@ -44,6 +45,28 @@ impl Api {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router(state, max_body)).await });
+        Self {
+            url,
+            client: reqwest::Client::new(),
+            backends,
+            draining,
+            _dir: dir,
+        }
+    }
+
+    /// The API served as `bosun serve --http` serves it: through
+    /// [`serve`], under `limits`.
+    async fn start_serving(limits: HttpLimits) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let backends = Backends::open(&Settings::with_data_dir(dir.path())).await.unwrap();
+        let draining = CancellationToken::new();
+        let state = ApiState::new(
+            Gateway::new(backends.clone(), draining.clone()),
+            Arc::new(Metrics::new()),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(serve(listener, state, 64 * 1024, limits, CancellationToken::new()));
         Self {
             url,
             client: reqwest::Client::new(),
@@ -810,4 +833,171 @@ async fn metrics_openapi_and_console_are_served_and_every_documented_route_exist
             }
         }
     }
+}
+
+/// The id part of a key (`bsn_<id>_<secret>`), as `/metrics` names it.
+fn key_id(key: &str) -> &str {
+    key.split('_').nth(1).unwrap()
+}
+
+#[tokio::test]
+async fn a_key_over_its_budget_gets_429_with_retry_after_and_other_keys_do_not() {
+    let api = Api::start_serving(HttpLimits {
+        rate_limit_per_second: 1,
+        rate_limit_burst: 5,
+        ..HttpLimits::default()
+    })
+    .await;
+    let busy = api.key("contoso", &[Scope::DeliveriesRead]).await;
+    let quiet = api.key("contoso", &[Scope::DeliveriesRead]).await;
+
+    // Twelve at once from one key, three from another at the same time.
+    let burst = futures_util::future::join_all((0..12).map(|_| api.get(&busy, "/v1/deliveries").send()));
+    let others = futures_util::future::join_all((0..3).map(|_| api.get(&quiet, "/v1/deliveries").send()));
+    let (burst, others) = tokio::join!(burst, others);
+    let mut passed = 0;
+    let mut refused = Vec::new();
+    for response in burst {
+        let response = response.unwrap();
+        match response.status() {
+            StatusCode::OK => passed += 1,
+            StatusCode::TOO_MANY_REQUESTS => refused.push(response),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    // The burst of 5 passes (one more per second the requests took).
+    assert!(passed >= 5, "{passed} passed");
+    assert!(!refused.is_empty(), "nothing was refused ({passed} passed)");
+    let refused_count = refused.len();
+    for response in refused {
+        let retry_after: u64 = response
+            .headers()
+            .get("retry-after")
+            .expect("a 429 says when to retry")
+            .to_str()
+            .unwrap()
+            .parse()
+            .expect("Retry-After is whole seconds");
+        assert!(retry_after >= 1);
+        let (_, error) = error_of(response).await;
+        assert_eq!(error["code"], "rate-limited");
+        assert!(error["message"].as_str().unwrap().contains("retry in"), "{error}");
+    }
+    for response in others {
+        assert_eq!(
+            response.unwrap().status(),
+            StatusCode::OK,
+            "the other key is unaffected"
+        );
+    }
+
+    // Every authenticated route shares the budget, `/mcp` included; the
+    // unauthenticated ones do not have one.
+    let mcp = api
+        .post(&busy, "/mcp")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let refused_count = refused_count + 1;
+    for _ in 0..10 {
+        let health = api.client.get(format!("{}/healthz", api.url)).send().await.unwrap();
+        assert_eq!(health.status(), StatusCode::OK);
+    }
+
+    let metrics = api
+        .client
+        .get(format!("{}/metrics", api.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = format!(
+        "bosun_http_rate_limited_total{{key=\"{}\"}} {refused_count}",
+        key_id(&busy)
+    );
+    assert!(metrics.contains(&line), "no `{line}` in:\n{metrics}");
+    assert!(!metrics.contains(&format!("key=\"{}\"", key_id(&quiet))), "{metrics}");
+    assert!(metrics.contains("bosun_http_requests_total{method=\"GET\",route=\"/v1/deliveries\",status=\"429\"}"));
+}
+
+#[tokio::test]
+async fn mcp_refuses_a_foreign_origin_before_anything_else() {
+    let api = Api::start_serving(HttpLimits {
+        allowed_origins: vec![
+            AllowedOrigin::Loopback,
+            AllowedOrigin::Exact(Origin::parse("https://console.example.com").unwrap()),
+        ],
+        ..HttpLimits::default()
+    })
+    .await;
+    let key = api.key("contoso", &[Scope::Admin]).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+
+    // A foreign origin is refused even with a good key, and even without
+    // one (before the 401): nothing about the request is answered.
+    for with_key in [true, false] {
+        let mut request = api
+            .client
+            .post(format!("{}/mcp", api.url))
+            .header("origin", "http://evil.example")
+            .json(&ping);
+        if with_key {
+            request = request.bearer_auth(&key);
+        }
+        let (status, error) = error_of(request.send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(error["code"], "origin-not-allowed");
+    }
+    for origin in ["null", "http://console.example.com", "http://localhost.evil.example"] {
+        let response = api
+            .post(&key, "/mcp")
+            .header("origin", origin)
+            .json(&ping)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{origin}");
+    }
+    let get = api
+        .get(&key, "/mcp")
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), StatusCode::FORBIDDEN);
+
+    // No Origin (an agent), a loopback page, the configured origin and the
+    // server's own address are answered.
+    let own = api.url.clone();
+    for origin in [
+        None,
+        Some("http://localhost:5173"),
+        Some("https://console.example.com"),
+        Some(own.as_str()),
+    ] {
+        let mut request = api.post(&key, "/mcp").json(&ping);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{origin:?}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["result"], json!({}), "{answer}");
+    }
+    let get = api.get(&key, "/mcp").send().await.unwrap();
+    assert_eq!(get.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // The Origin check is /mcp's (as the MCP specification asks): the REST
+    // API takes keys in headers, never cookies, so a foreign page cannot
+    // act as anyone there.
+    let rest = api
+        .get(&key, "/v1/deliveries")
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), StatusCode::OK);
 }

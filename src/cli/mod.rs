@@ -411,9 +411,14 @@ async fn start_api(
     let state = ApiState::new(Gateway::new(backends.clone(), draining.clone()), metrics);
     let stop = CancellationToken::new();
     let max_body = settings.http_max_body_bytes;
+    let limits = settings.http_limits.clone();
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { api::serve(listener, state, max_body, stop).await.context("HTTP API") }
+        async move {
+            api::serve(listener, state, max_body, limits, stop)
+                .await
+                .context("HTTP API")
+        }
     });
     Ok((stop, task))
 }
