@@ -222,6 +222,14 @@ fn error_responses(scoped: bool) -> Map<String, Value> {
         responses.insert("401".into(), error("no valid API key"));
         responses.insert("403".into(), error("the key lacks the scope"));
         responses.insert("404".into(), error("not found (or another tenant's)"));
+        let mut limited = error("over the key's request budget (BOSUN_HTTP_RATE_LIMIT_*): retry after `Retry-After`");
+        if let Some(object) = limited.as_object_mut() {
+            object.insert(
+                "headers".into(),
+                json!({"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}}),
+            );
+        }
+        responses.insert("429".into(), limited);
     }
     responses.insert("503".into(), error("store or transport unavailable"));
     responses
@@ -407,6 +415,10 @@ mod tests {
         }
         let create = &doc["paths"]["/v1/commands/CreateCommit"]["post"];
         assert_eq!(create["operationId"], "sendCreateCommit");
+        assert!(
+            create["responses"]["429"]["headers"]["Retry-After"].is_object(),
+            "{create}"
+        );
         let schema = &doc["components"]["schemas"]["CreateCommit"];
         assert!(schema["properties"]["branch"].is_object(), "{schema}");
         // Every $ref points at a component that exists.
