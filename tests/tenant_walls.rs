@@ -76,24 +76,20 @@ fn free_port() -> u16 {
 }
 
 fn key(data: &Path, backend: &Backend, tenant: &str, scopes: &str, description: &str) -> (String, String) {
-    let mut command = bosun(data);
-    command.args([
-        "keys",
-        "create",
-        "--tenant",
-        tenant,
-        "--scopes",
-        scopes,
-        "--description",
-        description,
-        "--json",
-    ]);
-    for (k, v) in backend.env() {
-        command.env(k, v);
-    }
-    let output = command.stdin(Stdio::null()).output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let made: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let made = cli_json(
+        data,
+        backend,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            tenant,
+            "--scopes",
+            scopes,
+            "--description",
+            description,
+        ],
+    );
     (
         made["key"].as_str().unwrap().to_owned(),
         made["id"].as_str().unwrap().to_owned(),
@@ -123,19 +119,25 @@ fn cli_json(data: &Path, backend: &Backend, args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("no JSON from {args:?} ({err}): {stdout}"))
 }
 
-/// POSTs a command as `key`: (status, body).
-fn post_command(port: u16, key: &str, message_type: &str, payload: &Value) -> (u16, Value) {
+/// A request as `key` with an optional JSON body: (status, body).
+fn request(port: u16, key: &str, method: reqwest::Method, path: &str, body: Option<&Value>) -> (u16, Value) {
     common::block_on(async {
-        let response = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{port}/v1/commands/{message_type}"))
-            .bearer_auth(key)
-            .json(payload)
-            .send()
-            .await
-            .unwrap();
+        let mut request = reqwest::Client::new()
+            .request(method, format!("http://127.0.0.1:{port}{path}"))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     })
+}
+
+/// POSTs a command as `key`: (status, body).
+fn post_command(port: u16, key: &str, message_type: &str, payload: &Value) -> (u16, Value) {
+    let path = format!("/v1/commands/{message_type}");
+    request(port, key, reqwest::Method::POST, &path, Some(payload))
 }
 
 fn get(port: u16, path: &str) -> Value {
@@ -170,7 +172,7 @@ fn dead_letter_saying(data: &Path, backend: &Backend, what: &str, needle: &str) 
     })
 }
 
-/// Every path under `data` that names tenant `evil`.
+/// Every path under `data` named after `tenant`.
 fn paths_of(data: &Path, tenant: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut stack = vec![data.to_path_buf()];
@@ -420,28 +422,12 @@ fn result(report: &Value, label: &str) -> String {
 
 /// GET as `key`: (status, body).
 fn get_as(port: u16, key: &str, path: &str) -> (u16, Value) {
-    common::block_on(async {
-        let response = reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{port}{path}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
-    })
+    request(port, key, reqwest::Method::GET, path, None)
 }
 
+/// POST `{}` as `key`: (status, body).
 fn post_as(port: u16, key: &str, path: &str) -> (u16, Value) {
-    common::block_on(async {
-        let response = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{port}{path}"))
-            .bearer_auth(key)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
-    })
+    request(port, key, reqwest::Method::POST, path, Some(&json!({})))
 }
 
 /// The error of a 404 with the looked-up id replaced, to compare answers.
@@ -558,7 +544,7 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
     assert_eq!(list["deadLetters"].as_array().map(Vec::len), Some(0), "{list}");
     for id in [dead_id.as_str(), &dead_id[..8]] {
         let (status, foreign) = get_as(port, &reader, &format!("/v1/dead-letters/{id}"));
-        let fake = format!("{}{}", &absent[..id.len().min(absent.len())], "");
+        let fake = absent[..id.len()].to_owned();
         let (_, missing) = get_as(port, &reader, &format!("/v1/dead-letters/{fake}"));
         assert_eq!(status, 404, "{foreign}");
         assert_eq!(not_found_text(&foreign, id), not_found_text(&missing, &fake));
