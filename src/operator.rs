@@ -741,6 +741,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn who_decides_is_who_sent_and_an_edited_replay_cannot_change_it() {
+        let (operator, transport, _) = operator(1).await;
+        let approve = serde_json::json!({
+            "releaseId": "payments-api-1", "environment": "prod",
+            "approver": "mallory", "approvedBy": "key:forged"
+        });
+        let sent = operator
+            .send("ApproveRelease", &approve, None, "contoso")
+            .await
+            .unwrap();
+        let queue = Destination::Queue("release-orchestration".into());
+        let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        let envelope = Envelope::from_slice(&received[0].body).unwrap();
+        assert_eq!(envelope.message_id, sent.message_id);
+        assert_eq!(
+            envelope.payload["approvedBy"], "cli:alice",
+            "the payload's claim is replaced"
+        );
+        assert_eq!(envelope.payload["approver"], "mallory", "kept as a note");
+        // Dead-lettered by the transport, then replayed with an edited payload
+        // by someone else.
+        transport.abandon(&received[0].lock).await.unwrap();
+        assert!(
+            transport
+                .receive(&queue, 1, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        let replayer = operator.clone().approving_as("cli:bob");
+        let edited = serde_json::json!({
+            "releaseId": "payments-api-1", "environment": "prod", "approvedBy": "cli:bob"
+        });
+        replayer
+            .replay_with(&listed[0].id.to_string(), Some(&edited))
+            .await
+            .unwrap();
+        let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        let replayed = Envelope::from_slice(&again[0].body).unwrap();
+        assert_eq!(replayed.payload["approvedBy"], "cli:alice");
+        assert_eq!(replayed.payload.get("approver"), None, "the rest of the edit applies");
+
+        let timeout = serde_json::json!({
+            "releaseId": "payments-api-1", "environment": "prod", "deadline": "2020-01-01T00:00:00Z"
+        });
+        let err = operator
+            .send("ReleaseApprovalTimeout", &timeout, None, "contoso")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, OperatorError::Internal(_)), "{err}");
+    }
+
+    #[tokio::test]
     async fn native_dead_letters_are_listed_and_replayable() {
         let (operator, transport, _) = operator(1).await;
         let sent = operator
