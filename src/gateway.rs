@@ -696,6 +696,31 @@ impl Gateway {
         Ok(self.operator(caller).dead_letter_of(id, tenant.as_deref()).await?)
     }
 
+    /// Replaying an approval or a rejection decides on a release again: it
+    /// needs `releases:approve` for the environment the replayed payload
+    /// names, as sending one does.
+    fn require_decision_right(
+        caller: &Caller,
+        record: &DeadLetterRecord,
+        edited_payload: Option<&Value>,
+    ) -> Result<(), GatewayError> {
+        if !matches!(record.message_type.as_deref(), Some("ApproveRelease" | "RejectRelease")) {
+            return Ok(());
+        }
+        let original = bosun_contracts::Envelope::from_slice(&record.body).ok();
+        let payload = edited_payload.or(original.as_ref().map(|envelope| &envelope.payload));
+        let environment = payload
+            .and_then(|payload| payload.get("environment"))
+            .and_then(Value::as_str);
+        if caller.may_approve(environment) {
+            Ok(())
+        } else {
+            Err(GatewayError::Forbidden {
+                scope: Scope::ReleasesApprove,
+            })
+        }
+    }
+
     /// Replays one dead letter, its payload replaced by `edited_payload`
     /// when given.
     pub async fn replay(
@@ -706,6 +731,7 @@ impl Gateway {
     ) -> Result<ReplayDone, GatewayError> {
         Self::require(caller, Scope::DeadLettersReplay)?;
         let record = self.visible_dead_letter(caller, id).await?;
+        Self::require_decision_right(caller, &record, edited_payload)?;
         let replay = self
             .operator(caller)
             .replay_with(&record.id.to_string(), edited_payload)
@@ -747,12 +773,18 @@ impl Gateway {
                     limit: Some(MAX_BULK_REPLAY),
                     ..filter.clone()
                 };
-                self.dead_letters(caller, filter).await?.iter().map(|r| r.id).collect()
+                let records = self.dead_letters(caller, filter).await?;
+                for record in &records {
+                    Self::require_decision_right(caller, record, None)?;
+                }
+                records.iter().map(|r| r.id).collect()
             }
             (None, false) => {
                 let mut ids = Vec::new();
                 for id in &request.ids {
-                    ids.push(self.visible_dead_letter(caller, &id.to_string()).await?.id);
+                    let record = self.visible_dead_letter(caller, &id.to_string()).await?;
+                    Self::require_decision_right(caller, &record, None)?;
+                    ids.push(record.id);
                 }
                 ids
             }

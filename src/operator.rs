@@ -534,18 +534,16 @@ impl Operator {
                     )));
                 }
                 let mut payload = payload.clone();
-                // Replaying is not approving: who decided stays who bosun
-                // authenticated when the decision was first sent.
+                // An edited decision is a new decision: it is recorded as the
+                // replaying caller's, whatever the edit says (the front door
+                // checks that caller's right to decide).
                 if let Some(field) = match envelope.message_type.as_str() {
                     "ApproveRelease" => Some("approvedBy"),
                     "RejectRelease" => Some("rejectedBy"),
                     _ => None,
                 } && let Some(object) = payload.as_object_mut()
                 {
-                    match envelope.payload.get(field) {
-                        Some(original) => object.insert(field.to_owned(), original.clone()),
-                        None => object.remove(field),
-                    };
+                    object.insert(field.to_owned(), Value::String(self.principal.clone()));
                 }
                 Message::from_type_and_payload(&envelope.message_type, &payload)?;
                 envelope.payload = payload;
@@ -741,7 +739,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn who_decides_is_who_sent_and_an_edited_replay_cannot_change_it() {
+    async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision() {
         let (operator, transport, _) = operator(1).await;
         let approve = serde_json::json!({
             "releaseId": "payments-api-1", "environment": "prod",
@@ -774,7 +772,7 @@ mod tests {
         assert_eq!(listed.len(), 1);
         let replayer = operator.clone().approving_as("cli:bob");
         let edited = serde_json::json!({
-            "releaseId": "payments-api-1", "environment": "prod", "approvedBy": "cli:bob"
+            "releaseId": "payments-api-1", "environment": "prod", "approvedBy": "cli:alice"
         });
         replayer
             .replay_with(&listed[0].id.to_string(), Some(&edited))
@@ -782,7 +780,10 @@ mod tests {
             .unwrap();
         let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
         let replayed = Envelope::from_slice(&again[0].body).unwrap();
-        assert_eq!(replayed.payload["approvedBy"], "cli:alice");
+        assert_eq!(
+            replayed.payload["approvedBy"], "cli:bob",
+            "the edit's claim is replaced"
+        );
         assert_eq!(replayed.payload.get("approver"), None, "the rest of the edit applies");
 
         let timeout = serde_json::json!({

@@ -270,6 +270,26 @@ fn scenario(backend: &Backend) {
         &format!("RejectRelease refused: tenant `evil` has no release `{release_id}`"),
     );
     assert_eq!(rejection["tenantId"], "evil");
+    // Replaying a decision is deciding again: `dead-letters:replay` alone
+    // may not, edited or not.
+    let (evil_replayer, _) = key(data, backend, "evil", "dead-letters:replay", "evil replayer");
+    for dead in [&approval, &rejection] {
+        let path = format!("/v1/dead-letters/{}/replay", dead["id"].as_str().unwrap());
+        let (status, body) = request(port, &evil_replayer, reqwest::Method::POST, &path, Some(&json!({})));
+        assert_eq!(status, 403, "{body}");
+        let edited = json!({"payload": {"releaseId": release_id, "environment": "prod", "reason": "edited"}});
+        let (status, body) = request(port, &evil_replayer, reqwest::Method::POST, &path, Some(&edited));
+        assert_eq!(status, 403, "{body}");
+    }
+    let bulk = json!({"filter": {"consumer": "release-orchestration"}});
+    let (status, body) = request(
+        port,
+        &evil_replayer,
+        reqwest::Method::POST,
+        "/v1/dead-letters/replays",
+        Some(&bulk),
+    );
+    assert_eq!(status, 403, "{body}");
 
     // 3. Internal messages stay internal.
     let forged = json!({

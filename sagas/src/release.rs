@@ -1221,6 +1221,32 @@ impl Step<'_> {
                 self.release_id
             ))),
             _ => {
+                // A rejection about one environment is a decision on that
+                // environment's approval: it stops the release only while
+                // that approval is still to be given.
+                if let Some(environment) = environment.as_deref() {
+                    match self.requires_approval(environment) {
+                        None => {
+                            return Err(self.refuse(format!(
+                                "environment `{environment}` is not on the promotion path of release {}",
+                                self.release_id
+                            )));
+                        }
+                        Some(false) => {
+                            return Err(self.refuse(format!(
+                                "{environment} is approved by policy for release {}: there is no approval to refuse",
+                                self.release_id
+                            )));
+                        }
+                        Some(true) if self.state.approvals.contains_key(environment) => {
+                            return Err(self.refuse(format!(
+                                "{environment} is already approved for release {}: a rejection of it no longer applies",
+                                self.release_id
+                            )));
+                        }
+                        Some(true) => {}
+                    }
+                }
                 match claimed {
                     Some(name) => self.note(format!("rejected by {approver} (as \"{name}\")")),
                     None => self.note(format!("rejected by {approver}")),
@@ -1876,6 +1902,32 @@ mod tests {
     }
 
     #[test]
+    fn a_rejection_of_one_environment_applies_only_while_its_approval_is_pending() {
+        let saga = three_environments();
+        let reject_of = |environment: &str| -> Message {
+            RejectRelease {
+                environment: Some(environment.to_owned()),
+                ..samples::reject_release()
+            }
+            .into()
+        };
+        // dev is approved by policy, qa is not on the path.
+        for environment in ["dev", "qa"] {
+            assert!(
+                saga.apply_at(&planned(&saga), &reject_of(environment), NOW).is_err(),
+                "{environment}"
+            );
+        }
+        // staging approved: a staging-only approver cannot stop the release
+        // on its way to prod any more; prod's approver still can.
+        let (state, _) = run(&saga, planned(&saga), &[approve("staging")]);
+        assert!(saga.apply_at(&state, &reject_of("staging"), NOW).is_err());
+        let (state, actions) = run(&saga, state, &[reject_of("prod")]);
+        assert_eq!(types(&actions), ["ReleaseRejected"]);
+        assert_eq!(state.phase, ReleasePhase::Rejected);
+    }
+
+    #[test]
     fn only_the_timeout_the_saga_waits_on_counts() {
         let saga = ReleaseSaga::new(policy(&["prod"], &[]));
         let state = planned(&saga);
@@ -1973,6 +2025,14 @@ mod tests {
     #[test]
     fn a_release_can_be_rejected_before_it_is_planned_or_while_blocked() {
         let saga = ReleaseSaga::default();
+        // A rejection of the whole release (no environment).
+        let reject = || -> Message {
+            RejectRelease {
+                environment: None,
+                ..samples::reject_release()
+            }
+            .into()
+        };
         let (state, actions) = run(&saga, ReleaseState::default(), &[reject()]);
         assert_eq!(types(&actions), ["ReleaseRejected"]);
         let (_, actions) = run(&saga, state, &[build(), image(), package()]);

@@ -19,8 +19,8 @@
 //! Approvals and rejections of a release the tenant does not have are
 //! refused (dead-lettered): they read the same whether or not another
 //! tenant has a release of that id. A `ReleaseApprovalTimeout` that is not
-//! the one the saga waits on, or that arrives before its deadline, changes
-//! nothing and is logged.
+//! the one the saga waits on changes nothing and is logged; one that
+//! arrives before its deadline is scheduled again for it.
 
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
@@ -121,16 +121,23 @@ impl Consumer for ReleaseOrchestration {
                 release_id: release_id.to_owned(),
             }));
         }
-        if let Message::ReleaseApprovalTimeout(timeout) = inbound.message
-            && timeout.deadline > OffsetDateTime::now_utc() + DEADLINE_TOLERANCE
-        {
-            tracing::warn!(
-                release_id = %timeout.release_id,
-                environment = %timeout.environment,
-                deadline = %timeout.deadline,
-                "approval timeout arrived before its deadline; ignored"
-            );
-            return Ok(Outcome::default());
+        if let Message::ReleaseApprovalTimeout(timeout) = inbound.message {
+            let early = timeout.deadline - OffsetDateTime::now_utc();
+            if early > DEADLINE_TOLERANCE {
+                // Not due yet (the scheduling host's clock is ahead, or it is
+                // not the saga's): it counts no sooner than its deadline.
+                tracing::warn!(
+                    release_id = %timeout.release_id,
+                    environment = %timeout.environment,
+                    deadline = %timeout.deadline,
+                    "approval timeout arrived before its deadline; scheduled again for the deadline"
+                );
+                let wait = std::time::Duration::try_from(early).unwrap_or_default();
+                return Ok(Outcome {
+                    messages: vec![Outgoing::after(timeout.clone(), wait)],
+                    saga_state: None,
+                });
+            }
         }
         let state: ReleaseState = if saga.state.is_null() {
             ReleaseState::default()

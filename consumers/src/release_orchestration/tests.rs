@@ -145,7 +145,7 @@ async fn a_decision_on_a_release_the_tenant_does_not_have_is_refused() {
 }
 
 #[tokio::test]
-async fn a_timeout_before_its_deadline_changes_nothing() {
+async fn a_timeout_before_its_deadline_waits_for_it() {
     let consumer = consumer();
     let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
     let timeout = bosun_contracts::messages::ReleaseApprovalTimeout {
@@ -153,6 +153,15 @@ async fn a_timeout_before_its_deadline_changes_nothing() {
         ..samples::release_approval_timeout()
     };
     let state = first.saga_state.clone().expect("state saved");
-    let (outcome, _) = run(&consumer, state, 1, timeout.into()).await;
-    assert_eq!(outcome, Outcome::default());
+    let (outcome, _) = run(&consumer, state, 1, timeout.clone().into()).await;
+    assert_eq!(outcome.saga_state, None, "the saga is not touched");
+    let [again] = &outcome.messages[..] else {
+        panic!("expected the timeout scheduled again: {outcome:?}");
+    };
+    assert_eq!(again.message, Message::ReleaseApprovalTimeout(timeout));
+    let delay = again.delay.expect("scheduled, not sent now");
+    assert!(
+        delay > std::time::Duration::from_secs(3500) && delay <= std::time::Duration::from_secs(3600),
+        "{delay:?}"
+    );
 }
