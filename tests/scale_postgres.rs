@@ -22,24 +22,9 @@ use uuid::Uuid;
 const MESSAGES: u64 = 10_000;
 const GROUPS: u64 = 50;
 
-fn database_url() -> Option<String> {
-    let url = std::env::var("BOSUN_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let reachable =
-        std::net::TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2)).is_ok();
-    if reachable {
-        return Some(url);
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("PostgreSQL is not reachable on 127.0.0.1:5432 and CI=true: this test must run in CI");
-    }
-    eprintln!("skipping: PostgreSQL is not reachable on 127.0.0.1:5432 (set up PostgreSQL to run this test)");
-    None
-}
-
 #[test]
 fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
-    let Some(base_url) = database_url() else { return };
+    let base_url = common::postgres_url();
     // One runtime for the whole test: the connection pool lives in it.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -168,7 +153,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
 
 #[test]
 fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
-    let Some(base_url) = database_url() else { return };
+    let base_url = common::postgres_url();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1047,7 +1047,7 @@ mod tests {
 
     #[tokio::test]
     async fn postgres_store_passes_the_behaviour_suite() {
-        let Some(first) = testing::migrated().await else { return };
+        let first = testing::migrated().await;
         let schemas = Arc::new(Mutex::new(vec![first]));
         let used = std::sync::atomic::AtomicUsize::new(0);
         super::super::behaviour::run_all(|| {
@@ -1057,7 +1057,7 @@ mod tests {
                 if reuse {
                     return PostgresStore::new(schemas.lock().unwrap()[0].database.clone());
                 }
-                let test = testing::migrated().await.unwrap();
+                let test = testing::migrated().await;
                 let store = PostgresStore::new(test.database.clone());
                 schemas.lock().unwrap().push(test);
                 store
@@ -1140,7 +1140,7 @@ mod tests {
 
     #[tokio::test]
     async fn commit_and_settle_writes_handling_and_sends_in_one_transaction() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let (store, transport) = paired(&test).await;
         let correlation = Uuid::now_v7();
         transport
@@ -1223,7 +1223,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_lock_rolls_back_the_idempotency_record_and_the_outbox() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let (store, transport) = paired(&test).await;
         let correlation = Uuid::now_v7();
         transport
@@ -1292,7 +1292,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_saga_conflict_leaves_the_message_locked_and_nothing_written() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let (store, transport) = paired(&test).await;
         let correlation = Uuid::now_v7();
         let write = |version| SagaWrite {
@@ -1357,7 +1357,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_without_its_transport_does_not_settle() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let store = PostgresStore::new(test.database.clone());
         let lock = LockToken {
             entity: commit_queue(),
@@ -1375,7 +1375,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_destinations_stay_in_the_outbox() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let (store, transport) = paired(&test).await;
         transport
             .send(vec![OutboundMessage {
@@ -1410,7 +1410,7 @@ mod tests {
 
     #[tokio::test]
     async fn migration_3_keeps_existing_sagas_without_a_tenant() {
-        let Some(test) = testing::fresh().await else { return };
+        let test = testing::fresh().await;
         test.database.migrate_to(2).await.unwrap();
         query(
             "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at)
@@ -1446,7 +1446,7 @@ mod tests {
 
     #[tokio::test]
     async fn sagas_list_newest_first_with_their_history() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let store = PostgresStore::new(test.database.clone());
         let correlation = Uuid::now_v7();
         for (message, key, version) in [("m-1", "a", 0), ("m-2", "b", 0), ("m-3", "a", 1)] {

@@ -681,7 +681,7 @@ mod tests {
 
     #[tokio::test]
     async fn postgres_transport_passes_the_behaviour_suite() {
-        let Some(first) = testing::migrated().await else { return };
+        let first = testing::migrated().await;
         let schemas = Arc::new(Mutex::new(vec![first]));
         let used = AtomicU64::new(0);
         behaviour::run_all(|max| {
@@ -693,7 +693,7 @@ mod tests {
                 let database = if reuse {
                     schemas.lock().unwrap()[0].database.clone()
                 } else {
-                    let test = testing::migrated().await.unwrap();
+                    let test = testing::migrated().await;
                     let database = test.database.clone();
                     schemas.lock().unwrap().push(test);
                     database
@@ -710,7 +710,7 @@ mod tests {
 
     #[tokio::test]
     async fn competing_receivers_never_get_the_same_message() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let sender = transport(&test).await;
         let total = 300;
         let messages = (0..total)
@@ -753,7 +753,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_send_from_another_process_wakes_a_waiting_receiver() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         // An entity of its own, so other tests' notifications do not count.
         let name = format!("wake-{}", Uuid::new_v4().simple());
         let topology = Topology {
@@ -808,7 +808,7 @@ mod tests {
 
     #[tokio::test]
     async fn scheduled_messages_are_found_by_the_fallback_timeout() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let transport = transport(&test).await;
         transport.start_listening().await.unwrap();
         let mut later = outbound(queue(), "later", "CreateCommit");
@@ -828,7 +828,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_sends_nothing() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let transport = transport(&test).await;
         let result = transport
             .send(vec![
@@ -849,7 +849,7 @@ mod tests {
 
     #[tokio::test]
     async fn ensure_topology_is_idempotent_across_processes() {
-        let Some(test) = testing::migrated().await else { return };
+        let test = testing::migrated().await;
         let mut runs = Vec::new();
         for _ in 0..3 {
             let transport = PostgresTransport::new(test.connect_again().await, 10);
