@@ -189,7 +189,7 @@ pub struct AzureDevOpsSettings {
     /// repositories of one name are one repository; a template with
     /// `{tenant}` (`delivery-{tenant}`) gives each tenant its own project
     /// (`delivery-contoso`), created by an operator. `{tenant}` is the only
-    /// placeholder; any other `{...}` is a configuration error.
+    /// template variable; any other `{...}` is a configuration error.
     pub project: String,
     /// A personal access token (`BOSUN_AZURE_DEVOPS_PAT`) ...
     pub pat: Option<Secret>,
@@ -1024,7 +1024,10 @@ mod tests {
             assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_PROJECT"), "{err}");
         }
         let err = Settings::from_sources(&env("delivery-{team}"), &map(&[])).unwrap_err();
-        assert!(err.to_string().contains("`{team}` is not a known placeholder"), "{err}");
+        assert!(
+            err.to_string().contains("`{team}` is not a known template variable"),
+            "{err}"
+        );
     }
 
     #[test]

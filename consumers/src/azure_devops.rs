@@ -23,7 +23,7 @@
 //! in; [`AzureDevOpsClient::project_for`] resolves it for a message's tenant
 //! and every adapter builds its URLs from that:
 //!
-//! - **a template with [`TENANT_PLACEHOLDER`]** (e.g. `delivery-{tenant}`):
+//! - **a template with [`TENANT_VARIABLE`]** (e.g. `delivery-{tenant}`):
 //!   each tenant has its own project (`delivery-contoso`,
 //!   `delivery-fabrikam`), so two tenants' repositories of one name are two
 //!   repositories, and their pushes, pull requests, definitions and builds
@@ -34,7 +34,7 @@
 //!   reach into another project. Tenant ids are validated lowercase names,
 //!   so the substitution cannot make a path of its own, and each URL
 //!   segment is percent-encoded as always. `{tenant}` is the only known
-//!   placeholder; any other `{...}` is a configuration error
+//!   template variable; any other `{...}` is a configuration error
 //!   ([`check_project_template`]);
 //! - **a plain project name**: every tenant maps to that one project, by
 //!   configuration. A repository is found by its name in that project (or
@@ -98,9 +98,9 @@ pub fn check_pipeline_folder(
     Err(ForeignTenant::new(resource(), owner, tenant))
 }
 
-/// The placeholder of the project setting that each message's tenant
+/// The template variable of the project setting that each message's tenant
 /// replaces: `delivery-{tenant}` is `delivery-contoso` for tenant `contoso`.
-pub const TENANT_PLACEHOLDER: &str = "{tenant}";
+pub const TENANT_VARIABLE: &str = "{tenant}";
 
 /// Why a project setting cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,14 +109,14 @@ pub enum ProjectTemplateError {
     #[error("must not be empty")]
     Empty,
     /// A `{...}` other than `{tenant}`.
-    #[error("`{placeholder}` is not a known placeholder (only `{{tenant}}` is)")]
-    UnknownPlaceholder {
-        /// The placeholder as written, braces included.
-        placeholder: String,
+    #[error("`{variable}` is not a known template variable (only `{{tenant}}` is)")]
+    UnknownTemplateVariable {
+        /// The template variable as written, braces included.
+        variable: String,
     },
     /// A `{` without its `}`, or a `}` without its `{` (neither may appear
     /// in an Azure DevOps project name).
-    #[error("has an unmatched `{brace}`; only the placeholder `{{tenant}}` may use braces")]
+    #[error("has an unmatched `{brace}`; only the template variable `{{tenant}}` may use braces")]
     UnmatchedBrace {
         /// The brace.
         brace: char,
@@ -124,7 +124,7 @@ pub enum ProjectTemplateError {
 }
 
 /// Checks a project setting: a project name, or a template in which
-/// [`TENANT_PLACEHOLDER`] is the only placeholder.
+/// [`TENANT_VARIABLE`] is the only template variable.
 pub fn check_project_template(project: &str) -> Result<(), ProjectTemplateError> {
     if project.trim().is_empty() {
         return Err(ProjectTemplateError::Empty);
@@ -138,10 +138,10 @@ pub fn check_project_template(project: &str) -> Result<(), ProjectTemplateError>
         let Some(end) = tail.find('}') else {
             return Err(ProjectTemplateError::UnmatchedBrace { brace: '{' });
         };
-        let placeholder = &tail[..=end];
-        if placeholder != TENANT_PLACEHOLDER {
-            return Err(ProjectTemplateError::UnknownPlaceholder {
-                placeholder: placeholder.to_owned(),
+        let variable = &tail[..=end];
+        if variable != TENANT_VARIABLE {
+            return Err(ProjectTemplateError::UnknownTemplateVariable {
+                variable: variable.to_owned(),
             });
         }
         rest = &tail[end + 1..];
@@ -200,7 +200,7 @@ pub struct AzureDevOpsConfig {
     /// Azure DevOps Server collection URL).
     pub organization_url: String,
     /// The project of every tenant (`delivery`), or a template naming a
-    /// project per tenant (`delivery-{tenant}`, see [`TENANT_PLACEHOLDER`]
+    /// project per tenant (`delivery-{tenant}`, see [`TENANT_VARIABLE`]
     /// and the tenants section of this module).
     pub project: String,
     /// The credential.
@@ -361,20 +361,20 @@ impl AzureDevOpsClient {
     }
 
     /// The project of `tenant`'s repositories, pipelines and builds: the
-    /// configured project with [`TENANT_PLACEHOLDER`] replaced by the
-    /// tenant, or the one configured project when it has no placeholder.
+    /// configured project with [`TENANT_VARIABLE`] replaced by the
+    /// tenant, or the one configured project when it has no template variable.
     pub fn project_for(&self, tenant: &str) -> Cow<'_, str> {
         if self.project_per_tenant() {
-            Cow::Owned(self.project.replace(TENANT_PLACEHOLDER, tenant))
+            Cow::Owned(self.project.replace(TENANT_VARIABLE, tenant))
         } else {
             Cow::Borrowed(&self.project)
         }
     }
 
     /// Whether each tenant has its own project (the setting has
-    /// [`TENANT_PLACEHOLDER`]).
+    /// [`TENANT_VARIABLE`]).
     pub fn project_per_tenant(&self) -> bool {
-        self.project.contains(TENANT_PLACEHOLDER)
+        self.project.contains(TENANT_VARIABLE)
     }
 
     /// `{organization}/{tenant's project}/_apis/{rest...}?{query}&api-version=7.1`,
@@ -606,14 +606,14 @@ mod tests {
             ("", ProjectTemplateError::Empty),
             (
                 "delivery-{team}",
-                ProjectTemplateError::UnknownPlaceholder {
-                    placeholder: "{team}".into(),
+                ProjectTemplateError::UnknownTemplateVariable {
+                    variable: "{team}".into(),
                 },
             ),
             (
                 "{tenant}-{Tenant}",
-                ProjectTemplateError::UnknownPlaceholder {
-                    placeholder: "{Tenant}".into(),
+                ProjectTemplateError::UnknownTemplateVariable {
+                    variable: "{Tenant}".into(),
                 },
             ),
             ("delivery-{tenant", ProjectTemplateError::UnmatchedBrace { brace: '{' }),

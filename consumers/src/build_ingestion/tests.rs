@@ -662,7 +662,7 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     ingest_as_both_tenants(&adapter).await;
     server.finish().await;
 
-    // Without the placeholder, both tenants' builds are in the one project
+    // Without the template variable, both tenants' builds are in the one project
     // (told apart by their definition's folder).
     let fixture = Fixture::new();
     let mut script = bare_build_replies("Delivery", "contoso");

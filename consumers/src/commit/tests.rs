@@ -818,7 +818,7 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     assert!(writer.commit(&fabrikam).await.unwrap().no_op);
     server.finish().await;
 
-    // Without the placeholder, both tenants' `payments-api` is the one
+    // Without the template variable, both tenants' `payments-api` is the one
     // repository of the configured project.
     let mut script = no_op_replies("Delivery");
     script.extend(no_op_replies("Delivery"));

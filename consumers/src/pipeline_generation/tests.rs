@@ -830,7 +830,7 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     pipelines_of_both_tenants(&adapter).await;
     server.finish().await;
 
-    // Without the placeholder, both tenants' definitions are in the one
+    // Without the template variable, both tenants' definitions are in the one
     // project (in a folder each).
     let mut script = pipeline_replies("Delivery", "contoso");
     script.extend(pipeline_replies("Delivery", "fabrikam"));

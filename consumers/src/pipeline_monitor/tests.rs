@@ -684,7 +684,7 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     poll_as_both_tenants(&port).await;
     server.finish().await;
 
-    // Without the placeholder, both tenants' runs are in the one project
+    // Without the template variable, both tenants' runs are in the one project
     // (told apart by their pipeline's folder).
     let mut script = finished_run_replies("Delivery", "contoso");
     script.extend(finished_run_replies("Delivery", "fabrikam"));

@@ -1169,7 +1169,7 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     );
     server.finish().await;
 
-    // Without the placeholder, both tenants' `payments-api` is the one
+    // Without the template variable, both tenants' `payments-api` is the one
     // repository of the configured project.
     let mut script = existing_pull_request_replies("Delivery");
     script.extend(existing_pull_request_replies("Delivery"));

@@ -542,7 +542,7 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     let requests = server.finish().await;
     assert_eq!(requests[3].json()["project"]["id"], "f1");
 
-    // Without the placeholder, every tenant maps to the one project.
+    // Without the template variable, every tenant maps to the one project.
     let server = MockAzure::start(vec![
         Reply::json(
             "GET",
@@ -584,7 +584,7 @@ async fn azure_project_of_another_tenant_is_refused_naming_both() {
     assert!(shown.contains("`delivery-contoso`"), "{shown}");
     assert!(shown.contains("`delivery-fabrikam`"), "{shown}");
 
-    // Without the placeholder a named project is used as asked, as before.
+    // Without the template variable a named project is used as asked, as before.
     let server = MockAzure::start(vec![Reply::json(
         "GET",
         "/contoso/delivery-contoso/_apis/git/repositories/payments-api",
