@@ -696,6 +696,7 @@ fn handled_everywhere(message_type: &str, events: &[TimelineEntry]) -> bool {
 mod tests {
     use super::*;
     use crate::store::sqlite::SqliteStore;
+    use crate::transport::ReceivedMessage;
     use crate::transport::memory::MemoryTransport;
 
     async fn operator(max_delivery_count: u32) -> (Operator, Arc<MemoryTransport>, Arc<SqliteStore>) {
@@ -707,6 +708,20 @@ mod tests {
             transport,
             store,
         )
+    }
+
+    /// Abandons `received` on a transport with a max delivery count of 1:
+    /// the transport dead-letters it on its own.
+    async fn give_up_on(transport: &MemoryTransport, queue: &Destination, received: &ReceivedMessage) {
+        transport.abandon(&received.lock).await.unwrap();
+        assert!(
+            transport
+                .receive(queue, 1, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .is_empty(),
+            "the transport dead-lettered it"
+        );
     }
 
     fn commit_payload() -> Value {
@@ -760,14 +775,7 @@ mod tests {
         assert_eq!(envelope.payload["approver"], "mallory", "kept as a note");
         // Dead-lettered by the transport, then replayed with an edited payload
         // by someone else.
-        transport.abandon(&received[0].lock).await.unwrap();
-        assert!(
-            transport
-                .receive(&queue, 1, Duration::from_secs(30))
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        give_up_on(&transport, &queue, &received[0]).await;
         let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
         assert_eq!(listed.len(), 1);
         let replayer = operator.clone().approving_as("cli:bob");
@@ -806,14 +814,7 @@ mod tests {
         let queue = Destination::Queue("commit".into());
         // A consumer that dies twice without settling: the transport gives up.
         let first = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
-        transport.abandon(&first[0].lock).await.unwrap();
-        assert!(
-            transport
-                .receive(&queue, 1, Duration::from_secs(30))
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        give_up_on(&transport, &queue, &first[0]).await;
 
         let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
         assert_eq!(listed.len(), 1);

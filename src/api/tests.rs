@@ -35,6 +35,24 @@ impl Api {
     }
 
     async fn start_with_limit(max_body: usize) -> Self {
+        Self::start_on(|listener, state| {
+            tokio::spawn(async move { axum::serve(listener, router(state, max_body)).await });
+        })
+        .await
+    }
+
+    /// The API served as `bosun serve --http` serves it: through
+    /// [`serve`], under `limits`.
+    async fn start_serving(limits: HttpLimits) -> Self {
+        Self::start_on(|listener, state| {
+            tokio::spawn(serve(listener, state, 64 * 1024, limits, CancellationToken::new()));
+        })
+        .await
+    }
+
+    /// A fresh data directory and gateway, served on a loopback port by
+    /// `spawn_server`.
+    async fn start_on(spawn_server: impl FnOnce(tokio::net::TcpListener, ApiState)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let backends = Backends::open(&Settings::with_data_dir(dir.path())).await.unwrap();
         let draining = CancellationToken::new();
@@ -44,7 +62,7 @@ impl Api {
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router(state, max_body)).await });
+        spawn_server(listener, state);
         Self {
             url,
             client: reqwest::Client::new(),
@@ -54,26 +72,10 @@ impl Api {
         }
     }
 
-    /// The API served as `bosun serve --http` serves it: through
-    /// [`serve`], under `limits`.
-    async fn start_serving(limits: HttpLimits) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let backends = Backends::open(&Settings::with_data_dir(dir.path())).await.unwrap();
-        let draining = CancellationToken::new();
-        let state = ApiState::new(
-            Gateway::new(backends.clone(), draining.clone()),
-            Arc::new(Metrics::new()),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(serve(listener, state, 64 * 1024, limits, CancellationToken::new()));
-        Self {
-            url,
-            client: reqwest::Client::new(),
-            backends,
-            draining,
-            _dir: dir,
-        }
+    /// The Prometheus text of `/metrics`.
+    async fn metrics(&self) -> String {
+        let response = self.client.get(format!("{}/metrics", self.url)).send().await.unwrap();
+        response.text().await.unwrap()
     }
 
     async fn key(&self, tenant: &str, scopes: &[Scope]) -> String {
@@ -774,15 +776,7 @@ async fn metrics_openapi_and_console_are_served_and_every_documented_route_exist
     let api = Api::start().await;
     let key = api.key("contoso", &[Scope::Admin]).await;
     api.send_commit(&key, "payments-api").await;
-    let metrics = api
-        .client
-        .get(format!("{}/metrics", api.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     assert!(
         metrics.contains("bosun_http_requests_total{method=\"POST\",route=\"/v1/commands/{type}\",status=\"202\"} 1"),
         "{metrics}"
@@ -906,15 +900,7 @@ async fn a_key_over_its_budget_gets_429_with_retry_after_and_other_keys_do_not()
         assert_eq!(health.status(), StatusCode::OK);
     }
 
-    let metrics = api
-        .client
-        .get(format!("{}/metrics", api.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     let line = format!(
         "bosun_http_rate_limited_total{{key=\"{}\"}} {refused_count}",
         key_id(&busy)
