@@ -1,48 +1,31 @@
 //! bosun: saga orchestration for software delivery.
 //!
 //! This crate is the runtime and the binary around the pure crates
-//! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`):
+//! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`). Its folders are
+//! layers; each uses only the layers below it:
 //!
-//! - [`access`]: API keys, scopes and who a caller is;
-//! - [`api`]: the HTTP API, `/metrics`, the OpenAPI document and the
-//!   operator console;
-//! - [`bench`]: `bosun bench`, the runtime's throughput and latency;
-//! - [`claim_check`]: large payloads moved to the blob store and back;
-//! - [`config`]: settings, read in one place;
-//! - [`demo`]: `bosun demo`, a whole delivery of a sample module;
-//! - [`describe`]: one-line descriptions of messages for people;
-//! - [`gateway`]: the front door's rules (scopes, tenants, idempotency)
-//!   shared by the HTTP API and the MCP server;
-//! - [`transport`]: the peek-lock transport trait, in-memory and embedded
-//!   (SQLite) implementations;
-//! - [`store`]: idempotency, sagas, outbox, dead letters, timeline;
-//! - [`postgres`]: the PostgreSQL pool and migrations shared by the
-//!   PostgreSQL store and transport;
-//! - [`host`]: the consumer host (receive, lock renewal, retry, idempotency,
-//!   outbox, dead-letter, graceful shutdown);
-//! - [`metrics`]: counters and latency distributions per consumer;
-//! - [`registry`]: the one list of consumers and how each is built;
+//! - `main.rs` and [`cli`]: argument parsing and printing;
+//! - [`front`]: the front door: the HTTP API and operator console, the MCP
+//!   server, and their shared rules (API keys and scopes, tenants,
+//!   idempotency);
+//! - [`tools`]: `bosun demo` and `bosun bench`;
+//! - [`wiring`]: settings to a transport, a store and a host (the
+//!   composition root);
 //! - [`operator`]: what operators and agents do: send commands, follow
 //!   deliveries, inspect and replay dead letters, look at sagas;
-//! - [`runtime`]: wiring settings to a transport, a store and a host;
-//! - [`telemetry`]: structured logs and trace context.
+//! - [`host`]: the consumer host: receive, decide, execute, lock renewal,
+//!   the outbox dispatcher and the claim check;
+//! - [`runtime`]: settings, the consumer registry, metrics and telemetry;
+//! - [`backends`]: one folder per technology (SQLite, PostgreSQL, Azure
+//!   Service Bus, memory), each with its transport, store and connection;
+//! - [`ports`]: the `Transport` and `Store` traits, the topology, and the
+//!   behaviour suites every backend passes.
 
-pub mod access;
-pub mod api;
-pub mod bench;
-pub mod claim_check;
-pub mod config;
-pub mod demo;
-pub mod describe;
-pub mod gateway;
+pub mod backends;
+pub mod front;
 pub mod host;
-pub mod mcp;
-pub mod metrics;
 pub mod operator;
-pub mod postgres;
-pub mod registry;
+pub mod ports;
 pub mod runtime;
-pub mod sqlite;
-pub mod store;
-pub mod telemetry;
-pub mod transport;
+pub mod tools;
+pub mod wiring;

@@ -98,7 +98,7 @@ fn two_hosts_handle_every_message_of_a_shared_queue_once() {
                 .unwrap();
             for line in timeline
                 .iter()
-                .filter(|l| l.status == bosun::store::TimelineStatus::Completed)
+                .filter(|l| l.status == bosun::ports::store::TimelineStatus::Completed)
             {
                 if let Some(pid) = line.detail.as_deref().and_then(|d| d.split("pid ").nth(1)) {
                     pids.insert(pid.to_owned());

@@ -309,7 +309,7 @@ fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() 
 }
 
 fn sample_files() -> Vec<Value> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/demo/sample");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/tools/demo/sample");
     walk(&root)
         .into_iter()
         .map(|path| {

@@ -11,8 +11,8 @@ mod common;
 
 use std::time::Duration;
 
-use bosun::config::{Secret, Settings, TransportKind};
-use bosun::runtime::Backends;
+use bosun::runtime::config::{Secret, Settings, TransportKind};
+use bosun::wiring::Backends;
 use bosun_contracts::messages::Probe;
 use bosun_contracts::routing::destination_of;
 use bosun_contracts::{Envelope, Message};
@@ -36,7 +36,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
     let separator = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
     runtime
-        .block_on(bosun::postgres::create_schema(&base_url, &schema))
+        .block_on(bosun::backends::postgres::create_schema(&base_url, &schema))
         .expect("create a fresh schema");
 
     let dir = tempfile::tempdir().unwrap();
@@ -70,7 +70,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
                 work_ms: 0,
             });
             let envelope = Envelope::new(&message, correlation, "scale", "test");
-            batch.push(bosun::transport::OutboundMessage {
+            batch.push(bosun::ports::transport::OutboundMessage {
                 destination: destination.clone(),
                 broker_message_id: envelope.message_id.to_string(),
                 message_type: Some("Probe".into()),
@@ -147,7 +147,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
         .unwrap();
     assert!(dead.is_empty(), "{} dead letters", dead.len());
     runtime
-        .block_on(bosun::postgres::drop_schema(&base_url, &schema))
+        .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
         .expect("drop the schema");
 }
 
@@ -162,7 +162,7 @@ fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
     let separator = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
     runtime
-        .block_on(bosun::postgres::create_schema(&base_url, &schema))
+        .block_on(bosun::backends::postgres::create_schema(&base_url, &schema))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let output = common::bosun(dir.path())
@@ -179,6 +179,6 @@ fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
     let again = run(dir.path(), &["migrate", "--database-url", &url]);
     assert!(again.contains("already at version"), "{again}");
     runtime
-        .block_on(bosun::postgres::drop_schema(&base_url, &schema))
+        .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
         .unwrap();
 }

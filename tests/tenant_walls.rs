@@ -20,8 +20,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use bosun::config::{Secret, Settings, TransportKind};
-use bosun::runtime::Backends;
+use bosun::runtime::config::{Secret, Settings, TransportKind};
+use bosun::wiring::Backends;
 use bosun_contracts::messages::ReleaseApprovalTimeout;
 use bosun_contracts::routing::destination_of;
 use bosun_contracts::{Envelope, Message};
@@ -331,7 +331,7 @@ fn scenario(backend: &Backend) {
         let backends = Backends::open(&backend.settings(data)).await.unwrap();
         backends
             .transport
-            .send(vec![bosun::transport::OutboundMessage {
+            .send(vec![bosun::ports::transport::OutboundMessage {
                 destination: destination_of("ReleaseApprovalTimeout").unwrap(),
                 broker_message_id: forged_id.clone(),
                 message_type: Some(envelope.message_type.clone()),
@@ -391,7 +391,7 @@ fn a_tenant_cannot_decide_on_another_tenants_release_on_postgres() {
     let schema = format!("bosun_walls_{}", Uuid::now_v7().simple());
     let separator = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    common::block_on(bosun::postgres::create_schema(&base_url, &schema)).unwrap();
+    common::block_on(bosun::backends::postgres::create_schema(&base_url, &schema)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     run(dir.path(), &["migrate", "--database-url", &url]);
     let backend = Backend {
@@ -402,7 +402,7 @@ fn a_tenant_cannot_decide_on_another_tenants_release_on_postgres() {
         database_url: Some(url),
     };
     scenario(&backend);
-    common::block_on(bosun::postgres::drop_schema(&base_url, &schema)).unwrap();
+    common::block_on(bosun::backends::postgres::drop_schema(&base_url, &schema)).unwrap();
 }
 
 /// `bosun demo --tenant TENANT` on `data`, as a running child.

@@ -1,5 +1,5 @@
 //! The `bosun` command line: argument parsing and printing. Each command is
-//! a thin call into [`crate::runtime`] or [`crate::operator`]; `--json`
+//! a thin call into [`crate::wiring`] or [`crate::operator`]; `--json`
 //! prints machine-readable output for agents and scripts.
 
 use std::io::{IsTerminal, Write};
@@ -16,18 +16,18 @@ use uuid::Uuid;
 
 use std::sync::Arc;
 
-use bosun::access;
-use bosun::api::{self, ApiState};
-use bosun::config::{Settings, parse_consumer_list};
-use bosun::gateway::Gateway;
-use bosun::mcp::McpServer;
-use bosun::metrics::Metrics;
+use bosun::backends::servicebus::plan as servicebus_plan;
+use bosun::front::access;
+use bosun::front::api::{self, ApiState};
+use bosun::front::gateway::Gateway;
+use bosun::front::mcp::McpServer;
 use bosun::operator::Delivery;
-use bosun::runtime::{self, Backends};
-use bosun::store::{DeadLetterFilter, DeadLetterRecord, SagaRecord};
-use bosun::telemetry;
-use bosun::transport::Topology;
-use bosun::transport::servicebus::plan as servicebus_plan;
+use bosun::ports::store::{DeadLetterFilter, DeadLetterRecord, SagaRecord};
+use bosun::ports::transport::Topology;
+use bosun::runtime::config::{Settings, parse_consumer_list};
+use bosun::runtime::metrics::Metrics;
+use bosun::runtime::telemetry;
+use bosun::wiring::{self, Backends};
 
 /// bosun: saga orchestration for software delivery.
 #[derive(Debug, Parser)]
@@ -94,7 +94,7 @@ pub enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 300)]
         timeout: u64,
         /// The tenant the delivery belongs to.
-        #[arg(long, value_name = "TENANT", default_value = bosun::demo::TENANT)]
+        #[arg(long, value_name = "TENANT", default_value = bosun::tools::demo::TENANT)]
         tenant: String,
         /// Print the summary as JSON (progress goes to stderr).
         #[arg(long)]
@@ -425,7 +425,7 @@ async fn start_api(
 
 async fn run_topology(command: TopologyCommand, settings: &Settings) -> Result<()> {
     let topology = Topology::from_routing();
-    let options = runtime::topology_options(settings)?;
+    let options = wiring::topology_options(settings)?;
     let Some(servicebus) = &settings.servicebus else {
         return match command {
             TopologyCommand::Plan { json } => {
@@ -457,7 +457,7 @@ async fn run_topology(command: TopologyCommand, settings: &Settings) -> Result<(
             }
         };
     };
-    let client = runtime::management_client(servicebus)?;
+    let client = wiring::management_client(servicebus)?;
     match command {
         TopologyCommand::Plan { json } => {
             let plan = client.plan(&topology, &options).await?;
@@ -588,7 +588,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         json,
     } = cli.command
     {
-        let options = bosun::demo::DemoOptions {
+        let options = bosun::tools::demo::DemoOptions {
             failing_test,
             timeout: Duration::from_secs(timeout),
             tenant,
@@ -622,7 +622,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             let backends = Backends::open(&settings).await?;
             let shutdown = CancellationToken::new();
-            runtime::cancel_on_signals(shutdown.clone());
+            wiring::cancel_on_signals(shutdown.clone());
             let metrics = Arc::new(Metrics::new());
             let api = match http {
                 Some(address) => {
@@ -630,7 +630,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 }
                 None => None,
             };
-            let served = runtime::serve_with_metrics(&settings, &backends, shutdown, metrics).await;
+            let served = wiring::serve_with_metrics(&settings, &backends, shutdown, metrics).await;
             // The API answers (not ready) while the consumers drain, then stops.
             if let Some((stop, task)) = api {
                 stop.cancel();
@@ -644,7 +644,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Api { http } => {
             let backends = Backends::open(&settings).await?;
             let shutdown = CancellationToken::new();
-            runtime::cancel_on_signals(shutdown.clone());
+            wiring::cancel_on_signals(shutdown.clone());
             let (stop, task) = start_api(&settings, &backends, &http, &shutdown, Arc::new(Metrics::new())).await?;
             shutdown.cancelled().await;
             stop.cancel();
@@ -733,10 +733,10 @@ pub async fn run(cli: Cli) -> Result<()> {
                 SagasCommand::Diagram { kind } => {
                     let diagram = match bosun_sagas::SagaKind::parse(&kind)? {
                         bosun_sagas::SagaKind::Release => {
-                            bosun_sagas::StateMachine::diagram(&bosun::registry::release_saga(&settings))
+                            bosun_sagas::StateMachine::diagram(&bosun::runtime::registry::release_saga(&settings))
                         }
                         bosun_sagas::SagaKind::Gitops => {
-                            bosun_sagas::StateMachine::diagram(&bosun::registry::gitops_saga(&settings))
+                            bosun_sagas::StateMachine::diagram(&bosun::runtime::registry::gitops_saga(&settings))
                         }
                         bosun_sagas::SagaKind::Probe => "stateDiagram-v2\n    [*] --> Counting : ProbeEchoed\n    \
                                                          Counting --> Counting : ProbeEchoed (count + 1)\n"
@@ -759,7 +759,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = database_url
                 .or_else(|| settings.database_url.as_ref().map(|url| url.expose().to_owned()))
                 .context("no database: pass --database-url or set BOSUN_DATABASE_URL")?;
-            let database = bosun::postgres::PostgresDatabase::connect(&url).await?;
+            let database = bosun::backends::postgres::PostgresDatabase::connect(&url).await?;
             let report = database.migrate().await?;
             if json {
                 print_json(&serde_json::json!({"applied": report.applied, "version": report.version}))?;
@@ -795,7 +795,7 @@ struct BenchArgs {
 }
 
 async fn bench(settings: Settings, args: BenchArgs, json: bool) -> Result<()> {
-    use bosun::bench::Scenario;
+    use bosun::tools::bench::Scenario;
     let BenchArgs {
         messages,
         concurrency,
@@ -821,13 +821,13 @@ async fn bench(settings: Settings, args: BenchArgs, json: bool) -> Result<()> {
         scenarios.iter().map(|s| s.as_str()).collect::<Vec<_>>()
     );
 
-    let plan = bosun::bench::BenchPlan {
+    let plan = bosun::tools::bench::BenchPlan {
         scenarios,
         concurrency,
         messages,
         timeout: Duration::from_secs(timeout),
     };
-    let done = |row: &bosun::bench::BenchRow| {
+    let done = |row: &bosun::tools::bench::BenchRow| {
         eprintln!(
             "  done: {:.0} msg/s, processing p50 {:.2} ms p99 {:.2} ms",
             row.per_second, row.processing_p50_ms, row.processing_p99_ms
@@ -836,14 +836,14 @@ async fn bench(settings: Settings, args: BenchArgs, json: bool) -> Result<()> {
     let start = |backend: &str, scenario: Scenario, handlers: usize| {
         eprintln!("running {backend} {} with {handlers} handlers ...", scenario.as_str())
     };
-    let mut rows = bosun::bench::run_embedded(scratch.path(), &settings, &plan, done, start).await?;
+    let mut rows = bosun::tools::bench::run_embedded(scratch.path(), &settings, &plan, done, start).await?;
     if let Some(url) = &database_url {
-        rows.extend(bosun::bench::run_postgres(url, &settings, &plan, done, start).await?);
+        rows.extend(bosun::tools::bench::run_postgres(url, &settings, &plan, done, start).await?);
     }
     if json {
         print_json(&rows)?;
     } else {
-        print!("{}", bosun::bench::table(&rows));
+        print!("{}", bosun::tools::bench::table(&rows));
     }
     Ok(())
 }
@@ -851,7 +851,7 @@ async fn bench(settings: Settings, args: BenchArgs, json: bool) -> Result<()> {
 async fn demo(
     mut settings: Settings,
     explicit_data_dir: bool,
-    options: bosun::demo::DemoOptions,
+    options: bosun::tools::demo::DemoOptions,
     keep: bool,
     json: bool,
 ) -> Result<()> {
@@ -884,18 +884,18 @@ async fn demo(
     };
     say(format!(
         "bosun demo: one delivery of the sample module `{}`",
-        bosun::demo::REPOSITORY
+        bosun::tools::demo::REPOSITORY
     ));
     say(format!("data directory: {}", settings.data_dir.display()));
     say(String::new());
-    let report = bosun::demo::run(&settings, &options, |seconds, line| {
+    let report = bosun::tools::demo::run(&settings, &options, |seconds, line| {
         let arrow = match line.status {
-            bosun::store::TimelineStatus::Sent => "->",
-            bosun::store::TimelineStatus::Completed => "ok",
-            bosun::store::TimelineStatus::RetryScheduled => "..",
-            bosun::store::TimelineStatus::DeadLettered => "XX",
-            bosun::store::TimelineStatus::Duplicate => "==",
-            bosun::store::TimelineStatus::Replayed => "<>",
+            bosun::ports::store::TimelineStatus::Sent => "->",
+            bosun::ports::store::TimelineStatus::Completed => "ok",
+            bosun::ports::store::TimelineStatus::RetryScheduled => "..",
+            bosun::ports::store::TimelineStatus::DeadLettered => "XX",
+            bosun::ports::store::TimelineStatus::Duplicate => "==",
+            bosun::ports::store::TimelineStatus::Replayed => "<>",
         };
         say(format!(
             "[{seconds:7.2}s] {arrow} {:<26} {:<15} {:<22} {}",

@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
-use crate::store::{PendingOutbox, TimelineEntry, TimelineStatus};
+use crate::ports::store::{PendingOutbox, TimelineEntry, TimelineStatus};
 
 const BATCH: usize = 100;
 const LEASE: Duration = Duration::from_secs(30);

@@ -33,16 +33,17 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 use uuid::Uuid;
 
-use crate::claim_check::{self, ClaimCheck};
-use crate::config::{Failpoint, Settings};
-use crate::metrics::{Event, Metrics};
-use crate::store::{
+use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, Store, StoreError,
     TimelineEntry, TimelineStatus,
 };
-use crate::telemetry;
-use crate::transport::{OutboundMessage, ReceivedMessage, Transport, TransportError};
+use crate::ports::transport::{OutboundMessage, ReceivedMessage, Transport, TransportError};
+use crate::runtime::config::{Failpoint, Settings};
+use crate::runtime::metrics::{Event, Metrics};
+use crate::runtime::telemetry;
+use claim_check::ClaimCheck;
 
+pub mod claim_check;
 pub mod dispatcher;
 
 /// Saga version conflicts tolerated for one message before it is abandoned

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{Host, HostOptions};
-use crate::store::sqlite::SqliteStore;
-use crate::store::{DeadLetterFilter, HandledMessage, SagaWrite, Store, TimelineStatus};
-use crate::transport::memory::MemoryTransport;
-use crate::transport::{OutboundMessage, Topology, Transport};
+use crate::backends::memory::MemoryTransport;
+use crate::backends::sqlite::store::SqliteStore;
+use crate::ports::store::{DeadLetterFilter, HandledMessage, SagaWrite, Store, TimelineStatus};
+use crate::ports::transport::{OutboundMessage, Topology, Transport};
 
 #[derive(Clone, Copy)]
 enum Behaviour {

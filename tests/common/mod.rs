@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bosun::config::Settings;
-use bosun::runtime::Backends;
+use bosun::runtime::config::Settings;
+use bosun::wiring::Backends;
 use bosun_contracts::Destination;
 use bosun_contracts::routing::EVENTS_TOPIC;
 

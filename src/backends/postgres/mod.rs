@@ -1,0 +1,718 @@
+//! Shared PostgreSQL plumbing for the PostgreSQL store and transport: the
+//! connection pool, bosun's own schema migrations and the schema check that
+//! `serve` runs before it takes work.
+//!
+//! Both the store ([`crate::backends::postgres::store`]) and the transport
+//! ([`crate::backends::postgres::transport`]) live in one database and one schema
+//! (the connection's `search_path`, `public` unless the URL says otherwise),
+//! every table prefixed `bosun_`. Sharing one [`PostgresDatabase`] lets the
+//! store settle a received message in the same transaction that records its
+//! handling (see `PostgresStore::commit_and_settle`).
+//!
+//! Migrations are the `.sql` files of `migrations/postgres/`, embedded in the
+//! binary. [`PostgresDatabase::migrate`] applies the missing ones in one
+//! transaction under an advisory lock, so concurrent `bosun migrate` runs
+//! (say, an init container per replica) are safe: the first applies them,
+//! the others find them applied. Each applied version is recorded with a
+//! checksum in `bosun_schema_migrations`.
+//!
+//! TLS follows the URL's `sslmode` (`?sslmode=require` for Azure Database
+//! for PostgreSQL); certificates are checked by the platform's native TLS.
+
+pub mod store;
+pub mod transport;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx_core::executor::Executor;
+use sqlx_core::query::query;
+use sqlx_core::raw_sql::raw_sql;
+use sqlx_core::row::Row;
+use sqlx_postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+
+use crate::ports::store::StoreError;
+use crate::ports::transport::TransportError;
+
+/// The schema version this build of bosun works with: the number of the
+/// last migration in `migrations/postgres/`.
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// One migration: a version, a name, and its SQL.
+#[derive(Debug, Clone, Copy)]
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration, in order. Never edit one that has shipped; add a new one
+/// and raise [`SCHEMA_VERSION`].
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "store",
+        sql: include_str!("../../../migrations/postgres/0001_store.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "transport",
+        sql: include_str!("../../../migrations/postgres/0002_transport.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "front_door",
+        sql: include_str!("../../../migrations/postgres/0003_front_door.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "tenant_keys",
+        sql: include_str!("../../../migrations/postgres/0004_tenant_keys.sql"),
+    },
+];
+
+/// Held for the whole migration transaction; keyed by schema so bosun
+/// installations in different schemas of one database do not wait on each
+/// other.
+const MIGRATION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('bosun_schema_migrations:' || coalesce(current_schema(), '')))";
+
+const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS bosun_schema_migrations (
+    version bigint PRIMARY KEY,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)";
+
+/// Connection pool settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Most connections open at once. The transport's LISTEN task holds one
+    /// for as long as it runs.
+    pub max_connections: u32,
+    /// How long a query waits for a free connection before failing.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 20,
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// PostgreSQL failures outside a store or transport operation: connecting,
+/// migrating, checking the schema.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    /// The URL could not be read (the URL itself is not repeated: it may
+    /// hold a password).
+    #[error("invalid PostgreSQL URL: {0}")]
+    InvalidUrl(String),
+    /// The database is at another schema version than this bosun needs.
+    #[error("{}", crate::ports::store::schema_mismatch_message(*.found, *.expected))]
+    SchemaMismatch {
+        /// The version recorded in the database (0: never migrated).
+        found: i64,
+        /// [`SCHEMA_VERSION`].
+        expected: i64,
+    },
+    /// An applied migration's SQL differs from this build's.
+    #[error(
+        "migration {version} ({name}) in the database differs from this bosun's copy; \
+         the database was migrated by another build of bosun"
+    )]
+    MigrationChanged {
+        /// The version.
+        version: i64,
+        /// Its name.
+        name: &'static str,
+    },
+    /// The database failed or could not be reached.
+    #[error("PostgreSQL unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<sqlx_core::Error> for DatabaseError {
+    fn from(err: sqlx_core::Error) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+}
+
+impl From<DatabaseError> for StoreError {
+    fn from(err: DatabaseError) -> Self {
+        match err {
+            DatabaseError::SchemaMismatch { found, expected } => Self::SchemaMismatch { found, expected },
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl From<DatabaseError> for TransportError {
+    fn from(err: DatabaseError) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+}
+
+impl From<sqlx_core::Error> for StoreError {
+    fn from(err: sqlx_core::Error) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+}
+
+impl From<sqlx_core::Error> for TransportError {
+    fn from(err: sqlx_core::Error) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+}
+
+/// What [`PostgresDatabase::migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// The versions applied now, in order (empty: already up to date).
+    pub applied: Vec<i64>,
+    /// The schema version after migrating.
+    pub version: i64,
+}
+
+/// A pool of connections to bosun's PostgreSQL database, shared by the
+/// PostgreSQL store and transport.
+#[derive(Clone)]
+pub struct PostgresDatabase {
+    pool: PgPool,
+}
+
+impl std::fmt::Debug for PostgresDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The connect options hold the password: never print them.
+        f.debug_struct("PostgresDatabase")
+            .field("connections", &self.pool.size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresDatabase {
+    /// Connects to `url` (`postgres://user:password@host:5432/db?sslmode=require`)
+    /// with the default pool settings. Fails at once when the database cannot
+    /// be reached.
+    pub async fn connect(url: &str) -> Result<Self, DatabaseError> {
+        Self::connect_with(url, PoolSettings::default()).await
+    }
+
+    /// Connects to `url` with `settings`.
+    pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<Self, DatabaseError> {
+        let options = PgConnectOptions::from_str(url).map_err(|err| DatabaseError::InvalidUrl(err.to_string()))?;
+        Self::connect_options(options, settings).await
+    }
+
+    /// Connects with already parsed options (tests use this to pin the
+    /// `search_path` to a schema of their own).
+    pub async fn connect_options(options: PgConnectOptions, settings: PoolSettings) -> Result<Self, DatabaseError> {
+        let options = match options.get_application_name() {
+            Some(_) => options,
+            None => options.application_name("bosun"),
+        };
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections.max(2))
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies the migrations this database lacks, in one transaction, under
+    /// an advisory lock (concurrent runs wait for each other; the later ones
+    /// find nothing to do). Refuses a database migrated by a newer bosun.
+    pub async fn migrate(&self) -> Result<MigrationReport, DatabaseError> {
+        self.migrate_to(SCHEMA_VERSION).await
+    }
+
+    /// Applies migrations up to `target` (tests use it to build an old schema).
+    pub(crate) async fn migrate_to(&self, target: i64) -> Result<MigrationReport, DatabaseError> {
+        let mut tx = self.pool.begin().await?;
+        match apply_migrations(&mut tx, target).await {
+            Ok(report) => {
+                tx.commit().await?;
+                if !report.applied.is_empty() {
+                    tracing::info!(applied = ?report.applied, version = report.version, "database schema migrated");
+                }
+                Ok(report)
+            }
+            Err(err) => {
+                // Release the advisory lock now rather than when the pool
+                // gets round to it.
+                let _ = tx.rollback().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// The schema version recorded in the database (0 when never migrated).
+    pub async fn schema_version(&self) -> Result<i64, DatabaseError> {
+        let exists: bool =
+            sqlx_core::query_scalar::query_scalar("SELECT to_regclass('bosun_schema_migrations') IS NOT NULL")
+                .fetch_one(&self.pool)
+                .await?;
+        if !exists {
+            return Ok(0);
+        }
+        let version: Option<i64> =
+            sqlx_core::query_scalar::query_scalar("SELECT max(version) FROM bosun_schema_migrations")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(version.unwrap_or(0))
+    }
+
+    /// Succeeds when the database is at exactly [`SCHEMA_VERSION`]; otherwise
+    /// says which version it found and what to do
+    /// (`database schema is at version 1, this bosun needs 2; run `bosun migrate``).
+    pub async fn check_schema(&self) -> Result<(), DatabaseError> {
+        let found = self.schema_version().await?;
+        if found == SCHEMA_VERSION {
+            Ok(())
+        } else {
+            Err(DatabaseError::SchemaMismatch {
+                found,
+                expected: SCHEMA_VERSION,
+            })
+        }
+    }
+}
+
+/// Creates the schema `schema` in the database at `url` if it does not exist
+/// (for a dedicated schema: point bosun at it with
+/// `?options=-c%20search_path%3D<schema>` on its URL, then `bosun migrate`).
+pub async fn create_schema(url: &str, schema: &str) -> Result<(), DatabaseError> {
+    let statement = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_identifier(schema)?);
+    run_once(url, statement).await
+}
+
+/// Drops the schema `schema` and everything in it (tests clean up with it).
+pub async fn drop_schema(url: &str, schema: &str) -> Result<(), DatabaseError> {
+    let statement = format!("DROP SCHEMA IF EXISTS {} CASCADE", quote_identifier(schema)?);
+    run_once(url, statement).await
+}
+
+fn quote_identifier(name: &str) -> Result<String, DatabaseError> {
+    if name.is_empty() || name.len() > 63 || name.contains(['"', '\0']) {
+        return Err(DatabaseError::InvalidUrl(format!(
+            "`{name}` is not a usable schema name"
+        )));
+    }
+    Ok(format!("\"{name}\""))
+}
+
+async fn run_once(url: &str, statement: String) -> Result<(), DatabaseError> {
+    let options = PgConnectOptions::from_str(url).map_err(|err| DatabaseError::InvalidUrl(err.to_string()))?;
+    let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
+    let result = pool.execute(sqlx_core::sql_str::AssertSqlSafe(statement)).await;
+    pool.close().await;
+    result?;
+    Ok(())
+}
+
+/// Within the migration transaction: takes the advisory lock, reads the
+/// applied versions, checks them against this build's, applies the rest.
+async fn apply_migrations(conn: &mut PgConnection, target: i64) -> Result<MigrationReport, DatabaseError> {
+    (&mut *conn).execute(MIGRATION_LOCK).await?;
+    (&mut *conn).execute(CREATE_MIGRATIONS_TABLE).await?;
+    let rows = query("SELECT version, checksum FROM bosun_schema_migrations ORDER BY version")
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut current = 0;
+    for row in &rows {
+        let version: i64 = row.try_get(0)?;
+        let checksum: String = row.try_get(1)?;
+        current = current.max(version);
+        let Some(known) = MIGRATIONS.iter().find(|m| m.version == version) else {
+            continue;
+        };
+        if checksum != checksum_of(known.sql) {
+            return Err(DatabaseError::MigrationChanged {
+                version,
+                name: known.name,
+            });
+        }
+    }
+    if current > SCHEMA_VERSION {
+        return Err(DatabaseError::SchemaMismatch {
+            found: current,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    let mut applied = Vec::new();
+    let from = current;
+    for migration in MIGRATIONS.iter().filter(|m| m.version > from && m.version <= target) {
+        (&mut *conn).execute(raw_sql(migration.sql)).await?;
+        query("INSERT INTO bosun_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
+            .bind(migration.version)
+            .bind(migration.name)
+            .bind(checksum_of(migration.sql))
+            .execute(&mut *conn)
+            .await?;
+        applied.push(migration.version);
+        current = migration.version;
+    }
+    Ok(MigrationReport {
+        applied,
+        version: current,
+    })
+}
+
+fn checksum_of(sql: &str) -> String {
+    bosun_consumers::blob::sha256_hex(sql.as_bytes())
+}
+
+/// Test support: a fresh schema per test in the database named by
+/// `BOSUN_TEST_DATABASE_URL`.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::str::FromStr;
+    use std::time::Duration;
+
+    use sqlx_core::connection::Connection;
+    use sqlx_core::executor::Executor;
+    use sqlx_core::query::query;
+    use sqlx_core::query_scalar::query_scalar;
+    use sqlx_core::sql_str::AssertSqlSafe;
+    use sqlx_postgres::{PgConnectOptions, PgConnection};
+    use tokio::sync::OnceCell;
+
+    use super::{PoolSettings, PostgresDatabase};
+
+    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+    fn url() -> String {
+        std::env::var("BOSUN_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    }
+
+    /// A schema of its own. Call [`TestDatabase::finish`] at the end of the
+    /// test to drop it; a test that panics leaves it to a detached thread
+    /// (or to the sweep of schemas older than an hour).
+    pub(crate) struct TestDatabase {
+        /// A pool whose connections use the schema.
+        pub(crate) database: PostgresDatabase,
+        schema: String,
+        finished: bool,
+    }
+
+    impl TestDatabase {
+        /// Another pool on the same schema (a second bosun process).
+        pub(crate) async fn connect_again(&self) -> PostgresDatabase {
+            connect_schema(&self.schema).await
+        }
+
+        /// Closes the pool (letting pending rollbacks finish) and drops the schema.
+        pub(crate) async fn finish(mut self) {
+            self.finished = true;
+            self.database.pool().close().await;
+            if let Err(err) = super::drop_schema(&url(), &self.schema).await {
+                eprintln!("could not drop test schema {}: {err}", self.schema);
+            }
+        }
+    }
+
+    async fn connect_schema(schema: &str) -> PostgresDatabase {
+        let options = PgConnectOptions::from_str(&url())
+            .expect("BOSUN_TEST_DATABASE_URL is not a PostgreSQL URL")
+            .options([("search_path", schema)]);
+        PostgresDatabase::connect_options(
+            options,
+            PoolSettings {
+                max_connections: 6,
+                acquire_timeout: Duration::from_secs(30),
+            },
+        )
+        .await
+        .expect("connect to the test schema")
+    }
+
+    impl Drop for TestDatabase {
+        fn drop(&mut self) {
+            if self.finished {
+                return;
+            }
+            // A failed test: the runtime may be blocked or gone, and
+            // connections may still hold locks, so do not wait here.
+            let schema = self.schema.clone();
+            std::thread::spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                    return;
+                };
+                let _ = runtime.block_on(super::drop_schema(&url(), &schema));
+            });
+        }
+    }
+
+    /// A fresh, empty schema. An unreachable database fails the test,
+    /// saying how to provide one: a test that needs PostgreSQL never reports
+    /// `ok` without having run.
+    pub(crate) async fn fresh() -> TestDatabase {
+        if let Err(reason) = PROBE.get_or_init(probe).await {
+            panic!(
+                "{reason}; the PostgreSQL tests need a server (trust auth, user postgres, database test on \
+                 127.0.0.1:5432, or BOSUN_TEST_DATABASE_URL)"
+            );
+        }
+        let mut admin = PgConnection::connect(&url())
+            .await
+            .expect("connect to the test database");
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let schema = format!("bosun_test_{now}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        admin
+            .execute(AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+            .await
+            .expect("create the test schema");
+        let _ = admin.close().await;
+        TestDatabase {
+            database: connect_schema(&schema).await,
+            schema,
+            finished: false,
+        }
+    }
+
+    /// Whether the test database can be reached, found out once per test binary.
+    static PROBE: OnceCell<Result<(), String>> = OnceCell::const_new();
+
+    async fn probe() -> Result<(), String> {
+        let unreachable = |cause: String| {
+            format!("PostgreSQL at BOSUN_TEST_DATABASE_URL (default {DEFAULT_URL}) is unreachable: {cause}")
+        };
+        let mut admin = match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&url())).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(err)) => return Err(unreachable(err.to_string())),
+            Err(_) => return Err(unreachable("no answer within 5 s".to_owned())),
+        };
+        sweep_stale_schemas(&mut admin).await;
+        let _ = admin.close().await;
+        Ok(())
+    }
+
+    /// A fresh schema, migrated to the current version.
+    pub(crate) async fn migrated() -> TestDatabase {
+        let test = fresh().await;
+        test.database.migrate().await.expect("migrate the test schema");
+        test
+    }
+
+    /// Drops test schemas left over by killed runs (older than an hour).
+    async fn sweep_stale_schemas(admin: &mut PgConnection) {
+        let Ok(schemas) =
+            query_scalar::<_, String>("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'bosun\\_test\\_%'")
+                .fetch_all(&mut *admin)
+                .await
+        else {
+            return;
+        };
+        let cutoff = time::OffsetDateTime::now_utc().unix_timestamp() - 3600;
+        for schema in schemas {
+            let created = schema
+                .strip_prefix("bosun_test_")
+                .and_then(|rest| rest.split('_').next())
+                .and_then(|secs| secs.parse::<i64>().ok());
+            if created.is_some_and(|created| created < cutoff) {
+                let _ = query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")))
+                    .execute(&mut *admin)
+                    .await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx_core::query::query;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn migrations_apply_once_and_are_idempotent() {
+        let test = testing::fresh().await;
+        let database = &test.database;
+        assert_eq!(database.schema_version().await.unwrap(), 0);
+        let first = database.migrate().await.unwrap();
+        assert_eq!(first.applied, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+        assert_eq!(first.version, SCHEMA_VERSION);
+        let second = database.migrate().await.unwrap();
+        assert!(second.applied.is_empty(), "{second:?}");
+        assert_eq!(second.version, SCHEMA_VERSION);
+        database.check_schema().await.unwrap();
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_migrations_apply_each_version_once() {
+        let test = testing::fresh().await;
+        let mut runs = Vec::new();
+        for _ in 0..4 {
+            let database = test.connect_again().await;
+            runs.push(tokio::spawn(async move { database.migrate().await }));
+        }
+        let mut applied = Vec::new();
+        for run in runs {
+            let report = run.await.unwrap().unwrap();
+            assert_eq!(report.version, SCHEMA_VERSION);
+            applied.extend(report.applied);
+        }
+        applied.sort_unstable();
+        assert_eq!(
+            applied,
+            (1..=SCHEMA_VERSION).collect::<Vec<_>>(),
+            "each version applied exactly once"
+        );
+        let recorded: Vec<i64> =
+            sqlx_core::query_scalar::query_scalar("SELECT version FROM bosun_schema_migrations ORDER BY version")
+                .fetch_all(test.database.pool())
+                .await
+                .unwrap();
+        assert_eq!(recorded, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn check_schema_refuses_another_version() {
+        let test = testing::fresh().await;
+        let database = &test.database;
+        let never = database.check_schema().await.unwrap_err();
+        assert!(matches!(
+            never,
+            DatabaseError::SchemaMismatch {
+                found: 0,
+                expected: SCHEMA_VERSION
+            }
+        ));
+
+        database.migrate_to(1).await.unwrap();
+        let old = database.check_schema().await.unwrap_err();
+        assert_eq!(
+            old.to_string(),
+            format!("database schema is at version 1, this bosun needs {SCHEMA_VERSION}; run `bosun migrate`")
+        );
+        let as_store = StoreError::from(old);
+        assert!(
+            matches!(as_store, StoreError::SchemaMismatch { found: 1, .. }),
+            "{as_store:?}"
+        );
+
+        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4]);
+        database.check_schema().await.unwrap();
+
+        // A newer bosun migrated this database: refuse to serve and to migrate.
+        query("INSERT INTO bosun_schema_migrations (version, name, checksum) VALUES ($1, 'future', '')")
+            .bind(SCHEMA_VERSION + 1)
+            .execute(database.pool())
+            .await
+            .unwrap();
+        let newer = database.check_schema().await.unwrap_err();
+        assert!(newer.to_string().contains("newer"), "{newer}");
+        assert!(matches!(
+            database.migrate().await,
+            Err(DatabaseError::SchemaMismatch { found, .. }) if found == SCHEMA_VERSION + 1
+        ));
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn release_sagas_move_under_their_tenant() {
+        let test = testing::fresh().await;
+        let database = &test.database;
+        database.migrate_to(3).await.unwrap();
+        let pool = database.pool();
+        // Schema 3 data: a release saga with its tenant, one saved before
+        // tenants were kept (its delivery says whose it is), one whose
+        // tenant nothing records, and a GitOps saga already keyed by tenant.
+        for (kind, key, tenant) in [
+            ("release", "rel-1", Some("contoso")),
+            ("release", "rel-2", None),
+            ("release", "rel-3", None),
+            ("gitops", "contoso/prod", Some("contoso")),
+        ] {
+            query(
+                "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+                 VALUES ($1, $2, 1, '{}', now(), now(), $3)",
+            )
+            .bind(kind)
+            .bind(key)
+            .bind(tenant)
+            .execute(pool)
+            .await
+            .unwrap();
+            query(
+                "INSERT INTO bosun_saga_history (kind, key, version, message_id, message_type, at)
+                 VALUES ($1, $2, 1, $3, 'BuildCompleted', now())",
+            )
+            .bind(kind)
+            .bind(key)
+            .bind(format!("m-{key}"))
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        query(
+            "INSERT INTO bosun_timeline (correlation_id, message_id, message_type, status, attempt, at)
+             VALUES ('c-2', 'm-rel-2', 'BuildCompleted', 'completed', 0, now())",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        query(
+            "INSERT INTO bosun_deliveries (correlation_id, tenant_id, started_by, message_type, message_id, started_at)
+             VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', now())",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+
+        assert_eq!(database.migrate().await.unwrap().applied, vec![4]);
+        let keys: Vec<(String, String, Option<String>)> =
+            sqlx_core::query_as::query_as("SELECT kind, key, tenant_id FROM bosun_sagas ORDER BY kind, key")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        let owned =
+            |kind: &str, key: &str, tenant: Option<&str>| (kind.to_owned(), key.to_owned(), tenant.map(str::to_owned));
+        assert_eq!(
+            keys,
+            [
+                owned("gitops", "contoso/prod", Some("contoso")),
+                owned("release", "contoso/rel-1", Some("contoso")),
+                owned("release", "fabrikam/rel-2", Some("fabrikam")),
+                owned("release", "rel-3", None),
+            ]
+        );
+        let history: Vec<String> =
+            sqlx_core::query_scalar::query_scalar("SELECT key FROM bosun_saga_history ORDER BY key")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        assert_eq!(history, ["contoso/prod", "contoso/rel-1", "fabrikam/rel-2", "rel-3"]);
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn a_changed_migration_is_refused() {
+        let test = testing::migrated().await;
+        query("UPDATE bosun_schema_migrations SET checksum = 'edited' WHERE version = 1")
+            .execute(test.database.pool())
+            .await
+            .unwrap();
+        assert!(matches!(
+            test.database.migrate().await,
+            Err(DatabaseError::MigrationChanged { version: 1, .. })
+        ));
+        test.finish().await;
+    }
+
+    #[test]
+    fn migrations_are_numbered_in_order_up_to_the_schema_version() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    }
+}

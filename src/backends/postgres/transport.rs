@@ -1,0 +1,871 @@
+//! The PostgreSQL transport: queues, the events topic and its subscriptions
+//! in PostgreSQL, for teams that run several bosun replicas without Service
+//! Bus. The same peek-lock semantics as the [embedded](super::embedded)
+//! transport, on the tables of migration 2 (`migrations/postgres/`).
+//!
+//! - Each row of `bosun_messages` is one message in one entity (a queue or a
+//!   subscription); a send to the topic writes one row per subscription
+//!   whose filter lets the message type through.
+//! - A receive claims ready rows in one statement: a materialized CTE picks
+//!   them `FOR UPDATE SKIP LOCKED`, so competing receivers (threads or
+//!   processes) never claim the same row and never wait for each other, and
+//!   the update gives them a lock token, a lock expiry and one more delivery.
+//!   An expired lock makes the row receivable again. A row already delivered
+//!   the maximum number of times moves to the dead-letter sub-queue
+//!   (`MaxDeliveryCountExceeded`) instead, in the same statement.
+//! - Scheduled messages wait in the table until `visible_at`.
+//! - `bosun_duplicates` remembers broker message ids per destination for
+//!   seven days (duplicate detection).
+//! - Wake-ups: a trigger sends `NOTIFY bosun_messages, '<entity>'` when a
+//!   transaction that inserted deliverable messages commits, and `abandon`
+//!   sends one too. Each transport instance runs one task that `LISTEN`s on
+//!   a dedicated connection and wakes the receivers waiting on that entity;
+//!   `wait_for_messages` still returns after its timeout, which finds
+//!   scheduled messages, expired locks and notifications lost to a dropped
+//!   connection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::Destination;
+use sqlx_core::executor::Executor;
+use sqlx_core::query::query;
+use sqlx_core::row::Row;
+use sqlx_postgres::{PgConnection, PgListener, PgPool, Postgres};
+use time::OffsetDateTime;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::backends::postgres::{MigrationReport, PostgresDatabase};
+use crate::ports::transport::{
+    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
+};
+
+/// The channel the trigger and `abandon` notify on; the payload is the
+/// entity path.
+pub const NOTIFY_CHANNEL: &str = "bosun_messages";
+
+/// How many sends, on average, between two sweeps of expired duplicate-
+/// detection records.
+const DUPLICATE_SWEEP_EVERY: u32 = 64;
+
+/// The PostgreSQL transport.
+#[derive(Debug, Clone)]
+pub struct PostgresTransport {
+    database: PostgresDatabase,
+    max_delivery_count: u32,
+    wakeups: Arc<Wakeups>,
+}
+
+impl PostgresTransport {
+    /// A transport on `database`, dead-lettering messages delivered
+    /// `max_delivery_count` times.
+    pub fn new(database: PostgresDatabase, max_delivery_count: u32) -> Self {
+        Self {
+            database,
+            max_delivery_count,
+            wakeups: Arc::new(Wakeups::default()),
+        }
+    }
+
+    /// Connects to `url` with the default pool settings.
+    pub async fn connect(url: &str, max_delivery_count: u32) -> Result<Self, TransportError> {
+        Ok(Self::new(PostgresDatabase::connect(url).await?, max_delivery_count))
+    }
+
+    /// The database, to share with a [`PostgresStore`](crate::backends::postgres::store::PostgresStore).
+    pub fn database(&self) -> &PostgresDatabase {
+        &self.database
+    }
+
+    /// Applies missing migrations (see [`PostgresDatabase::migrate`]).
+    pub async fn migrate(&self) -> Result<MigrationReport, TransportError> {
+        Ok(self.database.migrate().await?)
+    }
+
+    /// Fails unless the database is at this bosun's schema version.
+    pub async fn check_schema(&self) -> Result<(), TransportError> {
+        Ok(self.database.check_schema().await?)
+    }
+
+    /// Starts the LISTEN task (done by the first
+    /// [`wait_for_messages`](Transport::wait_for_messages) otherwise) and
+    /// waits until it listens. From then on a waiting receiver is woken by
+    /// every send that makes a message ready on its entity.
+    pub async fn start_listening(&self) -> Result<(), TransportError> {
+        let mut state = self.wakeups.start(self.database.pool());
+        loop {
+            match &*state.borrow_and_update() {
+                ListenerState::Listening => return Ok(()),
+                ListenerState::Failed(reason) => return Err(TransportError::Unavailable(reason.clone())),
+                ListenerState::Connecting => {}
+            }
+            if state.changed().await.is_err() {
+                return Err(TransportError::Unavailable("the LISTEN task stopped".to_owned()));
+            }
+        }
+    }
+}
+
+/// What happened to one outgoing message in [`enqueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enqueued {
+    /// Written to its entity (or to every matching subscription).
+    Sent,
+    /// Dropped: this broker message id was already sent to this destination.
+    Duplicate,
+    /// The destination does not exist; nothing written.
+    NoSuchEntity,
+}
+
+/// Which destinations exist, as looked up within one transaction (a batch
+/// usually goes to few destinations).
+#[derive(Debug, Default)]
+pub(crate) struct KnownEntities(HashMap<String, bool>);
+
+impl KnownEntities {
+    async fn check(&mut self, conn: &mut PgConnection, destination: &Destination) -> Result<bool, sqlx_core::Error> {
+        let path = destination.path();
+        if let Some(known) = self.0.get(&path) {
+            return Ok(*known);
+        }
+        let known = known_entity(conn, destination).await?;
+        self.0.insert(path, known);
+        Ok(known)
+    }
+}
+
+/// Whether `destination` exists.
+async fn known_entity(conn: &mut PgConnection, destination: &Destination) -> Result<bool, sqlx_core::Error> {
+    let found = match destination {
+        Destination::Queue(name) => {
+            query("SELECT 1 FROM bosun_queues WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+        Destination::Topic(topic) => {
+            query("SELECT 1 FROM bosun_subscriptions WHERE topic = $1 LIMIT 1")
+                .bind(topic)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+        Destination::Subscription { topic, subscription } => {
+            query("SELECT 1 FROM bosun_subscriptions WHERE topic = $1 AND name = $2")
+                .bind(topic)
+                .bind(subscription)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+    };
+    Ok(found.is_some())
+}
+
+/// Writes one message within the caller's transaction: duplicate detection
+/// on (destination, broker message id), then one row in the entity, or one
+/// per matching subscription for the topic. The trigger notifies receivers
+/// when the transaction commits. Shared with the PostgreSQL store, which
+/// enqueues a handled message's outgoing messages in its own transaction.
+pub(crate) async fn enqueue(
+    conn: &mut PgConnection,
+    known: &mut KnownEntities,
+    message: &OutboundMessage,
+) -> Result<Enqueued, sqlx_core::Error> {
+    if !known.check(conn, &message.destination).await? {
+        return Ok(Enqueued::NoSuchEntity);
+    }
+    let destination = message.destination.path();
+    let fresh = query(
+        "INSERT INTO bosun_duplicates (destination, broker_message_id, seen_at) VALUES ($1, $2, now())
+         ON CONFLICT (destination, broker_message_id) DO UPDATE SET seen_at = excluded.seen_at
+            WHERE bosun_duplicates.seen_at < now() - interval '7 days'",
+    )
+    .bind(&destination)
+    .bind(&message.broker_message_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if fresh == 0 {
+        return Ok(Enqueued::Duplicate);
+    }
+    let insert = match &message.destination {
+        Destination::Topic(_) => query(
+            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
+             SELECT topic || '/subscriptions/' || name, $2, $3, $4, $5, now(), coalesce($6, now())
+             FROM bosun_subscriptions WHERE topic = $1 AND $3 = ANY (event_types)
+             ORDER BY name",
+        ),
+        Destination::Queue(_) | Destination::Subscription { .. } => query(
+            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
+             VALUES ($1, $2, $3, $4, $5, now(), coalesce($6, now()))",
+        ),
+    };
+    insert
+        .bind(&destination)
+        .bind(&message.broker_message_id)
+        .bind(&message.message_type)
+        .bind(&message.correlation_id)
+        .bind(&message.body)
+        .bind(message.scheduled_at)
+        .execute(&mut *conn)
+        .await?;
+    Ok(Enqueued::Sent)
+}
+
+/// Deletes a message held under `lock` (complete). Returns whether the lock
+/// was still held; within a transaction the row stays locked until it ends.
+pub(crate) async fn complete_locked<'c, E>(executor: E, lock: &LockToken) -> Result<bool, sqlx_core::Error>
+where
+    E: Executor<'c, Database = Postgres>,
+{
+    let deleted = query(
+        "DELETE FROM bosun_messages
+         WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
+    )
+    .bind(lock.sequence)
+    .bind(lock.token)
+    .execute(executor)
+    .await?
+    .rows_affected();
+    Ok(deleted > 0)
+}
+
+pub(crate) fn lock_lost(lock: &LockToken) -> TransportError {
+    TransportError::LockLost {
+        entity: lock.entity.path(),
+        sequence: lock.sequence,
+    }
+}
+
+fn count(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+fn limit(max: usize) -> i64 {
+    i64::try_from(max).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Transport for PostgresTransport {
+    async fn ensure_topology(&self, topology: &Topology) -> Result<(), TransportError> {
+        let mut tx = self.database.pool().begin().await?;
+        for queue in &topology.queues {
+            query("INSERT INTO bosun_queues (name) VALUES ($1) ON CONFLICT DO NOTHING")
+                .bind(queue)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for subscription in &topology.subscriptions {
+            query(
+                "INSERT INTO bosun_subscriptions (topic, name, event_types) VALUES ($1, $2, $3)
+                 ON CONFLICT (topic, name) DO UPDATE SET event_types = excluded.event_types
+                    WHERE bosun_subscriptions.event_types IS DISTINCT FROM excluded.event_types",
+            )
+            .bind(&topology.topic)
+            .bind(&subscription.name)
+            .bind(&subscription.event_types)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn send(&self, messages: Vec<OutboundMessage>) -> Result<(), TransportError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.database.pool().begin().await?;
+        if fastrand::u32(0..DUPLICATE_SWEEP_EVERY) == 0 {
+            tx.execute("DELETE FROM bosun_duplicates WHERE seen_at < now() - interval '7 days'")
+                .await?;
+        }
+        let mut known = KnownEntities::default();
+        for message in &messages {
+            if enqueue(&mut tx, &mut known, message).await? == Enqueued::NoSuchEntity {
+                // Dropping the transaction rolls the whole batch back.
+                return Err(TransportError::NoSuchEntity(message.destination.path()));
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        entity: &Destination,
+        max: usize,
+        lock_duration: Duration,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let path = entity.path();
+        self.wakeups.signal(&path).mark_seen();
+        let token = Uuid::now_v7();
+        let rows = query(
+            "WITH exhausted AS (
+                UPDATE bosun_messages SET dead_lettered = true, dead_letter_reason = 'MaxDeliveryCountExceeded',
+                    dead_letter_description = 'message was delivered ' || delivery_count || ' times without being completed',
+                    dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
+                WHERE sequence IN (
+                    SELECT sequence FROM bosun_messages
+                    WHERE entity = $1 AND NOT dead_lettered AND delivery_count >= $2 AND visible_at <= now()
+                      AND (locked_until IS NULL OR locked_until <= now())
+                    FOR UPDATE SKIP LOCKED)
+                RETURNING sequence
+             ), candidates AS MATERIALIZED (
+                SELECT sequence FROM bosun_messages
+                WHERE entity = $1 AND NOT dead_lettered AND delivery_count < $2 AND visible_at <= now()
+                  AND (locked_until IS NULL OR locked_until <= now())
+                ORDER BY sequence
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED
+             )
+             UPDATE bosun_messages AS m
+             SET delivery_count = m.delivery_count + 1, lock_token = $4,
+                 locked_until = now() + $5::bigint * interval '1 millisecond'
+             FROM candidates
+             WHERE m.sequence = candidates.sequence
+             RETURNING m.sequence, m.broker_message_id, m.message_type, m.body, m.delivery_count, m.enqueued_at,
+                       m.locked_until",
+        )
+        .bind(&path)
+        .bind(i32::try_from(self.max_delivery_count).unwrap_or(i32::MAX))
+        .bind(limit(max))
+        .bind(token)
+        .bind(duration_ms(lock_duration))
+        .fetch_all(self.database.pool())
+        .await?;
+        let mut received = rows
+            .iter()
+            .map(|row| {
+                Ok(ReceivedMessage {
+                    lock: LockToken {
+                        entity: entity.clone(),
+                        sequence: row.try_get(0)?,
+                        token,
+                    },
+                    broker_message_id: row.try_get(1)?,
+                    message_type: row.try_get(2)?,
+                    body: row.try_get(3)?,
+                    delivery_count: count(i64::from(row.try_get::<i32, _>(4)?)),
+                    enqueued_at: row.try_get(5)?,
+                    locked_until: row.try_get(6)?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx_core::Error>>()?;
+        received.sort_by_key(|m| m.lock.sequence);
+        Ok(received)
+    }
+
+    async fn wait_for_messages(&self, entity: &Destination, timeout: Duration) {
+        let _ = self.wakeups.start(self.database.pool());
+        let signal = self.wakeups.signal(&entity.path());
+        let notified = signal.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        // Woken since the last receive began: that receive may have missed it.
+        if signal.has_news() {
+            return;
+        }
+        let _ = tokio::time::timeout(timeout, notified).await;
+    }
+
+    async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError> {
+        let row = query(
+            "UPDATE bosun_messages SET locked_until = now() + $3::bigint * interval '1 millisecond'
+             WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered
+             RETURNING locked_until",
+        )
+        .bind(lock.sequence)
+        .bind(lock.token)
+        .bind(duration_ms(lock_duration))
+        .fetch_optional(self.database.pool())
+        .await?;
+        match row {
+            Some(row) => Ok(row.try_get(0)?),
+            None => Err(lock_lost(lock)),
+        }
+    }
+
+    async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
+        if complete_locked(self.database.pool(), lock).await? {
+            Ok(())
+        } else {
+            Err(lock_lost(lock))
+        }
+    }
+
+    async fn abandon(&self, lock: &LockToken) -> Result<(), TransportError> {
+        // Unlock and wake the entity's receivers in one statement.
+        let released = query(
+            "WITH released AS (
+                UPDATE bosun_messages SET lock_token = NULL, locked_until = NULL
+                WHERE sequence = $1 AND lock_token = $2 AND NOT dead_lettered
+                RETURNING entity
+             )
+             SELECT pg_notify($3, entity) FROM released",
+        )
+        .bind(lock.sequence)
+        .bind(lock.token)
+        .bind(NOTIFY_CHANNEL)
+        .fetch_optional(self.database.pool())
+        .await?;
+        if released.is_none() {
+            return Err(lock_lost(lock));
+        }
+        Ok(())
+    }
+
+    async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
+        let changed = query(
+            "UPDATE bosun_messages SET dead_lettered = true, dead_letter_reason = $3, dead_letter_description = $4,
+                dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
+             WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
+        )
+        .bind(lock.sequence)
+        .bind(lock.token)
+        .bind(reason)
+        .bind(description)
+        .execute(self.database.pool())
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            return Err(lock_lost(lock));
+        }
+        Ok(())
+    }
+
+    async fn peek_dead_letters(
+        &self,
+        entity: &Destination,
+        max: usize,
+    ) -> Result<Vec<DeadLetteredMessage>, TransportError> {
+        let rows = query(
+            "SELECT sequence, broker_message_id, message_type, body, delivery_count, dead_letter_reason,
+                    dead_letter_description, enqueued_at, dead_lettered_at
+             FROM bosun_messages WHERE entity = $1 AND dead_lettered ORDER BY sequence LIMIT $2",
+        )
+        .bind(entity.path())
+        .bind(limit(max))
+        .fetch_all(self.database.pool())
+        .await?;
+        let dead = rows
+            .iter()
+            .map(|row| {
+                Ok(DeadLetteredMessage {
+                    entity: entity.clone(),
+                    sequence: row.try_get(0)?,
+                    broker_message_id: row.try_get(1)?,
+                    message_type: row.try_get(2)?,
+                    body: row.try_get(3)?,
+                    delivery_count: count(i64::from(row.try_get::<i32, _>(4)?)),
+                    reason: row.try_get::<Option<String>, _>(5)?.unwrap_or_default(),
+                    description: row.try_get::<Option<String>, _>(6)?.unwrap_or_default(),
+                    enqueued_at: row.try_get(7)?,
+                    dead_lettered_at: row
+                        .try_get::<Option<OffsetDateTime>, _>(8)?
+                        .unwrap_or(OffsetDateTime::UNIX_EPOCH),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx_core::Error>>()?;
+        Ok(dead)
+    }
+
+    async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
+        let deleted = query("DELETE FROM bosun_messages WHERE entity = $1 AND sequence = $2 AND dead_lettered")
+            .bind(entity.path())
+            .bind(sequence)
+            .execute(self.database.pool())
+            .await?
+            .rows_affected();
+        Ok(deleted > 0)
+    }
+
+    async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
+        let depth: i64 = sqlx_core::query_scalar::query_scalar(
+            "SELECT count(*) FROM bosun_messages WHERE entity = $1 AND NOT dead_lettered",
+        )
+        .bind(entity.path())
+        .fetch_one(self.database.pool())
+        .await?;
+        Ok(u64::try_from(depth).unwrap_or_default())
+    }
+}
+
+// -- wake-ups ---------------------------------------------------------------
+
+/// Where the LISTEN task stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ListenerState {
+    /// Not listening yet (or reconnecting).
+    Connecting,
+    /// Listening on [`NOTIFY_CHANNEL`].
+    Listening,
+    /// The last attempt to listen failed; retried with backoff.
+    Failed(String),
+}
+
+/// Wake-ups of one entity's waiting receivers.
+#[derive(Debug, Default)]
+struct EntitySignal {
+    /// Notifications received for the entity (or wake-alls).
+    arrivals: AtomicU64,
+    /// `arrivals` when the last receive on the entity began.
+    seen: AtomicU64,
+    notify: Notify,
+}
+
+impl EntitySignal {
+    fn wake(&self) {
+        self.arrivals.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    fn mark_seen(&self) {
+        self.seen.store(self.arrivals.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    fn has_news(&self) -> bool {
+        self.arrivals.load(Ordering::SeqCst) != self.seen.load(Ordering::SeqCst)
+    }
+}
+
+/// The wake-up state shared by the clones of one transport and its LISTEN
+/// task (which holds it weakly and stops when the last clone is dropped).
+#[derive(Debug)]
+struct Wakeups {
+    entities: Mutex<HashMap<String, Arc<EntitySignal>>>,
+    state: watch::Sender<ListenerState>,
+    stop: Mutex<Option<CancellationToken>>,
+}
+
+impl Default for Wakeups {
+    fn default() -> Self {
+        Self {
+            entities: Mutex::new(HashMap::new()),
+            state: watch::Sender::new(ListenerState::Connecting),
+            stop: Mutex::new(None),
+        }
+    }
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        if let Some(stop) = self
+            .stop
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            stop.cancel();
+        }
+    }
+}
+
+impl Wakeups {
+    fn signal(&self, entity: &str) -> Arc<EntitySignal> {
+        let mut entities = self.entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(entities.entry(entity.to_owned()).or_default())
+    }
+
+    fn wake(&self, entity: &str) {
+        self.signal(entity).wake();
+    }
+
+    fn wake_all(&self) {
+        let entities = self.entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for signal in entities.values() {
+            signal.wake();
+        }
+    }
+
+    /// Starts the LISTEN task unless it runs; returns its state.
+    fn start(self: &Arc<Self>, pool: &PgPool) -> watch::Receiver<ListenerState> {
+        let mut stop = self.stop.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if stop.is_none() {
+            let token = CancellationToken::new();
+            tokio::spawn(listen(pool.clone(), Arc::downgrade(self), token.clone()));
+            *stop = Some(token);
+        }
+        self.state.subscribe()
+    }
+}
+
+/// The LISTEN task: wakes the receivers of each notified entity. After every
+/// (re)connection it wakes everyone, since notifications sent while it was
+/// not listening are lost.
+async fn listen(pool: PgPool, wakeups: Weak<Wakeups>, stop: CancellationToken) {
+    let mut failures = 0u32;
+    loop {
+        if pool.is_closed() {
+            return;
+        }
+        let connected = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(NOTIFY_CHANNEL).await?;
+            Ok::<_, sqlx_core::Error>(listener)
+        };
+        let attempt = tokio::select! {
+            attempt = connected => attempt,
+            () = stop.cancelled() => return,
+        };
+        let Some(shared) = wakeups.upgrade() else { return };
+        let mut listener = match attempt {
+            Ok(listener) => {
+                failures = 0;
+                shared.state.send_replace(ListenerState::Listening);
+                shared.wake_all();
+                listener
+            }
+            Err(err) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(error = %err, "cannot LISTEN for new messages; receivers poll meanwhile");
+                shared.state.send_replace(ListenerState::Failed(err.to_string()));
+                drop(shared);
+                let backoff = Duration::from_millis(200u64.saturating_mul(2u64.saturating_pow(failures.min(6))));
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => continue,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        drop(shared);
+        loop {
+            let next = tokio::select! {
+                next = listener.try_recv() => next,
+                () = stop.cancelled() => return,
+            };
+            let Some(shared) = wakeups.upgrade() else { return };
+            match next {
+                Ok(Some(notification)) => shared.wake(notification.payload()),
+                // The connection dropped and was re-established: some
+                // notifications may be lost.
+                Ok(None) => shared.wake_all(),
+                Err(err) => {
+                    tracing::warn!(error = %err, "LISTEN connection failed; reconnecting");
+                    shared.state.send_replace(ListenerState::Connecting);
+                    shared.wake_all();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Instant;
+
+    use bosun_contracts::Destination;
+
+    use super::*;
+    use crate::backends::postgres::testing::{self, TestDatabase};
+    use crate::ports::behaviour::transport::{self as behaviour, outbound};
+    use crate::ports::topology::Subscription;
+
+    const LOCK: Duration = Duration::from_secs(30);
+
+    async fn transport(test: &TestDatabase) -> PostgresTransport {
+        let transport = PostgresTransport::new(test.database.clone(), 10);
+        transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+        transport
+    }
+
+    fn queue() -> Destination {
+        Destination::Queue("commit".into())
+    }
+
+    #[tokio::test]
+    async fn postgres_transport_passes_the_behaviour_suite() {
+        let first = testing::migrated().await;
+        let schemas = Arc::new(Mutex::new(vec![first]));
+        let used = AtomicU64::new(0);
+        behaviour::run_all(|max| {
+            let schemas = Arc::clone(&schemas);
+            // The first call reuses the schema made to find out whether
+            // PostgreSQL is there; every later one gets a fresh schema.
+            let reuse = used.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                let database = if reuse {
+                    schemas.lock().unwrap()[0].database.clone()
+                } else {
+                    let test = testing::migrated().await;
+                    let database = test.database.clone();
+                    schemas.lock().unwrap().push(test);
+                    database
+                };
+                PostgresTransport::new(database, max)
+            }
+        })
+        .await;
+        let schemas = std::mem::take(&mut *schemas.lock().unwrap());
+        for test in schemas {
+            test.finish().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn competing_receivers_never_get_the_same_message() {
+        let test = testing::migrated().await;
+        let sender = transport(&test).await;
+        let total = 300;
+        let messages = (0..total)
+            .map(|i| outbound(queue(), &format!("m-{i}"), "CreateCommit"))
+            .collect();
+        sender.send(messages).await.unwrap();
+
+        // Two transports on two pools: two bosun processes.
+        let mut workers = Vec::new();
+        for _ in 0..2 {
+            let receiver = PostgresTransport::new(test.connect_again().await, 10);
+            workers.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                loop {
+                    let batch = receiver.receive(&queue(), 7, LOCK).await.unwrap();
+                    if batch.is_empty() {
+                        return got;
+                    }
+                    for message in batch {
+                        receiver.complete(&message.lock).await.unwrap();
+                        got.push(message.broker_message_id);
+                    }
+                }
+            }));
+        }
+        let mut seen = HashSet::new();
+        let mut counts = Vec::new();
+        for worker in workers {
+            let got = worker.await.unwrap();
+            counts.push(got.len());
+            for id in got {
+                assert!(seen.insert(id.clone()), "{id} was received twice");
+            }
+        }
+        assert_eq!(seen.len(), total, "every message received once");
+        assert!(counts.iter().all(|&n| n > 0), "both receivers got work: {counts:?}");
+        assert_eq!(sender.depth(&queue()).await.unwrap(), 0);
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn a_send_from_another_process_wakes_a_waiting_receiver() {
+        let test = testing::migrated().await;
+        // An entity of its own, so other tests' notifications do not count.
+        let name = format!("wake-{}", Uuid::new_v4().simple());
+        let topology = Topology {
+            queues: vec![name.clone()],
+            topic: "events".into(),
+            subscriptions: vec![Subscription {
+                name: "watcher".into(),
+                event_types: vec!["BuildCompleted".into()],
+            }],
+        };
+        let entity = Destination::Queue(name.clone());
+        let receiver = PostgresTransport::new(test.database.clone(), 10);
+        receiver.ensure_topology(&topology).await.unwrap();
+        receiver.start_listening().await.unwrap();
+        assert!(receiver.receive(&entity, 1, LOCK).await.unwrap().is_empty());
+
+        let timeout = Duration::from_secs(30);
+        let waiter = {
+            let receiver = receiver.clone();
+            let entity = entity.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                receiver.wait_for_messages(&entity, timeout).await;
+                started.elapsed()
+            })
+        };
+        let sender = PostgresTransport::new(test.connect_again().await, 10);
+        sender
+            .send(vec![outbound(entity.clone(), "wake-1", "CreateCommit")])
+            .await
+            .unwrap();
+        let waited = waiter.await.unwrap();
+        assert!(waited < timeout, "woken by NOTIFY, not by the timeout ({waited:?})");
+        let received = receiver.receive(&entity, 1, LOCK).await.unwrap();
+        assert_eq!(received.len(), 1);
+
+        // An abandon wakes receivers too.
+        let waiter = {
+            let receiver = receiver.clone();
+            let entity = entity.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                receiver.wait_for_messages(&entity, timeout).await;
+                started.elapsed()
+            })
+        };
+        sender.abandon(&received[0].lock).await.unwrap();
+        let waited = waiter.await.unwrap();
+        assert!(waited < timeout, "woken by the abandon's NOTIFY ({waited:?})");
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn scheduled_messages_are_found_by_the_fallback_timeout() {
+        let test = testing::migrated().await;
+        let transport = transport(&test).await;
+        transport.start_listening().await.unwrap();
+        let mut later = outbound(queue(), "later", "CreateCommit");
+        later.scheduled_at = Some(OffsetDateTime::now_utc() + Duration::from_millis(200));
+        transport.send(vec![later]).await.unwrap();
+        let started = Instant::now();
+        let mut received = Vec::new();
+        while received.is_empty() && started.elapsed() < Duration::from_secs(10) {
+            received = transport.receive(&queue(), 1, LOCK).await.unwrap();
+            if received.is_empty() {
+                transport.wait_for_messages(&queue(), Duration::from_millis(100)).await;
+            }
+        }
+        assert_eq!(received.len(), 1, "the scheduled message arrived");
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_sends_nothing() {
+        let test = testing::migrated().await;
+        let transport = transport(&test).await;
+        let result = transport
+            .send(vec![
+                outbound(queue(), "ok", "CreateCommit"),
+                outbound(Destination::Queue("no-such-queue".into()), "bad", "CreateCommit"),
+            ])
+            .await;
+        assert!(matches!(result, Err(TransportError::NoSuchEntity(_))), "{result:?}");
+        assert_eq!(transport.depth(&queue()).await.unwrap(), 0);
+        // Its broker message id was not remembered either.
+        transport
+            .send(vec![outbound(queue(), "ok", "CreateCommit")])
+            .await
+            .unwrap();
+        assert_eq!(transport.depth(&queue()).await.unwrap(), 1);
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn ensure_topology_is_idempotent_across_processes() {
+        let test = testing::migrated().await;
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let transport = PostgresTransport::new(test.connect_again().await, 10);
+            runs.push(tokio::spawn(async move {
+                transport.ensure_topology(&Topology::from_routing()).await
+            }));
+        }
+        for run in runs {
+            run.await.unwrap().unwrap();
+        }
+        let transport = PostgresTransport::new(test.database.clone(), 10);
+        transport
+            .send(vec![outbound(queue(), "a", "CreateCommit")])
+            .await
+            .unwrap();
+        assert_eq!(transport.depth(&queue()).await.unwrap(), 1);
+        test.finish().await;
+    }
+}

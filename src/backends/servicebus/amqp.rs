@@ -1,0 +1,850 @@
+//! The thin AMQP 1.0 layer under the Service Bus transport: one connection
+//! (TLS, or plain for the emulator), one session, claims-based security
+//! (`$cbs` put-token per entity audience, refreshed before expiry), link
+//! attach for senders, peek-lock receivers and `$management` clients, and
+//! the Service Bus `$management` requests bosun uses (`renew-lock`,
+//! `peek-message`).
+//!
+//! It is written on `fe2o3-amqp`, the AMQP engine Microsoft's
+//! `azure_core_amqp` wraps, and not on `azure_core_amqp` 1.x itself, because
+//! that crate cannot do what peek-lock needs: its receiver always attaches
+//! with receiver settle mode *first*, it settles only with accepted, released
+//! or a bare rejected (1.1; 1.2.0-beta adds modified and rejected-with-error
+//! but needs a second `azure_core`), its `$management` client sends only
+//! `READ` requests without a body, so `com.microsoft:renew-lock` and
+//! `com.microsoft:peek-message` cannot be expressed, and its receivers ignore
+//! the link target a request/response pair needs. It also pins `fe2o3-amqp`
+//! 0.14/0.16, before the 0.18.2 fix for a send that hung when the broker
+//! settled it at once. Everything Service Bus-specific stays in this module
+//! and [`super::mapping`], so the official Service Bus crate can replace
+//! both when it ships.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::link::{DetachError, LinkStateError, ReceiverAttachError, RecvError, SendError, SenderAttachError};
+use fe2o3_amqp::sasl_profile::SaslProfile;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::definitions::{self, ErrorCondition, Fields, ReceiverSettleMode, SenderSettleMode};
+use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message, Modified, Rejected};
+use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Timestamp, Value};
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use fe2o3_amqp_cbs::client::CbsClient;
+use fe2o3_amqp_cbs::token::CbsToken;
+use fe2o3_amqp_management::client::MgmtClient;
+use fe2o3_amqp_management::error::{Error as ManagementError, InvalidType, StatusCodeNotFound, StatusError};
+use fe2o3_amqp_management::request::Request;
+use fe2o3_amqp_management::response::Response;
+use time::OffsetDateTime;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use super::connection::ServiceBusEndpoint;
+use super::credential::TokenSource;
+use crate::ports::transport::{from_unix_ms, unix_ms};
+
+/// A put token is refreshed when it has less than this left.
+const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
+/// How often the connection looks for tokens to refresh.
+const TOKEN_REFRESH_EVERY: Duration = Duration::from_secs(60);
+/// Service Bus caps a dead-letter reason and description.
+const DEAD_LETTER_TEXT_MAX: usize = 4096;
+
+/// A failure of the AMQP layer, sorted by what the transport does next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AmqpFailure {
+    /// The entity (or management node) does not exist.
+    #[error("entity `{0}` does not exist")]
+    NotFound(String),
+    /// The credential was refused for an audience.
+    #[error("not authorized: {0}")]
+    Unauthorized(String),
+    /// The endpoint does not implement an operation.
+    #[error("{0} is not supported by this endpoint")]
+    Unsupported(String),
+    /// The broker refused a message or a settlement.
+    #[error("{0}")]
+    Rejected(String),
+    /// The broker says the lock is gone.
+    #[error("lock lost: {0}")]
+    LockLost(String),
+    /// A link failed; drop it and attach a new one.
+    #[error("{0}")]
+    Link(String),
+    /// The connection or session failed; reconnect.
+    #[error("{0}")]
+    Connection(String),
+    /// No answer in time; the link is dropped.
+    #[error("{0}")]
+    Timeout(String),
+}
+
+impl AmqpFailure {
+    /// Whether the connection has to be replaced.
+    pub(crate) fn breaks_connection(&self) -> bool {
+        matches!(self, Self::Connection(_))
+    }
+}
+
+/// The symbol of an error condition (`amqp:not-found`,
+/// `com.microsoft:message-lock-lost`, ...).
+pub(crate) fn condition_symbol(condition: &ErrorCondition) -> String {
+    match condition {
+        ErrorCondition::AmqpError(error) => Symbol::from(error).0,
+        ErrorCondition::ConnectionError(error) => Symbol::from(error).0,
+        ErrorCondition::SessionError(error) => Symbol::from(error).0,
+        ErrorCondition::LinkError(error) => Symbol::from(error).0,
+        ErrorCondition::Custom(symbol) => symbol.0.clone(),
+    }
+}
+
+/// Sorts an error the broker sent (on detach, close, rejected outcome).
+pub(crate) fn classify_remote(what: &str, error: &definitions::Error) -> AmqpFailure {
+    let condition = condition_symbol(&error.condition);
+    let text = match &error.description {
+        Some(description) => format!("{what}: {condition}: {description}"),
+        None => format!("{what}: {condition}"),
+    };
+    match condition.as_str() {
+        "amqp:not-found" | "com.microsoft:entity-not-found" => AmqpFailure::NotFound(text),
+        "amqp:unauthorized-access" => AmqpFailure::Unauthorized(text),
+        "amqp:not-implemented" => AmqpFailure::Unsupported(text),
+        "com.microsoft:message-lock-lost" | "com.microsoft:session-lock-lost" => AmqpFailure::LockLost(text),
+        _ => AmqpFailure::Rejected(text),
+    }
+}
+
+fn from_link_state(what: &str, error: &LinkStateError) -> AmqpFailure {
+    match error {
+        LinkStateError::RemoteDetachedWithError(remote) | LinkStateError::RemoteClosedWithError(remote) => {
+            match classify_remote(what, remote) {
+                AmqpFailure::Rejected(text) => AmqpFailure::Link(text),
+                other => other,
+            }
+        }
+        LinkStateError::SessionStopped(reason) => {
+            AmqpFailure::Connection(format!("{what}: session stopped: {reason:?}"))
+        }
+        other => AmqpFailure::Link(format!("{what}: {other}")),
+    }
+}
+
+fn from_detach(what: &str, error: &DetachError) -> AmqpFailure {
+    from_link_state(what, &LinkStateError::from(clone_detach(error)))
+}
+
+#[allow(deprecated)]
+fn clone_detach(error: &DetachError) -> DetachError {
+    match error {
+        DetachError::IllegalState => DetachError::IllegalState,
+        DetachError::SessionStopped(reason) => DetachError::SessionStopped(reason.clone()),
+        DetachError::RemoteDetachedWithError(remote) => DetachError::RemoteDetachedWithError(remote.clone()),
+        DetachError::ClosedByRemote => DetachError::ClosedByRemote,
+        DetachError::DetachedByRemote => DetachError::DetachedByRemote,
+        DetachError::RemoteClosedWithError(remote) => DetachError::RemoteClosedWithError(remote.clone()),
+    }
+}
+
+/// Sorts a failed send.
+pub(crate) fn from_send(what: &str, error: &SendError) -> AmqpFailure {
+    match error {
+        SendError::LinkStateError(state) => from_link_state(what, state),
+        SendError::Detached(detach) => from_detach(what, detach),
+        SendError::MessageSizeExceeded(exceeded) => AmqpFailure::Rejected(format!("{what}: {exceeded}")),
+        other => AmqpFailure::Link(format!("{what}: {other}")),
+    }
+}
+
+/// Sorts a failed receive.
+pub(crate) fn from_recv(what: &str, error: &RecvError) -> AmqpFailure {
+    match error {
+        RecvError::LinkStateError(state) => from_link_state(what, state),
+        other => AmqpFailure::Link(format!("{what}: {other}")),
+    }
+}
+
+fn from_sender_attach(what: &str, error: &SenderAttachError) -> AmqpFailure {
+    match error {
+        SenderAttachError::RemoteClosedWithError(remote) => classify_remote(what, remote),
+        SenderAttachError::SessionStopped(reason) => {
+            AmqpFailure::Connection(format!("{what}: session stopped: {reason:?}"))
+        }
+        SenderAttachError::SessionNotMapped | SenderAttachError::IllegalState => {
+            AmqpFailure::Connection(format!("{what}: {error}"))
+        }
+        other => AmqpFailure::Link(format!("{what}: {other}")),
+    }
+}
+
+fn from_receiver_attach(what: &str, error: &ReceiverAttachError) -> AmqpFailure {
+    match error {
+        ReceiverAttachError::RemoteClosedWithError(remote) => classify_remote(what, remote),
+        ReceiverAttachError::SessionStopped(reason) => {
+            AmqpFailure::Connection(format!("{what}: session stopped: {reason:?}"))
+        }
+        ReceiverAttachError::SessionNotMapped | ReceiverAttachError::IllegalState => {
+            AmqpFailure::Connection(format!("{what}: {error}"))
+        }
+        other => AmqpFailure::Link(format!("{what}: {other}")),
+    }
+}
+
+fn from_management_attach(what: &str, error: &fe2o3_amqp_management::error::AttachError) -> AmqpFailure {
+    match error {
+        fe2o3_amqp_management::error::AttachError::Sender(sender) => from_sender_attach(what, sender),
+        fe2o3_amqp_management::error::AttachError::Receiver(receiver) => from_receiver_attach(what, receiver),
+    }
+}
+
+/// Sorts a failed `$management` (or `$cbs`) call.
+pub(crate) fn from_management(what: &str, error: &ManagementError) -> AmqpFailure {
+    match error {
+        ManagementError::Status(status) => {
+            let code = status.code.0.get();
+            let description = status.description.clone().unwrap_or_default();
+            let text = format!("{what}: status {code} {description}");
+            match code {
+                401 | 403 => AmqpFailure::Unauthorized(text),
+                404 if description.contains("MessageNotFound") || description.contains("not found") => {
+                    AmqpFailure::NotFound(text)
+                }
+                404 => AmqpFailure::NotFound(text),
+                410 => AmqpFailure::LockLost(text),
+                400 | 405 | 501 => AmqpFailure::Unsupported(format!("{what} (status {code} {description})")),
+                _ => AmqpFailure::Rejected(text),
+            }
+        }
+        ManagementError::Send(send) => from_send(what, send),
+        ManagementError::Recv(recv) => from_recv(what, recv),
+        ManagementError::NotAccepted(outcome) => match outcome {
+            fe2o3_amqp::types::messaging::Outcome::Rejected(Rejected { error: Some(remote) }) => {
+                match classify_remote(what, remote) {
+                    AmqpFailure::Rejected(text) if text.contains("amqp:not-allowed") => {
+                        AmqpFailure::Unsupported(what.to_owned())
+                    }
+                    other => other,
+                }
+            }
+            other => AmqpFailure::Rejected(format!("{what}: request not accepted: {other:?}")),
+        },
+        other => AmqpFailure::Link(format!("{what}: {other}")),
+    }
+}
+
+/// How the connection is made.
+#[derive(Debug, Clone)]
+pub(crate) struct AmqpSettings {
+    /// The longest an attach, put-token or `$management` call may take.
+    pub(crate) operation_timeout: Duration,
+    /// The AMQP idle timeout bosun announces.
+    pub(crate) idle_timeout: Duration,
+}
+
+/// One AMQP connection to the namespace with its session and `$cbs` client.
+pub(crate) struct AmqpConnection {
+    /// Increases with each reconnection; links remember theirs.
+    pub(crate) generation: u64,
+    endpoint: ServiceBusEndpoint,
+    tokens: TokenSource,
+    settings: AmqpSettings,
+    connection: Mutex<ConnectionHandle<()>>,
+    session: Mutex<SessionHandle<()>>,
+    cbs: Mutex<CbsClient>,
+    /// Audience → when its put token expires.
+    authorized: Mutex<HashMap<String, OffsetDateTime>>,
+    broken: AtomicBool,
+}
+
+impl std::fmt::Debug for AmqpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpConnection")
+            .field("generation", &self.generation)
+            .field("host", &self.endpoint.host)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn within<T>(limit: Duration, what: &str, work: impl Future<Output = T>) -> Result<T, AmqpFailure> {
+    tokio::time::timeout(limit, work)
+        .await
+        .map_err(|_| AmqpFailure::Timeout(format!("{what}: no answer within {} ms", limit.as_millis())))
+}
+
+impl AmqpConnection {
+    /// Connects, begins the session and attaches the `$cbs` client.
+    pub(crate) async fn open(
+        endpoint: &ServiceBusEndpoint,
+        tokens: &TokenSource,
+        settings: &AmqpSettings,
+        generation: u64,
+    ) -> Result<Arc<Self>, AmqpFailure> {
+        let limit = settings.operation_timeout;
+        let address = format!("{}:{}", endpoint.host, endpoint.amqp_port);
+        let stream = within(limit, "connect", TcpStream::connect(&address))
+            .await?
+            .map_err(|err| AmqpFailure::Connection(format!("connect to {address}: {err}")))?;
+        // Small request/response frames (settlements, $management) must not
+        // wait for Nagle's algorithm.
+        let _ = stream.set_nodelay(true);
+        let container = format!("bosun-{}", Uuid::new_v4().simple());
+        let idle = u32::try_from(settings.idle_timeout.as_millis()).unwrap_or(u32::MAX);
+        let scheme = if endpoint.emulator { "amqp" } else { "amqps" };
+        let builder = Connection::builder()
+            .container_id(container)
+            .scheme(scheme)
+            .hostname(endpoint.host.as_str())
+            .domain(endpoint.host.as_str())
+            .sasl_profile(SaslProfile::Anonymous)
+            .alt_tls_establishment(true)
+            .max_frame_size(65_536)
+            .idle_time_out(idle);
+        let mut connection = within(limit, "open the AMQP connection", builder.open_with_stream(stream))
+            .await?
+            .map_err(|err| AmqpFailure::Connection(format!("open the AMQP connection to {address}: {err}")))?;
+        let mut session = within(limit, "begin the AMQP session", Session::begin(&mut connection))
+            .await?
+            .map_err(|err| AmqpFailure::Connection(format!("begin the AMQP session: {err}")))?;
+        let cbs = within(limit, "attach $cbs", CbsClient::attach(&mut session))
+            .await?
+            .map_err(|err| from_management_attach("attach $cbs", &err))?;
+        let opened = Arc::new(Self {
+            generation,
+            endpoint: endpoint.clone(),
+            tokens: tokens.clone(),
+            settings: settings.clone(),
+            connection: Mutex::new(connection),
+            session: Mutex::new(session),
+            cbs: Mutex::new(cbs),
+            authorized: Mutex::new(HashMap::new()),
+            broken: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&opened);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(TOKEN_REFRESH_EVERY).await;
+                let Some(connection) = weak.upgrade() else { return };
+                if !connection.is_open() {
+                    return;
+                }
+                connection.refresh_tokens().await;
+            }
+        });
+        tracing::info!(host = %endpoint.host, generation, "AMQP connection open");
+        Ok(opened)
+    }
+
+    /// Whether the connection and its session still run.
+    pub(crate) fn is_open(&self) -> bool {
+        if self.broken.load(Ordering::SeqCst) {
+            return false;
+        }
+        let connection_closed = self.connection.try_lock().map(|c| c.is_closed()).unwrap_or(false);
+        let session_ended = self.session.try_lock().map(|s| s.is_ended()).unwrap_or(false);
+        !connection_closed && !session_ended
+    }
+
+    /// Marks the connection for replacement.
+    pub(crate) fn mark_broken(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+    }
+
+    /// The AMQP address of an entity path.
+    pub(crate) fn address(&self, path: &str) -> String {
+        self.endpoint.entity_address(path)
+    }
+
+    /// Puts a token for `path`'s audience on `$cbs` unless one is in force.
+    pub(crate) async fn authorize(&self, path: &str) -> Result<(), AmqpFailure> {
+        let audience = self.endpoint.audience(path);
+        let fresh = {
+            let authorized = self.authorized.lock().await;
+            authorized
+                .get(&audience)
+                .is_some_and(|expires| *expires - OffsetDateTime::now_utc() > TOKEN_REFRESH_MARGIN)
+        };
+        if fresh {
+            return Ok(());
+        }
+        self.put_token(&audience).await
+    }
+
+    async fn put_token(&self, audience: &str) -> Result<(), AmqpFailure> {
+        let token = self
+            .tokens
+            .token(audience)
+            .await
+            .map_err(|err| AmqpFailure::Unauthorized(err.to_string()))?;
+        let expires = Timestamp::from(unix_ms(token.expires_at));
+        let what = format!("put-token for {audience}");
+        let result = {
+            let mut cbs = self.cbs.lock().await;
+            within(
+                self.settings.operation_timeout,
+                &what,
+                cbs.put_token(
+                    audience,
+                    CbsToken::new(token.value.as_str(), token.token_type, Some(expires)),
+                ),
+            )
+            .await
+        };
+        match result {
+            Ok(Ok(())) => {
+                self.authorized
+                    .lock()
+                    .await
+                    .insert(audience.to_owned(), token.expires_at);
+                tracing::debug!(audience, expires_at = %token.expires_at, "token put on $cbs");
+                Ok(())
+            }
+            Ok(Err(err)) => {
+                let failure = from_management(&what, &err);
+                if !matches!(failure, AmqpFailure::Unauthorized(_) | AmqpFailure::NotFound(_)) {
+                    // A $cbs link that failed or answered out of turn is not reused.
+                    self.mark_broken();
+                }
+                Err(failure)
+            }
+            Err(timeout) => {
+                self.mark_broken();
+                Err(timeout)
+            }
+        }
+    }
+
+    /// Puts new tokens for audiences whose token ends soon.
+    async fn refresh_tokens(&self) {
+        let due: Vec<String> = {
+            let authorized = self.authorized.lock().await;
+            let now = OffsetDateTime::now_utc();
+            authorized
+                .iter()
+                .filter(|(_, expires)| **expires - now <= TOKEN_REFRESH_MARGIN)
+                .map(|(audience, _)| audience.clone())
+                .collect()
+        };
+        for audience in due {
+            if let Err(err) = self.put_token(&audience).await {
+                tracing::warn!(audience, error = %err, "could not refresh the Service Bus token");
+            }
+        }
+    }
+
+    /// Attaches a sender link to `path` (sender settle mode unsettled: every
+    /// send waits for the broker's outcome).
+    pub(crate) async fn sender(&self, path: &str) -> Result<Sender, AmqpFailure> {
+        self.authorize(path).await?;
+        let name = format!("bosun-send-{}-{}", path.replace('/', "_"), Uuid::new_v4().simple());
+        let what = format!("attach a sender to `{path}`");
+        let mut session = self.session.lock().await;
+        let attach = Sender::builder()
+            .name(name.clone())
+            .source(name)
+            .target(self.address(path))
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .receiver_settle_mode(ReceiverSettleMode::First)
+            .attach(&mut session);
+        within(self.settings.operation_timeout, &what, attach)
+            .await?
+            .map_err(|err| self.note(from_sender_attach(&what, &err)))
+    }
+
+    /// Attaches a peek-lock receiver to `path`: sender settle mode
+    /// unsettled, receiver settle mode second, credit given by the caller.
+    pub(crate) async fn receiver(&self, path: &str) -> Result<Receiver, AmqpFailure> {
+        self.authorize(path).await?;
+        let name = format!("bosun-receive-{}-{}", path.replace('/', "_"), Uuid::new_v4().simple());
+        let what = format!("attach a receiver to `{path}`");
+        let mut session = self.session.lock().await;
+        let attach = Receiver::builder()
+            .name(name.clone())
+            .source(self.address(path))
+            .target(name)
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .receiver_settle_mode(ReceiverSettleMode::Second)
+            .credit_mode(CreditMode::Manual)
+            .auto_accept(false)
+            .attach(&mut session);
+        within(self.settings.operation_timeout, &what, attach)
+            .await?
+            .map_err(|err| self.note(from_receiver_attach(&what, &err)))
+    }
+
+    /// Attaches a request/response pair to `path/$management`.
+    pub(crate) async fn management(&self, path: &str) -> Result<MgmtClient, AmqpFailure> {
+        self.authorize(path).await?;
+        let node = format!("{path}/$management");
+        let what = format!("attach to `{node}`");
+        let mut session = self.session.lock().await;
+        let attach = MgmtClient::builder()
+            .management_node_address(self.address(&node))
+            .client_node_addr(format!("bosun-management-{}", Uuid::new_v4().simple()))
+            .attach(&mut session);
+        within(self.settings.operation_timeout, &what, attach)
+            .await?
+            .map_err(|err| self.note(from_management_attach(&what, &err)))
+    }
+
+    /// Records a failure that ends the connection.
+    pub(crate) fn note(&self, failure: AmqpFailure) -> AmqpFailure {
+        if failure.breaks_connection() {
+            self.mark_broken();
+        }
+        failure
+    }
+
+    /// Closes the connection (best effort, bounded).
+    pub(crate) async fn close(&self) {
+        self.mark_broken();
+        let limit = Duration::from_secs(5);
+        let _ = tokio::time::timeout(limit, async { self.session.lock().await.end().await }).await;
+        let _ = tokio::time::timeout(limit, async { self.connection.lock().await.close().await }).await;
+    }
+}
+
+/// The dead-letter outcome: rejected with `com.microsoft:dead-letter` and
+/// the reason and description in the error's info.
+pub(crate) fn dead_letter_outcome(reason: &str, description: &str) -> Rejected {
+    let mut info = Fields::new();
+    info.insert(
+        Symbol::from("DeadLetterReason"),
+        Value::String(truncate(reason, DEAD_LETTER_TEXT_MAX)),
+    );
+    info.insert(
+        Symbol::from("DeadLetterErrorDescription"),
+        Value::String(truncate(description, DEAD_LETTER_TEXT_MAX)),
+    );
+    Rejected {
+        error: Some(definitions::Error::new(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
+            Some(truncate(description, DEAD_LETTER_TEXT_MAX)),
+            info,
+        )),
+    }
+}
+
+/// The abandon outcome: modified with delivery-failed, so Service Bus counts
+/// the delivery.
+pub(crate) fn abandon_outcome() -> Modified {
+    Modified {
+        delivery_failed: Some(true),
+        undeliverable_here: None,
+        message_annotations: None,
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// `com.microsoft:server-timeout` for a `$management` request.
+fn server_timeout(limit: Duration) -> SimpleValue {
+    SimpleValue::Uint(u32::try_from(limit.as_millis()).unwrap_or(u32::MAX))
+}
+
+fn map_body(entries: Vec<(&str, Value)>) -> AmqpValue<Value> {
+    AmqpValue(Value::Map(
+        entries
+            .into_iter()
+            .map(|(key, value)| (Value::String(key.to_owned()), value))
+            .collect::<OrderedMap<Value, Value>>(),
+    ))
+}
+
+fn body_map(body: Body<Value>) -> Option<OrderedMap<Value, Value>> {
+    match body {
+        Body::Value(AmqpValue(Value::Map(map))) => Some(map),
+        _ => None,
+    }
+}
+
+fn list_items(value: Value) -> Vec<Value> {
+    match value {
+        Value::List(items) => items,
+        Value::Array(items) => items.into_inner(),
+        _ => Vec::new(),
+    }
+}
+
+/// Errors a `$management` response can carry.
+#[derive(Debug)]
+pub(crate) struct ResponseError(ManagementError);
+
+impl From<StatusError> for ResponseError {
+    fn from(err: StatusError) -> Self {
+        Self(ManagementError::Status(err))
+    }
+}
+
+impl From<InvalidType> for ResponseError {
+    fn from(err: InvalidType) -> Self {
+        Self(ManagementError::DecodeError(Some(err)))
+    }
+}
+
+impl From<StatusCodeNotFound> for ResponseError {
+    fn from(_: StatusCodeNotFound) -> Self {
+        Self(ManagementError::StatusCodeNotFound)
+    }
+}
+
+impl From<ResponseError> for ManagementError {
+    fn from(err: ResponseError) -> Self {
+        err.0
+    }
+}
+
+/// `com.microsoft:renew-lock`: extends the locks of `lock_tokens`.
+#[derive(Debug)]
+pub(crate) struct RenewLockRequest {
+    /// The locks to renew.
+    pub(crate) lock_tokens: Vec<Uuid>,
+    /// How long the broker may take.
+    pub(crate) server_timeout: Duration,
+}
+
+/// The new lock expiries, in request order.
+#[derive(Debug)]
+pub(crate) struct RenewLockResponse {
+    /// One expiry per lock token.
+    pub(crate) expirations: Vec<OffsetDateTime>,
+}
+
+impl Request for RenewLockRequest {
+    const OPERATION: &'static str = "com.microsoft:renew-lock";
+    type Response = RenewLockResponse;
+    type Body = AmqpValue<Value>;
+
+    fn encode_application_properties(&mut self) -> Option<ApplicationProperties> {
+        Some(
+            ApplicationProperties::builder()
+                .insert("com.microsoft:server-timeout", server_timeout(self.server_timeout))
+                .build(),
+        )
+    }
+
+    fn encode_body(self) -> Self::Body {
+        let tokens = self
+            .lock_tokens
+            .into_iter()
+            .map(|token| Value::Uuid(token.into_bytes().into()))
+            .collect::<Vec<_>>();
+        map_body(vec![("lock-tokens", Value::Array(Array::from(tokens)))])
+    }
+}
+
+impl Response for RenewLockResponse {
+    const STATUS_CODE: u16 = 200;
+    type Body = Body<Value>;
+    type Error = ResponseError;
+
+    fn decode_message(message: Message<Self::Body>) -> Result<Self, Self::Error> {
+        let expirations = body_map(message.body)
+            .and_then(|mut map| map.swap_remove(&Value::String("expirations".into())))
+            .map(list_items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|value| match value {
+                Value::Timestamp(at) => Some(from_unix_ms(at.milliseconds())),
+                _ => None,
+            })
+            .collect();
+        Ok(Self { expirations })
+    }
+}
+
+/// `com.microsoft:peek-message`: up to `count` messages from
+/// `from_sequence` on, without locking them.
+#[derive(Debug)]
+pub(crate) struct PeekRequest {
+    /// The first sequence number to look at.
+    pub(crate) from_sequence: i64,
+    /// How many messages at most.
+    pub(crate) count: i32,
+    /// How long the broker may take.
+    pub(crate) server_timeout: Duration,
+}
+
+/// The peeked messages, encoded.
+#[derive(Debug)]
+pub(crate) struct PeekResponse {
+    /// Each message as the broker encoded it.
+    pub(crate) messages: Vec<Vec<u8>>,
+}
+
+impl Request for PeekRequest {
+    const OPERATION: &'static str = "com.microsoft:peek-message";
+    type Response = PeekResponse;
+    type Body = AmqpValue<Value>;
+
+    fn encode_application_properties(&mut self) -> Option<ApplicationProperties> {
+        Some(
+            ApplicationProperties::builder()
+                .insert("com.microsoft:server-timeout", server_timeout(self.server_timeout))
+                .build(),
+        )
+    }
+
+    fn encode_body(self) -> Self::Body {
+        map_body(vec![
+            ("from-sequence-number", Value::Long(self.from_sequence)),
+            ("message-count", Value::Int(self.count)),
+        ])
+    }
+}
+
+impl Response for PeekResponse {
+    const STATUS_CODE: u16 = 200;
+    type Body = Body<Value>;
+    type Error = ResponseError;
+
+    fn decode_message(message: Message<Self::Body>) -> Result<Self, Self::Error> {
+        let messages = body_map(message.body)
+            .and_then(|mut map| map.swap_remove(&Value::String("messages".into())))
+            .map(list_items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|entry| match entry {
+                Value::Map(mut fields) => match fields.swap_remove(&Value::String("message".into())) {
+                    Some(Value::Binary(bytes)) => Some(bytes.into_vec()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        Ok(Self { messages })
+    }
+}
+
+/// Whether a `$management` status error means "nothing there" (204 for an
+/// empty peek).
+pub(crate) fn is_no_content(error: &ManagementError) -> bool {
+    matches!(error, ManagementError::Status(status) if status.code.0.get() == 204)
+}
+
+#[cfg(test)]
+mod tests {
+    use fe2o3_amqp::types::definitions::AmqpError as AmqpCondition;
+
+    use super::*;
+
+    #[test]
+    fn dead_letter_carries_reason_and_description_in_the_error_info() {
+        let rejected = dead_letter_outcome("invalid-field", "payload.branch is empty");
+        let error = rejected.error.unwrap();
+        assert_eq!(condition_symbol(&error.condition), "com.microsoft:dead-letter");
+        let info = error.info.unwrap();
+        assert_eq!(
+            info.get(&Symbol::from("DeadLetterReason")),
+            Some(&Value::String("invalid-field".into()))
+        );
+        assert_eq!(
+            info.get(&Symbol::from("DeadLetterErrorDescription")),
+            Some(&Value::String("payload.branch is empty".into()))
+        );
+        let long = "x".repeat(10_000);
+        let truncated = dead_letter_outcome(&long, &long).error.unwrap();
+        assert_eq!(truncated.description.map(|d| d.len()), Some(DEAD_LETTER_TEXT_MAX));
+    }
+
+    #[test]
+    fn abandon_counts_the_delivery() {
+        assert_eq!(abandon_outcome().delivery_failed, Some(true));
+    }
+
+    #[test]
+    fn broker_errors_are_sorted_by_what_happens_next() {
+        let not_found = definitions::Error::new(AmqpCondition::NotFound, Some("no queue".to_owned()), None);
+        assert!(matches!(classify_remote("send", &not_found), AmqpFailure::NotFound(_)));
+        let lock = definitions::Error::new(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:message-lock-lost")),
+            None,
+            None,
+        );
+        assert!(matches!(classify_remote("complete", &lock), AmqpFailure::LockLost(_)));
+        let full = definitions::Error::new(AmqpCondition::ResourceLimitExceeded, None, None);
+        let failure = classify_remote("send", &full);
+        assert!(matches!(failure, AmqpFailure::Rejected(ref text) if text.contains("amqp:resource-limit-exceeded")));
+        let status = ManagementError::Status(StatusError {
+            code: fe2o3_amqp_management::status::StatusCode(std::num::NonZeroU16::new(410).unwrap()),
+            description: Some("MessageLockLost".into()),
+        });
+        assert!(matches!(from_management("renew", &status), AmqpFailure::LockLost(_)));
+    }
+
+    #[test]
+    fn management_requests_have_the_service_bus_shape() {
+        let token = Uuid::parse_str("00112233-4455-6677-8899-aabbccddeeff").unwrap();
+        let message = RenewLockRequest {
+            lock_tokens: vec![token],
+            server_timeout: Duration::from_secs(10),
+        }
+        .into_message();
+        let properties = message.application_properties.as_ref().unwrap();
+        assert_eq!(
+            properties.0.get("operation"),
+            Some(&SimpleValue::String("com.microsoft:renew-lock".into()))
+        );
+        assert_eq!(
+            properties.0.get("com.microsoft:server-timeout"),
+            Some(&SimpleValue::Uint(10_000))
+        );
+        let AmqpValue(Value::Map(body)) = &message.body else {
+            panic!("the body is a map: {:?}", message.body);
+        };
+        assert_eq!(
+            body.get(&Value::String("lock-tokens".into())),
+            Some(&Value::Array(Array::from(vec![Value::Uuid(token.into_bytes().into())])))
+        );
+        let peek = PeekRequest {
+            from_sequence: 5,
+            count: 10,
+            server_timeout: Duration::from_secs(10),
+        }
+        .into_message();
+        let AmqpValue(Value::Map(body)) = &peek.body else {
+            panic!("the body is a map");
+        };
+        assert_eq!(
+            body.get(&Value::String("from-sequence-number".into())),
+            Some(&Value::Long(5))
+        );
+        assert_eq!(body.get(&Value::String("message-count".into())), Some(&Value::Int(10)));
+    }
+
+    #[test]
+    fn management_responses_decode() {
+        let response = Message::builder()
+            .body(Body::Value(map_body(vec![(
+                "expirations",
+                Value::Array(Array::from(vec![Value::Timestamp(Timestamp::from(1_700_000_000_000))])),
+            )])))
+            .build();
+        let renewed = RenewLockResponse::decode_message(response).unwrap();
+        assert_eq!(
+            renewed
+                .expirations
+                .iter()
+                .map(|at| at.unix_timestamp())
+                .collect::<Vec<_>>(),
+            [1_700_000_000]
+        );
+        let entry = Value::Map(
+            [(Value::String("message".into()), Value::Binary(vec![1, 2, 3].into()))]
+                .into_iter()
+                .collect(),
+        );
+        let response = Message::builder()
+            .body(Body::Value(map_body(vec![("messages", Value::List(vec![entry]))])))
+            .build();
+        assert_eq!(
+            PeekResponse::decode_message(response).unwrap().messages,
+            [vec![1, 2, 3]]
+        );
+    }
+}

@@ -1,0 +1,91 @@
+//! Shared SQLite plumbing for the embedded transport and the SQLite stores:
+//! opening a database file in WAL mode with a busy timeout (several `bosun`
+//! processes may share one data directory), and running blocking calls off
+//! the async runtime.
+
+pub mod store;
+pub mod transport;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+/// A SQLite connection shared by one process, used from blocking tasks.
+#[derive(Clone)]
+pub struct Database {
+    connection: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    /// Opens (creating if needed) a database file and applies `schema`.
+    pub fn open(path: &Path, schema: &str) -> rusqlite::Result<Self> {
+        let connection = Connection::open(path)?;
+        Self::configure(connection, schema)
+    }
+
+    /// An in-memory database (tests).
+    pub fn open_in_memory(schema: &str) -> rusqlite::Result<Self> {
+        Self::configure(Connection::open_in_memory()?, schema)
+    }
+
+    fn configure(connection: Connection, schema: &str) -> rusqlite::Result<Self> {
+        connection.busy_timeout(Duration::from_secs(30))?;
+        // Switching a new file to WAL and creating the schema take locks
+        // that SQLite does not always wait for (the busy handler is skipped
+        // for some of them), so two processes starting on a fresh data
+        // directory retry here instead of failing.
+        let mut attempt = 0u32;
+        loop {
+            let result = connection
+                .pragma_update(None, "journal_mode", "WAL")
+                .and_then(|()| connection.pragma_update(None, "synchronous", "NORMAL"))
+                .and_then(|()| connection.pragma_update(None, "foreign_keys", "ON"))
+                .and_then(|()| connection.execute_batch(schema));
+            match result {
+                Ok(()) => break,
+                Err(err) if is_busy(&err) && attempt < 200 => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(10 + u64::from(attempt % 10) * 5));
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(Self {
+            connection: Arc::new(Mutex::new(connection)),
+        })
+    }
+
+    /// Runs `f` with the connection on a blocking thread.
+    pub async fn call<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<rusqlite::Error> + Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, E> + Send + 'static,
+    {
+        let connection = Arc::clone(&self.connection);
+        match tokio::task::spawn_blocking(move || {
+            let mut guard = connection.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            f(&mut guard)
+        })
+        .await
+        {
+            Ok(result) => result,
+            Err(join) => Err(E::from(rusqlite::Error::ToSqlConversionFailure(Box::new(join)))),
+        }
+    }
+}
+
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}

@@ -1,0 +1,455 @@
+//! The embedded transport: queues, the events topic and its subscriptions in
+//! a SQLite file under the data directory, durable across restarts and
+//! shared safely by several processes.
+//!
+//! Each row of `messages` is one message in one entity (a queue or a
+//! subscription; sending to the topic writes one row per matching
+//! subscription). A receive claims ready rows in one `IMMEDIATE` transaction
+//! by giving them a lock token and a lock expiry; an expired lock makes the
+//! row receivable again. A row whose delivery count has reached the maximum
+//! is moved to the dead-letter state (`MaxDeliveryCountExceeded`) instead of
+//! being delivered again, as Service Bus does. `duplicates` remembers broker
+//! message ids per destination for duplicate detection.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::Destination;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use time::OffsetDateTime;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::backends::sqlite::Database;
+use crate::ports::transport::{
+    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
+    from_unix_ms, unix_ms,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+    entity TEXT NOT NULL,
+    broker_message_id TEXT NOT NULL,
+    message_type TEXT,
+    correlation_id TEXT,
+    body BLOB NOT NULL,
+    enqueued_at INTEGER NOT NULL,
+    visible_at INTEGER NOT NULL,
+    delivery_count INTEGER NOT NULL DEFAULT 0,
+    lock_token TEXT,
+    locked_until INTEGER,
+    dead_lettered INTEGER NOT NULL DEFAULT 0,
+    dead_letter_reason TEXT,
+    dead_letter_description TEXT,
+    dead_lettered_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS messages_ready ON messages (entity, dead_lettered, visible_at, sequence);
+CREATE TABLE IF NOT EXISTS duplicates (
+    destination TEXT NOT NULL,
+    broker_message_id TEXT NOT NULL,
+    seen_at INTEGER NOT NULL,
+    PRIMARY KEY (destination, broker_message_id)
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    topic TEXT NOT NULL,
+    name TEXT NOT NULL,
+    event_types TEXT NOT NULL,
+    PRIMARY KEY (topic, name)
+);
+CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY);
+";
+
+/// How long a broker message id is remembered for duplicate detection.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The SQLite transport.
+#[derive(Debug, Clone)]
+pub struct EmbeddedTransport {
+    database: Database,
+    max_delivery_count: u32,
+    arrivals: Arc<Notify>,
+}
+
+impl EmbeddedTransport {
+    /// Opens the transport database at `path`.
+    pub fn open(path: &Path, max_delivery_count: u32) -> Result<Self, TransportError> {
+        Ok(Self {
+            database: Database::open(path, SCHEMA)?,
+            max_delivery_count,
+            arrivals: Arc::new(Notify::new()),
+        })
+    }
+
+    /// An in-memory instance (tests).
+    pub fn in_memory(max_delivery_count: u32) -> Result<Self, TransportError> {
+        Ok(Self {
+            database: Database::open_in_memory(SCHEMA)?,
+            max_delivery_count,
+            arrivals: Arc::new(Notify::new()),
+        })
+    }
+}
+
+fn known_entity(tx: &rusqlite::Transaction<'_>, destination: &Destination) -> Result<bool, rusqlite::Error> {
+    match destination {
+        Destination::Queue(name) => tx
+            .query_row("SELECT 1 FROM queues WHERE name = ?1", [name], |_| Ok(()))
+            .optional()
+            .map(|found| found.is_some()),
+        Destination::Topic(topic) => tx
+            .query_row("SELECT 1 FROM subscriptions WHERE topic = ?1 LIMIT 1", [topic], |_| {
+                Ok(())
+            })
+            .optional()
+            .map(|found| found.is_some()),
+        Destination::Subscription { topic, subscription } => tx
+            .query_row(
+                "SELECT 1 FROM subscriptions WHERE topic = ?1 AND name = ?2",
+                [topic, subscription],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|found| found.is_some()),
+    }
+}
+
+#[async_trait]
+impl Transport for EmbeddedTransport {
+    async fn ensure_topology(&self, topology: &Topology) -> Result<(), TransportError> {
+        let topology = topology.clone();
+        self.database
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                for queue in &topology.queues {
+                    tx.execute("INSERT OR IGNORE INTO queues (name) VALUES (?1)", [queue])?;
+                }
+                for subscription in &topology.subscriptions {
+                    tx.execute(
+                        "INSERT INTO subscriptions (topic, name, event_types) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (topic, name) DO UPDATE SET event_types = excluded.event_types",
+                        params![topology.topic, subscription.name, subscription.event_types.join(",")],
+                    )?;
+                }
+                tx.commit()?;
+                Ok::<_, TransportError>(())
+            })
+            .await
+    }
+
+    async fn send(&self, messages: Vec<OutboundMessage>) -> Result<(), TransportError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.database
+            .call(move |conn| {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                tx.execute(
+                    "DELETE FROM duplicates WHERE seen_at < ?1",
+                    [now - duration_ms(DUPLICATE_WINDOW)],
+                )?;
+                for message in &messages {
+                    if !known_entity(&tx, &message.destination)? {
+                        return Err(TransportError::NoSuchEntity(message.destination.path()));
+                    }
+                    let fresh = tx.execute(
+                        "INSERT OR IGNORE INTO duplicates (destination, broker_message_id, seen_at) VALUES (?1, ?2, ?3)",
+                        params![message.destination.path(), message.broker_message_id, now],
+                    )?;
+                    if fresh == 0 {
+                        continue;
+                    }
+                    let entities: Vec<String> = match &message.destination {
+                        Destination::Topic(topic) => {
+                            let mut statement =
+                                tx.prepare_cached("SELECT name, event_types FROM subscriptions WHERE topic = ?1")?;
+                            let rows = statement.query_map([topic], |row| {
+                                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                            })?;
+                            let mut matching = Vec::new();
+                            for row in rows {
+                                let (name, types) = row?;
+                                if message
+                                    .message_type
+                                    .as_deref()
+                                    .is_some_and(|t| types.split(',').any(|e| e == t))
+                                {
+                                    matching.push(format!("{topic}/subscriptions/{name}"));
+                                }
+                            }
+                            matching
+                        }
+                        other => vec![other.path()],
+                    };
+                    let visible_at = message.scheduled_at.map_or(now, unix_ms);
+                    for entity in entities {
+                        tx.execute(
+                            "INSERT INTO messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            params![
+                                entity,
+                                message.broker_message_id,
+                                message.message_type,
+                                message.correlation_id,
+                                message.body,
+                                now,
+                                visible_at
+                            ],
+                        )?;
+                    }
+                }
+                tx.commit()?;
+                Ok(())
+            })
+            .await?;
+        self.arrivals.notify_waiters();
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        entity: &Destination,
+        max: usize,
+        lock_duration: Duration,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let entity = entity.clone();
+        let max_delivery_count = self.max_delivery_count;
+        self.database
+            .call(move |conn| {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                let path = entity.path();
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                tx.execute(
+                    "UPDATE messages SET dead_lettered = 1, dead_letter_reason = 'MaxDeliveryCountExceeded',
+                        dead_letter_description = 'message was delivered ' || delivery_count || ' times without being completed',
+                        dead_lettered_at = ?1, lock_token = NULL, locked_until = NULL
+                     WHERE entity = ?2 AND dead_lettered = 0 AND delivery_count >= ?3
+                       AND visible_at <= ?1 AND (locked_until IS NULL OR locked_until <= ?1)",
+                    params![now, path, max_delivery_count],
+                )?;
+                let token = Uuid::now_v7();
+                let locked_until = now + duration_ms(lock_duration);
+                let mut statement = tx.prepare_cached(
+                    "UPDATE messages SET delivery_count = delivery_count + 1, lock_token = ?1, locked_until = ?2
+                     WHERE sequence IN (
+                        SELECT sequence FROM messages
+                        WHERE entity = ?3 AND dead_lettered = 0 AND visible_at <= ?4
+                          AND (locked_until IS NULL OR locked_until <= ?4)
+                        ORDER BY sequence LIMIT ?5)
+                     RETURNING sequence, broker_message_id, message_type, body, delivery_count, enqueued_at",
+                )?;
+                let rows = statement.query_map(
+                    params![token.to_string(), locked_until, path, now, i64::try_from(max).unwrap_or(i64::MAX)],
+                    |row| {
+                        Ok(ReceivedMessage {
+                            lock: LockToken {
+                                entity: entity.clone(),
+                                sequence: row.get(0)?,
+                                token,
+                            },
+                            broker_message_id: row.get(1)?,
+                            message_type: row.get(2)?,
+                            body: row.get(3)?,
+                            delivery_count: row.get(4)?,
+                            enqueued_at: from_unix_ms(row.get(5)?),
+                            locked_until: from_unix_ms(locked_until),
+                        })
+                    },
+                )?;
+                let mut received: Vec<ReceivedMessage> = rows.collect::<Result<_, _>>()?;
+                drop(statement);
+                tx.commit()?;
+                received.sort_by_key(|m| m.lock.sequence);
+                Ok(received)
+            })
+            .await
+    }
+
+    async fn wait_for_messages(&self, _entity: &Destination, timeout: Duration) {
+        // Same-process sends wake us at once; other processes' sends are seen
+        // at the next poll.
+        let _ = tokio::time::timeout(timeout, self.arrivals.notified()).await;
+    }
+
+    async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError> {
+        let lock = lock.clone();
+        self.database
+            .call(move |conn| {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                let until = now + duration_ms(lock_duration);
+                let changed = conn.execute(
+                    "UPDATE messages SET locked_until = ?1
+                     WHERE sequence = ?2 AND lock_token = ?3 AND locked_until > ?4 AND dead_lettered = 0",
+                    params![until, lock.sequence, lock.token.to_string(), now],
+                )?;
+                if changed == 0 {
+                    return Err(lock_lost(&lock));
+                }
+                Ok(from_unix_ms(until))
+            })
+            .await
+    }
+
+    async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
+        let lock = lock.clone();
+        self.database
+            .call(move |conn| {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                let changed = conn.execute(
+                    "DELETE FROM messages WHERE sequence = ?1 AND lock_token = ?2 AND locked_until > ?3 AND dead_lettered = 0",
+                    params![lock.sequence, lock.token.to_string(), now],
+                )?;
+                if changed == 0 {
+                    return Err(lock_lost(&lock));
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn abandon(&self, lock: &LockToken) -> Result<(), TransportError> {
+        let lock = lock.clone();
+        self.database
+            .call(move |conn| {
+                let changed = conn.execute(
+                    "UPDATE messages SET lock_token = NULL, locked_until = NULL
+                     WHERE sequence = ?1 AND lock_token = ?2 AND dead_lettered = 0",
+                    params![lock.sequence, lock.token.to_string()],
+                )?;
+                if changed == 0 {
+                    return Err(lock_lost(&lock));
+                }
+                Ok(())
+            })
+            .await?;
+        self.arrivals.notify_waiters();
+        Ok(())
+    }
+
+    async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
+        let lock = lock.clone();
+        let reason = reason.to_owned();
+        let description = description.to_owned();
+        self.database
+            .call(move |conn| {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                let changed = conn.execute(
+                    "UPDATE messages SET dead_lettered = 1, dead_letter_reason = ?1, dead_letter_description = ?2,
+                        dead_lettered_at = ?3, lock_token = NULL, locked_until = NULL
+                     WHERE sequence = ?4 AND lock_token = ?5 AND locked_until > ?3 AND dead_lettered = 0",
+                    params![reason, description, now, lock.sequence, lock.token.to_string()],
+                )?;
+                if changed == 0 {
+                    return Err(lock_lost(&lock));
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn peek_dead_letters(
+        &self,
+        entity: &Destination,
+        max: usize,
+    ) -> Result<Vec<DeadLetteredMessage>, TransportError> {
+        let entity = entity.clone();
+        self.database
+            .call(move |conn| {
+                let mut statement = conn.prepare_cached(
+                    "SELECT sequence, broker_message_id, message_type, body, delivery_count, dead_letter_reason,
+                            dead_letter_description, enqueued_at, dead_lettered_at
+                     FROM messages WHERE entity = ?1 AND dead_lettered = 1 ORDER BY sequence LIMIT ?2",
+                )?;
+                let rows =
+                    statement.query_map(params![entity.path(), i64::try_from(max).unwrap_or(i64::MAX)], |row| {
+                        Ok(DeadLetteredMessage {
+                            entity: entity.clone(),
+                            sequence: row.get(0)?,
+                            broker_message_id: row.get(1)?,
+                            message_type: row.get(2)?,
+                            body: row.get(3)?,
+                            delivery_count: row.get(4)?,
+                            reason: row.get::<_, Option<String>>(5)?.unwrap_or_default(),
+                            description: row.get::<_, Option<String>>(6)?.unwrap_or_default(),
+                            enqueued_at: from_unix_ms(row.get(7)?),
+                            dead_lettered_at: from_unix_ms(row.get::<_, Option<i64>>(8)?.unwrap_or_default()),
+                        })
+                    })?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .await
+    }
+
+    async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
+        let path = entity.path();
+        self.database
+            .call(move |conn| {
+                let changed = conn.execute(
+                    "DELETE FROM messages WHERE entity = ?1 AND sequence = ?2 AND dead_lettered = 1",
+                    params![path, sequence],
+                )?;
+                Ok(changed > 0)
+            })
+            .await
+    }
+
+    async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
+        let path = entity.path();
+        self.database
+            .call(move |conn| {
+                let count: i64 = conn.query_row(
+                    "SELECT COUNT(*) FROM messages WHERE entity = ?1 AND dead_lettered = 0",
+                    [path],
+                    |row| row.get(0),
+                )?;
+                Ok(u64::try_from(count).unwrap_or_default())
+            })
+            .await
+    }
+}
+
+fn lock_lost(lock: &LockToken) -> TransportError {
+    TransportError::LockLost {
+        entity: lock.entity.path(),
+        sequence: lock.sequence,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn embedded_transport_passes_the_behaviour_suite() {
+        crate::ports::behaviour::transport::run_all(|max| async move { EmbeddedTransport::in_memory(max).unwrap() })
+            .await;
+    }
+
+    #[tokio::test]
+    async fn messages_survive_reopening_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("transport.db");
+        {
+            let transport = EmbeddedTransport::open(&path, 10).unwrap();
+            transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+            transport
+                .send(vec![crate::ports::behaviour::transport::outbound(
+                    Destination::Queue("commit".into()),
+                    "m-1",
+                    "CreateCommit",
+                )])
+                .await
+                .unwrap();
+        }
+        let reopened = EmbeddedTransport::open(&path, 10).unwrap();
+        let received = reopened
+            .receive(&Destination::Queue("commit".into()), 10, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(received.len(), 1);
+        assert_eq!(received[0].broker_message_id, "m-1");
+    }
+}

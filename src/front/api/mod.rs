@@ -1,0 +1,754 @@
+//! The HTTP API (axum): commands, deliveries (JSON and server-sent
+//! events), sagas, dead letters and replays, health, Prometheus metrics,
+//! the OpenAPI document and the operator console. Every rule (scopes,
+//! tenants, idempotency) lives in [`crate::front::gateway`]; this module reads
+//! requests, calls the gateway and writes answers.
+//!
+//! Errors are always `{"error": {"code", "message", "field"?}}` with the
+//! status the gateway chose; the body limit (`BOSUN_HTTP_MAX_BODY_BYTES`)
+//! answers 413 in the same shape.
+//!
+//! The front door holds under abuse: [`server`] serves the router with
+//! header and idle timeouts and a connection cap; [`rate_limit`] gives each
+//! API key a request budget, checked in `caller` right after the key is
+//! authenticated (over it: 429 `rate-limited` with `Retry-After`); and
+//! [`origin`] refuses `/mcp` requests from browser origins that are not
+//! allowed (403 `origin-not-allowed`), as the MCP specification requires.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use self::origin::{OriginPolicy, OriginVerdict};
+use self::rate_limit::RateLimiter;
+use crate::front::access::Caller;
+use crate::front::gateway::{BulkReplayRequest, Gateway, GatewayError};
+use crate::front::mcp::McpServer;
+use crate::ports::store::DeadLetterFilter;
+use crate::runtime::config::HttpLimits;
+use crate::runtime::metrics::Metrics;
+
+pub mod openapi;
+pub mod origin;
+pub mod prometheus;
+pub mod rate_limit;
+pub mod server;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct ApiState {
+    gateway: Gateway,
+    mcp: McpServer,
+    metrics: Arc<Metrics>,
+    http: Arc<prometheus::HttpMetrics>,
+    limiter: Arc<RateLimiter>,
+    origins: Arc<OriginPolicy>,
+}
+
+impl ApiState {
+    /// State over a gateway and the host's metrics (empty when no host runs
+    /// in this process), with the default front-door limits.
+    pub fn new(gateway: Gateway, metrics: Arc<Metrics>) -> Self {
+        let limits = HttpLimits::default();
+        Self {
+            mcp: McpServer::new(gateway.clone()),
+            gateway,
+            metrics,
+            http: Arc::default(),
+            limiter: Arc::new(RateLimiter::new(limits.rate_limit_per_second, limits.rate_limit_burst)),
+            origins: Arc::new(OriginPolicy::new(limits.allowed_origins, None)),
+        }
+    }
+
+    /// The same state under `limits`' request budget and allowed origins;
+    /// `bound` is the server's own address, whose pages may call `/mcp`.
+    pub fn with_limits(mut self, limits: &HttpLimits, bound: Option<SocketAddr>) -> Self {
+        self.limiter = Arc::new(RateLimiter::new(limits.rate_limit_per_second, limits.rate_limit_burst));
+        self.origins = Arc::new(OriginPolicy::new(limits.allowed_origins.clone(), bound));
+        self
+    }
+}
+
+/// An answer that went wrong, in the API's error shape.
+#[derive(Debug)]
+pub enum ApiError {
+    /// What the gateway refused, with the status it chose.
+    Gateway(GatewayError),
+    /// The key is over its request budget: 429 with `Retry-After`.
+    RateLimited(rate_limit::OverBudget),
+}
+
+impl From<GatewayError> for ApiError {
+    fn from(err: GatewayError) -> Self {
+        Self::Gateway(err)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let err = match self {
+            Self::Gateway(err) => err,
+            Self::RateLimited(over) => {
+                let seconds = over.retry_after.as_secs().max(1);
+                let mut response = error_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate-limited",
+                    format!(
+                        "this key is over its request budget (BOSUN_HTTP_RATE_LIMIT_PER_SECOND, \
+                         BOSUN_HTTP_RATE_LIMIT_BURST); retry in {seconds} s"
+                    ),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                return response;
+            }
+        };
+        let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(err.to_json())).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"bosun\""),
+            );
+        }
+        response
+    }
+}
+
+fn error_response(status: StatusCode, code: &str, message: String) -> Response {
+    (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The router: every route of the API, the console and `/mcp`.
+pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/", get(|| async { Redirect::temporary("/console") }))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_document))
+        .route("/console", get(console_page))
+        .route("/console/app.js", get(console_script))
+        .route("/console/app.css", get(console_style))
+        .route("/v1/commands/{type}", post(send_command))
+        .route("/v1/deliveries", get(deliveries))
+        .route("/v1/deliveries/{id}", get(delivery))
+        .route("/v1/deliveries/{id}/events", get(delivery_events))
+        .route("/v1/sagas", get(sagas))
+        .route("/v1/sagas/{kind}/{key}", get(saga))
+        .route("/v1/dead-letters", get(dead_letters))
+        .route("/v1/dead-letters/groups", get(dead_letter_groups))
+        .route("/v1/dead-letters/replays", post(bulk_replay))
+        .route("/v1/dead-letters/{id}", get(dead_letter).delete(purge))
+        .route("/v1/dead-letters/{id}/replay", post(replay))
+        .route("/v1/replays/{id}", get(replay_job))
+        .route("/mcp", post(mcp).get(mcp_get))
+        .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not-found", "no such route".into()) })
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` under `limits` (timeouts, connection cap,
+/// per-key budget, allowed origins) until `shutdown` is cancelled, then
+/// finishes the requests in flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    max_body_bytes: usize,
+    limits: HttpLimits,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let address: Option<SocketAddr> = listener.local_addr().ok();
+    let connection_limits = server::ConnectionLimits::new(&limits, server::open_files_soft_limit());
+    tracing::info!(
+        address = ?address,
+        max_connections = connection_limits.max_connections,
+        header_timeout_ms = limits.header_timeout.as_millis() as u64,
+        idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+        rate_limit_per_second = limits.rate_limit_per_second,
+        rate_limit_burst = limits.rate_limit_burst,
+        "HTTP API listening"
+    );
+    if connection_limits.max_connections < limits.max_connections {
+        tracing::info!(
+            configured = limits.max_connections,
+            max_connections = connection_limits.max_connections,
+            "HTTP connection cap lowered to half the open-file limit"
+        );
+    }
+    let state = state.with_limits(&limits, address);
+    let http = Arc::clone(&state.http);
+    server::serve_router(
+        listener,
+        router(state, max_body_bytes),
+        connection_limits,
+        http,
+        shutdown,
+    )
+    .await
+}
+
+/// Counts and logs every request (by route template, never by raw path or body).
+async fn observe(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    state.http.record(method.as_str(), &route, status, started.elapsed());
+    tracing::debug!(%method, route, status, elapsed_ms = started.elapsed().as_millis() as u64, "http request");
+    response
+}
+
+/// The caller behind the request's key, if it is within its budget.
+async fn caller(state: &ApiState, headers: &HeaderMap) -> ApiResult<Caller> {
+    let presented = presented_key(headers).ok_or_else(|| {
+        GatewayError::Unauthorized("missing API key: send `Authorization: Bearer <key>` or `X-Api-Key`".into())
+    })?;
+    let caller = state.gateway.authenticate(&presented).await?;
+    if let Err(over) = state.limiter.check(&caller.key_id) {
+        state.http.record_rate_limited(&caller.key_id);
+        return Err(ApiError::RateLimited(over));
+    }
+    Ok(caller)
+}
+
+/// 403 for a browser origin that may not call `/mcp`; `None` to go on.
+fn refuse_origin(state: &ApiState, headers: &HeaderMap) -> Option<Response> {
+    match state.origins.check(headers) {
+        OriginVerdict::Allowed => None,
+        OriginVerdict::Refused(origin) => Some(error_response(
+            StatusCode::FORBIDDEN,
+            "origin-not-allowed",
+            format!("Origin `{origin}` may not call /mcp (allowed: BOSUN_HTTP_ALLOWED_ORIGINS)"),
+        )),
+    }
+}
+
+/// The key in `Authorization: Bearer` or `X-Api-Key`.
+pub fn presented_key(headers: &HeaderMap) -> Option<String> {
+    if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        let (scheme, token) = value.trim().split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned());
+    }
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned())
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> ApiResult<Option<&'a str>> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(Some).map_err(|_| {
+            GatewayError::Invalid {
+                field: Some(name.to_owned()),
+                message: format!("header {name} is not visible ASCII"),
+            }
+            .into()
+        }),
+    }
+}
+
+/// Reads a JSON body; an empty body is `None`.
+fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Option<Value>, Box<Response>> {
+    let bytes = body.map_err(|rejection| {
+        Box::new(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "request body is over the limit (BOSUN_HTTP_MAX_BODY_BYTES)".into(),
+            )
+        } else {
+            error_response(rejection.status(), "bad-request", rejection.body_text())
+        })
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|err| {
+        Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+            format!("request body is not valid JSON: {err}"),
+        ))
+    })
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    GatewayError::Invalid {
+        field: Some(field.to_owned()),
+        message: message.into(),
+    }
+    .into()
+}
+
+// -- health, metrics, documents, console -------------------------------------
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<ApiState>) -> Response {
+    let readiness = state.gateway.readiness().await;
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(readiness)).into_response()
+}
+
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let backlog = state.gateway.backends().store.outbox_backlog().await.ok();
+    let text = prometheus::render(&state.metrics, &state.http, backlog);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+async fn openapi_document() -> Json<Value> {
+    Json(openapi::document())
+}
+
+async fn console_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        include_str!("console/index.html"),
+    )
+        .into_response()
+}
+
+async fn console_script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("console/app.js"),
+    )
+        .into_response()
+}
+
+async fn console_style() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("console/app.css"),
+    )
+        .into_response()
+}
+
+// -- commands -----------------------------------------------------------------
+
+async fn send_command(
+    State(state): State<ApiState>,
+    Path(message_type): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let payload = match json_body(body) {
+        Ok(Some(payload)) => payload,
+        Ok(None) => {
+            return ApiError::from(GatewayError::Invalid {
+                field: Some("payload".into()),
+                message: "request body is empty: send the command's payload as JSON".into(),
+            })
+            .into_response();
+        }
+        Err(response) => return *response,
+    };
+    match send_command_inner(&state, &message_type, &headers, &payload).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn send_command_inner(
+    state: &ApiState,
+    message_type: &str,
+    headers: &HeaderMap,
+    payload: &Value,
+) -> ApiResult<Response> {
+    let caller = caller(state, headers).await?;
+    let tenant = header_text(headers, "x-bosun-tenant")?;
+    let correlation_id = match header_text(headers, "x-correlation-id")? {
+        Some(text) => Some(
+            Uuid::parse_str(text.trim()).map_err(|_| invalid("X-Correlation-Id", "X-Correlation-Id is not a UUID"))?,
+        ),
+        None => None,
+    };
+    let idempotency_key = header_text(headers, "idempotency-key")?;
+    let accepted = state
+        .gateway
+        .send_command(&caller, message_type, payload, tenant, correlation_id, idempotency_key)
+        .await?;
+    let location = accepted.body["links"]["delivery"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut response = (StatusCode::ACCEPTED, Json(accepted.body)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if accepted.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+// -- deliveries ---------------------------------------------------------------
+
+async fn deliveries(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers).await?;
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=500).contains(n))
+            .ok_or_else(|| invalid("limit", "limit must be a number from 1 to 500"))?,
+        None => 50,
+    };
+    let deliveries = state.gateway.deliveries(&caller, limit).await?;
+    Ok(Json(json!({ "deliveries": deliveries })))
+}
+
+async fn delivery(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    Ok(Json(state.gateway.delivery(&caller, &id).await?).into_response())
+}
+
+/// A server-sent-event stream of a delivery's timeline: every line as
+/// `event: timeline`, then `event: end` with the final status.
+async fn delivery_events(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    // Not found (or another tenant's) answers 404 before the stream starts.
+    state.gateway.delivery(&caller, &id).await?;
+    struct Cursor {
+        gateway: Gateway,
+        caller: Caller,
+        id: String,
+        sent: usize,
+        pending: std::collections::VecDeque<Event>,
+        finished: bool,
+    }
+    let cursor = Cursor {
+        gateway: state.gateway.clone(),
+        caller,
+        id,
+        sent: 0,
+        pending: Default::default(),
+        finished: false,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
+        loop {
+            if let Some(event) = cursor.pending.pop_front() {
+                return Some((Ok::<Event, Infallible>(event), cursor));
+            }
+            if cursor.finished {
+                return None;
+            }
+            match cursor.gateway.delivery_timeline(&cursor.caller, &cursor.id).await {
+                Ok((lines, status)) => {
+                    for line in lines.iter().skip(cursor.sent) {
+                        let data = serde_json::to_string(line).unwrap_or_default();
+                        cursor.pending.push_back(Event::default().event("timeline").data(data));
+                    }
+                    cursor.sent = cursor.sent.max(lines.len());
+                    if status != "in-progress" {
+                        let data = json!({"status": status}).to_string();
+                        cursor.pending.push_back(Event::default().event("end").data(data));
+                        cursor.finished = true;
+                    }
+                }
+                Err(err) => {
+                    cursor
+                        .pending
+                        .push_back(Event::default().event("error").data(err.to_json().to_string()));
+                    cursor.finished = true;
+                }
+            }
+            if cursor.pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+// -- sagas --------------------------------------------------------------------
+
+async fn sagas(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers).await?;
+    let sagas = state
+        .gateway
+        .sagas(&caller, query.get("kind").map(String::as_str))
+        .await?;
+    Ok(Json(json!({ "sagas": sagas })))
+}
+
+async fn saga(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((kind, key)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    Ok(Json(state.gateway.saga(&caller, &kind, &key).await?).into_response())
+}
+
+// -- dead letters -------------------------------------------------------------
+
+fn dead_letter_filter(query: &HashMap<String, String>) -> ApiResult<DeadLetterFilter> {
+    let text = |name: &str| query.get(name).filter(|v| !v.is_empty()).cloned();
+    let since = match text("since") {
+        Some(since) => Some(
+            OffsetDateTime::parse(&since, &Rfc3339)
+                .map_err(|_| invalid("since", "since must be an RFC 3339 time, e.g. 2026-11-29T10:00:00Z"))?,
+        ),
+        None => None,
+    };
+    let include_replayed = match text("includeReplayed").as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(invalid("includeReplayed", "includeReplayed must be true or false")),
+    };
+    let limit = match text("limit") {
+        Some(limit) => Some(
+            limit
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| invalid("limit", "limit must be a positive number"))?,
+        ),
+        None => None,
+    };
+    Ok(DeadLetterFilter {
+        consumer: text("consumer"),
+        message_type: text("type"),
+        since,
+        include_replayed,
+        tenant_id: None,
+        reason: text("reason"),
+        limit,
+    })
+}
+
+async fn dead_letters(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers).await?;
+    let filter = dead_letter_filter(&query)?;
+    let records = state.gateway.dead_letters(&caller, filter).await?;
+    Ok(Json(json!({ "deadLetters": records })))
+}
+
+async fn dead_letter_groups(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers).await?;
+    let filter = dead_letter_filter(&query)?;
+    let groups = state.gateway.dead_letter_groups(&caller, filter).await?;
+    Ok(Json(json!({ "groups": groups })))
+}
+
+async fn dead_letter(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    Ok(Json(state.gateway.dead_letter(&caller, &id).await?).into_response())
+}
+
+async fn replay(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match json_body(body) {
+        Ok(body) => body,
+        Err(response) => return *response,
+    };
+    let result = async {
+        let caller = caller(&state, &headers).await?;
+        let payload = match &body {
+            None => None,
+            Some(Value::Object(map)) => match map.get("payload") {
+                Some(payload) => Some(payload),
+                None if map.is_empty() => None,
+                None => {
+                    return Err(invalid(
+                        "payload",
+                        "the body may only hold `payload` (the edited payload)",
+                    ));
+                }
+            },
+            Some(_) => return Err(invalid("payload", "the body must be an object: {\"payload\": {...}}")),
+        };
+        Ok(Json(state.gateway.replay(&caller, &id, payload).await?).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn bulk_replay(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match json_body(body) {
+        Ok(body) => body.unwrap_or_else(|| json!({})),
+        Err(response) => return *response,
+    };
+    let result = async {
+        let caller = caller(&state, &headers).await?;
+        let request = bulk_request(&body)?;
+        let job = state.gateway.start_bulk_replay(&caller, request).await?;
+        let location = format!("/v1/replays/{}", job.id);
+        let mut response = (StatusCode::ACCEPTED, Json(&job)).into_response();
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        Ok::<_, ApiError>(response)
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn bulk_request(body: &Value) -> ApiResult<BulkReplayRequest> {
+    let object = body
+        .as_object()
+        .ok_or_else(|| invalid("ids", "the body must be an object with `ids` or `filter`"))?;
+    let mut ids = Vec::new();
+    if let Some(list) = object.get("ids") {
+        let list = list
+            .as_array()
+            .ok_or_else(|| invalid("ids", "ids must be a list of dead letter ids"))?;
+        for (index, id) in list.iter().enumerate() {
+            let id = id
+                .as_str()
+                .and_then(|text| Uuid::parse_str(text).ok())
+                .ok_or_else(|| invalid(&format!("ids[{index}]"), "not a dead letter id (a UUID)"))?;
+            ids.push(id);
+        }
+    }
+    let filter = match object.get("filter") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(filter)) => {
+            let query: HashMap<String, String> = filter
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect();
+            Some(dead_letter_filter(&query)?)
+        }
+        Some(_) => return Err(invalid("filter", "filter must be an object {consumer, type, reason}")),
+    };
+    let rate = match object.get("rate") {
+        None | Some(Value::Null) => None,
+        Some(rate) => Some(
+            rate.as_f64()
+                .ok_or_else(|| invalid("rate", "rate must be a number of replays per second"))?,
+        ),
+    };
+    Ok(BulkReplayRequest { ids, filter, rate })
+}
+
+async fn replay_job(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    Ok(Json(state.gateway.replay_job(&caller, &id)?).into_response())
+}
+
+async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers).await?;
+    let purged = state.gateway.purge(&caller, &id).await?;
+    Ok(Json(json!({ "purged": purged })))
+}
+
+// -- MCP ----------------------------------------------------------------------
+
+/// MCP over Streamable HTTP: one JSON-RPC message (or batch) per POST,
+/// answered as JSON; notifications get 202.
+async fn mcp(State(state): State<ApiState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    // A DNS-rebinding page first (see `origin`), then the key: nothing
+    // about the request is answered without both.
+    if let Some(refused) = refuse_origin(&state, &headers) {
+        return refused;
+    }
+    let caller = match caller(&state, &headers).await {
+        Ok(caller) => caller,
+        Err(err) => return err.into_response(),
+    };
+    let bytes = match body {
+        Ok(bytes) => bytes,
+        Err(rejection) => {
+            return match json_body(Err(rejection)) {
+                Err(response) => *response,
+                Ok(_) => StatusCode::BAD_REQUEST.into_response(),
+            };
+        }
+    };
+    // Malformed JSON gets JSON-RPC's Parse error (-32700), not a REST error.
+    match state.mcp.handle_text(&caller, &bytes).await {
+        Some(answer) => Json(answer).into_response(),
+        None => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+/// bosun's MCP endpoint sends no server-initiated messages: no SSE stream.
+async fn mcp_get(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refuse_origin(&state, &headers) {
+        return refused;
+    }
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST")],
+        Json(json!({"error": {"code": "method-not-allowed", "message": "POST JSON-RPC messages to /mcp"}})),
+    )
+        .into_response()
+}
+#[cfg(test)]
+mod tests;

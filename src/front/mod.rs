@@ -1,0 +1,8 @@
+//! The front door: the HTTP API and operator console ([`api`]), the MCP
+//! server ([`mcp`]), and the rules both share ([`gateway`]: scopes, tenants,
+//! idempotency; [`access`]: API keys and who a caller is).
+
+pub mod access;
+pub mod api;
+pub mod gateway;
+pub mod mcp;

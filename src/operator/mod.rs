@@ -1,0 +1,939 @@
+//! What operators and agents do with a running (or stopped) bosun: fire
+//! commands, follow a delivery, look at and replay dead letters, look at
+//! sagas. The CLI is a thin layer over this module (and the HTTP API will
+//! be another).
+
+pub mod describe;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_contracts::routing::{command_handler, destination_of, event_subscribers};
+use bosun_contracts::validate::tenant_id;
+use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec};
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::host::claim_check::ClaimCheck;
+use crate::host::with_attempt;
+use crate::ports::store::{
+    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, ReplayRecord, SagaRecord, Store, StoreError,
+    TimelineEntry, TimelineStatus,
+};
+use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportError};
+use crate::runtime::telemetry;
+
+/// Why an operator action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// The command is not valid.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    /// A store failure or a missing record.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A transport failure.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A message bosun schedules for itself (a timeout, a poll).
+    #[error("`{0}` is scheduled by bosun itself and cannot be sent")]
+    Internal(String),
+    /// Anything else that is the caller's to fix.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What `send` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SentMessage {
+    /// The new message's id.
+    pub message_id: Uuid,
+    /// The delivery it belongs to.
+    pub correlation_id: Uuid,
+    /// Its type.
+    pub message_type: String,
+    /// Where it went.
+    pub destination: String,
+}
+
+/// One message of a delivery, summarised from the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryMessage {
+    /// The message.
+    pub message_id: String,
+    /// Its type.
+    pub message_type: String,
+    /// Consumers that handled (or failed) it.
+    pub consumers: Vec<String>,
+    /// Its latest status.
+    pub status: TimelineStatus,
+    /// Handling attempts (retries + 1) seen so far.
+    pub attempts: u32,
+    /// First time it appears.
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_seen: OffsetDateTime,
+    /// Last time anything happened to it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_update: OffsetDateTime,
+    /// What the message says, in one line (for messages a consumer emitted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Every line.
+    pub events: Vec<TimelineEntry>,
+}
+
+/// A delivery: every message with one correlation id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// The correlation id.
+    pub correlation_id: String,
+    /// The tenant whose delivery it is, when known.
+    pub tenant_id: Option<String>,
+    /// `failed` when a message is dead-lettered and not replayed since, or
+    /// the release was blocked or rejected; `completed` when every message
+    /// sent or emitted has been handled by every consumer it is routed to
+    /// (nothing in flight, nothing scheduled); `in-progress` otherwise.
+    pub status: String,
+    /// Messages in the order they first appeared.
+    pub messages: Vec<DeliveryMessage>,
+}
+
+/// What a bulk replay did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplaySummary {
+    /// Dead letters replayed.
+    pub replayed: Vec<Uuid>,
+    /// Dead letters that could not be replayed, with why.
+    pub failed: Vec<(Uuid, String)>,
+}
+
+/// How [`Operator::send_with`] sends a command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendOptions {
+    /// Join this delivery instead of starting a new one.
+    pub correlation_id: Option<Uuid>,
+    /// Use this messageId (e.g. derived from an `Idempotency-Key`, so that a
+    /// re-sent request is caught by duplicate detection) instead of a new one.
+    pub message_id: Option<Uuid>,
+}
+
+/// Operator actions over a transport and a store.
+#[derive(Clone)]
+pub struct Operator {
+    transport: Arc<dyn Transport>,
+    store: Arc<dyn Store>,
+    topology: Topology,
+    identity: String,
+    source: String,
+    principal: String,
+    claim_check: Option<ClaimCheck>,
+}
+
+impl Operator {
+    /// Operator actions performed as `identity` (recorded on replays and sends).
+    pub fn new(transport: Arc<dyn Transport>, store: Arc<dyn Store>, identity: impl Into<String>) -> Self {
+        let identity = identity.into();
+        Self {
+            transport,
+            store,
+            topology: Topology::from_routing(),
+            source: format!("cli:{identity}"),
+            principal: format!("cli:{identity}"),
+            identity,
+            claim_check: None,
+        }
+    }
+
+    /// Records `principal` as who approves or rejects releases in the
+    /// commands this operator sends (`approvedBy`, `rejectedBy`); the CLI's
+    /// is `cli:<operator>`, an API key's `key:<id> (<description>)`.
+    pub fn approving_as(mut self, principal: impl Into<String>) -> Self {
+        self.principal = principal.into();
+        self
+    }
+
+    /// Records `identity` as who acts and `source` as the envelope's source
+    /// of sent commands (the HTTP API uses `api:<key id>` for both).
+    pub fn acting_as(mut self, identity: impl Into<String>, source: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self.source = source.into();
+        self
+    }
+
+    /// Moves payloads over the threshold to the blob store before sending.
+    pub fn with_claim_check(mut self, claim_check: ClaimCheck) -> Self {
+        self.claim_check = Some(claim_check);
+        self
+    }
+
+    /// Validates a payload against its contract and sends it as a new
+    /// message of a new (or the given) delivery.
+    pub async fn send(
+        &self,
+        message_type: &str,
+        payload: &Value,
+        correlation_id: Option<Uuid>,
+        tenant: &str,
+    ) -> Result<SentMessage, OperatorError> {
+        let options = SendOptions {
+            correlation_id,
+            message_id: None,
+        };
+        self.send_with(message_type, payload, tenant, &options).await
+    }
+
+    /// [`Operator::send`] with every option. The delivery is recorded as
+    /// started by this operator for `tenant` (unless it already exists).
+    pub async fn send_with(
+        &self,
+        message_type: &str,
+        payload: &Value,
+        tenant: &str,
+        options: &SendOptions,
+    ) -> Result<SentMessage, OperatorError> {
+        tenant_id("tenantId", tenant).map_err(|err| ContractError::InvalidField {
+            field: err.field,
+            reason: err.reason,
+        })?;
+        let spec = MessageSpec::find(message_type).ok_or_else(|| ContractError::UnknownType {
+            message_type: message_type.to_owned(),
+        })?;
+        if spec.internal {
+            return Err(OperatorError::Internal(spec.message_type.to_owned()));
+        }
+        let mut message = Message::from_type_and_payload(message_type, payload)?;
+        // Who decides on a release is who bosun authenticated, whatever the
+        // payload says.
+        match &mut message {
+            Message::ApproveRelease(approve) => approve.approved_by = Some(self.principal.clone()),
+            Message::RejectRelease(reject) => reject.rejected_by = Some(self.principal.clone()),
+            _ => {}
+        }
+        message.validate()?;
+        let destination = destination_of(spec.message_type)
+            .ok_or_else(|| OperatorError::Invalid(format!("no consumer handles `{message_type}`")))?;
+        let correlation_id = options.correlation_id.unwrap_or_else(Uuid::now_v7);
+        let source = self.source.clone();
+        let mut envelope = Envelope::new(&message, correlation_id, tenant, &source);
+        if let Some(message_id) = options.message_id {
+            envelope.message_id = message_id;
+        }
+        envelope.traceparent = Some(telemetry::new_traceparent());
+        // Ownership first: a delivery belongs to its tenant before any
+        // consumer emits anything for it.
+        self.store
+            .record_delivery(DeliveryRecord {
+                correlation_id: correlation_id.to_string(),
+                tenant_id: tenant.to_owned(),
+                started_by: source.clone(),
+                message_type: envelope.message_type.clone(),
+                message_id: envelope.message_id.to_string(),
+                started_at: OffsetDateTime::now_utc(),
+            })
+            .await?;
+        let body = match &self.claim_check {
+            Some(claim_check) => claim_check
+                .offload(envelope.to_vec())
+                .await
+                .map_err(|err| OperatorError::Invalid(format!("claim check: {err}")))?,
+            None => envelope.to_vec(),
+        };
+        self.transport
+            .send(vec![OutboundMessage {
+                destination: destination.clone(),
+                broker_message_id: envelope.message_id.to_string(),
+                message_type: Some(envelope.message_type.clone()),
+                correlation_id: Some(correlation_id.to_string()),
+                body,
+                scheduled_at: None,
+            }])
+            .await?;
+        self.store
+            .append_timeline(vec![TimelineEntry {
+                correlation_id: correlation_id.to_string(),
+                message_id: envelope.message_id.to_string(),
+                message_type: envelope.message_type.clone(),
+                consumer: None,
+                status: TimelineStatus::Sent,
+                attempt: 0,
+                at: OffsetDateTime::now_utc(),
+                detail: Some(format!("to {destination} by {source}")),
+            }])
+            .await?;
+        Ok(SentMessage {
+            message_id: envelope.message_id,
+            correlation_id,
+            message_type: envelope.message_type,
+            destination: destination.path(),
+        })
+    }
+
+    /// The timeline of a delivery, grouped by message.
+    pub async fn delivery(&self, correlation_id: &str) -> Result<Delivery, OperatorError> {
+        Ok(self.delivery_with_lines(correlation_id).await?.0)
+    }
+
+    /// [`Operator::delivery`], and its timeline lines in the order they
+    /// were written (for a stream that follows them), from one read.
+    pub async fn delivery_with_lines(
+        &self,
+        correlation_id: &str,
+    ) -> Result<(Delivery, Vec<TimelineEntry>), OperatorError> {
+        let lines = self.store.timeline(correlation_id).await?;
+        if lines.is_empty() {
+            return Err(StoreError::NotFound {
+                what: "delivery",
+                id: correlation_id.to_owned(),
+            }
+            .into());
+        }
+        let mut messages: Vec<DeliveryMessage> = Vec::new();
+        for line in lines.iter().cloned() {
+            let index = match messages.iter().position(|m| m.message_id == line.message_id) {
+                Some(index) => index,
+                None => {
+                    messages.push(DeliveryMessage {
+                        message_id: line.message_id.clone(),
+                        message_type: line.message_type.clone(),
+                        consumers: Vec::new(),
+                        status: line.status,
+                        attempts: 0,
+                        first_seen: line.at,
+                        last_update: line.at,
+                        summary: None,
+                        events: Vec::new(),
+                    });
+                    messages.len() - 1
+                }
+            };
+            let message = &mut messages[index];
+            if let Some(consumer) = line.consumer.as_ref().filter(|c| !message.consumers.contains(c)) {
+                message.consumers.push(consumer.clone());
+            }
+            if matches!(
+                line.status,
+                TimelineStatus::Completed | TimelineStatus::RetryScheduled | TimelineStatus::DeadLettered
+            ) {
+                message.attempts = message.attempts.max(line.attempt + 1);
+            }
+            // A duplicate acknowledgement does not change what happened.
+            if line.status != TimelineStatus::Duplicate {
+                message.status = line.status;
+            }
+            message.last_update = line.at;
+            message.events.push(line);
+        }
+        let mut tenant = self
+            .store
+            .delivery_record(correlation_id)
+            .await?
+            .map(|record| record.tenant_id);
+        // Messages consumers emitted: committed with the handling of their
+        // cause, before the dispatcher's `sent` line, so a delivery is not
+        // complete while one of them waits in the outbox.
+        let mut emitted = Vec::new();
+        for body in self.store.emitted(correlation_id).await? {
+            if let Ok((envelope, message)) = Envelope::parse(&body) {
+                let id = envelope.message_id.to_string();
+                if let Some(entry) = messages.iter_mut().find(|m| m.message_id == id) {
+                    entry.summary = crate::operator::describe::describe(&message);
+                }
+                tenant.get_or_insert_with(|| envelope.tenant_id.clone());
+                emitted.push((id, envelope.message_type));
+            }
+        }
+        let stopped = messages
+            .iter()
+            .any(|m| matches!(m.message_type.as_str(), "ReleaseBlocked" | "ReleaseRejected"));
+        let failed = stopped || messages.iter().any(|m| m.status == TimelineStatus::DeadLettered);
+        let settled = messages.iter().all(|m| handled_everywhere(&m.message_type, &m.events))
+            && emitted.iter().all(
+                |(id, message_type)| match messages.iter().find(|m| &m.message_id == id) {
+                    Some(message) => handled_everywhere(message_type, &message.events),
+                    None => expected_consumers(message_type).is_empty(),
+                },
+            );
+        let status = if failed {
+            "failed"
+        } else if settled {
+            "completed"
+        } else {
+            "in-progress"
+        };
+        let delivery = Delivery {
+            correlation_id: correlation_id.to_owned(),
+            tenant_id: tenant,
+            status: status.to_owned(),
+            messages,
+        };
+        Ok((delivery, lines))
+    }
+
+    /// Removes the transport's copy of a dead letter from its dead-letter
+    /// queue. A native dead letter's record holds the copy's sequence
+    /// number. The host's record holds the number the message had in its
+    /// queue, which a transport may change when it dead-letters it (Service
+    /// Bus numbers its dead-letter sub-queue anew), so that copy is found by
+    /// its broker message id.
+    async fn remove_native_copy(&self, record: &DeadLetterRecord) -> Result<(), OperatorError> {
+        let entity = Destination::parse(&record.entity);
+        let sequence = if record.origin == "host" {
+            self.transport
+                .peek_dead_letters(&entity, 10_000)
+                .await?
+                .into_iter()
+                .find(|native| native.broker_message_id == record.broker_message_id)
+                .map(|native| native.sequence)
+        } else {
+            record.transport_sequence
+        };
+        if let Some(sequence) = sequence {
+            self.transport.remove_dead_letter(&entity, sequence).await?;
+        }
+        Ok(())
+    }
+
+    /// Brings the transport's own dead letters (max delivery count, TTL)
+    /// into the dead-letter list. Returns how many were new. The native
+    /// copies of messages the host dead-lettered itself are already listed
+    /// (matched by sequence number, else by entity and broker message id).
+    pub async fn sync_native_dead_letters(&self) -> Result<usize, OperatorError> {
+        let mut imported = 0;
+        let mut host_records: Option<Vec<(String, String)>> = None;
+        for entity in self.topology.receive_entities() {
+            for native in self.transport.peek_dead_letters(&entity, 10_000).await? {
+                if self.store.dead_letter_for(&entity, native.sequence).await?.is_some() {
+                    continue;
+                }
+                if host_records.is_none() {
+                    let all = DeadLetterFilter {
+                        include_replayed: true,
+                        ..DeadLetterFilter::default()
+                    };
+                    host_records = Some(
+                        self.store
+                            .dead_letters(&all)
+                            .await?
+                            .into_iter()
+                            .filter(|record| record.origin == "host")
+                            .map(|record| (record.entity, record.broker_message_id))
+                            .collect(),
+                    );
+                }
+                let path = entity.path();
+                if host_records
+                    .iter()
+                    .flatten()
+                    .any(|(entity, broker_id)| entity == &path && broker_id == &native.broker_message_id)
+                {
+                    continue;
+                }
+                let envelope = Envelope::from_slice(&native.body).ok();
+                let consumer = match &entity {
+                    Destination::Queue(name) => name.clone(),
+                    Destination::Subscription { subscription, .. } => subscription.clone(),
+                    Destination::Topic(topic) => topic.clone(),
+                };
+                let record = DeadLetterRecord {
+                    id: Uuid::now_v7(),
+                    consumer: Some(consumer),
+                    entity: entity.path(),
+                    transport_sequence: Some(native.sequence),
+                    broker_message_id: native.broker_message_id.clone(),
+                    message_id: envelope.as_ref().map(|e| e.message_id.to_string()),
+                    message_type: envelope
+                        .as_ref()
+                        .map(|e| e.message_type.clone())
+                        .or(native.message_type.clone()),
+                    correlation_id: envelope.as_ref().map(|e| e.correlation_id.to_string()),
+                    tenant_id: envelope.as_ref().map(|e| e.tenant_id.clone()),
+                    body: native.body.clone(),
+                    reason: native.reason.clone(),
+                    description: native.description.clone(),
+                    error_chain: vec![format!("{}: {}", native.reason, native.description)],
+                    attempts: Vec::new(),
+                    dead_lettered_at: native.dead_lettered_at,
+                    origin: "transport".to_owned(),
+                    status: DeadLetterStatus::Dead,
+                    replays: Vec::new(),
+                };
+                let timeline = envelope.as_ref().map(|e| TimelineEntry {
+                    correlation_id: e.correlation_id.to_string(),
+                    message_id: e.message_id.to_string(),
+                    message_type: e.message_type.clone(),
+                    consumer: record.consumer.clone(),
+                    status: TimelineStatus::DeadLettered,
+                    attempt: e.attempt,
+                    at: native.dead_lettered_at,
+                    detail: Some(format!(
+                        "{}: {} (dead letter {})",
+                        native.reason, native.description, record.id
+                    )),
+                });
+                self.store.record_dead_letter(record, timeline).await?;
+                imported += 1;
+            }
+        }
+        Ok(imported)
+    }
+
+    /// Dead letters matching `filter`, native ones included.
+    pub async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, OperatorError> {
+        self.sync_native_dead_letters().await?;
+        Ok(self.store.dead_letters(filter).await?)
+    }
+
+    /// One dead letter (full id or unique prefix), of any tenant.
+    pub async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, OperatorError> {
+        self.dead_letter_of(id, None).await
+    }
+
+    /// One dead letter (full id or unique prefix) of `tenant` only when
+    /// given: another tenant's records neither match nor make a prefix
+    /// ambiguous.
+    pub async fn dead_letter_of(&self, id: &str, tenant: Option<&str>) -> Result<DeadLetterRecord, OperatorError> {
+        // No sync here: a dead letter's id is given when it is recorded (a
+        // native one when a listing imports it), so an id names a record
+        // the store already has. Replays, bulk ones included, look up each
+        // id without peeking every dead-letter queue again.
+        Ok(self.store.dead_letter(id, tenant).await?)
+    }
+
+    /// Sends a dead letter's original envelope back to the queue or
+    /// subscription it came from (its attempt count reset to 0, everything
+    /// else byte-for-byte as kept, unknown fields included), removes the
+    /// transport's copy from the dead-letter queue, and records the replay.
+    pub async fn replay(&self, id: &str) -> Result<ReplayRecord, OperatorError> {
+        self.replay_with(id, None).await
+    }
+
+    /// [`Operator::replay`], with the payload replaced by `edited_payload`
+    /// when given (validated against the message's contract first; the rest
+    /// of the envelope, messageId and unknown fields included, is kept).
+    pub async fn replay_with(&self, id: &str, edited_payload: Option<&Value>) -> Result<ReplayRecord, OperatorError> {
+        let record = self.dead_letter(id).await?;
+        let replay_id = Uuid::now_v7();
+        let destination = Destination::parse(&record.entity);
+        let body = match edited_payload {
+            None => with_attempt(&record.body, 0).unwrap_or_else(|| record.body.clone()),
+            Some(payload) => {
+                let mut envelope = Envelope::from_slice(&record.body).map_err(|err| {
+                    OperatorError::Invalid(format!(
+                        "dead letter {} holds no readable envelope ({err}); it can only be replayed as it is",
+                        record.id
+                    ))
+                })?;
+                if MessageSpec::find(&envelope.message_type).is_some_and(|spec| spec.internal) {
+                    return Err(OperatorError::Invalid(format!(
+                        "`{}` is scheduled by bosun itself: it can only be replayed as it is, not edited",
+                        envelope.message_type
+                    )));
+                }
+                let mut payload = payload.clone();
+                // An edited decision is a new decision: it is recorded as the
+                // replaying caller's, whatever the edit says (the front door
+                // checks that caller's right to decide).
+                if let Some(field) = match envelope.message_type.as_str() {
+                    "ApproveRelease" => Some("approvedBy"),
+                    "RejectRelease" => Some("rejectedBy"),
+                    _ => None,
+                } && let Some(object) = payload.as_object_mut()
+                {
+                    object.insert(field.to_owned(), Value::String(self.principal.clone()));
+                }
+                Message::from_type_and_payload(&envelope.message_type, &payload)?;
+                envelope.payload = payload;
+                envelope.attempt = 0;
+                envelope.to_vec()
+            }
+        };
+        let base_id = record
+            .message_id
+            .clone()
+            .unwrap_or_else(|| record.broker_message_id.clone());
+        let broker_message_id = format!("{base_id}.replay-{replay_id}");
+        self.transport
+            .send(vec![OutboundMessage {
+                destination: destination.clone(),
+                broker_message_id: broker_message_id.clone(),
+                message_type: record.message_type.clone(),
+                correlation_id: record.correlation_id.clone(),
+                body,
+                scheduled_at: None,
+            }])
+            .await?;
+        self.remove_native_copy(&record).await?;
+        let replay = ReplayRecord {
+            replay_id,
+            by: self.identity.clone(),
+            at: OffsetDateTime::now_utc(),
+            destination: destination.path(),
+            broker_message_id,
+        };
+        let timeline = match (&record.correlation_id, &record.message_id) {
+            (Some(correlation_id), Some(message_id)) => Some(TimelineEntry {
+                correlation_id: correlation_id.clone(),
+                message_id: message_id.clone(),
+                message_type: record.message_type.clone().unwrap_or_default(),
+                consumer: record.consumer.clone(),
+                status: TimelineStatus::Replayed,
+                attempt: 0,
+                at: replay.at,
+                detail: Some(format!("by {} from dead letter {}", replay.by, record.id)),
+            }),
+            _ => None,
+        };
+        self.store.record_replay(record.id, replay.clone(), timeline).await?;
+        Ok(replay)
+    }
+
+    /// Replays many dead letters, at most `rate` per second, calling
+    /// `progress(done, total)` after each.
+    pub async fn replay_many(
+        &self,
+        ids: &[Uuid],
+        rate: Option<f64>,
+        mut progress: impl FnMut(usize, usize, &Uuid, &Result<ReplayRecord, String>),
+    ) -> ReplaySummary {
+        let interval = rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
+        let mut ticker = interval.map(|interval| {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
+        let mut summary = ReplaySummary::default();
+        for (index, id) in ids.iter().enumerate() {
+            if let Some(ticker) = ticker.as_mut() {
+                ticker.tick().await;
+            }
+            let result = self.replay(&id.to_string()).await.map_err(|err| err.to_string());
+            match &result {
+                Ok(_) => summary.replayed.push(*id),
+                Err(err) => summary.failed.push((*id, err.clone())),
+            }
+            progress(index + 1, ids.len(), id, &result);
+        }
+        summary
+    }
+
+    /// Deletes a dead letter and the transport's copy.
+    pub async fn purge(&self, id: &str) -> Result<Uuid, OperatorError> {
+        let record = self.dead_letter(id).await?;
+        self.remove_native_copy(&record).await?;
+        self.store.purge_dead_letter(record.id).await?;
+        Ok(record.id)
+    }
+
+    /// The store this operator works on.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Sagas, optionally of one kind.
+    pub async fn sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, OperatorError> {
+        Ok(self.store.list_sagas(kind).await?)
+    }
+
+    /// One saga, by its key (`<tenant>/<releaseId>`, `<tenant>/<environment>`).
+    /// Of any tenant, a key without its tenant finds the saga when only one
+    /// tenant has it, and is ambiguous when several do.
+    pub async fn saga(&self, kind: &str, key: &str) -> Result<SagaRecord, OperatorError> {
+        if let Some(saga) = self.store.load_saga(kind, key).await? {
+            return Ok(saga);
+        }
+        let not_found = || StoreError::NotFound {
+            what: "saga",
+            id: format!("{kind}/{key}"),
+        };
+        if key.contains('/') {
+            return Err(not_found().into());
+        }
+        let suffix = format!("/{key}");
+        let mut matching: Vec<SagaRecord> = self
+            .store
+            .list_sagas(Some(kind))
+            .await?
+            .into_iter()
+            .filter(|saga| saga.key.ends_with(&suffix))
+            .collect();
+        match matching.len() {
+            0 => Err(not_found().into()),
+            1 => Ok(matching.remove(0)),
+            _ => Err(StoreError::Ambiguous {
+                what: "saga",
+                id: format!("{kind}/{key}"),
+                candidates: matching.iter().map(|saga| saga.key.clone()).collect(),
+            }
+            .into()),
+        }
+    }
+}
+
+/// The consumers a message of this type is routed to.
+fn expected_consumers(message_type: &str) -> Vec<&'static str> {
+    match MessageSpec::find(message_type).map(|spec| spec.kind) {
+        Some(MessageKind::Command) => command_handler(message_type).map(|c| c.name).into_iter().collect(),
+        Some(MessageKind::Event) => event_subscribers(message_type).map(|c| c.name).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Whether every consumer a message is routed to has handled it.
+fn handled_everywhere(message_type: &str, events: &[TimelineEntry]) -> bool {
+    expected_consumers(message_type).iter().all(|consumer| {
+        events.iter().any(|line| {
+            line.consumer.as_deref() == Some(*consumer)
+                && matches!(line.status, TimelineStatus::Completed | TimelineStatus::Duplicate)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::memory::MemoryTransport;
+    use crate::backends::sqlite::store::SqliteStore;
+    use crate::ports::transport::ReceivedMessage;
+
+    async fn operator(max_delivery_count: u32) -> (Operator, Arc<MemoryTransport>, Arc<SqliteStore>) {
+        let transport = Arc::new(MemoryTransport::new(max_delivery_count));
+        transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        (
+            Operator::new(transport.clone(), store.clone(), "alice"),
+            transport,
+            store,
+        )
+    }
+
+    /// Abandons `received` on a transport with a max delivery count of 1:
+    /// the transport dead-letters it on its own.
+    async fn give_up_on(transport: &MemoryTransport, queue: &Destination, received: &ReceivedMessage) {
+        transport.abandon(&received.lock).await.unwrap();
+        assert!(
+            transport
+                .receive(queue, 1, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .is_empty(),
+            "the transport dead-lettered it"
+        );
+    }
+
+    fn commit_payload() -> Value {
+        serde_json::json!({
+            "repository": "payments-api", "branch": "main", "message": "m",
+            "files": [{"path": "README.md", "content": "x"}]
+        })
+    }
+
+    #[tokio::test]
+    async fn send_validates_and_names_the_field() {
+        let (operator, _, _) = operator(10).await;
+        let err = operator
+            .send("CreateCommit", &serde_json::json!({"repository": "r"}), None, "contoso")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("branch"), "{err}");
+        let err = operator
+            .send("CreateCommit", &commit_payload(), None, "Not A Tenant")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("tenantId"), "{err}");
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        assert_eq!(sent.destination, "commit");
+        let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+        assert_eq!(delivery.messages[0].status, TimelineStatus::Sent);
+    }
+
+    #[tokio::test]
+    async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision() {
+        let (operator, transport, _) = operator(1).await;
+        let approve = serde_json::json!({
+            "releaseId": "payments-api-1", "environment": "prod",
+            "approver": "mallory", "approvedBy": "key:forged"
+        });
+        let sent = operator
+            .send("ApproveRelease", &approve, None, "contoso")
+            .await
+            .unwrap();
+        let queue = Destination::Queue("release-orchestration".into());
+        let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        let envelope = Envelope::from_slice(&received[0].body).unwrap();
+        assert_eq!(envelope.message_id, sent.message_id);
+        assert_eq!(
+            envelope.payload["approvedBy"], "cli:alice",
+            "the payload's claim is replaced"
+        );
+        assert_eq!(envelope.payload["approver"], "mallory", "kept as a note");
+        // Dead-lettered by the transport, then replayed with an edited payload
+        // by someone else.
+        give_up_on(&transport, &queue, &received[0]).await;
+        let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        let replayer = operator.clone().approving_as("cli:bob");
+        let edited = serde_json::json!({
+            "releaseId": "payments-api-1", "environment": "prod", "approvedBy": "cli:alice"
+        });
+        replayer
+            .replay_with(&listed[0].id.to_string(), Some(&edited))
+            .await
+            .unwrap();
+        let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        let replayed = Envelope::from_slice(&again[0].body).unwrap();
+        assert_eq!(
+            replayed.payload["approvedBy"], "cli:bob",
+            "the edit's claim is replaced"
+        );
+        assert_eq!(replayed.payload.get("approver"), None, "the rest of the edit applies");
+
+        let timeout = serde_json::json!({
+            "releaseId": "payments-api-1", "environment": "prod", "deadline": "2020-01-01T00:00:00Z"
+        });
+        let err = operator
+            .send("ReleaseApprovalTimeout", &timeout, None, "contoso")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, OperatorError::Internal(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn native_dead_letters_are_listed_and_replayable() {
+        let (operator, transport, _) = operator(1).await;
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        let queue = Destination::Queue("commit".into());
+        // A consumer that dies twice without settling: the transport gives up.
+        let first = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        give_up_on(&transport, &queue, &first[0]).await;
+
+        let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].origin, "transport");
+        assert_eq!(listed[0].reason, "MaxDeliveryCountExceeded");
+        assert_eq!(listed[0].message_id, Some(sent.message_id.to_string()));
+        // Listing again does not import it twice.
+        assert_eq!(
+            operator.dead_letters(&DeadLetterFilter::default()).await.unwrap().len(),
+            1
+        );
+
+        let replay = operator.replay(&listed[0].id.to_string()).await.unwrap();
+        assert_eq!(replay.by, "alice");
+        assert!(
+            transport.peek_dead_letters(&queue, 10).await.unwrap().is_empty(),
+            "the native copy is removed"
+        );
+        let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(again.len(), 1);
+        let envelope = Envelope::from_slice(&again[0].body).unwrap();
+        assert_eq!(envelope.message_id, sent.message_id, "a replay keeps the messageId");
+        assert_eq!(envelope.attempt, 0);
+        let shown = operator.dead_letter(&listed[0].id.to_string()[..8]).await.unwrap();
+        assert_eq!(shown.status, DeadLetterStatus::Replayed);
+        let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+        assert_eq!(delivery.messages[0].status, TimelineStatus::Replayed);
+    }
+
+    #[tokio::test]
+    async fn a_host_dead_letter_renumbered_by_the_transport_is_listed_once_and_its_copy_removed() {
+        let (operator, transport, store) = operator(10).await;
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        let queue = Destination::Queue("commit".into());
+        let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+        transport
+            .dead_letter(&received[0].lock, "retries-exhausted", "x")
+            .await
+            .unwrap();
+        // The host's record, with the sequence number the message had in the
+        // queue; like Service Bus, the dead-letter queue numbers it anew.
+        let record = DeadLetterRecord {
+            id: Uuid::now_v7(),
+            consumer: Some("commit".into()),
+            entity: "commit".into(),
+            transport_sequence: Some(received[0].lock.sequence + 1000),
+            broker_message_id: received[0].broker_message_id.clone(),
+            message_id: Some(sent.message_id.to_string()),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: Some(sent.correlation_id.to_string()),
+            tenant_id: Some("contoso".into()),
+            body: received[0].body.clone(),
+            reason: "retries-exhausted".into(),
+            description: "x".into(),
+            error_chain: vec![],
+            attempts: vec![],
+            dead_lettered_at: OffsetDateTime::now_utc(),
+            origin: "host".into(),
+            status: DeadLetterStatus::Dead,
+            replays: vec![],
+        };
+        store.record_dead_letter(record.clone(), None).await.unwrap();
+        let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1, "the native copy is not imported a second time");
+        operator.replay(&record.id.to_string()).await.unwrap();
+        assert!(
+            transport.peek_dead_letters(&queue, 10).await.unwrap().is_empty(),
+            "the native copy is removed by its broker message id"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bulk_replay_is_throttled_and_reports_progress() {
+        let (operator, transport, store) = operator(10).await;
+        let mut ids = Vec::new();
+        for index in 0..5 {
+            let record = DeadLetterRecord {
+                id: Uuid::now_v7(),
+                consumer: Some("commit".into()),
+                entity: "commit".into(),
+                transport_sequence: None,
+                broker_message_id: format!("b-{index}"),
+                message_id: Some(Uuid::now_v7().to_string()),
+                message_type: Some("CreateCommit".into()),
+                correlation_id: Some(Uuid::now_v7().to_string()),
+                tenant_id: Some("contoso".into()),
+                body: format!("{{\"n\":{index}}}").into_bytes(),
+                reason: "retries-exhausted".into(),
+                description: "x".into(),
+                error_chain: vec![],
+                attempts: vec![],
+                dead_lettered_at: OffsetDateTime::now_utc(),
+                origin: "host".into(),
+                status: DeadLetterStatus::Dead,
+                replays: vec![],
+            };
+            ids.push(record.id);
+            store.record_dead_letter(record, None).await.unwrap();
+        }
+        let started = tokio::time::Instant::now();
+        let mut seen = Vec::new();
+        let summary = operator
+            .replay_many(&ids, Some(2.0), |done, total, _, result| {
+                assert!(result.is_ok());
+                seen.push((done, total));
+            })
+            .await;
+        assert_eq!(summary.replayed.len(), 5);
+        assert_eq!(seen, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
+        // 2 per second: the fifth replay starts two seconds after the first.
+        assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+        assert_eq!(transport.depth(&Destination::Queue("commit".into())).await.unwrap(), 5);
+
+        operator.purge(&ids[0].to_string()).await.unwrap();
+        assert!(operator.dead_letter(&ids[0].to_string()).await.is_err());
+    }
+}

@@ -1,0 +1,796 @@
+//! The store behaviour suite: what every [`Store`] (and [`AccessStore`]) must do.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bosun_contracts::Destination;
+use serde_json::json;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::ports::store::{
+    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
+    DeliveryRecord, HandledMessage, IdempotencyClaim, ReplayRecord, SagaWrite, Store, StoreError, TimelineEntry,
+    TimelineStatus,
+};
+use crate::ports::transport::OutboundMessage;
+
+fn message(id: &str) -> OutboundMessage {
+    OutboundMessage {
+        destination: Destination::Queue("commit".into()),
+        broker_message_id: id.to_owned(),
+        message_type: Some("CreateCommit".into()),
+        correlation_id: Some("c-1".into()),
+        body: b"{}".to_vec(),
+        scheduled_at: None,
+    }
+}
+
+fn line(message_id: &str, status: TimelineStatus) -> TimelineEntry {
+    TimelineEntry {
+        correlation_id: "c-1".into(),
+        message_id: message_id.into(),
+        message_type: "CreateCommit".into(),
+        consumer: Some("commit".into()),
+        status,
+        attempt: 0,
+        at: OffsetDateTime::now_utc(),
+        detail: None,
+    }
+}
+
+fn handled(message_id: &str, saga: Option<SagaWrite>, outbox: Vec<OutboundMessage>) -> HandledMessage {
+    HandledMessage {
+        consumer: "commit".into(),
+        message_id: message_id.into(),
+        message_type: "CreateCommit".into(),
+        saga,
+        outbox,
+        timeline: vec![line(message_id, TimelineStatus::Completed)],
+    }
+}
+
+fn dead_letter(consumer: &str, message_type: &str, sequence: i64) -> DeadLetterRecord {
+    DeadLetterRecord {
+        id: Uuid::now_v7(),
+        consumer: Some(consumer.into()),
+        entity: consumer.into(),
+        transport_sequence: Some(sequence),
+        broker_message_id: format!("b-{sequence}"),
+        message_id: Some(format!("m-{sequence}")),
+        message_type: Some(message_type.into()),
+        correlation_id: Some("c-1".into()),
+        tenant_id: Some("contoso".into()),
+        body: b"original bytes".to_vec(),
+        reason: "transient-exhausted".into(),
+        description: "gave up".into(),
+        error_chain: vec!["outer".into(), "inner".into()],
+        attempts: vec![AttemptRecord {
+            attempt: 0,
+            at: OffsetDateTime::now_utc(),
+            error_chain: vec!["outer".into()],
+        }],
+        dead_lettered_at: OffsetDateTime::now_utc(),
+        origin: "host".into(),
+        status: DeadLetterStatus::Dead,
+        replays: vec![],
+    }
+}
+
+/// A fixed instant with whole milliseconds (what stores keep), `offset_ms` after it.
+fn at(offset_ms: u64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap() + Duration::from_millis(123 + offset_ms)
+}
+
+/// Runs every behaviour against fresh stores made by `make`.
+pub(crate) async fn run_all<S, F, Fut>(make: F)
+where
+    S: Store + AccessStore + Clone + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    idempotency_record_is_written_once(&make().await).await;
+    saga_conflict_writes_nothing(&make().await).await;
+    saga_tenant_is_kept_from_the_first_save(&make().await).await;
+    outbox_claims_are_leased(&make().await).await;
+    retries_are_recorded_once_per_attempt(&make().await).await;
+    dead_letters_round_trip(&make().await).await;
+    dead_letter_lookups_stay_in_their_tenant(&make().await).await;
+    dead_letters_filter_by_tenant_reason_and_limit(&make().await).await;
+    timeline_keeps_order(&make().await).await;
+    deliveries_keep_their_first_record(&make().await).await;
+    api_keys_round_trip_and_revoke_once(&make().await).await;
+    idempotency_keys_claim_complete_and_release(&make().await).await;
+    stale_idempotency_claims_are_taken_over(&make().await).await;
+    concurrent_idempotency_claims_have_one_winner(make().await).await;
+}
+
+async fn idempotency_record_is_written_once<S: Store>(store: &S) {
+    assert!(!store.is_handled("commit", "m-1").await.unwrap());
+    let first = store
+        .commit_handled(handled("m-1", None, vec![message("out-1")]))
+        .await
+        .unwrap();
+    assert_eq!(first, CommitOutcome::Committed);
+    let second = store
+        .commit_handled(handled("m-1", None, vec![message("out-1")]))
+        .await
+        .unwrap();
+    assert_eq!(second, CommitOutcome::AlreadyHandled);
+    assert!(store.is_handled("commit", "m-1").await.unwrap());
+    assert!(!store.is_handled("pull-request", "m-1").await.unwrap());
+    assert_eq!(store.outbox_backlog().await.unwrap(), 1);
+    assert_eq!(store.timeline("c-1").await.unwrap().len(), 1);
+    assert_eq!(store.emitted("c-1").await.unwrap(), vec![b"{}".to_vec()]);
+    assert!(store.emitted("other").await.unwrap().is_empty());
+}
+
+async fn saga_conflict_writes_nothing<S: Store>(store: &S) {
+    let write = |version, state| SagaWrite {
+        kind: "release".into(),
+        key: "r-1".into(),
+        expected_version: version,
+        state,
+        tenant_id: Some("contoso".into()),
+    };
+    store
+        .commit_handled(handled("m-1", Some(write(0, json!({"step": 1}))), vec![]))
+        .await
+        .unwrap();
+    let stale = store
+        .commit_handled(handled(
+            "m-2",
+            Some(write(0, json!({"step": 2}))),
+            vec![message("lost")],
+        ))
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::SagaConflict {
+                expected: 0,
+                found: 1,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    assert!(
+        !store.is_handled("commit", "m-2").await.unwrap(),
+        "idempotency record written despite conflict"
+    );
+    assert_eq!(
+        store.outbox_backlog().await.unwrap(),
+        0,
+        "outbox written despite conflict"
+    );
+    store
+        .commit_handled(handled("m-2", Some(write(1, json!({"step": 2}))), vec![]))
+        .await
+        .unwrap();
+    let saga = store.load_saga("release", "r-1").await.unwrap().unwrap();
+    assert_eq!(saga.version, 2);
+    assert_eq!(saga.state, json!({"step": 2}));
+    assert_eq!(
+        saga.history.iter().map(|h| h.message_id.as_str()).collect::<Vec<_>>(),
+        ["m-1", "m-2"]
+    );
+    assert_eq!(store.list_sagas(Some("release")).await.unwrap().len(), 1);
+    assert!(store.list_sagas(Some("gitops")).await.unwrap().is_empty());
+}
+
+async fn saga_tenant_is_kept_from_the_first_save<S: Store>(store: &S) {
+    let write = |key: &str, version, tenant: Option<&str>| SagaWrite {
+        kind: "release".into(),
+        key: key.into(),
+        expected_version: version,
+        state: json!({"version": version}),
+        tenant_id: tenant.map(str::to_owned),
+    };
+    store
+        .commit_handled(handled("m-1", Some(write("r-1", 0, Some("contoso"))), vec![]))
+        .await
+        .unwrap();
+    store
+        .commit_handled(handled("m-2", Some(write("r-1", 1, Some("fabrikam"))), vec![]))
+        .await
+        .unwrap();
+    let saga = store.load_saga("release", "r-1").await.unwrap().unwrap();
+    assert_eq!(saga.version, 2);
+    assert_eq!(
+        saga.tenant_id.as_deref(),
+        Some("contoso"),
+        "a later save changed the tenant"
+    );
+
+    // A saga without a tenant (saved before tenants were kept) takes the next one's.
+    store
+        .commit_handled(handled("m-3", Some(write("r-2", 0, None)), vec![]))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.load_saga("release", "r-2").await.unwrap().unwrap().tenant_id,
+        None
+    );
+    store
+        .commit_handled(handled("m-4", Some(write("r-2", 1, Some("fabrikam"))), vec![]))
+        .await
+        .unwrap();
+    store
+        .commit_handled(handled("m-5", Some(write("r-2", 2, Some("contoso"))), vec![]))
+        .await
+        .unwrap();
+    let sagas = store.list_sagas(Some("release")).await.unwrap();
+    let tenant_of = |key: &str| {
+        sagas
+            .iter()
+            .find(|saga| saga.key == key)
+            .and_then(|saga| saga.tenant_id.clone())
+    };
+    assert_eq!(tenant_of("r-1").as_deref(), Some("contoso"));
+    assert_eq!(tenant_of("r-2").as_deref(), Some("fabrikam"));
+}
+
+async fn outbox_claims_are_leased<S: Store>(store: &S) {
+    store
+        .enqueue_outbox(vec![message("a"), message("b")], vec![])
+        .await
+        .unwrap();
+    let claimed = store.claim_outbox(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|p| p.message.broker_message_id.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert!(
+        store
+            .claim_outbox(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty(),
+        "claimed twice"
+    );
+    store.mark_dispatched(&[claimed[0].id]).await.unwrap();
+    assert_eq!(store.outbox_backlog().await.unwrap(), 1);
+    let short = store.claim_outbox(10, Duration::from_millis(0)).await.unwrap();
+    assert!(short.is_empty());
+}
+
+async fn retries_are_recorded_once_per_attempt<S: Store>(store: &S) {
+    // Stores keep milliseconds.
+    let at = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap() + Duration::from_millis(123);
+    let attempt = AttemptRecord {
+        attempt: 0,
+        at,
+        error_chain: vec!["boom".into()],
+    };
+    for _ in 0..2 {
+        store
+            .record_retry(
+                "commit",
+                "m-1",
+                "m-1",
+                attempt.clone(),
+                message("m-1.retry-1"),
+                line("m-1", TimelineStatus::RetryScheduled),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.attempts("commit", "m-1").await.unwrap(), vec![attempt]);
+    assert_eq!(store.outbox_backlog().await.unwrap(), 1);
+}
+
+/// Ids are matched literally and within the caller's tenant; "not found"
+/// reads the same whether or not another tenant has a match.
+async fn dead_letter_lookups_stay_in_their_tenant<S: Store>(store: &S) {
+    let shared = "0195f3a0-0000-7000-8000-0000000000";
+    let with_id = |suffix: &str, tenant: &str, sequence: i64| DeadLetterRecord {
+        id: Uuid::parse_str(&format!("{shared}{suffix}")).unwrap(),
+        tenant_id: Some(tenant.into()),
+        ..dead_letter("commit", "CreateCommit", sequence)
+    };
+    let contoso = with_id("01", "contoso", 1);
+    let fabrikam = with_id("02", "fabrikam", 2);
+    let contoso_too = with_id("03", "contoso", 3);
+    for record in [&contoso, &fabrikam] {
+        store.record_dead_letter(record.clone(), None).await.unwrap();
+    }
+    let text = |result: Result<DeadLetterRecord, StoreError>| match result {
+        Ok(record) => format!("found {}", record.id),
+        Err(err) => err.to_string(),
+    };
+    // A prefix both tenants' records share is unique within each tenant.
+    assert_eq!(store.dead_letter(shared, Some("contoso")).await.unwrap().id, contoso.id);
+    assert_eq!(
+        store.dead_letter(shared, Some("fabrikam")).await.unwrap().id,
+        fabrikam.id
+    );
+    // Another tenant's record reads exactly as no record.
+    let foreign = text(store.dead_letter(&fabrikam.id.to_string(), Some("contoso")).await);
+    let absent = text(store.dead_letter(&format!("{shared}ff"), Some("contoso")).await);
+    assert_eq!(
+        foreign.replace(&fabrikam.id.to_string(), "ID"),
+        absent.replace(&format!("{shared}ff"), "ID")
+    );
+    assert!(foreign.starts_with("no dead letter"), "{foreign}");
+    // No wildcards.
+    for pattern in ["%", "____", "0195%", "0195f3a0-0000-7000-8000-00000000000_"] {
+        assert!(
+            matches!(store.dead_letter(pattern, None).await, Err(StoreError::NotFound { .. })),
+            "{pattern}"
+        );
+    }
+    // Ambiguous within the tenant: listed; the platform (no tenant) sees all.
+    store.record_dead_letter(contoso_too.clone(), None).await.unwrap();
+    let Err(StoreError::Ambiguous { candidates, .. }) = store.dead_letter(shared, Some("contoso")).await else {
+        panic!("a prefix of two contoso records is ambiguous");
+    };
+    assert_eq!(candidates, [contoso.id.to_string(), contoso_too.id.to_string()]);
+    let Err(StoreError::Ambiguous { candidates, .. }) = store.dead_letter(shared, None).await else {
+        panic!("ambiguous for the platform");
+    };
+    assert_eq!(candidates.len(), 3);
+    // The full id always wins, in any case.
+    let upper = contoso.id.to_string().to_uppercase();
+    assert_eq!(store.dead_letter(&upper, Some("contoso")).await.unwrap().id, contoso.id);
+}
+
+async fn dead_letters_round_trip<S: Store>(store: &S) {
+    let first = dead_letter("commit", "CreateCommit", 1);
+    let second = dead_letter("pull-request", "OpenPullRequest", 2);
+    store.record_dead_letter(first.clone(), None).await.unwrap();
+    store.record_dead_letter(second.clone(), None).await.unwrap();
+    // The same transport message is recorded once.
+    let mut again = dead_letter("commit", "CreateCommit", 1);
+    again.id = Uuid::now_v7();
+    store.record_dead_letter(again, None).await.unwrap();
+
+    let all = store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(all.len(), 2);
+    let commits = store
+        .dead_letters(&DeadLetterFilter {
+            consumer: Some("commit".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(commits.len(), 1);
+    assert_eq!(commits[0].body, b"original bytes");
+    assert_eq!(commits[0].error_chain, ["outer", "inner"]);
+    let by_type = store
+        .dead_letters(&DeadLetterFilter {
+            message_type: Some("OpenPullRequest".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_type[0].id, second.id);
+    let future = store
+        .dead_letters(&DeadLetterFilter {
+            since: Some(OffsetDateTime::now_utc() + Duration::from_secs(60)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(future.is_empty());
+
+    let found = store.dead_letter(&first.id.to_string(), None).await.unwrap();
+    assert_eq!(found.id, first.id);
+    let by_transport = store
+        .dead_letter_for(&Destination::Queue("commit".into()), 1)
+        .await
+        .unwrap();
+    assert_eq!(by_transport.map(|r| r.id), Some(first.id));
+
+    let replay = ReplayRecord {
+        replay_id: Uuid::now_v7(),
+        by: "operator".into(),
+        at: OffsetDateTime::now_utc(),
+        destination: "commit".into(),
+        broker_message_id: "m-1.replay".into(),
+    };
+    store.record_replay(first.id, replay.clone(), None).await.unwrap();
+    let replayed = store.dead_letter(&first.id.to_string(), None).await.unwrap();
+    assert_eq!(replayed.status, DeadLetterStatus::Replayed);
+    assert_eq!(replayed.replays, vec![replay]);
+    assert_eq!(store.dead_letters(&DeadLetterFilter::default()).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .dead_letters(&DeadLetterFilter {
+                include_replayed: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    store.purge_dead_letter(second.id).await.unwrap();
+    assert!(matches!(
+        store.dead_letter(&second.id.to_string(), None).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.purge_dead_letter(second.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+async fn dead_letters_filter_by_tenant_reason_and_limit<S: Store>(store: &S) {
+    let make = |sequence: i64, tenant: &str, reason: &str| {
+        let mut record = dead_letter("commit", "CreateCommit", sequence);
+        record.tenant_id = Some(tenant.into());
+        record.reason = reason.into();
+        record.dead_lettered_at = at(u64::try_from(sequence).unwrap() * 1000);
+        record
+    };
+    let oldest = make(1, "contoso", "transient-exhausted");
+    let middle = make(2, "fabrikam", "invalid-field");
+    let newest = make(3, "contoso", "invalid-field");
+    for record in [&oldest, &middle, &newest] {
+        store.record_dead_letter(record.clone(), None).await.unwrap();
+    }
+    let ids = |filter: DeadLetterFilter| async move {
+        store
+            .dead_letters(&filter)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| record.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(DeadLetterFilter::default()).await,
+        [newest.id, middle.id, oldest.id]
+    );
+    assert_eq!(
+        ids(DeadLetterFilter {
+            tenant_id: Some("contoso".into()),
+            ..Default::default()
+        })
+        .await,
+        [newest.id, oldest.id]
+    );
+    assert_eq!(
+        ids(DeadLetterFilter {
+            reason: Some("invalid-field".into()),
+            ..Default::default()
+        })
+        .await,
+        [newest.id, middle.id]
+    );
+    assert_eq!(
+        ids(DeadLetterFilter {
+            tenant_id: Some("contoso".into()),
+            reason: Some("invalid-field".into()),
+            ..Default::default()
+        })
+        .await,
+        [newest.id]
+    );
+    assert_eq!(
+        ids(DeadLetterFilter {
+            limit: Some(2),
+            ..Default::default()
+        })
+        .await,
+        [newest.id, middle.id]
+    );
+    assert_eq!(
+        ids(DeadLetterFilter {
+            tenant_id: Some("fabrikam".into()),
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await,
+        [middle.id]
+    );
+    assert!(
+        ids(DeadLetterFilter {
+            limit: Some(0),
+            ..Default::default()
+        })
+        .await
+        .is_empty()
+    );
+    assert!(
+        ids(DeadLetterFilter {
+            tenant_id: Some("nobody".into()),
+            ..Default::default()
+        })
+        .await
+        .is_empty()
+    );
+}
+
+async fn timeline_keeps_order<S: Store>(store: &S) {
+    store
+        .append_timeline(vec![
+            line("m-1", TimelineStatus::Sent),
+            line("m-1", TimelineStatus::RetryScheduled),
+        ])
+        .await
+        .unwrap();
+    store
+        .append_timeline(vec![line("m-1", TimelineStatus::Completed)])
+        .await
+        .unwrap();
+    let statuses: Vec<_> = store
+        .timeline("c-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.status)
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            TimelineStatus::Sent,
+            TimelineStatus::RetryScheduled,
+            TimelineStatus::Completed
+        ]
+    );
+    assert!(store.timeline("other").await.unwrap().is_empty());
+}
+
+fn delivery(correlation_id: &str, tenant: &str, offset_ms: u64) -> DeliveryRecord {
+    DeliveryRecord {
+        correlation_id: correlation_id.into(),
+        tenant_id: tenant.into(),
+        started_by: "api:key-1".into(),
+        message_type: "CreateCommit".into(),
+        message_id: format!("m-{correlation_id}"),
+        started_at: at(offset_ms),
+    }
+}
+
+async fn deliveries_keep_their_first_record<S: Store>(store: &S) {
+    let first = delivery("d-1", "contoso", 0);
+    store.record_delivery(first.clone()).await.unwrap();
+    store.record_delivery(delivery("d-2", "fabrikam", 1000)).await.unwrap();
+    store.record_delivery(delivery("d-3", "contoso", 2000)).await.unwrap();
+    // A later command of the same correlation id changes nothing.
+    let mut later = delivery("d-1", "fabrikam", 5000);
+    later.started_by = "cli:someone".into();
+    later.message_type = "OpenPullRequest".into();
+    store.record_delivery(later).await.unwrap();
+
+    assert_eq!(store.delivery_record("d-1").await.unwrap(), Some(first));
+    assert_eq!(store.delivery_record("d-404").await.unwrap(), None);
+    let correlation_ids = |tenant: Option<&'static str>, limit| async move {
+        store
+            .list_deliveries(tenant, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| record.correlation_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(correlation_ids(None, 50).await, ["d-3", "d-2", "d-1"], "newest first");
+    assert_eq!(correlation_ids(Some("contoso"), 50).await, ["d-3", "d-1"]);
+    assert_eq!(correlation_ids(Some("fabrikam"), 50).await, ["d-2"]);
+    assert!(correlation_ids(Some("nobody"), 50).await.is_empty());
+    assert_eq!(correlation_ids(None, 2).await, ["d-3", "d-2"]);
+    assert_eq!(correlation_ids(Some("contoso"), 1).await, ["d-3"]);
+    assert!(correlation_ids(None, 0).await.is_empty());
+}
+
+fn api_key(id: &str, tenant: &str, offset_ms: u64) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id: id.into(),
+        tenant_id: tenant.into(),
+        scopes: vec!["commands:send".into(), "deliveries:read".into()],
+        secret_hash: format!("{id:0>64}"),
+        description: Some(format!("key {id}")),
+        created_by: "cli:operator".into(),
+        created_at: at(offset_ms),
+        revoked_at: None,
+    }
+}
+
+async fn api_keys_round_trip_and_revoke_once<S: AccessStore>(store: &S) {
+    let first = api_key("k1", "contoso", 0);
+    let mut platform = api_key("k2", "*", 1000);
+    platform.scopes = vec!["admin".into()];
+    platform.description = None;
+    // Inserted out of order: listed oldest first anyway.
+    store.insert_api_key(platform.clone()).await.unwrap();
+    store.insert_api_key(first.clone()).await.unwrap();
+    assert!(
+        store.insert_api_key(api_key("k1", "fabrikam", 2000)).await.is_err(),
+        "a second key with the same id"
+    );
+
+    assert_eq!(store.api_key("k1").await.unwrap(), Some(first.clone()));
+    assert_eq!(store.api_key("k2").await.unwrap(), Some(platform.clone()));
+    assert_eq!(store.api_key("nope").await.unwrap(), None);
+    assert_eq!(store.list_api_keys().await.unwrap(), [first.clone(), platform.clone()]);
+
+    let revoked = store.revoke_api_key("k1", at(3000)).await.unwrap();
+    assert_eq!(revoked.revoked_at, Some(at(3000)));
+    assert_eq!(revoked.id, "k1");
+    let again = store.revoke_api_key("k1", at(9000)).await.unwrap();
+    assert_eq!(again.revoked_at, Some(at(3000)), "revoking twice keeps the first time");
+    assert_eq!(
+        store.api_key("k1").await.unwrap().and_then(|key| key.revoked_at),
+        Some(at(3000))
+    );
+    assert_eq!(
+        store.api_key("k2").await.unwrap().and_then(|key| key.revoked_at),
+        None,
+        "only that key"
+    );
+    assert!(matches!(
+        store.revoke_api_key("nope", at(3000)).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+const LONG: Duration = Duration::from_secs(600);
+
+async fn idempotency_keys_claim_complete_and_release<S: AccessStore>(store: &S) {
+    assert_eq!(
+        store.claim_idempotency("contoso", "k", "h1", LONG).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency("contoso", "k", "h2", LONG).await.unwrap(),
+        IdempotencyClaim::InProgress {
+            request_hash: "h1".into()
+        }
+    );
+    // Keys are per tenant.
+    assert_eq!(
+        store.claim_idempotency("fabrikam", "k", "h2", LONG).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+
+    let response = json!({"messageId": "m-1", "links": {"delivery": "/v1/deliveries/c-1"}});
+    store
+        .complete_idempotency("contoso", "k", 202, &response)
+        .await
+        .unwrap();
+    let completed = IdempotencyClaim::Completed {
+        request_hash: "h1".into(),
+        status: 202,
+        response: response.clone(),
+    };
+    assert_eq!(
+        store.claim_idempotency("contoso", "k", "h2", LONG).await.unwrap(),
+        completed
+    );
+    // A completed key is neither released nor answered twice.
+    store.release_idempotency("contoso", "k").await.unwrap();
+    store
+        .complete_idempotency("contoso", "k", 500, &json!({"other": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim_idempotency("contoso", "k", "h1", LONG).await.unwrap(),
+        completed
+    );
+    assert!(matches!(
+        store
+            .complete_idempotency("contoso", "never-claimed", 202, &response)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+
+    // A failed request releases its key: a retry can run.
+    assert_eq!(
+        store.claim_idempotency("contoso", "r", "h1", LONG).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    store.release_idempotency("contoso", "r").await.unwrap();
+    assert_eq!(
+        store.claim_idempotency("contoso", "r", "h3", LONG).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency("contoso", "r", "h1", LONG).await.unwrap(),
+        IdempotencyClaim::InProgress {
+            request_hash: "h3".into()
+        }
+    );
+    // Releasing an unknown key is harmless.
+    store.release_idempotency("contoso", "unknown").await.unwrap();
+}
+
+async fn stale_idempotency_claims_are_taken_over<S: AccessStore>(store: &S) {
+    assert_eq!(
+        store.claim_idempotency("contoso", "s", "h1", LONG).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    // Its process died long ago, as far as a zero staleness is concerned.
+    assert_eq!(
+        store
+            .claim_idempotency("contoso", "s", "h2", Duration::ZERO)
+            .await
+            .unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    assert_eq!(
+        store.claim_idempotency("contoso", "s", "h3", LONG).await.unwrap(),
+        IdempotencyClaim::InProgress {
+            request_hash: "h2".into()
+        },
+        "the taker's claim is the current one"
+    );
+    store
+        .complete_idempotency("contoso", "s", 202, &json!({"taker": "h2"}))
+        .await
+        .unwrap();
+    // A completed key is never stale.
+    assert_eq!(
+        store
+            .claim_idempotency("contoso", "s", "h4", Duration::ZERO)
+            .await
+            .unwrap(),
+        IdempotencyClaim::Completed {
+            request_hash: "h2".into(),
+            status: 202,
+            response: json!({"taker": "h2"}),
+        }
+    );
+}
+
+/// Claims `key` from `claimers` tasks at once; returns the claims.
+async fn claim_concurrently<S: AccessStore + Clone + 'static>(
+    store: &S,
+    key: &str,
+    claimers: usize,
+    stale_after: Duration,
+) -> Vec<(String, IdempotencyClaim)> {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(claimers));
+    let mut tasks = tokio::task::JoinSet::new();
+    for claimer in 0..claimers {
+        let (store, start, key) = (store.clone(), std::sync::Arc::clone(&start), key.to_owned());
+        tasks.spawn(async move {
+            let hash = format!("h-{claimer}");
+            start.wait().await;
+            let claim = store.claim_idempotency("contoso", &key, &hash, stale_after).await;
+            (hash, claim.unwrap())
+        });
+    }
+    tasks.join_all().await
+}
+
+/// Exactly one claim won, and every other saw the winner's request in progress.
+fn assert_one_winner(claims: &[(String, IdempotencyClaim)]) {
+    let winners: Vec<&String> = claims
+        .iter()
+        .filter(|(_, claim)| *claim == IdempotencyClaim::Claimed)
+        .map(|(hash, _)| hash)
+        .collect();
+    assert_eq!(winners.len(), 1, "{claims:?}");
+    for (hash, claim) in claims {
+        if hash != winners[0] {
+            assert_eq!(
+                *claim,
+                IdempotencyClaim::InProgress {
+                    request_hash: winners[0].clone()
+                },
+                "{claims:?}"
+            );
+        }
+    }
+}
+
+async fn concurrent_idempotency_claims_have_one_winner<S: AccessStore + Clone + 'static>(store: S) {
+    assert_one_winner(&claim_concurrently(&store, "fresh", 8, LONG).await);
+
+    // A stale claim, taken over by several at once: one taker wins. The
+    // staleness leaves a second of margin on both sides: the old claim is
+    // well past it, and the new one well within it while the others look.
+    let stale_after = Duration::from_secs(2);
+    assert_eq!(
+        store.claim_idempotency("contoso", "stale", "dead", LONG).await.unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    tokio::time::sleep(stale_after + Duration::from_millis(1000)).await;
+    assert_one_winner(&claim_concurrently(&store, "stale", 8, stale_after).await);
+}

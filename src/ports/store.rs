@@ -1,0 +1,685 @@
+//! Stores: what bosun remembers about messages, sagas and failures.
+//!
+//! One trait, [`Store`], in sections: idempotency (which consumer handled
+//! which message), sagas (state with optimistic concurrency), the outbox
+//! (messages to send, written atomically with the first two), attempts and
+//! dead letters (every failure, with the original bytes), and the delivery
+//! timeline (what happened to each message of a correlation id).
+//!
+//! The atomic unit is [`Store::commit_handled`]: the idempotency record, the
+//! saga state and the outbox entries of one message are written in one
+//! transaction, or not at all.
+//!
+//! The implementations live with their technology under
+//! [`crate::backends`]: SQLite (the default, a file under the data
+//! directory) and PostgreSQL (shared by every replica; with the PostgreSQL
+//! transport on the same database it also settles the received message in
+//! the same transaction, [`Store::commit_handled_and_complete`]).
+
+use async_trait::async_trait;
+use bosun_contracts::Destination;
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::ports::transport::{LockToken, OutboundMessage};
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The saga changed since it was loaded; reload and re-apply.
+    #[error("saga {kind}/{key} is at version {found}, expected {expected}")]
+    SagaConflict {
+        /// Saga kind.
+        kind: String,
+        /// Saga key.
+        key: String,
+        /// Version the writer loaded.
+        expected: i64,
+        /// Version in the store.
+        found: i64,
+    },
+    /// No record with that id.
+    #[error("no {what} `{id}`")]
+    NotFound {
+        /// What was looked up.
+        what: &'static str,
+        /// The id.
+        id: String,
+    },
+    /// An id prefix that matches several records the caller may see.
+    #[error("{what} `{id}` is ambiguous: it begins {}; give more of the id", candidates.join(", "))]
+    Ambiguous {
+        /// What was looked up.
+        what: &'static str,
+        /// The prefix given.
+        id: String,
+        /// The ids it matches (at most [`AMBIGUOUS_SHOWN`]).
+        candidates: Vec<String>,
+    },
+    /// The received message's lock was lost before its handling could be
+    /// committed together with its completion: nothing was written, and the
+    /// message will be delivered again.
+    #[error("lock lost on {entity} message {sequence}; nothing was written")]
+    LockLost {
+        /// The entity the message was received from.
+        entity: String,
+        /// The message's sequence number.
+        sequence: i64,
+    },
+    /// The database's schema is not the version this bosun needs.
+    #[error("{}", schema_mismatch_message(*.found, *.expected))]
+    SchemaMismatch {
+        /// The version recorded in the database (0: never migrated).
+        found: i64,
+        /// The version this bosun needs.
+        expected: i64,
+    },
+    /// The database failed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// How many ids an [`StoreError::Ambiguous`] lists.
+pub const AMBIGUOUS_SHOWN: usize = 10;
+
+/// A dead-letter lookup by id or id prefix, the same on every backend: the
+/// prefix is matched literally (ids are lowercase hex and dashes; anything
+/// else matches nothing), within one tenant when one is given, and "not
+/// found" reads the same whatever other tenants have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterLookup {
+    /// The id or prefix as given, for messages.
+    pub given: String,
+    /// The prefix to match (lowercase), or `None` when it can match nothing.
+    pub prefix: Option<String>,
+}
+
+impl DeadLetterLookup {
+    /// What "not found" calls a dead letter.
+    const WHAT: &'static str = "dead letter (give the full id or a unique prefix of at least 4 characters)";
+
+    /// Reads an id or prefix.
+    pub fn new(id: &str) -> Self {
+        let prefix = id.trim().to_ascii_lowercase();
+        let valid = prefix.len() >= 4 && prefix.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        Self {
+            given: id.to_owned(),
+            prefix: valid.then_some(prefix),
+        }
+    }
+
+    /// The rows to fetch at most: enough to list an ambiguity.
+    pub const LIMIT: usize = AMBIGUOUS_SHOWN + 1;
+
+    /// The answer for no match.
+    pub fn not_found(&self) -> StoreError {
+        StoreError::NotFound {
+            what: Self::WHAT,
+            id: self.given.clone(),
+        }
+    }
+
+    /// The answer from the records the prefix matched (in id order, at most
+    /// [`Self::LIMIT`]).
+    pub fn pick(&self, mut found: Vec<DeadLetterRecord>) -> Result<DeadLetterRecord, StoreError> {
+        let Some(prefix) = &self.prefix else {
+            return Err(self.not_found());
+        };
+        if let Some(exact) = found.iter().position(|record| record.id.to_string() == *prefix) {
+            return Ok(found.swap_remove(exact));
+        }
+        match <[DeadLetterRecord; 1]>::try_from(found) {
+            Ok([only]) => Ok(only),
+            Err(found) if found.is_empty() => Err(self.not_found()),
+            Err(found) => Err(StoreError::Ambiguous {
+                what: "dead letter",
+                id: self.given.clone(),
+                candidates: found
+                    .iter()
+                    .take(AMBIGUOUS_SHOWN)
+                    .map(|record| record.id.to_string())
+                    .chain((found.len() > AMBIGUOUS_SHOWN).then(|| "...".to_owned()))
+                    .collect(),
+            }),
+        }
+    }
+}
+
+/// What to tell an operator whose database is at `found` when `expected` is needed.
+pub(crate) fn schema_mismatch_message(found: i64, expected: i64) -> String {
+    if found < expected {
+        format!("database schema is at version {found}, this bosun needs {expected}; run `bosun migrate`")
+    } else {
+        format!(
+            "database schema is at version {found}, newer than this bosun (which needs {expected}); \
+             run a bosun at least as new as the one that migrated it"
+        )
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Unavailable(err.to_string())
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(err: serde_json::Error) -> Self {
+        Self::Unavailable(format!("corrupt JSON in store: {err}"))
+    }
+}
+
+/// A new saga state to save, if the saga is still at `expected_version`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SagaWrite {
+    /// `release` or `gitops`.
+    pub kind: String,
+    /// The saga key (releaseId or environment).
+    pub key: String,
+    /// The version loaded (0 when the saga did not exist).
+    pub expected_version: i64,
+    /// The new state.
+    pub state: Value,
+    /// The tenant of the message that wrote it. Kept from the first save:
+    /// a saga belongs to the tenant that started it.
+    pub tenant_id: Option<String>,
+}
+
+/// A saga as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaRecord {
+    /// `release` or `gitops`.
+    pub kind: String,
+    /// The key.
+    pub key: String,
+    /// Incremented by every save.
+    pub version: i64,
+    /// The tenant that started it (none for sagas saved before tenants were kept).
+    pub tenant_id: Option<String>,
+    /// The state.
+    pub state: Value,
+    /// First save.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last save.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// Every save: version, message and time.
+    pub history: Vec<SagaHistoryEntry>,
+}
+
+/// One save of a saga.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaHistoryEntry {
+    /// The version written.
+    pub version: i64,
+    /// The message applied.
+    pub message_id: String,
+    /// Its type.
+    pub message_type: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// What happened to a message, for `bosun deliveries show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimelineStatus {
+    /// Sent by an agent or dispatched from the outbox.
+    Sent,
+    /// Handled successfully by a consumer.
+    Completed,
+    /// Failed transiently; a retry is scheduled.
+    RetryScheduled,
+    /// Moved to the dead letters.
+    DeadLettered,
+    /// Delivered again after it was already handled; acknowledged, no effect.
+    Duplicate,
+    /// Sent again by an operator from the dead letters.
+    Replayed,
+}
+
+impl TimelineStatus {
+    /// The status as stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sent => "sent",
+            Self::Completed => "completed",
+            Self::RetryScheduled => "retry-scheduled",
+            Self::DeadLettered => "dead-lettered",
+            Self::Duplicate => "duplicate",
+            Self::Replayed => "replayed",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Self {
+        match text {
+            "completed" => Self::Completed,
+            "retry-scheduled" => Self::RetryScheduled,
+            "dead-lettered" => Self::DeadLettered,
+            "duplicate" => Self::Duplicate,
+            "replayed" => Self::Replayed,
+            _ => Self::Sent,
+        }
+    }
+}
+
+/// One line of a delivery's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineEntry {
+    /// The delivery.
+    pub correlation_id: String,
+    /// The message.
+    pub message_id: String,
+    /// Its type.
+    pub message_type: String,
+    /// The consumer it concerns (none for a plain send).
+    pub consumer: Option<String>,
+    /// What happened.
+    pub status: TimelineStatus,
+    /// The message's attempt number at the time.
+    pub attempt: u32,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Free text: the error, the entity, the replay id ...
+    pub detail: Option<String>,
+}
+
+/// Everything one successful handling writes, atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandledMessage {
+    /// The consumer.
+    pub consumer: String,
+    /// The envelope's messageId.
+    pub message_id: String,
+    /// The envelope's type.
+    pub message_type: String,
+    /// The saga state to save, if the consumer runs a saga.
+    pub saga: Option<SagaWrite>,
+    /// Messages to send.
+    pub outbox: Vec<OutboundMessage>,
+    /// Timeline lines.
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// Whether [`Store::commit_handled`] wrote anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Written now.
+    Committed,
+    /// The message was already handled by this consumer; nothing written.
+    AlreadyHandled,
+}
+
+/// One failed attempt at handling a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    /// Attempt number (0 = first delivery).
+    pub attempt: u32,
+    /// When it failed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The error and its causes, outermost first.
+    pub error_chain: Vec<String>,
+}
+
+/// A replay of a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayRecord {
+    /// Id of this replay.
+    pub replay_id: Uuid,
+    /// Who replayed it.
+    pub by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Where it was sent.
+    pub destination: String,
+    /// The broker message id of the replayed copy.
+    pub broker_message_id: String,
+}
+
+/// Where a dead letter stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadLetterStatus {
+    /// Waiting for an operator.
+    Dead,
+    /// Replayed at least once.
+    Replayed,
+}
+
+/// A message that could not be processed, kept whole.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterRecord {
+    /// Id of the dead letter.
+    pub id: Uuid,
+    /// The consumer that gave up on it.
+    pub consumer: Option<String>,
+    /// The queue or subscription it came from.
+    pub entity: String,
+    /// Its sequence number in the transport, when known.
+    pub transport_sequence: Option<i64>,
+    /// Broker-level id.
+    pub broker_message_id: String,
+    /// The envelope's messageId, when the envelope could be read.
+    pub message_id: Option<String>,
+    /// Its type, when known.
+    pub message_type: Option<String>,
+    /// Its correlation id, when known.
+    pub correlation_id: Option<String>,
+    /// Its tenant, when known.
+    pub tenant_id: Option<String>,
+    /// The original bytes, exactly as received.
+    #[serde(skip)]
+    pub body: Vec<u8>,
+    /// Short cause used for grouping (`invalid-field`, `transient-exhausted` ...).
+    pub reason: String,
+    /// The full description.
+    pub description: String,
+    /// The error chain of the last failure, outermost first.
+    pub error_chain: Vec<String>,
+    /// Every failed attempt.
+    pub attempts: Vec<AttemptRecord>,
+    /// When it was dead-lettered.
+    #[serde(with = "time::serde::rfc3339")]
+    pub dead_lettered_at: OffsetDateTime,
+    /// `host` when bosun dead-lettered it, `transport` for a native dead letter.
+    pub origin: String,
+    /// Dead or replayed.
+    pub status: DeadLetterStatus,
+    /// Every replay.
+    pub replays: Vec<ReplayRecord>,
+}
+
+/// Filters for listing dead letters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadLetterFilter {
+    /// Only this consumer.
+    pub consumer: Option<String>,
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// Only dead-lettered at or after this time.
+    pub since: Option<OffsetDateTime>,
+    /// Include ones already replayed.
+    pub include_replayed: bool,
+    /// Only this tenant's.
+    pub tenant_id: Option<String>,
+    /// Only this failure cause (the dead letter's `reason`).
+    pub reason: Option<String>,
+    /// At most this many (newest first); `None`: all.
+    pub limit: Option<usize>,
+}
+
+/// How a delivery started: the first command of a correlation id, kept so
+/// that a delivery can be listed and belongs to one tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRecord {
+    /// The correlation id.
+    pub correlation_id: String,
+    /// The tenant whose delivery it is.
+    pub tenant_id: String,
+    /// Who started it (`cli:<user>`, `api:<key id>` ...).
+    pub started_by: String,
+    /// The first command's type.
+    pub message_type: String,
+    /// The first command's messageId.
+    pub message_id: String,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+}
+
+/// An API key as stored: only a hash of its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyRecord {
+    /// The public part of the key (`bsn_<id>_...`), used to look it up.
+    pub id: String,
+    /// The tenant it acts for (`*`: every tenant).
+    pub tenant_id: String,
+    /// What it may do.
+    pub scopes: Vec<String>,
+    /// SHA-256 of the secret, hex.
+    #[serde(skip)]
+    pub secret_hash: String,
+    /// Free text to tell keys apart.
+    pub description: Option<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it was revoked, if it was.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// The outcome of claiming an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyClaim {
+    /// This request owns the key now: do the work, then
+    /// [`AccessStore::complete_idempotency`] (or release it on failure).
+    Claimed,
+    /// Another request with this key is being processed.
+    InProgress {
+        /// The hash of that request.
+        request_hash: String,
+    },
+    /// A request with this key was answered before.
+    Completed {
+        /// The hash of that request.
+        request_hash: String,
+        /// Its HTTP status.
+        status: u16,
+        /// Its answer.
+        response: Value,
+    },
+}
+
+/// API keys and HTTP idempotency: what the front door remembers. In the
+/// same database as the [`Store`].
+#[async_trait]
+pub trait AccessStore: Send + Sync {
+    /// Stores a new key.
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError>;
+
+    /// One key by id (revoked ones included).
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Every key, oldest first.
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError>;
+
+    /// Revokes a key. [`StoreError::NotFound`] when there is none; revoking
+    /// twice keeps the first time.
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError>;
+
+    /// Claims `(tenant, key)` for a request with hash `request_hash`. A claim
+    /// left in progress longer than `stale_after` (its process died) is taken
+    /// over and reported as [`IdempotencyClaim::Claimed`].
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: std::time::Duration,
+    ) -> Result<IdempotencyClaim, StoreError>;
+
+    /// Records the answer of a claimed key.
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError>;
+
+    /// Forgets a claimed key whose request failed, so a retry can run.
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError>;
+}
+
+/// An outbox entry waiting to be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOutbox {
+    /// Outbox row id.
+    pub id: i64,
+    /// The message.
+    pub message: OutboundMessage,
+    /// Correlation and causation for the timeline.
+    pub message_id: Option<String>,
+}
+
+/// Everything bosun persists besides the transport's messages.
+#[async_trait]
+pub trait Store: Send + Sync {
+    // -- idempotency --------------------------------------------------------
+
+    /// Whether `consumer` already handled `message_id`.
+    async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError>;
+
+    /// Writes the idempotency record, the saga state (with its version
+    /// check) and the outbox entries of one message in one transaction.
+    async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError>;
+
+    /// Like [`Store::commit_handled`], and in the same transaction completes
+    /// the received message (`lock`) and puts the outgoing messages straight
+    /// on the transport, when this store shares its database with the
+    /// transport. `Ok(None)`: this store cannot (the default); call
+    /// [`Store::commit_handled`] and complete the message on the transport.
+    /// `Ok(Some(_))`: written and settled; do not complete it again.
+    /// [`StoreError::LockLost`]: the lock was lost, nothing was written.
+    async fn commit_handled_and_complete(
+        &self,
+        handled: &HandledMessage,
+        lock: &LockToken,
+    ) -> Result<Option<CommitOutcome>, StoreError> {
+        let _ = (handled, lock);
+        Ok(None)
+    }
+
+    // -- retries ------------------------------------------------------------
+
+    /// Records a failed attempt and, atomically, the retry to send (a
+    /// scheduled copy of the message with `attempt + 1`). Keyed by the
+    /// delivery that failed (`received_broker_message_id`), so a redelivery
+    /// of the same failed copy does not schedule a second retry, while a
+    /// replayed copy starts afresh.
+    async fn record_retry(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        received_broker_message_id: &str,
+        attempt: AttemptRecord,
+        retry: OutboundMessage,
+        timeline: TimelineEntry,
+    ) -> Result<(), StoreError>;
+
+    /// Every failed attempt of a message at a consumer, oldest first (replays
+    /// included).
+    async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    // -- dead letters -------------------------------------------------------
+
+    /// Stores a dead letter (attempts included) and its timeline line.
+    async fn record_dead_letter(
+        &self,
+        record: DeadLetterRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Lists dead letters, newest first.
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError>;
+
+    /// One dead letter by id, of `tenant_id` only when given (a unique
+    /// prefix of at least 4 characters is accepted, matched literally; see
+    /// [`DeadLetterLookup`]).
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError>;
+
+    /// The dead letter recorded for a transport message, if any.
+    async fn dead_letter_for(
+        &self,
+        entity: &Destination,
+        sequence: i64,
+    ) -> Result<Option<DeadLetterRecord>, StoreError>;
+
+    /// Records a replay of a dead letter, with its timeline line.
+    async fn record_replay(
+        &self,
+        id: Uuid,
+        replay: ReplayRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Deletes a dead letter.
+    async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError>;
+
+    // -- outbox -------------------------------------------------------------
+
+    /// Adds messages to the outbox on their own (e.g. `bosun send`).
+    async fn enqueue_outbox(
+        &self,
+        messages: Vec<OutboundMessage>,
+        timeline: Vec<TimelineEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Claims up to `limit` undispatched entries for `lease` so other
+    /// processes leave them alone meanwhile.
+    async fn claim_outbox(&self, limit: usize, lease: std::time::Duration) -> Result<Vec<PendingOutbox>, StoreError>;
+
+    /// Marks entries as sent.
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError>;
+
+    /// Number of entries not yet sent.
+    async fn outbox_backlog(&self) -> Result<u64, StoreError>;
+
+    /// The envelopes consumers emitted for a delivery (outbox entries with
+    /// this correlation id, retries excluded), oldest first.
+    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError>;
+
+    // -- sagas --------------------------------------------------------------
+
+    /// Loads a saga.
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError>;
+
+    /// Lists sagas, optionally of one kind.
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError>;
+
+    // -- timeline -----------------------------------------------------------
+
+    /// Appends timeline lines.
+    async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError>;
+
+    /// Every line of a delivery, oldest first.
+    async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError>;
+
+    // -- health -------------------------------------------------------------
+
+    /// Whether the database's schema is the version this bosun needs
+    /// (stores that create their own schema have nothing to check).
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    // -- deliveries ---------------------------------------------------------
+
+    /// Records how a delivery started; the first record of a correlation id
+    /// wins (later calls change nothing).
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError>;
+
+    /// How a delivery started, if it was recorded.
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    /// Deliveries, newest first, optionally of one tenant.
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+}

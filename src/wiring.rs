@@ -1,0 +1,264 @@
+//! Wiring: settings to a transport, a store, consumers and a host.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::backends::postgres::store::PostgresStore;
+use crate::backends::postgres::transport::PostgresTransport;
+use crate::backends::servicebus::credential::TokenSource;
+use crate::backends::servicebus::management::{ManagementClient, ManagementError};
+use crate::backends::servicebus::plan::TopologyOptions;
+use crate::backends::servicebus::{ServiceBusOptions, ServiceBusTransport};
+use crate::backends::sqlite::store::SqliteStore;
+use crate::backends::sqlite::transport::EmbeddedTransport;
+use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
+use crate::host::{Host, HostError, HostOptions};
+use crate::operator::Operator;
+use crate::ports::store::{AccessStore, Store, StoreError};
+use crate::ports::transport::{Topology, Transport, TransportError};
+use crate::runtime::config::{ServiceBusSettings, Settings, TransportKind};
+use crate::runtime::metrics::Metrics;
+use crate::runtime::registry;
+
+/// Errors while starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory could not be created.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Transport failure.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// Store failure.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Consumer selection or construction failure.
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    /// The host failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// Settings that do not fit together.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The transport and store chosen by the settings.
+#[derive(Clone)]
+pub struct Backends {
+    /// The transport.
+    pub transport: Arc<dyn Transport>,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// API keys and HTTP idempotency (same database as the store).
+    pub access: Arc<dyn AccessStore>,
+    /// The blob store and when payloads go there.
+    pub claim_check: ClaimCheck,
+}
+
+impl Backends {
+    /// Opens the configured transport and store and makes sure the
+    /// transport has every queue and subscription of the routing table.
+    pub async fn open(settings: &Settings) -> Result<Self, StartError> {
+        std::fs::create_dir_all(&settings.data_dir).map_err(|source| StartError::DataDir {
+            path: settings.data_dir.clone(),
+            source,
+        })?;
+        type Opened = (Arc<dyn Transport>, Arc<dyn Store>, Arc<dyn AccessStore>);
+        let (transport, store, access): Opened = match (settings.transport, &settings.database_url) {
+            (TransportKind::Embedded, None) => {
+                let store = Arc::new(SqliteStore::open(&settings.store_path())?);
+                (
+                    Arc::new(EmbeddedTransport::open(
+                        &settings.transport_path(),
+                        settings.max_delivery_count,
+                    )?),
+                    store.clone(),
+                    store,
+                )
+            }
+            (TransportKind::Embedded, Some(url)) => {
+                let store = Arc::new(PostgresStore::connect(url.expose()).await?);
+                store.check_schema().await?;
+                (
+                    Arc::new(EmbeddedTransport::open(
+                        &settings.transport_path(),
+                        settings.max_delivery_count,
+                    )?),
+                    store.clone(),
+                    store,
+                )
+            }
+            (TransportKind::Postgres, Some(url)) => {
+                let transport = PostgresTransport::connect(url.expose(), settings.max_delivery_count).await?;
+                // One database: a handled message's state, its outgoing
+                // messages and its completion commit in one transaction.
+                let store = Arc::new(PostgresStore::with_transport(&transport));
+                store.check_schema().await?;
+                transport.start_listening().await?;
+                (Arc::new(transport), store.clone(), store)
+            }
+            (TransportKind::Postgres, None) => {
+                return Err(StartError::Config(
+                    "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
+                ));
+            }
+            (TransportKind::ServiceBus, database_url) => {
+                let (store, access): (Arc<dyn Store>, Arc<dyn AccessStore>) = match database_url {
+                    Some(url) => {
+                        let store = Arc::new(PostgresStore::connect(url.expose()).await?);
+                        store.check_schema().await?;
+                        (store.clone(), store)
+                    }
+                    None => {
+                        let store = Arc::new(SqliteStore::open(&settings.store_path())?);
+                        (store.clone(), store)
+                    }
+                };
+                let servicebus = settings.servicebus.as_ref().ok_or_else(|| {
+                    StartError::Config("BOSUN_TRANSPORT=servicebus needs BOSUN_SERVICEBUS_CONNECTION_STRING or BOSUN_SERVICEBUS_NAMESPACE".into())
+                })?;
+                let tokens = TokenSource::for_endpoint(&servicebus.endpoint)
+                    .map_err(|err| StartError::Config(err.to_string()))?;
+                let options = ServiceBusOptions {
+                    prefetch: servicebus.prefetch,
+                    send_timeout: servicebus.send_timeout,
+                    ..ServiceBusOptions::default()
+                };
+                let transport = ServiceBusTransport::connect(servicebus.endpoint.clone(), tokens, options).await?;
+                (Arc::new(transport), store, access)
+            }
+        };
+        transport.ensure_topology(&Topology::from_routing()).await?;
+        let claim_check = ClaimCheck {
+            store: registry::blob_store(settings)?,
+            settings: ClaimCheckSettings {
+                threshold_bytes: settings.claim_check_bytes,
+            },
+        };
+        Ok(Self {
+            transport,
+            store,
+            access,
+            claim_check,
+        })
+    }
+
+    /// Operator actions over these backends.
+    pub fn operator(&self, identity: &str) -> Operator {
+        Operator::new(Arc::clone(&self.transport), Arc::clone(&self.store), identity)
+            .with_claim_check(self.claim_check.clone())
+    }
+}
+
+/// Runs the selected consumers until `shutdown` is cancelled.
+pub async fn serve(settings: &Settings, backends: &Backends, shutdown: CancellationToken) -> Result<(), StartError> {
+    serve_with_metrics(settings, backends, shutdown, Arc::new(Metrics::new())).await
+}
+
+/// [`serve`], counting into `metrics` (shared with the HTTP API's `/metrics`).
+pub async fn serve_with_metrics(
+    settings: &Settings,
+    backends: &Backends,
+    shutdown: CancellationToken,
+    metrics: Arc<Metrics>,
+) -> Result<(), StartError> {
+    verify_topology(settings).await?;
+    let consumers = registry::build(settings)?;
+    let names: Vec<&str> = consumers.iter().map(|c| c.name()).collect();
+    tracing::info!(
+        consumers = ?names,
+        data_dir = %settings.data_dir.display(),
+        transport = ?settings.transport,
+        postgres_store = settings.database_url.is_some(),
+        "bosun serving"
+    );
+    let host = Host::new(
+        Arc::clone(&backends.transport),
+        Arc::clone(&backends.store),
+        consumers,
+        HostOptions::from_settings(settings),
+    )
+    .with_claim_check(backends.claim_check.clone())
+    .with_metrics(metrics);
+    host.run(shutdown).await?;
+    Ok(())
+}
+
+/// The Service Bus entity settings that follow from bosun's settings.
+pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartError> {
+    let options = TopologyOptions {
+        lock_duration: settings.lock_duration,
+        max_delivery_count: settings.max_delivery_count,
+        ..TopologyOptions::default()
+    };
+    options.validate().map_err(|err| StartError::Config(err.to_string()))?;
+    Ok(options)
+}
+
+/// A management client for the configured namespace.
+pub fn management_client(settings: &ServiceBusSettings) -> Result<ManagementClient, StartError> {
+    let tokens = TokenSource::for_endpoint(&settings.endpoint).map_err(|err| StartError::Config(err.to_string()))?;
+    ManagementClient::new(&settings.endpoint, tokens).map_err(|err| StartError::Config(err.to_string()))
+}
+
+/// Checks that the namespace has every entity bosun needs; refuses to
+/// start when one is missing. An endpoint without the management API (the
+/// emulator) or an identity without Manage rights cannot be checked: that
+/// is logged, and serving goes on (a missing entity then fails its link).
+pub async fn verify_topology(settings: &Settings) -> Result<(), StartError> {
+    let Some(servicebus) = settings.servicebus.as_ref().filter(|s| s.verify_topology) else {
+        return Ok(());
+    };
+    let client = management_client(servicebus)?;
+    match client
+        .verify(&Topology::from_routing(), &topology_options(settings)?)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(namespace = %servicebus.endpoint.host, "Service Bus topology verified");
+            Ok(())
+        }
+        Err(err @ (ManagementError::Unsupported { .. } | ManagementError::Unauthorized { .. })) => {
+            tracing::warn!(
+                error = %err,
+                "cannot verify the Service Bus topology; serving without the check (BOSUN_SERVICEBUS_VERIFY=false silences this)"
+            );
+            Ok(())
+        }
+        Err(err) => Err(StartError::Config(err.to_string())),
+    }
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = term.recv() => tracing::info!("SIGTERM received"),
+                        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C received"),
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot listen for SIGTERM; Ctrl-C only");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        token.cancel();
+    });
+}
