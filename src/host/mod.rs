@@ -44,6 +44,7 @@ use crate::runtime::telemetry;
 use claim_check::ClaimCheck;
 
 pub mod claim_check;
+pub mod decision;
 pub mod dispatcher;
 
 /// Saga version conflicts tolerated for one message before it is abandoned
