@@ -1,0 +1,49 @@
+//! gitops-sync: reconciles an environment with its desired state in Git
+//! (the GitOps saga).
+
+use std::sync::Arc;
+
+use bosun_consumers::Consumer;
+use bosun_consumers::gitops_sync::azure::{ArgoCdConfig, AzureEnvironments, AzureGitOpsConfig};
+use bosun_consumers::gitops_sync::{GitOpsSync, NAME, local};
+use bosun_sagas::gitops::GitOpsSaga;
+
+use super::{Registration, RegistryError, Shared, adapter_error, azure_config};
+use crate::runtime::config::{AdapterKind, Settings};
+
+pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+
+fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
+    let delivery = &settings.delivery;
+    let azure = match &settings.adapters {
+        AdapterKind::Local => {
+            return Ok(Arc::new(GitOpsSync::new(
+                local::LocalEnvironments::with_host(Arc::clone(&shared.git), settings.data_dir.join("environments")),
+                gitops_saga(settings),
+                delivery.reconcile,
+                delivery.reconcile_max,
+            )));
+        }
+        AdapterKind::Azure(azure) => azure,
+    };
+    let argo = azure.argo_cd.as_ref().ok_or(RegistryError::MissingSetting {
+        consumer: NAME,
+        setting: "BOSUN_ARGOCD_URL and BOSUN_ARGOCD_TOKEN",
+    })?;
+    let config = AzureGitOpsConfig {
+        azure_devops: azure_config(azure),
+        argo_cd: ArgoCdConfig::new(argo.url.clone(), argo.token.expose().to_owned()),
+    };
+    let environments = AzureEnvironments::new(&config).map_err(|err| adapter_error(NAME, &err))?;
+    Ok(Arc::new(GitOpsSync::new(
+        environments,
+        gitops_saga(settings),
+        delivery.reconcile,
+        delivery.reconcile_max,
+    )))
+}
+
+/// The GitOps saga with the configured reconcile backoff.
+pub fn gitops_saga(settings: &Settings) -> GitOpsSaga {
+    GitOpsSaga::new().with_reconcile_backoff(settings.delivery.reconcile, settings.delivery.reconcile_max)
+}

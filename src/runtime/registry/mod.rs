@@ -1,0 +1,274 @@
+//! The one list of consumers bosun runs. Each consumer declares itself
+//! once, in its own file here: its name (which is also its queue, its
+//! subscription and its entry in the contracts' routing table, where its
+//! routes are declared for every language) and how it is built from the
+//! settings, with the adapter behind each port chosen by
+//! [`AdapterKind`](crate::runtime::config::AdapterKind), not by `if` chains
+//! in the consumers. Its retry policy and saga are declared by the consumer
+//! itself (`Consumer::retry_policy`, `Consumer::saga_of`). Local adapters
+//! share one Git host, one blob store and one pipeline runner under the
+//! data directory.
+//!
+//! To add a consumer: write its file (a [`Registration`]) and add it to
+//! [`CONSUMERS`]; a test checks the list against the routing table.
+
+use std::sync::Arc;
+
+use bosun_consumers::Consumer;
+use bosun_consumers::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
+use bosun_consumers::blob::{
+    AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, EntraIdCredential,
+};
+use bosun_consumers::blob::{BlobStore, FilesystemBlobStore};
+use bosun_consumers::local_git::LocalGitHost;
+use bosun_consumers::local_pipeline::{LocalPipelines, RunnerSettings};
+use bosun_contracts::ConsumerName;
+
+use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, Settings};
+
+mod build_ingestion;
+mod commit;
+mod container_build;
+mod gitops_sync;
+mod iac_provisioning;
+mod package_publishing;
+mod pipeline_generation;
+mod pipeline_monitor;
+mod probe;
+mod pull_request;
+mod release_orchestration;
+mod repository_provisioning;
+
+pub use gitops_sync::gitops_saga;
+pub use release_orchestration::release_saga;
+
+/// How a consumer is built: from the settings and what local adapters share.
+type Build = fn(&Settings, &Shared) -> Result<Arc<dyn Consumer>, RegistryError>;
+
+/// One consumer: its name and how it is built from the settings.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    /// The consumer's name, as in `bosun_contracts::routing::CONSUMERS`.
+    pub name: ConsumerName,
+    build: Build,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every consumer, in the order of the delivery, then the built-in probe.
+pub const CONSUMERS: &[Registration] = &[
+    repository_provisioning::REGISTRATION,
+    commit::REGISTRATION,
+    pull_request::REGISTRATION,
+    pipeline_generation::REGISTRATION,
+    pipeline_monitor::REGISTRATION,
+    build_ingestion::REGISTRATION,
+    container_build::REGISTRATION,
+    package_publishing::REGISTRATION,
+    release_orchestration::REGISTRATION,
+    iac_provisioning::REGISTRATION,
+    gitops_sync::REGISTRATION,
+    probe::REGISTRATION,
+];
+
+/// The names of every consumer this build has, in [`CONSUMERS`]' order.
+pub fn available() -> impl Iterator<Item = ConsumerName> {
+    CONSUMERS.iter().map(|registration| registration.name)
+}
+
+fn available_list() -> String {
+    available().collect::<Vec<_>>().join(", ")
+}
+
+/// Why consumers could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A consumer name this build does not know.
+    #[error("consumer `{0}` is not available in this build (available: {available})", available = available_list())]
+    NotAvailable(String),
+    /// A setting the chosen adapter needs is missing.
+    #[error("consumer `{consumer}` with BOSUN_ADAPTERS=azure needs {setting}")]
+    MissingSetting {
+        /// The consumer.
+        consumer: &'static str,
+        /// The setting(s).
+        setting: &'static str,
+    },
+    /// The release policy is invalid.
+    #[error("release policy: {0}")]
+    Policy(String),
+    /// An Azure adapter could not be configured.
+    #[error("{consumer}: {reason}")]
+    Adapter {
+        /// The consumer.
+        consumer: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<AzureDevOpsError> for RegistryError {
+    fn from(err: AzureDevOpsError) -> Self {
+        Self::Adapter {
+            consumer: "azure-devops",
+            reason: err.to_string(),
+        }
+    }
+}
+
+fn adapter_error(consumer: &'static str, err: &dyn std::fmt::Display) -> RegistryError {
+    RegistryError::Adapter {
+        consumer,
+        reason: err.to_string(),
+    }
+}
+
+fn azure_config(settings: &AzureDevOpsSettings) -> AzureDevOpsConfig {
+    let auth = match (&settings.bearer_token, &settings.pat) {
+        (Some(token), _) => AzureDevOpsAuth::Bearer(token.expose().to_owned()),
+        (None, Some(pat)) => AzureDevOpsAuth::Pat(pat.expose().to_owned()),
+        // Settings validation requires one of the two.
+        (None, None) => AzureDevOpsAuth::Pat(String::new()),
+    };
+    AzureDevOpsConfig::new(settings.organization_url.clone(), settings.project.clone(), auth)
+}
+
+/// The blob store the settings choose: the filesystem under the data
+/// directory, or Azure Blob Storage.
+pub fn blob_store(settings: &Settings) -> Result<Arc<dyn BlobStore>, RegistryError> {
+    let azure = |result: Result<AzureBlobStore, _>| -> Result<Arc<dyn BlobStore>, RegistryError> {
+        result
+            .map(|store| Arc::new(store) as Arc<dyn BlobStore>)
+            .map_err(|err: AzureBlobConfigError| RegistryError::Adapter {
+                consumer: "blob store",
+                reason: err.to_string(),
+            })
+    };
+    match &settings.blob {
+        BlobBackend::Filesystem => Ok(Arc::new(FilesystemBlobStore::new(settings.blob_root()))),
+        BlobBackend::AzureConnectionString(connection) => {
+            let blob_settings = AzureBlobSettings::from_connection_string(connection.expose()).map_err(|err| {
+                RegistryError::Adapter {
+                    consumer: "blob store",
+                    reason: err.to_string(),
+                }
+            })?;
+            azure(AzureBlobStore::new(blob_settings))
+        }
+        BlobBackend::Azure { url, auth } => {
+            let auth = match auth {
+                BlobAuth::SharedKey { account, key } => AzureBlobAuth::SharedKey {
+                    account: account.clone(),
+                    key: key.expose().to_owned(),
+                },
+                BlobAuth::Sas(sas) => AzureBlobAuth::Sas(sas.expose().to_owned()),
+                BlobAuth::EntraDefault => AzureBlobAuth::EntraId(EntraIdCredential::Default),
+                BlobAuth::WorkloadIdentity => AzureBlobAuth::EntraId(EntraIdCredential::WorkloadIdentity),
+                BlobAuth::ManagedIdentity { client_id } => AzureBlobAuth::EntraId(EntraIdCredential::ManagedIdentity {
+                    client_id: client_id.clone(),
+                }),
+                BlobAuth::AzureCli => AzureBlobAuth::EntraId(EntraIdCredential::DeveloperTools),
+            };
+            azure(AzureBlobStore::new(AzureBlobSettings::new(url.clone(), auth)))
+        }
+    }
+}
+
+/// What the local adapters share: one Git host, one blob store, one
+/// pipeline runner (built once per process).
+struct Shared {
+    git: Arc<LocalGitHost>,
+    blobs: Arc<dyn BlobStore>,
+    pipelines: Arc<LocalPipelines>,
+}
+
+impl Shared {
+    fn new(settings: &Settings) -> Result<Self, RegistryError> {
+        let git = Arc::new(LocalGitHost::new(settings.git_root()));
+        let blobs = blob_store(settings)?;
+        let pipelines = Arc::new(LocalPipelines::with_host(
+            settings.data_dir.join("pipelines"),
+            Arc::clone(&git),
+            Arc::clone(&blobs),
+            RunnerSettings::default(),
+        ));
+        Ok(Self { git, blobs, pipelines })
+    }
+}
+
+/// Builds one consumer by name.
+pub fn build_one(name: &str, settings: &Settings) -> Result<Arc<dyn Consumer>, RegistryError> {
+    build_with(name, settings, &Shared::new(settings)?)
+}
+
+fn build_with(name: &str, settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
+    let registration = CONSUMERS
+        .iter()
+        .find(|registration| registration.name == name)
+        .ok_or_else(|| RegistryError::NotAvailable(name.to_owned()))?;
+    (registration.build)(settings, shared)
+}
+
+/// Builds the consumers the settings select (all by default).
+pub fn build(settings: &Settings) -> Result<Vec<Arc<dyn Consumer>>, RegistryError> {
+    let names: Vec<String> = match &settings.consumers {
+        Some(names) => names.clone(),
+        None => available().map(str::to_owned).collect(),
+    };
+    let shared = Shared::new(settings)?;
+    names.iter().map(|name| build_with(name, settings, &shared)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_consumer_of_the_routing_table_is_available() {
+        let mut available: Vec<_> = available().collect();
+        available.sort_unstable();
+        let mut routed: Vec<_> = bosun_contracts::CONSUMERS.iter().map(|c| c.name).collect();
+        routed.sort_unstable();
+        assert_eq!(available, routed);
+    }
+
+    #[test]
+    fn the_default_builds_every_consumer_with_local_adapters() {
+        let dir = tempfile::tempdir().unwrap();
+        let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();
+        let names: Vec<_> = consumers.iter().map(|c| c.name()).collect();
+        assert_eq!(names, available().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_unknown_consumer_is_an_error_that_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::with_data_dir(dir.path());
+        settings.consumers = Some(vec!["billing".into()]);
+        let err = build(&settings).err().unwrap();
+        assert!(err.to_string().contains("billing"), "{err}");
+    }
+
+    #[test]
+    fn an_azure_consumer_without_its_service_settings_names_them() {
+        let env: std::collections::BTreeMap<String, String> = [
+            ("BOSUN_ADAPTERS", "azure"),
+            ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+            ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+            ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
+            ("BOSUN_CONSUMERS", "container-build"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let settings = Settings::from_sources(&env, &std::collections::BTreeMap::new()).unwrap();
+        let err = build(&settings).err().unwrap();
+        assert!(err.to_string().contains("BOSUN_ACR_REGISTRY"), "{err}");
+    }
+}

@@ -1,0 +1,35 @@
+//! pipeline-monitor: follows a pipeline run to its end without holding a
+//! lock, polling with backoff.
+
+use std::sync::Arc;
+
+use bosun_consumers::Consumer;
+use bosun_consumers::pipeline_monitor::{NAME, PipelineMonitor, azure, local};
+
+use super::{Registration, RegistryError, Shared, azure_config};
+use crate::runtime::config::{AdapterKind, Settings};
+
+pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+
+fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
+    let delivery = &settings.delivery;
+    let (poll, poll_max, max_polls) = (
+        delivery.pipeline_poll,
+        delivery.pipeline_poll_max,
+        delivery.pipeline_max_polls,
+    );
+    Ok(match &settings.adapters {
+        AdapterKind::Local => Arc::new(PipelineMonitor::new(
+            local::LocalRunStatus::new(Arc::clone(&shared.pipelines)),
+            poll,
+            poll_max,
+            max_polls,
+        )),
+        AdapterKind::Azure(settings) => Arc::new(PipelineMonitor::new(
+            azure::AzureRunStatus::new(&azure_config(settings), Arc::clone(&shared.blobs))?,
+            poll,
+            poll_max,
+            max_polls,
+        )),
+    })
+}

@@ -1,0 +1,22 @@
+//! pull-request: opens pull requests with their policy checks.
+
+use std::sync::Arc;
+
+use bosun_consumers::Consumer;
+use bosun_consumers::pull_request::{NAME, PullRequests, azure, local};
+
+use super::{Registration, RegistryError, Shared, azure_config};
+use crate::runtime::config::{AdapterKind, Settings};
+
+pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+
+fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
+    Ok(match &settings.adapters {
+        AdapterKind::Local => Arc::new(PullRequests::new(local::LocalPullRequests::with_host(Arc::clone(
+            &shared.git,
+        )))),
+        AdapterKind::Azure(settings) => Arc::new(PullRequests::new(azure::AzurePullRequests::new(&azure_config(
+            settings,
+        ))?)),
+    })
+}

@@ -1,0 +1,34 @@
+//! release-orchestration: the release saga (plan, approve, promote).
+
+use std::sync::Arc;
+
+use bosun_consumers::Consumer;
+use bosun_consumers::release_orchestration::{NAME, ReleaseOrchestration};
+use bosun_sagas::release::{ReleasePolicy, ReleaseSaga};
+
+use super::{Registration, RegistryError, Shared};
+use crate::runtime::config::Settings;
+
+pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+
+fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
+    let policy = release_policy(settings);
+    policy
+        .validate()
+        .map_err(|err| RegistryError::Policy(err.to_string()))?;
+    Ok(Arc::new(ReleaseOrchestration::new(ReleaseSaga::new(policy))))
+}
+
+/// The release saga under the configured policy.
+pub fn release_saga(settings: &Settings) -> ReleaseSaga {
+    ReleaseSaga::new(release_policy(settings))
+}
+
+fn release_policy(settings: &Settings) -> ReleasePolicy {
+    ReleasePolicy {
+        environments: settings.delivery.environments.clone(),
+        auto_approve: settings.delivery.auto_approve.clone(),
+        approval_timeout: settings.delivery.approval_timeout,
+        ..ReleasePolicy::default()
+    }
+}
