@@ -1,0 +1,542 @@
+//! Settings: the one place bosun reads its configuration.
+//!
+//! Values come, highest precedence first, from command-line flags (applied
+//! by the CLI on top of what this module returns), `BOSUN_*` environment
+//! variables, an optional TOML file (`--config`, `BOSUN_CONFIG`, or
+//! `./bosun.toml` when present; keys are the variable names without the
+//! `BOSUN_` prefix, in lowercase, e.g. `data_dir = "/var/lib/bosun"`), and
+//! defaults. Everything is parsed and validated at start; an invalid value
+//! is an error naming the setting. Secrets are wrapped in [`Secret`], whose
+//! `Debug` and `Display` print `[redacted]`.
+//!
+//! Tests build [`Settings`] from a map ([`Settings::from_sources`]) instead
+//! of touching the process environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod types;
+
+use types::invalid;
+pub use types::*;
+
+/// Where raw values come from: a key (`BOSUN_DATA_DIR`) to its text.
+pub trait Source {
+    /// The raw value of a setting.
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Environment;
+
+impl Source for Environment {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Source for BTreeMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        BTreeMap::get(self, name).cloned()
+    }
+}
+
+const KNOWN: &[&str] = &[
+    "BOSUN_DATA_DIR",
+    "BOSUN_TRANSPORT",
+    "BOSUN_DATABASE_URL",
+    "BOSUN_SERVICEBUS_CONNECTION_STRING",
+    "BOSUN_SERVICEBUS_NAMESPACE",
+    "BOSUN_SERVICEBUS_AUTH",
+    "BOSUN_SERVICEBUS_CLIENT_ID",
+    "BOSUN_SERVICEBUS_PREFETCH",
+    "BOSUN_SERVICEBUS_SEND_TIMEOUT_MS",
+    "BOSUN_SERVICEBUS_VERIFY",
+    "BOSUN_BLOB_CONNECTION_STRING",
+    "BOSUN_BLOB_URL",
+    "BOSUN_BLOB_ACCOUNT_NAME",
+    "BOSUN_BLOB_ACCOUNT_KEY",
+    "BOSUN_BLOB_SAS",
+    "BOSUN_BLOB_AUTH",
+    "BOSUN_BLOB_CLIENT_ID",
+    "BOSUN_CLAIM_CHECK_BYTES",
+    "BOSUN_HTTP_MAX_BODY_BYTES",
+    "BOSUN_HTTP_HEADER_TIMEOUT_MS",
+    "BOSUN_HTTP_IDLE_TIMEOUT_MS",
+    "BOSUN_HTTP_MAX_CONNECTIONS",
+    "BOSUN_HTTP_RATE_LIMIT_PER_SECOND",
+    "BOSUN_HTTP_RATE_LIMIT_BURST",
+    "BOSUN_HTTP_ALLOWED_ORIGINS",
+    "BOSUN_ADAPTERS",
+    "BOSUN_CONSUMERS",
+    "BOSUN_CONCURRENCY",
+    "BOSUN_LOCK_DURATION_MS",
+    "BOSUN_MAX_DELIVERY_COUNT",
+    "BOSUN_RETRY_BASE_DELAY_MS",
+    "BOSUN_POLL_INTERVAL_MS",
+    "BOSUN_SHUTDOWN_GRACE_MS",
+    "BOSUN_LOG_FORMAT",
+    "BOSUN_FAILPOINT",
+    "BOSUN_OPERATOR",
+    "BOSUN_RELEASE_ENVIRONMENTS",
+    "BOSUN_AUTO_APPROVE",
+    "BOSUN_APPROVAL_TIMEOUT_MS",
+    "BOSUN_PIPELINE_POLL_MS",
+    "BOSUN_PIPELINE_POLL_MAX_MS",
+    "BOSUN_PIPELINE_MAX_POLLS",
+    "BOSUN_RECONCILE_MS",
+    "BOSUN_RECONCILE_MAX_MS",
+    "BOSUN_AZURE_DEVOPS_ORG_URL",
+    "BOSUN_AZURE_DEVOPS_PROJECT",
+    "BOSUN_AZURE_DEVOPS_PAT",
+    "BOSUN_AZURE_DEVOPS_TOKEN",
+    "BOSUN_ACR_REGISTRY",
+    "BOSUN_ACR_USERNAME",
+    "BOSUN_ACR_PASSWORD",
+    "BOSUN_ACR_REFRESH_TOKEN",
+    "BOSUN_ACR_ENTRA_TOKEN",
+    "BOSUN_ACR_TENANT",
+    "BOSUN_ARTIFACTS_URL",
+    "BOSUN_ARTIFACTS_PROJECT",
+    "BOSUN_ARTIFACTS_PAT",
+    "BOSUN_ARGOCD_URL",
+    "BOSUN_ARGOCD_TOKEN",
+    "BOSUN_PULUMI_PROGRAM_DIR",
+    "BOSUN_PULUMI_BINARY",
+];
+
+/// Reads a TOML settings file into `BOSUN_*` keys.
+pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let file_error = |reason: String| ConfigError::File {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|err| file_error(err.to_string()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|err: toml::de::Error| file_error(err.to_string()))?;
+    let mut values = BTreeMap::new();
+    for (key, value) in table {
+        let name = format!("BOSUN_{}", key.to_ascii_uppercase());
+        if !KNOWN.contains(&name.as_str()) {
+            return Err(file_error(format!("unknown setting `{key}`")));
+        }
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_owned).unwrap_or_else(|| item.to_string()))
+                .collect::<Vec<_>>()
+                .join(","),
+            other => return Err(file_error(format!("setting `{key}` has unsupported value {other}"))),
+        };
+        values.insert(name, text);
+    }
+    Ok(values)
+}
+
+impl Settings {
+    /// Loads settings from the environment and the optional file: the path
+    /// given, else `BOSUN_CONFIG`, else `./bosun.toml` when it exists.
+    pub fn load(config_file: Option<&Path>) -> Result<Self, ConfigError> {
+        let env = Environment;
+        let path = config_file
+            .map(Path::to_path_buf)
+            .or_else(|| env.get("BOSUN_CONFIG").map(PathBuf::from))
+            .or_else(|| Some(PathBuf::from("bosun.toml")).filter(|p| p.exists()));
+        let file = match path {
+            Some(path) => read_file(&path)?,
+            None => BTreeMap::new(),
+        };
+        Self::from_sources(&env, &file)
+    }
+
+    /// Builds settings from an environment-like source over a file's values.
+    pub fn from_sources(env: &dyn Source, file: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| env.get(name).or_else(|| file.get(name).cloned());
+        let millis = |name: &str, default: u64| -> Result<Duration, ConfigError> {
+            match get(name) {
+                None => Ok(Duration::from_millis(default)),
+                Some(text) => text
+                    .trim()
+                    .parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| invalid(name, format!("`{text}` is not a number of milliseconds"))),
+            }
+        };
+        let number = |name: &str, default: u64, min: u64| -> Result<u64, ConfigError> {
+            let value = match get(name) {
+                None => default,
+                Some(text) => text
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| invalid(name, format!("`{text}` is not a whole number")))?,
+            };
+            if value < min {
+                return Err(invalid(name, format!("must be at least {min}")));
+            }
+            Ok(value)
+        };
+
+        let database_url = get("BOSUN_DATABASE_URL").map(Secret::new);
+        if database_url
+            .as_ref()
+            .is_some_and(|url| !url.expose().starts_with("postgres://") && !url.expose().starts_with("postgresql://"))
+        {
+            return Err(invalid("BOSUN_DATABASE_URL", "must be a postgres:// URL"));
+        }
+        let blob = match (get("BOSUN_BLOB_CONNECTION_STRING"), get("BOSUN_BLOB_URL")) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "BOSUN_BLOB_URL",
+                    "set either BOSUN_BLOB_URL or BOSUN_BLOB_CONNECTION_STRING, not both",
+                ));
+            }
+            (Some(connection), None) => BlobBackend::AzureConnectionString(Secret::new(connection)),
+            (None, Some(url)) => {
+                let auth = match (get("BOSUN_BLOB_ACCOUNT_KEY"), get("BOSUN_BLOB_SAS")) {
+                    (Some(_), Some(_)) => {
+                        return Err(invalid(
+                            "BOSUN_BLOB_SAS",
+                            "set either an account key or a SAS, not both",
+                        ));
+                    }
+                    (Some(key), None) => BlobAuth::SharedKey {
+                        account: get("BOSUN_BLOB_ACCOUNT_NAME"),
+                        key: Secret::new(key),
+                    },
+                    (None, Some(sas)) => BlobAuth::Sas(Secret::new(sas)),
+                    (None, None) => match get("BOSUN_BLOB_AUTH").as_deref() {
+                        None | Some("default") => BlobAuth::EntraDefault,
+                        Some("workload-identity") => BlobAuth::WorkloadIdentity,
+                        Some("managed-identity") => BlobAuth::ManagedIdentity {
+                            client_id: get("BOSUN_BLOB_CLIENT_ID"),
+                        },
+                        Some("azure-cli") => BlobAuth::AzureCli,
+                        Some(other) => {
+                            return Err(invalid(
+                                "BOSUN_BLOB_AUTH",
+                                format!("`{other}` is not default, workload-identity, managed-identity or azure-cli"),
+                            ));
+                        }
+                    },
+                };
+                BlobBackend::Azure {
+                    url: url.trim_end_matches('/').to_owned(),
+                    auth,
+                }
+            }
+            (None, None) => BlobBackend::Filesystem,
+        };
+        let claim_check_bytes = usize::try_from(number("BOSUN_CLAIM_CHECK_BYTES", 196_608, 1024)?)
+            .map_err(|_| invalid("BOSUN_CLAIM_CHECK_BYTES", "is too large"))?;
+        if claim_check_bytes >= bosun_contracts::MAX_MESSAGE_BYTES {
+            return Err(invalid(
+                "BOSUN_CLAIM_CHECK_BYTES",
+                format!(
+                    "must be under the message limit of {} bytes",
+                    bosun_contracts::MAX_MESSAGE_BYTES
+                ),
+            ));
+        }
+        let transport = match get("BOSUN_TRANSPORT").as_deref() {
+            None | Some("embedded") => TransportKind::Embedded,
+            Some("postgres") if database_url.is_some() => TransportKind::Postgres,
+            Some("postgres") => {
+                return Err(invalid("BOSUN_TRANSPORT", "`postgres` needs BOSUN_DATABASE_URL"));
+            }
+            Some("servicebus") => TransportKind::ServiceBus,
+            Some(other) => {
+                return Err(invalid(
+                    "BOSUN_TRANSPORT",
+                    format!("`{other}` is not a transport (embedded, postgres, servicebus)"),
+                ));
+            }
+        };
+        let servicebus = if transport == TransportKind::ServiceBus {
+            use crate::backends::servicebus::connection::ServiceBusEndpoint;
+            let endpoint = match (
+                get("BOSUN_SERVICEBUS_CONNECTION_STRING"),
+                get("BOSUN_SERVICEBUS_NAMESPACE"),
+            ) {
+                (Some(text), None) => ServiceBusEndpoint::from_connection_string(&text)
+                    .map_err(|err| invalid("BOSUN_SERVICEBUS_CONNECTION_STRING", err.to_string()))?,
+                (None, Some(namespace)) => ServiceBusEndpoint::from_namespace(
+                    &namespace,
+                    get("BOSUN_SERVICEBUS_AUTH").as_deref().unwrap_or("default"),
+                    get("BOSUN_SERVICEBUS_CLIENT_ID"),
+                )
+                .map_err(|err| invalid(&err.field.clone(), err.reason))?,
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        "BOSUN_SERVICEBUS_NAMESPACE",
+                        "set either BOSUN_SERVICEBUS_CONNECTION_STRING or BOSUN_SERVICEBUS_NAMESPACE, not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        "BOSUN_TRANSPORT",
+                        "`servicebus` needs BOSUN_SERVICEBUS_CONNECTION_STRING (SAS or the emulator) or \
+                         BOSUN_SERVICEBUS_NAMESPACE (Entra ID)",
+                    ));
+                }
+            };
+            let verify_topology = match get("BOSUN_SERVICEBUS_VERIFY").as_deref() {
+                None | Some("true") => true,
+                Some("false") => false,
+                Some(_) => return Err(invalid("BOSUN_SERVICEBUS_VERIFY", "must be true or false")),
+            };
+            Some(ServiceBusSettings {
+                endpoint,
+                prefetch: u32::try_from(number("BOSUN_SERVICEBUS_PREFETCH", 16, 0)?)
+                    .map_err(|_| invalid("BOSUN_SERVICEBUS_PREFETCH", "is too large"))?,
+                send_timeout: millis("BOSUN_SERVICEBUS_SEND_TIMEOUT_MS", 30_000)?,
+                verify_topology,
+            })
+        } else {
+            None
+        };
+        let adapters = match get("BOSUN_ADAPTERS").as_deref() {
+            None | Some("local") => AdapterKind::Local,
+            Some("azure") => {
+                let required =
+                    |name: &str| get(name).ok_or_else(|| invalid(name, "is required when BOSUN_ADAPTERS=azure"));
+                let organization_url = required("BOSUN_AZURE_DEVOPS_ORG_URL")?;
+                if !organization_url.starts_with("https://") && !organization_url.starts_with("http://") {
+                    return Err(invalid("BOSUN_AZURE_DEVOPS_ORG_URL", "must be an http(s) URL"));
+                }
+                let project = required("BOSUN_AZURE_DEVOPS_PROJECT")?;
+                bosun_consumers::azure_devops::check_project_template(&project)
+                    .map_err(|err| invalid("BOSUN_AZURE_DEVOPS_PROJECT", format!("`{project}`: {err}")))?;
+                let pat = get("BOSUN_AZURE_DEVOPS_PAT").map(Secret::new);
+                let bearer_token = get("BOSUN_AZURE_DEVOPS_TOKEN").map(Secret::new);
+                if pat.is_none() && bearer_token.is_none() {
+                    return Err(invalid(
+                        "BOSUN_AZURE_DEVOPS_PAT",
+                        "a PAT or BOSUN_AZURE_DEVOPS_TOKEN is required when BOSUN_ADAPTERS=azure",
+                    ));
+                }
+                let acr = match get("BOSUN_ACR_REGISTRY") {
+                    None => None,
+                    Some(registry) => {
+                        let credential = if let Some(token) = get("BOSUN_ACR_ENTRA_TOKEN") {
+                            AcrCredential::EntraToken {
+                                token: Secret::new(token),
+                                tenant: get("BOSUN_ACR_TENANT"),
+                            }
+                        } else if let Some(token) = get("BOSUN_ACR_REFRESH_TOKEN") {
+                            AcrCredential::RefreshToken(Secret::new(token))
+                        } else {
+                            AcrCredential::Basic {
+                                username: get("BOSUN_ACR_USERNAME").ok_or_else(|| {
+                                    invalid(
+                                        "BOSUN_ACR_USERNAME",
+                                        "a credential is required with BOSUN_ACR_REGISTRY (username + password, \
+                                         BOSUN_ACR_REFRESH_TOKEN or BOSUN_ACR_ENTRA_TOKEN)",
+                                    )
+                                })?,
+                                password: Secret::new(required("BOSUN_ACR_PASSWORD")?),
+                            }
+                        };
+                        Some(AcrSettings { registry, credential })
+                    }
+                };
+                let artifacts = match get("BOSUN_ARTIFACTS_URL") {
+                    None => None,
+                    Some(url) => Some(ArtifactsSettings {
+                        url: url.trim_end_matches('/').to_owned(),
+                        project: get("BOSUN_ARTIFACTS_PROJECT"),
+                        pat: get("BOSUN_ARTIFACTS_PAT")
+                            .or_else(|| get("BOSUN_AZURE_DEVOPS_PAT"))
+                            .map(Secret::new)
+                            .ok_or_else(|| invalid("BOSUN_ARTIFACTS_PAT", "is required with BOSUN_ARTIFACTS_URL"))?,
+                    }),
+                };
+                let argo_cd = match get("BOSUN_ARGOCD_URL") {
+                    None => None,
+                    Some(url) => Some(ArgoCdSettings {
+                        url: url.trim_end_matches('/').to_owned(),
+                        token: Secret::new(required("BOSUN_ARGOCD_TOKEN")?),
+                    }),
+                };
+                let pulumi = get("BOSUN_PULUMI_PROGRAM_DIR").map(|dir| PulumiSettings {
+                    program_dir: PathBuf::from(dir),
+                    binary: get("BOSUN_PULUMI_BINARY").map(PathBuf::from),
+                });
+                AdapterKind::Azure(Box::new(AzureDevOpsSettings {
+                    acr,
+                    artifacts,
+                    argo_cd,
+                    pulumi,
+                    organization_url: organization_url.trim_end_matches('/').to_owned(),
+                    project,
+                    pat,
+                    bearer_token,
+                }))
+            }
+            Some(other) => return Err(invalid("BOSUN_ADAPTERS", format!("`{other}` is not local or azure"))),
+        };
+        let consumers = get("BOSUN_CONSUMERS")
+            .map(|list| parse_consumer_list(&list))
+            .transpose()?;
+        let log_format = match get("BOSUN_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => return Err(invalid("BOSUN_LOG_FORMAT", format!("`{other}` is not text or json"))),
+        };
+        let failpoint = match get("BOSUN_FAILPOINT").as_deref() {
+            None => None,
+            Some("halt-after-state-commit") => Some(Failpoint::HaltAfterStateCommit),
+            Some(other) => return Err(invalid("BOSUN_FAILPOINT", format!("unknown failpoint `{other}`"))),
+        };
+        let environment_list = |name: &str, default: &str| -> Result<Vec<String>, ConfigError> {
+            let text = get(name).unwrap_or_else(|| default.to_owned());
+            if text.trim() == "none" {
+                return Ok(Vec::new());
+            }
+            let names: Vec<String> = text
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
+            for env_name in &names {
+                bosun_contracts::validate::environment_name(name, env_name).map_err(|err| invalid(name, err.reason))?;
+            }
+            Ok(names)
+        };
+        let delivery = DeliverySettings {
+            environments: environment_list("BOSUN_RELEASE_ENVIRONMENTS", "dev")?,
+            auto_approve: environment_list("BOSUN_AUTO_APPROVE", "dev")?,
+            approval_timeout: millis("BOSUN_APPROVAL_TIMEOUT_MS", 24 * 3600 * 1000)?,
+            pipeline_poll: millis("BOSUN_PIPELINE_POLL_MS", 2_000)?,
+            pipeline_poll_max: millis("BOSUN_PIPELINE_POLL_MAX_MS", 30_000)?,
+            pipeline_max_polls: u32::try_from(number("BOSUN_PIPELINE_MAX_POLLS", 1_000, 1)?)
+                .map_err(|_| invalid("BOSUN_PIPELINE_MAX_POLLS", "is too large"))?,
+            reconcile: millis("BOSUN_RECONCILE_MS", 2_000)?,
+            reconcile_max: millis("BOSUN_RECONCILE_MAX_MS", 60_000)?,
+        };
+        if delivery.environments.is_empty() {
+            return Err(invalid("BOSUN_RELEASE_ENVIRONMENTS", "names no environment"));
+        }
+        let http_limits = {
+            let at_least = |name: &str, default: u64, min: u64| -> Result<Duration, ConfigError> {
+                let value = millis(name, default)?;
+                if value < Duration::from_millis(min) {
+                    return Err(invalid(name, format!("must be at least {min}")));
+                }
+                Ok(value)
+            };
+            let small = |name: &str, value: u64| u32::try_from(value).map_err(|_| invalid(name, "is too large"));
+            HttpLimits {
+                header_timeout: at_least("BOSUN_HTTP_HEADER_TIMEOUT_MS", HTTP_HEADER_TIMEOUT_MS, 100)?,
+                idle_timeout: at_least("BOSUN_HTTP_IDLE_TIMEOUT_MS", HTTP_IDLE_TIMEOUT_MS, 100)?,
+                max_connections: usize::try_from(number("BOSUN_HTTP_MAX_CONNECTIONS", HTTP_MAX_CONNECTIONS, 2)?)
+                    .map_err(|_| invalid("BOSUN_HTTP_MAX_CONNECTIONS", "is too large"))?,
+                rate_limit_per_second: small(
+                    "BOSUN_HTTP_RATE_LIMIT_PER_SECOND",
+                    number("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", HTTP_RATE_LIMIT_PER_SECOND, 0)?,
+                )?,
+                rate_limit_burst: small(
+                    "BOSUN_HTTP_RATE_LIMIT_BURST",
+                    number("BOSUN_HTTP_RATE_LIMIT_BURST", HTTP_RATE_LIMIT_BURST, 1)?,
+                )?,
+                allowed_origins: match get("BOSUN_HTTP_ALLOWED_ORIGINS") {
+                    None => HttpLimits::default().allowed_origins,
+                    Some(list) => crate::front::api::origin::parse_allowed_origins(&list)
+                        .map_err(|err| invalid("BOSUN_HTTP_ALLOWED_ORIGINS", err.to_string()))?,
+                },
+            }
+        };
+        let settings = Self {
+            data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
+            transport,
+            servicebus,
+            database_url,
+            blob,
+            claim_check_bytes,
+            http_max_body_bytes: usize::try_from(number("BOSUN_HTTP_MAX_BODY_BYTES", 4_194_304, 1024)?)
+                .map_err(|_| invalid("BOSUN_HTTP_MAX_BODY_BYTES", "is too large"))?,
+            http_limits,
+            adapters,
+            consumers,
+            concurrency: usize::try_from(number("BOSUN_CONCURRENCY", 8, 1)?).unwrap_or(usize::MAX),
+            lock_duration: millis("BOSUN_LOCK_DURATION_MS", 30_000)?,
+            max_delivery_count: u32::try_from(number("BOSUN_MAX_DELIVERY_COUNT", 10, 1)?)
+                .map_err(|_| invalid("BOSUN_MAX_DELIVERY_COUNT", "is too large"))?,
+            retry_base_delay: millis("BOSUN_RETRY_BASE_DELAY_MS", 1_000)?,
+            poll_interval: millis("BOSUN_POLL_INTERVAL_MS", 250)?,
+            shutdown_grace: millis("BOSUN_SHUTDOWN_GRACE_MS", 25_000)?,
+            log_format,
+            failpoint,
+            operator: get("BOSUN_OPERATOR")
+                .or_else(|| env.get("USER"))
+                .unwrap_or_else(|| "unknown".to_owned()),
+            delivery,
+        };
+        if settings.lock_duration < Duration::from_millis(500) {
+            return Err(invalid("BOSUN_LOCK_DURATION_MS", "must be at least 500"));
+        }
+        if settings.poll_interval.is_zero() {
+            return Err(invalid("BOSUN_POLL_INTERVAL_MS", "must be more than 0"));
+        }
+        Ok(settings)
+    }
+
+    /// Defaults with the data directory set (tests, `bosun demo`).
+    pub fn with_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        let mut settings = Self::from_sources(&BTreeMap::new(), &BTreeMap::new()).unwrap_or_else(|_| unreachable!());
+        settings.data_dir = data_dir.into();
+        settings
+    }
+
+    /// The embedded transport's database file.
+    pub fn transport_path(&self) -> PathBuf {
+        self.data_dir.join("transport.db")
+    }
+
+    /// The SQLite store's database file.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("state.db")
+    }
+
+    /// Root of the local Git host's bare repositories.
+    pub fn git_root(&self) -> PathBuf {
+        self.data_dir.join("git")
+    }
+
+    /// Root of the filesystem blob store.
+    pub fn blob_root(&self) -> PathBuf {
+        self.data_dir.join("blobs")
+    }
+}
+
+/// Parses `a,b , c` into consumer names, checking each against the routing table.
+pub fn parse_consumer_list(list: &str) -> Result<Vec<String>, ConfigError> {
+    let names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if names.is_empty() {
+        return Err(invalid("BOSUN_CONSUMERS", "names no consumer"));
+    }
+    for name in &names {
+        if bosun_contracts::routing::consumer(name).is_none() {
+            let known: Vec<_> = bosun_contracts::CONSUMERS.iter().map(|c| c.name).collect();
+            return Err(invalid(
+                "BOSUN_CONSUMERS",
+                format!("`{name}` is not a consumer (known: {})", known.join(", ")),
+            ));
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests;

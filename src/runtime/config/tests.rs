@@ -1,0 +1,227 @@
+//! Settings tests: defaults, every source, every invalid value named.
+
+use super::*;
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[test]
+fn defaults() {
+    let settings = Settings::from_sources(&map(&[]), &map(&[])).unwrap();
+    assert_eq!(settings.data_dir, PathBuf::from(".bosun"));
+    assert_eq!(settings.retry_base_delay, Duration::from_secs(1));
+    assert_eq!(settings.adapters, AdapterKind::Local);
+    assert_eq!(settings.consumers, None);
+}
+
+#[test]
+fn service_bus_settings() {
+    let emulator = "Endpoint=sb://127.0.0.1:5673;SharedAccessKeyName=RootManageSharedAccessKey;\
+                    SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true";
+    let settings = Settings::from_sources(
+        &map(&[
+            ("BOSUN_TRANSPORT", "servicebus"),
+            ("BOSUN_SERVICEBUS_CONNECTION_STRING", emulator),
+            ("BOSUN_SERVICEBUS_PREFETCH", "4"),
+        ]),
+        &map(&[]),
+    )
+    .unwrap();
+    assert_eq!(settings.transport, TransportKind::ServiceBus);
+    let servicebus = settings.servicebus.unwrap();
+    assert_eq!(servicebus.endpoint.amqp_url(), "amqp://127.0.0.1:5673");
+    assert_eq!(servicebus.prefetch, 4);
+    assert!(servicebus.verify_topology);
+    let entra = Settings::from_sources(
+        &map(&[
+            ("BOSUN_TRANSPORT", "servicebus"),
+            ("BOSUN_SERVICEBUS_NAMESPACE", "contoso"),
+            ("BOSUN_SERVICEBUS_AUTH", "workload-identity"),
+        ]),
+        &map(&[]),
+    )
+    .unwrap();
+    assert_eq!(
+        entra.servicebus.unwrap().endpoint.host,
+        "contoso.servicebus.windows.net"
+    );
+    for (env, named) in [
+        (vec![("BOSUN_TRANSPORT", "servicebus")], "BOSUN_TRANSPORT"),
+        (
+            vec![
+                ("BOSUN_TRANSPORT", "servicebus"),
+                (
+                    "BOSUN_SERVICEBUS_CONNECTION_STRING",
+                    "Endpoint=sb://x/;SharedAccessKey=secret",
+                ),
+            ],
+            "SharedAccessKeyName",
+        ),
+        (
+            vec![
+                ("BOSUN_TRANSPORT", "servicebus"),
+                ("BOSUN_SERVICEBUS_NAMESPACE", "contoso"),
+                ("BOSUN_SERVICEBUS_AUTH", "password"),
+            ],
+            "BOSUN_SERVICEBUS_AUTH",
+        ),
+    ] {
+        let err = Settings::from_sources(&map(&env), &map(&[])).unwrap_err().to_string();
+        assert!(err.contains(named), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+    }
+}
+
+#[test]
+fn environment_overrides_file() {
+    let env = map(&[("BOSUN_DATA_DIR", "/env"), ("BOSUN_RETRY_BASE_DELAY_MS", "10")]);
+    let file = map(&[("BOSUN_DATA_DIR", "/file"), ("BOSUN_CONCURRENCY", "3")]);
+    let settings = Settings::from_sources(&env, &file).unwrap();
+    assert_eq!(settings.data_dir, PathBuf::from("/env"));
+    assert_eq!(settings.retry_base_delay, Duration::from_millis(10));
+    assert_eq!(settings.concurrency, 3);
+}
+
+#[test]
+fn bad_values_name_the_setting() {
+    let err = Settings::from_sources(&map(&[("BOSUN_RETRY_BASE_DELAY_MS", "soon")]), &map(&[])).unwrap_err();
+    assert!(err.to_string().contains("BOSUN_RETRY_BASE_DELAY_MS"), "{err}");
+    let err = Settings::from_sources(&map(&[("BOSUN_CONSUMERS", "commit,billing")]), &map(&[])).unwrap_err();
+    assert!(err.to_string().contains("billing"), "{err}");
+    let err = Settings::from_sources(&map(&[("BOSUN_ADAPTERS", "azure")]), &map(&[])).unwrap_err();
+    assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_ORG_URL"), "{err}");
+}
+
+#[test]
+fn azure_devops_project_may_name_a_project_per_tenant() {
+    let env = |project: &str| {
+        map(&[
+            ("BOSUN_ADAPTERS", "azure"),
+            ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+            ("BOSUN_AZURE_DEVOPS_PROJECT", project),
+            ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
+        ])
+    };
+    for project in ["delivery", "delivery-{tenant}", "{tenant}"] {
+        let settings = Settings::from_sources(&env(project), &map(&[])).unwrap();
+        let AdapterKind::Azure(azure) = settings.adapters else {
+            panic!("azure adapters expected");
+        };
+        assert_eq!(azure.project, project);
+    }
+    for project in ["delivery-{team}", "delivery-{tenant", "delivery}"] {
+        let err = Settings::from_sources(&env(project), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_PROJECT"), "{err}");
+    }
+    let err = Settings::from_sources(&env("delivery-{team}"), &map(&[])).unwrap_err();
+    assert!(
+        err.to_string().contains("`{team}` is not a known template variable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn http_limits_have_documented_defaults_and_parse() {
+    use crate::front::api::origin::{AllowedOrigin, Origin};
+    let defaults = Settings::from_sources(&map(&[]), &map(&[])).unwrap().http_limits;
+    assert_eq!(defaults, HttpLimits::default());
+    assert_eq!(defaults.header_timeout, Duration::from_secs(10));
+    assert_eq!(defaults.idle_timeout, Duration::from_secs(75));
+    assert_eq!(defaults.max_connections, 4096);
+    assert_eq!((defaults.rate_limit_per_second, defaults.rate_limit_burst), (20, 100));
+    assert_eq!(defaults.allowed_origins, vec![AllowedOrigin::Loopback]);
+
+    let env = map(&[
+        ("BOSUN_HTTP_HEADER_TIMEOUT_MS", "2500"),
+        ("BOSUN_HTTP_IDLE_TIMEOUT_MS", " 30000 "),
+        ("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", "0"),
+        ("BOSUN_HTTP_ALLOWED_ORIGINS", "https://Console.Example.com, loopback"),
+    ]);
+    let file = map(&[
+        ("BOSUN_HTTP_MAX_CONNECTIONS", "300"),
+        ("BOSUN_HTTP_RATE_LIMIT_BURST", "7"),
+    ]);
+    let limits = Settings::from_sources(&env, &file).unwrap().http_limits;
+    assert_eq!(limits.header_timeout, Duration::from_millis(2500));
+    assert_eq!(limits.idle_timeout, Duration::from_secs(30));
+    assert_eq!(limits.max_connections, 300);
+    assert_eq!((limits.rate_limit_per_second, limits.rate_limit_burst), (0, 7));
+    assert_eq!(
+        limits.allowed_origins,
+        vec![
+            AllowedOrigin::Exact(Origin::parse("https://console.example.com:443").unwrap()),
+            AllowedOrigin::Loopback
+        ]
+    );
+    let none = Settings::from_sources(&map(&[("BOSUN_HTTP_ALLOWED_ORIGINS", "none")]), &map(&[])).unwrap();
+    assert!(none.http_limits.allowed_origins.is_empty());
+
+    for (name, value, says) in [
+        ("BOSUN_HTTP_HEADER_TIMEOUT_MS", "50", "at least 100"),
+        ("BOSUN_HTTP_IDLE_TIMEOUT_MS", "soon", "milliseconds"),
+        ("BOSUN_HTTP_MAX_CONNECTIONS", "1", "at least 2"),
+        ("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", "-1", "whole number"),
+        ("BOSUN_HTTP_RATE_LIMIT_PER_SECOND", "99999999999", "too large"),
+        ("BOSUN_HTTP_RATE_LIMIT_BURST", "0", "at least 1"),
+        ("BOSUN_HTTP_ALLOWED_ORIGINS", "console.example.com", "scheme://host"),
+        ("BOSUN_HTTP_ALLOWED_ORIGINS", "https://example.com/path", "no path"),
+        ("BOSUN_HTTP_ALLOWED_ORIGINS", " , ", "names no origin"),
+    ] {
+        let err = Settings::from_sources(&map(&[(name, value)]), &map(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(name) && err.contains(says), "{name}={value}: {err}");
+    }
+    // A TOML list is a comma list.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bosun.toml");
+    std::fs::write(
+        &path,
+        "http_allowed_origins = [\"http://10.0.0.5:8080\"]\nhttp_max_connections = 64\n",
+    )
+    .unwrap();
+    let limits = Settings::from_sources(&map(&[]), &read_file(&path).unwrap())
+        .unwrap()
+        .http_limits;
+    assert_eq!(limits.max_connections, 64);
+    assert_eq!(
+        limits.allowed_origins,
+        vec![AllowedOrigin::Exact(Origin::parse("http://10.0.0.5:8080").unwrap())]
+    );
+}
+
+#[test]
+fn secrets_are_not_printed() {
+    let env = map(&[
+        ("BOSUN_ADAPTERS", "azure"),
+        ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso/"),
+        ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+        ("BOSUN_AZURE_DEVOPS_PAT", "super-secret-pat"),
+    ]);
+    let settings = Settings::from_sources(&env, &map(&[])).unwrap();
+    let printed = format!("{settings:?}");
+    assert!(!printed.contains("super-secret-pat"), "{printed}");
+    assert!(printed.contains("[redacted]"));
+}
+
+#[test]
+fn toml_file_is_read_and_unknown_keys_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bosun.toml");
+    std::fs::write(
+        &path,
+        "data_dir = \"/srv/bosun\"\nconsumers = [\"commit\", \"repository-provisioning\"]\nconcurrency = 4\n",
+    )
+    .unwrap();
+    let file = read_file(&path).unwrap();
+    let settings = Settings::from_sources(&map(&[]), &file).unwrap();
+    assert_eq!(settings.data_dir, PathBuf::from("/srv/bosun"));
+    assert_eq!(
+        settings.consumers,
+        Some(vec!["commit".to_owned(), "repository-provisioning".to_owned()])
+    );
+    std::fs::write(&path, "dta_dir = \"/x\"\n").unwrap();
+    let err = read_file(&path).unwrap_err();
+    assert!(err.to_string().contains("dta_dir"), "{err}");
+}

@@ -1,0 +1,379 @@
+//! What the settings are: every value bosun reads, typed, with its
+//! variable name and default in its doc comment. [`super`] reads them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A secret value: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// A setting that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A value does not parse or breaks a rule.
+    #[error("setting {name}: {reason}")]
+    Invalid {
+        /// The environment variable name of the setting.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The configuration file could not be read or parsed.
+    #[error("config file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+pub(super) fn invalid(name: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        name: name.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Which transport carries messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// SQLite under the data directory (the default).
+    Embedded,
+    /// Queues and the events topic in PostgreSQL (`BOSUN_DATABASE_URL`).
+    Postgres,
+    /// Azure Service Bus (or its emulator) over AMQP 1.0.
+    ServiceBus,
+}
+
+/// `BOSUN_TRANSPORT=servicebus`: where the namespace is and how to use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceBusSettings {
+    /// The namespace and credentials (from
+    /// `BOSUN_SERVICEBUS_CONNECTION_STRING`, or `BOSUN_SERVICEBUS_NAMESPACE`
+    /// with `BOSUN_SERVICEBUS_AUTH` / `BOSUN_SERVICEBUS_CLIENT_ID`).
+    pub endpoint: crate::backends::servicebus::connection::ServiceBusEndpoint,
+    /// `BOSUN_SERVICEBUS_PREFETCH`: messages each receiver link is given
+    /// credit for ahead of the handlers. Default 16.
+    pub prefetch: u32,
+    /// `BOSUN_SERVICEBUS_SEND_TIMEOUT_MS`: the longest a send may take
+    /// before its link is recreated and the send reported failed. Default 30 000.
+    pub send_timeout: Duration,
+    /// `BOSUN_SERVICEBUS_VERIFY`: check at start that every entity exists
+    /// (`true`, the default) through the management API.
+    pub verify_topology: bool,
+}
+
+/// Which adapters the consumers use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdapterKind {
+    /// Do the work on this machine (bare Git repositories under the data dir ...).
+    Local,
+    /// Talk to Azure DevOps and the other Azure services.
+    Azure(Box<AzureDevOpsSettings>),
+}
+
+/// How bosun signs in to Azure Container Registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcrCredential {
+    /// `BOSUN_ACR_USERNAME` + `BOSUN_ACR_PASSWORD` (admin user or a scoped token).
+    Basic {
+        /// User or token name.
+        username: String,
+        /// Password.
+        password: Secret,
+    },
+    /// `BOSUN_ACR_REFRESH_TOKEN`.
+    RefreshToken(Secret),
+    /// `BOSUN_ACR_ENTRA_TOKEN` (+ `BOSUN_ACR_TENANT`): an Entra ID access token.
+    EntraToken {
+        /// The token.
+        token: Secret,
+        /// The Entra tenant.
+        tenant: Option<String>,
+    },
+}
+
+/// Azure Container Registry settings (container-build with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcrSettings {
+    /// `BOSUN_ACR_REGISTRY`: e.g. `contoso.azurecr.io`.
+    pub registry: String,
+    /// The credential.
+    pub credential: AcrCredential,
+}
+
+/// Azure Artifacts settings (package-publishing with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactsSettings {
+    /// `BOSUN_ARTIFACTS_URL`: `https://pkgs.dev.azure.com/<org>`.
+    pub url: String,
+    /// `BOSUN_ARTIFACTS_PROJECT`: the feed's project, for project-scoped feeds.
+    pub project: Option<String>,
+    /// `BOSUN_ARTIFACTS_PAT` (else the Azure DevOps PAT).
+    pub pat: Secret,
+}
+
+/// Argo CD settings (gitops-sync with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgoCdSettings {
+    /// `BOSUN_ARGOCD_URL`.
+    pub url: String,
+    /// `BOSUN_ARGOCD_TOKEN`.
+    pub token: Secret,
+}
+
+/// Pulumi settings (iac-provisioning with `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PulumiSettings {
+    /// `BOSUN_PULUMI_PROGRAM_DIR`: the Pulumi program (project) directory.
+    pub program_dir: PathBuf,
+    /// `BOSUN_PULUMI_BINARY`: the `pulumi` executable (default `pulumi` on PATH).
+    pub binary: Option<PathBuf>,
+}
+
+/// Azure DevOps connection settings, and the other Azure services the
+/// `azure` adapters talk to (each optional until a consumer needs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureDevOpsSettings {
+    /// Azure Container Registry, for container-build.
+    pub acr: Option<AcrSettings>,
+    /// Azure Artifacts, for package-publishing.
+    pub artifacts: Option<ArtifactsSettings>,
+    /// Argo CD, for gitops-sync.
+    pub argo_cd: Option<ArgoCdSettings>,
+    /// Pulumi, for iac-provisioning.
+    pub pulumi: Option<PulumiSettings>,
+    /// `https://dev.azure.com/<organization>`.
+    pub organization_url: String,
+    /// `BOSUN_AZURE_DEVOPS_PROJECT`: the project the repositories,
+    /// pull requests, pipelines and builds live in. A plain name
+    /// (`delivery`) is one project shared by every tenant, so two tenants'
+    /// repositories of one name are one repository; a template with
+    /// `{tenant}` (`delivery-{tenant}`) gives each tenant its own project
+    /// (`delivery-contoso`), created by an operator. `{tenant}` is the only
+    /// template variable; any other `{...}` is a configuration error.
+    pub project: String,
+    /// A personal access token (`BOSUN_AZURE_DEVOPS_PAT`) ...
+    pub pat: Option<Secret>,
+    /// ... or an Entra ID bearer token (`BOSUN_AZURE_DEVOPS_TOKEN`).
+    pub bearer_token: Option<Secret>,
+}
+
+/// Where large content (logs, reports, artifacts, claim-checked payloads)
+/// is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobBackend {
+    /// Files under `<data dir>/blobs` (the default).
+    Filesystem,
+    /// `BOSUN_BLOB_CONNECTION_STRING`: an Azure Storage connection string
+    /// (`UseDevelopmentStorage=true` for Azurite).
+    AzureConnectionString(Secret),
+    /// `BOSUN_BLOB_URL`: an Azure Storage account URL, with `auth`.
+    Azure {
+        /// `https://<account>.blob.core.windows.net`.
+        url: String,
+        /// How to sign in.
+        auth: BlobAuth,
+    },
+}
+
+/// How bosun signs in to Azure Blob Storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobAuth {
+    /// `BOSUN_BLOB_ACCOUNT_KEY` (+ `BOSUN_BLOB_ACCOUNT_NAME`): shared key.
+    SharedKey {
+        /// The account; read from the URL when absent.
+        account: Option<String>,
+        /// The key.
+        key: Secret,
+    },
+    /// `BOSUN_BLOB_SAS`: a SAS token.
+    Sas(Secret),
+    /// `BOSUN_BLOB_AUTH=default` (the default): workload identity, then the
+    /// Azure CLI, then the managed identity.
+    EntraDefault,
+    /// `BOSUN_BLOB_AUTH=workload-identity` (AKS).
+    WorkloadIdentity,
+    /// `BOSUN_BLOB_AUTH=managed-identity` (+ `BOSUN_BLOB_CLIENT_ID`).
+    ManagedIdentity {
+        /// A user-assigned identity's client id.
+        client_id: Option<String>,
+    },
+    /// `BOSUN_BLOB_AUTH=azure-cli`: the developer's `az login`.
+    AzureCli,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A test hook that stops the process at a chosen point so crash tests can
+/// kill it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failpoint {
+    /// After the first message's state (idempotency record + outbox) is
+    /// committed and before its outbox is dispatched or the message is
+    /// completed, the process stops doing work and waits to be killed.
+    HaltAfterStateCommit,
+}
+
+/// How the HTTP front door holds under abuse: how long a connection may
+/// take to send a request head or sit idle, how many connections are open
+/// at once, each key's request budget and which browser origins may call
+/// `/mcp`. [`Default`] gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// `BOSUN_HTTP_HEADER_TIMEOUT_MS`: the longest a client may take to send
+    /// a request head (from its connection's accept, or from the first byte
+    /// of a later request on a kept-alive connection). Default 10 000.
+    pub header_timeout: Duration,
+    /// `BOSUN_HTTP_IDLE_TIMEOUT_MS`: how long a kept-alive connection may
+    /// wait for its next request. Default 75 000, longer than the 60 s
+    /// upstream keep-alive of common proxies so that they close first.
+    pub idle_timeout: Duration,
+    /// `BOSUN_HTTP_MAX_CONNECTIONS`: connections open at once; never more
+    /// than half the process's open-file soft limit. Default 4 096.
+    pub max_connections: usize,
+    /// `BOSUN_HTTP_RATE_LIMIT_PER_SECOND`: requests per second each API key
+    /// may make, sustained; 0 turns the limit off. Default 20.
+    pub rate_limit_per_second: u32,
+    /// `BOSUN_HTTP_RATE_LIMIT_BURST`: requests a key may make at once before
+    /// the sustained rate applies. Default 100.
+    pub rate_limit_burst: u32,
+    /// `BOSUN_HTTP_ALLOWED_ORIGINS`: the browser origins that may call
+    /// `/mcp` (besides the server's own address): a comma list of
+    /// `scheme://host[:port]` and `loopback` (any port on `localhost`,
+    /// `127.0.0.0/8` or `[::1]`), or `none`. Default `loopback`.
+    pub allowed_origins: Vec<crate::front::api::origin::AllowedOrigin>,
+}
+
+pub(super) const HTTP_HEADER_TIMEOUT_MS: u64 = 10_000;
+pub(super) const HTTP_IDLE_TIMEOUT_MS: u64 = 75_000;
+pub(super) const HTTP_MAX_CONNECTIONS: u64 = 4_096;
+pub(super) const HTTP_RATE_LIMIT_PER_SECOND: u64 = 20;
+pub(super) const HTTP_RATE_LIMIT_BURST: u64 = 100;
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_millis(HTTP_HEADER_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(HTTP_IDLE_TIMEOUT_MS),
+            max_connections: HTTP_MAX_CONNECTIONS as usize,
+            rate_limit_per_second: HTTP_RATE_LIMIT_PER_SECOND as u32,
+            rate_limit_burst: HTTP_RATE_LIMIT_BURST as u32,
+            allowed_origins: vec![crate::front::api::origin::AllowedOrigin::Loopback],
+        }
+    }
+}
+
+/// Every setting bosun has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `BOSUN_DATA_DIR`: where the embedded transport, stores and local
+    /// adapters keep their files. Default `./.bosun`.
+    pub data_dir: PathBuf,
+    /// `BOSUN_TRANSPORT`: `embedded` (default) or `postgres`.
+    pub transport: TransportKind,
+    /// The Service Bus namespace, with `BOSUN_TRANSPORT=servicebus`.
+    pub servicebus: Option<ServiceBusSettings>,
+    /// `BOSUN_DATABASE_URL`: `postgres://...`; when set, the stores live in
+    /// PostgreSQL instead of SQLite. A secret: it may hold a password.
+    pub database_url: Option<Secret>,
+    /// The blob store.
+    pub blob: BlobBackend,
+    /// `BOSUN_CLAIM_CHECK_BYTES`: envelopes larger than this have their
+    /// payload moved to the blob store. Default 196 608 (192 KiB).
+    pub claim_check_bytes: usize,
+    /// `BOSUN_HTTP_MAX_BODY_BYTES`: the largest request body the HTTP API
+    /// takes (larger: 413). Default 4 194 304 (4 MiB); payloads over the
+    /// claim-check threshold travel through the blob store.
+    pub http_max_body_bytes: usize,
+    /// The HTTP front door's timeouts, connection cap, per-key request
+    /// budget and allowed browser origins (`BOSUN_HTTP_*`).
+    pub http_limits: HttpLimits,
+    /// `BOSUN_ADAPTERS`: `local` (default) or `azure`.
+    pub adapters: AdapterKind,
+    /// `BOSUN_CONSUMERS`: comma-separated consumers to run; all when unset.
+    pub consumers: Option<Vec<String>>,
+    /// `BOSUN_CONCURRENCY`: messages handled at once per consumer. Default 8.
+    pub concurrency: usize,
+    /// `BOSUN_LOCK_DURATION_MS`: peek-lock duration. Default 30 000.
+    pub lock_duration: Duration,
+    /// `BOSUN_MAX_DELIVERY_COUNT`: deliveries before the transport
+    /// dead-letters a message by itself. Default 10.
+    pub max_delivery_count: u32,
+    /// `BOSUN_RETRY_BASE_DELAY_MS`: the first retry's delay ceiling; every
+    /// consumer's retry delays scale with it. Default 1 000.
+    pub retry_base_delay: Duration,
+    /// `BOSUN_POLL_INTERVAL_MS`: how often an idle receiver looks for
+    /// messages sent by other processes. Default 250.
+    pub poll_interval: Duration,
+    /// `BOSUN_SHUTDOWN_GRACE_MS`: how long in-flight work may finish after
+    /// SIGTERM. Default 25 000.
+    pub shutdown_grace: Duration,
+    /// `BOSUN_LOG_FORMAT`: `text` (default) or `json`.
+    pub log_format: LogFormat,
+    /// `BOSUN_FAILPOINT`: test hook (`halt-after-state-commit`).
+    pub failpoint: Option<Failpoint>,
+    /// `BOSUN_OPERATOR` (else `USER`): who operator actions are recorded as.
+    pub operator: String,
+    /// Release policy and timings of the long-running consumers.
+    pub delivery: DeliverySettings,
+}
+
+/// How releases are promoted and how long-running work is followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliverySettings {
+    /// `BOSUN_RELEASE_ENVIRONMENTS`: environments a release is promoted
+    /// through, in order. Default `dev`.
+    pub environments: Vec<String>,
+    /// `BOSUN_AUTO_APPROVE`: environments approved by policy, without a
+    /// person. Default `dev`; empty (`BOSUN_AUTO_APPROVE=none`) for none.
+    pub auto_approve: Vec<String>,
+    /// `BOSUN_APPROVAL_TIMEOUT_MS`: how long a release waits for an approval
+    /// before it is rejected. Default 24 h.
+    pub approval_timeout: Duration,
+    /// `BOSUN_PIPELINE_POLL_MS`: first delay between polls of a pipeline
+    /// run; doubles per poll. Default 2 000.
+    pub pipeline_poll: Duration,
+    /// `BOSUN_PIPELINE_POLL_MAX_MS`: longest delay between polls. Default 30 000.
+    pub pipeline_poll_max: Duration,
+    /// `BOSUN_PIPELINE_MAX_POLLS`: polls before a run is given up on. Default 1 000.
+    pub pipeline_max_polls: u32,
+    /// `BOSUN_RECONCILE_MS`: first delay before an environment that has not
+    /// reached its desired commit is reconciled again. Default 2 000.
+    pub reconcile: Duration,
+    /// `BOSUN_RECONCILE_MAX_MS`: longest reconcile delay. Default 60 000.
+    pub reconcile_max: Duration,
+}
