@@ -1,6 +1,12 @@
 //! The consumer host: receives messages for each consumer and runs its
 //! handler around the runtime's guarantees.
 //!
+//! The host decides and executes separately: [`decision::decide`] is a pure
+//! function from what happened to a delivery (handler result, attempt,
+//! retry policy, runtime errors and what they mean) to what to do with it;
+//! `execute` runs each step and carries the decision out; `dead_letter`
+//! records and dead-letters; `lock` renews the lock while a handler runs.
+//!
 //! For each message: parse and validate the envelope (a message that cannot
 //! be read is dead-lettered with its original bytes and a reason naming the
 //! problem); skip it if this consumer already handled its messageId; run the
@@ -11,45 +17,45 @@
 //!   the same transaction, a copy of the message with `attempt + 1`
 //!   scheduled after an exponential, fully jittered delay, then complete the
 //!   original (no lock is held while waiting);
-//! - on a permanent failure or exhausted retries, record a dead letter with
-//!   the original bytes, the error chain and every attempt, and dead-letter
-//!   the message on the transport.
+//! - on a permanent failure or exhausted retries, or when the state the
+//!   message needs is stored corrupt, record a dead letter with the original
+//!   bytes, the error chain and every attempt, and dead-letter the message on
+//!   the transport;
+//! - on a transient runtime failure (the store or transport unavailable),
+//!   abandon it for redelivery; on one that means this process cannot work
+//!   (the database schema is not the one it needs), abandon it and stop.
 //!
 //! The [`dispatcher`] sends outbox entries. Shutdown: stop receiving, let
 //! in-flight handlers finish within the grace period, abandon the rest.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bosun_consumers::{Consumer, HandlerError, Inbound, RetryPolicy, SagaInstance};
-use bosun_contracts::routing::{self, destination_of};
-use bosun_contracts::{ContractError, Destination, Envelope, Message};
-use serde_json::Value;
-use time::OffsetDateTime;
+use bosun_consumers::{Consumer, HandlerError, RetryPolicy};
+use bosun_contracts::routing;
+use bosun_contracts::{ContractError, Destination, Envelope};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
-use uuid::Uuid;
 
-use crate::ports::store::{
-    AttemptRecord, CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, Store, StoreError,
-    TimelineEntry, TimelineStatus,
-};
-use crate::ports::transport::{OutboundMessage, ReceivedMessage, Transport, TransportError};
+use crate::ports::store::{Store, StoreError};
+use crate::ports::transport::{ReceivedMessage, Transport, TransportError};
 use crate::runtime::config::{Failpoint, Settings};
-use crate::runtime::metrics::{Event, Metrics};
+use crate::runtime::metrics::Metrics;
 use crate::runtime::telemetry;
 use claim_check::ClaimCheck;
+use dead_letter::reject;
+use execute::handle;
+pub(crate) use execute::with_attempt;
 
 pub mod claim_check;
+mod dead_letter;
 pub mod decision;
 pub mod dispatcher;
-
-/// Saga version conflicts tolerated for one message before it is abandoned
-/// for redelivery.
-const MAX_SAGA_CONFLICTS: u32 = 16;
+mod execute;
+mod lock;
 
 /// A message whose tenant is not the tenant of the saga it names: refused
 /// as a permanent failure (dead-lettered, so an operator sees the attempt).
@@ -118,6 +124,10 @@ pub enum HostError {
     /// The store failed at start.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A runtime failure meant this process could not handle messages
+    /// (e.g. the database schema changed under it); it stopped taking work.
+    #[error("stopped: {0}; fix it and start bosun again")]
+    Stopped(String),
 }
 
 /// Shared state of a running host.
@@ -132,6 +142,21 @@ pub(crate) struct Runtime {
     pub(crate) metrics: Arc<Metrics>,
     /// Large payloads: offloaded before sending, resolved after receiving.
     pub(crate) claim_check: Option<ClaimCheck>,
+    /// Cancelled when a decision says this process must stop taking work.
+    halted: CancellationToken,
+    /// Why it stopped.
+    halt_reason: Mutex<Option<String>>,
+}
+
+impl Runtime {
+    /// Stops taking work: receivers stop, in-flight handlers drain, and
+    /// [`Host::run`] returns [`HostError::Stopped`] with `why`.
+    pub(crate) fn halt(&self, why: String) {
+        if let Ok(mut reason) = self.halt_reason.lock() {
+            reason.get_or_insert(why);
+        }
+        self.halted.cancel();
+    }
 }
 
 /// Runs consumers against a transport and a store.
@@ -157,6 +182,8 @@ impl Host {
                 frozen: AtomicBool::new(false),
                 metrics: Arc::new(Metrics::new()),
                 claim_check: None,
+                halted: CancellationToken::new(),
+                halt_reason: Mutex::new(None),
             }),
             consumers,
         }
@@ -184,9 +211,23 @@ impl Host {
         Arc::clone(&self.runtime.metrics)
     }
 
-    /// Runs until `shutdown` is cancelled, then drains: in-flight handlers
+    /// Runs until `shutdown` is cancelled (or a decision stops it: then it
+    /// returns [`HostError::Stopped`]), then drains: in-flight handlers
     /// get the grace period, after which their messages are abandoned.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), HostError> {
+        // Receivers stop on the caller's shutdown or on a halt decision.
+        let requested = shutdown;
+        let shutdown = CancellationToken::new();
+        let stopping = {
+            let (requested, halted, shutdown) = (requested.clone(), self.runtime.halted.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = requested.cancelled() => {},
+                    () = halted.cancelled() => {},
+                }
+                shutdown.cancel();
+            })
+        };
         let hard_stop = CancellationToken::new();
         let in_flight = TaskTracker::new();
         let mut loops = Vec::new();
@@ -241,6 +282,18 @@ impl Host {
         }
         dispatcher_stop.cancel();
         let _ = dispatcher.await;
+        let _ = stopping.await;
+        if self.runtime.halted.is_cancelled() {
+            let why = self
+                .runtime
+                .halt_reason
+                .lock()
+                .ok()
+                .and_then(|reason| reason.clone())
+                .unwrap_or_default();
+            tracing::error!(reason = why, "stopped taking work");
+            return Err(HostError::Stopped(why));
+        }
         tracing::info!("stopped");
         Ok(())
     }
@@ -410,493 +463,6 @@ async fn process(
     .instrument(span)
     .await;
     runtime.metrics.processing_latency(name, received_at.elapsed());
-}
-
-/// Dead-letters a message that cannot be read.
-async fn reject(
-    runtime: &Runtime,
-    consumer: &dyn Consumer,
-    entity: &Destination,
-    received: &ReceivedMessage,
-    envelope: Option<&Envelope>,
-    err: &ContractError,
-) {
-    tracing::warn!(reason = err.cause(), error = %err, "message cannot be read; dead-lettering");
-    runtime.metrics.count(consumer.name(), Event::DeadLettered);
-    let record = dead_letter_record(
-        consumer.name(),
-        entity,
-        received,
-        envelope,
-        err.cause(),
-        &err.to_string(),
-        vec![err.to_string()],
-        Vec::new(),
-    );
-    dead_letter(runtime, received, record, envelope, 0).await;
-}
-
-#[allow(clippy::too_many_arguments)]
-fn dead_letter_record(
-    consumer: &str,
-    entity: &Destination,
-    received: &ReceivedMessage,
-    envelope: Option<&Envelope>,
-    reason: &str,
-    description: &str,
-    error_chain: Vec<String>,
-    attempts: Vec<AttemptRecord>,
-) -> DeadLetterRecord {
-    DeadLetterRecord {
-        id: Uuid::now_v7(),
-        consumer: Some(consumer.to_owned()),
-        entity: entity.path(),
-        transport_sequence: Some(received.lock.sequence),
-        broker_message_id: received.broker_message_id.clone(),
-        message_id: envelope.map(|e| e.message_id.to_string()),
-        message_type: envelope
-            .map(|e| e.message_type.clone())
-            .or_else(|| received.message_type.clone()),
-        correlation_id: envelope.map(|e| e.correlation_id.to_string()),
-        tenant_id: envelope.map(|e| e.tenant_id.clone()),
-        body: received.body.clone(),
-        reason: reason.to_owned(),
-        description: description.to_owned(),
-        error_chain,
-        attempts,
-        dead_lettered_at: OffsetDateTime::now_utc(),
-        origin: "host".to_owned(),
-        status: DeadLetterStatus::Dead,
-        replays: Vec::new(),
-    }
-}
-
-async fn dead_letter(
-    runtime: &Runtime,
-    received: &ReceivedMessage,
-    record: DeadLetterRecord,
-    envelope: Option<&Envelope>,
-    attempt: u32,
-) {
-    let timeline = envelope.map(|envelope| TimelineEntry {
-        correlation_id: envelope.correlation_id.to_string(),
-        message_id: envelope.message_id.to_string(),
-        message_type: envelope.message_type.clone(),
-        consumer: record.consumer.clone(),
-        status: TimelineStatus::DeadLettered,
-        attempt,
-        at: OffsetDateTime::now_utc(),
-        detail: Some(format!(
-            "{}: {} (dead letter {})",
-            record.reason, record.description, record.id
-        )),
-    });
-    let reason = record.reason.clone();
-    let mut description = record.description.clone();
-    if description.len() > 1024 {
-        let mut cut = 1024;
-        while !description.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        description.truncate(cut);
-    }
-    let id = record.id;
-    if let Err(err) = runtime.store.record_dead_letter(record, timeline).await {
-        // Without the record the transport's dead-letter queue still keeps
-        // the message; abandoning would loop. Dead-letter natively anyway.
-        tracing::error!(error = %err, "could not record the dead letter; it stays in the transport's dead-letter queue");
-    }
-    match runtime
-        .transport
-        .dead_letter(&received.lock, &reason, &description)
-        .await
-    {
-        Ok(()) => tracing::warn!(dead_letter_id = %id, reason, "dead-lettered"),
-        Err(err) => tracing::error!(error = %err, "could not dead-letter on the transport; it will be redelivered"),
-    }
-}
-
-/// Renews `lock` every third of the lock duration until dropped.
-struct LockRenewal {
-    stop: CancellationToken,
-}
-
-impl LockRenewal {
-    fn start(runtime: &Runtime, received: &ReceivedMessage) -> Self {
-        let stop = CancellationToken::new();
-        let transport = Arc::clone(&runtime.transport);
-        let lock = received.lock.clone();
-        let duration = runtime.options.lock_duration;
-        let token = stop.clone();
-        tokio::spawn(
-            async move {
-                loop {
-                    tokio::select! {
-                        () = tokio::time::sleep(duration / 3) => {},
-                        () = token.cancelled() => return,
-                    }
-                    if let Err(err) = transport.renew_lock(&lock, duration).await {
-                        tracing::warn!(error = %err, "lock renewal failed; the message may be delivered again");
-                        return;
-                    }
-                    tracing::debug!("lock renewed");
-                }
-            }
-            .in_current_span(),
-        );
-        Self { stop }
-    }
-}
-
-impl Drop for LockRenewal {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-fn timeline(envelope: &Envelope, consumer: &str, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
-    TimelineEntry {
-        correlation_id: envelope.correlation_id.to_string(),
-        message_id: envelope.message_id.to_string(),
-        message_type: envelope.message_type.clone(),
-        consumer: Some(consumer.to_owned()),
-        status,
-        attempt: envelope.attempt,
-        at: OffsetDateTime::now_utc(),
-        detail,
-    }
-}
-
-/// Turns a handler's outgoing messages into outbox entries.
-fn outgoing_messages(
-    envelope: &Envelope,
-    consumer: &str,
-    outcome: &bosun_consumers::Outcome,
-) -> Result<Vec<OutboundMessage>, HandlerError> {
-    let now = OffsetDateTime::now_utc();
-    outcome
-        .messages
-        .iter()
-        .map(|outgoing| {
-            let message_type = outgoing.message.message_type();
-            let destination = destination_of(message_type).ok_or_else(|| {
-                HandlerError::permanent(format!("no route for `{message_type}`: no consumer handles it"))
-            })?;
-            let mut next = envelope.follow_up(&outgoing.message, consumer);
-            next.traceparent = Some(telemetry::child_traceparent(envelope.traceparent.as_deref()));
-            Ok(OutboundMessage {
-                destination,
-                broker_message_id: next.message_id.to_string(),
-                message_type: Some(message_type.to_owned()),
-                correlation_id: Some(next.correlation_id.to_string()),
-                body: next.to_vec(),
-                scheduled_at: outgoing.delay.map(|delay| now + delay),
-            })
-        })
-        .collect()
-}
-
-/// The bytes of a message with its `attempt` field set, all else kept.
-pub(crate) fn with_attempt(body: &[u8], attempt: u32) -> Option<Vec<u8>> {
-    let mut value: Value = serde_json::from_slice(body).ok()?;
-    value
-        .as_object_mut()?
-        .insert("attempt".to_owned(), Value::from(attempt));
-    serde_json::to_vec(&value).ok()
-}
-
-async fn handle(
-    runtime: &Runtime,
-    consumer: &dyn Consumer,
-    entity: &Destination,
-    received: &ReceivedMessage,
-    envelope: &Envelope,
-    message: &Message,
-    hard_stop: &CancellationToken,
-) {
-    let name = consumer.name();
-    let message_id = envelope.message_id.to_string();
-    match runtime.store.is_handled(name, &message_id).await {
-        Ok(true) => {
-            tracing::info!("already handled; acknowledging without running the handler again");
-            runtime.metrics.count(name, Event::Duplicate);
-            let _ = runtime
-                .store
-                .append_timeline(vec![timeline(envelope, name, TimelineStatus::Duplicate, None)])
-                .await;
-            runtime.outbox_ready.notify_one();
-            settle_complete(runtime, received).await;
-            return;
-        }
-        Ok(false) => {}
-        Err(err) => {
-            tracing::warn!(error = %err, "store unavailable; abandoning for redelivery");
-            let _ = runtime.transport.abandon(&received.lock).await;
-            return;
-        }
-    }
-
-    let saga_key = consumer.saga_of(envelope, message);
-    let renewal = LockRenewal::start(runtime, received);
-    let mut conflicts = 0u32;
-    loop {
-        let started = std::time::Instant::now();
-        // A saga consumer gets its saga as stored now; on a version conflict
-        // at commit the saga is loaded again and the handler re-run.
-        let saga = match &saga_key {
-            Some((kind, key)) => match runtime.store.load_saga(kind, key).await {
-                Ok(Some(record))
-                    if record
-                        .tenant_id
-                        .as_deref()
-                        .is_some_and(|owner| owner != envelope.tenant_id) =>
-                {
-                    // Tenants are walls: a message never acts on another
-                    // tenant's saga, whatever its key says.
-                    drop(renewal);
-                    let err = HandlerError::permanent(TenantMismatch {
-                        message_type: envelope.message_type.clone(),
-                        message_tenant: envelope.tenant_id.clone(),
-                        saga: format!("{kind}/{key}"),
-                        saga_tenant: record.tenant_id.unwrap_or_default(),
-                    });
-                    tracing::warn!(error = %err, "message refused: it names another tenant's saga");
-                    return fail(runtime, consumer, entity, received, envelope, &err).await;
-                }
-                Ok(record) => Some(SagaInstance {
-                    kind,
-                    key: key.clone(),
-                    version: record.as_ref().map_or(0, |r| r.version),
-                    state: record.map_or(Value::Null, |r| r.state),
-                }),
-                Err(err) => {
-                    tracing::warn!(error = %err, "could not load the saga; abandoning for redelivery");
-                    drop(renewal);
-                    let _ = runtime.transport.abandon(&received.lock).await;
-                    return;
-                }
-            },
-            None => None,
-        };
-        let inbound = Inbound {
-            envelope,
-            message,
-            saga: saga.as_ref(),
-        };
-        let result = tokio::select! {
-            result = consumer.handle(inbound) => Some(result),
-            () = hard_stop.cancelled() => None,
-        };
-        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        runtime.metrics.handler_latency(name, started.elapsed());
-        let Some(result) = result else {
-            tracing::warn!("shutdown grace period over; abandoning");
-            drop(renewal);
-            let _ = runtime.transport.abandon(&received.lock).await;
-            return;
-        };
-        let outcome = match result
-            .and_then(|outcome| outgoing_messages(envelope, name, &outcome).map(|outbox| (outbox, outcome.saga_state)))
-        {
-            Ok(outcome) => outcome,
-            Err(err) => {
-                drop(renewal);
-                return fail(runtime, consumer, entity, received, envelope, &err).await;
-            }
-        };
-        let (outbox, saga_state) = outcome;
-        let saga_write = match (saga_state, &saga) {
-            (Some(state), Some(instance)) => Some(SagaWrite {
-                kind: instance.kind.to_owned(),
-                key: instance.key.clone(),
-                expected_version: instance.version,
-                state,
-                tenant_id: Some(envelope.tenant_id.clone()).filter(|tenant| !tenant.is_empty()),
-            }),
-            (Some(_), None) => {
-                tracing::error!("the handler returned saga state for a message that belongs to no saga; ignored");
-                None
-            }
-            (None, _) => None,
-        };
-        let sends = outbox.len();
-        let handled = HandledMessage {
-            consumer: name.to_owned(),
-            message_id: message_id.clone(),
-            message_type: envelope.message_type.clone(),
-            saga: saga_write,
-            outbox,
-            timeline: vec![timeline(
-                envelope,
-                name,
-                TimelineStatus::Completed,
-                Some(format!("{elapsed_ms} ms, pid {}", std::process::id())),
-            )],
-        };
-        if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
-            runtime.frozen.store(true, Ordering::SeqCst);
-        }
-        // Where the store and the transport share one database, the commit
-        // also enqueues the outgoing messages and completes this one.
-        let committed = match runtime
-            .store
-            .commit_handled_and_complete(&handled, &received.lock)
-            .await
-        {
-            Ok(Some(outcome)) => Ok((outcome, true)),
-            Ok(None) => runtime
-                .store
-                .commit_handled(handled)
-                .await
-                .map(|outcome| (outcome, false)),
-            Err(err) => Err(err),
-        };
-        let settled = matches!(committed, Ok((_, true)));
-        match committed.map(|(outcome, _)| outcome) {
-            Ok(CommitOutcome::Committed) => {
-                if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
-                    tracing::error!("failpoint halt-after-state-commit reached; halting");
-                    eprintln!("FAILPOINT halt-after-state-commit {message_id}");
-                    std::future::pending::<()>().await;
-                }
-                tracing::info!(elapsed_ms, sends, "finished");
-                runtime.metrics.count(name, Event::Processed);
-            }
-            Ok(CommitOutcome::AlreadyHandled) => {
-                tracing::info!("another host handled it first; acknowledging");
-            }
-            Err(StoreError::LockLost { .. }) => {
-                tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
-                drop(renewal);
-                return;
-            }
-            Err(StoreError::SagaConflict { expected, found, .. }) if conflicts < MAX_SAGA_CONFLICTS => {
-                conflicts += 1;
-                runtime.metrics.count(name, Event::SagaConflict);
-                tracing::info!(
-                    expected,
-                    found,
-                    conflicts,
-                    "saga changed meanwhile; reloading and applying again"
-                );
-                continue;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "could not commit; abandoning for redelivery");
-                drop(renewal);
-                let _ = runtime.transport.abandon(&received.lock).await;
-                return;
-            }
-        }
-        drop(renewal);
-        runtime.outbox_ready.notify_one();
-        if !settled {
-            settle_complete(runtime, received).await;
-        }
-        return;
-    }
-}
-
-async fn settle_complete(runtime: &Runtime, received: &ReceivedMessage) {
-    if let Err(err) = runtime.transport.complete(&received.lock).await {
-        tracing::warn!(error = %err, "could not complete; a redelivery will be recognised as handled");
-    }
-}
-
-async fn fail(
-    runtime: &Runtime,
-    consumer: &dyn Consumer,
-    entity: &Destination,
-    received: &ReceivedMessage,
-    envelope: &Envelope,
-    err: &HandlerError,
-) {
-    let name = consumer.name();
-    let message_id = envelope.message_id.to_string();
-    let chain = handler_error_chain(err);
-    let policy = runtime.options.scaled(consumer.retry_policy());
-    let attempt = envelope.attempt;
-    let record = AttemptRecord {
-        attempt,
-        at: OffsetDateTime::now_utc(),
-        error_chain: chain.clone(),
-    };
-    if err.is_retryable() && attempt < policy.max_retries {
-        let ceiling = policy.ceiling(attempt + 1);
-        let jittered = Duration::from_millis(fastrand::u64(
-            0..=u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX),
-        ));
-        let delay = match err {
-            HandlerError::RetryAfter { after, .. } => jittered.max(*after),
-            _ => jittered,
-        };
-        let Some(body) = with_attempt(&received.body, attempt + 1) else {
-            tracing::error!("cannot rewrite the attempt of a message that parsed before; abandoning");
-            let _ = runtime.transport.abandon(&received.lock).await;
-            return;
-        };
-        let retry = OutboundMessage {
-            // Back to the entity it came from: for an event, only this
-            // consumer's subscription, not every subscriber again.
-            destination: entity.clone(),
-            broker_message_id: format!("{message_id}.retry-{}", attempt + 1),
-            message_type: Some(envelope.message_type.clone()),
-            correlation_id: Some(envelope.correlation_id.to_string()),
-            body,
-            scheduled_at: Some(OffsetDateTime::now_utc() + delay),
-        };
-        let line = timeline(
-            envelope,
-            name,
-            TimelineStatus::RetryScheduled,
-            Some(format!(
-                "retry {} of {} in {} ms: {}",
-                attempt + 1,
-                policy.max_retries,
-                delay.as_millis(),
-                chain.join(": ")
-            )),
-        );
-        match runtime
-            .store
-            .record_retry(name, &message_id, &received.broker_message_id, record, retry, line)
-            .await
-        {
-            Ok(()) => {
-                runtime.metrics.count(name, Event::Retried);
-                tracing::warn!(error = %err, retry = attempt + 1, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "failed; retry scheduled");
-                runtime.outbox_ready.notify_one();
-                settle_complete(runtime, received).await;
-            }
-            Err(store_err) => {
-                tracing::warn!(error = %store_err, "could not record the retry; abandoning for redelivery");
-                let _ = runtime.transport.abandon(&received.lock).await;
-            }
-        }
-        return;
-    }
-    let (reason, description) = if err.is_retryable() {
-        (
-            "retries-exhausted",
-            format!("failed {} times; last error: {}", attempt + 1, chain.join(": ")),
-        )
-    } else {
-        ("permanent-failure", chain.join(": "))
-    };
-    let mut attempts = runtime.store.attempts(name, &message_id).await.unwrap_or_default();
-    attempts.push(record);
-    runtime.metrics.count(name, Event::DeadLettered);
-    let dead = dead_letter_record(
-        name,
-        entity,
-        received,
-        Some(envelope),
-        reason,
-        &description,
-        chain,
-        attempts,
-    );
-    dead_letter(runtime, received, dead, Some(envelope), attempt).await;
 }
 
 #[cfg(test)]

@@ -81,6 +81,21 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+impl StoreError {
+    /// What this failure means for the message being handled.
+    pub fn next_step(&self) -> crate::ports::NextStep {
+        use crate::ports::NextStep;
+        match self {
+            Self::SchemaMismatch { .. } => NextStep::Stop,
+            Self::SagaConflict { .. }
+            | Self::NotFound { .. }
+            | Self::Ambiguous { .. }
+            | Self::LockLost { .. }
+            | Self::Unavailable(_) => NextStep::Retry,
+        }
+    }
+}
+
 /// How many ids an [`StoreError::Ambiguous`] lists.
 pub const AMBIGUOUS_SHOWN: usize = 10;
 

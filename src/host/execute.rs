@@ -1,0 +1,506 @@
+//! The executor: runs one readable message through its consumer and
+//! carries out what [`decision::decide`] says.
+//!
+//! Each step (the idempotency check, loading the saga, the handler, the
+//! commit) ends in an [`Observed`]; the decision for it is taken by the
+//! pure function, and this module only performs it: commit and complete,
+//! reload and re-run, schedule a retry, dead-letter, abandon, stop, or let
+//! a lost lock go.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bosun_consumers::{Consumer, HandlerError, Inbound, RetryPolicy, SagaInstance};
+use bosun_contracts::routing::destination_of;
+use bosun_contracts::{Destination, Envelope, Message};
+use serde_json::Value;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::dead_letter::{dead_letter, dead_letter_record};
+use super::decision::{self, DeadLetterReason, Decision, Observed};
+use super::lock::LockRenewal;
+use super::{Runtime, TenantMismatch, error_chain, handler_error_chain};
+use crate::ports::store::{
+    AttemptRecord, CommitOutcome, HandledMessage, SagaWrite, StoreError, TimelineEntry, TimelineStatus,
+};
+use crate::ports::transport::{OutboundMessage, ReceivedMessage};
+use crate::runtime::config::Failpoint;
+use crate::runtime::metrics::Event;
+use crate::runtime::telemetry;
+
+/// One delivery being handled: what every step needs.
+struct Delivery<'a> {
+    runtime: &'a Runtime,
+    consumer: &'a dyn Consumer,
+    entity: &'a Destination,
+    received: &'a ReceivedMessage,
+    envelope: &'a Envelope,
+    policy: RetryPolicy,
+}
+
+/// Why a delivery failed, for the decision and for the dead letter.
+enum Failure<'a> {
+    Handler(&'a HandlerError),
+    Runtime(&'a StoreError),
+}
+
+impl Delivery<'_> {
+    fn decide(&self, observed: Observed<'_>) -> Decision {
+        decision::decide(observed, &self.policy, self.envelope.attempt, fastrand::f64())
+    }
+
+    fn name(&self) -> &'static str {
+        self.consumer.name()
+    }
+
+    fn timeline(&self, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
+        timeline(self.envelope, self.name(), status, detail)
+    }
+}
+
+/// Handles a message whose envelope was read and decoded.
+pub(super) async fn handle(
+    runtime: &Runtime,
+    consumer: &dyn Consumer,
+    entity: &Destination,
+    received: &ReceivedMessage,
+    envelope: &Envelope,
+    message: &Message,
+    hard_stop: &CancellationToken,
+) {
+    let delivery = Delivery {
+        runtime,
+        consumer,
+        entity,
+        received,
+        envelope,
+        policy: runtime.options.scaled(consumer.retry_policy()),
+    };
+    let name = consumer.name();
+    let message_id = envelope.message_id.to_string();
+    match runtime.store.is_handled(name, &message_id).await {
+        Ok(true) => {
+            let decision = delivery.decide(Observed::AlreadyHandled);
+            return acknowledge(&delivery, decision).await;
+        }
+        Ok(false) => {}
+        Err(err) => {
+            let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
+            return execute(&delivery, decision, Failure::Runtime(&err)).await;
+        }
+    }
+
+    let saga_key = consumer.saga_of(envelope, message);
+    let renewal = LockRenewal::start(runtime, received);
+    let mut conflicts = 0u32;
+    loop {
+        let started = std::time::Instant::now();
+        // A saga consumer gets its saga as stored now; on a version conflict
+        // at commit the saga is loaded again and the handler re-run.
+        let saga = match &saga_key {
+            Some((kind, key)) => match load_saga(&delivery, kind, key).await {
+                Ok(saga) => Some(saga),
+                Err(Refused::Handler(err)) => {
+                    drop(renewal);
+                    tracing::warn!(error = %err, "message refused: it names another tenant's saga");
+                    let decision = delivery.decide(Observed::HandlerFailed(&err));
+                    return execute(&delivery, decision, Failure::Handler(&err)).await;
+                }
+                Err(Refused::Store(err)) => {
+                    drop(renewal);
+                    tracing::warn!(error = %err, "could not load the saga");
+                    let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
+                    return execute(&delivery, decision, Failure::Runtime(&err)).await;
+                }
+            },
+            None => None,
+        };
+        let inbound = Inbound {
+            envelope,
+            message,
+            saga: saga.as_ref(),
+        };
+        let result = tokio::select! {
+            result = consumer.handle(inbound) => Some(result),
+            () = hard_stop.cancelled() => None,
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        runtime.metrics.handler_latency(name, started.elapsed());
+        let Some(result) = result else {
+            drop(renewal);
+            tracing::warn!("shutdown grace period over; abandoning");
+            return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
+        };
+        let outputs = result
+            .and_then(|outcome| outgoing_messages(envelope, name, &outcome).map(|outbox| (outbox, outcome.saga_state)));
+        let (outbox, saga_state) = match outputs {
+            Ok(outputs) => outputs,
+            Err(err) => {
+                drop(renewal);
+                let decision = delivery.decide(Observed::HandlerFailed(&err));
+                return execute(&delivery, decision, Failure::Handler(&err)).await;
+            }
+        };
+        debug_assert_eq!(
+            delivery.decide(Observed::Succeeded),
+            Decision::Complete { outputs: true }
+        );
+        let sends = outbox.len();
+        let handled = HandledMessage {
+            consumer: name.to_owned(),
+            message_id: message_id.clone(),
+            message_type: envelope.message_type.clone(),
+            saga: saga_write(envelope, saga_state, saga.as_ref()),
+            outbox,
+            timeline: vec![delivery.timeline(
+                TimelineStatus::Completed,
+                Some(format!("{elapsed_ms} ms, pid {}", std::process::id())),
+            )],
+        };
+        if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
+            runtime.frozen.store(true, Ordering::SeqCst);
+        }
+        let observed = match commit(runtime, handled, received).await {
+            Ok((CommitOutcome::Committed, settled)) => {
+                if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
+                    tracing::error!("failpoint halt-after-state-commit reached; halting");
+                    eprintln!("FAILPOINT halt-after-state-commit {message_id}");
+                    std::future::pending::<()>().await;
+                }
+                tracing::info!(elapsed_ms, sends, "finished");
+                runtime.metrics.count(name, Event::Processed);
+                drop(renewal);
+                return finish_commit(&delivery, settled).await;
+            }
+            Ok((CommitOutcome::AlreadyHandled, settled)) => {
+                tracing::info!("another host handled it first; acknowledging");
+                drop(renewal);
+                return finish_commit(&delivery, settled).await;
+            }
+            Err(err) => err,
+        };
+        let decision = match &observed {
+            StoreError::LockLost { .. } => delivery.decide(Observed::LockLost),
+            StoreError::SagaConflict { .. } => {
+                conflicts += 1;
+                delivery.decide(Observed::SagaConflict { conflicts })
+            }
+            err => delivery.decide(Observed::RuntimeFailed(err.next_step())),
+        };
+        if decision == Decision::Reapply {
+            if let StoreError::SagaConflict { expected, found, .. } = &observed {
+                tracing::info!(
+                    expected,
+                    found,
+                    conflicts,
+                    "saga changed meanwhile; reloading and applying again"
+                );
+            }
+            runtime.metrics.count(name, Event::SagaConflict);
+            continue;
+        }
+        drop(renewal);
+        return execute(&delivery, decision, Failure::Runtime(&observed)).await;
+    }
+}
+
+/// A saga could not be given to the handler.
+enum Refused {
+    /// The message may not act on it (another tenant's).
+    Handler(HandlerError),
+    /// The store could not load it.
+    Store(StoreError),
+}
+
+async fn load_saga(delivery: &Delivery<'_>, kind: &'static str, key: &str) -> Result<SagaInstance, Refused> {
+    let envelope = delivery.envelope;
+    match delivery.runtime.store.load_saga(kind, key).await {
+        // Tenants are walls: a message never acts on another tenant's
+        // saga, whatever its key says.
+        Ok(Some(record))
+            if record
+                .tenant_id
+                .as_deref()
+                .is_some_and(|owner| owner != envelope.tenant_id) =>
+        {
+            Err(Refused::Handler(HandlerError::permanent(TenantMismatch {
+                message_type: envelope.message_type.clone(),
+                message_tenant: envelope.tenant_id.clone(),
+                saga: format!("{kind}/{key}"),
+                saga_tenant: record.tenant_id.unwrap_or_default(),
+            })))
+        }
+        Ok(record) => Ok(SagaInstance {
+            kind,
+            key: key.to_owned(),
+            version: record.as_ref().map_or(0, |r| r.version),
+            state: record.map_or(Value::Null, |r| r.state),
+        }),
+        Err(err) => Err(Refused::Store(err)),
+    }
+}
+
+fn saga_write(envelope: &Envelope, state: Option<Value>, saga: Option<&SagaInstance>) -> Option<SagaWrite> {
+    match (state, saga) {
+        (Some(state), Some(instance)) => Some(SagaWrite {
+            kind: instance.kind.to_owned(),
+            key: instance.key.clone(),
+            expected_version: instance.version,
+            state,
+            tenant_id: Some(envelope.tenant_id.clone()).filter(|tenant| !tenant.is_empty()),
+        }),
+        (Some(_), None) => {
+            tracing::error!("the handler returned saga state for a message that belongs to no saga; ignored");
+            None
+        }
+        (None, _) => None,
+    }
+}
+
+/// Commits the handled message; `true` when the commit also settled it.
+async fn commit(
+    runtime: &Runtime,
+    handled: HandledMessage,
+    received: &ReceivedMessage,
+) -> Result<(CommitOutcome, bool), StoreError> {
+    // Where the store and the transport share one database, the commit
+    // also enqueues the outgoing messages and completes this one.
+    match runtime
+        .store
+        .commit_handled_and_complete(&handled, &received.lock)
+        .await?
+    {
+        Some(outcome) => Ok((outcome, true)),
+        None => runtime
+            .store
+            .commit_handled(handled)
+            .await
+            .map(|outcome| (outcome, false)),
+    }
+}
+
+async fn finish_commit(delivery: &Delivery<'_>, settled: bool) {
+    delivery.runtime.outbox_ready.notify_one();
+    if !settled {
+        settle_complete(delivery.runtime, delivery.received).await;
+    }
+}
+
+/// Acknowledges a message handled before, without running the handler.
+async fn acknowledge(delivery: &Delivery<'_>, decision: Decision) {
+    debug_assert_eq!(decision, Decision::Complete { outputs: false });
+    let runtime = delivery.runtime;
+    tracing::info!("already handled; acknowledging without running the handler again");
+    runtime.metrics.count(delivery.name(), Event::Duplicate);
+    let _ = runtime
+        .store
+        .append_timeline(vec![delivery.timeline(TimelineStatus::Duplicate, None)])
+        .await;
+    runtime.outbox_ready.notify_one();
+    settle_complete(runtime, delivery.received).await;
+}
+
+/// Carries out a decision that needs no failure: abandon, stop, let go.
+async fn execute_plain(delivery: &Delivery<'_>, decision: Decision) {
+    let runtime = delivery.runtime;
+    match decision {
+        Decision::Abandon => {
+            let _ = runtime.transport.abandon(&delivery.received.lock).await;
+        }
+        Decision::LetGo => {
+            tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
+        }
+        other => tracing::error!(?other, "decision needs a failure to carry out; abandoning"),
+    }
+}
+
+/// Carries out the decision taken for a failure.
+async fn execute(delivery: &Delivery<'_>, decision: Decision, failure: Failure<'_>) {
+    let runtime = delivery.runtime;
+    let chain = match failure {
+        Failure::Handler(err) => handler_error_chain(err),
+        Failure::Runtime(err) => error_chain(err),
+    };
+    match decision {
+        Decision::Retry { attempt, delay } => schedule_retry(delivery, attempt, delay, chain, failure).await,
+        Decision::DeadLetter(reason) => dead_letter_failure(delivery, reason, chain).await,
+        Decision::Abandon => {
+            tracing::warn!(error = chain.join(": "), "abandoning for redelivery");
+            let _ = runtime.transport.abandon(&delivery.received.lock).await;
+        }
+        Decision::Stop => {
+            let why = chain.join(": ");
+            tracing::error!(
+                error = why,
+                "this process cannot handle messages; abandoning and stopping"
+            );
+            let _ = runtime.transport.abandon(&delivery.received.lock).await;
+            runtime.halt(why);
+        }
+        Decision::LetGo => {
+            tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
+        }
+        Decision::Complete { .. } | Decision::Reapply => {
+            tracing::error!(?decision, "a failure cannot complete or reapply; abandoning");
+            let _ = runtime.transport.abandon(&delivery.received.lock).await;
+        }
+    }
+}
+
+fn attempt_record(delivery: &Delivery<'_>, chain: &[String]) -> AttemptRecord {
+    AttemptRecord {
+        attempt: delivery.envelope.attempt,
+        at: OffsetDateTime::now_utc(),
+        error_chain: chain.to_vec(),
+    }
+}
+
+async fn schedule_retry(
+    delivery: &Delivery<'_>,
+    attempt: u32,
+    delay: Duration,
+    chain: Vec<String>,
+    failure: Failure<'_>,
+) {
+    let (runtime, envelope, received) = (delivery.runtime, delivery.envelope, delivery.received);
+    let name = delivery.name();
+    let message_id = envelope.message_id.to_string();
+    let Some(body) = with_attempt(&received.body, attempt) else {
+        tracing::error!("cannot rewrite the attempt of a message that parsed before; abandoning");
+        let _ = runtime.transport.abandon(&received.lock).await;
+        return;
+    };
+    let retry = OutboundMessage {
+        // Back to the entity it came from: for an event, only this
+        // consumer's subscription, not every subscriber again.
+        destination: delivery.entity.clone(),
+        broker_message_id: format!("{message_id}.retry-{attempt}"),
+        message_type: Some(envelope.message_type.clone()),
+        correlation_id: Some(envelope.correlation_id.to_string()),
+        body,
+        scheduled_at: Some(OffsetDateTime::now_utc() + delay),
+    };
+    let line = delivery.timeline(
+        TimelineStatus::RetryScheduled,
+        Some(format!(
+            "retry {attempt} of {} in {} ms: {}",
+            delivery.policy.max_retries,
+            delay.as_millis(),
+            chain.join(": ")
+        )),
+    );
+    let record = attempt_record(delivery, &chain);
+    match runtime
+        .store
+        .record_retry(name, &message_id, &received.broker_message_id, record, retry, line)
+        .await
+    {
+        Ok(()) => {
+            runtime.metrics.count(name, Event::Retried);
+            let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            match failure {
+                Failure::Handler(err) => {
+                    tracing::warn!(error = %err, retry = attempt, delay_ms, "failed; retry scheduled")
+                }
+                Failure::Runtime(err) => {
+                    tracing::warn!(error = %err, retry = attempt, delay_ms, "failed; retry scheduled")
+                }
+            }
+            runtime.outbox_ready.notify_one();
+            settle_complete(runtime, received).await;
+        }
+        Err(store_err) => {
+            tracing::warn!(error = %store_err, "could not record the retry; abandoning for redelivery");
+            let _ = runtime.transport.abandon(&received.lock).await;
+        }
+    }
+}
+
+async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, chain: Vec<String>) {
+    let (runtime, envelope) = (delivery.runtime, delivery.envelope);
+    let name = delivery.name();
+    let description = match reason {
+        DeadLetterReason::RetriesExhausted => format!(
+            "failed {} times; last error: {}",
+            envelope.attempt + 1,
+            chain.join(": ")
+        ),
+        DeadLetterReason::PermanentFailure | DeadLetterReason::CorruptState => chain.join(": "),
+    };
+    let mut attempts = runtime
+        .store
+        .attempts(name, &envelope.message_id.to_string())
+        .await
+        .unwrap_or_default();
+    attempts.push(attempt_record(delivery, &chain));
+    runtime.metrics.count(name, Event::DeadLettered);
+    let dead = dead_letter_record(
+        name,
+        delivery.entity,
+        delivery.received,
+        Some(envelope),
+        reason.as_str(),
+        &description,
+        chain,
+        attempts,
+    );
+    dead_letter(runtime, delivery.received, dead, Some(envelope), envelope.attempt).await;
+}
+
+async fn settle_complete(runtime: &Runtime, received: &ReceivedMessage) {
+    if let Err(err) = runtime.transport.complete(&received.lock).await {
+        tracing::warn!(error = %err, "could not complete; a redelivery will be recognised as handled");
+    }
+}
+
+fn timeline(envelope: &Envelope, consumer: &str, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
+    TimelineEntry {
+        correlation_id: envelope.correlation_id.to_string(),
+        message_id: envelope.message_id.to_string(),
+        message_type: envelope.message_type.clone(),
+        consumer: Some(consumer.to_owned()),
+        status,
+        attempt: envelope.attempt,
+        at: OffsetDateTime::now_utc(),
+        detail,
+    }
+}
+
+/// Turns a handler's outgoing messages into outbox entries.
+fn outgoing_messages(
+    envelope: &Envelope,
+    consumer: &str,
+    outcome: &bosun_consumers::Outcome,
+) -> Result<Vec<OutboundMessage>, HandlerError> {
+    let now = OffsetDateTime::now_utc();
+    outcome
+        .messages
+        .iter()
+        .map(|outgoing| {
+            let message_type = outgoing.message.message_type();
+            let destination = destination_of(message_type).ok_or_else(|| {
+                HandlerError::permanent(format!("no route for `{message_type}`: no consumer handles it"))
+            })?;
+            let mut next = envelope.follow_up(&outgoing.message, consumer);
+            next.traceparent = Some(telemetry::child_traceparent(envelope.traceparent.as_deref()));
+            Ok(OutboundMessage {
+                destination,
+                broker_message_id: next.message_id.to_string(),
+                message_type: Some(message_type.to_owned()),
+                correlation_id: Some(next.correlation_id.to_string()),
+                body: next.to_vec(),
+                scheduled_at: outgoing.delay.map(|delay| now + delay),
+            })
+        })
+        .collect()
+}
+
+/// The bytes of a message with its `attempt` field set, all else kept.
+pub(crate) fn with_attempt(body: &[u8], attempt: u32) -> Option<Vec<u8>> {
+    let mut value: Value = serde_json::from_slice(body).ok()?;
+    value
+        .as_object_mut()?
+        .insert("attempt".to_owned(), Value::from(attempt));
+    serde_json::to_vec(&value).ok()
+}
