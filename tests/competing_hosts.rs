@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use bosun_contracts::routing::EVENTS_TOPIC;
 use bosun_contracts::{Destination, Envelope, Message};
-use common::{Server, backends, block_on, eventually, queue_depth, subscription_depth};
+use common::{Progress, Server, backends, block_on, eventually, queue_depth, subscription_depth, thousands};
 
 const COMMANDS: usize = 1_000;
 
 #[test]
 fn two_hosts_handle_every_message_of_a_shared_queue_once() {
+    let progress = Progress::start("competing_hosts");
+    let total = thousands(COMMANDS as u64);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     let args = ["--consumers", "repository-provisioning"];
@@ -25,6 +27,7 @@ fn two_hosts_handle_every_message_of_a_shared_queue_once() {
     let mut second = Server::start(data, &env, &args);
     first.wait_for_line("receiving", Duration::from_secs(30));
     second.wait_for_line("receiving", Duration::from_secs(30));
+    progress.phase("2 hosts receiving");
 
     let operator = backends(data).operator("test");
     let mut sent = HashSet::new();
@@ -36,17 +39,17 @@ fn two_hosts_handle_every_message_of_a_shared_queue_once() {
                 .await
                 .expect("send");
             sent.insert(message.message_id);
-            if (index + 1) % 250 == 0 {
-                eprintln!("sent {}/{COMMANDS}", index + 1);
-            }
+            progress.tick(|| format!("{}/{total} commands sent", thousands(index as u64 + 1)));
         }
     });
 
+    progress.phase(format!("{total}/{total} commands sent"));
     eventually("every command is handled", Duration::from_secs(300), || {
         let handled = subscription_depth(data, "pipeline-generation");
-        eprintln!("handled {handled}/{COMMANDS}");
+        progress.tick(|| format!("{}/{total} commands handled", thousands(handled)));
         (handled as usize >= COMMANDS && queue_depth(data, "repository-provisioning") == 0).then_some(())
     });
+    progress.phase(format!("{total}/{total} commands handled"));
     std::thread::sleep(Duration::from_secs(1));
     first.terminate();
     second.terminate();
@@ -107,4 +110,7 @@ fn two_hosts_handle_every_message_of_a_shared_queue_once() {
         }
     });
     assert_eq!(pids.len(), 2, "both hosts handled messages: {pids:?}");
+    progress.phase(format!(
+        "checked {total} events: each command handled once, by both hosts"
+    ));
 }

@@ -10,10 +10,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, eventually, queue_depth, run_json, subscription_depth};
+use common::{Progress, Server, eventually, queue_depth, run_json, subscription_depth};
 
 #[test]
 fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing() {
+    let progress = Progress::start("crash_safety");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     let env = [("BOSUN_LOCK_DURATION_MS", "1000")];
@@ -38,6 +39,7 @@ fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing
     let correlation = sent["correlationId"].as_str().unwrap().to_owned();
     doomed.wait_for_line("FAILPOINT halt-after-state-commit", Duration::from_secs(30));
     doomed.kill();
+    progress.phase("halted after the state commit, killed with SIGKILL");
 
     // State is committed, nothing dispatched, the command still on its queue.
     assert_eq!(
@@ -52,6 +54,7 @@ fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing
     );
 
     let server = Server::start(data, &env, &["--consumers", "repository-provisioning"]);
+    progress.phase("1 command committed, 0 dispatched; restarted");
     eventually("the outbox is dispatched", Duration::from_secs(30), || {
         (subscription_depth(data, "pipeline-generation") >= 1).then_some(())
     });
@@ -60,6 +63,7 @@ fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing
         Duration::from_secs(30),
         || (queue_depth(data, "repository-provisioning") == 0).then_some(()),
     );
+    progress.phase("the outbox is dispatched and the redelivered command acknowledged");
     // Give a second dispatch or handling every chance to happen.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
@@ -96,4 +100,5 @@ fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["status"], "sent");
     server.terminate();
+    progress.phase("checked: sent once, handled once, the redelivery recognised");
 }

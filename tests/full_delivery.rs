@@ -12,17 +12,20 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Server, bosun, eventually, git, run_json};
+use common::{Progress, Server, bosun, demo_output_with_progress, eventually, git, run_json};
 use serde_json::Value;
 
-fn demo(data: &Path, extra: &[&str]) -> (bool, Value) {
-    let output = bosun(data)
-        .args(["demo", "--json", "--timeout", "240", "--data-dir"])
-        .arg(data)
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("bosun demo runs");
+/// `bosun demo --json`, its progress shown with `progress`.
+fn demo(data: &Path, extra: &[&str], progress: &Progress) -> (bool, Value) {
+    progress.phase("bosun demo starts");
+    let output = demo_output_with_progress(
+        bosun(data)
+            .args(["demo", "--json", "--timeout", "240", "--data-dir"])
+            .arg(data)
+            .args(extra)
+            .stdin(Stdio::null()),
+        progress,
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|err| {
         panic!(
@@ -52,9 +55,10 @@ fn hop_types(report: &Value) -> Vec<String> {
 
 #[test]
 fn a_whole_delivery_reaches_a_synced_environment() {
+    let progress = Progress::start("full_delivery (a whole delivery)");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (ok, report) = demo(data, &[]);
+    let (ok, report) = demo(data, &[], &progress);
     assert!(ok, "the demo failed: {report:#}");
     assert_eq!(report["completed"], true);
     assert_eq!(report["goal"], "GitOpsSynced");
@@ -133,13 +137,15 @@ fn a_whole_delivery_reaches_a_synced_environment() {
     assert_eq!(saga["kind"], "release");
     let sagas = run_json(data, &["sagas", "list", "--kind", "gitops"]);
     assert_eq!(sagas.as_array().unwrap().len(), 1);
+    progress.phase(format!("checked {} hops and the work on disk", hops.len()));
 }
 
 #[test]
 fn a_failing_unit_test_stops_the_release_before_promotion() {
+    let progress = Progress::start("full_delivery (a failing unit test)");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (ok, report) = demo(data, &["--failing-test"]);
+    let (ok, report) = demo(data, &["--failing-test"], &progress);
     assert!(!ok, "the demo must fail: {report:#}");
     let failure = report["failure"].as_str().unwrap();
     assert!(failure.contains("ReleaseBlocked"), "{failure}");
@@ -172,10 +178,15 @@ fn a_failing_unit_test_stops_the_release_before_promotion() {
     assert!(summary_of("ReleaseBlocked").contains("stopped"), "{delivery:#}");
     let text = common::run(data, &["deliveries", "show", correlation]);
     assert!(text.contains("add_two_and_three"), "{text}");
+    progress.phase(format!(
+        "checked {} hops: the release stopped before promotion",
+        hops.len()
+    ));
 }
 
 #[test]
 fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() {
+    let progress = Progress::start("full_delivery (a SIGKILL mid-delivery)");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     let env = [
@@ -187,6 +198,7 @@ fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() 
     ];
     let mut server = Server::start(data, &env, &[]);
     server.wait_for_line("receiving", Duration::from_secs(30));
+    progress.phase("bosun serve is receiving");
     let sent = run_json(
         data,
         &[
@@ -210,6 +222,7 @@ fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() 
     eventually("the repository is provisioned", Duration::from_secs(30), || {
         completed("RepositoryProvisioned").then_some(())
     });
+    progress.phase("the repository is provisioned");
     run_json(
         data,
         &[
@@ -260,12 +273,21 @@ fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() 
         completed("PipelineRunStarted").then_some(())
     });
     server.kill();
+    progress.phase("the pipeline run started; bosun serve killed with SIGKILL and restarted");
     let server = Server::start(data, &env, &[]);
     eventually(
         "the environment is synced after the restart",
         Duration::from_secs(240),
-        || completed("GitOpsSynced").then_some(()),
+        || {
+            progress.tick(|| {
+                let delivery = run_json(data, &["deliveries", "show", &correlation]);
+                let messages = delivery["messages"].as_array().map_or(0, Vec::len);
+                format!("{messages} messages in the delivery, waiting for GitOpsSynced")
+            });
+            completed("GitOpsSynced").then_some(())
+        },
     );
+    progress.phase("the environment is synced after the restart");
     std::thread::sleep(Duration::from_secs(2));
     server.terminate();
 
@@ -306,6 +328,7 @@ fn a_sigkill_mid_delivery_then_a_restart_completes_it_with_no_step_done_twice() 
         .filter(|subject| subject.to_lowercase().contains("pipeline"))
         .count();
     assert_eq!(pipeline_commits, 1, "the pipeline was committed once");
+    progress.phase(format!("checked {} messages: no step done twice", messages.len()));
 }
 
 fn sample_files() -> Vec<Value> {

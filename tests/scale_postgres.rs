@@ -16,7 +16,7 @@ use bosun::wiring::Backends;
 use bosun_contracts::messages::Probe;
 use bosun_contracts::routing::destination_of;
 use bosun_contracts::{Envelope, Message};
-use common::{Server, eventually, run};
+use common::{Progress, Server, eventually, run, thousands};
 use uuid::Uuid;
 
 const MESSAGES: u64 = 10_000;
@@ -25,6 +25,7 @@ const GROUPS: u64 = 50;
 #[test]
 fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
     let base_url = common::postgres_url();
+    let progress = Progress::start("scale_postgres");
     // One runtime for the whole test: the connection pool lives in it.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -53,6 +54,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
     for server in &mut servers {
         server.wait_for_line("receiving", Duration::from_secs(60));
     }
+    progress.phase("3 hosts receiving on a migrated schema");
 
     let mut settings = Settings::with_data_dir(data);
     settings.database_url = Some(Secret::new(url.clone()));
@@ -80,11 +82,12 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
             });
             if batch.len() == 500 {
                 backends.transport.send(std::mem::take(&mut batch)).await.unwrap();
+                progress.tick(|| format!("{}/{} probes sent", thousands(sequence + 1), thousands(MESSAGES)));
             }
         }
         backends.transport.send(batch).await.unwrap();
     });
-    eprintln!("sent {MESSAGES} probes");
+    progress.phase(format!("{} probes sent", thousands(MESSAGES)));
 
     let counted = || -> u64 {
         runtime
@@ -94,19 +97,21 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
             .map(|saga| saga.state["count"].as_u64().unwrap_or(0))
             .sum()
     };
+    let report = |n: u64| format!("{}/{} probes counted", thousands(n), thousands(MESSAGES));
     eventually("a third of the probes are counted", Duration::from_secs(300), || {
         let n = counted();
-        eprintln!("counted {n}/{MESSAGES}");
+        progress.tick(|| report(n));
         (n >= MESSAGES / 3).then_some(())
     });
     servers.remove(0).kill();
-    eprintln!("killed one host with SIGKILL");
+    progress.phase(format!("{}; killed one host with SIGKILL", report(counted())));
 
     eventually("every probe is counted", Duration::from_secs(600), || {
         let n = counted();
-        eprintln!("counted {n}/{MESSAGES}");
+        progress.tick(|| report(n));
         (n >= MESSAGES).then_some(())
     });
+    progress.phase(report(counted()));
     let probe_queue = bosun_contracts::Destination::Queue("probe".into());
     let probe_subscription = bosun_contracts::routing::consumer("probe").unwrap().subscription();
     eventually("nothing is left in flight", Duration::from_secs(60), || {
@@ -114,6 +119,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
         let echoes = runtime.block_on(backends.transport.depth(&probe_subscription)).unwrap();
         (queued == 0 && echoes == 0).then_some(())
     });
+    progress.phase("nothing left in flight");
     std::thread::sleep(Duration::from_secs(2));
     for server in servers {
         server.terminate();
@@ -146,6 +152,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
         .block_on(backends.store.dead_letters(&Default::default()))
         .unwrap();
     assert!(dead.is_empty(), "{} dead letters", dead.len());
+    progress.phase(format!("checked {GROUPS} tally sagas: every probe counted once"));
     runtime
         .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
         .expect("drop the schema");

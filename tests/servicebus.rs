@@ -1,8 +1,10 @@
 //! The whole delivery over Azure Service Bus (a namespace or the local
-//! emulator), through the real binary. Opt-in: runs only when
-//! `BOSUN_TEST_SERVICEBUS` holds a namespace-level connection string whose
-//! entities exist (`bosun topology apply`, or the emulator's config), since
-//! no Service Bus is on a CI machine.
+//! emulator), through the real binary. Ignored (`cargo test` reports it as
+//! ignored, not as passed), since no Service Bus is on a CI machine: it
+//! needs `BOSUN_TEST_SERVICEBUS` to hold a namespace-level connection
+//! string whose entities exist (`bosun topology apply`, or the emulator's
+//! config). With it set, scripts/test runs it (`cargo test --test
+//! servicebus -- --ignored`); run explicitly without it, it fails saying so.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,13 +17,18 @@ use common::bosun;
 use serde_json::Value;
 
 #[test]
+#[ignore = "needs Azure Service Bus: set BOSUN_TEST_SERVICEBUS to a namespace or emulator connection string \
+            whose entities exist (bosun topology apply), then scripts/test runs it"]
 fn a_whole_delivery_travels_over_service_bus() {
-    let Ok(connection_string) = std::env::var("BOSUN_TEST_SERVICEBUS") else {
-        eprintln!(
-            "skipped: set BOSUN_TEST_SERVICEBUS to a Service Bus (or emulator) connection string to run this test"
-        );
-        return;
-    };
+    let connection_string = std::env::var("BOSUN_TEST_SERVICEBUS")
+        .ok()
+        .filter(|text| !text.trim().is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "BOSUN_TEST_SERVICEBUS is not set: this test needs a Service Bus namespace or emulator; set it to a \
+                 namespace-level connection string whose entities exist (bosun topology apply)"
+            )
+        });
     let data = tempfile::tempdir().unwrap();
     let output = bosun(data.path())
         .env("BOSUN_TRANSPORT", "servicebus")

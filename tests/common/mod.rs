@@ -3,9 +3,10 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::cell::Cell;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -229,11 +230,6 @@ pub fn git(repository: &Path, args: &[&str]) -> String {
 /// This checkout.
 pub const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Whether this runs in CI (`CI=true`), where a missing tool is a failure.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
 /// The NODE_PATH printed by `scripts/<tool> node-path` (which installs the
 /// tool when missing), or why the Node.js test cannot run.
 pub fn node_tools(tool: &str) -> Result<String, String> {
@@ -319,4 +315,108 @@ pub fn postgres_url() -> String {
          or point BOSUN_TEST_DATABASE_URL at one"
     );
     url
+}
+
+/// How often [`Progress::tick`] prints.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Progress lines of a long test, on stderr with `eprintln!`: captured by
+/// the test harness like any output, shown with `--nocapture` (which
+/// scripts/test passes to the long tests). Each line reads
+/// `<name>: <what>, <seconds since the start> s`.
+pub struct Progress {
+    name: &'static str,
+    started: Instant,
+    last: Cell<Instant>,
+}
+
+impl Progress {
+    /// Starts the clock of `name` (the test file, or file and test).
+    pub fn start(name: &'static str) -> Self {
+        let started = Instant::now();
+        let progress = Self {
+            name,
+            started,
+            last: Cell::new(started),
+        };
+        progress.phase("started");
+        progress
+    }
+
+    /// A line now: a phase begins or ends.
+    pub fn phase(&self, what: impl std::fmt::Display) {
+        self.last.set(Instant::now());
+        eprintln!("{}: {what}, {:.1} s", self.name, self.started.elapsed().as_secs_f64());
+    }
+
+    /// A line when the last one is a few seconds old: for counts polled
+    /// in a loop.
+    pub fn tick(&self, what: impl FnOnce() -> String) {
+        if self.last.get().elapsed() >= PROGRESS_EVERY {
+            self.phase(what());
+        }
+    }
+}
+
+/// `12345` as `12,345`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// `Command::output`, printing with `progress` every few seconds how many
+/// stderr lines of `bosun demo` (one per timeline line: `[  1.23s] ok
+/// MessageType ...`) came so far, and the last one.
+pub fn demo_output_with_progress(command: &mut Command, progress: &Progress) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let stdout = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        bytes
+    });
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut hops = 0;
+    let mut last = String::new();
+    loop {
+        match lines.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                if let Some((_, rest)) = line.split_once("s] ").filter(|_| line.starts_with('[')) {
+                    hops += 1;
+                    last = rest.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                }
+                seen.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        progress.tick(|| format!("{hops} timeline lines so far, the last {last}"));
+    }
+    let status = child.wait().expect("wait for the command");
+    progress.phase(format!("the demo exited ({status}) after {hops} timeline lines"));
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: seen.join("\n").into_bytes(),
+    }
 }

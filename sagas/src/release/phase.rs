@@ -1,0 +1,150 @@
+//! The release state machine: its phases ([`ReleasePhase`]) and every
+//! phase change it can make ([`TRANSITIONS`]).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a release is. [`ReleasePhase::ALL`] and [`TRANSITIONS`] are the
+/// state machine; the saga refuses (and so never takes) a phase change that
+/// is not in [`TRANSITIONS`], and the diagram is drawn from them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReleasePhase {
+    /// Waiting for the build and the artifacts its module requires.
+    #[default]
+    Collecting,
+    /// Planned; waiting for a person to approve the current environment.
+    AwaitingApproval,
+    /// The current environment is approved; waiting for its infrastructure.
+    Provisioning,
+    /// Promoted to the current environment; waiting for GitOps to sync it.
+    Syncing,
+    /// Every environment on the path is deployed.
+    Completed,
+    /// Rejected by a person, or the approval timed out. Final.
+    Rejected,
+    /// The build failed (or there is nothing to deploy); waiting for someone
+    /// to act: a successful re-run continues, a rejection ends it.
+    Blocked,
+}
+
+impl ReleasePhase {
+    /// Every phase, in the order of the diagram.
+    pub const ALL: [ReleasePhase; 7] = [
+        Self::Collecting,
+        Self::AwaitingApproval,
+        Self::Provisioning,
+        Self::Syncing,
+        Self::Completed,
+        Self::Rejected,
+        Self::Blocked,
+    ];
+
+    /// The name, as in the diagram (`AwaitingApproval`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Collecting => "Collecting",
+            Self::AwaitingApproval => "AwaitingApproval",
+            Self::Provisioning => "Provisioning",
+            Self::Syncing => "Syncing",
+            Self::Completed => "Completed",
+            Self::Rejected => "Rejected",
+            Self::Blocked => "Blocked",
+        }
+    }
+
+    /// One line saying what the release waits for in this phase.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Collecting => "waiting for the build and its required image and package",
+            Self::AwaitingApproval => "waiting for a person to approve the current environment",
+            Self::Provisioning => "approved, waiting for the environment's infrastructure",
+            Self::Syncing => "promoted, waiting for GitOps to sync the environment",
+            Self::Completed => "deployed to every environment",
+            Self::Rejected => "rejected or approval timed out, stopped",
+            Self::Blocked => "build failed, waiting for a successful re-run or a rejection",
+        }
+    }
+
+    /// Whether the release is over (completed or rejected): nothing moves it
+    /// any more.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Completed | Self::Rejected)
+    }
+}
+
+impl std::fmt::Display for ReleasePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One edge of the release state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseTransition {
+    /// The phase left.
+    pub from: ReleasePhase,
+    /// The phase entered (the same for a step that stays).
+    pub to: ReleasePhase,
+    /// What triggers it and what the saga emits (`trigger / emitted`).
+    pub trigger: &'static str,
+}
+
+const fn edge(from: ReleasePhase, to: ReleasePhase, trigger: &'static str) -> PhaseTransition {
+    PhaseTransition { from, to, trigger }
+}
+
+/// Every phase change the release saga can make.
+pub const TRANSITIONS: &[PhaseTransition] = {
+    use ReleasePhase::*;
+    &[
+        edge(
+            Collecting,
+            Collecting,
+            "BuildCompleted, ContainerImageBuilt, PackagePublished (collected)",
+        ),
+        edge(
+            Collecting,
+            AwaitingApproval,
+            "build and artifacts in / ReleasePlanned, schedule ReleaseApprovalTimeout",
+        ),
+        edge(
+            Collecting,
+            Provisioning,
+            "build and artifacts in, first environment auto- or pre-approved / ReleasePlanned, ReleaseApproved",
+        ),
+        edge(
+            Collecting,
+            Blocked,
+            "BuildCompleted failed, canceled, tests failed or nothing to deploy / ReleaseBlocked",
+        ),
+        edge(Blocked, Collecting, "BuildCompleted of a successful re-run"),
+        edge(AwaitingApproval, Provisioning, "ApproveRelease / ReleaseApproved"),
+        edge(Provisioning, Syncing, "InfrastructureProvisioned / DeploymentPromoted"),
+        edge(Syncing, Syncing, "GitOpsSynced unhealthy / ReleaseBlocked (sync)"),
+        edge(
+            Syncing,
+            Provisioning,
+            "GitOpsSynced, next environment auto- or pre-approved / ReleaseApproved",
+        ),
+        edge(
+            Syncing,
+            AwaitingApproval,
+            "GitOpsSynced, next environment needs a person / schedule ReleaseApprovalTimeout",
+        ),
+        edge(Syncing, Completed, "GitOpsSynced of the last environment"),
+        edge(
+            AwaitingApproval,
+            Rejected,
+            "RejectRelease or ReleaseApprovalTimeout / ReleaseRejected",
+        ),
+        edge(Collecting, Rejected, "RejectRelease / ReleaseRejected"),
+        edge(Provisioning, Rejected, "RejectRelease / ReleaseRejected"),
+        edge(Syncing, Rejected, "RejectRelease / ReleaseRejected"),
+        edge(Blocked, Rejected, "RejectRelease / ReleaseRejected"),
+    ]
+};
+
+/// Whether [`TRANSITIONS`] has an edge `from -> to`.
+pub(super) fn is_transition(from: ReleasePhase, to: ReleasePhase) -> bool {
+    TRANSITIONS.iter().any(|edge| edge.from == from && edge.to == to)
+}

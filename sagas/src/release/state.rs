@@ -1,0 +1,257 @@
+//! What a release saga keeps: [`ReleaseState`] and its records, and the
+//! keys of the steps it emitted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bosun_contracts::messages::{
+    BuildArtifact, BuildCompleted, ImageArtifact, PackageArtifact, PlannedEnvironment, ReleaseApprovalTimeout,
+    ReleaseBlocked, ReleasePlanned, ReleaseRejected,
+};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::{ReleasePhase, ReleasePolicy};
+
+/// The successful build a release ships, and what its module requires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildRecord {
+    /// The build record's id.
+    pub build_id: String,
+    /// The pipeline run built.
+    pub pipeline_run_id: String,
+    /// Repository name.
+    pub repository: String,
+    /// Commit built.
+    pub commit_sha: String,
+    /// The module.
+    pub module_id: String,
+    /// The module version (semantic version).
+    pub version: String,
+    /// Whether the module builds a container image (`module.container`).
+    pub needs_image: bool,
+    /// Whether the module publishes a package (`module.package`).
+    pub needs_package: bool,
+    /// When ingestion finished.
+    #[serde(with = "time::serde::rfc3339")]
+    pub completed_at: OffsetDateTime,
+}
+
+impl BuildRecord {
+    pub(super) fn of(build: &BuildCompleted) -> Self {
+        Self {
+            build_id: build.build_id.clone(),
+            pipeline_run_id: build.pipeline_run_id.clone(),
+            repository: build.repository.clone(),
+            commit_sha: build.commit_sha.clone(),
+            module_id: build.module.module_id.clone(),
+            version: build.module.version.clone(),
+            needs_image: build.module.container.is_some(),
+            needs_package: build.module.package.is_some(),
+            completed_at: build.completed_at,
+        }
+    }
+
+    pub(super) fn artifact(&self) -> BuildArtifact {
+        BuildArtifact {
+            build_id: self.build_id.clone(),
+            pipeline_run_id: self.pipeline_run_id.clone(),
+            repository: self.repository.clone(),
+            commit_sha: self.commit_sha.clone(),
+        }
+    }
+}
+
+/// An approval of one environment: a person's (`ApproveRelease`) or the
+/// policy's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// Who approved: the authenticated caller (`approvedBy`), or
+    /// [`AUTO_APPROVER`](super::AUTO_APPROVER) for the policy.
+    pub approver: String,
+    /// The free-text name the sender gave (`approver` of the command), kept
+    /// as a note when it says something the authenticated identity does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The approver's comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// Whether the policy approved on its own.
+    pub auto: bool,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// Infrastructure provisioned for one environment of the release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfrastructureRecord {
+    /// The change applied.
+    pub plan_id: String,
+    /// The stack.
+    pub stack: String,
+    /// When it was applied.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// GitOps reporting one environment synced with the release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncRecord {
+    /// The commit of the environment repository applied.
+    pub commit_sha: String,
+    /// Whether every resource reported ready.
+    pub healthy: bool,
+    /// When the reconcile finished.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// The approval timeout the saga scheduled and waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingTimeout {
+    /// The scheduled message.
+    pub message: ReleaseApprovalTimeout,
+    /// When it is due.
+    #[serde(with = "time::serde::rfc3339")]
+    pub due: OffsetDateTime,
+}
+
+/// One step of the saga, for `bosun sagas show`: a message that changed
+/// the state, what it did and what was emitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// When the message occurred.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The type of the message received.
+    pub message_type: String,
+    /// The phase after it.
+    pub phase: ReleasePhase,
+    /// What happened, for a person.
+    pub note: String,
+    /// The messages sent or scheduled, by type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub emitted: Vec<String>,
+}
+
+/// The persisted state of one release saga. `Default` is the state before
+/// the first message. Written only by the saga; read it (or its JSON) to
+/// show a release.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReleaseState {
+    /// The release (the saga key); `None` before the first message that
+    /// changed anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_id: Option<String>,
+    /// Where the release is.
+    pub phase: ReleasePhase,
+    /// The successful build the release ships.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildRecord>,
+    /// Container images reported, by the `buildId` they were built from.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, ImageArtifact>,
+    /// Packages reported, by the `buildId` they were packed from.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub packages: BTreeMap<String, PackageArtifact>,
+    /// The plan, as emitted (`ReleasePlanned`): the promotion path and the
+    /// artifacts, fixed for the rest of the release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ReleasePlanned>,
+    /// The environment the release is being promoted to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_environment: Option<String>,
+    /// Approvals by environment: the policy's and people's, including those
+    /// given ahead of time.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub approvals: BTreeMap<String, ApprovalRecord>,
+    /// Infrastructure provisioned, by environment.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub infrastructure: BTreeMap<String, InfrastructureRecord>,
+    /// GitOps sync reports, by environment.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub syncs: BTreeMap<String, SyncRecord>,
+    /// Environments deployed, in promotion order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deployed: Vec<String>,
+    /// The approval timeout scheduled and not yet resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_timeout: Option<PendingTimeout>,
+    /// The block in force (`ReleaseBlocked` as emitted), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<ReleaseBlocked>,
+    /// The rejection (`ReleaseRejected` as emitted), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<ReleaseRejected>,
+    /// Every step emitted, e.g. `ReleasePlanned`, `ReleaseApproved/dev`,
+    /// `DeploymentPromoted/dev`: a step is never emitted twice.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub emitted: BTreeSet<String>,
+    /// What happened, in order of arrival.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryEntry>,
+}
+
+impl ReleaseState {
+    /// Whether the release is over (completed or rejected).
+    pub fn is_finished(&self) -> bool {
+        self.phase.is_final()
+    }
+
+    /// The time of the saga's last step, if it has one.
+    pub fn last_step_at(&self) -> Option<OffsetDateTime> {
+        self.history.last().map(|entry| entry.at)
+    }
+
+    /// The environments of the promotion path with whether each needs a
+    /// person: the plan's once planned, else the policy's.
+    pub(super) fn path(&self, policy: &ReleasePolicy) -> Vec<PlannedEnvironment> {
+        match &self.plan {
+            Some(plan) => plan.environments.clone(),
+            None => policy.planned_environments(),
+        }
+    }
+}
+
+/// The step keys of [`ReleaseState::emitted`].
+pub(super) mod step {
+    use bosun_contracts::messages::ReleaseStep;
+
+    pub fn planned() -> String {
+        "ReleasePlanned".to_owned()
+    }
+
+    pub fn approved(environment: &str) -> String {
+        format!("ReleaseApproved/{environment}")
+    }
+
+    pub fn promoted(environment: &str) -> String {
+        format!("DeploymentPromoted/{environment}")
+    }
+
+    pub fn rejected() -> String {
+        "ReleaseRejected".to_owned()
+    }
+
+    pub fn blocked(failing: ReleaseStep, environment: Option<&str>) -> String {
+        let name = match failing {
+            ReleaseStep::Build => "build",
+            ReleaseStep::ContainerImage => "containerImage",
+            ReleaseStep::Package => "package",
+            ReleaseStep::Infrastructure => "infrastructure",
+            ReleaseStep::Promotion => "promotion",
+            ReleaseStep::Sync => "sync",
+        };
+        match environment {
+            Some(environment) => format!("ReleaseBlocked/{name}/{environment}"),
+            None => format!("ReleaseBlocked/{name}"),
+        }
+    }
+}
