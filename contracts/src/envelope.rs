@@ -63,6 +63,7 @@ pub struct Envelope {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causation_id: Option<Uuid>,
     /// The tenant the delivery belongs to.
+    #[schemars(transform = crate::schema_rules::tenant_id)]
     pub tenant_id: String,
     /// Who sent it: a consumer name or an agent/person id.
     pub source: String,

@@ -9,6 +9,8 @@
 //!   `contracts/schemas/`).
 //! - [`validate`]: field rules (names, branches, paths) with errors that name
 //!   the field.
+//! - [`schema_rules`]: the same rules as JSON Schema keywords, attached to
+//!   the fields so the schemas refuse what [`validate`] refuses.
 //! - [`samples`]: one realistic, valid sample of every message, for tests.
 
 pub mod envelope;
@@ -17,6 +19,7 @@ pub mod messages;
 pub mod routing;
 pub mod samples;
 pub mod schema;
+pub mod schema_rules;
 pub mod validate;
 
 pub use envelope::{Envelope, MAX_MESSAGE_BYTES, MessageKind};

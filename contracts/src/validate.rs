@@ -2,6 +2,56 @@
 //!
 //! Each rule returns a [`FieldError`] naming the field (relative to the
 //! payload) so the envelope decoder can report `payload.<field>`.
+//!
+//! These functions are the authority at run time. [`crate::schema_rules`]
+//! writes the same rules as JSON Schema keywords, built from the limits and
+//! character lists below, so the schemas in `contracts/schemas/` refuse what
+//! these functions refuse.
+
+/// Longest tenant id (ASCII, so bytes and characters agree).
+pub const TENANT_ID_MAX_CHARS: usize = 63;
+/// Longest repository name, in characters.
+pub const REPOSITORY_NAME_MAX_CHARS: usize = 64;
+/// Characters a repository name must not contain, besides control
+/// characters and whitespace.
+pub const REPOSITORY_NAME_FORBIDDEN: &[char] = &[
+    '\\', '/', ':', '*', '?', '"', '<', '>', '|', ';', '#', '$', '{', '}', ',', '+', '=', '[', ']', '%', '&', '@', '~',
+    '^', '\'', '`',
+];
+/// The prefix a branch name may carry; the branch rules apply to the rest.
+pub const BRANCH_PREFIX: &str = "refs/heads/";
+/// Longest branch name after [`BRANCH_PREFIX`], in bytes of UTF-8.
+pub const BRANCH_NAME_MAX_BYTES: usize = 255;
+/// Characters a branch name must not contain, besides control characters
+/// and whitespace.
+pub const BRANCH_NAME_FORBIDDEN: &[char] = &['~', '^', ':', '?', '*', '[', '\\'];
+/// Longest identifier (ASCII, so bytes and characters agree).
+pub const IDENTIFIER_MAX_CHARS: usize = 128;
+/// Longest DNS label: environment names, namespaces, registry host labels.
+pub const DNS_LABEL_MAX_CHARS: usize = 63;
+/// Longest registry host name, without the port.
+pub const REGISTRY_HOST_MAX_CHARS: usize = 253;
+/// Shortest blob container name.
+pub const BLOB_CONTAINER_MIN_CHARS: usize = 3;
+/// Longest blob container name.
+pub const BLOB_CONTAINER_MAX_CHARS: usize = 63;
+/// Longest blob name, in characters.
+pub const BLOB_KEY_MAX_CHARS: usize = 1024;
+/// The characters besides ASCII letters and digits a media type's type and
+/// subtype may contain.
+pub const MEDIA_TYPE_TOKEN_PUNCTUATION: &[char] = &['!', '#', '$', '&', '^', '_', '.', '+', '-'];
+/// The schemes a URL may start with.
+pub const URL_SCHEMES: &[&str] = &["https://", "http://", "file://"];
+/// Longest URL, in bytes of UTF-8.
+pub const URL_MAX_BYTES: usize = 2048;
+/// Longest OCI repository (image) name.
+pub const OCI_REPOSITORY_MAX_CHARS: usize = 255;
+/// Longest OCI tag.
+pub const OCI_TAG_MAX_CHARS: usize = 128;
+/// Longest NuGet package id.
+pub const NUGET_PACKAGE_ID_MAX_CHARS: usize = 100;
+/// Most `/`-separated parts of a stack name.
+pub const STACK_NAME_MAX_PARTS: usize = 3;
 
 /// A payload field that breaks a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +90,7 @@ pub fn non_empty(field: &str, value: &str) -> Result<(), FieldError> {
 /// with a letter or digit.
 pub fn tenant_id(field: &str, value: &str) -> Result<(), FieldError> {
     let valid = !value.is_empty()
-        && value.len() <= 63
+        && value.len() <= TENANT_ID_MAX_CHARS
         && value
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -58,17 +108,16 @@ pub fn tenant_id(field: &str, value: &str) -> Result<(), FieldError> {
 /// control characters, none of `\ / : * ? " < > | ; # $ * { } , + = [ ]`,
 /// not starting with `_` or `.`, not ending with `.`, and not `.` or `..`.
 pub fn repository_name(field: &str, value: &str) -> Result<(), FieldError> {
-    const FORBIDDEN: &[char] = &[
-        '\\', '/', ':', '*', '?', '"', '<', '>', '|', ';', '#', '$', '{', '}', ',', '+', '=', '[', ']', '%', '&', '@',
-        '~', '^', '\'', '`',
-    ];
     let reason = if value.is_empty() {
         Some("must not be empty".to_owned())
-    } else if value.chars().count() > 64 {
-        Some("must be at most 64 characters".to_owned())
+    } else if value.chars().count() > REPOSITORY_NAME_MAX_CHARS {
+        Some(format!("must be at most {REPOSITORY_NAME_MAX_CHARS} characters"))
     } else if value.starts_with('_') || value.starts_with('.') || value.ends_with('.') {
         Some("must not start with '_' or '.' nor end with '.'".to_owned())
-    } else if let Some(c) = value.chars().find(|c| c.is_control() || FORBIDDEN.contains(c)) {
+    } else if let Some(c) = value
+        .chars()
+        .find(|c| c.is_control() || REPOSITORY_NAME_FORBIDDEN.contains(c))
+    {
         Some(format!("must not contain {c:?}"))
     } else if value.chars().any(char::is_whitespace) {
         Some("must not contain whitespace".to_owned())
@@ -92,12 +141,12 @@ pub fn branch_name(field: &str, value: &str) -> Result<(), FieldError> {
             format!("`{value}` is not a branch name: {reason}"),
         ))
     };
-    let name = value.strip_prefix("refs/heads/").unwrap_or(value);
+    let name = value.strip_prefix(BRANCH_PREFIX).unwrap_or(value);
     if name.is_empty() {
         return bad("must not be empty");
     }
-    if name.len() > 255 {
-        return bad("must be at most 255 bytes");
+    if name.len() > BRANCH_NAME_MAX_BYTES {
+        return bad(&format!("must be at most {BRANCH_NAME_MAX_BYTES} bytes"));
     }
     if name.starts_with('-') || name.starts_with('/') || name.ends_with('/') || name.ends_with('.') {
         return bad("must not start with '-' or '/' nor end with '/' or '.'");
@@ -107,7 +156,7 @@ pub fn branch_name(field: &str, value: &str) -> Result<(), FieldError> {
     }
     if let Some(c) = name
         .chars()
-        .find(|c| c.is_control() || c.is_whitespace() || matches!(c, '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
+        .find(|c| c.is_control() || c.is_whitespace() || BRANCH_NAME_FORBIDDEN.contains(c))
     {
         return bad(&format!("must not contain {c:?}"));
     }
@@ -181,7 +230,7 @@ pub fn oci_digest(field: &str, value: &str) -> Result<(), FieldError> {
 /// letter or digit.
 pub fn identifier(field: &str, value: &str) -> Result<(), FieldError> {
     let valid = !value.is_empty()
-        && value.len() <= 128
+        && value.len() <= IDENTIFIER_MAX_CHARS
         && value.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
         && value
             .chars()
@@ -210,6 +259,23 @@ pub fn semantic_version(field: &str, value: &str) -> Result<(), FieldError> {
             field,
             format!("`{value}` is not a semantic version (1.2.3[-pre][+build])"),
         ));
+    }
+    Ok(())
+}
+
+/// Standard base64 (`A-Z a-z 0-9 + /`, `=` padding in the last two places),
+/// a multiple of four characters once ASCII whitespace is left out.
+pub fn base64(field: &str, value: &str) -> Result<(), FieldError> {
+    let trimmed: Vec<u8> = value.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    let valid = trimmed.len().is_multiple_of(4)
+        && trimmed.iter().enumerate().all(|(i, b)| {
+            b.is_ascii_alphanumeric()
+                || *b == b'+'
+                || *b == b'/'
+                || (*b == b'=' && i >= trimmed.len().saturating_sub(2))
+        });
+    if !valid {
+        return Err(FieldError::new(field, "is not valid base64"));
     }
     Ok(())
 }
@@ -305,7 +371,7 @@ pub fn environment_name(field: &str, value: &str) -> Result<(), FieldError> {
 
 fn is_dns_label(value: &str) -> bool {
     !value.is_empty()
-        && value.len() <= 63
+        && value.len() <= DNS_LABEL_MAX_CHARS
         && value
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -338,7 +404,7 @@ pub fn sha512_hex(field: &str, value: &str) -> Result<(), FieldError> {
 /// letters, digits and `-`, starting with a letter or digit, no `--`, not
 /// ending with `-`.
 pub fn blob_container(field: &str, value: &str) -> Result<(), FieldError> {
-    let valid = (3..=63).contains(&value.len())
+    let valid = (BLOB_CONTAINER_MIN_CHARS..=BLOB_CONTAINER_MAX_CHARS).contains(&value.len())
         && value
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -358,8 +424,8 @@ pub fn blob_container(field: &str, value: &str) -> Result<(), FieldError> {
 /// `.` or `..` segments, backslashes or control characters.
 pub fn blob_key(field: &str, value: &str) -> Result<(), FieldError> {
     let bad = |reason: &str| Err(FieldError::new(field, format!("`{value}` is not a blob key: {reason}")));
-    if value.is_empty() || value.chars().count() > 1024 {
-        return bad("must be 1-1024 characters");
+    if value.is_empty() || value.chars().count() > BLOB_KEY_MAX_CHARS {
+        return bad(&format!("must be 1-{BLOB_KEY_MAX_CHARS} characters"));
     }
     if value.contains('\\') || value.chars().any(char::is_control) {
         return bad("must not contain '\\' or control characters");
@@ -379,7 +445,7 @@ pub fn media_type(field: &str, value: &str) -> Result<(), FieldError> {
         !part.is_empty()
             && part
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '!' | '#' | '$' | '&' | '^' | '_' | '.' | '+' | '-'))
+                .all(|c| c.is_ascii_alphanumeric() || MEDIA_TYPE_TOKEN_PUNCTUATION.contains(&c))
     };
     let essence = value.split(';').next().unwrap_or_default().trim();
     let valid = essence
@@ -398,11 +464,9 @@ pub fn media_type(field: &str, value: &str) -> Result<(), FieldError> {
 /// An absolute `https://`, `http://` or `file://` URL of at most 2048
 /// characters, without whitespace.
 pub fn url(field: &str, value: &str) -> Result<(), FieldError> {
-    let rest = ["https://", "http://", "file://"]
-        .iter()
-        .find_map(|scheme| value.strip_prefix(scheme));
+    let rest = URL_SCHEMES.iter().find_map(|scheme| value.strip_prefix(scheme));
     let valid = rest.is_some_and(|rest| !rest.is_empty())
-        && value.len() <= 2048
+        && value.len() <= URL_MAX_BYTES
         && !value.chars().any(|c| c.is_whitespace() || c.is_control());
     if !valid {
         return Err(FieldError::new(
@@ -442,7 +506,7 @@ pub fn oci_repository(field: &str, value: &str) -> Result<(), FieldError> {
         }
         true
     };
-    let valid = !value.is_empty() && value.len() <= 255 && value.split('/').all(component_ok);
+    let valid = !value.is_empty() && value.len() <= OCI_REPOSITORY_MAX_CHARS && value.split('/').all(component_ok);
     if !valid {
         return Err(FieldError::new(
             field,
@@ -460,7 +524,7 @@ fn is_lower_alnum(b: u8) -> bool {
 /// `.` or `-`.
 pub fn oci_tag(field: &str, value: &str) -> Result<(), FieldError> {
     let valid = !value.is_empty()
-        && value.len() <= 128
+        && value.len() <= OCI_TAG_MAX_CHARS
         && value
             .chars()
             .next()
@@ -485,7 +549,8 @@ pub fn registry_host(field: &str, value: &str) -> Result<(), FieldError> {
         None => (value, None),
     };
     let port_ok = port.is_none_or(|port| port.parse::<u16>().is_ok_and(|p| p > 0) && !port.starts_with('0'));
-    let valid = !host.is_empty() && host.len() <= 253 && host.split('.').all(is_dns_label) && port_ok;
+    let valid =
+        !host.is_empty() && host.len() <= REGISTRY_HOST_MAX_CHARS && host.split('.').all(is_dns_label) && port_ok;
     if !valid {
         return Err(FieldError::new(
             field,
@@ -499,7 +564,7 @@ pub fn registry_host(field: &str, value: &str) -> Result<(), FieldError> {
 /// words of letters, digits and `_` joined by single `.` or `-`.
 pub fn nuget_package_id(field: &str, value: &str) -> Result<(), FieldError> {
     let valid = !value.is_empty()
-        && value.len() <= 100
+        && value.len() <= NUGET_PACKAGE_ID_MAX_CHARS
         && value
             .split(['.', '-'])
             .all(|word| !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
@@ -516,7 +581,8 @@ pub fn nuget_package_id(field: &str, value: &str) -> Result<(), FieldError> {
 /// writes it; each part is an [`identifier`].
 pub fn stack_name(field: &str, value: &str) -> Result<(), FieldError> {
     let parts: Vec<&str> = value.split('/').collect();
-    let valid = (1..=3).contains(&parts.len()) && parts.iter().all(|part| identifier(field, part).is_ok());
+    let valid =
+        (1..=STACK_NAME_MAX_PARTS).contains(&parts.len()) && parts.iter().all(|part| identifier(field, part).is_ok());
     if !valid {
         return Err(FieldError::new(
             field,

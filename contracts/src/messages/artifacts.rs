@@ -6,6 +6,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use super::module::MAX_PLATFORM_CHARS;
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// An OCI image pinned by digest.
@@ -13,12 +15,16 @@ use crate::validate::{self, FieldError, Validate};
 #[serde(rename_all = "camelCase")]
 pub struct ImageArtifact {
     /// Registry host, e.g. `contoso.azurecr.io`.
+    #[schemars(transform = rule::registry_host)]
     pub registry: String,
     /// Image repository, e.g. `contoso/payments-api`.
+    #[schemars(transform = rule::oci_repository)]
     pub image: String,
     /// The tag pushed, e.g. `1.4.0`.
+    #[schemars(transform = rule::oci_tag)]
     pub tag: String,
     /// Manifest digest, `sha256:<64 hex>`; deployments pin this, not the tag.
+    #[schemars(transform = rule::oci_digest)]
     pub digest: String,
 }
 
@@ -43,10 +49,13 @@ impl Validate for ImageArtifact {
 #[serde(rename_all = "camelCase")]
 pub struct PackageArtifact {
     /// NuGet package id.
+    #[schemars(transform = rule::nuget_package_id)]
     pub package_id: String,
     /// Package version (semantic version; immutable on the feed).
+    #[schemars(transform = rule::semantic_version)]
     pub version: String,
     /// Feed it was published to.
+    #[schemars(transform = rule::identifier)]
     pub feed: String,
 }
 
@@ -65,26 +74,37 @@ impl Validate for PackageArtifact {
 #[serde(rename_all = "camelCase")]
 pub struct ContainerImageBuilt {
     /// The release the image belongs to.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The build the image was made from.
+    #[schemars(transform = rule::identifier)]
     pub build_id: String,
     /// The module.
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// Source repository name (Git).
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Source commit.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// Registry host, e.g. `contoso.azurecr.io`.
+    #[schemars(transform = rule::registry_host)]
     pub registry: String,
     /// Image repository in the registry, e.g. `contoso/payments-api`.
+    #[schemars(transform = rule::oci_repository)]
     pub image: String,
     /// The tag pushed, e.g. `1.4.0`.
+    #[schemars(transform = rule::oci_tag)]
     pub tag: String,
     /// Manifest digest, `sha256:<64 hex>`.
+    #[schemars(transform = rule::oci_digest)]
     pub digest: String,
     /// Platform built, e.g. `linux/amd64`.
+    #[schemars(transform = rule::text(MAX_PLATFORM_CHARS))]
     pub platform: String,
     /// Total size of the image (manifest, config and layers) in bytes.
+    #[schemars(transform = rule::positive)]
     pub size_bytes: u64,
     /// `true` when the registry already had this digest and nothing was
     /// pushed.
@@ -116,7 +136,7 @@ impl Validate for ContainerImageBuilt {
         validate::repository_name("repository", &self.repository)?;
         validate::git_sha("commitSha", &self.commit_sha)?;
         self.artifact().validate()?;
-        validate::text("platform", &self.platform, 64)?;
+        validate::text("platform", &self.platform, MAX_PLATFORM_CHARS)?;
         validate::positive("sizeBytes", self.size_bytes)
     }
 }
@@ -128,23 +148,32 @@ impl Validate for ContainerImageBuilt {
 #[serde(rename_all = "camelCase")]
 pub struct PackagePublished {
     /// The release the package belongs to.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The build the package came from.
+    #[schemars(transform = rule::identifier)]
     pub build_id: String,
     /// The module.
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// NuGet package id.
+    #[schemars(transform = rule::nuget_package_id)]
     pub package_id: String,
     /// Package version (semantic version).
+    #[schemars(transform = rule::semantic_version)]
     pub version: String,
     /// Feed published to.
+    #[schemars(transform = rule::identifier)]
     pub feed: String,
     /// SHA-512 of the `.nupkg`, 128 lowercase hex digits.
+    #[schemars(transform = rule::sha512_hex)]
     pub sha512: String,
     /// Size of the `.nupkg` in bytes.
+    #[schemars(transform = rule::positive)]
     pub size_bytes: u64,
     /// Address of the package on the feed, when the feed has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::url)]
     pub url: Option<String>,
     /// `true` when the feed already had this version with this hash and
     /// nothing was pushed.

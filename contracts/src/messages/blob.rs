@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// A reference to content in the blob store (the filesystem by default, Azure
@@ -13,15 +14,19 @@ use crate::validate::{self, FieldError, Validate};
 #[serde(rename_all = "camelCase")]
 pub struct BlobRef {
     /// Blob container (Azure Storage naming rules), e.g. `build-logs`.
+    #[schemars(transform = rule::blob_container)]
     pub container: String,
     /// Blob name inside the container, `/`-separated, e.g.
     /// `contoso/payments-api/4711/log.txt`.
+    #[schemars(transform = rule::blob_key)]
     pub key: String,
     /// Size of the content in bytes.
     pub size_bytes: u64,
     /// SHA-256 of the content, 64 lowercase hex digits.
+    #[schemars(transform = rule::sha256_hex)]
     pub sha256: String,
     /// MIME type, e.g. `text/plain; charset=utf-8`.
+    #[schemars(transform = rule::media_type)]
     pub content_type: String,
 }
 

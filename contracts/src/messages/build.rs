@@ -10,11 +10,14 @@ use time::OffsetDateTime;
 use super::blob::BlobRef;
 use super::module::ModuleMetadata;
 use super::pipeline::PipelineResult;
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// Most failing test names listed on a `BuildCompleted`; the full list is in
 /// the test report blob.
 pub const MAX_FAILED_TESTS: usize = 100;
+/// Longest failing test name.
+pub const MAX_TEST_NAME_CHARS: usize = 1024;
 
 /// Test counts of a build. `total` is `passed + failed + skipped`; errored
 /// tests count as failed.
@@ -22,6 +25,7 @@ pub const MAX_FAILED_TESTS: usize = 100;
 #[serde(rename_all = "camelCase")]
 pub struct TestSummary {
     /// Tests run or skipped.
+    #[schemars(transform = rule::also_checked("equals `passed + failed + skipped`"))]
     pub total: u32,
     /// Tests that passed.
     pub passed: u32,
@@ -71,6 +75,7 @@ pub enum ArtifactKind {
 pub struct ArtifactRef {
     /// File name, unique within the build, e.g.
     /// `Contoso.Payments.Client.1.4.0.nupkg`.
+    #[schemars(transform = rule::identifier)]
     pub name: String,
     /// What the artifact is.
     pub kind: ArtifactKind,
@@ -92,16 +97,22 @@ impl Validate for ArtifactRef {
 pub struct BuildCompleted {
     /// Id of the build record, derived from the pipeline run so re-ingesting
     /// the same run gives the same id.
+    #[schemars(transform = rule::identifier)]
     pub build_id: String,
     /// The pipeline run ingested.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_run_id: String,
     /// The release this build is a candidate for.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch built.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// Commit built.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// How the run ended.
     pub result: PipelineResult,
@@ -109,6 +120,7 @@ pub struct BuildCompleted {
     pub test_summary: TestSummary,
     /// Names of failing tests (at most 100; the report has them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::max_items(MAX_FAILED_TESTS), transform = rule::each(rule::text(MAX_TEST_NAME_CHARS)))]
     pub failed_tests: Vec<String>,
     /// The build log.
     pub log: BlobRef,
@@ -117,6 +129,7 @@ pub struct BuildCompleted {
     pub test_report: Option<BlobRef>,
     /// Artifacts the build produced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::also_checked("each artifact `name` at most once"))]
     pub artifacts: Vec<ArtifactRef>,
     /// The module built, with its package and container settings.
     pub module: ModuleMetadata,
@@ -154,7 +167,7 @@ impl Validate for BuildCompleted {
             ));
         }
         for (index, name) in self.failed_tests.iter().enumerate() {
-            validate::text(&format!("failedTests[{index}]"), name, 1024)?;
+            validate::text(&format!("failedTests[{index}]"), name, MAX_TEST_NAME_CHARS)?;
         }
         self.log.validate().map_err(|err| validate::nested("log", err))?;
         if let Some(report) = &self.test_report {

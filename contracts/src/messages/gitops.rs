@@ -7,7 +7,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
+
+/// Longest `requestedBy`.
+pub const MAX_REQUESTER_CHARS: usize = 256;
+/// Longest resource kind.
+pub const MAX_KIND_CHARS: usize = 128;
+/// Longest resource name (a Kubernetes name).
+pub const MAX_RESOURCE_NAME_CHARS: usize = 253;
 
 /// Why a reconcile was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -30,15 +38,18 @@ pub enum ReconcileReason {
 #[serde(rename_all = "camelCase")]
 pub struct ReconcileEnvironment {
     /// The environment.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// The commit of the environment repository to reconcile to; its
     /// branch head when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::git_sha)]
     pub desired_commit_sha: Option<String>,
     /// Why.
     pub reason: ReconcileReason,
     /// Who asked, for a manual reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_REQUESTER_CHARS))]
     pub requested_by: Option<String>,
 }
 
@@ -49,7 +60,7 @@ impl Validate for ReconcileEnvironment {
             validate::git_sha("desiredCommitSha", sha)?;
         }
         if let Some(who) = &self.requested_by {
-            validate::text("requestedBy", who, 256)?;
+            validate::text("requestedBy", who, MAX_REQUESTER_CHARS)?;
         }
         Ok(())
     }
@@ -75,11 +86,14 @@ pub enum SyncAction {
 pub struct AppliedResource {
     /// Kind, e.g. `Deployment` (Kubernetes) or the local environment's
     /// `service`.
+    #[schemars(transform = rule::text(MAX_KIND_CHARS))]
     pub kind: String,
     /// Name.
+    #[schemars(transform = rule::text(MAX_RESOURCE_NAME_CHARS))]
     pub name: String,
     /// Namespace, for namespaced Kubernetes resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::environment_name)]
     pub namespace: Option<String>,
     /// What was done.
     pub action: SyncAction,
@@ -87,8 +101,8 @@ pub struct AppliedResource {
 
 impl Validate for AppliedResource {
     fn validate(&self) -> Result<(), FieldError> {
-        validate::text("kind", &self.kind, 128)?;
-        validate::text("name", &self.name, 253)?;
+        validate::text("kind", &self.kind, MAX_KIND_CHARS)?;
+        validate::text("name", &self.name, MAX_RESOURCE_NAME_CHARS)?;
         if let Some(namespace) = &self.namespace {
             validate::environment_name("namespace", namespace)?;
         }
@@ -101,11 +115,14 @@ impl Validate for AppliedResource {
 #[serde(rename_all = "camelCase")]
 pub struct GitOpsSynced {
     /// The environment.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// The commit of the environment repository now applied.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// The release whose promotion this sync applied, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::identifier)]
     pub release_id: Option<String>,
     /// Resources applied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -15,7 +15,17 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::blob::BlobRef;
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
+
+/// Longest resource type.
+pub const MAX_TYPE_CHARS: usize = 256;
+/// Longest stack configuration key.
+pub const MAX_CONFIG_KEY_CHARS: usize = 256;
+/// Longest resource id in the engine (a Pulumi URN).
+pub const MAX_URN_CHARS: usize = 1024;
+/// Longest name of a drifted resource or of one of its properties.
+pub const MAX_DRIFT_NAME_CHARS: usize = 256;
 
 /// A resource declared for engines that take their desired resources in the
 /// request (the local engine). A Pulumi program declares its own and ignores
@@ -26,8 +36,10 @@ pub struct ResourceSpec {
     /// Resource type, e.g. `azure-native:storage:StorageAccount` or the local
     /// engine's `local:directory`.
     #[serde(rename = "type")]
+    #[schemars(transform = rule::text(MAX_TYPE_CHARS))]
     pub resource_type: String,
     /// Logical name, unique per type within the stack.
+    #[schemars(transform = rule::identifier)]
     pub name: String,
     /// Desired properties.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -36,7 +48,7 @@ pub struct ResourceSpec {
 
 impl Validate for ResourceSpec {
     fn validate(&self) -> Result<(), FieldError> {
-        validate::text("type", &self.resource_type, 256)?;
+        validate::text("type", &self.resource_type, MAX_TYPE_CHARS)?;
         validate::identifier("name", &self.name)
     }
 }
@@ -47,19 +59,25 @@ impl Validate for ResourceSpec {
 pub struct ProvisionInfrastructure {
     /// Id of this change (the idempotency key), e.g.
     /// `<releaseId>-<environment>` for a release.
+    #[schemars(transform = rule::identifier)]
     pub plan_id: String,
     /// The stack, `[organization/][project/]stack`, e.g. `payments/prod`.
+    #[schemars(transform = rule::stack_name)]
     pub stack: String,
     /// The environment the stack belongs to.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// The release this change serves, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::identifier)]
     pub release_id: Option<String>,
     /// Stack configuration (`namespace:key` to value). No secrets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = rule::keys(rule::text(MAX_CONFIG_KEY_CHARS)), transform = rule::keys(rule::no_whitespace))]
     pub config: BTreeMap<String, Value>,
     /// Desired resources, for declarative engines (the local engine).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::also_checked("each `type` and `name` pair at most once"))]
     pub resources: Vec<ResourceSpec>,
     /// Only preview: report the changes without applying them.
     #[serde(default)]
@@ -76,7 +94,7 @@ impl Validate for ProvisionInfrastructure {
         }
         for key in self.config.keys() {
             let field = format!("config.{key}");
-            validate::text(&field, key, 256)?;
+            validate::text(&field, key, MAX_CONFIG_KEY_CHARS)?;
             if key.chars().any(char::is_whitespace) {
                 return Err(FieldError::new(field, "keys must not contain whitespace"));
             }
@@ -124,13 +142,17 @@ impl ResourceChanges {
 #[serde(rename_all = "camelCase")]
 pub struct InfrastructureProvisioned {
     /// Id of the change.
+    #[schemars(transform = rule::identifier)]
     pub plan_id: String,
     /// The stack.
+    #[schemars(transform = rule::stack_name)]
     pub stack: String,
     /// The environment.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// The release the change served, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::identifier)]
     pub release_id: Option<String>,
     /// `true` when only previewed: `changes` are planned, not made.
     #[serde(default)]
@@ -140,6 +162,7 @@ pub struct InfrastructureProvisioned {
     /// Stack outputs (name to value); secret outputs are replaced by
     /// `"[secret]"`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = rule::keys(rule::identifier))]
     pub outputs: BTreeMap<String, Value>,
     /// The engine's preview/apply log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,26 +207,30 @@ pub enum DriftKind {
 pub struct DriftedResource {
     /// The resource's id in the engine (a Pulumi URN, or `type/name` for the
     /// local engine).
+    #[schemars(transform = rule::text(MAX_URN_CHARS))]
     pub urn: String,
     /// Resource type.
     #[serde(rename = "type")]
+    #[schemars(transform = rule::text(MAX_TYPE_CHARS))]
     pub resource_type: String,
     /// Logical name.
+    #[schemars(transform = rule::text(MAX_DRIFT_NAME_CHARS))]
     pub name: String,
     /// How it drifted.
     pub drift: DriftKind,
     /// Names of the properties that differ (for `modified`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_DRIFT_NAME_CHARS)))]
     pub properties: Vec<String>,
 }
 
 impl Validate for DriftedResource {
     fn validate(&self) -> Result<(), FieldError> {
-        validate::text("urn", &self.urn, 1024)?;
-        validate::text("type", &self.resource_type, 256)?;
-        validate::text("name", &self.name, 256)?;
+        validate::text("urn", &self.urn, MAX_URN_CHARS)?;
+        validate::text("type", &self.resource_type, MAX_TYPE_CHARS)?;
+        validate::text("name", &self.name, MAX_DRIFT_NAME_CHARS)?;
         for (index, property) in self.properties.iter().enumerate() {
-            validate::text(&format!("properties[{index}]"), property, 256)?;
+            validate::text(&format!("properties[{index}]"), property, MAX_DRIFT_NAME_CHARS)?;
         }
         Ok(())
     }
@@ -214,12 +241,16 @@ impl Validate for DriftedResource {
 #[serde(rename_all = "camelCase")]
 pub struct InfrastructureDriftDetected {
     /// The change last applied to the stack.
+    #[schemars(transform = rule::identifier)]
     pub plan_id: String,
     /// The stack.
+    #[schemars(transform = rule::stack_name)]
     pub stack: String,
     /// The environment.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// The resources that drifted (at least one).
+    #[schemars(transform = rule::non_empty_list)]
     pub drifted: Vec<DriftedResource>,
     /// When the drift was found.
     #[serde(with = "time::serde::rfc3339")]

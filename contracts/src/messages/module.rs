@@ -11,10 +11,15 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// Longest build or test command accepted.
 pub const MAX_COMMAND_CHARS: usize = 4096;
+/// Longest module name.
+pub const MAX_MODULE_NAME_CHARS: usize = 128;
+/// Longest target platform, e.g. `linux/amd64`.
+pub const MAX_PLATFORM_CHARS: usize = 64;
 
 /// The toolchain of a module; it picks the pipeline template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -42,13 +47,16 @@ pub enum ModuleLanguage {
 #[serde(rename_all = "camelCase")]
 pub struct PackageSettings {
     /// NuGet package id, e.g. `Contoso.Payments.Client`.
+    #[schemars(transform = rule::nuget_package_id)]
     pub package_id: String,
     /// Feed to push to (an Azure Artifacts feed name, or the local folder
     /// feed's name).
+    #[schemars(transform = rule::identifier)]
     pub feed: String,
     /// Project or `.nuspec` file to pack, relative to the module's `path`;
     /// the module's only project when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_path)]
     pub project: Option<String>,
 }
 
@@ -77,22 +85,28 @@ fn default_platform() -> String {
 pub struct ContainerSettings {
     /// Registry host, e.g. `contoso.azurecr.io` (`localhost` names the local
     /// OCI layout).
+    #[schemars(transform = rule::registry_host)]
     pub registry: String,
     /// Image repository inside the registry, e.g. `contoso/payments-api`.
+    #[schemars(transform = rule::oci_repository)]
     pub image: String,
     /// Dockerfile, relative to the module's `path`; `Dockerfile` when absent.
     #[serde(default = "default_dockerfile")]
+    #[schemars(transform = rule::repository_path)]
     pub dockerfile: String,
     /// Build context, relative to the module's `path`; the module directory
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_path)]
     pub context: Option<String>,
     /// Target platform, e.g. `linux/amd64` (the default) or `linux/arm64`.
     #[serde(default = "default_platform")]
+    #[schemars(transform = rule::text(MAX_PLATFORM_CHARS))]
     pub platform: String,
     /// `--build-arg` values. Never put secrets here: messages are logged and
     /// kept in dead letters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = rule::keys(rule::identifier))]
     pub build_args: BTreeMap<String, String>,
 }
 
@@ -104,7 +118,7 @@ impl Validate for ContainerSettings {
         if let Some(context) = &self.context {
             validate::repository_path("context", context)?;
         }
-        validate::text("platform", &self.platform, 64)?;
+        validate::text("platform", &self.platform, MAX_PLATFORM_CHARS)?;
         for name in self.build_args.keys() {
             validate::identifier(&format!("buildArgs.{name}"), name)?;
         }
@@ -118,25 +132,32 @@ impl Validate for ContainerSettings {
 #[serde(rename_all = "camelCase")]
 pub struct ModuleMetadata {
     /// Stable id of the module, unique within the tenant, e.g. `payments-api`.
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// Human-readable name.
+    #[schemars(transform = rule::text(MAX_MODULE_NAME_CHARS))]
     pub name: String,
     /// Toolchain; picks the pipeline template.
     pub language: ModuleLanguage,
     /// The module's version (semantic version), stamped on packages and
     /// images.
+    #[schemars(transform = rule::semantic_version)]
     pub version: String,
     /// Directory of the module inside the repository; the root when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_path)]
     pub path: Option<String>,
     /// Shell command that builds the module, run in `path`.
+    #[schemars(transform = rule::text(MAX_COMMAND_CHARS))]
     pub build_command: String,
     /// Shell command that runs the tests; no test step when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_COMMAND_CHARS))]
     pub test_command: Option<String>,
     /// Glob of the JUnit XML files the test command writes, relative to
     /// `path`, e.g. `TestResults/*.xml`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_path)]
     pub test_results: Option<String>,
     /// NuGet packaging; the module publishes no package when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,7 +170,7 @@ pub struct ModuleMetadata {
 impl Validate for ModuleMetadata {
     fn validate(&self) -> Result<(), FieldError> {
         validate::identifier("moduleId", &self.module_id)?;
-        validate::text("name", &self.name, 128)?;
+        validate::text("name", &self.name, MAX_MODULE_NAME_CHARS)?;
         validate::semantic_version("version", &self.version)?;
         if let Some(path) = &self.path {
             validate::repository_path("path", path)?;

@@ -14,7 +14,11 @@ use time::OffsetDateTime;
 use super::blob::BlobRef;
 use super::build::ArtifactRef;
 use super::module::ModuleMetadata;
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
+
+/// Longest name of a failed step.
+pub const MAX_STEP_CHARS: usize = 256;
 
 /// Generate the YAML pipeline of a module from its metadata and commit it to
 /// a branch. Idempotent on (repository, moduleId, templateVersion).
@@ -22,16 +26,20 @@ use crate::validate::{self, FieldError, Validate};
 #[serde(rename_all = "camelCase")]
 pub struct GeneratePipeline {
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch to commit the pipeline file to.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// The module the pipeline builds.
     pub module: ModuleMetadata,
     /// Version of bosun's pipeline template to render (semantic version).
+    #[schemars(transform = rule::semantic_version)]
     pub template_version: String,
     /// Where to write the pipeline file in the repository; the generator's
     /// default location when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_path)]
     pub pipeline_path: Option<String>,
 }
 
@@ -53,19 +61,26 @@ impl Validate for GeneratePipeline {
 #[serde(rename_all = "camelCase")]
 pub struct PipelineGenerated {
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch holding the pipeline file.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// Path of the pipeline file in the repository.
+    #[schemars(transform = rule::repository_path)]
     pub pipeline_path: String,
     /// The module the pipeline builds.
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// Template version the file was rendered from.
+    #[schemars(transform = rule::semantic_version)]
     pub template_version: String,
     /// The commit holding the pipeline file.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// Id of the pipeline definition (an Azure DevOps pipeline id, or the
     /// local runner's id).
+    #[schemars(transform = rule::identifier)]
     pub pipeline_id: String,
     /// `true` when the branch already held this exact file and nothing was
     /// committed.
@@ -111,16 +126,22 @@ impl PipelineResult {
 #[serde(rename_all = "camelCase")]
 pub struct PipelineRunStarted {
     /// Id of the run (an Azure DevOps build id, or the local runner's id).
+    #[schemars(transform = rule::identifier)]
     pub pipeline_run_id: String,
     /// Id of the pipeline definition.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_id: String,
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch being built.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// Commit being built.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// The release this run is a candidate for (the release saga's key).
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The module being built (its id is `module.moduleId`).
     pub module: ModuleMetadata,
@@ -130,6 +151,7 @@ pub struct PipelineRunStarted {
     pub started_at: OffsetDateTime,
     /// Web address of the run, when the runner has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::url)]
     pub url: Option<String>,
 }
 
@@ -155,16 +177,22 @@ impl Validate for PipelineRunStarted {
 #[serde(rename_all = "camelCase")]
 pub struct PollPipelineRun {
     /// Id of the run to check.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_run_id: String,
     /// Id of the pipeline definition.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_id: String,
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch being built.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// Commit being built.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// The release this run is a candidate for.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The module being built.
     pub module: ModuleMetadata,
@@ -174,9 +202,11 @@ pub struct PollPipelineRun {
     pub started_at: OffsetDateTime,
     /// Number of this poll, 1 for the first. Distinct from the envelope's
     /// `attempt`, which counts retries of one poll.
+    #[schemars(transform = rule::positive)]
     pub poll: u32,
     /// Web address of the run, when the runner has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::url)]
     pub url: Option<String>,
 }
 
@@ -227,16 +257,22 @@ impl Validate for PollPipelineRun {
 #[serde(rename_all = "camelCase")]
 pub struct PipelineRunCompleted {
     /// Id of the run.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_run_id: String,
     /// Id of the pipeline definition.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_id: String,
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch built.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// Commit built.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// The release this run is a candidate for.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The module built.
     pub module: ModuleMetadata,
@@ -249,6 +285,7 @@ pub struct PipelineRunCompleted {
     /// When the run finished.
     #[serde(with = "time::serde::rfc3339")]
     #[schemars(with = "String", extend("format" = "date-time"))]
+    #[schemars(transform = rule::also_checked("not earlier than `startedAt`"))]
     pub finished_at: OffsetDateTime,
     /// Milliseconds the run waited for an agent before starting.
     #[serde(default)]
@@ -257,6 +294,7 @@ pub struct PipelineRunCompleted {
     pub duration_ms: u64,
     /// Name of the first step that failed, when `result` is `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_STEP_CHARS))]
     pub failed_step: Option<String>,
     /// The run's log; absent when the run was canceled before it logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,6 +308,7 @@ pub struct PipelineRunCompleted {
     pub artifacts: Vec<ArtifactRef>,
     /// Web address of the run, when the runner has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::url)]
     pub url: Option<String>,
 }
 
@@ -287,7 +326,7 @@ impl Validate for PipelineRunCompleted {
         })?;
         validate::not_before("finishedAt", self.finished_at, "startedAt", self.started_at)?;
         if let Some(step) = &self.failed_step {
-            validate::text("failedStep", step, 256)?;
+            validate::text("failedStep", step, MAX_STEP_CHARS)?;
         }
         if let Some(log) = &self.log {
             log.validate().map_err(|err| validate::nested("log", err))?;

@@ -7,6 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// Longest simulated work a probe may ask for, in milliseconds.
@@ -21,6 +22,7 @@ fn yes() -> bool {
 #[serde(rename_all = "camelCase")]
 pub struct Probe {
     /// The tally the echo counts in (the probe saga's key), e.g. `canary`.
+    #[schemars(transform = rule::identifier)]
     pub group: String,
     /// The sender's sequence number, reported back on the echo.
     #[serde(default)]
@@ -30,6 +32,7 @@ pub struct Probe {
     pub echo: bool,
     /// Milliseconds of simulated handler work (0 to 60 000).
     #[serde(default)]
+    #[schemars(transform = rule::at_most(u64::from(MAX_PROBE_WORK_MS)))]
     pub work_ms: u32,
 }
 
@@ -51,6 +54,7 @@ impl Validate for Probe {
 #[serde(rename_all = "camelCase")]
 pub struct ProbeEchoed {
     /// The probe's group.
+    #[schemars(transform = rule::identifier)]
     pub group: String,
     /// The probe's sequence number.
     pub sequence: u64,

@@ -6,12 +6,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::module::ModuleMetadata;
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// Longest pull request title (the Azure DevOps limit).
 pub const MAX_TITLE_CHARS: usize = 400;
 /// Longest pull request description (the Azure DevOps limit).
 pub const MAX_DESCRIPTION_CHARS: usize = 4000;
+/// Longest name of a required status check.
+pub const MAX_CHECK_CHARS: usize = 256;
 
 /// Open a pull request with policy and build checks. Idempotent on
 /// (repository, sourceBranch, targetBranch): when a pull request between the
@@ -20,19 +23,25 @@ pub const MAX_DESCRIPTION_CHARS: usize = 4000;
 #[serde(rename_all = "camelCase")]
 pub struct OpenPullRequest {
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch with the changes.
+    #[schemars(transform = rule::branch_name)]
     pub source_branch: String,
     /// Branch to merge into.
+    #[schemars(transform = rule::branch_name, transform = rule::also_checked("differs from `sourceBranch`, leaving out a `refs/heads/` prefix"))]
     pub target_branch: String,
     /// Title (at most 400 characters).
+    #[schemars(transform = rule::text(MAX_TITLE_CHARS))]
     pub title: String,
     /// Description in Markdown (at most 4000 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::max_chars(MAX_DESCRIPTION_CHARS))]
     pub description: Option<String>,
     /// Names of the status checks (build validations) that must pass before
     /// the pull request can complete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_CHECK_CHARS)), transform = rule::unique)]
     pub required_checks: Vec<String>,
     /// Complete (merge) the pull request on its own once checks and
     /// reviewers pass.
@@ -75,33 +84,43 @@ pub enum PullRequestStatus {
 /// A pull request is open (opened now, or found already open).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = rule::merge_commit_when_completed)]
 pub struct PullRequestOpened {
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Number of the pull request on its Git host (`!42` on Azure DevOps).
+    #[schemars(transform = rule::positive)]
     pub pull_request_id: u64,
     /// Branch with the changes.
+    #[schemars(transform = rule::branch_name)]
     pub source_branch: String,
     /// Branch to merge into.
+    #[schemars(transform = rule::branch_name, transform = rule::also_checked("differs from `sourceBranch`, leaving out a `refs/heads/` prefix"))]
     pub target_branch: String,
     /// Title.
+    #[schemars(transform = rule::text(MAX_TITLE_CHARS))]
     pub title: String,
     /// Head commit of the source branch when the pull request was opened.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// State of the pull request (`active` unless it completed at once).
     pub status: PullRequestStatus,
     /// Web address of the pull request.
+    #[schemars(transform = rule::url)]
     pub url: String,
     /// `true` when opened now, `false` when it was already open.
     pub created: bool,
     /// Status checks required before completion.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_CHECK_CHARS)), transform = rule::unique)]
     pub required_checks: Vec<String>,
     /// Whether the pull request completes on its own once checks pass.
     #[serde(default)]
     pub auto_complete: bool,
     /// The merge commit on the target branch, when `status` is `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::git_sha)]
     pub merge_commit_sha: Option<String>,
     /// Metadata of the module the change belongs to, when the request gave it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,7 +165,7 @@ fn validate_branches(source: &str, target: &str) -> Result<(), FieldError> {
 
 fn validate_checks(checks: &[String]) -> Result<(), FieldError> {
     for (index, check) in checks.iter().enumerate() {
-        validate::text(&format!("requiredChecks[{index}]"), check, 256)?;
+        validate::text(&format!("requiredChecks[{index}]"), check, MAX_CHECK_CHARS)?;
     }
     validate::unique("requiredChecks", checks.iter().map(String::as_str))
 }

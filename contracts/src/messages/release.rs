@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::artifacts::{ImageArtifact, PackageArtifact};
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// Longest approval comment, rejection or block reason.
@@ -22,12 +23,16 @@ pub const MAX_APPROVER_CHARS: usize = 256;
 #[serde(rename_all = "camelCase")]
 pub struct BuildArtifact {
     /// Id of the build record.
+    #[schemars(transform = rule::identifier)]
     pub build_id: String,
     /// The pipeline run it came from.
+    #[schemars(transform = rule::identifier)]
     pub pipeline_run_id: String,
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Commit built.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
 }
 
@@ -73,6 +78,7 @@ impl Validate for ReleaseArtifacts {
 #[serde(rename_all = "camelCase")]
 pub struct PlannedEnvironment {
     /// Environment name, e.g. `staging`.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// Whether a person must approve (`ApproveRelease`); otherwise the saga
     /// approves on its own (`ReleaseApproved` with `auto`).
@@ -85,12 +91,16 @@ pub struct PlannedEnvironment {
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePlanned {
     /// The release (the saga's key).
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The module released.
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// The module version released (semantic version).
+    #[schemars(transform = rule::semantic_version)]
     pub version: String,
     /// Environments to promote through, in order.
+    #[schemars(transform = rule::non_empty_list, transform = rule::also_checked("each `environment` at most once"))]
     pub environments: Vec<PlannedEnvironment>,
     /// What the release ships.
     pub artifacts: ReleaseArtifacts,
@@ -127,18 +137,23 @@ impl Validate for ReleasePlanned {
 #[serde(rename_all = "camelCase")]
 pub struct ApproveRelease {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The environment approved.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// A name the sender gives (kept as a note, never as the approver).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approver: Option<String>,
     /// Why, or any note for the audit trail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::max_chars(MAX_REASON_CHARS))]
     pub comment: Option<String>,
     /// The authenticated caller (`key:<id> (<description>)` or
     /// `cli:<operator>`), set by bosun's front door.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approved_by: Option<String>,
 }
 
@@ -168,18 +183,23 @@ impl Validate for ApproveRelease {
 #[serde(rename_all = "camelCase")]
 pub struct RejectRelease {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The environment whose approval is refused, when the rejection is
     /// about one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::environment_name)]
     pub environment: Option<String>,
     /// A name the sender gives (kept as a note, never as who rejected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approver: Option<String>,
     /// Why.
+    #[schemars(transform = rule::text(MAX_REASON_CHARS))]
     pub reason: String,
     /// The authenticated caller, set by bosun's front door.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub rejected_by: Option<String>,
 }
 
@@ -206,8 +226,10 @@ impl Validate for RejectRelease {
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseApprovalTimeout {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The environment awaiting approval.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// When the approval was due.
     #[serde(with = "time::serde::rfc3339")]
@@ -227,13 +249,17 @@ impl Validate for ReleaseApprovalTimeout {
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseApproved {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The module released (infrastructure provisioning picks its stack by
     /// module and environment).
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// The environment approved.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// Who approved; `bosun` for automatic approvals.
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approver: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
@@ -245,6 +271,7 @@ pub struct ReleaseApproved {
     pub auto: bool,
     /// The approver's comment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::max_chars(MAX_REASON_CHARS))]
     pub comment: Option<String>,
 }
 
@@ -265,16 +292,21 @@ impl Validate for ReleaseApproved {
 /// release stops.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = rule::approver_unless_timed_out)]
 pub struct ReleaseRejected {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The environment whose approval was refused or timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::environment_name)]
     pub environment: Option<String>,
     /// Who rejected; absent when the approval timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approver: Option<String>,
     /// Why.
+    #[schemars(transform = rule::text(MAX_REASON_CHARS))]
     pub reason: String,
     /// `true` when no decision came before the deadline.
     #[serde(default)]
@@ -325,13 +357,16 @@ pub enum ReleaseStep {
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseBlocked {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The step that failed.
     pub failing_step: ReleaseStep,
     /// What went wrong, for the operator.
+    #[schemars(transform = rule::text(MAX_REASON_CHARS))]
     pub reason: String,
     /// The environment concerned, for environment steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::environment_name)]
     pub environment: Option<String>,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
@@ -354,12 +389,16 @@ impl Validate for ReleaseBlocked {
 /// environment (a commit in the environment repository), after an approval.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = rule::image_or_package)]
 pub struct DeploymentPromoted {
     /// The release.
+    #[schemars(transform = rule::identifier)]
     pub release_id: String,
     /// The module.
+    #[schemars(transform = rule::identifier)]
     pub module_id: String,
     /// The environment promoted to.
+    #[schemars(transform = rule::environment_name)]
     pub environment: String,
     /// The image deployed, pinned by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,10 +407,13 @@ pub struct DeploymentPromoted {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub package: Option<PackageArtifact>,
     /// The repository holding the environments' desired state.
+    #[schemars(transform = rule::repository_name)]
     pub environment_repository: String,
     /// The commit in that repository with the new desired state.
+    #[schemars(transform = rule::git_sha)]
     pub desired_commit_sha: String,
     /// Who approved the promotion (from the recorded `ReleaseApproved`).
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approved_by: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]

@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 fn default_branch() -> String {
@@ -15,12 +16,15 @@ fn default_branch() -> String {
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionRepository {
     /// Repository name (Azure DevOps naming rules).
+    #[schemars(transform = rule::repository_name)]
     pub name: String,
     /// Azure DevOps project (or local grouping folder); defaults to the tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::identifier)]
     pub project: Option<String>,
     /// Branch created with the first commit; `main` when absent.
     #[serde(default = "default_branch")]
+    #[schemars(transform = rule::branch_name)]
     pub default_branch: String,
     /// Human description of the repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -46,14 +50,18 @@ impl Validate for ProvisionRepository {
 #[serde(rename_all = "camelCase")]
 pub struct RepositoryRef {
     /// Id given by the Git host (a GUID on Azure DevOps, a stable id locally).
+    #[schemars(transform = rule::non_empty)]
     pub id: String,
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub name: String,
     /// Project the repository lives in.
     pub project: String,
     /// Clone URL (a `file://` URL for the local Git host).
+    #[schemars(transform = rule::non_empty)]
     pub url: String,
     /// The default branch.
+    #[schemars(transform = rule::branch_name)]
     pub default_branch: String,
 }
 

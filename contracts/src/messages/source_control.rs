@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};
 
 /// How a file's `content` is encoded.
@@ -19,8 +20,10 @@ pub enum ContentEncoding {
 /// One file of an artifact bundle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = rule::bundle_file_content)]
 pub struct BundleFile {
     /// Path inside the repository, `/`-separated.
+    #[schemars(transform = rule::repository_path)]
     pub path: String,
     /// File content, encoded as `encoding` says.
     pub content: String,
@@ -37,8 +40,10 @@ pub struct BundleFile {
 #[serde(rename_all = "camelCase")]
 pub struct GitIdentity {
     /// Display name.
+    #[schemars(transform = rule::non_empty)]
     pub name: String,
     /// E-mail address.
+    #[schemars(transform = rule::email)]
     pub email: String,
 }
 
@@ -46,26 +51,33 @@ pub struct GitIdentity {
 /// resulting tree on the branch is a no-op that returns the existing commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = rule::create_commit_changes)]
 pub struct CreateCommit {
     /// Repository name (as provisioned for the same tenant).
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Branch to commit to; created from `baseBranch` when missing.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// Branch the new branch starts from; the repository's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::branch_name)]
     pub base_branch: Option<String>,
     /// Commit message.
+    #[schemars(transform = rule::non_empty)]
     pub message: String,
     /// Author and committer; bosun's own identity when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<GitIdentity>,
-    /// Files to add or replace.
+    /// Files to add or replace; at least one unless `delete` lists a path.
     pub files: Vec<BundleFile>,
     /// Paths to delete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::repository_path))]
     pub delete: Vec<String>,
     /// When set, a pull request into this branch is opened for the commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::branch_name)]
     pub pull_request_target: Option<String>,
 }
 
@@ -94,11 +106,8 @@ impl Validate for CreateCommit {
         }
         for (index, file) in self.files.iter().enumerate() {
             validate::repository_path(&format!("files[{index}].path"), &file.path)?;
-            if file.encoding == ContentEncoding::Base64 && !is_base64(&file.content) {
-                return Err(FieldError::new(
-                    format!("files[{index}].content"),
-                    "is not valid base64",
-                ));
+            if file.encoding == ContentEncoding::Base64 {
+                validate::base64(&format!("files[{index}].content"), &file.content)?;
             }
         }
         for (index, path) in self.delete.iter().enumerate() {
@@ -111,33 +120,27 @@ impl Validate for CreateCommit {
     }
 }
 
-fn is_base64(text: &str) -> bool {
-    let trimmed: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    trimmed.len().is_multiple_of(4)
-        && trimmed.iter().enumerate().all(|(i, b)| {
-            b.is_ascii_alphanumeric()
-                || *b == b'+'
-                || *b == b'/'
-                || (*b == b'=' && i >= trimmed.len().saturating_sub(2))
-        })
-}
-
 /// The branch holds the requested tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommitCreated {
     /// Repository name.
+    #[schemars(transform = rule::repository_name)]
     pub repository: String,
     /// Id of the repository on its Git host.
     pub repository_id: String,
     /// The branch committed to.
+    #[schemars(transform = rule::branch_name)]
     pub branch: String,
     /// The commit on the branch holding the tree.
+    #[schemars(transform = rule::git_sha)]
     pub commit_sha: String,
     /// The tree of that commit.
+    #[schemars(transform = rule::git_sha)]
     pub tree_sha: String,
     /// The commit's parent, absent for a branch's first commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::git_sha)]
     pub parent_sha: Option<String>,
     /// Number of paths added, changed or deleted (0 for a no-op).
     pub files_changed: u32,
