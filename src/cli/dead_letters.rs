@@ -1,0 +1,575 @@
+//! `bosun dead-letters list|show|replay|purge`: the messages consumers gave
+//! up on, whole, and what operators do with them.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use bosun::operator::Operator;
+use bosun::ports::store::{DeadLetterFilter, DeadLetterRecord, DeadLetterStatus};
+use bosun::runtime::config::Settings;
+use bosun::wiring::Backends;
+
+use super::output::{print_json, short_time};
+
+/// Filters shared by the dead-letter commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
+pub struct DeadLetterFilterArgs {
+    /// Only this consumer.
+    #[arg(long, value_name = "C")]
+    pub consumer: Option<String>,
+    /// Only this message type.
+    #[arg(long = "type", value_name = "T")]
+    pub message_type: Option<String>,
+    /// Only dead-lettered since TIME (RFC 3339, or a duration ago: 30m, 2h, 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+}
+
+impl DeadLetterFilterArgs {
+    fn to_filter(&self, include_replayed: bool) -> Result<DeadLetterFilter> {
+        Ok(DeadLetterFilter {
+            consumer: self.consumer.clone(),
+            message_type: self.message_type.clone(),
+            since: self
+                .since
+                .as_deref()
+                .map(|text| parse_since(text, OffsetDateTime::now_utc()))
+                .transpose()?,
+            include_replayed,
+            ..Default::default()
+        })
+    }
+}
+
+/// `bosun dead-letters ...`
+#[derive(Debug, Clone, PartialEq, Subcommand)]
+pub enum DeadLettersCommand {
+    /// List dead letters (native ones of the transport included).
+    List {
+        /// Filters.
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// Include dead letters already replayed.
+        #[arg(long)]
+        include_replayed: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Everything about one dead letter: original message, error chain,
+    /// attempts, replays.
+    Show {
+        /// Id (or a unique prefix of at least 4 characters).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send dead letters back to their consumer.
+    Replay {
+        /// Ids to replay.
+        ids: Vec<String>,
+        /// Replay every dead letter matching the filters.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Filters (with --all).
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// At most N replays per second.
+        #[arg(long, value_name = "N")]
+        rate: Option<f64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete dead letters.
+    Purge {
+        /// Ids to purge.
+        ids: Vec<String>,
+        /// Purge every dead letter matching the filters.
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Filters (with --all).
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The `--since` units: suffix and seconds.
+const SINCE_UNITS: [(char, u64); 4] = [('s', 1), ('m', 60), ('h', 3600), ('d', 86_400)];
+
+/// Parses `--since`: RFC 3339, or `<n>s|m|h|d` before `now`.
+fn parse_since(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime> {
+    if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(at);
+    }
+    let neither = || format!("--since `{text}` is neither RFC 3339 nor a duration like 30m, 2h, 7d");
+    let Some((number, seconds_per_unit)) = SINCE_UNITS
+        .iter()
+        .find_map(|&(unit, seconds)| text.strip_suffix(unit).map(|number| (number, seconds)))
+    else {
+        bail!(neither());
+    };
+    let amount: u64 = number.parse().with_context(neither)?;
+    amount
+        .checked_mul(seconds_per_unit)
+        .and_then(|seconds| i64::try_from(seconds).ok())
+        .and_then(|seconds| now.checked_sub(time::Duration::seconds(seconds)))
+        .with_context(|| format!("--since `{text}` is too long ago"))
+}
+
+/// Checks `--rate`: a number of replays per second above 0 whose interval
+/// a [`Duration`] can hold.
+fn check_rate(rate: Option<f64>) -> Result<()> {
+    let Some(rate) = rate else { return Ok(()) };
+    if rate.is_nan() || rate <= 0.0 {
+        bail!("--rate must be more than 0");
+    }
+    if Duration::try_from_secs_f64(1.0 / rate).is_err() {
+        bail!("--rate is too small: the wait between two replays would be longer than bosun can wait");
+    }
+    Ok(())
+}
+
+/// Runs a dead-letter command as the settings' operator.
+pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()> {
+    let backends = Backends::open(settings).await?;
+    let operator = backends.operator(&settings.operator);
+    match command {
+        DeadLettersCommand::List {
+            filter,
+            include_replayed,
+            json,
+        } => {
+            let records = operator.dead_letters(&filter.to_filter(include_replayed)?).await?;
+            if json {
+                print_json(&records.iter().map(view).collect::<Vec<_>>())?;
+            } else {
+                write_list(&mut std::io::stdout().lock(), &records)?;
+            }
+        }
+        DeadLettersCommand::Show { id, json } => {
+            let record = operator.dead_letter(&id).await?;
+            if json {
+                print_json(&view(&record))?;
+            } else {
+                write_dead_letter(&mut std::io::stdout().lock(), &record)?;
+            }
+        }
+        DeadLettersCommand::Replay {
+            ids,
+            all,
+            filter,
+            rate,
+            json,
+        } => {
+            check_rate(rate)?;
+            let ids = select_ids(&operator, ids, all, &filter).await?;
+            let total = ids.len();
+            let summary = operator
+                .replay_many(&ids, rate, |done, total, id, result| match result {
+                    Ok(_) => eprintln!("[{done}/{total}] replayed {id}"),
+                    Err(err) => eprintln!("[{done}/{total}] FAILED {id}: {err}"),
+                })
+                .await;
+            if json {
+                print_json(&summary)?;
+            } else {
+                println!("replayed {} of {total}", summary.replayed.len());
+            }
+            if !summary.failed.is_empty() {
+                bail!("{} of {total} replays failed", summary.failed.len());
+            }
+        }
+        DeadLettersCommand::Purge {
+            ids,
+            all,
+            filter,
+            yes,
+            json,
+        } => {
+            let ids = select_ids(&operator, ids, all, &filter).await?;
+            if ids.is_empty() {
+                println!("nothing to purge");
+                return Ok(());
+            }
+            if !yes && !confirm_purge(ids.len())? {
+                println!("not purged");
+                return Ok(());
+            }
+            let mut purged = Vec::new();
+            for (index, id) in ids.iter().enumerate() {
+                purged.push(operator.purge(&id.to_string()).await?);
+                eprintln!("[{}/{}] purged {id}", index + 1, ids.len());
+            }
+            if json {
+                print_json(&serde_json::json!({ "purged": purged }))?;
+            } else {
+                println!("purged {}", purged.len());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The dead letters a replay or purge acts on: every one matching the
+/// filters (oldest first) with `--all`, else the named ones.
+async fn select_ids(
+    operator: &Operator,
+    ids: Vec<String>,
+    all: bool,
+    filter: &DeadLetterFilterArgs,
+) -> Result<Vec<Uuid>> {
+    if all {
+        let records = operator.dead_letters(&filter.to_filter(false)?).await?;
+        return Ok(records.into_iter().rev().map(|r| r.id).collect());
+    }
+    if ids.is_empty() {
+        bail!("name at least one dead letter id, or use --all");
+    }
+    let mut resolved = Vec::new();
+    for id in ids {
+        resolved.push(operator.dead_letter(&id).await?.id);
+    }
+    Ok(resolved)
+}
+
+/// Asks on the terminal before purging; refuses when stdin is not one
+/// (a script must pass `--yes`).
+fn confirm_purge(count: usize) -> Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to purge {count} dead letters without confirmation: pass --yes");
+    }
+    eprint!("Purge {count} dead letter(s)? This cannot be undone. [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// A dead letter as `--json` prints it: the record and its original
+/// message.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeadLetterView<'a> {
+    #[serde(flatten)]
+    record: &'a DeadLetterRecord,
+    /// The original message: JSON when it parses, else text.
+    original: serde_json::Value,
+}
+
+fn view(record: &DeadLetterRecord) -> DeadLetterView<'_> {
+    let original = serde_json::from_slice(&record.body)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&record.body).into_owned()));
+    DeadLetterView { record, original }
+}
+
+fn status(status: DeadLetterStatus) -> String {
+    format!("{status:?}").to_lowercase()
+}
+
+/// The `bosun dead-letters list` table.
+fn write_list(out: &mut impl Write, records: &[DeadLetterRecord]) -> Result<()> {
+    if records.is_empty() {
+        writeln!(out, "no dead letters")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<36}  {:<20}  {:<24}  {:<22}  {:<8}  REASON",
+        "ID", "DEAD-LETTERED", "CONSUMER", "TYPE", "STATUS"
+    )?;
+    for record in records {
+        writeln!(
+            out,
+            "{:<36}  {:<20}  {:<24}  {:<22}  {:<8}  {}",
+            record.id,
+            short_time(record.dead_lettered_at),
+            record.consumer.as_deref().unwrap_or("-"),
+            record.message_type.as_deref().unwrap_or("-"),
+            status(record.status),
+            record.reason
+        )?;
+    }
+    Ok(())
+}
+
+/// `bosun dead-letters show`: every field, the error chain indented by
+/// depth, attempts, replays and the original message.
+fn write_dead_letter(out: &mut impl Write, record: &DeadLetterRecord) -> Result<()> {
+    writeln!(out, "dead letter    {}", record.id)?;
+    writeln!(out, "status         {}", status(record.status))?;
+    writeln!(out, "consumer       {}", record.consumer.as_deref().unwrap_or("-"))?;
+    writeln!(out, "entity         {}", record.entity)?;
+    writeln!(
+        out,
+        "message        {} {}",
+        record.message_type.as_deref().unwrap_or("-"),
+        record.message_id.as_deref().unwrap_or("-")
+    )?;
+    writeln!(
+        out,
+        "correlation    {}",
+        record.correlation_id.as_deref().unwrap_or("-")
+    )?;
+    writeln!(out, "tenant         {}", record.tenant_id.as_deref().unwrap_or("-"))?;
+    writeln!(out, "origin         {}", record.origin)?;
+    writeln!(out, "dead-lettered  {}", short_time(record.dead_lettered_at))?;
+    writeln!(out, "reason         {}", record.reason)?;
+    writeln!(out, "description    {}", record.description)?;
+    writeln!(out, "error chain:")?;
+    for (depth, error) in record.error_chain.iter().enumerate() {
+        writeln!(out, "  {}{}", "  ".repeat(depth), error)?;
+    }
+    writeln!(out, "attempts:")?;
+    for attempt in &record.attempts {
+        writeln!(
+            out,
+            "  #{} {}  {}",
+            attempt.attempt,
+            short_time(attempt.at),
+            attempt.error_chain.join(": ")
+        )?;
+    }
+    writeln!(out, "replays:")?;
+    if record.replays.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for replay in &record.replays {
+        writeln!(
+            out,
+            "  {} by {} to {} ({})",
+            short_time(replay.at),
+            replay.by,
+            replay.destination,
+            replay.replay_id
+        )?;
+    }
+    writeln!(out, "original message ({} bytes):", record.body.len())?;
+    match serde_json::from_slice::<serde_json::Value>(&record.body) {
+        Ok(value) => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
+        Err(_) => writeln!(out, "{}", String::from_utf8_lossy(&record.body))?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun::ports::store::{AttemptRecord, ReplayRecord};
+    use time::macros::datetime;
+
+    use super::*;
+
+    const NOW: OffsetDateTime = datetime!(2026-12-01 12:00:00 UTC);
+
+    #[test]
+    fn since_takes_a_duration_ago_in_each_unit() {
+        for (text, ago) in [
+            ("45s", time::Duration::seconds(45)),
+            ("30m", time::Duration::minutes(30)),
+            ("2h", time::Duration::hours(2)),
+            ("7d", time::Duration::days(7)),
+            ("0m", time::Duration::ZERO),
+        ] {
+            assert_eq!(parse_since(text, NOW).unwrap(), NOW - ago, "{text}");
+        }
+    }
+
+    #[test]
+    fn since_takes_an_rfc3339_time_as_it_is() {
+        assert_eq!(
+            parse_since("2026-11-30T08:15:00+01:00", NOW).unwrap(),
+            datetime!(2026-11-30 08:15:00 +01:00)
+        );
+    }
+
+    #[test]
+    fn since_refuses_anything_else_naming_it() {
+        for text in ["", "5", "5x", "m", "abcm", "-5m", "1.5h", "2026-12-01", "5é", "5 m"] {
+            let err = format!("{:#}", parse_since(text, NOW).unwrap_err());
+            assert!(
+                err.starts_with(&format!(
+                    "--since `{text}` is neither RFC 3339 nor a duration like 30m, 2h, 7d"
+                )),
+                "{text:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn since_refuses_a_time_before_the_calendar_instead_of_panicking() {
+        for text in ["18446744073709551615s", "9223372036854775807s", "99999999999d"] {
+            let err = parse_since(text, NOW).unwrap_err().to_string();
+            assert_eq!(err, format!("--since `{text}` is too long ago"));
+        }
+    }
+
+    #[test]
+    fn the_filter_carries_every_flag() {
+        let args = DeadLetterFilterArgs {
+            consumer: Some("commit".to_owned()),
+            message_type: Some("CreateCommit".to_owned()),
+            since: Some("2026-11-30T00:00:00Z".to_owned()),
+        };
+        assert_eq!(
+            args.to_filter(true).unwrap(),
+            DeadLetterFilter {
+                consumer: Some("commit".to_owned()),
+                message_type: Some("CreateCommit".to_owned()),
+                since: Some(datetime!(2026-11-30 00:00:00 UTC)),
+                include_replayed: true,
+                ..Default::default()
+            }
+        );
+        let bad = DeadLetterFilterArgs {
+            since: Some("yesterday".to_owned()),
+            ..Default::default()
+        };
+        assert!(bad.to_filter(false).is_err());
+    }
+
+    #[test]
+    fn the_rate_must_be_a_usable_number_of_replays_per_second() {
+        for fine in [None, Some(0.5), Some(10.0), Some(f64::INFINITY)] {
+            assert!(check_rate(fine).is_ok(), "{fine:?}");
+        }
+        for zero in [Some(0.0), Some(-1.0), Some(f64::NAN)] {
+            assert_eq!(check_rate(zero).unwrap_err().to_string(), "--rate must be more than 0");
+        }
+        assert_eq!(
+            check_rate(Some(1e-300)).unwrap_err().to_string(),
+            "--rate is too small: the wait between two replays would be longer than bosun can wait"
+        );
+    }
+
+    fn record() -> DeadLetterRecord {
+        DeadLetterRecord {
+            id: Uuid::from_u128(0x0191_0000_0000_7000_8000_0000_0000_0001),
+            consumer: Some("commit".to_owned()),
+            entity: "commit".to_owned(),
+            transport_sequence: Some(7),
+            broker_message_id: "broker-1".to_owned(),
+            message_id: Some("msg-1".to_owned()),
+            message_type: Some("CreateCommit".to_owned()),
+            correlation_id: Some("corr-1".to_owned()),
+            tenant_id: Some("contoso".to_owned()),
+            body: br#"{"repository":"payments-api"}"#.to_vec(),
+            reason: "retries-exhausted".to_owned(),
+            description: "no repository payments-api".to_owned(),
+            error_chain: vec!["commit failed".to_owned(), "no repository payments-api".to_owned()],
+            attempts: vec![AttemptRecord {
+                attempt: 0,
+                at: datetime!(2026-12-01 10:00:00 UTC),
+                error_chain: vec!["commit failed".to_owned(), "no repository".to_owned()],
+            }],
+            dead_lettered_at: datetime!(2026-12-01 10:05:00 UTC),
+            origin: "host".to_owned(),
+            status: DeadLetterStatus::Dead,
+            replays: vec![],
+        }
+    }
+
+    fn text(write: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> String {
+        let mut out = Vec::new();
+        write(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_list_is_a_table_of_one_line_per_dead_letter() {
+        let mut native = record();
+        native.id = Uuid::from_u128(2);
+        native.consumer = None;
+        native.message_type = None;
+        native.status = DeadLetterStatus::Replayed;
+        native.reason = "MaxDeliveryCountExceeded".to_owned();
+        let table = text(|out| write_list(out, &[record(), native]));
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "ID                                    DEAD-LETTERED         CONSUMER                  \
+                 TYPE                    STATUS    REASON",
+                "01910000-0000-7000-8000-000000000001  2026-12-01T10:05:00Z  commit                    \
+                 CreateCommit            dead      retries-exhausted",
+                "00000000-0000-0000-0000-000000000002  2026-12-01T10:05:00Z  -                         \
+                 -                       replayed  MaxDeliveryCountExceeded",
+            ]
+        );
+        assert_eq!(text(|out| write_list(out, &[])), "no dead letters\n");
+    }
+
+    #[test]
+    fn show_prints_every_field_the_chain_by_depth_and_the_original() {
+        let mut replayed = record();
+        replayed.status = DeadLetterStatus::Replayed;
+        replayed.replays = vec![ReplayRecord {
+            replay_id: Uuid::from_u128(9),
+            by: "test-operator".to_owned(),
+            at: datetime!(2026-12-01 11:00:00 UTC),
+            destination: "commit".to_owned(),
+            broker_message_id: "broker-2".to_owned(),
+        }];
+        assert_eq!(
+            text(|out| write_dead_letter(out, &replayed)),
+            "dead letter    01910000-0000-7000-8000-000000000001\n\
+             status         replayed\n\
+             consumer       commit\n\
+             entity         commit\n\
+             message        CreateCommit msg-1\n\
+             correlation    corr-1\n\
+             tenant         contoso\n\
+             origin         host\n\
+             dead-lettered  2026-12-01T10:05:00Z\n\
+             reason         retries-exhausted\n\
+             description    no repository payments-api\n\
+             error chain:\n  \
+             commit failed\n    \
+             no repository payments-api\n\
+             attempts:\n  \
+             #0 2026-12-01T10:00:00Z  commit failed: no repository\n\
+             replays:\n  \
+             2026-12-01T11:00:00Z by test-operator to commit (00000000-0000-0000-0000-000000000009)\n\
+             original message (29 bytes):\n\
+             {\n  \"repository\": \"payments-api\"\n}\n"
+        );
+    }
+
+    #[test]
+    fn show_prints_an_original_that_is_not_json_as_text() {
+        let mut raw = record();
+        raw.body = b"not json \xff".to_vec();
+        let shown = text(|out| write_dead_letter(out, &raw));
+        assert!(shown.contains("replays:\n  none\n"), "{shown}");
+        assert!(
+            shown.ends_with("original message (10 bytes):\nnot json \u{fffd}\n"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn json_has_the_record_and_the_original_message() {
+        let record = record();
+        let json = serde_json::to_value(view(&record)).unwrap();
+        assert_eq!(json["id"], "01910000-0000-7000-8000-000000000001");
+        assert_eq!(json["messageType"], "CreateCommit");
+        assert_eq!(json["status"], "dead");
+        assert_eq!(json["original"], serde_json::json!({"repository": "payments-api"}));
+        let mut raw = record.clone();
+        raw.body = b"plain".to_vec();
+        assert_eq!(serde_json::to_value(view(&raw)).unwrap()["original"], "plain");
+    }
+}

@@ -1,0 +1,122 @@
+//! The long-running commands: `bosun serve` (the consumers, optionally with
+//! the HTTP API), `bosun api` (the HTTP API alone) and `bosun mcp` (the MCP
+//! tools over stdio). Each runs until SIGTERM or Ctrl-C (or end of input).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use bosun::front::api::{self, ApiState};
+use bosun::front::gateway::Gateway;
+use bosun::front::mcp::McpServer;
+use bosun::runtime::config::{Settings, parse_consumer_list};
+use bosun::runtime::metrics::Metrics;
+use bosun::wiring::{self, Backends};
+
+/// `bosun serve`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ServeArgs {
+    /// Comma-separated consumers to run (default: all available).
+    #[arg(long, value_name = "LIST")]
+    pub consumers: Option<String>,
+    /// Also serve the HTTP API, console and MCP endpoint on this
+    /// address, e.g. 0.0.0.0:8080 (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+}
+
+/// `bosun api`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ApiArgs {
+    /// The address, e.g. 0.0.0.0:8080.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub http: String,
+}
+
+/// Runs the consumers (and the API with `--http`) until a signal, then
+/// drains: the API answers "not ready" while the consumers finish.
+pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
+    if let Some(list) = args.consumers {
+        settings.consumers = Some(parse_consumer_list(&list)?);
+    }
+    let backends = Backends::open(&settings).await?;
+    let shutdown = CancellationToken::new();
+    wiring::cancel_on_signals(shutdown.clone());
+    let metrics = Arc::new(Metrics::new());
+    let api = match args.http {
+        Some(address) => Some(start_api(&settings, &backends, &address, &shutdown, Arc::clone(&metrics)).await?),
+        None => None,
+    };
+    let served = wiring::serve_with_metrics(&settings, &backends, shutdown, metrics).await;
+    // The API answers (not ready) while the consumers drain, then stops.
+    if let Some((stop, task)) = api {
+        stop.cancel();
+        task.await.context("HTTP API task")??;
+    }
+    // Prefetched messages go back to the broker at once, not when
+    // their locks expire.
+    backends.transport.close().await;
+    served?;
+    Ok(())
+}
+
+/// Serves the HTTP API alone until a signal.
+pub async fn api(args: ApiArgs, settings: &Settings) -> Result<()> {
+    let backends = Backends::open(settings).await?;
+    let shutdown = CancellationToken::new();
+    wiring::cancel_on_signals(shutdown.clone());
+    let (stop, task) = start_api(settings, &backends, &args.http, &shutdown, Arc::new(Metrics::new())).await?;
+    shutdown.cancelled().await;
+    stop.cancel();
+    task.await.context("HTTP API task")?
+}
+
+/// Serves the MCP tools over stdio, acting as the key in `BOSUN_API_KEY`.
+pub async fn mcp(settings: &Settings) -> Result<()> {
+    let key = std::env::var("BOSUN_API_KEY")
+        .context("bosun mcp acts as an API key: set BOSUN_API_KEY (make one with `bosun keys create`)")?;
+    let backends = Backends::open(settings).await?;
+    let gateway = Gateway::new(backends, CancellationToken::new());
+    let caller = gateway
+        .authenticate(&key)
+        .await
+        .map_err(|err| anyhow::anyhow!("BOSUN_API_KEY: {err}"))?;
+    let server = McpServer::new(gateway).with_max_message_bytes(settings.http_max_body_bytes);
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    server
+        .serve_stdio(caller, stdin, tokio::io::stdout())
+        .await
+        .context("MCP stdio")
+}
+
+/// Binds the HTTP API and serves it in the background until the returned
+/// token is cancelled; readiness turns false when `draining` is cancelled.
+async fn start_api(
+    settings: &Settings,
+    backends: &Backends,
+    address: &str,
+    draining: &CancellationToken,
+    metrics: Arc<Metrics>,
+) -> Result<(CancellationToken, tokio::task::JoinHandle<Result<()>>)> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("--http {address}: cannot listen"))?;
+    let bound = listener.local_addr().context("--http: no local address")?;
+    // Scripts and tests read the port from here (port 0 picks a free one).
+    eprintln!("bosun: HTTP API on http://{bound}");
+    let state = ApiState::new(Gateway::new(backends.clone(), draining.clone()), metrics);
+    let stop = CancellationToken::new();
+    let max_body = settings.http_max_body_bytes;
+    let limits = settings.http_limits.clone();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            api::serve(listener, state, max_body, limits, stop)
+                .await
+                .context("HTTP API")
+        }
+    });
+    Ok((stop, task))
+}
