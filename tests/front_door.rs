@@ -525,6 +525,7 @@ async fn key_budgets_and_mcp_origins_come_from_the_settings() {
         let mut request = client
             .post(format!("{}/mcp", server.url))
             .bearer_auth(&agent)
+            .header("accept", "application/json, text/event-stream")
             .json(&ping);
         if let Some(origin) = origin {
             request = request.header("origin", origin);

@@ -4,7 +4,8 @@
 //! the official TypeScript SDK (installed by `scripts/mcp-sdk`) over stdio
 //! (it spawns `bosun mcp`) and over Streamable HTTP (`POST /mcp`): it lists
 //! the tools, sends a Probe, follows its delivery until it completes and
-//! checks how refusals come back.
+//! checks how refusals come back; over HTTP, that the client's newest
+//! protocol version is spoken and that `/mcp` keeps no session.
 //!
 //! Ignored by a plain `cargo test` (reported as ignored): it needs Node.js
 //! 18+ and npm, and installs the SDK with `scripts/mcp-sdk` when missing.
@@ -67,6 +68,7 @@ fn an_mcp_client_sends_and_follows_a_delivery_over_stdio_and_http() {
     for check in [
         "stdio: wait_for_delivery returned completed",
         "http: wait_for_delivery returned completed",
+        "stateless (no Mcp-Session-Id)",
         "http: a wrong key is refused",
     ] {
         assert!(output.contains(check), "missing `{check}` in:\n{output}");

@@ -9,9 +9,10 @@ use crate::runtime::config::LogFormat;
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. `RUST_LOG` overrides the default level
-/// (`info`).
+/// (`info`; the MCP SDK's own lines, one set per HTTP request and with the
+/// client's details, only from `warn`: bosun logs each tool call itself).
 pub fn init(format: LogFormat) {
-    init_with_filter(format, "info");
+    init_with_filter(format, "info,rmcp=warn");
 }
 
 /// Installs the global subscriber with `default` as the level filter when

@@ -3,6 +3,8 @@
 // stdio (spawning `bosun mcp`) and over Streamable HTTP (POST /mcp of a
 // running `bosun serve --http`), lists the tools, sends a Probe command,
 // follows its delivery until it completes and checks how refusals come back.
+// Over HTTP it also checks the negotiated protocol version (the SDK's newest)
+// and that /mcp keeps no session (no Mcp-Session-Id).
 //
 //   NODE_PATH="$(scripts/mcp-sdk node-path)" \
 //   BOSUN_BIN=target/debug/bosun BOSUN_DATA_DIR=DIR BOSUN_API_KEY=bsn_... \
@@ -47,11 +49,12 @@ try {
     ...require('@modelcontextprotocol/sdk/client/index.js'),
     ...require('@modelcontextprotocol/sdk/client/stdio.js'),
     ...require('@modelcontextprotocol/sdk/client/streamableHttp.js'),
+    ...require('@modelcontextprotocol/sdk/types.js'),
   };
 } catch (err) {
   fail(`cannot load @modelcontextprotocol/sdk (run with NODE_PATH="$(scripts/mcp-sdk node-path)"): ${err.message}`);
 }
-const { Client, StdioClientTransport, StreamableHTTPClientTransport } = sdk;
+const { Client, StdioClientTransport, StreamableHTTPClientTransport, LATEST_PROTOCOL_VERSION } = sdk;
 
 const bin = need('BOSUN_BIN');
 const dataDir = need('BOSUN_DATA_DIR');
@@ -88,6 +91,17 @@ async function exercise(label, transport) {
   check(client.getServerCapabilities()?.tools, `${label}: the server offers tools`, client.getServerCapabilities());
   check((client.getInstructions() ?? '').includes('send_command'), `${label}: instructions mention send_command`);
   console.log(`${label}: initialized (bosun ${server.version})`);
+  if (transport instanceof StreamableHTTPClientTransport) {
+    // The client asks for its newest version, which bosun speaks; /mcp is
+    // stateless, so no session id comes back.
+    check(
+      transport.protocolVersion === LATEST_PROTOCOL_VERSION,
+      `${label}: negotiated the client's newest protocol version`,
+      { negotiated: transport.protocolVersion, latest: LATEST_PROTOCOL_VERSION },
+    );
+    check(transport.sessionId === undefined, `${label}: no session (stateless)`, transport.sessionId);
+    console.log(`${label}: protocol ${transport.protocolVersion}, stateless (no Mcp-Session-Id)`);
+  }
 
   await client.ping();
 
@@ -97,6 +111,13 @@ async function exercise(label, transport) {
   const send = tools.find((tool) => tool.name === 'send_command');
   check(send.description.includes('- CreateCommit:'), `${label}: send_command lists the commands`, send.description);
   check(send.inputSchema.required?.includes('payload'), `${label}: send_command requires payload`, send.inputSchema);
+  const commands = send.inputSchema.properties?.type?.enum ?? [];
+  check(
+    commands.includes('Probe') && !commands.includes('ReleaseApprovalTimeout'),
+    `${label}: send_command's type lists the sendable commands only`,
+    commands,
+  );
+  check(send.inputSchema.$defs?.Probe?.properties?.group, `${label}: the Probe payload schema is in $defs`, send.inputSchema);
   console.log(`${label}: tools/list has ${names.join(', ')}`);
 
   const args = {

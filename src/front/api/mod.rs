@@ -162,7 +162,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/dead-letters/{id}", get(dead_letter).delete(purge))
         .route("/v1/dead-letters/{id}/replay", post(replay))
         .route("/v1/replays/{id}", get(replay_job))
-        .route("/mcp", post(mcp).get(mcp_get))
+        .merge(mcp_routes(&state, max_body_bytes))
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not-found", "no such route".into()) })
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -710,45 +710,30 @@ async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path
 
 // -- MCP ----------------------------------------------------------------------
 
-/// MCP over Streamable HTTP: one JSON-RPC message (or batch) per POST,
-/// answered as JSON; notifications get 202.
-async fn mcp(State(state): State<ApiState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
-    // A DNS-rebinding page first (see `origin`), then the key: nothing
-    // about the request is answered without both.
-    if let Some(refused) = refuse_origin(&state, &headers) {
+/// `/mcp`: the MCP SDK's Streamable HTTP service (stateless, JSON answers;
+/// see [`McpServer::http_service`]) behind the front door.
+fn mcp_routes(state: &ApiState, max_body_bytes: usize) -> Router<ApiState> {
+    Router::new()
+        .route_service("/mcp", state.mcp.http_service(max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), mcp_front_door))
+}
+
+/// The front door of every `/mcp` request, before the MCP SDK sees it: a
+/// DNS-rebinding page first (403, see `origin`), then the key and its
+/// budget (401, 429), so nothing about the request is answered without
+/// both. The caller rides in the request's extensions to the tools.
+async fn mcp_front_door(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
+    if let Some(refused) = refuse_origin(&state, request.headers()) {
         return refused;
     }
-    let caller = match caller(&state, &headers).await {
-        Ok(caller) => caller,
-        Err(err) => return err.into_response(),
-    };
-    let bytes = match body {
-        Ok(bytes) => bytes,
-        Err(rejection) => {
-            return match json_body(Err(rejection)) {
-                Err(response) => *response,
-                Ok(_) => StatusCode::BAD_REQUEST.into_response(),
-            };
+    match caller(&state, request.headers()).await {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
         }
-    };
-    // Malformed JSON gets JSON-RPC's Parse error (-32700), not a REST error.
-    match state.mcp.handle_text(&caller, &bytes).await {
-        Some(answer) => Json(answer).into_response(),
-        None => StatusCode::ACCEPTED.into_response(),
+        Err(err) => err.into_response(),
     }
 }
 
-/// bosun's MCP endpoint sends no server-initiated messages: no SSE stream.
-async fn mcp_get(State(state): State<ApiState>, headers: HeaderMap) -> Response {
-    if let Some(refused) = refuse_origin(&state, &headers) {
-        return refused;
-    }
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(header::ALLOW, "POST")],
-        Json(json!({"error": {"code": "method-not-allowed", "message": "POST JSON-RPC messages to /mcp"}})),
-    )
-        .into_response()
-}
 #[cfg(test)]
 mod tests;

@@ -965,7 +965,11 @@ async fn mcp_refuses_a_foreign_origin_before_anything_else() {
         Some("https://console.example.com"),
         Some(own.as_str()),
     ] {
-        let mut request = api.post(&key, "/mcp").json(&ping);
+        // A Streamable HTTP client accepts both JSON and an event stream.
+        let mut request = api
+            .post(&key, "/mcp")
+            .header("accept", "application/json, text/event-stream")
+            .json(&ping);
         if let Some(origin) = origin {
             request = request.header("origin", origin);
         }
