@@ -7,21 +7,20 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
-use bosun_consumers::blob::{
-    AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, EntraIdCredential,
-};
-use bosun_consumers::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::build_ingestion::{self, BuildIngestion};
 use bosun_consumers::commit::{self, Commit};
 use bosun_consumers::container_build::azure::{AcrAuth, AzureContainerRegistryConfig};
 use bosun_consumers::container_build::{self, ContainerBuild};
+use bosun_consumers::delivery::azure::credential::EntraIdCredential;
+use bosun_consumers::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
+use bosun_consumers::delivery::blob::{AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore};
+use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
+use bosun_consumers::delivery::git::LocalGitHost;
+use bosun_consumers::delivery::pipeline::{LocalPipelines, RunnerSettings};
 use bosun_consumers::gitops_sync::azure::{ArgoCdConfig, AzureGitOpsConfig};
 use bosun_consumers::gitops_sync::{self, GitOpsSync};
 use bosun_consumers::iac_provisioning::azure::PulumiConfig;
 use bosun_consumers::iac_provisioning::{self, IacProvisioning};
-use bosun_consumers::local_git::LocalGitHost;
-use bosun_consumers::local_pipeline::{LocalPipelines, RunnerSettings};
 use bosun_consumers::package_publishing::azure::AzureArtifactsConfig;
 use bosun_consumers::package_publishing::{self, PackagePublishing};
 use bosun_consumers::pipeline_generation::{self, PipelineGeneration};
