@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use bosun_consumers::blob::{
+use bosun_consumers::delivery::blob::{
     AzureBlobAuth, AzureBlobSettings, AzureBlobStore, BlobError, BlobStore, FilesystemBlobStore, sha256_hex,
 };
 

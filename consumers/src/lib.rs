@@ -1,4 +1,7 @@
-//! bosun's consumers. One folder per consumer, always the same files:
+//! bosun's consumers, and the delivery layer they are built on.
+//!
+//! The eleven consumers are peers: one folder each, always the same files,
+//! and none imports another.
 //!
 //! - `mod.rs` — the consumer: its handler, generic over its port;
 //! - `port.rs` — the port trait the handler needs;
@@ -7,19 +10,12 @@
 //! - `azure.rs` — the adapter for the real Azure service;
 //! - `tests.rs` — handler tests over an in-memory port, adapter tests.
 //!
-//! Shared by several consumers:
-//!
-//! - [`local_git`] — the embedded Git host: bare repositories on disk,
-//!   driven through the `git` CLI's plumbing;
-//! - [`azure_devops`] — the Azure DevOps REST client, its configuration and
-//!   how its errors map to retry decisions;
-//! - [`blob`] — the blob store port (logs, reports, artifacts) and its
-//!   filesystem implementation;
-//! - [`local_pipeline`] — the embedded pipeline runner: runs a generated
-//!   Azure Pipelines YAML's steps in a checkout, like a CI agent;
-//! - [`tenant`] — tenant walls: the error of a message naming another
-//!   tenant's resource, the blob-key check, and the migration of local
-//!   layouts to `<root>/<tenant>/...`.
+//! What several consumers (or both adapters of one) need lives below them
+//! in [`delivery`]: the Git hosts and commit writers, archives, OCI image
+//! building, the Azure HTTP client with its one retry policy, Azure
+//! credentials, the blob store, the local pipeline runner, tenant walls
+//! and crash-safe files. Consumers depend on `delivery`; `delivery`
+//! depends on no consumer (`tests/layering.rs` holds both rules).
 //!
 //! `release_orchestration` and `probe` (a built-in canary) have no port and
 //! no adapters: they run pure sagas and talk to no outside service.
@@ -61,12 +57,12 @@ macro_rules! port_error_conversions {
         }
     };
     ($error:ident, azure_devops_only) => {
-        impl From<$crate::azure_devops::AzureDevOpsError> for $error {
-            fn from(err: $crate::azure_devops::AzureDevOpsError) -> Self {
+        impl From<$crate::delivery::azure::devops::AzureDevOpsError> for $error {
+            fn from(err: $crate::delivery::azure::devops::AzureDevOpsError) -> Self {
                 match err.disposition() {
-                    $crate::azure_devops::Disposition::Transient => Self::Unavailable(Box::new(err)),
-                    $crate::azure_devops::Disposition::Permanent => Self::Rejected(Box::new(err)),
-                    $crate::azure_devops::Disposition::RetryAfter(after) => Self::Throttled {
+                    $crate::delivery::azure::retry::Disposition::Transient => Self::Unavailable(Box::new(err)),
+                    $crate::delivery::azure::retry::Disposition::Permanent => Self::Rejected(Box::new(err)),
+                    $crate::delivery::azure::retry::Disposition::RetryAfter(after) => Self::Throttled {
                         after,
                         source: Box::new(err),
                     },
@@ -76,15 +72,12 @@ macro_rules! port_error_conversions {
     };
 }
 
-pub mod azure_devops;
-pub mod blob;
 pub mod build_ingestion;
 pub mod commit;
 pub mod container_build;
+pub mod delivery;
 pub mod gitops_sync;
 pub mod iac_provisioning;
-pub mod local_git;
-pub mod local_pipeline;
 pub mod package_publishing;
 pub mod pipeline_generation;
 pub mod pipeline_monitor;
@@ -92,7 +85,6 @@ pub mod probe;
 pub mod pull_request;
 pub mod release_orchestration;
 pub mod repository_provisioning;
-pub mod tenant;
 
 /// A boxed error, kept whole so the runtime can record its chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use bosun_consumers::blob::sha256_hex;
+use bosun_consumers::delivery::blob::sha256_hex;
 use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;

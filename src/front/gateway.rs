@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use bosun_consumers::blob::sha256_hex;
+use bosun_consumers::delivery::blob::sha256_hex;
 
 use crate::front::access::{self, ALL_TENANTS, Caller, Scope};
 use crate::operator::{Delivery, Operator, OperatorError, SendOptions};

@@ -30,7 +30,7 @@
 //! writes the same blob under the same key: it is idempotent, as a
 //! redispatched outbox entry needs.
 
-use bosun_consumers::blob::{BlobError, BlobStore};
+use bosun_consumers::delivery::blob::{BlobError, BlobStore};
 use bosun_contracts::Envelope;
 use bosun_contracts::messages::BlobRef;
 use bosun_contracts::validate::Validate;
@@ -272,7 +272,7 @@ fn string_field(document: &Map<String, Value>, field: &str) -> Result<String, Cl
 
 #[cfg(test)]
 mod tests {
-    use bosun_consumers::blob::FilesystemBlobStore;
+    use bosun_consumers::delivery::blob::FilesystemBlobStore;
     use bosun_contracts::messages::{BundleFile, ContentEncoding, Message};
     use bosun_contracts::samples;
     use uuid::Uuid;

@@ -10,7 +10,7 @@
 //!    project-wide, so the build's definition must be in the tenant's
 //!    folder (`\bosun\<tenant>`), or in `\bosun` (made before tenant
 //!    folders); another tenant's is refused
-//!    ([`crate::azure_devops::check_pipeline_folder`]);
+//!    ([`crate::delivery::azure::devops::check_pipeline_folder`]);
 //! 1. without a log on the message: `GET {project}/_apis/build/builds/{id}/logs`
 //!    (REST 7.1), then `GET .../logs/{logId}` for each (JSON, one string
 //!    per line), joined in log order under a `##[bosun] log {logId}`
@@ -36,8 +36,8 @@ use serde_json::Value;
 use super::junit::{TestCase, TestOutcome};
 use super::port::{BuildResults, IngestError, IngestRequest};
 use super::results::{self, ReportRun, ReportSource, RunLog, TestReport, TestResults};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
-use crate::blob::BlobStore;
+use crate::delivery::azure::devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
+use crate::delivery::blob::BlobStore;
 
 /// API version of the test results API (a preview API).
 pub const TEST_RESULTS_API_VERSION: &str = "7.1-preview.6";

@@ -14,7 +14,7 @@ use bosun_contracts::messages::BuildCompleted;
 
 use super::port::{BuildResults, IngestError, IngestRequest};
 use super::results::{self, RunLog};
-use crate::blob::BlobStore;
+use crate::delivery::blob::BlobStore;
 
 /// Ingests pipeline runs from the blob store.
 #[derive(Clone)]

@@ -12,7 +12,7 @@
 //! and every blob ingestion writes are under the tenant's keys
 //! (`<tenant>/...`), so two tenants' runs of the same id are two builds,
 //! and a run naming blobs that are not under its tenant's keys is refused
-//! ([`crate::tenant::check_blob`]). Retried
+//! ([`crate::delivery::tenant::check_blob`]). Retried
 //! exponentially, 5 times (DESIGN.md).
 //!
 //! - [`port`] — the [`BuildResults`] port and its [`IngestError`];
@@ -58,7 +58,7 @@ pub struct BuildIngestion<P> {
 
 impl<P: BuildResults> BuildIngestion<P> {
     /// The consumer over an ingestion port: [`local::LocalBuildResults`],
-    /// [`azure::AzureBuildResults`], or a boxed `dyn BuildResults`.
+    /// [`azure::AzureBuildResults`] (or any other implementation of the port).
     pub fn new(results: P) -> Self {
         Self { results }
     }
@@ -83,7 +83,7 @@ pub fn ingest_request(envelope: &Envelope, run: &PipelineRunCompleted) -> Result
         .chain(&run.test_results)
         .chain(run.artifacts.iter().map(|artifact| &artifact.blob));
     for blob in blobs {
-        crate::tenant::check_blob(blob, &envelope.tenant_id)?;
+        crate::delivery::tenant::check_blob(blob, &envelope.tenant_id)?;
     }
     Ok(IngestRequest {
         tenant: envelope.tenant_id.clone(),

@@ -3,15 +3,14 @@
 //! what it derives (the test report, a missing log) in the blob store and
 //! recording the ingestion under the build's id.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::messages::{BuildCompleted, PipelineRunCompleted};
 
 use crate::BoxError;
-use crate::blob::BlobError;
-use crate::tenant::ForeignTenant;
+use crate::delivery::blob::BlobError;
+use crate::delivery::tenant::ForeignTenant;
 
 /// What to ingest: the run, with the envelope's tenant and the build id
 /// derived from the run.
@@ -33,20 +32,6 @@ pub trait BuildResults: Send + Sync {
     /// Counts the run's tests, keeps its log and artifacts, and records the
     /// build.
     async fn ingest(&self, request: &IngestRequest) -> Result<BuildCompleted, IngestError>;
-}
-
-#[async_trait]
-impl<T: BuildResults + ?Sized> BuildResults for Arc<T> {
-    async fn ingest(&self, request: &IngestRequest) -> Result<BuildCompleted, IngestError> {
-        (**self).ingest(request).await
-    }
-}
-
-#[async_trait]
-impl<T: BuildResults + ?Sized> BuildResults for Box<T> {
-    async fn ingest(&self, request: &IngestRequest) -> Result<BuildCompleted, IngestError> {
-        (**self).ingest(request).await
-    }
 }
 
 /// Why an ingestion failed; each variant says whether a retry can help.

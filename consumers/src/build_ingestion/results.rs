@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::junit::{self, TestCase};
 use super::port::{IngestError, IngestRequest};
-use crate::blob::{BlobError, BlobStore, sha256_hex};
+use crate::delivery::blob::{BlobError, BlobStore, sha256_hex};
 
 /// Container of build logs (the runner's, and those fetched here).
 pub const LOG_CONTAINER: &str = "build-logs";

@@ -15,9 +15,9 @@ use super::azure::AzureBuildResults;
 use super::local::LocalBuildResults;
 use super::results::{LOG_CONTAINER, RECORD_CONTAINER, REPORT_CONTAINER};
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
-use crate::blob::{BlobError, BlobStore, FilesystemBlobStore};
+use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::blob::{BlobError, BlobStore, FilesystemBlobStore};
 
 /// A JUnit report written by `dotnet test --logger junit` with one failing
 /// and one skipped test.

@@ -16,10 +16,13 @@
 //! applied before writes, so `delete: ["docs"]` with new `docs/...` files
 //! replaces a folder.
 //!
-//! - [`port`] — the [`CommitWriter`] port and its [`CommitError`];
+//! - [`port`] — the [`CommitWriter`] port and its [`CommitError`]: the
+//!   delivery layer's commit writer ([`crate::delivery::git::commit`]),
+//!   which other consumers write their files with too;
 //! - [`local`] — commits into the local Git host's bare repositories
-//!   ([`local::LocalCommitWriter`]);
-//! - [`azure`] — pushes to Azure Repos ([`azure::AzureCommitWriter`]).
+//!   ([`local::LocalCommitWriter`], from the delivery layer);
+//! - [`azure`] — pushes to Azure Repos ([`azure::AzureCommitWriter`], from
+//!   the delivery layer).
 
 pub mod azure;
 pub mod local;
@@ -36,19 +39,15 @@ use bosun_contracts::messages::{CommitCreated, ContentEncoding, CreateCommit, Gi
 use bosun_contracts::validate::{self, Validate};
 use bosun_contracts::{ConsumerName, Envelope, Message};
 
-pub use port::{CommitError, CommitResult, CommitSpec, CommitWriter, FileWrite};
+pub use port::{
+    CommitError, CommitResult, CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite,
+};
 
-use crate::local_git::short_branch;
+use crate::delivery::git::short_branch;
 use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
 
 /// The consumer's name: its queue and subscription.
 pub const NAME: ConsumerName = "commit";
-
-/// The identity commits are attributed to when a command names none.
-pub const DEFAULT_AUTHOR_NAME: &str = "bosun";
-
-/// The e-mail of [`DEFAULT_AUTHOR_NAME`].
-pub const DEFAULT_AUTHOR_EMAIL: &str = "bosun@localhost";
 
 /// The commit consumer over a [`CommitWriter`].
 #[derive(Debug, Clone)]
@@ -58,7 +57,7 @@ pub struct Commit<P> {
 
 impl<P: CommitWriter> Commit<P> {
     /// The consumer over a Git host: [`local::LocalCommitWriter`],
-    /// [`azure::AzureCommitWriter`], or a boxed `dyn CommitWriter`.
+    /// [`azure::AzureCommitWriter`] (or any other implementation of the port).
     pub fn new(writer: P) -> Self {
         Self { writer }
     }

@@ -17,11 +17,10 @@ use uuid::Uuid;
 use super::azure::AzureCommitWriter;
 use super::local::LocalCommitWriter;
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
-use crate::local_git::LocalGitHost;
-use crate::repository_provisioning::local::LocalRepositoryHost;
-use crate::repository_provisioning::{RepositoryHost, RepositorySpec};
+use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::git::LocalGitHost;
+use crate::delivery::testing::provision;
 
 const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -250,18 +249,7 @@ struct LocalFixture {
 async fn local_fixture() -> LocalFixture {
     let root = tempfile::tempdir().unwrap();
     let host = Arc::new(LocalGitHost::new(root.path().join("git")));
-    let provisioned = LocalRepositoryHost::with_host(Arc::clone(&host))
-        .provision(&RepositorySpec {
-            tenant: "contoso".into(),
-            name: "payments-api".into(),
-            project: None,
-            default_branch: "main".into(),
-            description: None,
-            minimum_reviewers: 0,
-        })
-        .await
-        .unwrap();
-    assert!(provisioned.created);
+    assert!(provision(&host, "contoso", "payments-api", 0).await);
     LocalFixture {
         repo: root.path().join("git/contoso/contoso/payments-api.git"),
         _root: root,
@@ -406,17 +394,8 @@ async fn local_commit_to_a_missing_repository_is_transient() {
 async fn two_tenants_commit_to_repositories_of_the_same_name_each_to_its_own() {
     let root = tempfile::tempdir().unwrap();
     let host = Arc::new(LocalGitHost::new(root.path().join("git")));
-    let provisioning = LocalRepositoryHost::with_host(Arc::clone(&host));
     for tenant in ["contoso", "fabrikam"] {
-        let spec = RepositorySpec {
-            tenant: tenant.into(),
-            name: "payments-api".into(),
-            project: None,
-            default_branch: "main".into(),
-            description: None,
-            minimum_reviewers: 0,
-        };
-        assert!(provisioning.provision(&spec).await.unwrap().created, "{tenant}");
+        assert!(provision(&host, tenant, "payments-api", 0).await, "{tenant}");
     }
     let consumer = Commit::new(LocalCommitWriter::with_host(host));
     let as_tenant = |tenant: &'static str, message: Message| {

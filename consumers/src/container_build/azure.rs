@@ -1,5 +1,6 @@
 //! Azure Container Registry through the OCI distribution API. The image is
-//! built by the same builder as the local adapter ([`super::image`]); this
+//! built by the same builder as the local adapter ([`super::image`], over
+//! [`crate::delivery::oci`]); this
 //! adapter pushes it.
 //!
 //! # Authentication
@@ -40,9 +41,11 @@
 //! 3. `PUT /v2/<image>/manifests/<tag>` with the manifest media type → `201`,
 //!    and the `Docker-Content-Digest` answered must be the digest built.
 //!
-//! Errors: 429 and 503 with `Retry-After` → retry after it; other 429,
-//! 408, 5xx and connection failures → transient; 401, 403, other 4xx and
-//! answers that break the protocol → permanent.
+//! Errors follow the one Azure retry policy
+//! ([`crate::delivery::azure::retry`]): 408, 409, 429 and 5xx with
+//! `Retry-After` → retry after it, without → transient, as are connection
+//! failures; 401, 403, other 4xx and answers that break the protocol →
+//! permanent.
 
 use std::fmt;
 use std::sync::Arc;
@@ -51,19 +54,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use bosun_contracts::validate;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION};
 use reqwest::{Method, StatusCode, Url};
 use time::OffsetDateTime;
 
-use super::image::{MANIFEST_MEDIA_TYPE, OciBlob, build_from_context};
+use super::image::build_from_context;
 use super::port::{BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
-use crate::blob::BlobStore;
+use crate::delivery::azure::http::{self, Redirects, Timeout};
+use crate::delivery::azure::retry::{Disposition, retry_after};
+use crate::delivery::blob::BlobStore;
+use crate::delivery::oci::{MANIFEST_MEDIA_TYPE, OciBlob};
 
 /// Default timeout of one HTTP request (layers can be large).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Longest `Retry-After` honoured.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// The manifest media types asked for when checking a tag.
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -164,25 +167,30 @@ pub enum RegistryError {
     },
 }
 
+impl RegistryError {
+    /// What the runtime should do about this error (the one Azure retry
+    /// policy, [`crate::delivery::azure::retry`]); an answer that breaks
+    /// the protocol is permanent.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            Self::Status {
+                status, retry_after, ..
+            } => Disposition::of_status(*status, *retry_after),
+            Self::Transport { source, .. } => Disposition::of_transport(source),
+            Self::UnexpectedResponse { .. } => Disposition::Permanent,
+        }
+    }
+}
+
 impl From<RegistryError> for ContainerBuildError {
     fn from(err: RegistryError) -> Self {
-        match &err {
-            RegistryError::Status {
-                status, retry_after, ..
-            } => {
-                let retryable = matches!(*status, 408 | 429) || *status >= 500;
-                match (retryable, retry_after) {
-                    (true, Some(after)) => Self::Throttled {
-                        after: *after,
-                        source: Box::new(err),
-                    },
-                    (true, None) => Self::Unavailable(Box::new(err)),
-                    (false, _) => Self::Rejected(Box::new(err)),
-                }
-            }
-            RegistryError::Transport { source, .. } if source.is_builder() => Self::Rejected(Box::new(err)),
-            RegistryError::Transport { .. } => Self::Unavailable(Box::new(err)),
-            RegistryError::UnexpectedResponse { .. } => Self::Rejected(Box::new(err)),
+        match err.disposition() {
+            Disposition::RetryAfter(after) => Self::Throttled {
+                after,
+                source: Box::new(err),
+            },
+            Disposition::Transient => Self::Unavailable(Box::new(err)),
+            Disposition::Permanent => Self::Rejected(Box::new(err)),
         }
     }
 }
@@ -236,12 +244,12 @@ impl AzureContainerRegistry {
                 "registry endpoint must be an http(s) URL such as https://contoso.azurecr.io".to_owned(),
             ));
         }
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|err| ContainerBuildError::Invalid(format!("HTTP client: {err}")))?;
+        let http = http::client(
+            Timeout::Total(config.request_timeout),
+            HeaderMap::new(),
+            Redirects::Follow,
+        )
+        .map_err(|err| ContainerBuildError::Invalid(format!("HTTP client: {err}")))?;
         Ok(Self {
             http,
             endpoint,
@@ -551,10 +559,7 @@ fn failure(operation: String, answer: &Answer) -> RegistryError {
         }
         None => answer.status.canonical_reason().unwrap_or("error").to_owned(),
     };
-    let retry_after = answer
-        .header(RETRY_AFTER.as_str())
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .map(|seconds| Duration::from_secs(seconds).clamp(Duration::from_secs(1), MAX_RETRY_AFTER));
+    let retry_after = retry_after(&answer.headers);
     RegistryError::Status {
         operation,
         status: answer.status.as_u16(),

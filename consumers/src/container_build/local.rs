@@ -31,7 +31,7 @@
 //! # Layouts from before tenants
 //!
 //! The old layout was `<root>/<registry>/<image>`. The first build of an
-//! adapter opens the root with [`TenantLayout`] (see [`crate::tenant`]):
+//! adapter opens the root with [`TenantLayout`] (see [`crate::delivery::tenant`]):
 //! old layouts move to `<root>/.legacy/`, then each whose every tag
 //! records one tenant (`dev.bosun.tenant`) moves to that tenant's folder.
 //! Layouts written before tenants record none (their index names tags
@@ -50,10 +50,12 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio::sync::OnceCell;
 
-use super::image::{INDEX_MEDIA_TYPE, OciBlob, OciImage, build_from_context, json_bytes};
+use super::image::build_from_context;
 use super::port::{BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
-use crate::blob::BlobStore;
-use crate::tenant::{ForeignTenant, LEGACY_DIR, TenantLayout, subfolders};
+use crate::delivery::atomic_file;
+use crate::delivery::blob::BlobStore;
+use crate::delivery::oci::{INDEX_MEDIA_TYPE, OciBlob, OciImage, json_bytes};
+use crate::delivery::tenant::{ForeignTenant, LEGACY_DIR, TenantLayout, subfolders};
 
 /// The annotation that names a tag in `index.json`.
 pub const REF_NAME_ANNOTATION: &str = "org.opencontainers.image.ref.name";
@@ -421,7 +423,7 @@ fn read_index(path: &Path) -> Result<Value, ContainerBuildError> {
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ContainerBuildError> {
     let parent = path.parent().unwrap_or_else(|| Path::new("."));
     let mut temporary =
-        tempfile::NamedTempFile::new_in(parent).map_err(|err| storage("creating a temporary file in", parent, err))?;
+        atomic_file::temporary_in(parent).map_err(|err| storage("creating a temporary file in", parent, err))?;
     std::io::Write::write_all(&mut temporary, bytes).map_err(|err| storage("writing", path, err))?;
     temporary
         .persist(path)

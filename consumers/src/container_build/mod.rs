@@ -5,10 +5,11 @@
 //! settings that stored a `ContainerContext` artifact (the
 //! `container-context.tar` the pipeline publishes); for any other build it
 //! returns an empty outcome. The image is built from the context and its
-//! Dockerfile without Docker ([`image`]: a documented Dockerfile subset,
-//! `FROM scratch` only) and stored under the module version as tag.
+//! Dockerfile without Docker (the delivery layer's OCI image builder,
+//! [`crate::delivery::oci`]: a documented Dockerfile subset, `FROM scratch`
+//! only) and stored under the module version as tag.
 //! Images are the tenant's: the context must be under the tenant's blob
-//! keys ([`crate::tenant::check_blob`]), each tenant has its own local
+//! keys ([`crate::delivery::tenant::check_blob`]), each tenant has its own local
 //! layouts, and on ACR the repository is `<tenant>/<image>` — two tenants
 //! building the same image name and tag never move each other's tag. The
 //! event names the repository the registry holds the image under.
@@ -18,20 +19,17 @@
 //! exponentially, 3 times (DESIGN.md).
 //!
 //! - [`port`] — the [`ImageBuilder`] port and its [`ContainerBuildError`];
-//! - [`image`] — the Dockerfile interpreter and OCI image assembly both
-//!   adapters share; [`dockerfile`] and [`tar`] are its parts (package
-//!   publishing reads its content tar with [`tar`] too);
+//! - [`image`] — the first half of both adapters: the build context from
+//!   the blob store through [`crate::delivery::oci`]'s builder;
 //! - [`local`] — OCI image layouts on disk
 //!   ([`local::LocalImageBuilder`]);
 //! - [`azure`] — Azure Container Registry through the OCI distribution API
 //!   ([`azure::AzureContainerRegistry`]).
 
 pub mod azure;
-pub mod dockerfile;
 pub mod image;
 pub mod local;
 pub mod port;
-pub mod tar;
 
 #[cfg(test)]
 mod tests;
@@ -59,7 +57,7 @@ pub struct ContainerBuild<P> {
 
 impl<P: ImageBuilder> ContainerBuild<P> {
     /// The consumer over a registry: [`local::LocalImageBuilder`],
-    /// [`azure::AzureContainerRegistry`], or a boxed `dyn ImageBuilder`.
+    /// [`azure::AzureContainerRegistry`] (or any other implementation of the port).
     pub fn new(builder: P) -> Self {
         Self { builder }
     }
@@ -95,7 +93,7 @@ pub fn image_spec(tenant: &str, event: &BuildCompleted) -> Result<Option<ImageSp
         .unwrap_or(first);
     let invalid = |err: validate::FieldError| ContainerBuildError::Invalid(format!("{}: {}", err.field, err.reason));
     validate::tenant_id("tenantId", tenant).map_err(invalid)?;
-    crate::tenant::check_blob(&context.blob, tenant)?;
+    crate::delivery::tenant::check_blob(&context.blob, tenant)?;
     let tag = tag_for_version(&event.module.version);
     validate::oci_tag("module.version", &tag).map_err(invalid)?;
     Ok(Some(ImageSpec {

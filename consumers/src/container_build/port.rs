@@ -3,16 +3,15 @@
 //! layout, or Azure Container Registry).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::messages::BlobRef;
 use time::OffsetDateTime;
 
-use super::image::BuildError;
-use crate::blob::BlobError;
-use crate::tenant::ForeignTenant;
+use crate::delivery::blob::BlobError;
+use crate::delivery::oci::BuildError;
+use crate::delivery::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// What to build and where to put it: the module's container settings and
@@ -65,20 +64,6 @@ pub struct BuiltImage {
 pub trait ImageBuilder: Send + Sync {
     /// Builds `spec`'s image and stores it under its tag.
     async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError>;
-}
-
-#[async_trait]
-impl<T: ImageBuilder + ?Sized> ImageBuilder for Arc<T> {
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
-        (**self).build(spec).await
-    }
-}
-
-#[async_trait]
-impl<T: ImageBuilder + ?Sized> ImageBuilder for Box<T> {
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
-        (**self).build(spec).await
-    }
 }
 
 /// Why an image was not built or stored; each variant says whether a retry

@@ -15,12 +15,12 @@ use time::macros::datetime;
 use uuid::Uuid;
 
 use super::azure::{AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig};
-use super::image::{BuildInput, OciImage, Platform, build_image};
 use super::local::{LocalImageBuilder, REF_NAME_ANNOTATION, TENANT_ANNOTATION};
-use super::tar::TarWriter;
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::blob::{BlobStore, FilesystemBlobStore, sha256_hex};
+use crate::delivery::archive::tar::TarWriter;
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::blob::{BlobStore, FilesystemBlobStore, sha256_hex};
+use crate::delivery::oci::{BuildInput, OciImage, Platform, build_image};
 
 const DOCKERFILE: &str = "FROM scratch\nARG DOTNET_VERSION\nLABEL dotnet=$DOTNET_VERSION\nCOPY app/ /app/\nWORKDIR /app\nEXPOSE 8080\nENTRYPOINT [\"/app/server\"]\n";
 
@@ -573,7 +573,7 @@ async fn layouts_from_before_tenants_stay_read_only_and_block_no_tenant() {
     assert_eq!(found.layout, parked);
     assert!(!old.exists());
     assert_eq!(old_files, snapshot(&parked), "moved, not rewritten");
-    assert!(fixture.oci.join(crate::tenant::LAYOUT_MARKER).is_file());
+    assert!(fixture.oci.join(crate::delivery::tenant::LAYOUT_MARKER).is_file());
 
     // The owner's in-flight build completes into its own layout; another
     // tenant's build of the same name and tag is blocked by neither.

@@ -1,10 +1,10 @@
 //! The cloud adapter: promotions are pushed to the environment repository
 //! in Azure Repos, and environments are Argo CD applications.
 //!
-//! Writing a promotion goes through the commit consumer's Azure DevOps
-//! writer ([`AzureCommitWriter`], REST pushes, a no-op when the manifest is
-//! already there). The repository must exist in the tenant's project (see
-//! the tenants section of [`crate::azure_devops`]; provision it with
+//! Writing a promotion goes through the delivery layer's Azure DevOps
+//! commit writer ([`AzureCommitWriter`], REST pushes, a no-op when the
+//! manifest is already there). The repository must exist in the tenant's project (see
+//! the tenants section of [`crate::delivery::azure::devops`]; provision it with
 //! `ProvisionRepository`); a missing one is transient.
 //!
 //! Argo CD was chosen over Flux: its REST API is reachable without
@@ -42,8 +42,10 @@
 //!    ends in `created`, `configured`, `unchanged` or `pruned`); the
 //!    environment is healthy when `status.health.status` is `Healthy`.
 //!
-//! Argo CD answers 401/403/404 (bad token, no such application) are
-//! permanent; 429 and 5xx are transient.
+//! Argo CD answers are classified by the one Azure retry policy
+//! ([`crate::delivery::azure::retry`]): 401/403/404 (bad token, no such
+//! application) are permanent; 408, 409, 429 and 5xx transient, or retried
+//! after their `Retry-After`.
 
 use std::fmt;
 use std::time::Duration;
@@ -51,7 +53,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::messages::{AppliedResource, GitIdentity, SyncAction};
 use bosun_contracts::validate;
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -60,10 +62,13 @@ use time::OffsetDateTime;
 use super::port::{
     DesiredStateCommit, DesiredStateWrite, EnvironmentReport, Environments, GitOpsError, ReconcileRequest,
 };
-use crate::azure_devops::AzureDevOpsConfig;
-use crate::commit::azure::AzureCommitWriter;
-use crate::commit::{CommitSpec, CommitWriter, FileWrite};
-use crate::tenant::ForeignTenant;
+use crate::delivery::azure::devops::AzureDevOpsConfig;
+use crate::delivery::azure::http::{self, Redirects, Timeout};
+use crate::delivery::azure::retry::{Disposition, retry_after};
+use crate::delivery::git::commit::{
+    AzureCommitWriter, CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite,
+};
+use crate::delivery::tenant::ForeignTenant;
 
 /// Default timeout of one Argo CD request.
 pub const DEFAULT_ARGO_CD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -290,13 +295,12 @@ impl AzureEnvironments {
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, bearer);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.argo_cd.request_timeout)
-            .connect_timeout(config.argo_cd.request_timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|err| GitOpsError::Invalid(format!("Argo CD HTTP client: {err}")))?;
+        let http = http::client(
+            Timeout::Total(config.argo_cd.request_timeout),
+            headers,
+            Redirects::Follow,
+        )
+        .map_err(|err| GitOpsError::Invalid(format!("Argo CD HTTP client: {err}")))?;
         Ok(Self {
             writer,
             http,
@@ -323,19 +327,15 @@ impl AzureEnvironments {
             request = request.json(body);
         }
         let response = request.send().await.map_err(|err| {
-            (
-                GitOpsError::Unavailable(format!("Argo CD {operation}: {err}").into()),
-                String::new(),
-                None,
-            )
+            let source = format!("Argo CD {operation}: {err}");
+            let err = match Disposition::of_transport(&err) {
+                Disposition::Permanent => GitOpsError::Rejected(source.into()),
+                _ => GitOpsError::Unavailable(source.into()),
+            };
+            (err, String::new(), None)
         })?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .map(|seconds| Duration::from_secs(seconds.clamp(1, 300)));
+        let retry_after = retry_after(response.headers());
         let bytes = response
             .bytes()
             .await
@@ -353,17 +353,13 @@ impl AzureEnvironments {
         }
         let message = error_message(&bytes);
         let source = format!("Argo CD {operation}: HTTP {}: {message}", status.as_u16());
-        let err = match status {
-            StatusCode::TOO_MANY_REQUESTS => match retry_after {
-                Some(after) => GitOpsError::Throttled {
-                    after,
-                    source: source.into(),
-                },
-                None => GitOpsError::Unavailable(source.into()),
+        let err = match Disposition::of_status(status.as_u16(), retry_after) {
+            Disposition::RetryAfter(after) => GitOpsError::Throttled {
+                after,
+                source: source.into(),
             },
-            StatusCode::REQUEST_TIMEOUT => GitOpsError::Unavailable(source.into()),
-            status if status.is_server_error() => GitOpsError::Unavailable(source.into()),
-            _ => GitOpsError::Rejected(source.into()),
+            Disposition::Transient => GitOpsError::Unavailable(source.into()),
+            Disposition::Permanent => GitOpsError::Rejected(source.into()),
         };
         Err((err, message, Some(status)))
     }
@@ -438,8 +434,8 @@ impl Environments for AzureEnvironments {
                 base_branch: None,
                 message: write.message.clone(),
                 author: GitIdentity {
-                    name: crate::commit::DEFAULT_AUTHOR_NAME.to_owned(),
-                    email: crate::commit::DEFAULT_AUTHOR_EMAIL.to_owned(),
+                    name: DEFAULT_AUTHOR_NAME.to_owned(),
+                    email: DEFAULT_AUTHOR_EMAIL.to_owned(),
                 },
                 date: write.date,
                 files: vec![FileWrite {

@@ -5,7 +5,7 @@
 //! - Writing a promotion: the tenant's repository named by the promotion
 //!   (`DeploymentPromoted.environmentRepository`) is created on first use
 //!   in the project folder [`ENVIRONMENTS_PROJECT`], then the manifest is
-//!   committed onto `main` with the commit consumer's local writer
+//!   committed onto `main` with the delivery layer's local commit writer
 //!   ([`LocalCommitWriter`]): the same manifest on the same head is a
 //!   no-op returning the head.
 //! - Reconciling: the commit's files under `<environment>/` are
@@ -38,9 +38,11 @@ use tokio::sync::Mutex;
 use super::port::{
     DesiredStateCommit, DesiredStateWrite, EnvironmentReport, Environments, GitOpsError, ReconcileRequest,
 };
-use crate::commit::local::LocalCommitWriter;
-use crate::commit::{CommitSpec, CommitWriter, FileWrite};
-use crate::local_git::{LocalGitError, LocalGitHost, NewRepository, TreeEntries};
+use crate::delivery::atomic_file;
+use crate::delivery::git::commit::{
+    CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite, LocalCommitWriter,
+};
+use crate::delivery::git::{LocalGitError, LocalGitHost, NewRepository, TreeEntries};
 
 /// The project folder environment repositories are created in.
 pub const ENVIRONMENTS_PROJECT: &str = "environments";
@@ -50,9 +52,6 @@ pub const ENVIRONMENT_BRANCH: &str = "main";
 
 /// The file in an environment directory naming the commit it runs.
 pub const SYNCED_COMMIT_FILE: &str = ".bosun-synced-commit";
-
-/// Prefix of temporary files in an environment directory.
-const TEMP_PREFIX: &str = ".bosun-tmp-";
 
 /// The local environment repositories and environment directories.
 #[derive(Debug)]
@@ -84,10 +83,13 @@ impl LocalEnvironments {
         Self::with_host(Arc::new(LocalGitHost::new(git_root)), environments_root)
     }
 
-    /// Shares a Git host with the other local adapters.
+    /// Shares a Git host with the other local adapters. Opening the
+    /// environments removes the temporary files of writes a killed process
+    /// never finished ([`atomic_file::remove_leftovers`]).
     pub fn with_host(host: Arc<LocalGitHost>, environments_root: impl Into<PathBuf>) -> Self {
         let root = environments_root.into();
         let environments_root = std::path::absolute(&root).unwrap_or(root);
+        atomic_file::remove_leftovers(&environments_root);
         Self {
             host,
             environments_root,
@@ -203,7 +205,7 @@ async fn current_files(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, GitOpsEr
             .map_err(io_error(format!("reading {}", folder.display())))?
         {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if (prefix.is_empty() && name == SYNCED_COMMIT_FILE) || name.starts_with(TEMP_PREFIX) {
+            if (prefix.is_empty() && name == SYNCED_COMMIT_FILE) || name.starts_with(atomic_file::TEMPORARY_PREFIX) {
                 continue;
             }
             let relative = if prefix.is_empty() {
@@ -236,7 +238,7 @@ async fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), GitOpsError> 
     tokio::fs::create_dir_all(parent)
         .await
         .map_err(io_error(format!("creating {}", parent.display())))?;
-    let temp = parent.join(format!("{TEMP_PREFIX}{}", uuid::Uuid::new_v4().simple()));
+    let temp = atomic_file::temporary_path(parent);
     tokio::fs::write(&temp, bytes)
         .await
         .map_err(io_error(format!("writing {}", temp.display())))?;
@@ -347,8 +349,8 @@ impl Environments for LocalEnvironments {
                 base_branch: None,
                 message: write.message.clone(),
                 author: GitIdentity {
-                    name: crate::commit::DEFAULT_AUTHOR_NAME.to_owned(),
-                    email: crate::commit::DEFAULT_AUTHOR_EMAIL.to_owned(),
+                    name: DEFAULT_AUTHOR_NAME.to_owned(),
+                    email: DEFAULT_AUTHOR_EMAIL.to_owned(),
                 },
                 date: write.date,
                 files: vec![FileWrite {

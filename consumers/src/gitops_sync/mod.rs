@@ -75,8 +75,8 @@ pub struct GitOpsSync<P> {
 
 impl<P: Environments> GitOpsSync<P> {
     /// The consumer over a port ([`local::LocalEnvironments`],
-    /// [`azure::AzureEnvironments`] or a boxed `dyn Environments`) and the
-    /// saga; while an environment does not report the desired commit,
+    /// [`azure::AzureEnvironments`] or any other implementation of the port)
+    /// and the saga; while an environment does not report the desired commit,
     /// reconciles are retried after `reconcile_base_delay`, doubling up to
     /// `reconcile_max_delay`.
     pub fn new(

@@ -2,7 +2,6 @@
 //! (where promotions are committed) and the environment itself (which is
 //! reconciled with a commit of that repository and reports what it runs).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,8 +9,8 @@ use bosun_contracts::validate::FieldError;
 pub use bosun_sagas::gitops::EnvironmentReport;
 use time::OffsetDateTime;
 
-use crate::commit::CommitError;
-use crate::tenant::ForeignTenant;
+use crate::delivery::git::commit::CommitError;
+use crate::delivery::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// A promotion's desired state to commit into the environment repository.
@@ -75,28 +74,6 @@ pub trait Environments: Send + Sync {
     /// (which may still be an older commit when the environment applies
     /// asynchronously).
     async fn reconcile(&self, request: &ReconcileRequest) -> Result<EnvironmentReport, GitOpsError>;
-}
-
-#[async_trait]
-impl<T: Environments + ?Sized> Environments for Arc<T> {
-    async fn write_desired_state(&self, write: &DesiredStateWrite) -> Result<DesiredStateCommit, GitOpsError> {
-        (**self).write_desired_state(write).await
-    }
-
-    async fn reconcile(&self, request: &ReconcileRequest) -> Result<EnvironmentReport, GitOpsError> {
-        (**self).reconcile(request).await
-    }
-}
-
-#[async_trait]
-impl<T: Environments + ?Sized> Environments for Box<T> {
-    async fn write_desired_state(&self, write: &DesiredStateWrite) -> Result<DesiredStateCommit, GitOpsError> {
-        (**self).write_desired_state(write).await
-    }
-
-    async fn reconcile(&self, request: &ReconcileRequest) -> Result<EnvironmentReport, GitOpsError> {
-        (**self).reconcile(request).await
-    }
 }
 
 /// Why a write or a reconcile failed; each variant says whether a retry

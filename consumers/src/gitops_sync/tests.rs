@@ -604,10 +604,10 @@ async fn local_reconcile_prunes_what_is_gone_and_reports_each_app() {
 
     // Remove billing from the repository and drop a stray file into the
     // environment: a reconcile of the new head prunes both.
-    let writer = crate::commit::local::LocalCommitWriter::new(&local.git_root);
-    let removed = crate::commit::CommitWriter::commit(
+    let writer = crate::delivery::git::commit::LocalCommitWriter::new(&local.git_root);
+    let removed = crate::delivery::git::commit::CommitWriter::commit(
         &writer,
-        &crate::commit::CommitSpec {
+        &crate::delivery::git::commit::CommitSpec {
             tenant: "contoso".into(),
             repository: "environments".into(),
             branch: "main".into(),
@@ -690,8 +690,8 @@ async fn local_reconcile_of_an_unknown_environment_changes_nothing() {
 
 mod azure {
     use super::*;
-    use crate::azure_devops::test_server::{MockAzure, Reply};
-    use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+    use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+    use crate::delivery::azure::test_server::{MockAzure, Reply};
     use crate::gitops_sync::azure::{ArgoCdConfig, AzureEnvironments, AzureGitOpsConfig};
 
     const APP: &str = "/api/v1/applications/bosun-contoso.dev";

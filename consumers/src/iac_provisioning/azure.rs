@@ -61,7 +61,7 @@ use time::format_description::well_known::Rfc3339;
 use tokio::process::Command;
 
 use super::port::{IacError, InfrastructureEngine, ProvisionReport, ProvisionRequest};
-use crate::blob::sha256_hex;
+use crate::delivery::blob::sha256_hex;
 
 /// Longest stderr excerpt kept in an error.
 const MAX_STDERR: usize = 2000;

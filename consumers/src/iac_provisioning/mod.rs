@@ -54,7 +54,7 @@ pub struct IacProvisioning<P> {
 
 impl<P: InfrastructureEngine> IacProvisioning<P> {
     /// The consumer over an engine: [`local::LocalInfrastructure`],
-    /// [`azure::PulumiEngine`], or a boxed `dyn InfrastructureEngine`.
+    /// [`azure::PulumiEngine`] (or any other implementation of the port).
     pub fn new(engine: P) -> Self {
         Self { engine }
     }

@@ -2,7 +2,6 @@
 //! that previews a stack's changes and applies them, guarded.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,7 +10,7 @@ use bosun_contracts::validate::FieldError;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::tenant::ForeignTenant;
+use crate::delivery::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// What to provision: the command's fields (or the default stack of a
@@ -78,20 +77,6 @@ pub trait InfrastructureEngine: Send + Sync {
     /// Previews the request's changes and, unless `preview_only`, applies
     /// them.
     async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError>;
-}
-
-#[async_trait]
-impl<T: InfrastructureEngine + ?Sized> InfrastructureEngine for Arc<T> {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError> {
-        (**self).provision(request).await
-    }
-}
-
-#[async_trait]
-impl<T: InfrastructureEngine + ?Sized> InfrastructureEngine for Box<T> {
-    async fn provision(&self, request: &ProvisionRequest) -> Result<ProvisionReport, IacError> {
-        (**self).provision(request).await
-    }
 }
 
 /// Why provisioning failed; each variant says whether a retry can help.

@@ -33,9 +33,10 @@
 //! [`super::nupkg::packed_tenant`]), else as a
 //! [`PublishError::VersionConflict`].
 //!
-//! Errors: 429 and 503 with `Retry-After` → retry after it; other 429,
-//! 408, 5xx and connection failures → transient; 400 (an invalid package),
-//! 401, 403 and other 4xx → permanent.
+//! Errors follow the one Azure retry policy
+//! ([`crate::delivery::azure::retry`]): 408, 409, 429 and 5xx with
+//! `Retry-After` → retry after it, without → transient, as are connection
+//! failures; 400 (an invalid package), 401, 403 and other 4xx → permanent.
 //!
 //! # Configuration
 //!
@@ -54,14 +55,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use time::OffsetDateTime;
 
 use super::nupkg::{Nupkg, check_spec, normalized_version, nuspec_of, packed_tenant, prepare, sha512_hex};
 use super::port::{PackageFeed, PackageSpec, PublishError, PublishedPackage};
-use crate::blob::BlobStore;
-use crate::tenant::ForeignTenant;
+use crate::delivery::azure::http::{self, Redirects, Timeout};
+use crate::delivery::azure::retry::{Disposition, retry_after};
+use crate::delivery::blob::BlobStore;
+use crate::delivery::tenant::ForeignTenant;
 
 /// Default timeout of one HTTP request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -69,9 +72,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// The `X-NuGet-ApiKey` sent with pushes; Azure Artifacts authenticates by
 /// the PAT and ignores the key's value.
 pub const API_KEY_PLACEHOLDER: &str = "AzureDevOps";
-
-/// Longest `Retry-After` honoured.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// Where the feeds are and how to reach them.
 #[derive(Clone, PartialEq, Eq)]
@@ -136,24 +136,28 @@ pub enum FeedError {
     },
 }
 
+impl FeedError {
+    /// What the runtime should do about this error (the one Azure retry
+    /// policy, [`crate::delivery::azure::retry`]).
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            Self::Status {
+                status, retry_after, ..
+            } => Disposition::of_status(*status, *retry_after),
+            Self::Transport { source, .. } => Disposition::of_transport(source),
+        }
+    }
+}
+
 impl From<FeedError> for PublishError {
     fn from(err: FeedError) -> Self {
-        match &err {
-            FeedError::Status {
-                status, retry_after, ..
-            } => {
-                let retryable = matches!(*status, 408 | 429) || *status >= 500;
-                match (retryable, retry_after) {
-                    (true, Some(after)) => Self::Throttled {
-                        after: *after,
-                        source: Box::new(err),
-                    },
-                    (true, None) => Self::Unavailable(Box::new(err)),
-                    (false, _) => Self::Rejected(Box::new(err)),
-                }
-            }
-            FeedError::Transport { source, .. } if source.is_builder() => Self::Rejected(Box::new(err)),
-            FeedError::Transport { .. } => Self::Unavailable(Box::new(err)),
+        match err.disposition() {
+            Disposition::RetryAfter(after) => Self::Throttled {
+                after,
+                source: Box::new(err),
+            },
+            Disposition::Transient => Self::Unavailable(Box::new(err)),
+            Disposition::Permanent => Self::Rejected(Box::new(err)),
         }
     }
 }
@@ -197,12 +201,7 @@ impl AzureArtifactsFeed {
         auth.set_sensitive(true);
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, auth);
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .build()
+        let http = http::client(Timeout::Total(config.request_timeout), headers, Redirects::Follow)
             .map_err(|err| PublishError::Invalid(format!("HTTP client: {err}")))?;
         Ok(Self {
             http,
@@ -254,12 +253,7 @@ impl AzureArtifactsFeed {
         };
         let response = request.send().await.map_err(transport)?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|s| Duration::from_secs(s).clamp(Duration::from_secs(1), MAX_RETRY_AFTER));
+        let retry_after = retry_after(response.headers());
         let body = response.bytes().await.map_err(transport)?.to_vec();
         tracing::debug!(%operation, status = status.as_u16(), "azure artifacts call");
         if status.is_success() || status == StatusCode::CONFLICT || status == StatusCode::NOT_FOUND {

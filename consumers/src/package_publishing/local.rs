@@ -28,7 +28,7 @@
 //!
 //! The old layout was `<root>/<feed>/<id>/<version>`. The first publish of
 //! an adapter opens the root with [`TenantLayout`] (see
-//! [`crate::tenant`]): old feeds move to `<root>/.legacy/`, then each old
+//! [`crate::delivery::tenant`]): old feeds move to `<root>/.legacy/`, then each old
 //! version whose tenant it shows moves to `<root>/<tenant>/<feed>/...`.
 //! A version shows its tenant by its `.bosun-tenant` (written by an
 //! earlier, interrupted migration, before the move), or by its `.nuspec`:
@@ -49,8 +49,9 @@ use tokio::sync::OnceCell;
 
 use super::nupkg::{Nupkg, check_spec, normalized_version, packed_tenant, part_name, prepare, sha512_hex};
 use super::port::{PackageFeed, PackageSpec, PublishError, PublishedPackage};
-use crate::blob::BlobStore;
-use crate::tenant::{ForeignTenant, TenantLayout, subfolders};
+use crate::delivery::atomic_file;
+use crate::delivery::blob::BlobStore;
+use crate::delivery::tenant::{ForeignTenant, TenantLayout, subfolders};
 
 /// The file in a version's folder naming the tenant that published it.
 pub const TENANT_FILE: &str = ".bosun-tenant";
@@ -149,7 +150,7 @@ impl LocalNugetFeed {
     fn legacy_paths(&self, feed: &str, package_id: &str, version: &str) -> VersionPaths {
         let dir = self
             .root
-            .join(crate::tenant::LEGACY_DIR)
+            .join(crate::delivery::tenant::LEGACY_DIR)
             .join(feed)
             .join(package_id.to_ascii_lowercase())
             .join(normalized_version(version));
@@ -397,7 +398,7 @@ fn file_url(path: &Path) -> String {
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
     let parent = path.parent().unwrap_or_else(|| Path::new("."));
     let mut temporary =
-        tempfile::NamedTempFile::new_in(parent).map_err(|err| storage("creating a temporary file in", parent, err))?;
+        atomic_file::temporary_in(parent).map_err(|err| storage("creating a temporary file in", parent, err))?;
     std::io::Write::write_all(&mut temporary, bytes).map_err(|err| storage("writing", path, err))?;
     temporary
         .persist(path)

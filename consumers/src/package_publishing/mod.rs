@@ -17,7 +17,7 @@
 //! immutable. On the folder feed each tenant has its own feeds (two tenants
 //! publishing the same id and version never meet); on Azure Artifacts the
 //! feed a module names is the wall (see [`azure`]). The content blob must
-//! be under the tenant's keys ([`crate::tenant::check_blob`]). Packing is
+//! be under the tenant's keys ([`crate::delivery::tenant::check_blob`]). Packing is
 //! deterministic, so the same content gives the same SHA-512; when the feed
 //! already has the version with that hash nothing is written and the event
 //! says `alreadyPublished: true`; different content for an existing version
@@ -26,7 +26,8 @@
 //!
 //! - [`port`] — the [`PackageFeed`] port and its [`PublishError`];
 //! - [`nupkg`] — packing and reading `.nupkg` files, shared by both
-//!   adapters; [`zip`] is its container format;
+//!   adapters; its container format is the delivery layer's
+//!   [`crate::delivery::archive::zip`];
 //! - [`local`] — NuGet folder feeds on disk ([`local::LocalNugetFeed`]);
 //! - [`azure`] — Azure Artifacts NuGet feeds
 //!   ([`azure::AzureArtifactsFeed`]).
@@ -35,7 +36,6 @@ pub mod azure;
 pub mod local;
 pub mod nupkg;
 pub mod port;
-pub mod zip;
 
 #[cfg(test)]
 mod tests;
@@ -63,7 +63,7 @@ pub struct PackagePublishing<P> {
 
 impl<P: PackageFeed> PackagePublishing<P> {
     /// The consumer over a feed: [`local::LocalNugetFeed`],
-    /// [`azure::AzureArtifactsFeed`], or a boxed `dyn PackageFeed`.
+    /// [`azure::AzureArtifactsFeed`] (or any other implementation of the port).
     pub fn new(feed: P) -> Self {
         Self { feed }
     }
@@ -107,7 +107,7 @@ pub fn package_spec(tenant: &str, event: &BuildCompleted) -> Result<Option<Packa
     let blob = match &source {
         PackageSource::Content(blob) | PackageSource::Nupkg(blob) => blob,
     };
-    crate::tenant::check_blob(blob, tenant)?;
+    crate::delivery::tenant::check_blob(blob, tenant)?;
     Ok(Some(PackageSpec {
         tenant: tenant.to_owned(),
         feed: package.feed.clone(),

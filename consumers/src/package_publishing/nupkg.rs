@@ -2,7 +2,7 @@
 //!
 //! # Packing
 //!
-//! A package packed from a content tar is a ZIP ([`super::zip`], stored
+//! A package packed from a content tar is a ZIP ([`crate::delivery::archive::zip`], stored
 //! entries, fixed timestamps) holding, in this order:
 //!
 //! 1. `_rels/.rels` — the OPC relationship naming the manifest;
@@ -37,9 +37,9 @@ use bosun_contracts::validate;
 use sha2::{Digest, Sha512};
 
 use super::port::{PackageSource, PackageSpec, PublishError};
-use super::zip::{self, ZipWriter};
-use crate::blob::{BlobStore, sha256_hex};
-use crate::container_build::tar::{self, EntryKind, TarEntry};
+use crate::delivery::archive::tar::{self, EntryKind, TarEntry};
+use crate::delivery::archive::zip::{self, ZipWriter};
+use crate::delivery::blob::{BlobStore, sha256_hex};
 
 /// The nuspec XML namespace bosun writes.
 pub const NUSPEC_NAMESPACE: &str = "http://schemas.microsoft.com/packaging/2013/05/nuspec.xsd";
@@ -389,7 +389,7 @@ pub fn part_name(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container_build::tar::TarWriter;
+    use crate::delivery::archive::tar::TarWriter;
     use bosun_contracts::messages::BlobRef;
 
     fn spec() -> PackageSpec {

@@ -1,15 +1,14 @@
 //! The port the package-publishing handler needs: a NuGet feed that takes
 //! a package version once and never changes it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::messages::BlobRef;
 use time::OffsetDateTime;
 
-use crate::blob::BlobError;
-use crate::tenant::ForeignTenant;
+use crate::delivery::blob::BlobError;
+use crate::delivery::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
 
 /// Where the package's content comes from.
@@ -70,20 +69,6 @@ pub struct PublishedPackage {
 pub trait PackageFeed: Send + Sync {
     /// Packs (or reads) the package and publishes it.
     async fn publish(&self, spec: &PackageSpec) -> Result<PublishedPackage, PublishError>;
-}
-
-#[async_trait]
-impl<T: PackageFeed + ?Sized> PackageFeed for Arc<T> {
-    async fn publish(&self, spec: &PackageSpec) -> Result<PublishedPackage, PublishError> {
-        (**self).publish(spec).await
-    }
-}
-
-#[async_trait]
-impl<T: PackageFeed + ?Sized> PackageFeed for Box<T> {
-    async fn publish(&self, spec: &PackageSpec) -> Result<PublishedPackage, PublishError> {
-        (**self).publish(spec).await
-    }
 }
 
 /// Why a package was not published; each variant says whether a retry can

@@ -19,9 +19,9 @@ use super::azure::{AzureArtifactsConfig, AzureArtifactsFeed};
 use super::local::LocalNugetFeed;
 use super::nupkg::{self, sha512_hex};
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::blob::{BlobStore, FilesystemBlobStore};
-use crate::container_build::tar::{self, TarWriter};
+use crate::delivery::archive::tar::{self, TarWriter};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::blob::{BlobStore, FilesystemBlobStore};
 
 fn content_tar(files: &[(&str, &[u8])]) -> Vec<u8> {
     let mut writer = TarWriter::new();
@@ -281,12 +281,15 @@ async fn the_folder_feed_holds_the_package_in_the_v3_layout() {
     );
 
     // The package holds the content where NuGet expects it.
-    let entries = super::zip::read_central_directory(&bytes).unwrap();
+    let entries = crate::delivery::archive::zip::read_central_directory(&bytes).unwrap();
     let dll = entries
         .iter()
         .find(|e| e.name == "lib/net8.0/Contoso.Payments.Client.dll")
         .unwrap();
-    assert_eq!(super::zip::extract(&bytes, dll).unwrap(), b"MZ client");
+    assert_eq!(
+        crate::delivery::archive::zip::extract(&bytes, dll).unwrap(),
+        b"MZ client"
+    );
 }
 
 #[tokio::test]
@@ -568,7 +571,7 @@ async fn versions_from_before_tenants_move_to_their_tenant_or_stay_read_only() {
         std::fs::read_to_string(moved.join(".bosun-tenant")).unwrap(),
         "contoso\n"
     );
-    assert!(fixture.nuget.join(crate::tenant::LAYOUT_MARKER).is_file());
+    assert!(fixture.nuget.join(crate::delivery::tenant::LAYOUT_MARKER).is_file());
     assert!(
         !fixture.nuget.join("contoso-internal").exists(),
         "no feed is left in the old place"
@@ -639,7 +642,11 @@ async fn a_migration_interrupted_after_recording_the_tenant_is_finished() {
         "contoso\n",
     )
     .unwrap();
-    std::fs::write(fixture.nuget.join(crate::tenant::LAYOUT_MARKER), "tenant-scoped 1\n").unwrap();
+    std::fs::write(
+        fixture.nuget.join(crate::delivery::tenant::LAYOUT_MARKER),
+        "tenant-scoped 1\n",
+    )
+    .unwrap();
 
     let outcome = handle_as(&fixture.consumer, "contoso", event.into()).await.unwrap();
     assert!(published(&outcome).already_published);

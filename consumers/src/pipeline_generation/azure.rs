@@ -4,7 +4,7 @@
 //! - reading `bosun.module.json`: `GET {org}/{project}/_apis/git/repositories/{repo}/items`
 //!   with `versionDescriptor.versionType=branch` and `$format=octetStream`
 //!   (404 — no repository, branch or file — is `None`);
-//! - committing: the commit consumer's pushes client
+//! - committing: the delivery layer's Azure Repos commit writer
 //!   ([`AzureCommitWriter`]): unchanged content is a no-op, a moved branch
 //!   is retried;
 //! - the definition: `GET .../_apis/build/definitions?name={moduleId}`, the
@@ -25,7 +25,7 @@
 //! `{project}` is the tenant's project
 //! ([`AzureDevOpsClient::project_for`]): one project per tenant when the
 //! setting has `{tenant}`, else the one configured project that every
-//! tenant maps to (see the tenants section of [`crate::azure_devops`]).
+//! tenant maps to (see the tenants section of [`crate::delivery::azure::devops`]).
 
 use async_trait::async_trait;
 use bosun_contracts::messages::GitIdentity;
@@ -35,11 +35,12 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::port::{CommittedPipeline, DefinitionSpec, PipelineError, PipelineFile, PipelineHost, QueuedRun, RunSpec};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, tenant_pipeline_folder};
-use crate::commit::azure::AzureCommitWriter;
-use crate::commit::{CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite};
+use crate::delivery::azure::devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, tenant_pipeline_folder};
+use crate::delivery::git::commit::{
+    AzureCommitWriter, CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite,
+};
 
-pub use crate::azure_devops::PIPELINE_FOLDER;
+pub use crate::delivery::azure::devops::PIPELINE_FOLDER;
 
 /// Recent runs of a definition and branch searched for the same commit.
 const RECENT_RUNS: &str = "50";

@@ -1,5 +1,6 @@
 //! The embedded adapter: pipeline files are committed into the local Git
-//! host's bare repositories (through [`LocalCommitWriter`], so a real
+//! host's bare repositories (through the delivery layer's
+//! [`LocalCommitWriter`], so a real
 //! commit, and the same file twice is a no-op), definitions and runs live
 //! in the local pipeline runner ([`LocalPipelines`]), which executes the
 //! queued run in the background.
@@ -17,10 +18,11 @@ use bosun_contracts::messages::GitIdentity;
 use bosun_contracts::validate;
 
 use super::port::{CommittedPipeline, DefinitionSpec, PipelineError, PipelineFile, PipelineHost, QueuedRun, RunSpec};
-use crate::commit::local::LocalCommitWriter;
-use crate::commit::{CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite};
-use crate::local_git::{LocalGitError, LocalGitHost};
-use crate::local_pipeline::{LocalPipelines, PipelineDefinition, RunRequest, read_file_at};
+use crate::delivery::git::commit::{
+    CommitSpec, CommitWriter, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, FileWrite, LocalCommitWriter,
+};
+use crate::delivery::git::{LocalGitError, LocalGitHost};
+use crate::delivery::pipeline::{LocalPipelineError, LocalPipelines, PipelineDefinition, RunRequest};
 
 /// Commits pipeline files to the local Git host and queues runs on the
 /// local pipeline runner.
@@ -33,8 +35,8 @@ pub struct LocalPipelineGenerator {
 
 impl LocalPipelineGenerator {
     /// Commits into the repositories under `git_root` (the runtime passes
-    /// `<data dir>/git`) and queues runs on `pipelines` (shared with the
-    /// pipeline monitor's [`LocalRunStatus`](crate::pipeline_monitor::local::LocalRunStatus)).
+    /// `<data dir>/git`) and queues runs on `pipelines` (the runner the
+    /// pipeline monitor's local adapter follows them on).
     pub fn new(git_root: impl Into<PathBuf>, pipelines: Arc<LocalPipelines>) -> Self {
         Self::with_host(Arc::new(LocalGitHost::new(git_root)), pipelines)
     }
@@ -83,7 +85,7 @@ impl PipelineHost for LocalPipelineGenerator {
         else {
             return Ok(None);
         };
-        read_file_at(&repository.path, &commit, path).await.map_err(git_error)
+        git.read_file_at(&commit, path).await.map_err(git_error)
     }
 
     async fn commit_pipeline(&self, file: &PipelineFile) -> Result<CommittedPipeline, PipelineError> {
@@ -147,5 +149,15 @@ impl PipelineHost for LocalPipelineGenerator {
             run_id: record.run_id,
             queued_at: record.queued_at,
         })
+    }
+}
+
+impl From<LocalPipelineError> for PipelineError {
+    fn from(err: LocalPipelineError) -> Self {
+        if err.is_retryable() {
+            Self::Unavailable(Box::new(err))
+        } else {
+            Self::Invalid(err.to_string())
+        }
     }
 }

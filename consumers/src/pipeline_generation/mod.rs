@@ -51,7 +51,7 @@ use bosun_contracts::{ConsumerName, Envelope, Message};
 pub use port::{CommittedPipeline, DefinitionSpec, PipelineError, PipelineFile, PipelineHost, QueuedRun, RunSpec};
 pub use template::{TEMPLATE_VERSION, TEMPLATE_VERSIONS, UnknownTemplateVersion};
 
-use crate::local_git::short_branch;
+use crate::delivery::git::short_branch;
 use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
 
 /// The consumer's name: its queue and subscription.
@@ -114,8 +114,8 @@ const MAX_RELEASE_ID_CHARS: usize = 128;
 
 impl<P: PipelineHost> PipelineGeneration<P> {
     /// The consumer over a pipeline host:
-    /// [`local::LocalPipelineGenerator`], [`azure::AzurePipelineGenerator`],
-    /// or a boxed `dyn PipelineHost`.
+    /// [`local::LocalPipelineGenerator`], [`azure::AzurePipelineGenerator`]
+    /// (or any other implementation of the port).
     pub fn new(host: P) -> Self {
         Self { host }
     }

@@ -3,15 +3,13 @@
 //! file, make sure a pipeline definition runs it, and queue a run.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use super::template::UnknownTemplateVersion;
-use crate::commit::CommitError;
-use crate::local_pipeline::LocalPipelineError;
+use crate::delivery::git::commit::CommitError;
 use crate::{BoxError, HandlerError};
 
 /// A pipeline file to commit onto a branch.
@@ -125,56 +123,6 @@ pub trait PipelineHost: Send + Sync {
     async fn queue_run(&self, run: &RunSpec) -> Result<QueuedRun, PipelineError>;
 }
 
-#[async_trait]
-impl<T: PipelineHost + ?Sized> PipelineHost for Arc<T> {
-    async fn read_file(
-        &self,
-        tenant: &str,
-        repository: &str,
-        branch: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>, PipelineError> {
-        (**self).read_file(tenant, repository, branch, path).await
-    }
-
-    async fn commit_pipeline(&self, file: &PipelineFile) -> Result<CommittedPipeline, PipelineError> {
-        (**self).commit_pipeline(file).await
-    }
-
-    async fn ensure_pipeline(&self, definition: &DefinitionSpec) -> Result<String, PipelineError> {
-        (**self).ensure_pipeline(definition).await
-    }
-
-    async fn queue_run(&self, run: &RunSpec) -> Result<QueuedRun, PipelineError> {
-        (**self).queue_run(run).await
-    }
-}
-
-#[async_trait]
-impl<T: PipelineHost + ?Sized> PipelineHost for Box<T> {
-    async fn read_file(
-        &self,
-        tenant: &str,
-        repository: &str,
-        branch: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>, PipelineError> {
-        (**self).read_file(tenant, repository, branch, path).await
-    }
-
-    async fn commit_pipeline(&self, file: &PipelineFile) -> Result<CommittedPipeline, PipelineError> {
-        (**self).commit_pipeline(file).await
-    }
-
-    async fn ensure_pipeline(&self, definition: &DefinitionSpec) -> Result<String, PipelineError> {
-        (**self).ensure_pipeline(definition).await
-    }
-
-    async fn queue_run(&self, run: &RunSpec) -> Result<QueuedRun, PipelineError> {
-        (**self).queue_run(run).await
-    }
-}
-
 /// Why generating or queueing a pipeline failed; each variant says whether
 /// a retry can help.
 #[derive(Debug, thiserror::Error)]
@@ -264,13 +212,3 @@ impl From<CommitError> for PipelineError {
 }
 
 port_error_conversions!(PipelineError, azure_devops_only);
-
-impl From<LocalPipelineError> for PipelineError {
-    fn from(err: LocalPipelineError) -> Self {
-        if err.is_retryable() {
-            Self::Unavailable(Box::new(err))
-        } else {
-            Self::Invalid(err.to_string())
-        }
-    }
-}

@@ -32,7 +32,7 @@
 
 use bosun_contracts::messages::{ModuleLanguage, ModuleMetadata};
 
-use crate::local_pipeline::{CONTAINER_CONTEXT_ARTIFACT, PACKAGE_CONTENT_ARTIFACT};
+use crate::delivery::pipeline::{CONTAINER_CONTEXT_ARTIFACT, PACKAGE_CONTENT_ARTIFACT};
 
 /// The template version this build renders by default.
 pub const TEMPLATE_VERSION: &str = "2026.11.1";

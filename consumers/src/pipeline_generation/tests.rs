@@ -22,10 +22,13 @@ use uuid::Uuid;
 use super::azure::AzurePipelineGenerator;
 use super::local::LocalPipelineGenerator;
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
-use crate::local_pipeline::RunStatus;
-use crate::local_pipeline::test_support::{Fixture, REPOSITORY, TENANT, module_files, quick_settings};
+use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::pipeline::RunStatus;
+use crate::delivery::pipeline::parse_pipeline;
+use crate::delivery::pipeline::test_support::{
+    Fixture, HELLO_PIPELINE, REPOSITORY, TENANT, module_files, quick_settings,
+};
 
 const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const SHA_B: &str = "b1b2b3b4b5b6b7b8b9b0bbbbbbbbbbbbbbbbbbbb";
@@ -537,7 +540,7 @@ async fn local_pull_request_twice_makes_one_commit_and_one_run_that_really_runs(
     let fixture = Fixture::new(quick_settings()).await;
     let head = fixture.commit("feature/hello", module_files(true)).await;
     let consumer = local_consumer(&fixture);
-    let module = crate::local_pipeline::test_support::module();
+    let module = crate::delivery::pipeline::test_support::module();
     let mut event = pull_request(Some(module.clone()));
     event.commit_sha = head.clone();
 
@@ -591,7 +594,7 @@ async fn local_provisioned_repository_waits_for_its_module_file() {
     fixture.commit("main", module_files(true)).await;
     let (generated, started) = events(&handle(&consumer, provisioned().into()).await.unwrap());
     assert_eq!(generated.branch, "main");
-    assert_eq!(started.module, crate::local_pipeline::test_support::module());
+    assert_eq!(started.module, crate::delivery::pipeline::test_support::module());
     assert_eq!(fixture.git_output(&["rev-parse", "main"]), generated.commit_sha);
 }
 
@@ -912,4 +915,35 @@ async fn azure_definitions_are_the_tenants_and_one_from_before_tenant_folders_is
     assert_eq!(created.unwrap(), "13");
     let create = requests.last().unwrap().json();
     assert_eq!(create["folder"], "\\bosun\\fabrikam");
+}
+
+#[test]
+fn every_generated_template_parses_with_the_local_runner() {
+    for language in [
+        bosun_contracts::messages::ModuleLanguage::Dotnet,
+        bosun_contracts::messages::ModuleLanguage::Node,
+        bosun_contracts::messages::ModuleLanguage::Python,
+        bosun_contracts::messages::ModuleLanguage::Go,
+        bosun_contracts::messages::ModuleLanguage::Java,
+        bosun_contracts::messages::ModuleLanguage::Rust,
+        bosun_contracts::messages::ModuleLanguage::Other,
+    ] {
+        let mut module = crate::delivery::pipeline::test_support::module();
+        module.language = language;
+        let yaml = template::render(&module, TEMPLATE_VERSION).unwrap();
+        let pipeline = parse_pipeline(&yaml).unwrap();
+        let names: Vec<&str> = pipeline.jobs[0].steps.iter().map(|step| step.name.as_str()).collect();
+        assert!(names.contains(&"Build") && names.contains(&"Test"), "{names:?}");
+        assert_eq!(pipeline.variables[0], ("BOSUN_MODULE_ID".into(), "hello-api".into()));
+    }
+}
+
+#[test]
+fn the_runner_fixture_pipeline_is_what_the_template_renders_for_the_fixture_module() {
+    let yaml = template::render(&crate::delivery::pipeline::test_support::module(), TEMPLATE_VERSION).unwrap();
+    assert_eq!(
+        yaml, HELLO_PIPELINE,
+        "the pipeline runner's tests run consumers/src/delivery/pipeline/testdata/hello-api.azure-pipelines.yml: \
+         update it to the template's output"
+    );
 }

@@ -38,9 +38,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::port::{FinishedRun, MonitorError, PipelineRunStatus, RunQuery, RunState};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
-use crate::blob::BlobStore;
-use crate::local_pipeline::{LOG_CONTAINER, TEST_RESULTS_CONTAINER};
+use crate::delivery::azure::devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
+use crate::delivery::blob::BlobStore;
+use crate::delivery::pipeline::{LOG_CONTAINER, TEST_RESULTS_CONTAINER};
 
 /// Test results fetched per request.
 const RESULTS_PAGE: usize = 1000;

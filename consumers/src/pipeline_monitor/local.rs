@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::port::{FinishedRun, MonitorError, PipelineRunStatus, RunQuery, RunState};
-use crate::local_pipeline::{LocalPipelines, RunStatus};
+use crate::delivery::pipeline::{LocalPipelineError, LocalPipelines, RunStatus};
 
 /// Reports on the local pipeline runner's runs.
 #[derive(Debug, Clone)]
@@ -66,5 +66,16 @@ impl PipelineRunStatus for LocalRunStatus {
         Ok(RunState::InProgress {
             status: status.to_owned(),
         })
+    }
+}
+
+impl From<LocalPipelineError> for MonitorError {
+    fn from(err: LocalPipelineError) -> Self {
+        match err {
+            LocalPipelineError::RunNotFound { run_id } => Self::RunNotFound { run_id },
+            LocalPipelineError::ForeignTenant(err) => Self::ForeignTenant(err),
+            err if err.is_retryable() => Self::Unavailable(Box::new(err)),
+            err => Self::Invalid(err.to_string()),
+        }
     }
 }

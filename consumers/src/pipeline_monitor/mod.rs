@@ -85,7 +85,7 @@ struct Run<'a> {
 
 impl<P: PipelineRunStatus> PipelineMonitor<P> {
     /// The consumer over a pipeline service ([`local::LocalRunStatus`],
-    /// [`azure::AzureRunStatus`], or a boxed `dyn PipelineRunStatus`),
+    /// [`azure::AzureRunStatus`] or any other implementation of the port),
     /// polling first after `base_delay`, doubling up to `max_delay`, and
     /// giving up after `max_polls` polls (at least 1). The runtime passes
     /// [`DEFAULT_BASE_DELAY`], [`DEFAULT_MAX_DELAY`] and

@@ -2,7 +2,6 @@
 //! says where a run is, and — once it finished — how it ended and where
 //! its log, JUnit files and artifacts are in the blob store.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,9 +9,8 @@ use bosun_contracts::messages::{ArtifactRef, BlobRef, PipelineResult};
 use time::OffsetDateTime;
 
 use crate::BoxError;
-use crate::blob::BlobError;
-use crate::local_pipeline::LocalPipelineError;
-use crate::tenant::ForeignTenant;
+use crate::delivery::blob::BlobError;
+use crate::delivery::tenant::ForeignTenant;
 
 /// The run to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,20 +69,6 @@ pub struct FinishedRun {
 pub trait PipelineRunStatus: Send + Sync {
     /// Where the run is now.
     async fn run_status(&self, query: &RunQuery) -> Result<RunState, MonitorError>;
-}
-
-#[async_trait]
-impl<T: PipelineRunStatus + ?Sized> PipelineRunStatus for Arc<T> {
-    async fn run_status(&self, query: &RunQuery) -> Result<RunState, MonitorError> {
-        (**self).run_status(query).await
-    }
-}
-
-#[async_trait]
-impl<T: PipelineRunStatus + ?Sized> PipelineRunStatus for Box<T> {
-    async fn run_status(&self, query: &RunQuery) -> Result<RunState, MonitorError> {
-        (**self).run_status(query).await
-    }
 }
 
 /// Why following a run failed; each variant says whether a retry can help.
@@ -146,17 +130,6 @@ impl From<BlobError> for MonitorError {
             Self::Unavailable(Box::new(err))
         } else {
             Self::Rejected(Box::new(err))
-        }
-    }
-}
-
-impl From<LocalPipelineError> for MonitorError {
-    fn from(err: LocalPipelineError) -> Self {
-        match err {
-            LocalPipelineError::RunNotFound { run_id } => Self::RunNotFound { run_id },
-            LocalPipelineError::ForeignTenant(err) => Self::ForeignTenant(err),
-            err if err.is_retryable() => Self::Unavailable(Box::new(err)),
-            err => Self::Invalid(err.to_string()),
         }
     }
 }

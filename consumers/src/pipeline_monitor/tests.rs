@@ -1,16 +1,17 @@
 //! Handler tests over a scripted in-memory [`PipelineRunStatus`] (backoff,
 //! completion, reconciliation, giving up, error mapping); end-to-end tests
-//! of the local adapters (a tiny module with a passing and a failing unit
-//! test, generated, queued, polled to completion; an interrupted run
-//! restarted); and tests of the Azure adapter against a scripted local
-//! HTTP server.
+//! of the local adapter over the delivery layer's pipeline runner (a tiny
+//! module with a passing and a failing unit test, queued, polled to
+//! completion; an interrupted run restarted); and tests of the Azure
+//! adapter against a scripted local HTTP server. Generation and monitoring
+//! together are `consumers/tests/local_pipeline_flow.rs`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bosun_contracts::messages::{ArtifactKind, BlobRef, PipelineResult, PullRequestOpened};
+use bosun_contracts::messages::{ArtifactKind, BlobRef, PipelineResult};
 use bosun_contracts::{Envelope, Message, samples};
 use time::OffsetDateTime;
 use time::macros::datetime;
@@ -19,13 +20,14 @@ use uuid::Uuid;
 use super::azure::AzureRunStatus;
 use super::local::LocalRunStatus;
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
-use crate::blob::{BlobStore, FilesystemBlobStore};
-use crate::local_pipeline::test_support::{Fixture, REPOSITORY, TENANT, module, module_files, quick_settings};
-use crate::local_pipeline::{LocalPipelines, RunRecord, RunStatus as LocalStatus};
-use crate::pipeline_generation::PipelineGeneration;
-use crate::pipeline_generation::local::LocalPipelineGenerator;
+use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::blob::{BlobStore, FilesystemBlobStore};
+use crate::delivery::git::commit::FileWrite;
+use crate::delivery::pipeline::test_support::{
+    Fixture, HELLO_PIPELINE, REPOSITORY, TENANT, module, module_files, quick_settings,
+};
+use crate::delivery::pipeline::{LocalPipelines, RunRecord, RunRequest, RunStatus as LocalStatus};
 
 fn envelope(message: &Message) -> Envelope {
     Envelope::new(message, Uuid::now_v7(), "contoso", "agent:test")
@@ -292,24 +294,55 @@ async fn other_messages_and_invalid_polls_are_refused() {
 
 // ---- local adapters, end to end ----
 
-/// Generates the tiny module's pipeline on its pull request branch and
-/// returns the `PipelineRunStarted`.
+/// Where the tiny module's pipeline lives.
+const PIPELINE_PATH: &str = "services/hello/azure-pipelines.yml";
+
+/// The module's files with its pipeline (what pipeline generation commits
+/// on a pull request branch).
+fn module_with_pipeline(passing: bool) -> Vec<FileWrite> {
+    let mut files = module_files(passing);
+    files.push(FileWrite {
+        path: PIPELINE_PATH.into(),
+        content: HELLO_PIPELINE.as_bytes().to_vec(),
+        executable: false,
+    });
+    files
+}
+
+/// A release id of the shape pipeline generation gives a run:
+/// `<moduleId>-<first 12 hex of the commit>`.
+fn release_id(commit: &str) -> String {
+    format!("hello-api-{}", &commit[..12])
+}
+
+/// Commits the tiny module and its pipeline on its pull request branch,
+/// queues the run on the local runner as pipeline generation does, and
+/// returns the `PipelineRunStarted` that announces it.
 async fn start_run(fixture: &Fixture, passing: bool) -> PipelineRunStarted {
-    fixture.commit("feature/hello", module_files(passing)).await;
-    let generation = PipelineGeneration::new(LocalPipelineGenerator::with_host(
-        Arc::clone(&fixture.git),
-        Arc::clone(&fixture.pipelines),
-    ));
-    let mut event: PullRequestOpened = samples::pull_request_opened();
-    event.repository = REPOSITORY.into();
-    event.source_branch = "feature/hello".into();
-    event.module = Some(module());
-    let message = Message::from(event);
-    let envelope = envelope(&message);
-    let outcome = generation.handle(Inbound::new(&envelope, &message)).await.unwrap();
-    match &outcome.messages[1].message {
-        Message::PipelineRunStarted(started) => started.clone(),
-        other => panic!("{other:?}"),
+    let branch = "feature/hello";
+    let head = fixture.commit(branch, module_with_pipeline(passing)).await;
+    let record = fixture
+        .pipelines
+        .queue(&RunRequest {
+            tenant: TENANT.into(),
+            repository: REPOSITORY.into(),
+            branch: branch.into(),
+            commit_sha: head.clone(),
+            pipeline_path: PIPELINE_PATH.into(),
+            pipeline_id: "hello-api".into(),
+        })
+        .await
+        .unwrap();
+    PipelineRunStarted {
+        url: Some(fixture.pipelines.run_url(TENANT, &record.run_id)),
+        pipeline_run_id: record.run_id,
+        pipeline_id: "hello-api".into(),
+        repository: REPOSITORY.into(),
+        branch: branch.into(),
+        release_id: release_id(&head),
+        commit_sha: head,
+        module: module(),
+        started_at: record.queued_at,
     }
 }
 
@@ -424,16 +457,8 @@ async fn local_failing_unit_test_fails_the_run() {
 #[tokio::test]
 async fn local_run_interrupted_by_a_crash_is_finished_after_a_restart() {
     let fixture = Fixture::new(quick_settings()).await;
-    let yaml =
-        crate::pipeline_generation::template::render(&module(), crate::pipeline_generation::TEMPLATE_VERSION).unwrap();
-    let mut files = module_files(true);
-    files.push(crate::commit::FileWrite {
-        path: "services/hello/azure-pipelines.yml".into(),
-        content: yaml.into_bytes(),
-        executable: false,
-    });
-    let head = fixture.commit("main", files).await;
-    let pipeline_path = "services/hello/azure-pipelines.yml";
+    let head = fixture.commit("main", module_with_pipeline(true)).await;
+    let pipeline_path = PIPELINE_PATH;
     let run_id = LocalPipelines::run_id(TENANT, REPOSITORY, &head, pipeline_path);
     // The process that ran it was killed mid-run: its record says running,
     // and its heartbeat stopped a while ago.
@@ -477,7 +502,7 @@ async fn local_run_interrupted_by_a_crash_is_finished_after_a_restart() {
     started.repository = REPOSITORY.into();
     started.branch = "main".into();
     started.commit_sha = head.clone();
-    started.release_id = crate::pipeline_generation::release_id("hello-api", &head);
+    started.release_id = release_id(&head);
     started.module = module();
     started.started_at = queued_at;
     started.url = None;

@@ -1,7 +1,7 @@
 //! The Azure DevOps adapter: pull requests are Azure Repos pull requests,
 //! through REST API 7.1 (the repository is addressed by name, in the
 //! tenant's project: [`AzureDevOpsClient::project_for`], see the tenants
-//! section of [`crate::azure_devops`]).
+//! section of [`crate::delivery::azure::devops`]).
 //!
 //! 1. `GET .../pullrequests?searchCriteria.sourceRefName=&targetRefName=&status=active`
 //!    — an open pull request between the two branches is the answer
@@ -27,36 +27,28 @@
 //! Files are read with `GET .../items` at a commit (raw bytes), and found
 //! with `GET .../items?scopePath=/&recursionLevel=full`.
 //!
-//! The client in [`crate::azure_devops`] sends GET and POST only; the one
-//! PATCH goes through this adapter's own HTTP client built from the same
-//! configuration (same credential, same error mapping).
-
-use std::time::Duration;
+//! Every request, the one PATCH included, goes through the Azure DevOps
+//! client of [`crate::delivery::azure::devops`] (one HTTP client, one
+//! retry policy).
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use bosun_contracts::messages::PullRequestStatus;
 use bosun_contracts::messages::pull_request::MAX_TITLE_CHARS;
 use bosun_contracts::validate;
 use reqwest::Url;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::port::{CheckStatus, OpenedPullRequest, PolicyCheck, PullRequestError, PullRequestHost, PullRequestSpec};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
+use crate::delivery::azure::devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
 
 /// API version of the policy evaluations API (a preview API).
 pub const POLICY_EVALUATIONS_API_VERSION: &str = "7.1-preview.1";
-
-/// Longest error message kept from a PATCH response body.
-const MAX_ERROR_MESSAGE: usize = 500;
 
 /// Opens pull requests in Azure Repos.
 #[derive(Debug, Clone)]
 pub struct AzurePullRequests {
     client: AzureDevOpsClient,
-    patcher: Patcher,
     organization: Url,
 }
 
@@ -66,11 +58,7 @@ impl AzurePullRequests {
         let client = AzureDevOpsClient::new(config)?;
         let organization = Url::parse(config.organization_url.trim())
             .map_err(|err| AzureDevOpsError::Config(format!("organization URL: {err}")))?;
-        Ok(Self {
-            client,
-            patcher: Patcher::new(config)?,
-            organization,
-        })
+        Ok(Self { client, organization })
     }
 
     /// A URL of a repository in `tenant`'s project (see
@@ -171,7 +159,7 @@ impl AzurePullRequests {
                 "mergeCommitMessage": format!("Merged PR {id}: {}", pull_request.title),
             },
         });
-        let updated = self.patcher.patch_json(url, &body).await?;
+        let updated: Value = self.client.patch_json(url, &body).await?;
         serde_json::from_value(updated).map_err(|err| {
             PullRequestError::Rejected(format!("PATCH pull request {id}: unexpected response: {err}").into())
         })
@@ -421,108 +409,6 @@ impl PullRequestHost for AzurePullRequests {
             .collect();
         paths.sort();
         Ok(paths)
-    }
-}
-
-/// The PATCH requests [`AzureDevOpsClient`] does not send, with the same
-/// credential and error mapping.
-#[derive(Clone)]
-struct Patcher {
-    http: reqwest::Client,
-    authorization: HeaderValue,
-}
-
-impl std::fmt::Debug for Patcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Patcher").field("authorization", &"<redacted>").finish()
-    }
-}
-
-impl Patcher {
-    fn new(config: &AzureDevOpsConfig) -> Result<Self, AzureDevOpsError> {
-        let value = match &config.auth {
-            AzureDevOpsAuth::Pat(token) => format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!(":{token}"))
-            ),
-            AzureDevOpsAuth::Bearer(token) => format!("Bearer {token}"),
-        };
-        let mut authorization = HeaderValue::from_str(&value).map_err(|_| {
-            AzureDevOpsError::Config("the token contains characters not allowed in a header".to_owned())
-        })?;
-        authorization.set_sensitive(true);
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|err| AzureDevOpsError::Config(format!("HTTP client: {err}")))?;
-        Ok(Self { http, authorization })
-    }
-
-    async fn patch_json(&self, url: Url, body: &Value) -> Result<Value, AzureDevOpsError> {
-        let operation = format!("PATCH {}", url.path());
-        let transport = |source| AzureDevOpsError::Transport {
-            operation: operation.clone(),
-            source,
-        };
-        let bytes = serde_json::to_vec(body).map_err(|err| AzureDevOpsError::UnexpectedResponse {
-            operation: operation.clone(),
-            reason: format!("could not encode the request: {err}"),
-        })?;
-        let response = self
-            .http
-            .patch(url)
-            .header(AUTHORIZATION, self.authorization.clone())
-            .header(ACCEPT, "application/json")
-            .header(CONTENT_TYPE, "application/json")
-            .body(bytes)
-            .send()
-            .await
-            .map_err(transport)?;
-        let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .map(|seconds| Duration::from_secs(seconds.clamp(1, 3600)));
-        let body = response.bytes().await.map_err(transport)?;
-        tracing::debug!(%operation, status = status.as_u16(), "azure devops call");
-        if status.is_success() && status != reqwest::StatusCode::NON_AUTHORITATIVE_INFORMATION {
-            return serde_json::from_slice(&body).map_err(|err| AzureDevOpsError::UnexpectedResponse {
-                operation,
-                reason: err.to_string(),
-            });
-        }
-        let parsed: Option<Value> = serde_json::from_slice(&body).ok();
-        let field = |name: &str| {
-            parsed
-                .as_ref()
-                .and_then(|value| value.get(name))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        let mut message = if status == reqwest::StatusCode::NON_AUTHORITATIVE_INFORMATION {
-            "sign-in page returned: the token is missing, expired or invalid".to_owned()
-        } else {
-            field("message").unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned())
-        };
-        if message.len() > MAX_ERROR_MESSAGE {
-            let mut cut = MAX_ERROR_MESSAGE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
-        Err(AzureDevOpsError::Status {
-            operation,
-            status: status.as_u16(),
-            type_key: field("typeKey"),
-            message,
-            retry_after,
-        })
     }
 }
 

@@ -43,7 +43,7 @@ use bosun_contracts::{ConsumerName, Envelope, Message};
 
 pub use port::{CheckStatus, OpenedPullRequest, PolicyCheck, PullRequestError, PullRequestHost, PullRequestSpec};
 
-use crate::local_git::short_branch;
+use crate::delivery::git::short_branch;
 use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
 
 /// The consumer's name: its queue and subscription.
@@ -63,7 +63,7 @@ pub struct PullRequests<P> {
 
 impl<P: PullRequestHost> PullRequests<P> {
     /// The consumer over a Git host: [`local::LocalPullRequests`],
-    /// [`azure::AzurePullRequests`], or a boxed `dyn PullRequestHost`.
+    /// [`azure::AzurePullRequests`] (or any other implementation of the port).
     pub fn new(host: P) -> Self {
         Self { host }
     }

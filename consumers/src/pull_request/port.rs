@@ -3,7 +3,6 @@
 //! completes it when it may, and reads files at a commit (for the module
 //! metadata).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -122,60 +121,6 @@ pub trait PullRequestHost: Send + Sync {
         commit: &str,
         file_name: &str,
     ) -> Result<Vec<String>, PullRequestError>;
-}
-
-#[async_trait]
-impl<T: PullRequestHost + ?Sized> PullRequestHost for Arc<T> {
-    async fn open(&self, spec: &PullRequestSpec) -> Result<OpenedPullRequest, PullRequestError> {
-        (**self).open(spec).await
-    }
-
-    async fn read_file(
-        &self,
-        tenant: &str,
-        repository: &str,
-        commit: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>, PullRequestError> {
-        (**self).read_file(tenant, repository, commit, path).await
-    }
-
-    async fn find_files(
-        &self,
-        tenant: &str,
-        repository: &str,
-        commit: &str,
-        file_name: &str,
-    ) -> Result<Vec<String>, PullRequestError> {
-        (**self).find_files(tenant, repository, commit, file_name).await
-    }
-}
-
-#[async_trait]
-impl<T: PullRequestHost + ?Sized> PullRequestHost for Box<T> {
-    async fn open(&self, spec: &PullRequestSpec) -> Result<OpenedPullRequest, PullRequestError> {
-        (**self).open(spec).await
-    }
-
-    async fn read_file(
-        &self,
-        tenant: &str,
-        repository: &str,
-        commit: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>, PullRequestError> {
-        (**self).read_file(tenant, repository, commit, path).await
-    }
-
-    async fn find_files(
-        &self,
-        tenant: &str,
-        repository: &str,
-        commit: &str,
-        file_name: &str,
-    ) -> Result<Vec<String>, PullRequestError> {
-        (**self).find_files(tenant, repository, commit, file_name).await
-    }
 }
 
 /// Why opening a pull request failed; each variant says whether a retry can

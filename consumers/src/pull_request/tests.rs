@@ -17,13 +17,12 @@ use uuid::Uuid;
 use super::azure::AzurePullRequests;
 use super::local::{CHECK_MERGEABLE, CHECK_MINIMUM_REVIEWERS, LocalPullRequests, PULL_REQUESTS_DIR};
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
-use crate::commit::local::LocalCommitWriter;
-use crate::commit::{CommitSpec, CommitWriter, FileWrite};
-use crate::local_git::LocalGitHost;
-use crate::repository_provisioning::local::LocalRepositoryHost;
-use crate::repository_provisioning::{RepositoryHost, RepositorySpec};
+use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
+use crate::delivery::git::LocalGitHost;
+use crate::delivery::git::commit::LocalCommitWriter;
+use crate::delivery::git::commit::{CommitSpec, CommitWriter, FileWrite};
+use crate::delivery::testing::provision;
 
 const HEAD: &str = "7f3c2a1e9b8d4c6f0a5e3b2d1c9f8e7a6b5c4d3e";
 const MERGE: &str = "3e4d5c6b7a8f9e1c2d3b4e5a6f0c4d8b9e1a2c3f";
@@ -323,17 +322,7 @@ async fn fixture(minimum_reviewers: u32) -> Fixture {
     let root = tempfile::tempdir().unwrap();
     let git_root = root.path().join("git");
     let host = Arc::new(LocalGitHost::new(&git_root));
-    LocalRepositoryHost::with_host(Arc::clone(&host))
-        .provision(&RepositorySpec {
-            tenant: "contoso".into(),
-            name: "payments-api".into(),
-            project: None,
-            default_branch: "main".into(),
-            description: None,
-            minimum_reviewers,
-        })
-        .await
-        .unwrap();
+    provision(&host, "contoso", "payments-api", minimum_reviewers).await;
     let fixture = Fixture {
         repo: git_root.join("contoso/contoso/payments-api.git"),
         git_root,
@@ -723,17 +712,7 @@ async fn two_tenants_open_the_same_pull_request_each_in_its_own_repository() {
         .commit("feature/retry", Some("main"), "Retry", &[("src/app.txt", "v2\n")])
         .await;
     // Fabrikam has a repository of the same name, with the same branches.
-    LocalRepositoryHost::with_host(Arc::clone(&fixture.host))
-        .provision(&RepositorySpec {
-            tenant: "fabrikam".into(),
-            name: "payments-api".into(),
-            project: None,
-            default_branch: "main".into(),
-            description: None,
-            minimum_reviewers: 0,
-        })
-        .await
-        .unwrap();
+    provision(&fixture.host, "fabrikam", "payments-api", 0).await;
     let commit_as_fabrikam = |branch: &str, base: Option<&str>, content: &str| {
         let spec = CommitSpec {
             tenant: "fabrikam".into(),
@@ -1342,7 +1321,7 @@ async fn azure_reads_and_finds_files() {
 }
 
 #[tokio::test]
-async fn azure_consumer_end_to_end_arc_port() {
+async fn azure_consumer_end_to_end() {
     let server = MockAzure::start(vec![
         Reply::json(
             "GET",
@@ -1370,8 +1349,7 @@ async fn azure_consumer_end_to_end_arc_port() {
         ),
     ])
     .await;
-    let port: Arc<dyn PullRequestHost> = Arc::new(azure(&server));
-    let consumer = PullRequests::new(port);
+    let consumer = PullRequests::new(azure(&server));
     let outcome = handle(&consumer, commit_created("feature/x", Some("main")).into())
         .await
         .unwrap();

@@ -18,7 +18,7 @@
 //! ([`ProvisionError::ForeignProject`], permanent). Without it, the project
 //! is the command's, else the configured one that every tenant maps to, so
 //! a repository name is unique per project, not per tenant (see the
-//! tenants section of [`crate::azure_devops`]). Azure DevOps has no repository
+//! tenants section of [`crate::delivery::azure::devops`]). Azure DevOps has no repository
 //! description, so `description` is not sent. The repository's default
 //! branch is set by its first push; until then the requested one is
 //! reported.
@@ -29,8 +29,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::port::{ProvisionError, ProvisionedRepository, RepositoryHost, RepositorySpec};
-use crate::azure_devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
-use crate::local_git::short_branch;
+use crate::delivery::azure::devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError};
+use crate::delivery::git::short_branch;
 
 /// Type id of Azure DevOps' "Minimum number of reviewers" branch policy.
 pub const MINIMUM_REVIEWERS_POLICY_TYPE: &str = "fa6ba5fd-ee4a-4c6f-9f9e-5ee3e79ff4c3";

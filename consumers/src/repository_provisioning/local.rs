@@ -1,6 +1,6 @@
 //! The embedded adapter: repositories are bare Git repositories on this
 //! machine, under `<root>/<tenant>/<project>/<name>.git` (see
-//! [`crate::local_git`]).
+//! [`crate::delivery::git`]).
 //!
 //! The project defaults to the tenant. A name is unique per tenant: asking
 //! for an existing name returns that repository (`created: false`), and
@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use bosun_contracts::messages::RepositoryRef;
 
 use super::port::{ProvisionError, ProvisionedRepository, RepositoryHost, RepositorySpec};
-use crate::local_git::{LocalGitError, LocalGitHost, LocalRepository, NewRepository};
+use crate::delivery::git::{LocalGitError, LocalGitHost, LocalRepository, NewRepository};
 
 /// Provisions bare repositories with the local Git host.
 #[derive(Debug, Clone)]

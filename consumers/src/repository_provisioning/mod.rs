@@ -24,7 +24,7 @@ use bosun_contracts::{ConsumerName, Message};
 
 pub use port::{ProvisionError, ProvisionedRepository, RepositoryHost, RepositorySpec};
 
-use crate::local_git::short_branch;
+use crate::delivery::git::short_branch;
 use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
 
 /// The consumer's name: its queue and subscription.
@@ -38,7 +38,7 @@ pub struct RepositoryProvisioning<P> {
 
 impl<P: RepositoryHost> RepositoryProvisioning<P> {
     /// The consumer over a Git host: [`local::LocalRepositoryHost`],
-    /// [`azure::AzureRepositoryHost`], or a boxed `dyn RepositoryHost`.
+    /// [`azure::AzureRepositoryHost`] (or any other implementation of the port).
     pub fn new(host: P) -> Self {
         Self { host }
     }

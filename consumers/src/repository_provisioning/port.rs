@@ -1,7 +1,6 @@
 //! The port the repository-provisioning handler needs: a Git host that finds
 //! or creates a tenant's repository by name.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -43,20 +42,6 @@ pub struct ProvisionedRepository {
 pub trait RepositoryHost: Send + Sync {
     /// Finds the tenant's repository of this name, or creates it.
     async fn provision(&self, spec: &RepositorySpec) -> Result<ProvisionedRepository, ProvisionError>;
-}
-
-#[async_trait]
-impl<T: RepositoryHost + ?Sized> RepositoryHost for Arc<T> {
-    async fn provision(&self, spec: &RepositorySpec) -> Result<ProvisionedRepository, ProvisionError> {
-        (**self).provision(spec).await
-    }
-}
-
-#[async_trait]
-impl<T: RepositoryHost + ?Sized> RepositoryHost for Box<T> {
-    async fn provision(&self, spec: &RepositorySpec) -> Result<ProvisionedRepository, ProvisionError> {
-        (**self).provision(spec).await
-    }
 }
 
 /// Why provisioning failed; each variant says whether a retry can help.

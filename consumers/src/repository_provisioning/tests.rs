@@ -3,7 +3,7 @@
 //! adapter (against a scripted local HTTP server).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,8 +14,8 @@ use uuid::Uuid;
 use super::azure::{AzureRepositoryHost, MINIMUM_REVIEWERS_POLICY_TYPE};
 use super::local::LocalRepositoryHost;
 use super::*;
-use crate::azure_devops::test_server::{MockAzure, Reply};
-use crate::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use crate::delivery::azure::test_server::{MockAzure, Reply};
 
 fn command(name: &str) -> ProvisionRepository {
     ProvisionRepository {
@@ -600,7 +600,7 @@ async fn azure_project_of_another_tenant_is_refused_naming_both() {
 }
 
 #[tokio::test]
-async fn azure_consumer_end_to_end_arc_port() {
+async fn azure_consumer_end_to_end() {
     let server = MockAzure::start(vec![Reply::json(
         "GET",
         "/contoso/Delivery/_apis/git/repositories/payments-api",
@@ -608,8 +608,7 @@ async fn azure_consumer_end_to_end_arc_port() {
         REPOSITORY_JSON,
     )])
     .await;
-    let port: Arc<dyn RepositoryHost> = Arc::new(azure(&server));
-    let consumer = RepositoryProvisioning::new(port);
+    let consumer = RepositoryProvisioning::new(azure(&server));
     let outcome = handle(&consumer, "contoso", command("payments-api").into())
         .await
         .unwrap();

@@ -367,7 +367,7 @@ async fn apply_migrations(conn: &mut PgConnection, target: i64) -> Result<Migrat
 }
 
 fn checksum_of(sql: &str) -> String {
-    bosun_consumers::blob::sha256_hex(sql.as_bytes())
+    bosun_consumers::delivery::blob::sha256_hex(sql.as_bytes())
 }
 
 /// Test support: a fresh schema per test in the database named by

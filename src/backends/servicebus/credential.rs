@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_consumers::blob::{EntraIdCredential, TokenCredential, entra_id_credential};
+use bosun_consumers::delivery::azure::credential::{EntraIdCredential, TokenCredential, entra_id_credential};
 use time::OffsetDateTime;
 
 use super::connection::{ServiceBusAuth, ServiceBusEndpoint, shared_access_signature};

@@ -310,7 +310,7 @@ impl Settings {
                     return Err(invalid("BOSUN_AZURE_DEVOPS_ORG_URL", "must be an http(s) URL"));
                 }
                 let project = required("BOSUN_AZURE_DEVOPS_PROJECT")?;
-                bosun_consumers::azure_devops::check_project_template(&project)
+                bosun_consumers::delivery::azure::devops::check_project_template(&project)
                     .map_err(|err| invalid("BOSUN_AZURE_DEVOPS_PROJECT", format!("`{project}`: {err}")))?;
                 let pat = get("BOSUN_AZURE_DEVOPS_PAT").map(Secret::new);
                 let bearer_token = get("BOSUN_AZURE_DEVOPS_TOKEN").map(Secret::new);

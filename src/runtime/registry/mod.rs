@@ -15,13 +15,12 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::azure_devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
-use bosun_consumers::blob::{
-    AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, EntraIdCredential,
-};
-use bosun_consumers::blob::{BlobStore, FilesystemBlobStore};
-use bosun_consumers::local_git::LocalGitHost;
-use bosun_consumers::local_pipeline::{LocalPipelines, RunnerSettings};
+use bosun_consumers::delivery::azure::credential::EntraIdCredential;
+use bosun_consumers::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
+use bosun_consumers::delivery::blob::{AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore};
+use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
+use bosun_consumers::delivery::git::LocalGitHost;
+use bosun_consumers::delivery::pipeline::{LocalPipelines, RunnerSettings};
 use bosun_contracts::ConsumerName;
 
 use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, Settings};

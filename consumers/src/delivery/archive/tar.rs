@@ -15,7 +15,8 @@
 //! mtime 0, empty user and group names, and the uid, gid and mode it is
 //! given. Paths longer than ustar's 100 + 155 bytes get a PAX `path` record.
 //!
-//! Package publishing reads its `package-content.tar` with the same reader.
+//! The package content tar of package publishing is read with the same
+//! reader.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,6 +1,8 @@
 //! [`FilesystemBlobStore`]: the embedded default blob store, one file per
 //! blob under `<root>/<container>/<key>`, written to a temporary file and
-//! renamed so a reader never sees half a blob.
+//! renamed so a reader never sees half a blob
+//! ([`crate::delivery::atomic_file`]; opening the store removes the
+//! temporaries a killed process left).
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +10,7 @@ use async_trait::async_trait;
 use bosun_contracts::messages::BlobRef;
 
 use super::{BlobError, BlobStore, check_name, reference, verify};
+use crate::delivery::atomic_file;
 
 /// Blobs as files under a root directory.
 #[derive(Debug, Clone)]
@@ -17,8 +20,12 @@ pub struct FilesystemBlobStore {
 
 impl FilesystemBlobStore {
     /// A store rooted at `root` (the runtime passes `<data dir>/blobs`).
+    /// Opening it removes the temporary files of writes a killed process
+    /// never finished ([`atomic_file::remove_leftovers`]).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        let root = root.into();
+        atomic_file::remove_leftovers(&root);
+        Self { root }
     }
 
     /// The root directory.
@@ -47,10 +54,9 @@ impl BlobStore for FilesystemBlobStore {
     ) -> Result<BlobRef, BlobError> {
         let path = self.path(container, key)?;
         let reference = reference(container, key, &content, content_type);
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(unavailable)?;
-        }
-        let temporary = path.with_extension(format!("tmp-{}", uuid_like()));
+        let parent = path.parent().unwrap_or(&self.root);
+        tokio::fs::create_dir_all(parent).await.map_err(unavailable)?;
+        let temporary = atomic_file::temporary_path(parent);
         tokio::fs::write(&temporary, &content).await.map_err(unavailable)?;
         tokio::fs::rename(&temporary, &path).await.map_err(unavailable)?;
         Ok(reference)
@@ -81,21 +87,6 @@ impl BlobStore for FilesystemBlobStore {
             Err(err) => Err(unavailable(err)),
         }
     }
-}
-
-/// A name for a temporary file unique to this process and this write, so
-/// concurrent writers of one key never share a temporary file.
-fn uuid_like() -> String {
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    format!(
-        "{}-{:x}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    )
 }
 
 #[cfg(test)]
@@ -136,5 +127,34 @@ mod tests {
             store.put("build-logs", "../escape", vec![], "text/plain").await,
             Err(BlobError::InvalidName(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn opening_the_store_removes_half_written_blobs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FilesystemBlobStore::new(dir.path());
+        let blob = store
+            .put("artifacts", "contoso/run-1/drop", b"tar".to_vec(), "application/x-tar")
+            .await
+            .unwrap();
+        let folder = dir.path().join("artifacts/contoso/run-1");
+        let killed = folder.join(format!("{}killed", atomic_file::TEMPORARY_PREFIX));
+        let writing = folder.join(format!("{}writing", atomic_file::TEMPORARY_PREFIX));
+        std::fs::write(&killed, b"ta").unwrap();
+        std::fs::write(&writing, b"t").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&killed)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - atomic_file::LEFTOVER_AGE * 2)
+            .unwrap();
+
+        let reopened = FilesystemBlobStore::new(dir.path());
+        assert!(!killed.exists(), "the temporary of a killed write is gone");
+        assert!(
+            writing.exists(),
+            "a write that may still be running keeps its temporary"
+        );
+        assert_eq!(reopened.get(&blob).await.unwrap(), b"tar");
     }
 }

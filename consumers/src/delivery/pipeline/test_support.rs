@@ -1,6 +1,6 @@
 //! A tiny module and a local Git host, blob store and pipeline runner in a
-//! temporary folder, shared by the tests of the runner, of pipeline
-//! generation and of the pipeline monitor.
+//! temporary folder, shared by the tests of the runner and of the consumers
+//! that queue and follow runs.
 //!
 //! The module (`hello-api`, language `other`, in `services/hello`) builds
 //! with a shell script and tests with another that writes a JUnit file:
@@ -17,17 +17,20 @@ use time::OffsetDateTime;
 use time::macros::datetime;
 
 use super::{LocalPipelines, RunnerSettings};
-use crate::blob::{BlobStore, FilesystemBlobStore};
-use crate::commit::local::LocalCommitWriter;
-use crate::commit::{CommitSpec, CommitWriter, FileWrite};
-use crate::local_git::LocalGitHost;
-use crate::repository_provisioning::local::LocalRepositoryHost;
-use crate::repository_provisioning::{RepositoryHost, RepositorySpec};
+use crate::delivery::blob::{BlobStore, FilesystemBlobStore};
+use crate::delivery::git::LocalGitHost;
+use crate::delivery::git::commit::{CommitSpec, CommitWriter, FileWrite, LocalCommitWriter};
+use crate::delivery::testing::provision;
 
 /// The tenant of the fixture.
 pub(crate) const TENANT: &str = "contoso";
 /// The repository of the fixture.
 pub(crate) const REPOSITORY: &str = "hello";
+/// The pipeline of the fixture's module, `services/hello/azure-pipelines.yml`:
+/// what pipeline generation renders for [`module`] (its tests keep the two
+/// the same).
+pub(crate) const HELLO_PIPELINE: &str = include_str!("testdata/hello-api.azure-pipelines.yml");
+
 /// The date of the fixture's commits.
 pub(crate) const DATE: OffsetDateTime = datetime!(2026-11-29 10:00:00 UTC);
 
@@ -46,17 +49,7 @@ impl Fixture {
     pub(crate) async fn new(settings: RunnerSettings) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let git = Arc::new(LocalGitHost::new(dir.path().join("git")));
-        LocalRepositoryHost::with_host(Arc::clone(&git))
-            .provision(&RepositorySpec {
-                tenant: TENANT.into(),
-                name: REPOSITORY.into(),
-                project: None,
-                default_branch: "main".into(),
-                description: None,
-                minimum_reviewers: 0,
-            })
-            .await
-            .expect("provision");
+        provision(&git, TENANT, REPOSITORY, 0).await;
         let blobs = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
         let pipelines = Arc::new(LocalPipelines::with_host(
             dir.path().join("pipelines"),

@@ -41,11 +41,13 @@
 //! Tenant ids never start with `.`, so `.legacy`, `.bosun-layout` and the
 //! lock file cannot be a tenant's folder.
 
-use std::io::{ErrorKind, Write as _};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use bosun_contracts::messages::BlobRef;
 use bosun_contracts::validate;
+
+use super::atomic_file;
 
 /// The file whose presence says a root has the tenant-scoped layout.
 pub const LAYOUT_MARKER: &str = ".bosun-layout";
@@ -130,9 +132,12 @@ pub struct TenantLayout {
 }
 
 impl TenantLayout {
-    /// Takes the layout lock of `root` (creating `root`) and, the first
-    /// time, moves the old layout's entries into `.legacy/` and writes the
-    /// marker. Blocking: call it from `spawn_blocking`.
+    /// Takes the layout lock of `root` (creating `root`), removes the
+    /// temporary files of writes a killed process never finished
+    /// ([`atomic_file::remove_leftovers`]) and, the first time, moves the
+    /// old layout's entries into `.legacy/` and writes the marker. Adapters
+    /// open their root once per process. Blocking: call it from
+    /// `spawn_blocking`.
     pub fn open(root: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(root)?;
         let lock = std::fs::OpenOptions::new()
@@ -141,6 +146,7 @@ impl TenantLayout {
             .write(true)
             .open(root.join(LAYOUT_LOCK))?;
         lock.lock()?;
+        atomic_file::remove_leftovers(root);
         let layout = Self {
             root: root.to_path_buf(),
             _lock: lock,
@@ -180,7 +186,7 @@ impl TenantLayout {
             std::fs::rename(entry.path(), &target)?;
             moved += 1;
         }
-        write_atomically(&self.root.join(LAYOUT_MARKER), LAYOUT_MARKER_CONTENT)?;
+        atomic_file::write(&self.root.join(LAYOUT_MARKER), LAYOUT_MARKER_CONTENT)?;
         if moved > 0 {
             tracing::info!(root = %self.root.display(), moved, "moved the layout without tenants to .legacy/");
         }
@@ -231,15 +237,6 @@ pub fn subfolders(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     }
     folders.sort();
     Ok(folders)
-}
-
-/// Writes `bytes` to a temporary file beside `path` and renames it.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let parent = path.parent().unwrap_or_else(|| Path::new("."));
-    let mut temporary = tempfile::NamedTempFile::new_in(parent)?;
-    temporary.write_all(bytes)?;
-    temporary.persist(path).map_err(|err| err.error)?;
-    Ok(())
 }
 
 #[cfg(test)]

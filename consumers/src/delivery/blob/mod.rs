@@ -10,7 +10,8 @@
 //!   file and renamed so a reader never sees half a blob;
 //! - [`AzureBlobStore`] (`azure.rs`): Azure Blob Storage (or Azurite)
 //!   through the official `azure_storage_blob` crate, authenticated with
-//!   Entra ID, a shared key (`shared_key.rs`) or a SAS token.
+//!   Entra ID ([`crate::delivery::azure::credential`]), a shared key
+//!   (`shared_key.rs`) or a SAS token.
 //!
 //! Both behave the same, and `tests/blob_behaviour.rs` holds them to it:
 //! `put` replaces what was there (so putting the same content twice is a
@@ -27,10 +28,7 @@ mod azure;
 mod filesystem;
 mod shared_key;
 
-pub use azure::{
-    AccessToken, AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, EntraIdCredential,
-    TokenCredential, TokenRequestOptions, entra_id_credential,
-};
+pub use azure::{AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, BLOB_READ_TIMEOUT};
 pub use filesystem::FilesystemBlobStore;
 
 /// Blob store failures.

@@ -1,42 +1,16 @@
-//! The embedded Git host shared by the local adapters of the Git consumers
-//! (`repository_provisioning::local`, `commit::local`).
-//!
-//! Bare repositories live under `<root>/<tenant>/<project>/<name>.git`; the
-//! runtime passes `<data dir>/git` as the root. A repository is found by its
-//! natural key, tenant + name, whatever project folder it sits in.
-//!
-//! All Git work goes through the `git` CLI's plumbing (`hash-object`,
-//! `update-index --index-info` on a throw-away index, `write-tree`,
-//! `commit-tree`, `update-ref` with compare-and-swap), never a work tree and
-//! never libgit2, to keep the build lean. Every command runs with
-//! `GIT_DIR` set explicitly, without system or global configuration
-//! (`GIT_CONFIG_NOSYSTEM=1`, `GIT_CONFIG_GLOBAL` pointed at the null
-//! device), without `HOME`-dependent behaviour, with literal pathspecs and
-//! the C locale, so the same input gives the same objects on any machine.
-//!
-//! A repository's configuration holds bosun's metadata: `bosun.id` (a UUID v5
-//! of tenant/project/name, stable across data-dir rebuilds), `bosun.tenant`,
-//! `bosun.project`, `bosun.name` and `bosun.minimumReviewers`.
+//! The `git` CLI's plumbing against one bare repository, isolated from the
+//! caller's environment and configuration.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use bosun_contracts::validate::{self, FieldError};
+use bosun_contracts::validate;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
-use tokio::sync::Mutex;
-use uuid::Uuid;
 
-/// Namespace of the UUID v5 repository ids (`bosun.id`).
-const REPOSITORY_ID_NAMESPACE: Uuid = Uuid::from_u128(0x5b0f_3c1e_8d7a_4e52_9c61_b05a_7e2d_4f10);
-
-/// Folder under a tenant's directory where new repositories are initialised
-/// before being renamed into place (never a project: projects start with a
-/// letter or digit).
-const STAGING_DIR: &str = ".staging";
+use super::LocalGitError;
 
 /// Environment variables that would redirect git away from the repository
 /// we name, removed from every command.
@@ -62,337 +36,6 @@ const INHERITED_GIT_VARS: &[&str] = &[
 
 /// Longest stderr excerpt kept in an error.
 const MAX_STDERR: usize = 2000;
-
-/// Why the local Git host failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LocalGitError {
-    /// The `git` executable could not be started (not installed, no
-    /// resources). Retrying may help once the machine is fixed.
-    #[error("could not run `git {command}`: {source}")]
-    Spawn {
-        /// The git subcommand.
-        command: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A git command exited with an error.
-    #[error("`git {command}` failed ({status}): {stderr}")]
-    Command {
-        /// The git subcommand.
-        command: String,
-        /// Its exit status.
-        status: String,
-        /// What it wrote to stderr (trimmed, shortened).
-        stderr: String,
-    },
-    /// git printed something we could not read.
-    #[error("unexpected output from `git {command}`: {reason}")]
-    UnexpectedOutput {
-        /// The git subcommand.
-        command: String,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A file-system operation on the repository root failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A tenant, project, repository, branch or path is not acceptable as a
-    /// path or ref component. Retrying cannot help.
-    #[error("invalid {field}: {reason}")]
-    Invalid {
-        /// Which input.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
-impl LocalGitError {
-    /// Whether the error comes from the input (retrying cannot help) rather
-    /// than from the machine.
-    pub fn is_invalid_input(&self) -> bool {
-        matches!(self, Self::Invalid { .. })
-    }
-
-    fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Self::Io {
-            context: context.into(),
-            source,
-        }
-    }
-}
-
-impl From<FieldError> for LocalGitError {
-    fn from(err: FieldError) -> Self {
-        Self::Invalid {
-            field: err.field,
-            reason: err.reason,
-        }
-    }
-}
-
-/// A bare repository of the local Git host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalRepository {
-    /// Stable id (`bosun.id` in the repository's config).
-    pub id: String,
-    /// Tenant owning it.
-    pub tenant: String,
-    /// Project folder it lives in.
-    pub project: String,
-    /// Repository name.
-    pub name: String,
-    /// The branch `HEAD` points at (the default branch).
-    pub default_branch: String,
-    /// The bare repository's directory.
-    pub path: PathBuf,
-}
-
-impl LocalRepository {
-    /// The clone URL: a `file://` URL of the bare repository.
-    pub fn url(&self) -> String {
-        file_url(&self.path)
-    }
-
-    /// A git runner for this repository.
-    pub fn git(&self) -> Git {
-        Git::new(&self.path)
-    }
-}
-
-/// What to create when a repository does not exist yet.
-#[derive(Debug, Clone, Copy)]
-pub struct NewRepository<'a> {
-    /// Tenant owning it (a path component: validated as a tenant id).
-    pub tenant: &'a str,
-    /// Project folder (validated as an identifier).
-    pub project: &'a str,
-    /// Repository name (validated with the Azure DevOps naming rules).
-    pub name: &'a str,
-    /// Branch `HEAD` points at.
-    pub default_branch: &'a str,
-    /// Written to the repository's `description` file.
-    pub description: Option<&'a str>,
-    /// Recorded as `bosun.minimumReviewers` (the local pull-request consumer
-    /// reads it).
-    pub minimum_reviewers: u32,
-}
-
-/// Bare Git repositories on disk, under `<root>/<tenant>/<project>/<name>.git`.
-#[derive(Debug)]
-pub struct LocalGitHost {
-    root: PathBuf,
-    /// Serialises provisioning inside this process, so that the tenant-wide
-    /// "one repository per name" check and the creation are one step.
-    /// Across processes, the rename into place is atomic per project.
-    provisioning: Mutex<()>,
-}
-
-impl LocalGitHost {
-    /// A host keeping its repositories under `root` (created on first use).
-    /// The runtime passes `<data dir>/git`. A relative root is made absolute
-    /// against the current directory now, so clone URLs are absolute.
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        let root = root.into();
-        let root = std::path::absolute(&root).unwrap_or(root);
-        Self {
-            root,
-            provisioning: Mutex::new(()),
-        }
-    }
-
-    /// The directory holding the tenants' repositories.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// Finds a tenant's repository by name, in whichever project folder it
-    /// lives. `None` when the tenant has no repository of that name.
-    pub async fn find(&self, tenant: &str, name: &str) -> Result<Option<LocalRepository>, LocalGitError> {
-        validate::tenant_id("tenant", tenant)?;
-        validate::repository_name("repository", name)?;
-        let tenant_dir = self.root.join(tenant);
-        let mut projects = match tokio::fs::read_dir(&tenant_dir).await {
-            Ok(entries) => entries,
-            Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(err) => {
-                return Err(LocalGitError::io(format!("reading {}", tenant_dir.display()), err));
-            }
-        };
-        let mut candidates = Vec::new();
-        while let Some(entry) = projects
-            .next_entry()
-            .await
-            .map_err(|err| LocalGitError::io(format!("reading {}", tenant_dir.display()), err))?
-        {
-            let Some(project) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if project.starts_with('.') {
-                continue;
-            }
-            let path = entry.path().join(format!("{name}.git"));
-            if tokio::fs::metadata(path.join("HEAD")).await.is_ok() {
-                candidates.push((project, path));
-            }
-        }
-        candidates.sort();
-        if candidates.len() > 1 {
-            tracing::warn!(
-                tenant,
-                repository = name,
-                projects = candidates.len(),
-                "repository name found in several project folders; using the first"
-            );
-        }
-        match candidates.into_iter().next() {
-            Some((project, path)) => Ok(Some(open(path, tenant, &project, name).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Returns the tenant's repository of this name, creating it when it
-    /// does not exist; the flag says whether this call created it.
-    ///
-    /// An existing repository is returned as it is (its project, default
-    /// branch and settings are not changed). Concurrent calls for the same
-    /// name create one repository: the repository is initialised in a
-    /// staging folder and renamed into place, and a caller that loses the
-    /// race returns the winner's repository.
-    pub async fn find_or_create(&self, spec: NewRepository<'_>) -> Result<(LocalRepository, bool), LocalGitError> {
-        validate::tenant_id("tenant", spec.tenant)?;
-        validate::identifier("project", spec.project)?;
-        validate::repository_name("name", spec.name)?;
-        validate::branch_name("defaultBranch", spec.default_branch)?;
-        let default_branch = short_branch(spec.default_branch);
-
-        let _guard = self.provisioning.lock().await;
-        if let Some(existing) = self.find(spec.tenant, spec.name).await? {
-            return Ok((existing, false));
-        }
-
-        let tenant_dir = self.root.join(spec.tenant);
-        let staging_root = tenant_dir.join(STAGING_DIR);
-        let project_dir = tenant_dir.join(spec.project);
-        for dir in [&staging_root, &project_dir] {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|err| LocalGitError::io(format!("creating {}", dir.display()), err))?;
-        }
-        let staging = tempfile::Builder::new()
-            .prefix("init-")
-            .tempdir_in(&staging_root)
-            .map_err(|err| LocalGitError::io(format!("creating a folder in {}", staging_root.display()), err))?;
-        let staged = staging.path().join(format!("{}.git", spec.name));
-        init_bare(&staged, default_branch).await?;
-
-        let id = repository_id(spec.tenant, spec.project, spec.name);
-        let git = Git::new(&staged);
-        let minimum_reviewers = spec.minimum_reviewers.to_string();
-        for (key, value) in [
-            ("bosun.id", id.as_str()),
-            ("bosun.tenant", spec.tenant),
-            ("bosun.project", spec.project),
-            ("bosun.name", spec.name),
-            ("bosun.minimumReviewers", minimum_reviewers.as_str()),
-            ("core.logAllRefUpdates", "true"),
-        ] {
-            git.run(&["config", "--local", key, value], None, &[]).await?;
-        }
-        if let Some(description) = spec.description {
-            let path = staged.join("description");
-            tokio::fs::write(&path, format!("{}\n", description.trim_end()))
-                .await
-                .map_err(|err| LocalGitError::io(format!("writing {}", path.display()), err))?;
-        }
-
-        let target = project_dir.join(format!("{}.git", spec.name));
-        match tokio::fs::rename(&staged, &target).await {
-            Ok(()) => {
-                let repository = open(target, spec.tenant, spec.project, spec.name).await?;
-                Ok((repository, true))
-            }
-            // Another process won the race for this project folder.
-            Err(err) if tokio::fs::metadata(target.join("HEAD")).await.is_ok() => {
-                tracing::debug!(tenant = spec.tenant, repository = spec.name, error = %err, "repository created concurrently");
-                let repository = open(target, spec.tenant, spec.project, spec.name).await?;
-                Ok((repository, false))
-            }
-            Err(err) => Err(LocalGitError::io(
-                format!("moving the new repository to {}", target.display()),
-                err,
-            )),
-        }
-    }
-}
-
-/// The stable id of a repository: a UUID v5 of `tenant/project/name`.
-pub fn repository_id(tenant: &str, project: &str, name: &str) -> String {
-    Uuid::new_v5(
-        &REPOSITORY_ID_NAMESPACE,
-        format!("{tenant}/{project}/{name}").as_bytes(),
-    )
-    .to_string()
-}
-
-/// A branch name without its `refs/heads/` prefix.
-pub fn short_branch(branch: &str) -> &str {
-    branch.strip_prefix("refs/heads/").unwrap_or(branch)
-}
-
-/// Reads an existing bare repository's metadata.
-async fn open(path: PathBuf, tenant: &str, project: &str, name: &str) -> Result<LocalRepository, LocalGitError> {
-    let git = Git::new(&path);
-    let config = git.bosun_config().await?;
-    let id = config
-        .get("bosun.id")
-        .cloned()
-        .unwrap_or_else(|| repository_id(tenant, project, name));
-    let head = git.run_text(&["symbolic-ref", "-q", "HEAD"], None, &[]).await?;
-    let default_branch = short_branch(&head).to_owned();
-    Ok(LocalRepository {
-        id,
-        tenant: tenant.to_owned(),
-        project: project.to_owned(),
-        name: name.to_owned(),
-        default_branch,
-        path,
-    })
-}
-
-/// `git init --bare` into `path` with `HEAD` on `default_branch`.
-async fn init_bare(path: &Path, default_branch: &str) -> Result<(), LocalGitError> {
-    let mut cmd = base_command();
-    cmd.arg("-c")
-        .arg(format!("init.defaultBranch={default_branch}"))
-        .args(["init", "--bare", "--quiet"])
-        .arg(path);
-    execute(cmd, "init", None)
-        .await
-        .and_then(|output| output.success("init"))?;
-    Ok(())
-}
-
-/// A `file://` URL for a path, percent-encoding what a URL path cannot hold.
-fn file_url(path: &Path) -> String {
-    let text = path.to_string_lossy();
-    let mut url = String::from("file://");
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
-            url.push(char::from(byte));
-        } else {
-            url.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    url
-}
 
 /// One entry of a commit's tree, as `git ls-tree -r` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,7 +88,7 @@ impl GitOutput {
             })
     }
 
-    fn success(self, command: &str) -> Result<Vec<u8>, LocalGitError> {
+    pub(super) fn success(self, command: &str) -> Result<Vec<u8>, LocalGitError> {
         if self.status.success() {
             Ok(self.stdout)
         } else {
@@ -505,13 +148,18 @@ impl Git {
     }
 
     /// Runs a command and returns its stdout; a non-zero exit is an error.
-    async fn run(&self, args: &[&str], input: Option<&[u8]>, env: &[(&str, &OsStr)]) -> Result<Vec<u8>, LocalGitError> {
+    pub(super) async fn run(
+        &self,
+        args: &[&str],
+        input: Option<&[u8]>,
+        env: &[(&str, &OsStr)],
+    ) -> Result<Vec<u8>, LocalGitError> {
         let command = args.first().copied().unwrap_or("git");
         self.output(args, input, env).await?.success(command)
     }
 
     /// Runs a command and returns its stdout as trimmed text.
-    async fn run_text(
+    pub(super) async fn run_text(
         &self,
         args: &[&str],
         input: Option<&[u8]>,
@@ -546,6 +194,35 @@ impl Git {
                 None => (record.to_owned(), String::new()),
             })
             .collect())
+    }
+
+    /// The bytes of a file at a commit; `None` when the commit has no file
+    /// (blob) at that path.
+    pub async fn read_file_at(&self, commit: &str, path: &str) -> Result<Option<Vec<u8>>, LocalGitError> {
+        validate::git_sha("commit", commit)?;
+        validate::repository_path("path", path)?;
+        let listing = self
+            .run(
+                &["ls-tree", "-z", "--full-tree", "--end-of-options", commit, "--", path],
+                None,
+                &[],
+            )
+            .await?;
+        let Some(entry) = listing.split(|b| *b == 0).find(|entry| !entry.is_empty()) else {
+            return Ok(None);
+        };
+        let entry = String::from_utf8_lossy(entry);
+        let mut fields = entry.split(['\t', ' ']);
+        let (Some(_mode), Some(kind), Some(oid)) = (fields.next(), fields.next(), fields.next()) else {
+            return Err(LocalGitError::UnexpectedOutput {
+                command: "ls-tree".to_owned(),
+                reason: "entry has fewer than three fields".to_owned(),
+            });
+        };
+        if kind != "blob" {
+            return Ok(None);
+        }
+        self.run(&["cat-file", "blob", oid], None, &[]).await.map(Some)
     }
 
     /// Writes a blob and returns its object id.
@@ -752,8 +429,17 @@ pub(crate) fn check_oid(command: &str, oid: &str) -> Result<(), LocalGitError> {
     }
 }
 
+/// A `git` command against the bare repository at `git_dir`, with the same
+/// isolation as [`Git`]'s, for callers that pass it paths or stream its
+/// output themselves (a checkout's `git archive`).
+pub(crate) fn command(git_dir: &Path) -> Command {
+    let mut cmd = base_command();
+    cmd.env("GIT_DIR", git_dir);
+    cmd
+}
+
 /// A `git` command isolated from the caller's environment and configuration.
-fn base_command() -> Command {
+pub(super) fn base_command() -> Command {
     let mut cmd = Command::new("git");
     for var in INHERITED_GIT_VARS {
         cmd.env_remove(var);
@@ -772,7 +458,7 @@ fn base_command() -> Command {
     cmd
 }
 
-async fn execute(mut cmd: Command, command: &str, input: Option<&[u8]>) -> Result<GitOutput, LocalGitError> {
+pub(super) async fn execute(mut cmd: Command, command: &str, input: Option<&[u8]>) -> Result<GitOutput, LocalGitError> {
     if input.is_some() {
         cmd.stdin(Stdio::piped());
     }
@@ -804,31 +490,4 @@ async fn execute(mut cmd: Command, command: &str, input: Option<&[u8]>) -> Resul
         return Err(LocalGitError::io(format!("writing to `git {command}`"), err));
     }
     Ok(output)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_urls_are_percent_encoded() {
-        assert_eq!(
-            file_url(Path::new("/data/git/a b/r.git")),
-            "file:///data/git/a%20b/r.git"
-        );
-    }
-
-    #[test]
-    fn repository_ids_are_stable_and_distinct() {
-        assert_eq!(repository_id("t", "p", "r"), repository_id("t", "p", "r"));
-        assert_ne!(repository_id("t", "p", "r"), repository_id("t", "p", "s"));
-    }
-
-    #[tokio::test]
-    async fn invalid_tenant_is_rejected_before_touching_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = LocalGitHost::new(dir.path());
-        let err = host.find("../escape", "repo").await.unwrap_err();
-        assert!(err.is_invalid_input(), "{err}");
-    }
 }

@@ -5,10 +5,15 @@
 
 use std::time::Duration;
 
-use super::test_support::{Fixture, REPOSITORY, TENANT, module, module_files, quick_settings};
+use bosun_contracts::messages::{ArtifactKind, PipelineResult};
+
+use super::definition::{Condition, StepKind, parse_pipeline};
+use super::glob::{find_files, glob_match};
+use super::publish::tar_path;
+use super::test_support::{Fixture, HELLO_PIPELINE, REPOSITORY, TENANT, module_files, quick_settings};
+use super::variables::Variables;
 use super::*;
-use crate::commit::FileWrite;
-use crate::pipeline_generation::template;
+use crate::delivery::git::commit::FileWrite;
 
 fn pipeline_file(path: &str, yaml: &str) -> FileWrite {
     FileWrite {
@@ -31,9 +36,8 @@ fn request(commit: &str, pipeline_path: &str) -> RunRequest {
 
 /// Commits the tiny module with its generated pipeline; returns the commit.
 async fn commit_module(fixture: &Fixture, passing: bool) -> String {
-    let yaml = template::render(&module(), template::TEMPLATE_VERSION).unwrap();
     let mut files = module_files(passing);
-    files.push(pipeline_file("services/hello/azure-pipelines.yml", &yaml));
+    files.push(pipeline_file("services/hello/azure-pipelines.yml", HELLO_PIPELINE));
     fixture.commit("main", files).await
 }
 
@@ -194,24 +198,11 @@ fn pipelines_parse_steps_jobs_stages_and_variables() {
 }
 
 #[test]
-fn every_generated_template_parses() {
-    for language in [
-        bosun_contracts::messages::ModuleLanguage::Dotnet,
-        bosun_contracts::messages::ModuleLanguage::Node,
-        bosun_contracts::messages::ModuleLanguage::Python,
-        bosun_contracts::messages::ModuleLanguage::Go,
-        bosun_contracts::messages::ModuleLanguage::Java,
-        bosun_contracts::messages::ModuleLanguage::Rust,
-        bosun_contracts::messages::ModuleLanguage::Other,
-    ] {
-        let mut module = module();
-        module.language = language;
-        let yaml = template::render(&module, template::TEMPLATE_VERSION).unwrap();
-        let pipeline = parse_pipeline(&yaml).unwrap();
-        let names: Vec<&str> = pipeline.jobs[0].steps.iter().map(|step| step.name.as_str()).collect();
-        assert!(names.contains(&"Build") && names.contains(&"Test"), "{names:?}");
-        assert_eq!(pipeline.variables[0], ("BOSUN_MODULE_ID".into(), "hello-api".into()));
-    }
+fn the_fixture_pipeline_parses() {
+    let pipeline = parse_pipeline(HELLO_PIPELINE).unwrap();
+    let names: Vec<&str> = pipeline.jobs[0].steps.iter().map(|step| step.name.as_str()).collect();
+    assert!(names.contains(&"Build") && names.contains(&"Test"), "{names:?}");
+    assert_eq!(pipeline.variables[0], ("BOSUN_MODULE_ID".into(), "hello-api".into()));
 }
 
 #[tokio::test]
@@ -538,4 +529,39 @@ async fn bad_requests_and_unknown_runs_are_permanent_errors() {
     let err = fixture.pipelines.poll(TENANT, "run-none").await.unwrap_err();
     assert!(matches!(err, LocalPipelineError::RunNotFound { .. }), "{err}");
     assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn opening_the_runner_removes_half_written_records_only() {
+    let fixture = Fixture::new(quick_settings()).await;
+    let runs = fixture.pipelines.root().join("runs").join(TENANT);
+    let definitions = fixture.pipelines.root().join("definitions").join(TENANT);
+    let mut killed = Vec::new();
+    for folder in [&runs, &definitions] {
+        std::fs::create_dir_all(folder).unwrap();
+        let path = folder.join(format!("{}killed", crate::delivery::atomic_file::TEMPORARY_PREFIX));
+        std::fs::write(&path, b"{\"runId\":").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - crate::delivery::atomic_file::LEFTOVER_AGE * 2)
+            .unwrap();
+        killed.push(path);
+    }
+    let writing = runs.join(format!("{}writing", crate::delivery::atomic_file::TEMPORARY_PREFIX));
+    std::fs::write(&writing, b"{").unwrap();
+    let record = runs.join("run-00000000000000000000.json");
+    std::fs::write(&record, b"{}").unwrap();
+
+    let _restarted = fixture.restarted_runner(quick_settings());
+    for path in &killed {
+        assert!(!path.exists(), "{} is a leftover", path.display());
+    }
+    assert!(
+        writing.exists(),
+        "a write that may still be running keeps its temporary"
+    );
+    assert!(record.exists());
+    assert_eq!(fixture.run_records(), 1);
 }

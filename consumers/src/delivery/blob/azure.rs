@@ -4,7 +4,8 @@
 //! [`AzureBlobSettings`] names the Blob service endpoint and how to
 //! authenticate ([`AzureBlobAuth`]):
 //!
-//! - **Entra ID** in production ([`EntraIdCredential`]): AKS workload
+//! - **Entra ID** in production ([`EntraIdCredential`], from
+//!   [`crate::delivery::azure::credential`]): AKS workload
 //!   identity, a managed identity, the developer's Azure CLI / azd sign-in
 //!   (all from `azure_identity`), or the default chain that tries them in
 //!   that order. Tokens are sent by `azure_core`'s bearer policy, which
@@ -23,7 +24,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,63 +32,27 @@ use azure_core::error::ErrorKind;
 use azure_core::http::policies::Policy;
 use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::{ClientOptions, ExponentialRetryOptions, RetryOptions, StatusCode, Transport, Url};
-use azure_identity::{
-    DeveloperToolsCredential, ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId,
-    WorkloadIdentityCredential,
-};
 use azure_storage_blob::models::{BlobClientUploadOptions, StorageErrorCode};
 use azure_storage_blob::{
     BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions, StorageError,
 };
 use bosun_contracts::messages::BlobRef;
 
-pub use azure_core::credentials::{AccessToken, TokenCredential, TokenRequestOptions};
-
 use super::shared_key::SharedKeyPolicy;
 use super::{BlobError, BlobStore, check_name, reference, verify};
+use crate::delivery::azure::credential::{EntraIdCredential, entra_id_credential};
+use crate::delivery::azure::error_chain;
+use crate::delivery::azure::http::{self, Redirects, Timeout};
+use crate::delivery::azure::retry::Disposition;
 
 /// The OAuth scope of Azure Storage.
 const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
 
+/// Longest wait between two reads of an answer.
+pub const BLOB_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Default number of retries the SDK makes inside one operation.
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
-
-/// Which Entra ID credential authenticates bosun to Blob Storage.
-#[derive(Clone)]
-pub enum EntraIdCredential {
-    /// Tries, in order: workload identity (when its environment is set),
-    /// the Azure CLI / Azure Developer CLI, then the managed identity. The
-    /// first that gives a token is used from then on.
-    Default,
-    /// AKS workload identity: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and
-    /// `AZURE_FEDERATED_TOKEN_FILE`, as the webhook injects them.
-    WorkloadIdentity,
-    /// The managed identity of the VM, App Service or container host;
-    /// system-assigned, or user-assigned by client id.
-    ManagedIdentity {
-        /// Client id of a user-assigned identity; `None` for system-assigned.
-        client_id: Option<String>,
-    },
-    /// The developer's `az login` (or `azd auth login`).
-    DeveloperTools,
-    /// A credential the caller built (another `azure_identity` credential,
-    /// or a test double).
-    Credential(Arc<dyn TokenCredential>),
-}
-
-impl fmt::Debug for EntraIdCredential {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Default => f.write_str("Default"),
-            Self::WorkloadIdentity => f.write_str("WorkloadIdentity"),
-            Self::ManagedIdentity { client_id } => {
-                f.debug_struct("ManagedIdentity").field("client_id", client_id).finish()
-            }
-            Self::DeveloperTools => f.write_str("DeveloperTools"),
-            Self::Credential(_) => f.write_str("Credential(..)"),
-        }
-    }
-}
 
 /// How bosun authenticates to Blob Storage. `Debug` never shows a secret.
 #[derive(Clone)]
@@ -236,15 +200,16 @@ impl fmt::Debug for AzureBlobStore {
 }
 
 impl AzureBlobStore {
-    /// A store with its own HTTP client (native TLS, 10 s connect timeout,
-    /// 60 s read timeout, no redirects).
+    /// A store with its own HTTP client, built by bosun's one HTTP policy
+    /// ([`crate::delivery::azure::http`]): native TLS, 10 s connect
+    /// timeout, [`BLOB_READ_TIMEOUT`] between reads, no redirects.
     pub fn new(settings: AzureBlobSettings) -> Result<Self, AzureBlobConfigError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(Duration::from_secs(60))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| AzureBlobConfigError(format!("cannot build the HTTP client: {err}")))?;
+        let client = http::client(
+            Timeout::BetweenReads(BLOB_READ_TIMEOUT),
+            reqwest::header::HeaderMap::new(),
+            Redirects::Refuse,
+        )
+        .map_err(|err| AzureBlobConfigError(format!("cannot build the HTTP client: {err}")))?;
         Self::with_http_client(settings, client)
     }
 
@@ -281,7 +246,7 @@ impl AzureBlobStore {
                     )));
                 }
                 Some(Arc::new(BearerTokenAuthorizationPolicy::new(
-                    entra_id_credential(credential)?,
+                    entra_id_credential(credential).map_err(|err| AzureBlobConfigError(err.0))?,
                     [STORAGE_SCOPE],
                 )))
             }
@@ -408,13 +373,10 @@ impl AzureBlobStore {
             (_, Err(err)) => error_chain(&err),
         };
         let message = self.redact(message);
-        match status {
-            Some(StatusCode::Unauthorized | StatusCode::Forbidden | StatusCode::BadRequest) => {
-                BlobError::Denied(message)
-            }
-            Some(status) if u16::from(status) >= 400 && u16::from(status) < 500 && !retryable(status) => {
-                BlobError::Denied(message)
-            }
+        // Blob errors carry no Retry-After: the SDK's own retry policy has
+        // already waited; what is left is transient or not.
+        match status.map(|status| Disposition::of_status(u16::from(status), None)) {
+            Some(Disposition::Permanent) => BlobError::Denied(message),
             _ => BlobError::Unavailable(message),
         }
     }
@@ -436,29 +398,6 @@ impl AzureBlobStore {
         }
         message
     }
-}
-
-/// Whether a 4xx status is worth retrying.
-fn retryable(status: StatusCode) -> bool {
-    matches!(
-        status,
-        StatusCode::RequestTimeout | StatusCode::Conflict | StatusCode::TooManyRequests
-    )
-}
-
-/// An error and its sources on one line.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(next) = source {
-        let text = next.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = next.source();
-    }
-    message
 }
 
 /// Whether the error says the blob (or its container) is not there.
@@ -490,90 +429,6 @@ fn account_name(url: &Url) -> Option<String> {
     url.path_segments()?
         .find(|segment| !segment.is_empty())
         .map(str::to_owned)
-}
-
-/// Builds the `azure_identity` credential for `credential` (shared with
-/// the Service Bus transport, so all of bosun's Azure clients pick an
-/// identity the same way).
-pub fn entra_id_credential(credential: EntraIdCredential) -> Result<Arc<dyn TokenCredential>, AzureBlobConfigError> {
-    let failed = |which: &str, err: azure_core::Error| AzureBlobConfigError(format!("{which}: {}", error_chain(&err)));
-    Ok(match credential {
-        EntraIdCredential::Default => Arc::new(DefaultChain::new()?),
-        EntraIdCredential::WorkloadIdentity => {
-            WorkloadIdentityCredential::new(None).map_err(|err| failed("workload identity", err))?
-        }
-        EntraIdCredential::ManagedIdentity { client_id } => {
-            ManagedIdentityCredential::new(Some(ManagedIdentityCredentialOptions {
-                user_assigned_id: client_id.map(UserAssignedId::ClientId),
-                ..ManagedIdentityCredentialOptions::default()
-            }))
-            .map_err(|err| failed("managed identity", err))?
-        }
-        EntraIdCredential::DeveloperTools => {
-            DeveloperToolsCredential::new(None).map_err(|err| failed("Azure CLI / azd", err))?
-        }
-        EntraIdCredential::Credential(credential) => credential,
-    })
-}
-
-/// Workload identity (when configured), then the developer tools, then the
-/// managed identity; the first that gives a token is kept.
-#[derive(Debug)]
-struct DefaultChain {
-    sources: Vec<(&'static str, Arc<dyn TokenCredential>)>,
-    chosen: AtomicUsize,
-}
-
-impl DefaultChain {
-    fn new() -> Result<Self, AzureBlobConfigError> {
-        let mut sources: Vec<(&'static str, Arc<dyn TokenCredential>)> = Vec::new();
-        // Construction fails when the workload identity environment is absent.
-        if let Ok(credential) = WorkloadIdentityCredential::new(None) {
-            sources.push(("workload identity", credential));
-        }
-        if let Ok(credential) = DeveloperToolsCredential::new(None) {
-            sources.push(("Azure CLI / azd", credential));
-        }
-        if let Ok(credential) = ManagedIdentityCredential::new(None) {
-            sources.push(("managed identity", credential));
-        }
-        if sources.is_empty() {
-            return Err(AzureBlobConfigError(
-                "no Entra ID credential can be built here".to_owned(),
-            ));
-        }
-        Ok(Self {
-            sources,
-            chosen: AtomicUsize::new(usize::MAX),
-        })
-    }
-}
-
-#[async_trait]
-impl TokenCredential for DefaultChain {
-    async fn get_token(
-        &self,
-        scopes: &[&str],
-        options: Option<TokenRequestOptions<'_>>,
-    ) -> azure_core::Result<AccessToken> {
-        if let Some((_, credential)) = self.sources.get(self.chosen.load(Ordering::Relaxed)) {
-            return credential.get_token(scopes, options).await;
-        }
-        let mut failures = Vec::new();
-        for (index, (name, credential)) in self.sources.iter().enumerate() {
-            match credential.get_token(scopes, options.clone()).await {
-                Ok(token) => {
-                    self.chosen.store(index, Ordering::Relaxed);
-                    return Ok(token);
-                }
-                Err(err) => failures.push(format!("{name}: {err}")),
-            }
-        }
-        Err(azure_core::Error::with_message(
-            ErrorKind::Credential,
-            format!("no Entra ID credential gave a token ({})", failures.join("; ")),
-        ))
-    }
 }
 
 #[async_trait]

@@ -10,6 +10,7 @@ use std::net::TcpListener;
 use std::sync::Mutex;
 
 use super::*;
+use crate::delivery::azure::credential::{AccessToken, TokenCredential, TokenRequestOptions};
 
 const CERT: &[u8] = include_bytes!("testdata/localhost.crt");
 const KEY: &[u8] = include_bytes!("testdata/localhost.key");

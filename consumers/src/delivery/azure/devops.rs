@@ -1,5 +1,5 @@
-//! The Azure DevOps REST client shared by the `azure` adapters of the Git
-//! consumers (`repository_provisioning::azure`, `commit::azure`).
+//! The Azure DevOps REST client shared by the `azure` adapters that talk to
+//! Azure DevOps (repositories, pushes, pull requests, pipelines, builds).
 //!
 //! [`AzureDevOpsConfig`] names the organization, the project (or a project
 //! per tenant, see [Tenants](#tenants)) and the
@@ -8,10 +8,12 @@
 //! output is redacted and the header built from it is marked sensitive.
 //!
 //! [`AzureDevOpsClient`] builds the request URLs (REST API version
-//! [`API_VERSION`]), sends JSON, and turns HTTP failures into
-//! [`AzureDevOpsError`], whose [`Disposition`] says what the runtime does
-//! next: 429/503 with `Retry-After` → retry after that delay; other 429,
-//! 408, 409, 5xx, timeouts and connection failures → transient; 400, 401,
+//! [`API_VERSION`]), sends JSON (GET, POST, PATCH) through bosun's one HTTP
+//! client policy ([`super::http`]), and turns HTTP failures into
+//! [`AzureDevOpsError`], whose [`Disposition`] ([`super::retry`], the one
+//! classification every Azure adapter uses) says what the runtime does
+//! next: 408, 409, 429 and 5xx with `Retry-After` → retry after that delay,
+//! without → transient, as are timeouts and connection failures; 400, 401,
 //! 403, 203 (the sign-in page Azure DevOps serves for a bad token) and other
 //! 4xx → permanent.
 //!
@@ -56,13 +58,16 @@ use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::tenant::ForeignTenant;
-use crate::{BoxError, HandlerError};
+use super::http::{self, Redirects, Timeout};
+use super::retry::Disposition;
+use super::retry::retry_after;
+use crate::HandlerError;
+use crate::delivery::tenant::ForeignTenant;
 
 /// The Azure DevOps REST API version bosun speaks.
 pub const API_VERSION: &str = "7.1";
@@ -152,9 +157,6 @@ pub fn check_project_template(project: &str) -> Result<(), ProjectTemplateError>
 /// Default timeout of one HTTP request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Longest `Retry-After` honoured; a longer one is capped.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
 /// Longest error message kept from a response body.
 const MAX_ERROR_MESSAGE: usize = 500;
 
@@ -221,17 +223,6 @@ impl AzureDevOpsConfig {
     }
 }
 
-/// What the runtime should do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// Retry with the consumer's backoff.
-    Transient,
-    /// Retrying cannot help: dead-letter.
-    Permanent,
-    /// Retry no sooner than this.
-    RetryAfter(Duration),
-}
-
 /// A failed call to Azure DevOps.
 #[derive(Debug, thiserror::Error)]
 pub enum AzureDevOpsError {
@@ -277,23 +268,10 @@ impl AzureDevOpsError {
     pub fn disposition(&self) -> Disposition {
         match self {
             Self::Config(_) | Self::UnexpectedResponse { .. } => Disposition::Permanent,
-            Self::Transport { source, .. } => {
-                if source.is_builder() {
-                    Disposition::Permanent
-                } else {
-                    Disposition::Transient
-                }
-            }
+            Self::Transport { source, .. } => Disposition::of_transport(source),
             Self::Status {
                 status, retry_after, ..
-            } => {
-                let retryable = matches!(*status, 408 | 409 | 429) || *status >= 500;
-                match (retryable, retry_after) {
-                    (true, Some(after)) => Disposition::RetryAfter(*after),
-                    (true, None) => Disposition::Transient,
-                    (false, _) => Disposition::Permanent,
-                }
-            }
+            } => Disposition::of_status(*status, *retry_after),
         }
     }
 
@@ -304,21 +282,11 @@ impl AzureDevOpsError {
             _ => None,
         }
     }
-
-    /// Wraps any error with this error's disposition.
-    pub(crate) fn handler_error_with(disposition: Disposition, source: BoxError) -> HandlerError {
-        match disposition {
-            Disposition::Transient => HandlerError::Transient(source),
-            Disposition::Permanent => HandlerError::Permanent(source),
-            Disposition::RetryAfter(after) => HandlerError::RetryAfter { after, source },
-        }
-    }
 }
 
 impl From<AzureDevOpsError> for HandlerError {
     fn from(err: AzureDevOpsError) -> Self {
-        let disposition = err.disposition();
-        AzureDevOpsError::handler_error_with(disposition, Box::new(err))
+        err.disposition().handler_error(Box::new(err))
     }
 }
 
@@ -346,12 +314,7 @@ impl AzureDevOpsClient {
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, config.auth.header_value()?);
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .user_agent(concat!("bosun/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .build()
+        let http = http::client(Timeout::Total(config.request_timeout), headers, Redirects::Follow)
             .map_err(|err| AzureDevOpsError::Config(format!("HTTP client: {err}")))?;
         Ok(Self {
             http,
@@ -440,6 +403,16 @@ impl AzureDevOpsClient {
         parse_json(&operation, &response)
     }
 
+    /// PATCHes a JSON body and reads a JSON answer.
+    pub async fn patch_json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        url: Url,
+        body: &B,
+    ) -> Result<T, AzureDevOpsError> {
+        let (operation, response) = self.send(Method::PATCH, url, Some(body), None).await?;
+        parse_json(&operation, &response)
+    }
+
     /// Sends a request and returns the body of a 2xx answer (other than 203).
     async fn send<B: Serialize + ?Sized>(
         &self,
@@ -468,11 +441,7 @@ impl AzureDevOpsClient {
         };
         let response = request.send().await.map_err(transport)?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(parse_retry_after);
+        let retry_after = retry_after(response.headers());
         let body = response.bytes().await.map_err(transport)?.to_vec();
         tracing::debug!(%operation, status = status.as_u16(), "azure devops call");
         if status.is_success() && status != StatusCode::NON_AUTHORITATIVE_INFORMATION {
@@ -524,26 +493,10 @@ fn error_details(status: StatusCode, body: &[u8]) -> (Option<String>, String) {
     (field("typeKey"), message)
 }
 
-/// A `Retry-After` value: delay-seconds or an HTTP date.
-fn parse_retry_after(value: &str) -> Option<Duration> {
-    let value = value.trim();
-    let delay = if let Ok(seconds) = value.parse::<u64>() {
-        Duration::from_secs(seconds)
-    } else {
-        let at = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
-        let seconds = (at - time::OffsetDateTime::now_utc()).whole_seconds().max(0);
-        Duration::from_secs(u64::try_from(seconds).unwrap_or_default())
-    };
-    Some(delay.clamp(Duration::from_secs(1), MAX_RETRY_AFTER))
-}
-
-#[cfg(test)]
-pub(crate) mod test_server;
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use test_server::{MockAzure, Reply};
+    use crate::delivery::azure::test_server::{MockAzure, Reply};
 
     fn client(url: &str) -> AzureDevOpsClient {
         AzureDevOpsClient::new(&AzureDevOpsConfig::new(
@@ -636,17 +589,6 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(err.disposition(), Disposition::Permanent);
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
-        assert_eq!(parse_retry_after("0"), Some(Duration::from_secs(1)));
-        assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
-            Some(Duration::from_secs(1))
-        );
-        assert_eq!(parse_retry_after("soon"), None);
     }
 
     #[tokio::test]
