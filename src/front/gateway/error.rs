@@ -1,0 +1,133 @@
+//! Why the front door said no, as an HTTP status, a code and a field.
+
+use super::*;
+
+/// Why the front door said no.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// No key, or a key that is unknown, malformed or revoked.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The key lacks the scope.
+    #[error("this key lacks the `{scope}` scope")]
+    Forbidden {
+        /// The scope needed.
+        scope: Scope,
+    },
+    /// Nothing with that id (for this tenant).
+    #[error("no {what} `{id}`")]
+    NotFound {
+        /// What was looked up.
+        what: &'static str,
+        /// The id.
+        id: String,
+    },
+    /// A message type bosun does not know, or not a command.
+    #[error("{0}")]
+    UnknownType(String),
+    /// The request is not valid.
+    #[error("{message}")]
+    Invalid {
+        /// The offending field, when one is to blame.
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The `Idempotency-Key` was used before with a different request.
+    #[error("Idempotency-Key `{0}` was already used with a different request")]
+    IdempotencyReused(String),
+    /// A request with the same `Idempotency-Key` is still being processed.
+    #[error("a request with Idempotency-Key `{0}` is still being processed; retry later")]
+    IdempotencyInProgress(String),
+    /// A concurrent change won (a saga version conflict).
+    #[error("{0}")]
+    Conflict(String),
+    /// The store or transport failed.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl GatewayError {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Unauthorized(_) => 401,
+            Self::Forbidden { .. } => 403,
+            Self::NotFound { .. } | Self::UnknownType(_) => 404,
+            Self::Invalid { .. } | Self::IdempotencyReused(_) => 422,
+            Self::IdempotencyInProgress(_) | Self::Conflict(_) => 409,
+            Self::Unavailable(_) => 503,
+        }
+    }
+
+    /// A short machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthorized(_) => "unauthorized",
+            Self::Forbidden { .. } => "forbidden",
+            Self::NotFound { .. } => "not-found",
+            Self::UnknownType(_) => "unknown-type",
+            Self::Invalid { .. } => "invalid-field",
+            Self::IdempotencyReused(_) => "idempotency-key-reused",
+            Self::IdempotencyInProgress(_) => "idempotency-in-progress",
+            Self::Conflict(_) => "conflict",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// The field to blame, when there is one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { field, .. } => field.as_deref(),
+            Self::UnknownType(_) => Some("type"),
+            _ => None,
+        }
+    }
+
+    /// The error as the API's JSON body.
+    pub fn to_json(&self) -> Value {
+        let mut error = json!({"code": self.code(), "message": self.to_string()});
+        if let (Some(field), Some(object)) = (self.field(), error.as_object_mut()) {
+            object.insert("field".into(), json!(field));
+        }
+        json!({ "error": error })
+    }
+
+    pub(super) fn not_found(what: &'static str, id: &str) -> Self {
+        Self::NotFound {
+            what,
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl From<StoreError> for GatewayError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound { what, id } => Self::NotFound { what, id },
+            StoreError::SagaConflict { .. } | StoreError::Ambiguous { .. } => Self::Conflict(err.to_string()),
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl From<ContractError> for GatewayError {
+    fn from(err: ContractError) -> Self {
+        Self::Invalid {
+            field: err.field().map(str::to_owned),
+            message: err.to_string(),
+        }
+    }
+}
+
+impl From<OperatorError> for GatewayError {
+    fn from(err: OperatorError) -> Self {
+        match err {
+            OperatorError::Contract(err) => err.into(),
+            OperatorError::Store(err) => err.into(),
+            OperatorError::Transport(err) => Self::Unavailable(err.to_string()),
+            OperatorError::Internal(_) => Self::UnknownType(err.to_string()),
+            OperatorError::Invalid(message) => Self::Invalid { field: None, message },
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The front door's rules, shared by the HTTP API and the MCP server: who
+//! may do what ([`Caller`] and [`Scope`]), for which tenant, and the
+//! `Idempotency-Key` contract. Everything it does goes through
+//! [`Operator`], acting as the caller's key, so every command and replay
+//! records which key did it.
+//!
+//! Tenant isolation: a key of tenant A gets "not found" for anything of
+//! tenant B (never "forbidden", which would tell that it exists). Data whose
+//! tenant is unknown (a dead letter whose bytes are not an envelope) is seen
+//! by platform keys (tenant `*`) only.
+
+mod commands;
+mod dead_letters;
+mod error;
+mod reads;
+mod views;
+
+pub use error::GatewayError;
+pub use views::*;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bosun_contracts::{ContractError, MessageKind, MessageSpec};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use bosun_consumers::delivery::blob::sha256_hex;
+
+use crate::front::access::{self, ALL_TENANTS, Caller, Scope};
+use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
+use crate::ports::store::{
+    AccessStore, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, IdempotencyClaim, ReplayRecord, SagaRecord,
+    StoreError, TimelineEntry,
+};
+use crate::wiring::Backends;
+
+/// How long a request may hold an `Idempotency-Key` before another request
+/// with the same key takes it over (its process is presumed dead).
+const IDEMPOTENCY_STALE_AFTER: Duration = Duration::from_secs(60);
+/// How long a request waits for a concurrent request with the same key.
+const IDEMPOTENCY_WAIT: Duration = Duration::from_secs(10);
+/// How often waits look again.
+const POLL: Duration = Duration::from_millis(200);
+/// The most dead letters one bulk replay takes.
+const MAX_BULK_REPLAY: usize = 10_000;
+
+/// The front door over one set of backends.
+#[derive(Clone)]
+pub struct Gateway {
+    backends: Backends,
+    access: Arc<dyn AccessStore>,
+    jobs: Arc<Mutex<HashMap<Uuid, ReplayJob>>>,
+    draining: CancellationToken,
+}
+
+impl Gateway {
+    /// A gateway over `backends`; `draining` is cancelled when the process
+    /// starts to shut down (readiness turns false).
+    pub fn new(backends: Backends, draining: CancellationToken) -> Self {
+        Self {
+            access: Arc::clone(&backends.access),
+            backends,
+            jobs: Arc::default(),
+            draining,
+        }
+    }
+
+    fn operator(&self, caller: &Caller) -> Operator {
+        self.backends
+            .operator(&caller.identity())
+            .acting_as(caller.identity(), format!("api:{}", caller.key_id))
+            .approving_as(caller.principal())
+    }
+
+    fn require(caller: &Caller, scope: Scope) -> Result<(), GatewayError> {
+        if caller.has(scope) {
+            Ok(())
+        } else {
+            Err(GatewayError::Forbidden { scope })
+        }
+    }
+
+    /// Checks a presented key (the text after `Bearer `).
+    pub async fn authenticate(&self, presented: &str) -> Result<Caller, GatewayError> {
+        let refused = || GatewayError::Unauthorized("invalid or revoked API key".into());
+        let (id, secret) = access::parse_key(presented).map_err(|_| refused())?;
+        let record = self.access.api_key(id).await?.ok_or_else(refused)?;
+        access::verify(&record, secret).ok_or_else(refused)
+    }
+
+    // -- health -------------------------------------------------------------
+
+    /// Whether the transport, the store and its schema answer, and the
+    /// process is not draining.
+    pub async fn readiness(&self) -> Readiness {
+        let mut checks = BTreeMap::new();
+        let draining = self.draining.is_cancelled();
+        let entity = crate::ports::transport::Topology::from_routing()
+            .receive_entities()
+            .into_iter()
+            .next();
+        let transport = match entity {
+            Some(entity) => match self.backends.transport.depth(&entity).await {
+                Ok(_) => Ok(()),
+                Err(err) => Err(err.to_string()),
+            },
+            None => Ok(()),
+        };
+        let store = self
+            .backends
+            .store
+            .outbox_backlog()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let schema = self.backends.store.check_schema().await.map_err(|e| e.to_string());
+        let mut ready = !draining;
+        for (name, result) in [("transport", transport), ("store", store), ("schema", schema)] {
+            ready &= result.is_ok();
+            checks.insert(name, json!(result.err().unwrap_or_else(|| "ok".to_owned())));
+        }
+        checks.insert("draining", json!(draining));
+        Readiness { ready, checks }
+    }
+
+    /// The backends (for metrics).
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+}
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! Following deliveries and looking at sagas, within the caller's tenant.
+
+use super::*;
+
+impl Gateway {
+    // -- deliveries ---------------------------------------------------------
+
+    /// Recent deliveries the caller may see, newest first.
+    pub async fn deliveries(&self, caller: &Caller, limit: usize) -> Result<Vec<DeliverySummary>, GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        let records = self
+            .backends
+            .store
+            .list_deliveries(caller.tenant_filter().as_deref(), limit.clamp(1, 500))
+            .await?;
+        let operator = self.operator(caller);
+        let mut summaries = Vec::with_capacity(records.len());
+        for record in records {
+            let status = match operator.delivery(&record.correlation_id).await {
+                Ok(delivery) => delivery.status,
+                Err(OperatorError::Store(StoreError::NotFound { .. })) => "in-progress".to_owned(),
+                Err(err) => return Err(err.into()),
+            };
+            summaries.push(DeliverySummary {
+                correlation_id: record.correlation_id,
+                tenant_id: record.tenant_id,
+                started_by: record.started_by,
+                message_type: record.message_type,
+                message_id: record.message_id,
+                started_at: record.started_at,
+                status,
+            });
+        }
+        Ok(summaries)
+    }
+
+    /// One delivery's timeline.
+    pub async fn delivery(&self, caller: &Caller, correlation_id: &str) -> Result<Delivery, GatewayError> {
+        Ok(self.visible_delivery(caller, correlation_id).await?.0)
+    }
+
+    /// A delivery and its timeline lines, if the caller may read it.
+    pub(super) async fn visible_delivery(
+        &self,
+        caller: &Caller,
+        correlation_id: &str,
+    ) -> Result<(Delivery, Vec<TimelineEntry>), GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        let (delivery, lines) = self.operator(caller).delivery_with_lines(correlation_id).await?;
+        if !caller.sees(delivery.tenant_id.as_deref()) {
+            return Err(GatewayError::not_found("delivery", correlation_id));
+        }
+        Ok((delivery, lines))
+    }
+
+    /// A delivery's timeline lines in the order they were written, and its
+    /// status (for the server-sent-event stream).
+    pub async fn delivery_timeline(
+        &self,
+        caller: &Caller,
+        correlation_id: &str,
+    ) -> Result<(Vec<TimelineEntry>, String), GatewayError> {
+        let (delivery, lines) = self.visible_delivery(caller, correlation_id).await?;
+        Ok((lines, delivery.status))
+    }
+
+    /// Waits until the delivery completes or fails, or `timeout` passes;
+    /// returns it as it then is.
+    pub async fn wait_for_delivery(
+        &self,
+        caller: &Caller,
+        correlation_id: &str,
+        timeout: Duration,
+    ) -> Result<Delivery, GatewayError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let delivery = self.delivery(caller, correlation_id).await?;
+            if delivery.status != "in-progress" || tokio::time::Instant::now() >= deadline {
+                return Ok(delivery);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    // -- sagas --------------------------------------------------------------
+
+    /// Sagas the caller may see.
+    pub async fn sagas(&self, caller: &Caller, kind: Option<&str>) -> Result<Vec<SagaRecord>, GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        let mut sagas = self.operator(caller).sagas(kind).await?;
+        sagas.retain(|saga| caller.sees(saga.tenant_id.as_deref()));
+        Ok(sagas)
+    }
+
+    /// One saga.
+    pub async fn saga(&self, caller: &Caller, kind: &str, key: &str) -> Result<SagaRecord, GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        let not_found = || GatewayError::not_found("saga", &format!("{kind}/{key}"));
+        let operator = self.operator(caller);
+        // A tenant's key names its own sagas, with or without the tenant (a
+        // saga whose tenant nothing recorded keeps its old key).
+        let saga = match caller.tenant_filter() {
+            Some(tenant) if !key.contains('/') => {
+                match self.backends.store.load_saga(kind, &format!("{tenant}/{key}")).await? {
+                    Some(saga) => saga,
+                    None => self.backends.store.load_saga(kind, key).await?.ok_or_else(not_found)?,
+                }
+            }
+            _ => match operator.saga(kind, key).await {
+                Err(OperatorError::Store(StoreError::NotFound { .. })) => return Err(not_found()),
+                other => other?,
+            },
+        };
+        if !caller.sees(saga.tenant_id.as_deref()) {
+            return Err(not_found());
+        }
+        Ok(saga)
+    }
+}

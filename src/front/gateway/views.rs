@@ -1,0 +1,182 @@
+//! What the front door answers: accepted commands, delivery summaries,
+//! failure groups, dead-letter details, replays and bulk replay jobs.
+
+use super::*;
+
+/// The answer to an accepted command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandAccepted {
+    /// The 202 body.
+    pub body: Value,
+    /// True when this is the stored answer of an earlier request with the
+    /// same `Idempotency-Key` (nothing was sent now).
+    pub replayed: bool,
+}
+
+/// A delivery in a list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliverySummary {
+    /// The correlation id.
+    pub correlation_id: String,
+    /// Its tenant.
+    pub tenant_id: String,
+    /// Who started it.
+    pub started_by: String,
+    /// The first command.
+    pub message_type: String,
+    /// The first command's messageId.
+    pub message_id: String,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// `in-progress`, `completed` or `failed`.
+    pub status: String,
+}
+
+/// Dead letters that failed the same way.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureGroup {
+    /// The cause.
+    pub reason: String,
+    /// The consumer that gave up.
+    pub consumer: Option<String>,
+    /// The message type.
+    pub message_type: Option<String>,
+    /// How many.
+    pub count: usize,
+    /// The oldest.
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_at: OffsetDateTime,
+    /// The newest.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_at: OffsetDateTime,
+    /// The newest one's description.
+    pub description: String,
+    /// Their ids, newest first.
+    pub ids: Vec<Uuid>,
+}
+
+/// A dead letter with its original message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterDetail {
+    /// The record.
+    #[serde(flatten)]
+    pub record: DeadLetterRecord,
+    /// The original envelope, when the bytes are JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Value>,
+    /// The original bytes as text (lossy), when they are not JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_text: Option<String>,
+}
+
+/// A replay answered to the API: the record plus whether the payload was edited.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayDone {
+    /// The replay.
+    #[serde(flatten)]
+    pub replay: ReplayRecord,
+    /// The dead letter replayed.
+    pub dead_letter_id: Uuid,
+    /// Whether the payload was replaced.
+    pub edited: bool,
+}
+
+/// What a bulk replay should take.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BulkReplayRequest {
+    /// These dead letters ...
+    pub ids: Vec<Uuid>,
+    /// ... or every dead (not yet replayed) one matching this filter.
+    pub filter: Option<DeadLetterFilter>,
+    /// At most this many per second.
+    pub rate: Option<f64>,
+}
+
+/// A dead letter a bulk replay could not replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailedReplay {
+    /// The dead letter.
+    pub id: Uuid,
+    /// Why.
+    pub error: String,
+}
+
+/// A bulk replay and how far it got.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayJob {
+    /// Its id.
+    pub id: Uuid,
+    /// `running` or `finished`.
+    pub status: String,
+    /// Dead letters to replay.
+    pub total: usize,
+    /// Dead letters done (replayed or failed).
+    pub done: usize,
+    /// Replayed.
+    pub replayed: Vec<Uuid>,
+    /// Not replayed, with why.
+    pub failed: Vec<FailedReplay>,
+    /// Per second, when limited.
+    pub rate: Option<f64>,
+    /// Who started it.
+    pub by: String,
+    /// The tenant it ran for.
+    #[serde(skip)]
+    pub tenant_id: String,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When it finished.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// `/readyz`: whether this process can serve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Readiness {
+    /// All checks pass and the process is not draining.
+    pub ready: bool,
+    /// Each check: `ok` or what failed.
+    pub checks: BTreeMap<&'static str, Value>,
+}
+
+/// Groups dead letters by (reason, consumer, type), largest group first.
+pub fn group_failures(records: &[DeadLetterRecord]) -> Vec<FailureGroup> {
+    let mut groups: Vec<FailureGroup> = Vec::new();
+    for record in records.iter().filter(|r| r.status == DeadLetterStatus::Dead) {
+        let found = groups.iter_mut().find(|g| {
+            g.reason == record.reason && g.consumer == record.consumer && g.message_type == record.message_type
+        });
+        match found {
+            Some(group) => {
+                group.count += 1;
+                group.ids.push(record.id);
+                if record.dead_lettered_at < group.first_at {
+                    group.first_at = record.dead_lettered_at;
+                }
+                if record.dead_lettered_at > group.last_at {
+                    group.last_at = record.dead_lettered_at;
+                    group.description = record.description.clone();
+                }
+            }
+            None => groups.push(FailureGroup {
+                reason: record.reason.clone(),
+                consumer: record.consumer.clone(),
+                message_type: record.message_type.clone(),
+                count: 1,
+                first_at: record.dead_lettered_at,
+                last_at: record.dead_lettered_at,
+                description: record.description.clone(),
+                ids: vec![record.id],
+            }),
+        }
+    }
+    groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_at.cmp(&a.last_at)));
+    groups
+}
