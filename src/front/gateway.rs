@@ -1017,6 +1017,6 @@ mod tests {
         assert_eq!(err.status(), 422);
         assert_eq!(err.to_json()["error"]["field"], "payload.branch");
         assert_eq!(GatewayError::Forbidden { scope: Scope::Admin }.status(), 403);
-        assert_eq!(GatewayError::from(StoreError::Unavailable("x".into())).status(), 503);
+        assert_eq!(GatewayError::from(StoreError::unavailable("x", "y")).status(), 503);
     }
 }

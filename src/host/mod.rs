@@ -33,9 +33,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 use uuid::Uuid;
 
+use crate::ports::commit::{Commit, CommitError, CommitStatus, StoreThenComplete};
+use crate::ports::error::NextStep;
 use crate::ports::store::{
-    AttemptRecord, CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, Store, StoreError,
-    TimelineEntry, TimelineStatus,
+    AttemptRecord, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, Store, StoreError, TimelineEntry,
+    TimelineStatus,
 };
 use crate::ports::transport::{OutboundMessage, ReceivedMessage, Transport, TransportError};
 use crate::runtime::config::{Failpoint, Settings};
@@ -123,6 +125,8 @@ pub enum HostError {
 pub(crate) struct Runtime {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) store: Arc<dyn Store>,
+    /// Records a handled message and settles it, as the backends allow.
+    pub(crate) commit: Arc<dyn Commit>,
     pub(crate) options: HostOptions,
     pub(crate) outbox_ready: Notify,
     /// Set when a failpoint halted the process: nothing more is sent.
@@ -147,10 +151,15 @@ impl Host {
         consumers: Vec<Arc<dyn Consumer>>,
         options: HostOptions,
     ) -> Self {
+        // Correct for every pair of backends; `wiring` passes the atomic
+        // one where the backends have it (`with_commit`).
+        let commit = StoreThenComplete::new(Arc::clone(&store), Arc::clone(&transport))
+            .halting_after_state_commit(options.failpoint == Some(Failpoint::HaltAfterStateCommit));
         Self {
             runtime: Arc::new(Runtime {
                 transport,
                 store,
+                commit: Arc::new(commit),
                 options,
                 outbox_ready: Notify::new(),
                 frozen: AtomicBool::new(false),
@@ -166,6 +175,16 @@ impl Host {
     pub fn with_claim_check(mut self, claim_check: ClaimCheck) -> Self {
         if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
             runtime.claim_check = Some(claim_check);
+        }
+        self
+    }
+
+    /// Commits handled messages with `commit` (chosen by
+    /// [`crate::wiring`] for the pair of backends) instead of the
+    /// store-then-complete default.
+    pub fn with_commit(mut self, commit: Arc<dyn Commit>) -> Self {
+        if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
+            runtime.commit = commit;
         }
         self
     }
@@ -668,6 +687,10 @@ async fn handle(
                     version: record.as_ref().map_or(0, |r| r.version),
                     state: record.map_or(Value::Null, |r| r.state),
                 }),
+                Err(err) if err.next_step() == NextStep::DeadLetter => {
+                    drop(renewal);
+                    return dead_letter_store_error(runtime, consumer, entity, received, envelope, &err).await;
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, "could not load the saga; abandoning for redelivery");
                     drop(renewal);
@@ -735,24 +758,10 @@ async fn handle(
         if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
             runtime.frozen.store(true, Ordering::SeqCst);
         }
-        // Where the store and the transport share one database, the commit
-        // also enqueues the outgoing messages and completes this one.
-        let committed = match runtime
-            .store
-            .commit_handled_and_complete(&handled, &received.lock)
-            .await
-        {
-            Ok(Some(outcome)) => Ok((outcome, true)),
-            Ok(None) => runtime
-                .store
-                .commit_handled(handled)
-                .await
-                .map(|outcome| (outcome, false)),
-            Err(err) => Err(err),
-        };
-        let settled = matches!(committed, Ok((_, true)));
-        match committed.map(|(outcome, _)| outcome) {
-            Ok(CommitOutcome::Committed) => {
+        // Writes the handling and settles the message, in one transaction
+        // where the backends share one database.
+        match runtime.commit.commit(handled, &received.lock).await {
+            Ok(CommitStatus::Written) => {
                 if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
                     tracing::error!("failpoint halt-after-state-commit reached; halting");
                     eprintln!("FAILPOINT halt-after-state-commit {message_id}");
@@ -761,15 +770,15 @@ async fn handle(
                 tracing::info!(elapsed_ms, sends, "finished");
                 runtime.metrics.count(name, Event::Processed);
             }
-            Ok(CommitOutcome::AlreadyHandled) => {
+            Ok(CommitStatus::AlreadyHandled) => {
                 tracing::info!("another host handled it first; acknowledging");
             }
-            Err(StoreError::LockLost { .. }) => {
+            Err(CommitError::LockLost { .. }) => {
                 tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
                 drop(renewal);
                 return;
             }
-            Err(StoreError::SagaConflict { expected, found, .. }) if conflicts < MAX_SAGA_CONFLICTS => {
+            Ok(CommitStatus::SagaConflict { expected, found, .. }) if conflicts < MAX_SAGA_CONFLICTS => {
                 conflicts += 1;
                 runtime.metrics.count(name, Event::SagaConflict);
                 tracing::info!(
@@ -780,6 +789,16 @@ async fn handle(
                 );
                 continue;
             }
+            Err(CommitError::Store(err)) if err.next_step() == NextStep::DeadLetter => {
+                drop(renewal);
+                return dead_letter_store_error(runtime, consumer, entity, received, envelope, &err).await;
+            }
+            Ok(conflict @ CommitStatus::SagaConflict { .. }) => {
+                tracing::warn!(?conflict, "saga kept changing; abandoning for redelivery");
+                drop(renewal);
+                let _ = runtime.transport.abandon(&received.lock).await;
+                return;
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "could not commit; abandoning for redelivery");
                 drop(renewal);
@@ -789,11 +808,43 @@ async fn handle(
         }
         drop(renewal);
         runtime.outbox_ready.notify_one();
-        if !settled {
-            settle_complete(runtime, received).await;
-        }
         return;
     }
+}
+
+/// Dead-letters a message at once because the store holds something it
+/// can never get past (a saga stored corrupt ...): retrying would only wait
+/// for the broker to give up.
+async fn dead_letter_store_error(
+    runtime: &Runtime,
+    consumer: &dyn Consumer,
+    entity: &Destination,
+    received: &ReceivedMessage,
+    envelope: &Envelope,
+    err: &StoreError,
+) {
+    tracing::error!(error = %err, "the store cannot serve this message; dead-lettering it now");
+    let chain = error_chain(err);
+    runtime.metrics.count(consumer.name(), Event::DeadLettered);
+    let record = dead_letter_record(
+        consumer.name(),
+        entity,
+        received,
+        Some(envelope),
+        if matches!(err, StoreError::Corrupt { .. }) {
+            "corrupt-store-data"
+        } else {
+            "store-refused"
+        },
+        &err.to_string(),
+        chain.clone(),
+        vec![AttemptRecord {
+            attempt: envelope.attempt,
+            at: OffsetDateTime::now_utc(),
+            error_chain: chain,
+        }],
+    );
+    dead_letter(runtime, received, record, Some(envelope), envelope.attempt).await;
 }
 
 async fn settle_complete(runtime: &Runtime, received: &ReceivedMessage) {

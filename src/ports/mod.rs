@@ -1,7 +1,11 @@
 //! The ports the host works through: the peek-lock [`transport`], the
 //! [`store`] (idempotency, sagas, outbox, dead letters, timeline), the
-//! [`topology`] of entities, and the behaviour suites every backend passes.
+//! [`commit`] of a handled message (store and transport together), the
+//! [`topology`] of entities, what an [`error`] means for the work that met
+//! it, and the behaviour suites every backend passes.
 
+pub mod commit;
+pub mod error;
 pub mod store;
 pub mod topology;
 pub mod transport;
