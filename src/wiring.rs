@@ -2,22 +2,25 @@
 
 use std::sync::Arc;
 
+use bosun_consumers::Consumer;
 use tokio_util::sync::CancellationToken;
 
+use crate::backends::postgres::commit::PostgresCommit;
 use crate::backends::postgres::store::PostgresStore;
 use crate::backends::postgres::transport::PostgresTransport;
-use crate::backends::servicebus::credential::TokenSource;
+use crate::backends::servicebus::credential::{CredentialError, TokenSource};
 use crate::backends::servicebus::management::{ManagementClient, ManagementError};
-use crate::backends::servicebus::plan::TopologyOptions;
+use crate::backends::servicebus::plan::{InvalidTopologyOptions, TopologyOptions};
 use crate::backends::servicebus::{ServiceBusOptions, ServiceBusTransport};
 use crate::backends::sqlite::store::SqliteStore;
 use crate::backends::sqlite::transport::EmbeddedTransport;
 use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::host::{Host, HostError, HostOptions};
 use crate::operator::Operator;
+use crate::ports::commit::{Commit, StoreThenComplete};
 use crate::ports::store::{AccessStore, Store, StoreError};
 use crate::ports::transport::{Topology, Transport, TransportError};
-use crate::runtime::config::{ServiceBusSettings, Settings, TransportKind};
+use crate::runtime::config::{Failpoint, ServiceBusSettings, Settings, TransportKind};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::registry;
 
@@ -44,6 +47,15 @@ pub enum StartError {
     /// The host failed.
     #[error(transparent)]
     Host(#[from] HostError),
+    /// The Service Bus credential could not be set up.
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    /// The Service Bus management client failed (the topology check).
+    #[error(transparent)]
+    Management(#[from] ManagementError),
+    /// Service Bus entity settings it would refuse.
+    #[error(transparent)]
+    TopologyOptions(#[from] InvalidTopologyOptions),
     /// Settings that do not fit together.
     #[error("{0}")]
     Config(String),
@@ -56,6 +68,10 @@ pub struct Backends {
     pub transport: Arc<dyn Transport>,
     /// The store.
     pub store: Arc<dyn Store>,
+    /// How a handled message is recorded and settled: in one transaction
+    /// where the store and the transport share a PostgreSQL database, store
+    /// then transport (at least once) otherwise.
+    pub commit: Arc<dyn Commit>,
     /// API keys and HTTP idempotency (same database as the store).
     pub access: Arc<dyn AccessStore>,
     /// The blob store and when payloads go there.
@@ -70,8 +86,13 @@ impl Backends {
             path: settings.data_dir.clone(),
             source,
         })?;
-        type Opened = (Arc<dyn Transport>, Arc<dyn Store>, Arc<dyn AccessStore>);
-        let (transport, store, access): Opened = match (settings.transport, &settings.database_url) {
+        type Opened = (
+            Arc<dyn Transport>,
+            Arc<dyn Store>,
+            Arc<dyn AccessStore>,
+            Option<Arc<dyn Commit>>,
+        );
+        let (transport, store, access, atomic_commit): Opened = match (settings.transport, &settings.database_url) {
             (TransportKind::Embedded, None) => {
                 let store = Arc::new(SqliteStore::open(&settings.store_path())?);
                 (
@@ -81,6 +102,7 @@ impl Backends {
                     )?),
                     store.clone(),
                     store,
+                    None,
                 )
             }
             (TransportKind::Embedded, Some(url)) => {
@@ -93,6 +115,7 @@ impl Backends {
                     )?),
                     store.clone(),
                     store,
+                    None,
                 )
             }
             (TransportKind::Postgres, Some(url)) => {
@@ -100,9 +123,10 @@ impl Backends {
                 // One database: a handled message's state, its outgoing
                 // messages and its completion commit in one transaction.
                 let store = Arc::new(PostgresStore::with_transport(&transport));
+                let commit: Arc<dyn Commit> = Arc::new(PostgresCommit::new(transport.database().clone()));
                 store.check_schema().await?;
                 transport.start_listening().await?;
-                (Arc::new(transport), store.clone(), store)
+                (Arc::new(transport), store.clone(), store, Some(commit))
             }
             (TransportKind::Postgres, None) => {
                 return Err(StartError::Config(
@@ -124,17 +148,24 @@ impl Backends {
                 let servicebus = settings.servicebus.as_ref().ok_or_else(|| {
                     StartError::Config("BOSUN_TRANSPORT=servicebus needs BOSUN_SERVICEBUS_CONNECTION_STRING or BOSUN_SERVICEBUS_NAMESPACE".into())
                 })?;
-                let tokens = TokenSource::for_endpoint(&servicebus.endpoint)
-                    .map_err(|err| StartError::Config(err.to_string()))?;
+                let tokens = TokenSource::for_endpoint(&servicebus.endpoint)?;
                 let options = ServiceBusOptions {
                     prefetch: servicebus.prefetch,
                     send_timeout: servicebus.send_timeout,
                     ..ServiceBusOptions::default()
                 };
                 let transport = ServiceBusTransport::connect(servicebus.endpoint.clone(), tokens, options).await?;
-                (Arc::new(transport), store, access)
+                (Arc::new(transport), store, access, None)
             }
         };
+        // Every other pair commits in the store, then completes on the
+        // transport (at least once; see `StoreThenComplete`).
+        let commit = atomic_commit.unwrap_or_else(|| {
+            Arc::new(
+                StoreThenComplete::new(Arc::clone(&store), Arc::clone(&transport))
+                    .halting_after_state_commit(settings.failpoint == Some(Failpoint::HaltAfterStateCommit)),
+            )
+        });
         transport.ensure_topology(&Topology::from_routing()).await?;
         let claim_check = ClaimCheck {
             store: registry::blob_store(settings)?,
@@ -145,9 +176,18 @@ impl Backends {
         Ok(Self {
             transport,
             store,
+            commit,
             access,
             claim_check,
         })
+    }
+
+    /// A host running `consumers` over these backends, committing through
+    /// [`Backends::commit`] and using their claim check.
+    pub fn host(&self, consumers: Vec<Arc<dyn Consumer>>, options: HostOptions) -> Host {
+        Host::new(Arc::clone(&self.transport), Arc::clone(&self.store), consumers, options)
+            .with_commit(Arc::clone(&self.commit))
+            .with_claim_check(self.claim_check.clone())
     }
 
     /// Operator actions over these backends.
@@ -179,14 +219,9 @@ pub async fn serve_with_metrics(
         postgres_store = settings.database_url.is_some(),
         "bosun serving"
     );
-    let host = Host::new(
-        Arc::clone(&backends.transport),
-        Arc::clone(&backends.store),
-        consumers,
-        HostOptions::from_settings(settings),
-    )
-    .with_claim_check(backends.claim_check.clone())
-    .with_metrics(metrics);
+    let host = backends
+        .host(consumers, HostOptions::from_settings(settings))
+        .with_metrics(metrics);
     host.run(shutdown).await?;
     Ok(())
 }
@@ -198,14 +233,14 @@ pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartErr
         max_delivery_count: settings.max_delivery_count,
         ..TopologyOptions::default()
     };
-    options.validate().map_err(|err| StartError::Config(err.to_string()))?;
+    options.validate()?;
     Ok(options)
 }
 
 /// A management client for the configured namespace.
 pub fn management_client(settings: &ServiceBusSettings) -> Result<ManagementClient, StartError> {
-    let tokens = TokenSource::for_endpoint(&settings.endpoint).map_err(|err| StartError::Config(err.to_string()))?;
-    ManagementClient::new(&settings.endpoint, tokens).map_err(|err| StartError::Config(err.to_string()))
+    let tokens = TokenSource::for_endpoint(&settings.endpoint)?;
+    Ok(ManagementClient::new(&settings.endpoint, tokens)?)
 }
 
 /// Checks that the namespace has every entity bosun needs; refuses to
@@ -232,7 +267,7 @@ pub async fn verify_topology(settings: &Settings) -> Result<(), StartError> {
             );
             Ok(())
         }
-        Err(err) => Err(StartError::Config(err.to_string())),
+        Err(err) => Err(err.into()),
     }
 }
 

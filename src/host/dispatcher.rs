@@ -16,11 +16,37 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
-use crate::ports::store::{PendingOutbox, TimelineEntry, TimelineStatus};
+use super::claim_check::ClaimCheckError;
+use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::transport::TransportError;
 
 const BATCH: usize = 100;
 const LEASE: Duration = Duration::from_secs(30);
 const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Why a dispatch pass failed. Every entry it claimed and did not mark sent
+/// is sent again once its lease has passed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DispatchError {
+    /// The outbox could not be read.
+    #[error("could not claim outbox entries; the dispatcher tries again")]
+    Claim(#[source] StoreError),
+    /// A payload over the claim-check threshold could not be stored.
+    #[error("could not move a payload to the blob store; its entries are sent after their lease")]
+    Offload(#[source] ClaimCheckError),
+    /// Not one entry of the batch could be sent.
+    #[error("could not send any of {count} outbox entries; they are sent again after their lease")]
+    Send {
+        /// Entries in the batch.
+        count: usize,
+        /// The batch send's error.
+        #[source]
+        source: TransportError,
+    },
+    /// Sent, but not marked sent.
+    #[error("sent, but could not mark outbox entries sent; they are sent again and dropped as duplicates")]
+    Mark(#[source] StoreError),
+}
 
 /// Runs until `stop`, then sends what is left once more.
 pub(crate) async fn run(runtime: Arc<Runtime>, stop: CancellationToken) {
@@ -50,7 +76,7 @@ pub(crate) async fn run(runtime: Arc<Runtime>, stop: CancellationToken) {
             Err(err) => {
                 failures = failures.saturating_add(1);
                 let backoff = Duration::from_millis(100u64.saturating_mul(2u64.saturating_pow(failures.min(7))));
-                tracing::warn!(error = %err, ?backoff, "outbox dispatch failed");
+                tracing::warn!(error = %crate::host::error_chain(&err).join(": "), ?backoff, "outbox dispatch failed");
                 if stopping {
                     tracing::warn!("stopping with undispatched outbox entries; the next start sends them");
                     return;
@@ -65,12 +91,12 @@ pub(crate) async fn run(runtime: Arc<Runtime>, stop: CancellationToken) {
 }
 
 /// Claims and sends one batch; returns how many entries were sent.
-pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, String> {
+pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchError> {
     let pending = runtime
         .store
         .claim_outbox(BATCH, LEASE)
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(DispatchError::Claim)?;
     if pending.is_empty() {
         return Ok(0);
     }
@@ -84,7 +110,7 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, String> {
     if let Some(claim_check) = &runtime.claim_check {
         for entry in &mut pending {
             let body = std::mem::take(&mut entry.message.body);
-            entry.message.body = claim_check.offload(body).await.map_err(|err| err.to_string())?;
+            entry.message.body = claim_check.offload(body).await.map_err(DispatchError::Offload)?;
         }
     }
     let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
@@ -105,22 +131,17 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, String> {
             }
         }
         if sent.is_empty() {
-            return Err(batch_err.to_string());
+            return Err(DispatchError::Send {
+                count: pending.len(),
+                source: batch_err,
+            });
         }
         let ids: Vec<i64> = sent.iter().map(|p| p.id).collect();
-        runtime
-            .store
-            .mark_dispatched(&ids)
-            .await
-            .map_err(|err| err.to_string())?;
+        runtime.store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
         record_sent(runtime, sent.into_iter()).await;
         return Ok(ids.len());
     }
-    runtime
-        .store
-        .mark_dispatched(&ids)
-        .await
-        .map_err(|err| err.to_string())?;
+    runtime.store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
     record_sent(runtime, pending.iter()).await;
     Ok(ids.len())
 }
@@ -135,7 +156,7 @@ async fn record_sent<'a>(runtime: &Runtime, sent: impl Iterator<Item = &'a Pendi
                 _ => format!("to {}", entry.message.destination),
             };
             // Retries are already on the timeline as `retry-scheduled`.
-            if entry.message.broker_message_id.contains(".retry-") {
+            if entry.purpose == OutboxPurpose::Retry {
                 return None;
             }
             Some(TimelineEntry {

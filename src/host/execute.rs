@@ -21,9 +21,8 @@ use super::dead_letter::{dead_letter, dead_letter_record};
 use super::decision::{self, DeadLetterReason, Decision, Observed};
 use super::lock::LockRenewal;
 use super::{Runtime, TenantMismatch, error_chain, handler_error_chain};
-use crate::ports::store::{
-    AttemptRecord, CommitOutcome, HandledMessage, SagaWrite, StoreError, TimelineEntry, TimelineStatus,
-};
+use crate::ports::commit::{CommitError, CommitStatus};
+use crate::ports::store::{AttemptRecord, HandledMessage, SagaWrite, StoreError, TimelineEntry, TimelineStatus};
 use crate::ports::transport::{OutboundMessage, ReceivedMessage};
 use crate::runtime::config::Failpoint;
 use crate::runtime::metrics::Event;
@@ -42,7 +41,7 @@ struct Delivery<'a> {
 /// Why a delivery failed, for the decision and for the dead letter.
 enum Failure<'a> {
     Handler(&'a HandlerError),
-    Runtime(&'a StoreError),
+    Runtime(&'a (dyn std::error::Error + Send + Sync + 'static)),
 }
 
 impl Delivery<'_> {
@@ -161,8 +160,10 @@ pub(super) async fn handle(
         if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
             runtime.frozen.store(true, Ordering::SeqCst);
         }
-        let observed = match commit(runtime, handled, received).await {
-            Ok((CommitOutcome::Committed, settled)) => {
+        // Writes the handling and settles the message, in one transaction
+        // where the backends share one database.
+        let (decision, failure) = match runtime.commit.commit(handled, &received.lock).await {
+            Ok(CommitStatus::Written) => {
                 if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
                     tracing::error!("failpoint halt-after-state-commit reached; halting");
                     eprintln!("FAILPOINT halt-after-state-commit {message_id}");
@@ -171,37 +172,39 @@ pub(super) async fn handle(
                 tracing::info!(elapsed_ms, sends, "finished");
                 runtime.metrics.count(name, Event::Processed);
                 drop(renewal);
-                return finish_commit(&delivery, settled).await;
+                runtime.outbox_ready.notify_one();
+                return;
             }
-            Ok((CommitOutcome::AlreadyHandled, settled)) => {
+            Ok(CommitStatus::AlreadyHandled) => {
                 tracing::info!("another host handled it first; acknowledging");
                 drop(renewal);
-                return finish_commit(&delivery, settled).await;
+                runtime.outbox_ready.notify_one();
+                return;
             }
-            Err(err) => err,
-        };
-        let decision = match &observed {
-            StoreError::LockLost { .. } => delivery.decide(Observed::LockLost),
-            StoreError::SagaConflict { .. } => {
+            Ok(CommitStatus::SagaConflict { expected, found, .. }) => {
                 conflicts += 1;
-                delivery.decide(Observed::SagaConflict { conflicts })
+                let decision = delivery.decide(Observed::SagaConflict { conflicts });
+                if decision == Decision::Reapply {
+                    runtime.metrics.count(name, Event::SagaConflict);
+                    tracing::info!(
+                        expected,
+                        found,
+                        conflicts,
+                        "saga changed meanwhile; reloading and applying again"
+                    );
+                    continue;
+                }
+                tracing::warn!(conflicts, "saga kept changing; abandoning for redelivery");
+                (decision, None)
             }
-            err => delivery.decide(Observed::RuntimeFailed(err.next_step())),
+            Err(err @ CommitError::LockLost { .. }) => (delivery.decide(Observed::LockLost), Some(err)),
+            Err(err) => (delivery.decide(Observed::RuntimeFailed(err.next_step())), Some(err)),
         };
-        if decision == Decision::Reapply {
-            if let StoreError::SagaConflict { expected, found, .. } = &observed {
-                tracing::info!(
-                    expected,
-                    found,
-                    conflicts,
-                    "saga changed meanwhile; reloading and applying again"
-                );
-            }
-            runtime.metrics.count(name, Event::SagaConflict);
-            continue;
-        }
         drop(renewal);
-        return execute(&delivery, decision, Failure::Runtime(&observed)).await;
+        return match &failure {
+            Some(err) => execute(&delivery, decision, Failure::Runtime(err)).await,
+            None => execute_plain(&delivery, decision).await,
+        };
     }
 }
 
@@ -255,35 +258,6 @@ fn saga_write(envelope: &Envelope, state: Option<Value>, saga: Option<&SagaInsta
             None
         }
         (None, _) => None,
-    }
-}
-
-/// Commits the handled message; `true` when the commit also settled it.
-async fn commit(
-    runtime: &Runtime,
-    handled: HandledMessage,
-    received: &ReceivedMessage,
-) -> Result<(CommitOutcome, bool), StoreError> {
-    // Where the store and the transport share one database, the commit
-    // also enqueues the outgoing messages and completes this one.
-    match runtime
-        .store
-        .commit_handled_and_complete(&handled, &received.lock)
-        .await?
-    {
-        Some(outcome) => Ok((outcome, true)),
-        None => runtime
-            .store
-            .commit_handled(handled)
-            .await
-            .map(|outcome| (outcome, false)),
-    }
-}
-
-async fn finish_commit(delivery: &Delivery<'_>, settled: bool) {
-    delivery.runtime.outbox_ready.notify_one();
-    if !settled {
-        settle_complete(delivery.runtime, delivery.received).await;
     }
 }
 

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 
+use crate::ports::commit::{Commit, StoreThenComplete};
 use crate::ports::store::{Store, StoreError};
 use crate::ports::transport::{ReceivedMessage, Transport, TransportError};
 use crate::runtime::config::{Failpoint, Settings};
@@ -134,6 +135,8 @@ pub enum HostError {
 pub(crate) struct Runtime {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) store: Arc<dyn Store>,
+    /// Records a handled message and settles it, as the backends allow.
+    pub(crate) commit: Arc<dyn Commit>,
     pub(crate) options: HostOptions,
     pub(crate) outbox_ready: Notify,
     /// Set when a failpoint halted the process: nothing more is sent.
@@ -173,10 +176,15 @@ impl Host {
         consumers: Vec<Arc<dyn Consumer>>,
         options: HostOptions,
     ) -> Self {
+        // Correct for every pair of backends; `wiring` passes the atomic
+        // one where the backends have it (`with_commit`).
+        let commit = StoreThenComplete::new(Arc::clone(&store), Arc::clone(&transport))
+            .halting_after_state_commit(options.failpoint == Some(Failpoint::HaltAfterStateCommit));
         Self {
             runtime: Arc::new(Runtime {
                 transport,
                 store,
+                commit: Arc::new(commit),
                 options,
                 outbox_ready: Notify::new(),
                 frozen: AtomicBool::new(false),
@@ -194,6 +202,16 @@ impl Host {
     pub fn with_claim_check(mut self, claim_check: ClaimCheck) -> Self {
         if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
             runtime.claim_check = Some(claim_check);
+        }
+        self
+    }
+
+    /// Commits handled messages with `commit` (chosen by
+    /// [`crate::wiring`] for the pair of backends) instead of the
+    /// store-then-complete default.
+    pub fn with_commit(mut self, commit: Arc<dyn Commit>) -> Self {
+        if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
+            runtime.commit = commit;
         }
         self
     }

@@ -704,3 +704,62 @@ async fn a_message_for_another_tenants_saga_is_dead_lettered_naming_both_and_cha
     shutdown.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_message_for_a_corrupt_saga_is_dead_lettered_on_its_first_delivery_naming_the_saga_and_the_decode_error() {
+    let consumer = Arc::new(CountingSaga {
+        calls: AtomicU32::new(0),
+    });
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    // A saga row whose state is not JSON, written past the store.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+             VALUES ('release', 'payments-api-1', 1, '{\"count\": 7', 1, 1, 'contoso')",
+        )
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], options());
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    transport
+        .send(vec![raw(create_commit().to_vec(), "m-corrupt")])
+        .await
+        .unwrap();
+    let records = store.clone();
+    eventually("the message is dead-lettered", || {
+        let records = records.clone();
+        async move { !records.dead_letters(&Default::default()).await.unwrap().is_empty() }
+    })
+    .await;
+    let dead = store.dead_letters(&Default::default()).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "corrupt-state");
+    for text in [&dead[0].description, &dead[0].error_chain.join(": ")] {
+        assert!(
+            text.contains("saga release/payments-api-1") && text.contains("EOF while parsing an object"),
+            "{text}"
+        );
+    }
+    assert_eq!(dead[0].attempts.len(), 1, "one attempt: no retries");
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 0, "the handler never ran");
+    let native = transport
+        .peek_dead_letters(&Destination::Queue("commit".into()), 10)
+        .await
+        .unwrap();
+    assert_eq!(native.len(), 1);
+    assert_eq!(native[0].delivery_count, 1, "dead-lettered on its first delivery");
+    assert_eq!(native[0].reason, "corrupt-state");
+    assert!(
+        native[0].description.contains("saga release/payments-api-1"),
+        "{}",
+        native[0].description
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}

@@ -23,6 +23,8 @@ use bosun_contracts::Destination;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::ports::error::{BoxError, NextStep};
+
 pub use crate::ports::topology::Topology;
 
 /// A message to send.
@@ -33,7 +35,8 @@ pub struct OutboundMessage {
     /// The broker-level id used for duplicate detection: the envelope's
     /// messageId on first send, suffixed for retries and replays
     /// (`<id>.retry-2`, `<id>.replay-<uuid>`) so those are not dropped as
-    /// duplicates.
+    /// duplicates. Only a dedup key: what an outbox entry is for is stored
+    /// with it ([`crate::ports::store::OutboxPurpose`]).
     pub broker_message_id: String,
     /// The message type (Service Bus `subject`); subscriptions filter on it.
     pub message_type: Option<String>,
@@ -100,7 +103,8 @@ pub struct DeadLetteredMessage {
     pub dead_lettered_at: OffsetDateTime,
 }
 
-/// Transport failures.
+/// Transport failures. Each says what it means for the work that met it:
+/// [`TransportError::next_step`].
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// The lock expired or the message was settled by someone else.
@@ -114,14 +118,85 @@ pub enum TransportError {
     /// The entity does not exist.
     #[error("entity `{0}` does not exist")]
     NoSuchEntity(String),
-    /// Storage or connection failure; retry.
-    #[error("transport unavailable: {0}")]
-    Unavailable(String),
+    /// A stored message that does not decode.
+    #[error("corrupt {what} in the transport: {source}")]
+    Corrupt {
+        /// What could not be read.
+        what: String,
+        /// The decoding error.
+        #[source]
+        source: BoxError,
+    },
+    /// The transport cannot be used as configured (credentials refused, an
+    /// operation the endpoint does not support).
+    #[error("transport misconfigured ({doing}): {source}; fix the configuration and restart")]
+    Misconfigured {
+        /// What was being done.
+        doing: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Storage, connection or broker failure; try again.
+    #[error("transport unavailable while {doing}: {source}")]
+    Unavailable {
+        /// What was being done (`sending 2 message(s) to `commit``).
+        doing: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
 }
 
-impl From<rusqlite::Error> for TransportError {
-    fn from(err: rusqlite::Error) -> Self {
-        Self::Unavailable(err.to_string())
+/// What a [`TransportError`] made by a plain conversion (`?` on a database
+/// error) says it was doing until [`TransportError::doing`] names the
+/// operation.
+pub(crate) const SOME_TRANSPORT_OPERATION: &str = "using the transport";
+
+impl TransportError {
+    /// What the work that met this error should do next.
+    pub fn next_step(&self) -> NextStep {
+        match self {
+            Self::LockLost { .. } | Self::Unavailable { .. } => NextStep::Retry,
+            Self::Corrupt { .. } => NextStep::DeadLetter,
+            Self::NoSuchEntity(_) | Self::Misconfigured { .. } => NextStep::Stop,
+        }
+    }
+
+    /// The transport is unavailable while `doing`.
+    pub fn unavailable(doing: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            doing: doing.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The transport cannot do `doing` as configured.
+    pub fn misconfigured(doing: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Misconfigured {
+            doing: doing.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Names the operation an error made by a plain conversion happened in;
+    /// errors that already say more are left as they are.
+    pub fn doing(self, operation: impl Into<String>) -> Self {
+        match self {
+            Self::Unavailable { doing, source } if doing == SOME_TRANSPORT_OPERATION => Self::Unavailable {
+                doing: operation.into(),
+                source,
+            },
+            Self::Misconfigured { doing, source } if doing == SOME_TRANSPORT_OPERATION => Self::Misconfigured {
+                doing: operation.into(),
+                source,
+            },
+            Self::Corrupt { what, source } if what == SOME_TRANSPORT_OPERATION => Self::Corrupt {
+                what: format!("data read while {}", operation.into()),
+                source,
+            },
+            other => other,
+        }
     }
 }
 
@@ -150,6 +225,11 @@ pub trait Transport: Send + Sync {
 
     /// Extends a lock; returns the new expiry.
     async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError>;
+
+    /// Whether `lock` still holds its message (not expired, not settled, not
+    /// taken by another receiver). Changes nothing; the answer may be stale
+    /// by the time the caller acts on it.
+    async fn is_locked(&self, lock: &LockToken) -> Result<bool, TransportError>;
 
     /// Removes a handled message.
     async fn complete(&self, lock: &LockToken) -> Result<(), TransportError>;

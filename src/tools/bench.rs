@@ -28,7 +28,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::host::{Host, HostOptions};
+use crate::host::HostOptions;
 use crate::ports::transport::{OutboundMessage, TransportError};
 use crate::runtime::config::Settings;
 use crate::wiring::{Backends, StartError};
@@ -162,13 +162,7 @@ pub async fn run_one(
     let mut options = HostOptions::from_settings(base);
     options.concurrency = concurrency;
     options.poll_interval = Duration::from_millis(20);
-    let host = Host::new(
-        Arc::clone(&backends.transport),
-        Arc::clone(&backends.store),
-        vec![Arc::new(ProbeConsumer::new())],
-        options,
-    )
-    .with_claim_check(backends.claim_check.clone());
+    let host = backends.host(vec![Arc::new(ProbeConsumer::new())], options);
     let metrics = host.metrics();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();

@@ -223,6 +223,11 @@ impl Transport for MemoryTransport {
         })
     }
 
+    async fn is_locked(&self, lock: &LockToken) -> Result<bool, TransportError> {
+        let now = OffsetDateTime::now_utc();
+        Ok(self.with(|state| state.rows.iter().any(|row| held(row, lock, now))))
+    }
+
     async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
         self.with(|state| {
             let now = OffsetDateTime::now_utc();

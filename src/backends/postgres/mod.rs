@@ -5,9 +5,10 @@
 //! Both the store ([`crate::backends::postgres::store`]) and the transport
 //! ([`crate::backends::postgres::transport`]) live in one database and one schema
 //! (the connection's `search_path`, `public` unless the URL says otherwise),
-//! every table prefixed `bosun_`. Sharing one [`PostgresDatabase`] lets the
-//! store settle a received message in the same transaction that records its
-//! handling (see `PostgresStore::commit_and_settle`).
+//! every table prefixed `bosun_`. Sharing one [`PostgresDatabase`] lets
+//! [`commit::PostgresCommit`] settle a received message in the same
+//! transaction that records its handling; the SQL of the transport's queue
+//! rows that both use is in `queue`.
 //!
 //! Migrations are the `.sql` files of `migrations/postgres/`, embedded in the
 //! binary. [`PostgresDatabase::migrate`] applies the missing ones in one
@@ -19,6 +20,8 @@
 //! TLS follows the URL's `sslmode` (`?sslmode=require` for Azure Database
 //! for PostgreSQL); certificates are checked by the platform's native TLS.
 
+pub mod commit;
+mod queue;
 pub mod store;
 pub mod transport;
 
@@ -31,12 +34,12 @@ use sqlx_core::raw_sql::raw_sql;
 use sqlx_core::row::Row;
 use sqlx_postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
-use crate::ports::store::StoreError;
-use crate::ports::transport::TransportError;
+use crate::ports::store::{SOME_STORE_OPERATION, StoreError};
+use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +71,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "tenant_keys",
         sql: include_str!("../../../migrations/postgres/0004_tenant_keys.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "outbox_purpose",
+        sql: include_str!("../../../migrations/postgres/0005_outbox_purpose.sql"),
     },
 ];
 
@@ -110,7 +118,10 @@ pub enum DatabaseError {
     /// The URL could not be read (the URL itself is not repeated: it may
     /// hold a password).
     #[error("invalid PostgreSQL URL: {0}")]
-    InvalidUrl(String),
+    InvalidUrl(#[source] sqlx_core::Error),
+    /// A schema name that cannot be used.
+    #[error("`{0}` is not a usable schema name")]
+    InvalidSchemaName(String),
     /// The database is at another schema version than this bosun needs.
     #[error("{}", crate::ports::store::schema_mismatch_message(*.found, *.expected))]
     SchemaMismatch {
@@ -132,12 +143,17 @@ pub enum DatabaseError {
     },
     /// The database failed or could not be reached.
     #[error("PostgreSQL unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[from] sqlx_core::Error),
 }
 
-impl From<sqlx_core::Error> for DatabaseError {
-    fn from(err: sqlx_core::Error) -> Self {
-        Self::Unavailable(err.to_string())
+impl DatabaseError {
+    /// Whether trying again may help (the database is down or busy), as
+    /// opposed to a configuration or schema that has to be fixed first.
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable(err) => classify(err) == Failure::Unavailable,
+            _ => false,
+        }
     }
 }
 
@@ -145,26 +161,67 @@ impl From<DatabaseError> for StoreError {
     fn from(err: DatabaseError) -> Self {
         match err {
             DatabaseError::SchemaMismatch { found, expected } => Self::SchemaMismatch { found, expected },
-            other => Self::Unavailable(other.to_string()),
+            other if other.is_transient() => Self::unavailable("connecting to PostgreSQL", other),
+            other => Self::Misconfigured {
+                doing: "opening the PostgreSQL database".to_owned(),
+                source: Box::new(other),
+            },
         }
     }
 }
 
 impl From<DatabaseError> for TransportError {
     fn from(err: DatabaseError) -> Self {
-        Self::Unavailable(err.to_string())
+        if err.is_transient() {
+            Self::unavailable("connecting to PostgreSQL", err)
+        } else {
+            Self::misconfigured("opening the PostgreSQL database", err)
+        }
+    }
+}
+
+/// What a PostgreSQL error means for the work that met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// A stored value does not decode as the column's Rust type.
+    Corrupt,
+    /// The connection cannot be set up as configured.
+    Misconfigured,
+    /// The database is down, busy, or refused the statement: try again.
+    Unavailable,
+}
+
+fn classify(err: &sqlx_core::Error) -> Failure {
+    match err {
+        sqlx_core::Error::ColumnDecode { .. } | sqlx_core::Error::Decode(_) => Failure::Corrupt,
+        sqlx_core::Error::Configuration(_) | sqlx_core::Error::Tls(_) => Failure::Misconfigured,
+        _ => Failure::Unavailable,
     }
 }
 
 impl From<sqlx_core::Error> for StoreError {
     fn from(err: sqlx_core::Error) -> Self {
-        Self::Unavailable(err.to_string())
+        match classify(&err) {
+            Failure::Corrupt => Self::corrupt(SOME_STORE_OPERATION, err),
+            Failure::Misconfigured => Self::Misconfigured {
+                doing: SOME_STORE_OPERATION.to_owned(),
+                source: Box::new(err),
+            },
+            Failure::Unavailable => Self::unavailable(SOME_STORE_OPERATION, err),
+        }
     }
 }
 
 impl From<sqlx_core::Error> for TransportError {
     fn from(err: sqlx_core::Error) -> Self {
-        Self::Unavailable(err.to_string())
+        match classify(&err) {
+            Failure::Corrupt => Self::Corrupt {
+                what: SOME_TRANSPORT_OPERATION.to_owned(),
+                source: Box::new(err),
+            },
+            Failure::Misconfigured => Self::misconfigured(SOME_TRANSPORT_OPERATION, err),
+            Failure::Unavailable => Self::unavailable(SOME_TRANSPORT_OPERATION, err),
+        }
     }
 }
 
@@ -203,7 +260,7 @@ impl PostgresDatabase {
 
     /// Connects to `url` with `settings`.
     pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<Self, DatabaseError> {
-        let options = PgConnectOptions::from_str(url).map_err(|err| DatabaseError::InvalidUrl(err.to_string()))?;
+        let options = PgConnectOptions::from_str(url).map_err(DatabaseError::InvalidUrl)?;
         Self::connect_options(options, settings).await
     }
 
@@ -302,15 +359,13 @@ pub async fn drop_schema(url: &str, schema: &str) -> Result<(), DatabaseError> {
 
 fn quote_identifier(name: &str) -> Result<String, DatabaseError> {
     if name.is_empty() || name.len() > 63 || name.contains(['"', '\0']) {
-        return Err(DatabaseError::InvalidUrl(format!(
-            "`{name}` is not a usable schema name"
-        )));
+        return Err(DatabaseError::InvalidSchemaName(name.to_owned()));
     }
     Ok(format!("\"{name}\""))
 }
 
 async fn run_once(url: &str, statement: String) -> Result<(), DatabaseError> {
-    let options = PgConnectOptions::from_str(url).map_err(|err| DatabaseError::InvalidUrl(err.to_string()))?;
+    let options = PgConnectOptions::from_str(url).map_err(DatabaseError::InvalidUrl)?;
     let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
     let result = pool.execute(sqlx_core::sql_str::AssertSqlSafe(statement)).await;
     pool.close().await;
@@ -601,7 +656,7 @@ mod tests {
             "{as_store:?}"
         );
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4]);
+        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4, 5]);
         database.check_schema().await.unwrap();
 
         // A newer bosun migrated this database: refuse to serve and to migrate.
@@ -670,7 +725,7 @@ mod tests {
         .await
         .unwrap();
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![4]);
+        assert_eq!(database.migrate().await.unwrap().applied, vec![4, 5]);
         let keys: Vec<(String, String, Option<String>)> =
             sqlx_core::query_as::query_as("SELECT kind, key, tenant_id FROM bosun_sagas ORDER BY kind, key")
                 .fetch_all(pool)

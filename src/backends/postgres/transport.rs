@@ -1,6 +1,6 @@
 //! The PostgreSQL transport: queues, the events topic and its subscriptions
 //! in PostgreSQL, for teams that run several bosun replicas without Service
-//! Bus. The same peek-lock semantics as the [embedded](super::embedded)
+//! Bus. The same peek-lock semantics as the [embedded](crate::backends::sqlite::transport)
 //! transport, on the tables of migration 2 (`migrations/postgres/`).
 //!
 //! - Each row of `bosun_messages` is one message in one entity (a queue or a
@@ -34,12 +34,13 @@ use bosun_contracts::Destination;
 use sqlx_core::executor::Executor;
 use sqlx_core::query::query;
 use sqlx_core::row::Row;
-use sqlx_postgres::{PgConnection, PgListener, PgPool, Postgres};
+use sqlx_postgres::{PgListener, PgPool};
 use time::OffsetDateTime;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
 use crate::backends::postgres::{MigrationReport, PostgresDatabase};
 use crate::ports::transport::{
     DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
@@ -101,140 +102,25 @@ impl PostgresTransport {
         loop {
             match &*state.borrow_and_update() {
                 ListenerState::Listening => return Ok(()),
-                ListenerState::Failed(reason) => return Err(TransportError::Unavailable(reason.clone())),
+                ListenerState::Failed(reason) => {
+                    return Err(TransportError::unavailable(
+                        format!("listening on `{NOTIFY_CHANNEL}`"),
+                        reason.clone(),
+                    ));
+                }
                 ListenerState::Connecting => {}
             }
             if state.changed().await.is_err() {
-                return Err(TransportError::Unavailable("the LISTEN task stopped".to_owned()));
+                return Err(TransportError::unavailable(
+                    format!("listening on `{NOTIFY_CHANNEL}`"),
+                    "the LISTEN task stopped",
+                ));
             }
         }
     }
 }
 
-/// What happened to one outgoing message in [`enqueue`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Enqueued {
-    /// Written to its entity (or to every matching subscription).
-    Sent,
-    /// Dropped: this broker message id was already sent to this destination.
-    Duplicate,
-    /// The destination does not exist; nothing written.
-    NoSuchEntity,
-}
-
-/// Which destinations exist, as looked up within one transaction (a batch
-/// usually goes to few destinations).
-#[derive(Debug, Default)]
-pub(crate) struct KnownEntities(HashMap<String, bool>);
-
-impl KnownEntities {
-    async fn check(&mut self, conn: &mut PgConnection, destination: &Destination) -> Result<bool, sqlx_core::Error> {
-        let path = destination.path();
-        if let Some(known) = self.0.get(&path) {
-            return Ok(*known);
-        }
-        let known = known_entity(conn, destination).await?;
-        self.0.insert(path, known);
-        Ok(known)
-    }
-}
-
-/// Whether `destination` exists.
-async fn known_entity(conn: &mut PgConnection, destination: &Destination) -> Result<bool, sqlx_core::Error> {
-    let found = match destination {
-        Destination::Queue(name) => {
-            query("SELECT 1 FROM bosun_queues WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-        Destination::Topic(topic) => {
-            query("SELECT 1 FROM bosun_subscriptions WHERE topic = $1 LIMIT 1")
-                .bind(topic)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-        Destination::Subscription { topic, subscription } => {
-            query("SELECT 1 FROM bosun_subscriptions WHERE topic = $1 AND name = $2")
-                .bind(topic)
-                .bind(subscription)
-                .fetch_optional(&mut *conn)
-                .await?
-        }
-    };
-    Ok(found.is_some())
-}
-
-/// Writes one message within the caller's transaction: duplicate detection
-/// on (destination, broker message id), then one row in the entity, or one
-/// per matching subscription for the topic. The trigger notifies receivers
-/// when the transaction commits. Shared with the PostgreSQL store, which
-/// enqueues a handled message's outgoing messages in its own transaction.
-pub(crate) async fn enqueue(
-    conn: &mut PgConnection,
-    known: &mut KnownEntities,
-    message: &OutboundMessage,
-) -> Result<Enqueued, sqlx_core::Error> {
-    if !known.check(conn, &message.destination).await? {
-        return Ok(Enqueued::NoSuchEntity);
-    }
-    let destination = message.destination.path();
-    let fresh = query(
-        "INSERT INTO bosun_duplicates (destination, broker_message_id, seen_at) VALUES ($1, $2, now())
-         ON CONFLICT (destination, broker_message_id) DO UPDATE SET seen_at = excluded.seen_at
-            WHERE bosun_duplicates.seen_at < now() - interval '7 days'",
-    )
-    .bind(&destination)
-    .bind(&message.broker_message_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if fresh == 0 {
-        return Ok(Enqueued::Duplicate);
-    }
-    let insert = match &message.destination {
-        Destination::Topic(_) => query(
-            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
-             SELECT topic || '/subscriptions/' || name, $2, $3, $4, $5, now(), coalesce($6, now())
-             FROM bosun_subscriptions WHERE topic = $1 AND $3 = ANY (event_types)
-             ORDER BY name",
-        ),
-        Destination::Queue(_) | Destination::Subscription { .. } => query(
-            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
-             VALUES ($1, $2, $3, $4, $5, now(), coalesce($6, now()))",
-        ),
-    };
-    insert
-        .bind(&destination)
-        .bind(&message.broker_message_id)
-        .bind(&message.message_type)
-        .bind(&message.correlation_id)
-        .bind(&message.body)
-        .bind(message.scheduled_at)
-        .execute(&mut *conn)
-        .await?;
-    Ok(Enqueued::Sent)
-}
-
-/// Deletes a message held under `lock` (complete). Returns whether the lock
-/// was still held; within a transaction the row stays locked until it ends.
-pub(crate) async fn complete_locked<'c, E>(executor: E, lock: &LockToken) -> Result<bool, sqlx_core::Error>
-where
-    E: Executor<'c, Database = Postgres>,
-{
-    let deleted = query(
-        "DELETE FROM bosun_messages
-         WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
-    )
-    .bind(lock.sequence)
-    .bind(lock.token)
-    .execute(executor)
-    .await?
-    .rows_affected();
-    Ok(deleted > 0)
-}
-
-pub(crate) fn lock_lost(lock: &LockToken) -> TransportError {
+fn lock_lost(lock: &LockToken) -> TransportError {
     TransportError::LockLost {
         entity: lock.entity.path(),
         sequence: lock.sequence,
@@ -252,6 +138,112 @@ fn limit(max: usize) -> i64 {
 #[async_trait]
 impl Transport for PostgresTransport {
     async fn ensure_topology(&self, topology: &Topology) -> Result<(), TransportError> {
+        self.ensure_topology_rows(topology)
+            .await
+            .map_err(|err| err.doing("creating the topology".to_owned()))
+    }
+
+    async fn send(&self, messages: Vec<OutboundMessage>) -> Result<(), TransportError> {
+        let doing = format!("sending {} message(s)", messages.len());
+        self.send_rows(messages).await.map_err(|err| err.doing(doing))
+    }
+
+    async fn receive(
+        &self,
+        entity: &Destination,
+        max: usize,
+        lock_duration: Duration,
+    ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        self.receive_rows(entity, max, lock_duration)
+            .await
+            .map_err(|err| err.doing(format!("receiving from {entity}")))
+    }
+
+    async fn wait_for_messages(&self, entity: &Destination, timeout: Duration) {
+        let _ = self.wakeups.start(self.database.pool());
+        let signal = self.wakeups.signal(&entity.path());
+        let notified = signal.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        // Woken since the last receive began: that receive may have missed it.
+        if signal.has_news() {
+            return;
+        }
+        let _ = tokio::time::timeout(timeout, notified).await;
+    }
+
+    async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError> {
+        self.renew_lock_rows(lock, lock_duration).await.map_err(|err| {
+            err.doing(format!(
+                "renewing the lock on {} message {}",
+                lock.entity, lock.sequence
+            ))
+        })
+    }
+
+    async fn is_locked(&self, lock: &LockToken) -> Result<bool, TransportError> {
+        let found = query(
+            "SELECT 1 FROM bosun_messages
+             WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
+        )
+        .bind(lock.sequence)
+        .bind(lock.token)
+        .fetch_optional(self.database.pool())
+        .await
+        .map_err(|err| {
+            TransportError::from(err).doing(format!(
+                "checking the lock on {} message {}",
+                lock.entity, lock.sequence
+            ))
+        })?;
+        Ok(found.is_some())
+    }
+
+    async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
+        self.complete_rows(lock)
+            .await
+            .map_err(|err| err.doing(format!("completing {} message {}", lock.entity, lock.sequence)))
+    }
+
+    async fn abandon(&self, lock: &LockToken) -> Result<(), TransportError> {
+        self.abandon_rows(lock)
+            .await
+            .map_err(|err| err.doing(format!("abandoning {} message {}", lock.entity, lock.sequence)))
+    }
+
+    async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
+        self.dead_letter_rows(lock, reason, description)
+            .await
+            .map_err(|err| err.doing(format!("dead-lettering {} message {}", lock.entity, lock.sequence)))
+    }
+
+    async fn peek_dead_letters(
+        &self,
+        entity: &Destination,
+        max: usize,
+    ) -> Result<Vec<DeadLetteredMessage>, TransportError> {
+        self.peek_dead_letters_rows(entity, max)
+            .await
+            .map_err(|err| err.doing(format!("listing the dead letters of {entity}")))
+    }
+
+    async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
+        self.remove_dead_letter_rows(entity, sequence)
+            .await
+            .map_err(|err| err.doing(format!("removing dead letter {sequence} of {entity}")))
+    }
+
+    async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
+        self.depth_rows(entity)
+            .await
+            .map_err(|err| err.doing(format!("counting the messages of {entity}")))
+    }
+}
+
+/// The statements behind each [`Transport`] operation; the trait methods
+/// name the operation in their errors.
+impl PostgresTransport {
+    async fn ensure_topology_rows(&self, topology: &Topology) -> Result<(), TransportError> {
         let mut tx = self.database.pool().begin().await?;
         for queue in &topology.queues {
             query("INSERT INTO bosun_queues (name) VALUES ($1) ON CONFLICT DO NOTHING")
@@ -275,7 +267,7 @@ impl Transport for PostgresTransport {
         Ok(())
     }
 
-    async fn send(&self, messages: Vec<OutboundMessage>) -> Result<(), TransportError> {
+    async fn send_rows(&self, messages: Vec<OutboundMessage>) -> Result<(), TransportError> {
         if messages.is_empty() {
             return Ok(());
         }
@@ -295,7 +287,7 @@ impl Transport for PostgresTransport {
         Ok(())
     }
 
-    async fn receive(
+    async fn receive_rows(
         &self,
         entity: &Destination,
         max: usize,
@@ -360,20 +352,11 @@ impl Transport for PostgresTransport {
         Ok(received)
     }
 
-    async fn wait_for_messages(&self, entity: &Destination, timeout: Duration) {
-        let _ = self.wakeups.start(self.database.pool());
-        let signal = self.wakeups.signal(&entity.path());
-        let notified = signal.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        // Woken since the last receive began: that receive may have missed it.
-        if signal.has_news() {
-            return;
-        }
-        let _ = tokio::time::timeout(timeout, notified).await;
-    }
-
-    async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError> {
+    async fn renew_lock_rows(
+        &self,
+        lock: &LockToken,
+        lock_duration: Duration,
+    ) -> Result<OffsetDateTime, TransportError> {
         let row = query(
             "UPDATE bosun_messages SET locked_until = now() + $3::bigint * interval '1 millisecond'
              WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered
@@ -390,7 +373,7 @@ impl Transport for PostgresTransport {
         }
     }
 
-    async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
+    async fn complete_rows(&self, lock: &LockToken) -> Result<(), TransportError> {
         if complete_locked(self.database.pool(), lock).await? {
             Ok(())
         } else {
@@ -398,7 +381,7 @@ impl Transport for PostgresTransport {
         }
     }
 
-    async fn abandon(&self, lock: &LockToken) -> Result<(), TransportError> {
+    async fn abandon_rows(&self, lock: &LockToken) -> Result<(), TransportError> {
         // Unlock and wake the entity's receivers in one statement.
         let released = query(
             "WITH released AS (
@@ -419,7 +402,7 @@ impl Transport for PostgresTransport {
         Ok(())
     }
 
-    async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
+    async fn dead_letter_rows(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
         let changed = query(
             "UPDATE bosun_messages SET dead_lettered = true, dead_letter_reason = $3, dead_letter_description = $4,
                 dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
@@ -438,7 +421,7 @@ impl Transport for PostgresTransport {
         Ok(())
     }
 
-    async fn peek_dead_letters(
+    async fn peek_dead_letters_rows(
         &self,
         entity: &Destination,
         max: usize,
@@ -474,7 +457,7 @@ impl Transport for PostgresTransport {
         Ok(dead)
     }
 
-    async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
+    async fn remove_dead_letter_rows(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
         let deleted = query("DELETE FROM bosun_messages WHERE entity = $1 AND sequence = $2 AND dead_lettered")
             .bind(entity.path())
             .bind(sequence)
@@ -484,7 +467,7 @@ impl Transport for PostgresTransport {
         Ok(deleted > 0)
     }
 
-    async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
+    async fn depth_rows(&self, entity: &Destination) -> Result<u64, TransportError> {
         let depth: i64 = sqlx_core::query_scalar::query_scalar(
             "SELECT count(*) FROM bosun_messages WHERE entity = $1 AND NOT dead_lettered",
         )

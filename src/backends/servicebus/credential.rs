@@ -50,9 +50,15 @@ impl ServiceBusToken {
 }
 
 /// A token could not be had.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("Service Bus credential: {0}")]
-pub struct CredentialError(pub String);
+#[derive(Debug, thiserror::Error)]
+#[error("Service Bus credential: {doing}: {source}")]
+pub struct CredentialError {
+    /// What was being done (`setting up the Entra ID credential`).
+    pub doing: &'static str,
+    /// The identity library's error.
+    #[source]
+    pub source: crate::ports::error::BoxError,
+}
 
 /// Where tokens come from.
 #[derive(Clone)]
@@ -98,7 +104,10 @@ impl TokenSource {
                     "azure-cli" => EntraIdCredential::DeveloperTools,
                     _ => EntraIdCredential::Default,
                 };
-                Self::EntraId(entra_id_credential(which).map_err(|err| CredentialError(err.to_string()))?)
+                Self::EntraId(entra_id_credential(which).map_err(|err| CredentialError {
+                    doing: "setting up the Entra ID credential",
+                    source: Box::new(err),
+                })?)
             }
         })
     }
@@ -124,7 +133,10 @@ impl TokenSource {
                 let token = credential
                     .get_token(&[SERVICE_BUS_SCOPE], None)
                     .await
-                    .map_err(|err| CredentialError(format!("no Entra ID token for Service Bus: {err}")))?;
+                    .map_err(|err| CredentialError {
+                        doing: "getting an Entra ID token for Service Bus",
+                        source: Box::new(err),
+                    })?;
                 Ok(ServiceBusToken {
                     value: token.token.secret().to_owned(),
                     token_type: "jwt",

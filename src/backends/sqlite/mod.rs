@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::ports::store::{SOME_STORE_OPERATION, StoreError};
+use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
+
 /// A SQLite connection shared by one process, used from blocking tasks.
 #[derive(Clone)]
 pub struct Database {
@@ -88,4 +91,66 @@ fn is_busy(err: &rusqlite::Error) -> bool {
         err.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
     )
+}
+
+/// Whether a SQLite error says a stored value does not decode (the row is
+/// corrupt), rather than that the database failed.
+fn is_decode_error(err: &rusqlite::Error) -> bool {
+    matches!(
+        err,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..)
+    )
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        if is_decode_error(&err) {
+            Self::corrupt(SOME_STORE_OPERATION, err)
+        } else {
+            Self::unavailable(SOME_STORE_OPERATION, err)
+        }
+    }
+}
+
+impl From<rusqlite::Error> for TransportError {
+    fn from(err: rusqlite::Error) -> Self {
+        if is_decode_error(&err) {
+            Self::Corrupt {
+                what: SOME_TRANSPORT_OPERATION.to_owned(),
+                source: Box::new(err),
+            }
+        } else {
+            Self::unavailable(SOME_TRANSPORT_OPERATION, err)
+        }
+    }
+}
+
+/// A column value that does not decode, as the error a row mapper returns:
+/// `what` names the value (`error chain of dead letter <id>`), and the
+/// conversion into [`StoreError`] makes it [`StoreError::Corrupt`].
+pub(crate) fn undecodable(
+    column: usize,
+    what: impl Into<String>,
+    source: impl Into<crate::ports::error::BoxError>,
+) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        column,
+        rusqlite::types::Type::Text,
+        Box::new(Undecodable {
+            what: what.into(),
+            source: source.into(),
+        }),
+    )
+}
+
+/// See [`undecodable`].
+#[derive(Debug, thiserror::Error)]
+#[error("{what} does not decode: {source}")]
+struct Undecodable {
+    what: String,
+    #[source]
+    source: crate::ports::error::BoxError,
 }

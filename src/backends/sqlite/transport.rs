@@ -77,7 +77,8 @@ impl EmbeddedTransport {
     /// Opens the transport database at `path`.
     pub fn open(path: &Path, max_delivery_count: u32) -> Result<Self, TransportError> {
         Ok(Self {
-            database: Database::open(path, SCHEMA)?,
+            database: Database::open(path, SCHEMA)
+                .map_err(|err| TransportError::from(err).doing(format!("opening {}", path.display())))?,
             max_delivery_count,
             arrivals: Arc::new(Notify::new()),
         })
@@ -137,12 +138,14 @@ impl Transport for EmbeddedTransport {
                 Ok::<_, TransportError>(())
             })
             .await
+            .map_err(|err| err.doing("creating the topology"))
     }
 
     async fn send(&self, messages: Vec<OutboundMessage>) -> Result<(), TransportError> {
         if messages.is_empty() {
             return Ok(());
         }
+        let count = messages.len();
         self.database
             .call(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
@@ -204,7 +207,8 @@ impl Transport for EmbeddedTransport {
                 tx.commit()?;
                 Ok(())
             })
-            .await?;
+            .await
+            .map_err(|err| err.doing(format!("sending {count} message(s)")))?;
         self.arrivals.notify_waiters();
         Ok(())
     }
@@ -215,6 +219,7 @@ impl Transport for EmbeddedTransport {
         max: usize,
         lock_duration: Duration,
     ) -> Result<Vec<ReceivedMessage>, TransportError> {
+        let doing = format!("receiving from {entity}");
         let entity = entity.clone();
         let max_delivery_count = self.max_delivery_count;
         self.database
@@ -266,6 +271,7 @@ impl Transport for EmbeddedTransport {
                 Ok(received)
             })
             .await
+            .map_err(|err: TransportError| err.doing(doing))
     }
 
     async fn wait_for_messages(&self, _entity: &Destination, timeout: Duration) {
@@ -275,6 +281,7 @@ impl Transport for EmbeddedTransport {
     }
 
     async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError> {
+        let doing = format!("renewing the lock on {} message {}", lock.entity, lock.sequence);
         let lock = lock.clone();
         self.database
             .call(move |conn| {
@@ -291,9 +298,31 @@ impl Transport for EmbeddedTransport {
                 Ok(from_unix_ms(until))
             })
             .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn is_locked(&self, lock: &LockToken) -> Result<bool, TransportError> {
+        let doing = format!("checking the lock on {} message {}", lock.entity, lock.sequence);
+        let lock = lock.clone();
+        self.database
+            .call(move |conn| {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                Ok(conn
+                    .query_row(
+                        "SELECT 1 FROM messages
+                         WHERE sequence = ?1 AND lock_token = ?2 AND locked_until > ?3 AND dead_lettered = 0",
+                        params![lock.sequence, lock.token.to_string(), now],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some())
+            })
+            .await
+            .map_err(|err: TransportError| err.doing(doing))
     }
 
     async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
+        let doing = format!("completing {} message {}", lock.entity, lock.sequence);
         let lock = lock.clone();
         self.database
             .call(move |conn| {
@@ -308,9 +337,11 @@ impl Transport for EmbeddedTransport {
                 Ok(())
             })
             .await
+            .map_err(|err| err.doing(doing))
     }
 
     async fn abandon(&self, lock: &LockToken) -> Result<(), TransportError> {
+        let doing = format!("abandoning {} message {}", lock.entity, lock.sequence);
         let lock = lock.clone();
         self.database
             .call(move |conn| {
@@ -324,12 +355,14 @@ impl Transport for EmbeddedTransport {
                 }
                 Ok(())
             })
-            .await?;
+            .await
+            .map_err(|err| err.doing(doing))?;
         self.arrivals.notify_waiters();
         Ok(())
     }
 
     async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
+        let doing = format!("dead-lettering {} message {}", lock.entity, lock.sequence);
         let lock = lock.clone();
         let reason = reason.to_owned();
         let description = description.to_owned();
@@ -348,6 +381,7 @@ impl Transport for EmbeddedTransport {
                 Ok(())
             })
             .await
+            .map_err(|err| err.doing(doing))
     }
 
     async fn peek_dead_letters(
@@ -355,6 +389,7 @@ impl Transport for EmbeddedTransport {
         entity: &Destination,
         max: usize,
     ) -> Result<Vec<DeadLetteredMessage>, TransportError> {
+        let doing = format!("listing the dead letters of {entity}");
         let entity = entity.clone();
         self.database
             .call(move |conn| {
@@ -381,6 +416,7 @@ impl Transport for EmbeddedTransport {
                 Ok(rows.collect::<Result<_, _>>()?)
             })
             .await
+            .map_err(|err: TransportError| err.doing(doing))
     }
 
     async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
@@ -394,6 +430,7 @@ impl Transport for EmbeddedTransport {
                 Ok(changed > 0)
             })
             .await
+            .map_err(|err: TransportError| err.doing(format!("removing dead letter {sequence} of {entity}")))
     }
 
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
@@ -408,6 +445,7 @@ impl Transport for EmbeddedTransport {
                 Ok(u64::try_from(count).unwrap_or_default())
             })
             .await
+            .map_err(|err: TransportError| err.doing(format!("counting the messages of {entity}")))
     }
 }
 

@@ -25,5 +25,5 @@ fn errors_carry_status_code_and_field() {
     assert_eq!(err.status(), 422);
     assert_eq!(err.to_json()["error"]["field"], "payload.branch");
     assert_eq!(GatewayError::Forbidden { scope: Scope::Admin }.status(), 403);
-    assert_eq!(GatewayError::from(StoreError::Unavailable("x".into())).status(), 503);
+    assert_eq!(GatewayError::from(StoreError::unavailable("x", "y")).status(), 503);
 }

@@ -1,4 +1,5 @@
-//! The behaviour suites every backend's transport and store pass.
+//! The behaviour suites every backend's transport, store and commit pass.
 
+pub(crate) mod commit;
 pub(crate) mod store;
 pub(crate) mod transport;

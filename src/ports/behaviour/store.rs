@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use crate::ports::store::{
     AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
-    DeliveryRecord, HandledMessage, IdempotencyClaim, ReplayRecord, SagaWrite, Store, StoreError, TimelineEntry,
-    TimelineStatus,
+    DeliveryRecord, HandledMessage, IdempotencyClaim, OutboxPurpose, ReplayRecord, SagaWrite, Store, StoreError,
+    TimelineEntry, TimelineStatus,
 };
 use crate::ports::transport::OutboundMessage;
 
@@ -93,6 +93,7 @@ where
     saga_conflict_writes_nothing(&make().await).await;
     saga_tenant_is_kept_from_the_first_save(&make().await).await;
     outbox_claims_are_leased(&make().await).await;
+    outbox_entries_keep_their_purpose(&make().await).await;
     retries_are_recorded_once_per_attempt(&make().await).await;
     dead_letters_round_trip(&make().await).await;
     dead_letter_lookups_stay_in_their_tenant(&make().await).await;
@@ -256,6 +257,54 @@ async fn outbox_claims_are_leased<S: Store>(store: &S) {
     assert_eq!(store.outbox_backlog().await.unwrap(), 1);
     let short = store.claim_outbox(10, Duration::from_millis(0)).await.unwrap();
     assert!(short.is_empty());
+}
+
+/// What an outbox entry is for is stored with it, whatever its broker
+/// message id looks like.
+async fn outbox_entries_keep_their_purpose<S: Store>(store: &S) {
+    let with_body = |id: &str| OutboundMessage {
+        body: id.as_bytes().to_vec(),
+        ..message(id)
+    };
+    store.enqueue_outbox(vec![with_body("sent-1")], vec![]).await.unwrap();
+    store
+        .commit_handled(handled("m-1", None, vec![with_body("emitted-1")]))
+        .await
+        .unwrap();
+    let attempt = AttemptRecord {
+        attempt: 0,
+        at: at(0),
+        error_chain: vec!["boom".into()],
+    };
+    // A retry whose broker message id does not follow the `.retry-` form.
+    store
+        .record_retry(
+            "commit",
+            "m-2",
+            "m-2",
+            attempt,
+            with_body("again-1"),
+            line("m-2", TimelineStatus::RetryScheduled),
+        )
+        .await
+        .unwrap();
+    let claimed = store.claim_outbox(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|p| (p.message.broker_message_id.as_str(), p.purpose))
+            .collect::<Vec<_>>(),
+        [
+            ("sent-1", OutboxPurpose::Sent),
+            ("emitted-1", OutboxPurpose::Emitted),
+            ("again-1", OutboxPurpose::Retry)
+        ]
+    );
+    assert_eq!(
+        store.emitted("c-1").await.unwrap(),
+        vec![b"sent-1".to_vec(), b"emitted-1".to_vec()],
+        "retries are not among the messages sent for a delivery"
+    );
 }
 
 async fn retries_are_recorded_once_per_attempt<S: Store>(store: &S) {

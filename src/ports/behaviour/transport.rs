@@ -51,6 +51,7 @@ pub(crate) const BEHAVIOURS: &[(&str, u32)] = &[
     ("renew_extends_lock", 10),
     ("unknown_entity_is_refused", 10),
     ("subscription_send_reaches_only_it", 10),
+    ("is_locked_until_settled", 10),
 ];
 
 /// Runs every behaviour against fresh transports made by `make(max_delivery_count)`.
@@ -82,6 +83,7 @@ pub(crate) async fn run_one<T: Transport>(name: &str, transport: &T) {
         "renew_extends_lock" => renew_extends_lock(transport).await,
         "unknown_entity_is_refused" => unknown_entity_is_refused(transport).await,
         "subscription_send_reaches_only_it" => subscription_send_reaches_only_it(transport).await,
+        "is_locked_until_settled" => is_locked_until_settled(transport).await,
         other => panic!("no behaviour `{other}`"),
     }
 }
@@ -113,6 +115,34 @@ async fn send_receive_complete<T: Transport>(transport: &T) {
         transport.complete(&received[0].lock).await,
         Err(TransportError::LockLost { .. })
     ));
+}
+
+async fn is_locked_until_settled<T: Transport>(transport: &T) {
+    transport
+        .send(vec![
+            outbound(queue(), "a", "CreateCommit"),
+            outbound(queue(), "b", "CreateCommit"),
+        ])
+        .await
+        .unwrap();
+    let received = transport.receive(&queue(), 10, LOCK).await.unwrap();
+    assert_eq!(received.len(), 2);
+    for message in &received {
+        assert!(transport.is_locked(&message.lock).await.unwrap(), "held after receive");
+    }
+    transport.complete(&received[0].lock).await.unwrap();
+    assert!(!transport.is_locked(&received[0].lock).await.unwrap(), "completed");
+    transport.abandon(&received[1].lock).await.unwrap();
+    assert!(!transport.is_locked(&received[1].lock).await.unwrap(), "abandoned");
+    // The redelivery holds a lock of its own.
+    let again = transport.receive(&queue(), 10, LOCK).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(transport.is_locked(&again[0].lock).await.unwrap());
+    assert!(
+        !transport.is_locked(&received[1].lock).await.unwrap(),
+        "the old lock stays lost"
+    );
+    transport.complete(&again[0].lock).await.unwrap();
 }
 
 async fn topic_fans_out_by_type<T: Transport>(transport: &T) {

@@ -13,7 +13,6 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bosun_contracts::{Envelope, Message};
@@ -23,7 +22,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::host::{Host, HostOptions};
+use crate::host::HostOptions;
 use crate::operator::{Operator, OperatorError};
 use crate::ports::store::{StoreError, TimelineEntry, TimelineStatus};
 use crate::runtime::config::Settings;
@@ -161,13 +160,7 @@ pub async fn run(
     let names: BTreeSet<&str> = consumers.iter().map(|c| c.name()).collect();
     let goal = goal(&names);
     let shutdown = CancellationToken::new();
-    let host = Host::new(
-        Arc::clone(&backends.transport),
-        Arc::clone(&backends.store),
-        consumers,
-        HostOptions::from_settings(settings),
-    )
-    .with_claim_check(backends.claim_check.clone());
+    let host = backends.host(consumers, HostOptions::from_settings(settings));
     let token = shutdown.clone();
     let running = tokio::spawn(async move { host.run(token).await });
     let operator = backends.operator("demo");

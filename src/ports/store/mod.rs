@@ -8,13 +8,13 @@
 //!
 //! The atomic unit is [`Store::commit_handled`]: the idempotency record, the
 //! saga state and the outbox entries of one message are written in one
-//! transaction, or not at all.
+//! transaction, or not at all. The host does not call it directly: it
+//! commits through [`crate::ports::commit::Commit`], which also settles the
+//! received message.
 //!
 //! The implementations live with their technology under
 //! [`crate::backends`]: SQLite (the default, a file under the data
-//! directory) and PostgreSQL (shared by every replica; with the PostgreSQL
-//! transport on the same database it also settles the received message in
-//! the same transaction, [`Store::commit_handled_and_complete`]).
+//! directory) and PostgreSQL (shared by every replica).
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
@@ -23,78 +23,12 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::ports::transport::{LockToken, OutboundMessage};
+use crate::ports::transport::OutboundMessage;
 
-/// Store failures.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The saga changed since it was loaded; reload and re-apply.
-    #[error("saga {kind}/{key} is at version {found}, expected {expected}")]
-    SagaConflict {
-        /// Saga kind.
-        kind: String,
-        /// Saga key.
-        key: String,
-        /// Version the writer loaded.
-        expected: i64,
-        /// Version in the store.
-        found: i64,
-    },
-    /// No record with that id.
-    #[error("no {what} `{id}`")]
-    NotFound {
-        /// What was looked up.
-        what: &'static str,
-        /// The id.
-        id: String,
-    },
-    /// An id prefix that matches several records the caller may see.
-    #[error("{what} `{id}` is ambiguous: it begins {}; give more of the id", candidates.join(", "))]
-    Ambiguous {
-        /// What was looked up.
-        what: &'static str,
-        /// The prefix given.
-        id: String,
-        /// The ids it matches (at most [`AMBIGUOUS_SHOWN`]).
-        candidates: Vec<String>,
-    },
-    /// The received message's lock was lost before its handling could be
-    /// committed together with its completion: nothing was written, and the
-    /// message will be delivered again.
-    #[error("lock lost on {entity} message {sequence}; nothing was written")]
-    LockLost {
-        /// The entity the message was received from.
-        entity: String,
-        /// The message's sequence number.
-        sequence: i64,
-    },
-    /// The database's schema is not the version this bosun needs.
-    #[error("{}", schema_mismatch_message(*.found, *.expected))]
-    SchemaMismatch {
-        /// The version recorded in the database (0: never migrated).
-        found: i64,
-        /// The version this bosun needs.
-        expected: i64,
-    },
-    /// The database failed.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-}
+mod error;
 
-impl StoreError {
-    /// What this failure means for the message being handled.
-    pub fn next_step(&self) -> crate::ports::NextStep {
-        use crate::ports::NextStep;
-        match self {
-            Self::SchemaMismatch { .. } => NextStep::Stop,
-            Self::SagaConflict { .. }
-            | Self::NotFound { .. }
-            | Self::Ambiguous { .. }
-            | Self::LockLost { .. }
-            | Self::Unavailable(_) => NextStep::Retry,
-        }
-    }
-}
+pub use error::StoreError;
+pub(crate) use error::{SOME_STORE_OPERATION, schema_mismatch_message};
 
 /// How many ids an [`StoreError::Ambiguous`] lists.
 pub const AMBIGUOUS_SHOWN: usize = 10;
@@ -159,30 +93,6 @@ impl DeadLetterLookup {
                     .collect(),
             }),
         }
-    }
-}
-
-/// What to tell an operator whose database is at `found` when `expected` is needed.
-pub(crate) fn schema_mismatch_message(found: i64, expected: i64) -> String {
-    if found < expected {
-        format!("database schema is at version {found}, this bosun needs {expected}; run `bosun migrate`")
-    } else {
-        format!(
-            "database schema is at version {found}, newer than this bosun (which needs {expected}); \
-             run a bosun at least as new as the one that migrated it"
-        )
-    }
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(err: rusqlite::Error) -> Self {
-        Self::Unavailable(err.to_string())
-    }
-}
-
-impl From<serde_json::Error> for StoreError {
-    fn from(err: serde_json::Error) -> Self {
-        Self::Unavailable(format!("corrupt JSON in store: {err}"))
     }
 }
 
@@ -272,15 +182,27 @@ impl TimelineStatus {
         }
     }
 
-    pub(crate) fn parse(text: &str) -> Self {
-        match text {
+    /// The status stored as `text`; `None` for text no bosun writes.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "sent" => Self::Sent,
             "completed" => Self::Completed,
             "retry-scheduled" => Self::RetryScheduled,
             "dead-lettered" => Self::DeadLettered,
             "duplicate" => Self::Duplicate,
             "replayed" => Self::Replayed,
-            _ => Self::Sent,
-        }
+            _ => return None,
+        })
+    }
+
+    /// [`TimelineStatus::parse`], or [`StoreError::Corrupt`] naming the row.
+    pub(crate) fn decode(text: &str, correlation_id: &str) -> Result<Self, StoreError> {
+        Self::parse(text).ok_or_else(|| {
+            StoreError::corrupt(
+                format!("timeline line of delivery {correlation_id}"),
+                format!("unknown status `{text}`"),
+            )
+        })
     }
 }
 
@@ -544,11 +466,53 @@ pub trait AccessStore: Send + Sync {
     async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError>;
 }
 
+/// Why an outbox entry exists, stored with it: which method wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutboxPurpose {
+    /// A command sent on its own ([`Store::enqueue_outbox`]: `bosun send`,
+    /// the HTTP API, the MCP server).
+    Sent,
+    /// A message a consumer emitted while handling one
+    /// ([`Store::commit_handled`]).
+    Emitted,
+    /// The scheduled copy of a message whose handling failed
+    /// ([`Store::record_retry`]); already on the timeline as
+    /// `retry-scheduled`, and not among [`Store::emitted`].
+    Retry,
+}
+
+impl OutboxPurpose {
+    /// The purpose as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sent => "sent",
+            Self::Emitted => "emitted",
+            Self::Retry => "retry",
+        }
+    }
+
+    /// The purpose stored as `text` in outbox row `id`.
+    pub(crate) fn decode(text: &str, id: i64) -> Result<Self, StoreError> {
+        match text {
+            "sent" => Ok(Self::Sent),
+            "emitted" => Ok(Self::Emitted),
+            "retry" => Ok(Self::Retry),
+            other => Err(StoreError::corrupt(
+                format!("purpose of outbox entry {id}"),
+                format!("unknown purpose `{other}`"),
+            )),
+        }
+    }
+}
+
 /// An outbox entry waiting to be sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingOutbox {
     /// Outbox row id.
     pub id: i64,
+    /// Why it was written.
+    pub purpose: OutboxPurpose,
     /// The message.
     pub message: OutboundMessage,
     /// Correlation and causation for the timeline.
@@ -566,22 +530,6 @@ pub trait Store: Send + Sync {
     /// Writes the idempotency record, the saga state (with its version
     /// check) and the outbox entries of one message in one transaction.
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError>;
-
-    /// Like [`Store::commit_handled`], and in the same transaction completes
-    /// the received message (`lock`) and puts the outgoing messages straight
-    /// on the transport, when this store shares its database with the
-    /// transport. `Ok(None)`: this store cannot (the default); call
-    /// [`Store::commit_handled`] and complete the message on the transport.
-    /// `Ok(Some(_))`: written and settled; do not complete it again.
-    /// [`StoreError::LockLost`]: the lock was lost, nothing was written.
-    async fn commit_handled_and_complete(
-        &self,
-        handled: &HandledMessage,
-        lock: &LockToken,
-    ) -> Result<Option<CommitOutcome>, StoreError> {
-        let _ = (handled, lock);
-        Ok(None)
-    }
 
     // -- retries ------------------------------------------------------------
 
@@ -658,8 +606,9 @@ pub trait Store: Send + Sync {
     /// Number of entries not yet sent.
     async fn outbox_backlog(&self) -> Result<u64, StoreError>;
 
-    /// The envelopes consumers emitted for a delivery (outbox entries with
-    /// this correlation id, retries excluded), oldest first.
+    /// The envelopes sent or emitted for a delivery (outbox entries with
+    /// this correlation id whose purpose is not [`OutboxPurpose::Retry`]),
+    /// oldest first.
     async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError>;
 
     // -- sagas --------------------------------------------------------------

@@ -1,0 +1,135 @@
+//! The SQL of the transport's queue rows that the PostgreSQL transport and
+//! [`PostgresCommit`](super::commit::PostgresCommit) share: writing a
+//! message into its queue or subscriptions (with duplicate detection) and
+//! completing a locked message, each within the caller's transaction.
+
+use std::collections::HashMap;
+
+use bosun_contracts::Destination;
+use sqlx_core::executor::Executor;
+use sqlx_core::query::query;
+use sqlx_postgres::{PgConnection, Postgres};
+
+use crate::ports::transport::{LockToken, OutboundMessage};
+
+/// What happened to one outgoing message in [`enqueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enqueued {
+    /// Written to its entity (or to every matching subscription).
+    Sent,
+    /// Dropped: this broker message id was already sent to this destination.
+    Duplicate,
+    /// The destination does not exist; nothing written.
+    NoSuchEntity,
+}
+
+/// Which destinations exist, as looked up within one transaction (a batch
+/// usually goes to few destinations).
+#[derive(Debug, Default)]
+pub(crate) struct KnownEntities(HashMap<String, bool>);
+
+impl KnownEntities {
+    async fn check(&mut self, conn: &mut PgConnection, destination: &Destination) -> Result<bool, sqlx_core::Error> {
+        let path = destination.path();
+        if let Some(known) = self.0.get(&path) {
+            return Ok(*known);
+        }
+        let known = known_entity(conn, destination).await?;
+        self.0.insert(path, known);
+        Ok(known)
+    }
+}
+
+/// Whether `destination` exists.
+async fn known_entity(conn: &mut PgConnection, destination: &Destination) -> Result<bool, sqlx_core::Error> {
+    let found = match destination {
+        Destination::Queue(name) => {
+            query("SELECT 1 FROM bosun_queues WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+        Destination::Topic(topic) => {
+            query("SELECT 1 FROM bosun_subscriptions WHERE topic = $1 LIMIT 1")
+                .bind(topic)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+        Destination::Subscription { topic, subscription } => {
+            query("SELECT 1 FROM bosun_subscriptions WHERE topic = $1 AND name = $2")
+                .bind(topic)
+                .bind(subscription)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+    };
+    Ok(found.is_some())
+}
+
+/// Writes one message within the caller's transaction: duplicate detection
+/// on (destination, broker message id), then one row in the entity, or one
+/// per matching subscription for the topic. The trigger notifies receivers
+/// when the transaction commits.
+pub(crate) async fn enqueue(
+    conn: &mut PgConnection,
+    known: &mut KnownEntities,
+    message: &OutboundMessage,
+) -> Result<Enqueued, sqlx_core::Error> {
+    if !known.check(conn, &message.destination).await? {
+        return Ok(Enqueued::NoSuchEntity);
+    }
+    let destination = message.destination.path();
+    let fresh = query(
+        "INSERT INTO bosun_duplicates (destination, broker_message_id, seen_at) VALUES ($1, $2, now())
+         ON CONFLICT (destination, broker_message_id) DO UPDATE SET seen_at = excluded.seen_at
+            WHERE bosun_duplicates.seen_at < now() - interval '7 days'",
+    )
+    .bind(&destination)
+    .bind(&message.broker_message_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if fresh == 0 {
+        return Ok(Enqueued::Duplicate);
+    }
+    let insert = match &message.destination {
+        Destination::Topic(_) => query(
+            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
+             SELECT topic || '/subscriptions/' || name, $2, $3, $4, $5, now(), coalesce($6, now())
+             FROM bosun_subscriptions WHERE topic = $1 AND $3 = ANY (event_types)
+             ORDER BY name",
+        ),
+        Destination::Queue(_) | Destination::Subscription { .. } => query(
+            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
+             VALUES ($1, $2, $3, $4, $5, now(), coalesce($6, now()))",
+        ),
+    };
+    insert
+        .bind(&destination)
+        .bind(&message.broker_message_id)
+        .bind(&message.message_type)
+        .bind(&message.correlation_id)
+        .bind(&message.body)
+        .bind(message.scheduled_at)
+        .execute(&mut *conn)
+        .await?;
+    Ok(Enqueued::Sent)
+}
+
+/// Deletes a message held under `lock` (complete). Returns whether the lock
+/// was still held; within a transaction the row stays locked until it ends.
+pub(crate) async fn complete_locked<'c, E>(executor: E, lock: &LockToken) -> Result<bool, sqlx_core::Error>
+where
+    E: Executor<'c, Database = Postgres>,
+{
+    let deleted = query(
+        "DELETE FROM bosun_messages
+         WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
+    )
+    .bind(lock.sequence)
+    .bind(lock.token)
+    .execute(executor)
+    .await?
+    .rows_affected();
+    Ok(deleted > 0)
+}

@@ -1,0 +1,271 @@
+//! API keys and HTTP idempotency keys ([`AccessStore`]).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx_core::query::query;
+use sqlx_core::query_scalar::query_scalar;
+use sqlx_core::row::Row;
+use sqlx_core::types::Json;
+use sqlx_postgres::PgRow;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::PostgresStore;
+use crate::backends::postgres::PostgresDatabase;
+use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError};
+use crate::ports::transport::duration_ms;
+
+const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
+
+fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
+    let Json(scopes): Json<Vec<String>> = row.try_get(2)?;
+    Ok(ApiKeyRecord {
+        id: row.try_get(0)?,
+        tenant_id: row.try_get(1)?,
+        scopes,
+        secret_hash: row.try_get(3)?,
+        description: row.try_get(4)?,
+        created_by: row.try_get(5)?,
+        created_at: row.try_get(6)?,
+        revoked_at: row.try_get(7)?,
+    })
+}
+
+/// How often `claim_idempotency` starts over when the row
+/// it looked at changed under it (released, or taken over by another).
+const CLAIM_ROUNDS: usize = 8;
+
+#[async_trait]
+impl AccessStore for PostgresStore {
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
+        let doing = format!("storing API key {}", key.id);
+        self::insert_api_key(&self.database, key)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self::api_key(&self.database, id)
+            .await
+            .map_err(|err| err.doing(format!("reading API key {id}")))
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self::list_api_keys(&self.database)
+            .await
+            .map_err(|err| err.doing("listing API keys"))
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+        self::revoke_api_key(&self.database, id, at)
+            .await
+            .map_err(|err| err.doing(format!("revoking API key {id}")))
+    }
+
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: Duration,
+    ) -> Result<IdempotencyClaim, StoreError> {
+        self::claim_idempotency(&self.database, tenant_id, key, request_hash, stale_after)
+            .await
+            .map_err(|err| err.doing(format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}")))
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError> {
+        self::complete_idempotency(&self.database, tenant_id, key, status, response)
+            .await
+            .map_err(|err| err.doing(format!("completing Idempotency-Key `{key}` of tenant {tenant_id}")))
+    }
+
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+        self::release_idempotency(&self.database, tenant_id, key)
+            .await
+            .map_err(|err| err.doing(format!("releasing Idempotency-Key `{key}` of tenant {tenant_id}")))
+    }
+}
+
+async fn insert_api_key(database: &PostgresDatabase, key: ApiKeyRecord) -> Result<(), StoreError> {
+    query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "INSERT INTO bosun_api_keys ({API_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    )))
+    .bind(&key.id)
+    .bind(&key.tenant_id)
+    .bind(Json(&key.scopes))
+    .bind(&key.secret_hash)
+    .bind(&key.description)
+    .bind(&key.created_by)
+    .bind(key.created_at)
+    .bind(key.revoked_at)
+    .execute(database.pool())
+    .await?;
+    Ok(())
+}
+
+async fn api_key(database: &PostgresDatabase, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(database.pool())
+    .await?;
+    row.as_ref().map(api_key_from_row).transpose()
+}
+
+async fn list_api_keys(database: &PostgresDatabase) -> Result<Vec<ApiKeyRecord>, StoreError> {
+    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys ORDER BY created_at, seq"
+    )))
+    .fetch_all(database.pool())
+    .await?;
+    rows.iter().map(api_key_from_row).collect()
+}
+
+async fn revoke_api_key(database: &PostgresDatabase, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "UPDATE bosun_api_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(at)
+    .fetch_optional(database.pool())
+    .await?;
+    match row {
+        Some(row) => api_key_from_row(&row),
+        None => Err(StoreError::NotFound {
+            what: "API key",
+            id: id.to_owned(),
+        }),
+    }
+}
+
+async fn claim_idempotency(
+    database: &PostgresDatabase,
+    tenant_id: &str,
+    key: &str,
+    request_hash: &str,
+    stale_after: Duration,
+) -> Result<IdempotencyClaim, StoreError> {
+    let pool = database.pool();
+    for _ in 0..CLAIM_ROUNDS {
+        let claim_id = Uuid::now_v7();
+        let inserted = query(
+            "INSERT INTO bosun_http_idempotency (tenant_id, key, request_hash, claim_id, claimed_at)
+             VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING",
+        )
+        .bind(tenant_id)
+        .bind(key)
+        .bind(request_hash)
+        .bind(claim_id)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        if inserted > 0 {
+            return Ok(IdempotencyClaim::Claimed);
+        }
+        let Some(row) = query(
+            "SELECT request_hash, claim_id, status, response,
+                    claimed_at <= now() - $3::bigint * interval '1 millisecond' AS stale
+             FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2",
+        )
+        .bind(tenant_id)
+        .bind(key)
+        .bind(duration_ms(stale_after))
+        .fetch_optional(pool)
+        .await?
+        else {
+            // Released meanwhile: claim it afresh.
+            continue;
+        };
+        let request_hash_found: String = row.try_get(0)?;
+        let status: Option<i32> = row.try_get(2)?;
+        if let Some(status) = status {
+            let response: Option<Json<Value>> = row.try_get(3)?;
+            return Ok(IdempotencyClaim::Completed {
+                request_hash: request_hash_found,
+                status: u16::try_from(status).unwrap_or_default(),
+                response: response.map_or(Value::Null, |Json(value)| value),
+            });
+        }
+        let stale: bool = row.try_get(4)?;
+        if !stale {
+            return Ok(IdempotencyClaim::InProgress {
+                request_hash: request_hash_found,
+            });
+        }
+        // Its process died: take it over, unless another taker did first.
+        let previous: Uuid = row.try_get(1)?;
+        let taken = query(
+            "UPDATE bosun_http_idempotency SET request_hash = $3, claim_id = $4, claimed_at = now()
+             WHERE tenant_id = $1 AND key = $2 AND status IS NULL AND claim_id = $5",
+        )
+        .bind(tenant_id)
+        .bind(key)
+        .bind(request_hash)
+        .bind(claim_id)
+        .bind(previous)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        if taken > 0 {
+            tracing::info!(tenant = %tenant_id, key = %key, "took over a stale idempotency claim");
+            return Ok(IdempotencyClaim::Claimed);
+        }
+    }
+    Err(StoreError::unavailable(
+        format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}"),
+        format!("it kept changing over {CLAIM_ROUNDS} rounds; try again"),
+    ))
+}
+
+async fn complete_idempotency(
+    database: &PostgresDatabase,
+    tenant_id: &str,
+    key: &str,
+    status: u16,
+    response: &Value,
+) -> Result<(), StoreError> {
+    // Already completed: the first answer stands.
+    let found: Option<bool> = query_scalar(
+        "WITH completed AS (
+            UPDATE bosun_http_idempotency SET status = $3, response = $4, completed_at = now()
+            WHERE tenant_id = $1 AND key = $2 AND status IS NULL
+            RETURNING 1
+         )
+         SELECT true FROM completed
+         UNION ALL
+         SELECT true FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2
+         LIMIT 1",
+    )
+    .bind(tenant_id)
+    .bind(key)
+    .bind(i32::from(status))
+    .bind(Json(response))
+    .fetch_optional(database.pool())
+    .await?;
+    match found {
+        Some(_) => Ok(()),
+        None => Err(StoreError::NotFound {
+            what: "idempotency key",
+            id: key.to_owned(),
+        }),
+    }
+}
+
+async fn release_idempotency(database: &PostgresDatabase, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+    query("DELETE FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2 AND status IS NULL")
+        .bind(tenant_id)
+        .bind(key)
+        .execute(database.pool())
+        .await?;
+    Ok(())
+}

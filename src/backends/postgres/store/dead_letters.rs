@@ -1,0 +1,200 @@
+//! Dead letters: messages that could not be processed, kept whole, and their replays.
+
+use bosun_contracts::Destination;
+use sqlx_core::query::query;
+use sqlx_core::row::Row;
+use sqlx_core::types::Json;
+use sqlx_postgres::PgRow;
+use uuid::Uuid;
+
+use super::timeline::insert_timeline;
+use crate::backends::postgres::PostgresDatabase;
+use crate::ports::store::{
+    AttemptRecord, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord, DeadLetterStatus, ReplayRecord, StoreError,
+    TimelineEntry,
+};
+
+pub(super) const DEAD_LETTER_COLUMNS: &str =
+    "id, consumer, entity, transport_sequence, broker_message_id, message_id, message_type,
+    correlation_id, tenant_id, body, reason, description, error_chain, attempts, dead_lettered_at, origin, replays";
+
+pub(super) fn dead_letter_from_row(row: &PgRow) -> Result<DeadLetterRecord, StoreError> {
+    let id: Uuid = row.try_get(0)?;
+    let corrupt = |what: &str| {
+        let what = format!("{what} of dead letter {id}");
+        move |err| StoreError::corrupt(what, err)
+    };
+    let Json(error_chain): Json<Vec<String>> = row.try_get(12).map_err(corrupt("error chain"))?;
+    let Json(attempts): Json<Vec<AttemptRecord>> = row.try_get(13).map_err(corrupt("attempts"))?;
+    let Json(replays): Json<Vec<ReplayRecord>> = row.try_get(16).map_err(corrupt("replays"))?;
+    Ok(DeadLetterRecord {
+        id,
+        consumer: row.try_get(1)?,
+        entity: row.try_get(2)?,
+        transport_sequence: row.try_get(3)?,
+        broker_message_id: row.try_get(4)?,
+        message_id: row.try_get(5)?,
+        message_type: row.try_get(6)?,
+        correlation_id: row.try_get(7)?,
+        tenant_id: row.try_get(8)?,
+        body: row.try_get(9)?,
+        reason: row.try_get(10)?,
+        description: row.try_get(11)?,
+        error_chain,
+        attempts,
+        dead_lettered_at: row.try_get(14)?,
+        origin: row.try_get(15)?,
+        status: if replays.is_empty() {
+            DeadLetterStatus::Dead
+        } else {
+            DeadLetterStatus::Replayed
+        },
+        replays,
+    })
+}
+
+pub(super) async fn record_dead_letter(
+    database: &PostgresDatabase,
+    record: DeadLetterRecord,
+    timeline: Option<TimelineEntry>,
+) -> Result<(), StoreError> {
+    let mut tx = database.pool().begin().await?;
+    let inserted = query(
+        "INSERT INTO bosun_dead_letters (id, consumer, entity, transport_sequence, broker_message_id, message_id,
+            message_type, correlation_id, tenant_id, body, reason, description, error_chain, attempts,
+            dead_lettered_at, origin, replays)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(record.id)
+    .bind(&record.consumer)
+    .bind(&record.entity)
+    .bind(record.transport_sequence)
+    .bind(&record.broker_message_id)
+    .bind(&record.message_id)
+    .bind(&record.message_type)
+    .bind(&record.correlation_id)
+    .bind(&record.tenant_id)
+    .bind(&record.body)
+    .bind(&record.reason)
+    .bind(&record.description)
+    .bind(Json(&record.error_chain))
+    .bind(Json(&record.attempts))
+    .bind(record.dead_lettered_at)
+    .bind(&record.origin)
+    .bind(Json(&record.replays))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if let Some(entry) = timeline.as_ref().filter(|_| inserted > 0) {
+        insert_timeline(&mut tx, std::slice::from_ref(entry)).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn dead_letters(
+    database: &PostgresDatabase,
+    filter: &DeadLetterFilter,
+) -> Result<Vec<DeadLetterRecord>, StoreError> {
+    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
+         WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
+           AND ($3::timestamptz IS NULL OR dead_lettered_at >= $3) AND ($4 OR replays = '[]'::jsonb)
+           AND ($5::text IS NULL OR tenant_id = $5) AND ($6::text IS NULL OR reason = $6)
+         ORDER BY dead_lettered_at DESC, id DESC
+         LIMIT $7"
+    )))
+    .bind(&filter.consumer)
+    .bind(&filter.message_type)
+    .bind(filter.since)
+    .bind(filter.include_replayed)
+    .bind(&filter.tenant_id)
+    .bind(&filter.reason)
+    // NULL: no limit.
+    .bind(filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)))
+    .fetch_all(database.pool())
+    .await?;
+    rows.iter().map(dead_letter_from_row).collect()
+}
+
+pub(super) async fn dead_letter(
+    database: &PostgresDatabase,
+    id: &str,
+    tenant_id: Option<&str>,
+) -> Result<DeadLetterRecord, StoreError> {
+    let lookup = DeadLetterLookup::new(id);
+    let Some(prefix) = lookup.prefix.as_deref() else {
+        return Err(lookup.not_found());
+    };
+    // `starts_with` compares literally: no character is a wildcard.
+    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
+         WHERE starts_with(id::text, $1) AND ($2::text IS NULL OR tenant_id = $2)
+         ORDER BY id LIMIT $3"
+    )))
+    .bind(prefix)
+    .bind(tenant_id)
+    .bind(i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX))
+    .fetch_all(database.pool())
+    .await?;
+    let found = rows.iter().map(dead_letter_from_row).collect::<Result<Vec<_>, _>>()?;
+    lookup.pick(found)
+}
+
+pub(super) async fn dead_letter_for(
+    database: &PostgresDatabase,
+    entity: &Destination,
+    sequence: i64,
+) -> Result<Option<DeadLetterRecord>, StoreError> {
+    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters WHERE entity = $1 AND transport_sequence = $2"
+    )))
+    .bind(entity.path())
+    .bind(sequence)
+    .fetch_optional(database.pool())
+    .await?;
+    row.as_ref().map(dead_letter_from_row).transpose()
+}
+
+pub(super) async fn record_replay(
+    database: &PostgresDatabase,
+    id: Uuid,
+    replay: ReplayRecord,
+    timeline: Option<TimelineEntry>,
+) -> Result<(), StoreError> {
+    let mut tx = database.pool().begin().await?;
+    let updated =
+        query("UPDATE bosun_dead_letters SET replays = replays || jsonb_build_array($2::jsonb) WHERE id = $1")
+            .bind(id)
+            .bind(Json(&replay))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    if updated == 0 {
+        return Err(StoreError::NotFound {
+            what: "dead letter",
+            id: id.to_string(),
+        });
+    }
+    if let Some(entry) = &timeline {
+        insert_timeline(&mut tx, std::slice::from_ref(entry)).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn purge_dead_letter(database: &PostgresDatabase, id: Uuid) -> Result<(), StoreError> {
+    let deleted = query("DELETE FROM bosun_dead_letters WHERE id = $1")
+        .bind(id)
+        .execute(database.pool())
+        .await?
+        .rows_affected();
+    if deleted == 0 {
+        return Err(StoreError::NotFound {
+            what: "dead letter",
+            id: id.to_string(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! The PostgreSQL store: idempotency records, sagas, the outbox, attempts,
+//! dead letters and the delivery timeline in PostgreSQL, shared by every
+//! bosun replica (tables of migration 1, `migrations/postgres/`); with
+//! migration 3, deliveries, API keys and HTTP idempotency keys
+//! ([`AccessStore`](crate::ports::store::AccessStore)).
+//!
+//! [`Store::commit_handled`] writes the idempotency record, the saga (with
+//! its optimistic version check: `INSERT ... ON CONFLICT DO NOTHING` for a
+//! new saga, `UPDATE ... WHERE version = expected` for an existing one), the
+//! outbox and the timeline in one transaction.
+//!
+//! With the [PostgreSQL transport](crate::backends::postgres::transport) on
+//! the same database, receiving, handling and sending are one transaction:
+//! [`PostgresCommit`](crate::backends::postgres::commit::PostgresCommit)
+//! writes what this store writes and also settles the received message.
+//!
+//! One file per concern, each holding the SQL of its tables: `handled`
+//! (idempotency, the commit of a handled message, retries), `sagas`,
+//! `outbox`, `dead_letters`, `timeline` (and deliveries) and
+//! `access` (API keys, HTTP idempotency). [`PostgresStore`]'s [`Store`]
+//! methods name what they are doing in their errors and call those.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::Destination;
+use uuid::Uuid;
+
+use crate::backends::postgres::transport::PostgresTransport;
+use crate::backends::postgres::{MigrationReport, PostgresDatabase};
+use crate::ports::store::{
+    AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
+    ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry,
+};
+use crate::ports::transport::OutboundMessage;
+
+pub use crate::backends::postgres::SCHEMA_VERSION;
+
+mod access;
+mod dead_letters;
+pub(crate) mod handled;
+pub(crate) mod outbox;
+mod sagas;
+pub(crate) mod timeline;
+
+/// The PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    database: PostgresDatabase,
+}
+
+impl PostgresStore {
+    /// A store on `database`.
+    pub fn new(database: PostgresDatabase) -> Self {
+        Self { database }
+    }
+
+    /// Connects to `url` (`postgres://user:password@host:5432/db?sslmode=require`)
+    /// with the default pool settings.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Ok(Self::new(PostgresDatabase::connect(url).await?))
+    }
+
+    /// A store on the database of `transport`, sharing its connection pool.
+    pub fn with_transport(transport: &PostgresTransport) -> Self {
+        Self::new(transport.database().clone())
+    }
+
+    /// The database.
+    pub fn database(&self) -> &PostgresDatabase {
+        &self.database
+    }
+
+    /// Applies missing migrations (`bosun migrate`); see
+    /// [`PostgresDatabase::migrate`].
+    pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
+        Ok(self.database.migrate().await?)
+    }
+
+    /// Fails with [`StoreError::SchemaMismatch`] unless the database is at
+    /// [`SCHEMA_VERSION`] (`serve` checks this before it takes work).
+    pub async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(self.database.check_schema().await?)
+    }
+}
+
+pub(super) fn attempt_number(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
+        handled::is_handled(&self.database, consumer, message_id)
+            .await
+            .map_err(|err| err.doing(format!("checking whether {consumer} handled message {message_id}")))
+    }
+
+    async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
+        let doing = format!(
+            "committing the handling of message {} by {}",
+            handled.message_id, handled.consumer
+        );
+        handled::commit_handled(&self.database, handled)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn record_retry(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        received_broker_message_id: &str,
+        attempt: AttemptRecord,
+        retry: OutboundMessage,
+        timeline: TimelineEntry,
+    ) -> Result<(), StoreError> {
+        handled::record_retry(
+            &self.database,
+            consumer,
+            message_id,
+            received_broker_message_id,
+            attempt,
+            retry,
+            timeline,
+        )
+        .await
+        .map_err(|err| err.doing(format!("recording a retry of message {message_id} at {consumer}")))
+    }
+
+    async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
+        handled::attempts(&self.database, consumer, message_id)
+            .await
+            .map_err(|err| err.doing(format!("reading the attempts of message {message_id} at {consumer}")))
+    }
+
+    async fn record_dead_letter(
+        &self,
+        record: DeadLetterRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        let doing = format!("recording dead letter {}", record.id);
+        dead_letters::record_dead_letter(&self.database, record, timeline)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError> {
+        dead_letters::dead_letters(&self.database, filter)
+            .await
+            .map_err(|err| err.doing("listing dead letters"))
+    }
+
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
+        dead_letters::dead_letter(&self.database, id, tenant_id)
+            .await
+            .map_err(|err| err.doing(format!("looking up dead letter {id}")))
+    }
+
+    async fn dead_letter_for(
+        &self,
+        entity: &Destination,
+        sequence: i64,
+    ) -> Result<Option<DeadLetterRecord>, StoreError> {
+        dead_letters::dead_letter_for(&self.database, entity, sequence)
+            .await
+            .map_err(|err| err.doing(format!("looking up the dead letter of {entity} message {sequence}")))
+    }
+
+    async fn record_replay(
+        &self,
+        id: Uuid,
+        replay: ReplayRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        dead_letters::record_replay(&self.database, id, replay, timeline)
+            .await
+            .map_err(|err| err.doing(format!("recording a replay of dead letter {id}")))
+    }
+
+    async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError> {
+        dead_letters::purge_dead_letter(&self.database, id)
+            .await
+            .map_err(|err| err.doing(format!("purging dead letter {id}")))
+    }
+
+    async fn enqueue_outbox(
+        &self,
+        messages: Vec<OutboundMessage>,
+        timeline: Vec<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        let doing = format!("adding {} message(s) to the outbox", messages.len());
+        outbox::enqueue_outbox(&self.database, messages, timeline)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn claim_outbox(&self, limit: usize, lease: Duration) -> Result<Vec<PendingOutbox>, StoreError> {
+        outbox::claim_outbox(&self.database, limit, lease)
+            .await
+            .map_err(|err| err.doing("claiming outbox entries"))
+    }
+
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError> {
+        outbox::mark_dispatched(&self.database, ids)
+            .await
+            .map_err(|err| err.doing(format!("marking {} outbox entries sent", ids.len())))
+    }
+
+    async fn outbox_backlog(&self) -> Result<u64, StoreError> {
+        outbox::outbox_backlog(&self.database)
+            .await
+            .map_err(|err| err.doing("counting the outbox backlog"))
+    }
+
+    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+        outbox::emitted(&self.database, correlation_id)
+            .await
+            .map_err(|err| err.doing(format!("reading the messages sent for delivery {correlation_id}")))
+    }
+
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
+        sagas::load_saga(&self.database, kind, key)
+            .await
+            .map_err(|err| err.doing(format!("loading saga {kind}/{key}")))
+    }
+
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
+        sagas::list_sagas(&self.database, kind)
+            .await
+            .map_err(|err| err.doing("listing sagas"))
+    }
+
+    async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
+        timeline::append_timeline(&self.database, entries)
+            .await
+            .map_err(|err| err.doing("appending to the timeline"))
+    }
+
+    async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
+        timeline::timeline(&self.database, correlation_id)
+            .await
+            .map_err(|err| err.doing(format!("reading the timeline of delivery {correlation_id}")))
+    }
+
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(self.database.check_schema().await?)
+    }
+
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
+        let doing = format!("recording delivery {}", record.correlation_id);
+        timeline::record_delivery(&self.database, record)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        timeline::delivery_record(&self.database, correlation_id)
+            .await
+            .map_err(|err| err.doing(format!("reading delivery {correlation_id}")))
+    }
+
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        timeline::list_deliveries(&self.database, tenant_id, limit)
+            .await
+            .map_err(|err| err.doing("listing deliveries"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! Tests of the PostgreSQL store: the behaviour suite, migrations, saga listing.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use sqlx_core::query::query;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::*;
+use crate::backends::postgres::testing;
+use crate::ports::store::{OutboxPurpose, SagaWrite, TimelineStatus};
+
+#[tokio::test]
+async fn postgres_store_passes_the_behaviour_suite() {
+    let first = testing::migrated().await;
+    let schemas = Arc::new(Mutex::new(vec![first]));
+    let used = std::sync::atomic::AtomicUsize::new(0);
+    crate::ports::behaviour::store::run_all(|| {
+        let schemas = Arc::clone(&schemas);
+        let reuse = used.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        async move {
+            if reuse {
+                return PostgresStore::new(schemas.lock().unwrap()[0].database.clone());
+            }
+            let test = testing::migrated().await;
+            let store = PostgresStore::new(test.database.clone());
+            schemas.lock().unwrap().push(test);
+            store
+        }
+    })
+    .await;
+    let schemas = std::mem::take(&mut *schemas.lock().unwrap());
+    for test in schemas {
+        test.finish().await;
+    }
+}
+
+fn handled(
+    message_id: &str,
+    correlation: Uuid,
+    outbox: Vec<OutboundMessage>,
+    saga: Option<SagaWrite>,
+) -> HandledMessage {
+    HandledMessage {
+        consumer: "commit".into(),
+        message_id: message_id.into(),
+        message_type: "CreateCommit".into(),
+        saga,
+        outbox,
+        timeline: vec![TimelineEntry {
+            correlation_id: correlation.to_string(),
+            message_id: message_id.into(),
+            message_type: "CreateCommit".into(),
+            consumer: Some("commit".into()),
+            status: TimelineStatus::Completed,
+            attempt: 0,
+            at: OffsetDateTime::now_utc(),
+            detail: None,
+        }],
+    }
+}
+
+#[tokio::test]
+async fn migration_3_keeps_existing_sagas_without_a_tenant() {
+    let test = testing::fresh().await;
+    test.database.migrate_to(2).await.unwrap();
+    query(
+        "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at)
+         VALUES ('release', 'r-old', 1, '{\"step\": 1}', now(), now())",
+    )
+    .execute(test.database.pool())
+    .await
+    .unwrap();
+    assert_eq!(test.database.migrate().await.unwrap().applied, vec![3, 4, 5]);
+    let store = PostgresStore::new(test.database.clone());
+    store.check_schema().await.unwrap();
+    let old = store.load_saga("release", "r-old").await.unwrap().unwrap();
+    assert_eq!((old.version, old.tenant_id), (1, None));
+    store
+        .commit_handled(handled(
+            "m-2",
+            Uuid::now_v7(),
+            vec![],
+            Some(SagaWrite {
+                kind: "release".into(),
+                key: "r-old".into(),
+                expected_version: 1,
+                state: json!({"step": 2}),
+                tenant_id: Some("contoso".into()),
+            }),
+        ))
+        .await
+        .unwrap();
+    let saga = store.load_saga("release", "r-old").await.unwrap().unwrap();
+    assert_eq!((saga.version, saga.tenant_id.as_deref()), (2, Some("contoso")));
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn sagas_list_newest_first_with_their_history() {
+    let test = testing::migrated().await;
+    let store = PostgresStore::new(test.database.clone());
+    let correlation = Uuid::now_v7();
+    for (message, key, version) in [("m-1", "a", 0), ("m-2", "b", 0), ("m-3", "a", 1)] {
+        store
+            .commit_handled(handled(
+                message,
+                correlation,
+                vec![],
+                Some(SagaWrite {
+                    kind: "release".into(),
+                    key: key.into(),
+                    expected_version: version,
+                    state: json!({"last": message, "nested": {"z": 1, "a": [1, 2]}}),
+                    tenant_id: None,
+                }),
+            ))
+            .await
+            .unwrap();
+    }
+    let sagas = store.list_sagas(None).await.unwrap();
+    assert_eq!(sagas.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(
+        sagas[0]
+            .history
+            .iter()
+            .map(|h| h.message_id.as_str())
+            .collect::<Vec<_>>(),
+        ["m-1", "m-3"]
+    );
+    assert_eq!(sagas[0].state, json!({"last": "m-3", "nested": {"z": 1, "a": [1, 2]}}));
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn migration_5_gives_existing_outbox_rows_their_purpose_from_the_old_conventions() {
+    let test = testing::fresh().await;
+    test.database.migrate_to(4).await.unwrap();
+    query(
+        "INSERT INTO bosun_outbox (source_consumer, destination, broker_message_id, correlation_id, body)
+         VALUES (NULL, 'commit', 'm-1', 'c-1', '\\x31'),
+                ('commit', 'pull-request', 'm-2', 'c-1', '\\x32'),
+                ('commit', 'commit', 'm-1.retry-1', 'c-1', '\\x33')",
+    )
+    .execute(test.database.pool())
+    .await
+    .unwrap();
+    assert_eq!(test.database.migrate().await.unwrap().applied, vec![5]);
+    let store = PostgresStore::new(test.database.clone());
+    let purposes: Vec<_> = store
+        .claim_outbox(10, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| (entry.message.broker_message_id, entry.purpose))
+        .collect();
+    assert_eq!(
+        purposes,
+        [
+            ("m-1".to_owned(), OutboxPurpose::Sent),
+            ("m-2".to_owned(), OutboxPurpose::Emitted),
+            ("m-1.retry-1".to_owned(), OutboxPurpose::Retry)
+        ]
+    );
+    assert_eq!(store.emitted("c-1").await.unwrap(), vec![b"1".to_vec(), b"2".to_vec()]);
+    test.finish().await;
+}

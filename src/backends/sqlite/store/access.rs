@@ -1,0 +1,291 @@
+//! API keys and HTTP idempotency keys ([`AccessStore`]).
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{SqliteStore, now_ms, to_json};
+use crate::backends::sqlite::{Database, undecodable};
+use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError};
+use crate::ports::transport::{duration_ms, from_unix_ms, unix_ms};
+
+const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
+
+fn api_key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
+    let scopes: String = row.get(2)?;
+    Ok(ApiKeyRecord {
+        id: row.get(0)?,
+        tenant_id: row.get(1)?,
+        scopes: serde_json::from_str(&scopes).map_err(|err| undecodable(2, "scopes of an API key", err))?,
+        secret_hash: row.get(3)?,
+        description: row.get(4)?,
+        created_by: row.get(5)?,
+        created_at: from_unix_ms(row.get(6)?),
+        revoked_at: row.get::<_, Option<i64>>(7)?.map(from_unix_ms),
+    })
+}
+
+/// An `http_idempotency` row as [`SqliteStore::claim_idempotency`] reads it.
+struct IdempotencyRow {
+    request_hash: String,
+    claim_id: String,
+    claimed_at: i64,
+    status: Option<i64>,
+    response: Option<String>,
+}
+
+#[async_trait::async_trait]
+impl AccessStore for SqliteStore {
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
+        let doing = format!("storing API key {}", key.id);
+        self::insert_api_key(&self.database, key)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self::api_key(&self.database, id)
+            .await
+            .map_err(|err| err.doing(format!("reading API key {id}")))
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self::list_api_keys(&self.database)
+            .await
+            .map_err(|err| err.doing("listing API keys"))
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+        self::revoke_api_key(&self.database, id, at)
+            .await
+            .map_err(|err| err.doing(format!("revoking API key {id}")))
+    }
+
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: Duration,
+    ) -> Result<IdempotencyClaim, StoreError> {
+        self::claim_idempotency(&self.database, tenant_id, key, request_hash, stale_after)
+            .await
+            .map_err(|err| err.doing(format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}")))
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError> {
+        self::complete_idempotency(&self.database, tenant_id, key, status, response)
+            .await
+            .map_err(|err| err.doing(format!("completing Idempotency-Key `{key}` of tenant {tenant_id}")))
+    }
+
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+        self::release_idempotency(&self.database, tenant_id, key)
+            .await
+            .map_err(|err| err.doing(format!("releasing Idempotency-Key `{key}` of tenant {tenant_id}")))
+    }
+}
+
+async fn insert_api_key(database: &Database, key: ApiKeyRecord) -> Result<(), StoreError> {
+    database
+        .call(move |conn| {
+            conn.execute(
+                &format!("INSERT INTO api_keys ({API_KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+                params![
+                    key.id,
+                    key.tenant_id,
+                    to_json(&key.scopes, "the scopes of an API key")?,
+                    key.secret_hash,
+                    key.description,
+                    key.created_by,
+                    unix_ms(key.created_at),
+                    key.revoked_at.map(unix_ms)
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+}
+
+async fn api_key(database: &Database, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+    let id = id.to_owned();
+    database
+        .call(move |conn| {
+            Ok(conn
+                .query_row(
+                    &format!("SELECT {API_KEY_COLUMNS} FROM api_keys WHERE id = ?1"),
+                    [id],
+                    api_key_from_row,
+                )
+                .optional()?)
+        })
+        .await
+}
+
+async fn list_api_keys(database: &Database) -> Result<Vec<ApiKeyRecord>, StoreError> {
+    database
+        .call(move |conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY created_at, rowid"
+            ))?;
+            let rows = statement.query_map([], api_key_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+}
+
+async fn revoke_api_key(database: &Database, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+    let id = id.to_owned();
+    database
+        .call(move |conn| {
+            conn.query_row(
+                &format!(
+                    "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?2) WHERE id = ?1
+                     RETURNING {API_KEY_COLUMNS}"
+                ),
+                params![id, unix_ms(at)],
+                api_key_from_row,
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound { what: "API key", id })
+        })
+        .await
+}
+
+async fn claim_idempotency(
+    database: &Database,
+    tenant_id: &str,
+    key: &str,
+    request_hash: &str,
+    stale_after: Duration,
+) -> Result<IdempotencyClaim, StoreError> {
+    let (tenant_id, key, request_hash) = (tenant_id.to_owned(), key.to_owned(), request_hash.to_owned());
+    database
+        .call(move |conn| {
+            // Immediate: the write lock is taken first, so another process
+            // claiming the same key waits for this one's answer.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let claim_id = Uuid::now_v7().to_string();
+            let inserted = tx.execute(
+                "INSERT INTO http_idempotency (tenant_id, key, request_hash, claim_id, claimed_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant_id, key) DO NOTHING",
+                params![tenant_id, key, request_hash, claim_id, now],
+            )?;
+            if inserted > 0 {
+                tx.commit()?;
+                return Ok(IdempotencyClaim::Claimed);
+            }
+            let row = tx.query_row(
+                "SELECT request_hash, claim_id, claimed_at, status, response FROM http_idempotency
+                 WHERE tenant_id = ?1 AND key = ?2",
+                params![tenant_id, key],
+                |row| {
+                    Ok(IdempotencyRow {
+                        request_hash: row.get(0)?,
+                        claim_id: row.get(1)?,
+                        claimed_at: row.get(2)?,
+                        status: row.get(3)?,
+                        response: row.get(4)?,
+                    })
+                },
+            )?;
+            let claim = match row.status {
+                Some(status) => IdempotencyClaim::Completed {
+                    request_hash: row.request_hash,
+                    status: u16::try_from(status).unwrap_or_default(),
+                    response: row
+                        .response
+                        .as_deref()
+                        .map_or(Ok(Value::Null), serde_json::from_str)
+                        .map_err(|err| {
+                            StoreError::corrupt(format!("answer stored for Idempotency-Key `{key}`"), err)
+                        })?,
+                },
+                None if row.claimed_at <= now.saturating_sub(duration_ms(stale_after)) => {
+                    // Its process died: take it over, unless another taker did.
+                    let taken = tx.execute(
+                        "UPDATE http_idempotency SET request_hash = ?3, claim_id = ?4, claimed_at = ?5
+                         WHERE tenant_id = ?1 AND key = ?2 AND status IS NULL AND claim_id = ?6",
+                        params![tenant_id, key, request_hash, claim_id, now, row.claim_id],
+                    )?;
+                    if taken > 0 {
+                        tracing::info!(tenant = %tenant_id, key = %key, "took over a stale idempotency claim");
+                        IdempotencyClaim::Claimed
+                    } else {
+                        IdempotencyClaim::InProgress {
+                            request_hash: row.request_hash,
+                        }
+                    }
+                }
+                None => IdempotencyClaim::InProgress {
+                    request_hash: row.request_hash,
+                },
+            };
+            tx.commit()?;
+            Ok(claim)
+        })
+        .await
+}
+
+async fn complete_idempotency(
+    database: &Database,
+    tenant_id: &str,
+    key: &str,
+    status: u16,
+    response: &Value,
+) -> Result<(), StoreError> {
+    let (tenant_id, key) = (tenant_id.to_owned(), key.to_owned());
+    let response = to_json(response, "the answer to a request")?;
+    database
+        .call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let completed = tx.execute(
+                "UPDATE http_idempotency SET status = ?3, response = ?4, completed_at = ?5
+                 WHERE tenant_id = ?1 AND key = ?2 AND status IS NULL",
+                params![tenant_id, key, status, response, now_ms()],
+            )?;
+            if completed == 0 {
+                // Already completed: the first answer stands.
+                let exists = tx
+                    .query_row(
+                        "SELECT 1 FROM http_idempotency WHERE tenant_id = ?1 AND key = ?2",
+                        params![tenant_id, key],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some();
+                if !exists {
+                    return Err(StoreError::NotFound {
+                        what: "idempotency key",
+                        id: key,
+                    });
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+}
+
+async fn release_idempotency(database: &Database, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+    let (tenant_id, key) = (tenant_id.to_owned(), key.to_owned());
+    database
+        .call(move |conn| {
+            conn.execute(
+                "DELETE FROM http_idempotency WHERE tenant_id = ?1 AND key = ?2 AND status IS NULL",
+                params![tenant_id, key],
+            )?;
+            Ok(())
+        })
+        .await
+}

@@ -1,0 +1,161 @@
+//! Idempotency, the atomic commit of a handled message, and retries.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use super::now_ms;
+use super::outbox::insert_outbox;
+use super::timeline::insert_timeline;
+use crate::backends::sqlite::Database;
+use crate::ports::store::{AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, StoreError, TimelineEntry};
+use crate::ports::transport::{OutboundMessage, from_unix_ms, unix_ms};
+
+pub(super) async fn is_handled(database: &Database, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
+    let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
+    database
+        .call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT 1 FROM handled WHERE consumer = ?1 AND message_id = ?2",
+                    params![consumer, message_id],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+        })
+        .await
+}
+
+pub(super) async fn commit_handled(database: &Database, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
+    database
+        .call(move |conn| {
+            let now = now_ms();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let fresh = tx.execute(
+                "INSERT OR IGNORE INTO handled (consumer, message_id, handled_at) VALUES (?1, ?2, ?3)",
+                params![handled.consumer, handled.message_id, now],
+            )?;
+            if fresh == 0 {
+                return Ok(CommitOutcome::AlreadyHandled);
+            }
+            if let Some(saga) = &handled.saga {
+                let found: i64 = tx
+                    .query_row(
+                        "SELECT version FROM sagas WHERE kind = ?1 AND key = ?2",
+                        params![saga.kind, saga.key],
+                        |row| row.get(0),
+                    )
+                    .optional()?
+                    .unwrap_or(0);
+                if found != saga.expected_version {
+                    return Err(StoreError::SagaConflict {
+                        kind: saga.kind.clone(),
+                        key: saga.key.clone(),
+                        expected: saga.expected_version,
+                        found,
+                    });
+                }
+                let version = found + 1;
+                let state = serde_json::to_string(&saga.state).map_err(|err| {
+                    StoreError::unencodable(format!("state of saga {}/{}", saga.kind, saga.key), err)
+                })?;
+                // The tenant is kept from the first save (one made before
+                // tenants were kept takes the next one's).
+                tx.execute(
+                    "INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
+                     ON CONFLICT (kind, key) DO UPDATE SET version = excluded.version, state = excluded.state,
+                        updated_at = excluded.updated_at, tenant_id = coalesce(sagas.tenant_id, excluded.tenant_id)",
+                    params![saga.kind, saga.key, version, state, now, saga.tenant_id],
+                )?;
+                tx.execute(
+                    "INSERT INTO saga_history (kind, key, version, message_id, message_type, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![saga.kind, saga.key, version, handled.message_id, handled.message_type, now],
+                )?;
+            }
+            for message in &handled.outbox {
+                insert_outbox(
+                        &tx,
+                        Some(&handled.consumer),
+                        Some(&handled.message_id),
+                        OutboxPurpose::Emitted,
+                        message,
+                    )?;
+            }
+            insert_timeline(&tx, &handled.timeline)?;
+            tx.commit()?;
+            Ok(CommitOutcome::Committed)
+        })
+        .await
+}
+
+pub(super) async fn record_retry(
+    database: &Database,
+    consumer: &str,
+    message_id: &str,
+    received_broker_message_id: &str,
+    attempt: AttemptRecord,
+    retry: OutboundMessage,
+    timeline: TimelineEntry,
+) -> Result<(), StoreError> {
+    let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
+    let received = received_broker_message_id.to_owned();
+    database
+        .call(move |conn| {
+            let error_chain = serde_json::to_string(&attempt.error_chain)
+                .map_err(|err| StoreError::unencodable("the error chain of an attempt", err))?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let fresh = tx.execute(
+                "INSERT OR IGNORE INTO attempts (consumer, received_broker_message_id, message_id, attempt, at, error_chain)
+                 VALUES (?1, ?6, ?2, ?3, ?4, ?5)",
+                params![
+                    consumer,
+                    message_id,
+                    attempt.attempt,
+                    unix_ms(attempt.at),
+                    error_chain,
+                    received
+                ],
+            )?;
+            // A redelivered attempt that was already recorded already has its retry in the outbox.
+            if fresh > 0 {
+                insert_outbox(&tx, Some(&consumer), Some(&message_id), OutboxPurpose::Retry, &retry)?;
+                insert_timeline(&tx, std::slice::from_ref(&timeline))?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+}
+
+pub(super) async fn attempts(
+    database: &Database,
+    consumer: &str,
+    message_id: &str,
+) -> Result<Vec<AttemptRecord>, StoreError> {
+    let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
+    database
+        .call(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT attempt, at, error_chain FROM attempts WHERE consumer = ?1 AND message_id = ?2 ORDER BY at, attempt",
+            )?;
+            let rows = statement.query_map(params![consumer, message_id], |row| {
+                Ok((row.get::<_, u32>(0)?, row.get::<_, i64>(1)?, row.get::<_, String>(2)?))
+            })?;
+            let mut attempts = Vec::new();
+            for row in rows {
+                let (attempt, at, chain) = row?;
+                attempts.push(AttemptRecord {
+                    attempt,
+                    at: from_unix_ms(at),
+                    error_chain: serde_json::from_str(&chain).map_err(|err| {
+                        StoreError::corrupt(
+                            format!("error chain of attempt {attempt} of message {message_id} at {consumer}"),
+                            err,
+                        )
+                    })?,
+                });
+            }
+            Ok(attempts)
+        })
+        .await
+}

@@ -1,0 +1,243 @@
+//! The SQLite store: `state.db` under the data directory.
+//!
+//! One file per concern, each holding the SQL of its tables: `handled`
+//! (idempotency, the atomic commit of a handled message, retries),
+//! `sagas`, `outbox`, `dead_letters`, `timeline` (and deliveries),
+//! `access` (API keys, HTTP idempotency) and `schema` (tables and
+//! upgrades of older files). [`SqliteStore`]'s [`Store`] methods name what
+//! they are doing in their errors and call those.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bosun_contracts::Destination;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::backends::sqlite::Database;
+use crate::ports::store::{
+    AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
+    ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry,
+};
+use crate::ports::transport::{OutboundMessage, unix_ms};
+use schema::{SCHEMA, upgrade};
+
+mod access;
+mod dead_letters;
+mod handled;
+mod outbox;
+mod sagas;
+mod schema;
+mod timeline;
+
+/// The SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    database: Database,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let database = Database::open(path, SCHEMA)
+            .map_err(|err| StoreError::from(err).doing(format!("opening {}", path.display())))?;
+        upgrade(path).map_err(|err| err.doing(format!("upgrading {}", path.display())))?;
+        Ok(Self { database })
+    }
+
+    /// An in-memory store (tests).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        Ok(Self {
+            database: Database::open_in_memory(SCHEMA)
+                .map_err(|err| StoreError::from(err).doing("opening an in-memory store"))?,
+        })
+    }
+}
+
+/// `value` as JSON text to store; `what` names it in the error.
+pub(super) fn to_json<T: serde::Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|err| StoreError::unencodable(what, err))
+}
+
+pub(super) fn now_ms() -> i64 {
+    unix_ms(OffsetDateTime::now_utc())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
+        handled::is_handled(&self.database, consumer, message_id)
+            .await
+            .map_err(|err| err.doing(format!("checking whether {consumer} handled message {message_id}")))
+    }
+
+    async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
+        let doing = format!(
+            "committing the handling of message {} by {}",
+            handled.message_id, handled.consumer
+        );
+        handled::commit_handled(&self.database, handled)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn record_retry(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        received_broker_message_id: &str,
+        attempt: AttemptRecord,
+        retry: OutboundMessage,
+        timeline: TimelineEntry,
+    ) -> Result<(), StoreError> {
+        handled::record_retry(
+            &self.database,
+            consumer,
+            message_id,
+            received_broker_message_id,
+            attempt,
+            retry,
+            timeline,
+        )
+        .await
+        .map_err(|err| err.doing(format!("recording a retry of message {message_id} at {consumer}")))
+    }
+
+    async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
+        handled::attempts(&self.database, consumer, message_id)
+            .await
+            .map_err(|err| err.doing(format!("reading the attempts of message {message_id} at {consumer}")))
+    }
+
+    async fn record_dead_letter(
+        &self,
+        record: DeadLetterRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        let doing = format!("recording dead letter {}", record.id);
+        dead_letters::record_dead_letter(&self.database, record, timeline)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError> {
+        dead_letters::dead_letters(&self.database, filter)
+            .await
+            .map_err(|err| err.doing("listing dead letters"))
+    }
+
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
+        dead_letters::dead_letter(&self.database, id, tenant_id)
+            .await
+            .map_err(|err| err.doing(format!("looking up dead letter {id}")))
+    }
+
+    async fn dead_letter_for(
+        &self,
+        entity: &Destination,
+        sequence: i64,
+    ) -> Result<Option<DeadLetterRecord>, StoreError> {
+        dead_letters::dead_letter_for(&self.database, entity, sequence)
+            .await
+            .map_err(|err| err.doing(format!("looking up the dead letter of {entity} message {sequence}")))
+    }
+
+    async fn record_replay(
+        &self,
+        id: Uuid,
+        replay: ReplayRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        dead_letters::record_replay(&self.database, id, replay, timeline)
+            .await
+            .map_err(|err| err.doing(format!("recording a replay of dead letter {id}")))
+    }
+
+    async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError> {
+        dead_letters::purge_dead_letter(&self.database, id)
+            .await
+            .map_err(|err| err.doing(format!("purging dead letter {id}")))
+    }
+
+    async fn enqueue_outbox(
+        &self,
+        messages: Vec<OutboundMessage>,
+        timeline: Vec<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        let doing = format!("adding {} message(s) to the outbox", messages.len());
+        outbox::enqueue_outbox(&self.database, messages, timeline)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn claim_outbox(&self, limit: usize, lease: Duration) -> Result<Vec<PendingOutbox>, StoreError> {
+        outbox::claim_outbox(&self.database, limit, lease)
+            .await
+            .map_err(|err| err.doing("claiming outbox entries"))
+    }
+
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError> {
+        outbox::mark_dispatched(&self.database, ids)
+            .await
+            .map_err(|err| err.doing(format!("marking {} outbox entries sent", ids.len())))
+    }
+
+    async fn outbox_backlog(&self) -> Result<u64, StoreError> {
+        outbox::outbox_backlog(&self.database)
+            .await
+            .map_err(|err| err.doing("counting the outbox backlog"))
+    }
+
+    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+        outbox::emitted(&self.database, correlation_id)
+            .await
+            .map_err(|err| err.doing(format!("reading the messages sent for delivery {correlation_id}")))
+    }
+
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
+        sagas::load_saga(&self.database, kind, key)
+            .await
+            .map_err(|err| err.doing(format!("loading saga {kind}/{key}")))
+    }
+
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
+        sagas::list_sagas(&self.database, kind)
+            .await
+            .map_err(|err| err.doing("listing sagas"))
+    }
+
+    async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
+        timeline::append_timeline(&self.database, entries)
+            .await
+            .map_err(|err| err.doing("appending to the timeline"))
+    }
+
+    async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
+        timeline::timeline(&self.database, correlation_id)
+            .await
+            .map_err(|err| err.doing(format!("reading the timeline of delivery {correlation_id}")))
+    }
+
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
+        let doing = format!("recording delivery {}", record.correlation_id);
+        timeline::record_delivery(&self.database, record)
+            .await
+            .map_err(|err| err.doing(doing))
+    }
+
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        timeline::delivery_record(&self.database, correlation_id)
+            .await
+            .map_err(|err| err.doing(format!("reading delivery {correlation_id}")))
+    }
+
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        timeline::list_deliveries(&self.database, tenant_id, limit)
+            .await
+            .map_err(|err| err.doing("listing deliveries"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The outbox: messages to send, written with the handling that made them.
+
+use std::time::Duration;
+
+use bosun_contracts::Destination;
+use rusqlite::{Transaction, TransactionBehavior, params};
+
+use super::now_ms;
+use super::timeline::insert_timeline;
+use crate::backends::sqlite::{Database, undecodable};
+use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntry};
+use crate::ports::transport::{OutboundMessage, duration_ms, from_unix_ms, unix_ms};
+
+pub(super) fn insert_outbox(
+    tx: &Transaction<'_>,
+    consumer: Option<&str>,
+    message_id: Option<&str>,
+    purpose: OutboxPurpose,
+    message: &OutboundMessage,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO outbox (source_consumer, source_message_id, destination, broker_message_id, message_type,
+                             correlation_id, body, scheduled_at, created_at, purpose)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            consumer,
+            message_id,
+            message.destination.path(),
+            message.broker_message_id,
+            message.message_type,
+            message.correlation_id,
+            message.body,
+            message.scheduled_at.map(unix_ms),
+            now_ms(),
+            purpose.as_str()
+        ],
+    )?;
+    Ok(())
+}
+
+pub(super) async fn enqueue_outbox(
+    database: &Database,
+    messages: Vec<OutboundMessage>,
+    timeline: Vec<TimelineEntry>,
+) -> Result<(), StoreError> {
+    database
+        .call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for message in &messages {
+                insert_outbox(&tx, None, None, OutboxPurpose::Sent, message)?;
+            }
+            insert_timeline(&tx, &timeline)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+}
+
+pub(super) async fn claim_outbox(
+    database: &Database,
+    limit: usize,
+    lease: Duration,
+) -> Result<Vec<PendingOutbox>, StoreError> {
+    database
+        .call(move |conn| {
+            let now = now_ms();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut statement = tx.prepare_cached(
+                "UPDATE outbox SET claimed_until = ?1
+                 WHERE id IN (SELECT id FROM outbox WHERE dispatched_at IS NULL
+                              AND (claimed_until IS NULL OR claimed_until <= ?2) ORDER BY id LIMIT ?3)
+                 RETURNING id, destination, broker_message_id, message_type, correlation_id, body, scheduled_at,
+                           source_message_id, purpose",
+            )?;
+            let mut pending = statement
+                .query_map(
+                    params![now + duration_ms(lease), now, i64::try_from(limit).unwrap_or(i64::MAX)],
+                    |row| {
+                        let id = row.get(0)?;
+                        let purpose = OutboxPurpose::decode(&row.get::<_, String>(8)?, id)
+                            .map_err(|err| undecodable(8, format!("purpose of outbox entry {id}"), err))?;
+                        Ok(PendingOutbox {
+                            id,
+                            purpose,
+                            message: OutboundMessage {
+                                destination: Destination::parse(&row.get::<_, String>(1)?),
+                                broker_message_id: row.get(2)?,
+                                message_type: row.get(3)?,
+                                correlation_id: row.get(4)?,
+                                body: row.get(5)?,
+                                scheduled_at: row.get::<_, Option<i64>>(6)?.map(from_unix_ms),
+                            },
+                            message_id: row.get(7)?,
+                        })
+                    },
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            drop(statement);
+            tx.commit()?;
+            pending.sort_by_key(|p| p.id);
+            Ok(pending)
+        })
+        .await
+}
+
+pub(super) async fn mark_dispatched(database: &Database, ids: &[i64]) -> Result<(), StoreError> {
+    let ids = ids.to_vec();
+    database
+        .call(move |conn| {
+            let now = now_ms();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            for id in ids {
+                tx.execute("UPDATE outbox SET dispatched_at = ?1 WHERE id = ?2", params![now, id])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+}
+
+pub(super) async fn outbox_backlog(database: &Database) -> Result<u64, StoreError> {
+    database
+        .call(|conn| {
+            let count: i64 = conn.query_row("SELECT COUNT(*) FROM outbox WHERE dispatched_at IS NULL", [], |row| {
+                row.get(0)
+            })?;
+            Ok(u64::try_from(count).unwrap_or_default())
+        })
+        .await
+}
+
+pub(super) async fn emitted(database: &Database, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+    let correlation_id = correlation_id.to_owned();
+    database
+        .call(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT body FROM outbox WHERE correlation_id = ?1 AND purpose <> 'retry' ORDER BY id",
+            )?;
+            let rows = statement.query_map([correlation_id], |row| row.get::<_, Vec<u8>>(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+}

@@ -1,0 +1,245 @@
+//! Tests of the SQLite store: the behaviour suite and the upgrades of old files.
+
+use serde_json::json;
+
+use super::*;
+use crate::ports::store::{AccessStore, IdempotencyClaim, OutboxPurpose, SagaWrite};
+
+#[tokio::test]
+async fn sqlite_store_passes_the_behaviour_suite() {
+    crate::ports::behaviour::store::run_all(|| async { SqliteStore::in_memory().unwrap() }).await;
+}
+
+/// The `sagas` table as bosun made it before sagas kept their tenant.
+const OLD_SAGAS: &str = "
+    CREATE TABLE sagas (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (kind, key)
+    );
+    INSERT INTO sagas VALUES ('release', 'r-old', 1, '{\"step\": 1}', 1, 1);
+";
+
+fn saga_columns(path: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn.prepare("SELECT name FROM pragma_table_info('sagas')").unwrap();
+    statement
+        .query_map([], |row| row.get::<_, String>(0))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_old_state_db_gets_the_saga_tenant_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(OLD_SAGAS)
+        .unwrap();
+    assert!(!saga_columns(&path).contains(&"tenant_id".to_owned()));
+
+    // Several processes opening the old file at once: one adds the column.
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || SqliteStore::open(&path).map(drop))
+        })
+        .collect();
+    for open in opens {
+        open.join().unwrap().unwrap();
+    }
+    let columns = saga_columns(&path);
+    assert_eq!(
+        columns.iter().filter(|name| *name == "tenant_id").count(),
+        1,
+        "{columns:?}"
+    );
+
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store.load_saga("release", "r-old").await.unwrap().unwrap();
+    assert_eq!((old.version, old.tenant_id), (1, None));
+    assert_eq!(old.state, json!({"step": 1}));
+    let write = SagaWrite {
+        kind: "release".into(),
+        key: "r-old".into(),
+        expected_version: 1,
+        state: json!({"step": 2}),
+        tenant_id: Some("contoso".into()),
+    };
+    let handled = HandledMessage {
+        consumer: "release".into(),
+        message_id: "m-2".into(),
+        message_type: "CommitCreated".into(),
+        saga: Some(write),
+        outbox: vec![],
+        timeline: vec![],
+    };
+    store.commit_handled(handled).await.unwrap();
+    let saga = store.load_saga("release", "r-old").await.unwrap().unwrap();
+    assert_eq!((saga.version, saga.tenant_id.as_deref()), (2, Some("contoso")));
+}
+
+#[tokio::test]
+async fn release_sagas_of_an_old_state_db_move_under_their_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    // Rows as a bosun before tenant keys wrote them.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO sagas VALUES ('release', 'rel-1', 1, '{}', 1, 1, 'contoso');
+             INSERT INTO saga_history VALUES ('release', 'rel-1', 1, 'm-1', 'BuildCompleted', 1);
+             INSERT INTO sagas VALUES ('release', 'rel-2', 1, '{}', 1, 1, NULL);
+             INSERT INTO saga_history VALUES ('release', 'rel-2', 1, 'm-2', 'BuildCompleted', 1);
+             INSERT INTO timeline (correlation_id, message_id, message_type, status, attempt, at)
+                 VALUES ('c-2', 'm-2', 'BuildCompleted', 'completed', 0, 1);
+             INSERT INTO deliveries VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', 1);
+             INSERT INTO sagas VALUES ('release', 'rel-3', 1, '{}', 1, 1, NULL);
+             INSERT INTO sagas VALUES ('gitops', 'contoso/prod', 1, '{}', 1, 1, 'contoso');
+             PRAGMA user_version = 0;",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    let contoso = store.load_saga("release", "contoso/rel-1").await.unwrap().unwrap();
+    assert_eq!(contoso.tenant_id.as_deref(), Some("contoso"));
+    assert_eq!(contoso.history.len(), 1, "the history moves with the saga");
+    let fabrikam = store.load_saga("release", "fabrikam/rel-2").await.unwrap().unwrap();
+    assert_eq!(fabrikam.tenant_id.as_deref(), Some("fabrikam"));
+    assert!(store.load_saga("release", "rel-1").await.unwrap().is_none());
+    assert!(
+        store.load_saga("release", "rel-3").await.unwrap().is_some(),
+        "tenant unknown: kept"
+    );
+    assert!(store.load_saga("gitops", "contoso/prod").await.unwrap().is_some());
+    // Opening again changes nothing.
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.load_saga("release", "contoso/rel-1").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn idempotency_claims_from_several_processes_have_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    // One store (one connection) per "process".
+    let stores: Vec<SqliteStore> = (0..4).map(|_| SqliteStore::open(&path).unwrap()).collect();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(stores.len() * 2));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (claimer, store) in stores.iter().cycle().take(stores.len() * 2).enumerate() {
+        let (store, start) = (store.clone(), std::sync::Arc::clone(&start));
+        tasks.spawn(async move {
+            start.wait().await;
+            store
+                .claim_idempotency("contoso", "k", &format!("h-{claimer}"), Duration::from_secs(600))
+                .await
+                .unwrap()
+        });
+    }
+    let claims = tasks.join_all().await;
+    let winners = claims
+        .iter()
+        .filter(|claim| **claim == IdempotencyClaim::Claimed)
+        .count();
+    assert_eq!(winners, 1, "{claims:?}");
+    assert!(
+        claims
+            .iter()
+            .all(|claim| matches!(claim, IdempotencyClaim::Claimed | IdempotencyClaim::InProgress { .. })),
+        "{claims:?}"
+    );
+}
+
+#[tokio::test]
+async fn outbox_rows_of_an_old_state_db_get_their_purpose_from_the_old_conventions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    // The outbox as bosun made it before the purpose was stored.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE outbox (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                source_consumer TEXT,
+                source_message_id TEXT,
+                destination TEXT NOT NULL,
+                broker_message_id TEXT NOT NULL,
+                message_type TEXT,
+                correlation_id TEXT,
+                body BLOB NOT NULL,
+                scheduled_at INTEGER,
+                created_at INTEGER NOT NULL,
+                claimed_until INTEGER,
+                dispatched_at INTEGER
+             );
+             INSERT INTO outbox (source_consumer, destination, broker_message_id, correlation_id, body, created_at)
+             VALUES (NULL, 'commit', 'm-1', 'c-1', x'31', 1),
+                    ('commit', 'pull-request', 'm-2', 'c-1', x'32', 1),
+                    ('commit', 'commit', 'm-1.retry-1', 'c-1', x'33', 1);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    let purposes: Vec<_> = store
+        .claim_outbox(10, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| (entry.message.broker_message_id, entry.purpose))
+        .collect();
+    assert_eq!(
+        purposes,
+        [
+            ("m-1".to_owned(), OutboxPurpose::Sent),
+            ("m-2".to_owned(), OutboxPurpose::Emitted),
+            ("m-1.retry-1".to_owned(), OutboxPurpose::Retry)
+        ]
+    );
+    assert_eq!(store.emitted("c-1").await.unwrap(), vec![b"1".to_vec(), b"2".to_vec()]);
+}
+
+#[tokio::test]
+async fn a_saga_stored_corrupt_is_a_corrupt_error_that_names_it_and_says_dead_letter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("INSERT INTO sagas VALUES ('release', 'contoso/r-1', 1, 'not json', 1, 1, 'contoso')")
+        .unwrap();
+    let err = store.load_saga("release", "contoso/r-1").await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert_eq!(err.next_step(), crate::ports::error::NextStep::DeadLetter);
+    assert!(err.to_string().contains("state of saga release/contoso/r-1"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the JSON error is kept as the source"
+    );
+    // Listing sagas meets the same row.
+    assert!(matches!(store.list_sagas(None).await, Err(StoreError::Corrupt { .. })));
+}
+
+#[tokio::test]
+async fn a_database_failure_says_what_was_being_done_and_to_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE handled")
+        .unwrap();
+    let err = store.is_handled("commit", "m-1").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+    assert_eq!(err.next_step(), crate::ports::error::NextStep::Retry);
+    assert!(
+        err.to_string()
+            .starts_with("store unavailable while checking whether commit handled message m-1: "),
+        "{err}"
+    );
+}
