@@ -1,4 +1,9 @@
 //! The store behaviour suite: what every [`Store`] (and [`AccessStore`]) must do.
+//!
+//! Test code only (this module is compiled under `cfg(test)`), and one
+//! file on purpose: it is the definition of a correct store, read top to
+//! bottom by whoever writes a backend, so its length is the number of
+//! behaviours, not a mix of concerns.
 
 use std::future::Future;
 use std::time::Duration;
