@@ -307,10 +307,12 @@ async fn execute(delivery: &Delivery<'_>, decision: Decision, failure: Failure<'
             let why = chain.join(": ");
             tracing::error!(
                 error = why,
-                "this process cannot handle messages; abandoning and stopping"
+                "this process cannot handle messages; stopping and abandoning"
             );
-            let _ = runtime.transport.abandon(&delivery.received.lock).await;
+            // Stop receiving first, so the abandoned message goes to another
+            // process rather than back to this one.
             runtime.halt(why);
+            let _ = runtime.transport.abandon(&delivery.received.lock).await;
         }
         Decision::LetGo => {
             tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");

@@ -375,6 +375,14 @@ async fn receive_loop(
             }
             continue;
         }
+        if shutdown.is_cancelled() || runtime.halted.is_cancelled() {
+            // Stopping began while this receive was under way: give the
+            // messages back untouched for another process.
+            for message in &received {
+                let _ = runtime.transport.abandon(&message.lock).await;
+            }
+            return;
+        }
         held.truncate(received.len());
         for (message, permit) in received.into_iter().zip(held) {
             let runtime = Arc::clone(&runtime);

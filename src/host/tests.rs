@@ -763,3 +763,66 @@ async fn a_message_for_a_corrupt_saga_is_dead_lettered_on_its_first_delivery_nam
     shutdown.cancel();
     running.await.unwrap();
 }
+
+/// A commit that finds the database at a schema this build does not know,
+/// as when a newer bosun migrated it while this one runs.
+struct SchemaMovedOn;
+
+#[async_trait]
+impl crate::ports::commit::Commit for SchemaMovedOn {
+    async fn commit(
+        &self,
+        _handled: HandledMessage,
+        _lock: &crate::ports::transport::LockToken,
+    ) -> Result<crate::ports::commit::CommitStatus, crate::ports::commit::CommitError> {
+        Err(crate::ports::commit::CommitError::Store(
+            crate::ports::store::StoreError::SchemaMismatch { found: 6, expected: 5 },
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_schema_this_build_does_not_know_stops_the_host_and_keeps_the_message() {
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], options())
+        .with_commit(Arc::new(SchemaMovedOn));
+    let never = CancellationToken::new();
+    let running = tokio::spawn(async move { host.run(never).await });
+    transport
+        .send(vec![raw(create_commit().to_vec(), "m-schema")])
+        .await
+        .unwrap();
+    // The host stops by itself: nobody cancels it.
+    let stopped = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the host stops by itself")
+        .unwrap();
+    let err = stopped.expect_err("a stop is an error the process exits with");
+    assert!(matches!(err, super::HostError::Stopped(_)), "{err:?}");
+    assert!(err.to_string().contains("schema"), "{err}");
+    assert_eq!(
+        consumer.calls.load(Ordering::SeqCst),
+        1,
+        "handled once, then it stopped taking work"
+    );
+    assert!(
+        store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing is dead-lettered: the message is fine, the process is not"
+    );
+    let again = transport
+        .receive(&Destination::Queue("commit".into()), 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.len(),
+        1,
+        "the message was abandoned for another process to handle"
+    );
+}
