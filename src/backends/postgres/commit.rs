@@ -12,7 +12,7 @@ use crate::backends::postgres::store::handled::{insert_handled, write_saga};
 use crate::backends::postgres::store::outbox::insert_outbox;
 use crate::backends::postgres::store::timeline::insert_timeline;
 use crate::ports::commit::{Commit, CommitError, CommitStatus};
-use crate::ports::store::{HandledMessage, OutboxPurpose, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::store::{HandledMessage, OutboxPurpose, StoreError, TimelineEntry, TimelineStatus, doing};
 use crate::ports::transport::{LockToken, OutboundMessage};
 
 /// The commit for the PostgreSQL store with the PostgreSQL transport on the
@@ -47,12 +47,7 @@ impl PostgresCommit {
 #[async_trait]
 impl Commit for PostgresCommit {
     async fn commit(&self, handled: HandledMessage, lock: &LockToken) -> Result<CommitStatus, CommitError> {
-        let doing = || {
-            format!(
-                "committing the handling of message {} by {}",
-                handled.message_id, handled.consumer
-            )
-        };
+        let doing = || doing::commit_handled(&handled);
         let mut tx = self
             .database
             .pool()

@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use crate::ports::transport::OutboundMessage;
 
+pub(crate) mod doing;
 mod error;
 
 pub use error::StoreError;

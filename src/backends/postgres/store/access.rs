@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::PostgresStore;
 use crate::backends::postgres::PostgresDatabase;
-use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError};
+use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError, doing};
 use crate::ports::transport::duration_ms;
 
 const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
@@ -40,7 +40,7 @@ const CLAIM_ROUNDS: usize = 8;
 #[async_trait]
 impl AccessStore for PostgresStore {
     async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
-        let doing = format!("storing API key {}", key.id);
+        let doing = doing::insert_api_key(&key);
         self::insert_api_key(&self.database, key)
             .await
             .map_err(|err| err.doing(doing))
@@ -49,19 +49,19 @@ impl AccessStore for PostgresStore {
     async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         self::api_key(&self.database, id)
             .await
-            .map_err(|err| err.doing(format!("reading API key {id}")))
+            .map_err(|err| err.doing(doing::api_key(id)))
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         self::list_api_keys(&self.database)
             .await
-            .map_err(|err| err.doing("listing API keys"))
+            .map_err(|err| err.doing(doing::list_api_keys()))
     }
 
     async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
         self::revoke_api_key(&self.database, id, at)
             .await
-            .map_err(|err| err.doing(format!("revoking API key {id}")))
+            .map_err(|err| err.doing(doing::revoke_api_key(id)))
     }
 
     async fn claim_idempotency(
@@ -73,7 +73,7 @@ impl AccessStore for PostgresStore {
     ) -> Result<IdempotencyClaim, StoreError> {
         self::claim_idempotency(&self.database, tenant_id, key, request_hash, stale_after)
             .await
-            .map_err(|err| err.doing(format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}")))
+            .map_err(|err| err.doing(doing::claim_idempotency(tenant_id, key)))
     }
 
     async fn complete_idempotency(
@@ -85,13 +85,13 @@ impl AccessStore for PostgresStore {
     ) -> Result<(), StoreError> {
         self::complete_idempotency(&self.database, tenant_id, key, status, response)
             .await
-            .map_err(|err| err.doing(format!("completing Idempotency-Key `{key}` of tenant {tenant_id}")))
+            .map_err(|err| err.doing(doing::complete_idempotency(tenant_id, key)))
     }
 
     async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
         self::release_idempotency(&self.database, tenant_id, key)
             .await
-            .map_err(|err| err.doing(format!("releasing Idempotency-Key `{key}` of tenant {tenant_id}")))
+            .map_err(|err| err.doing(doing::release_idempotency(tenant_id, key)))
     }
 }
 
@@ -222,7 +222,7 @@ async fn claim_idempotency(
         }
     }
     Err(StoreError::unavailable(
-        format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}"),
+        doing::claim_idempotency(tenant_id, key),
         format!("it kept changing over {CLAIM_ROUNDS} rounds; try again"),
     ))
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{SqliteStore, now_ms, to_json};
 use crate::backends::sqlite::{Database, undecodable};
-use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError};
+use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError, doing};
 use crate::ports::transport::{duration_ms, from_unix_ms, unix_ms};
 
 const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
@@ -40,7 +40,7 @@ struct IdempotencyRow {
 #[async_trait::async_trait]
 impl AccessStore for SqliteStore {
     async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
-        let doing = format!("storing API key {}", key.id);
+        let doing = doing::insert_api_key(&key);
         self::insert_api_key(&self.database, key)
             .await
             .map_err(|err| err.doing(doing))
@@ -49,19 +49,19 @@ impl AccessStore for SqliteStore {
     async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         self::api_key(&self.database, id)
             .await
-            .map_err(|err| err.doing(format!("reading API key {id}")))
+            .map_err(|err| err.doing(doing::api_key(id)))
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         self::list_api_keys(&self.database)
             .await
-            .map_err(|err| err.doing("listing API keys"))
+            .map_err(|err| err.doing(doing::list_api_keys()))
     }
 
     async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
         self::revoke_api_key(&self.database, id, at)
             .await
-            .map_err(|err| err.doing(format!("revoking API key {id}")))
+            .map_err(|err| err.doing(doing::revoke_api_key(id)))
     }
 
     async fn claim_idempotency(
@@ -73,7 +73,7 @@ impl AccessStore for SqliteStore {
     ) -> Result<IdempotencyClaim, StoreError> {
         self::claim_idempotency(&self.database, tenant_id, key, request_hash, stale_after)
             .await
-            .map_err(|err| err.doing(format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}")))
+            .map_err(|err| err.doing(doing::claim_idempotency(tenant_id, key)))
     }
 
     async fn complete_idempotency(
@@ -85,13 +85,13 @@ impl AccessStore for SqliteStore {
     ) -> Result<(), StoreError> {
         self::complete_idempotency(&self.database, tenant_id, key, status, response)
             .await
-            .map_err(|err| err.doing(format!("completing Idempotency-Key `{key}` of tenant {tenant_id}")))
+            .map_err(|err| err.doing(doing::complete_idempotency(tenant_id, key)))
     }
 
     async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
         self::release_idempotency(&self.database, tenant_id, key)
             .await
-            .map_err(|err| err.doing(format!("releasing Idempotency-Key `{key}` of tenant {tenant_id}")))
+            .map_err(|err| err.doing(doing::release_idempotency(tenant_id, key)))
     }
 }
 

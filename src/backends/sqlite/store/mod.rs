@@ -4,8 +4,9 @@
 //! (idempotency, the atomic commit of a handled message, retries),
 //! `sagas`, `outbox`, `dead_letters`, `timeline` (and deliveries),
 //! `access` (API keys, HTTP idempotency) and `schema` (tables and
-//! upgrades of older files). [`SqliteStore`]'s [`Store`] methods name what
-//! they are doing in their errors and call those.
+//! upgrades of older files). [`SqliteStore`]'s [`Store`] methods call
+//! those and name what they were doing in their errors with the port's
+//! words (`ports::store::doing`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use uuid::Uuid;
 use crate::backends::sqlite::Database;
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry,
+    ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry, doing,
 };
 use crate::ports::transport::{OutboundMessage, unix_ms};
 use schema::{SCHEMA, upgrade};
@@ -69,14 +70,11 @@ impl Store for SqliteStore {
     async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
         handled::is_handled(&self.database, consumer, message_id)
             .await
-            .map_err(|err| err.doing(format!("checking whether {consumer} handled message {message_id}")))
+            .map_err(|err| err.doing(doing::is_handled(consumer, message_id)))
     }
 
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
-        let doing = format!(
-            "committing the handling of message {} by {}",
-            handled.message_id, handled.consumer
-        );
+        let doing = doing::commit_handled(&handled);
         handled::commit_handled(&self.database, handled)
             .await
             .map_err(|err| err.doing(doing))
@@ -101,13 +99,13 @@ impl Store for SqliteStore {
             timeline,
         )
         .await
-        .map_err(|err| err.doing(format!("recording a retry of message {message_id} at {consumer}")))
+        .map_err(|err| err.doing(doing::record_retry(consumer, message_id)))
     }
 
     async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         handled::attempts(&self.database, consumer, message_id)
             .await
-            .map_err(|err| err.doing(format!("reading the attempts of message {message_id} at {consumer}")))
+            .map_err(|err| err.doing(doing::attempts(consumer, message_id)))
     }
 
     async fn record_dead_letter(
@@ -115,7 +113,7 @@ impl Store for SqliteStore {
         record: DeadLetterRecord,
         timeline: Option<TimelineEntry>,
     ) -> Result<(), StoreError> {
-        let doing = format!("recording dead letter {}", record.id);
+        let doing = doing::record_dead_letter(&record);
         dead_letters::record_dead_letter(&self.database, record, timeline)
             .await
             .map_err(|err| err.doing(doing))
@@ -124,13 +122,13 @@ impl Store for SqliteStore {
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError> {
         dead_letters::dead_letters(&self.database, filter)
             .await
-            .map_err(|err| err.doing("listing dead letters"))
+            .map_err(|err| err.doing(doing::dead_letters()))
     }
 
     async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
         dead_letters::dead_letter(&self.database, id, tenant_id)
             .await
-            .map_err(|err| err.doing(format!("looking up dead letter {id}")))
+            .map_err(|err| err.doing(doing::dead_letter(id)))
     }
 
     async fn dead_letter_for(
@@ -140,7 +138,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<DeadLetterRecord>, StoreError> {
         dead_letters::dead_letter_for(&self.database, entity, sequence)
             .await
-            .map_err(|err| err.doing(format!("looking up the dead letter of {entity} message {sequence}")))
+            .map_err(|err| err.doing(doing::dead_letter_for(entity, sequence)))
     }
 
     async fn record_replay(
@@ -151,13 +149,13 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         dead_letters::record_replay(&self.database, id, replay, timeline)
             .await
-            .map_err(|err| err.doing(format!("recording a replay of dead letter {id}")))
+            .map_err(|err| err.doing(doing::record_replay(id)))
     }
 
     async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError> {
         dead_letters::purge_dead_letter(&self.database, id)
             .await
-            .map_err(|err| err.doing(format!("purging dead letter {id}")))
+            .map_err(|err| err.doing(doing::purge_dead_letter(id)))
     }
 
     async fn enqueue_outbox(
@@ -165,7 +163,7 @@ impl Store for SqliteStore {
         messages: Vec<OutboundMessage>,
         timeline: Vec<TimelineEntry>,
     ) -> Result<(), StoreError> {
-        let doing = format!("adding {} message(s) to the outbox", messages.len());
+        let doing = doing::enqueue_outbox(&messages);
         outbox::enqueue_outbox(&self.database, messages, timeline)
             .await
             .map_err(|err| err.doing(doing))
@@ -174,53 +172,53 @@ impl Store for SqliteStore {
     async fn claim_outbox(&self, limit: usize, lease: Duration) -> Result<Vec<PendingOutbox>, StoreError> {
         outbox::claim_outbox(&self.database, limit, lease)
             .await
-            .map_err(|err| err.doing("claiming outbox entries"))
+            .map_err(|err| err.doing(doing::claim_outbox()))
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError> {
         outbox::mark_dispatched(&self.database, ids)
             .await
-            .map_err(|err| err.doing(format!("marking {} outbox entries sent", ids.len())))
+            .map_err(|err| err.doing(doing::mark_dispatched(ids)))
     }
 
     async fn outbox_backlog(&self) -> Result<u64, StoreError> {
         outbox::outbox_backlog(&self.database)
             .await
-            .map_err(|err| err.doing("counting the outbox backlog"))
+            .map_err(|err| err.doing(doing::outbox_backlog()))
     }
 
     async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError> {
         outbox::emitted(&self.database, correlation_id)
             .await
-            .map_err(|err| err.doing(format!("reading the messages sent for delivery {correlation_id}")))
+            .map_err(|err| err.doing(doing::emitted(correlation_id)))
     }
 
     async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
         sagas::load_saga(&self.database, kind, key)
             .await
-            .map_err(|err| err.doing(format!("loading saga {kind}/{key}")))
+            .map_err(|err| err.doing(doing::load_saga(kind, key)))
     }
 
     async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
         sagas::list_sagas(&self.database, kind)
             .await
-            .map_err(|err| err.doing("listing sagas"))
+            .map_err(|err| err.doing(doing::list_sagas()))
     }
 
     async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
         timeline::append_timeline(&self.database, entries)
             .await
-            .map_err(|err| err.doing("appending to the timeline"))
+            .map_err(|err| err.doing(doing::append_timeline()))
     }
 
     async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
         timeline::timeline(&self.database, correlation_id)
             .await
-            .map_err(|err| err.doing(format!("reading the timeline of delivery {correlation_id}")))
+            .map_err(|err| err.doing(doing::timeline(correlation_id)))
     }
 
     async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
-        let doing = format!("recording delivery {}", record.correlation_id);
+        let doing = doing::record_delivery(&record);
         timeline::record_delivery(&self.database, record)
             .await
             .map_err(|err| err.doing(doing))
@@ -229,13 +227,13 @@ impl Store for SqliteStore {
     async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
         timeline::delivery_record(&self.database, correlation_id)
             .await
-            .map_err(|err| err.doing(format!("reading delivery {correlation_id}")))
+            .map_err(|err| err.doing(doing::delivery_record(correlation_id)))
     }
 
     async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
         timeline::list_deliveries(&self.database, tenant_id, limit)
             .await
-            .map_err(|err| err.doing("listing deliveries"))
+            .map_err(|err| err.doing(doing::list_deliveries()))
     }
 }
 

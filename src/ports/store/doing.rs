@@ -1,0 +1,159 @@
+//! What each store operation is doing, as its errors name it
+//! ([`StoreError::doing`](super::StoreError::doing)): one function per
+//! [`Store`](super::Store) and [`AccessStore`](super::AccessStore) method,
+//! written once for every backend.
+
+use bosun_contracts::Destination;
+use uuid::Uuid;
+
+use super::{ApiKeyRecord, DeadLetterRecord, DeliveryRecord, HandledMessage};
+use crate::ports::transport::OutboundMessage;
+
+/// [`Store::is_handled`](super::Store::is_handled).
+pub(crate) fn is_handled(consumer: &str, message_id: &str) -> String {
+    format!("checking whether {consumer} handled message {message_id}")
+}
+
+/// [`Store::commit_handled`](super::Store::commit_handled), and a
+/// [`Commit`](crate::ports::commit::Commit) of the same message.
+pub(crate) fn commit_handled(handled: &HandledMessage) -> String {
+    format!(
+        "committing the handling of message {} by {}",
+        handled.message_id, handled.consumer
+    )
+}
+
+/// [`Store::record_retry`](super::Store::record_retry).
+pub(crate) fn record_retry(consumer: &str, message_id: &str) -> String {
+    format!("recording a retry of message {message_id} at {consumer}")
+}
+
+/// [`Store::attempts`](super::Store::attempts).
+pub(crate) fn attempts(consumer: &str, message_id: &str) -> String {
+    format!("reading the attempts of message {message_id} at {consumer}")
+}
+
+/// [`Store::record_dead_letter`](super::Store::record_dead_letter).
+pub(crate) fn record_dead_letter(record: &DeadLetterRecord) -> String {
+    format!("recording dead letter {}", record.id)
+}
+
+/// [`Store::dead_letters`](super::Store::dead_letters).
+pub(crate) fn dead_letters() -> &'static str {
+    "listing dead letters"
+}
+
+/// [`Store::dead_letter`](super::Store::dead_letter).
+pub(crate) fn dead_letter(id: &str) -> String {
+    format!("looking up dead letter {id}")
+}
+
+/// [`Store::dead_letter_for`](super::Store::dead_letter_for).
+pub(crate) fn dead_letter_for(entity: &Destination, sequence: i64) -> String {
+    format!("looking up the dead letter of {entity} message {sequence}")
+}
+
+/// [`Store::record_replay`](super::Store::record_replay).
+pub(crate) fn record_replay(id: Uuid) -> String {
+    format!("recording a replay of dead letter {id}")
+}
+
+/// [`Store::purge_dead_letter`](super::Store::purge_dead_letter).
+pub(crate) fn purge_dead_letter(id: Uuid) -> String {
+    format!("purging dead letter {id}")
+}
+
+/// [`Store::enqueue_outbox`](super::Store::enqueue_outbox).
+pub(crate) fn enqueue_outbox(messages: &[OutboundMessage]) -> String {
+    format!("adding {} message(s) to the outbox", messages.len())
+}
+
+/// [`Store::claim_outbox`](super::Store::claim_outbox).
+pub(crate) fn claim_outbox() -> &'static str {
+    "claiming outbox entries"
+}
+
+/// [`Store::mark_dispatched`](super::Store::mark_dispatched).
+pub(crate) fn mark_dispatched(ids: &[i64]) -> String {
+    format!("marking {} outbox entries sent", ids.len())
+}
+
+/// [`Store::outbox_backlog`](super::Store::outbox_backlog).
+pub(crate) fn outbox_backlog() -> &'static str {
+    "counting the outbox backlog"
+}
+
+/// [`Store::emitted`](super::Store::emitted).
+pub(crate) fn emitted(correlation_id: &str) -> String {
+    format!("reading the messages sent for delivery {correlation_id}")
+}
+
+/// [`Store::load_saga`](super::Store::load_saga).
+pub(crate) fn load_saga(kind: &str, key: &str) -> String {
+    format!("loading saga {kind}/{key}")
+}
+
+/// [`Store::list_sagas`](super::Store::list_sagas).
+pub(crate) fn list_sagas() -> &'static str {
+    "listing sagas"
+}
+
+/// [`Store::append_timeline`](super::Store::append_timeline).
+pub(crate) fn append_timeline() -> &'static str {
+    "appending to the timeline"
+}
+
+/// [`Store::timeline`](super::Store::timeline).
+pub(crate) fn timeline(correlation_id: &str) -> String {
+    format!("reading the timeline of delivery {correlation_id}")
+}
+
+/// [`Store::record_delivery`](super::Store::record_delivery).
+pub(crate) fn record_delivery(record: &DeliveryRecord) -> String {
+    format!("recording delivery {}", record.correlation_id)
+}
+
+/// [`Store::delivery_record`](super::Store::delivery_record).
+pub(crate) fn delivery_record(correlation_id: &str) -> String {
+    format!("reading delivery {correlation_id}")
+}
+
+/// [`Store::list_deliveries`](super::Store::list_deliveries).
+pub(crate) fn list_deliveries() -> &'static str {
+    "listing deliveries"
+}
+
+/// [`AccessStore::insert_api_key`](super::AccessStore::insert_api_key).
+pub(crate) fn insert_api_key(key: &ApiKeyRecord) -> String {
+    format!("storing API key {}", key.id)
+}
+
+/// [`AccessStore::api_key`](super::AccessStore::api_key).
+pub(crate) fn api_key(id: &str) -> String {
+    format!("reading API key {id}")
+}
+
+/// [`AccessStore::list_api_keys`](super::AccessStore::list_api_keys).
+pub(crate) fn list_api_keys() -> &'static str {
+    "listing API keys"
+}
+
+/// [`AccessStore::revoke_api_key`](super::AccessStore::revoke_api_key).
+pub(crate) fn revoke_api_key(id: &str) -> String {
+    format!("revoking API key {id}")
+}
+
+/// [`AccessStore::claim_idempotency`](super::AccessStore::claim_idempotency).
+pub(crate) fn claim_idempotency(tenant_id: &str, key: &str) -> String {
+    format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}")
+}
+
+/// [`AccessStore::complete_idempotency`](super::AccessStore::complete_idempotency).
+pub(crate) fn complete_idempotency(tenant_id: &str, key: &str) -> String {
+    format!("completing Idempotency-Key `{key}` of tenant {tenant_id}")
+}
+
+/// [`AccessStore::release_idempotency`](super::AccessStore::release_idempotency).
+pub(crate) fn release_idempotency(tenant_id: &str, key: &str) -> String {
+    format!("releasing Idempotency-Key `{key}` of tenant {tenant_id}")
+}
