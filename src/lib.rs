@@ -4,7 +4,7 @@
 //! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`). Its folders are
 //! layers; each uses only the layers below it:
 //!
-//! - `main.rs` and [`cli`]: argument parsing and printing;
+//! - `main.rs` and `cli/`: argument parsing and printing (in the binary);
 //! - [`front`]: the front door: the HTTP API and operator console, the MCP
 //!   server, and their shared rules (API keys and scopes, tenants,
 //!   idempotency);

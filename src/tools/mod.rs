@@ -1,5 +1,5 @@
 //! Whole-system tools built on the wiring: `bosun demo` ([`demo`]) and
-//! `bosun bench` ([`bench`]).
+//! `bosun bench` ([`mod@bench`]).
 
 pub mod bench;
 pub mod demo;

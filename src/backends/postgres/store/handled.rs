@@ -13,7 +13,7 @@ use crate::backends::postgres::PostgresDatabase;
 use crate::ports::store::{AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, StoreError, TimelineEntry};
 use crate::ports::transport::OutboundMessage;
 
-/// The body of [`Store::commit_handled`], inside its transaction.
+/// The body of [`Store::commit_handled`](crate::ports::store::Store::commit_handled), inside its transaction.
 pub(super) async fn commit_in(conn: &mut PgConnection, handled: &HandledMessage) -> Result<CommitOutcome, StoreError> {
     if !insert_handled(conn, handled).await? {
         return Ok(CommitOutcome::AlreadyHandled);
