@@ -1,10 +1,9 @@
-//! The whole delivery over Azure Service Bus (a namespace or the local
-//! emulator), through the real binary. Ignored (`cargo test` reports it as
-//! ignored, not as passed), since no Service Bus is on a CI machine: it
-//! needs `BOSUN_TEST_SERVICEBUS` to hold a namespace-level connection
-//! string whose entities exist (`bosun topology apply`, or the emulator's
-//! config). With it set, scripts/test runs it (`cargo test --test
-//! servicebus -- --ignored`); run explicitly without it, it fails saying so.
+//! The whole delivery over Azure Service Bus, through the real binary:
+//! against the namespace or emulator named by `BOSUN_TEST_SERVICEBUS` (a
+//! namespace-level connection string whose entities exist: `bosun
+//! topology apply`, or the emulator's config), else against the
+//! in-process test broker (`bosun-servicebus-broker`) with the entities
+//! `topology plan` creates.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,22 +12,69 @@ mod common;
 
 use std::process::Stdio;
 
+use bosun::backends::servicebus::plan::{Description, TopologyOptions, desired_entities};
+use bosun::ports::topology::Topology;
+use bosun_servicebus_broker::{Broker, BrokerConfig, EntitySettings, RunningBroker};
 use common::bosun;
 use serde_json::Value;
 
+/// The in-process test broker with the entities `topology plan` would
+/// create for bosun's routing (the same as the transport suite's, in
+/// `src/backends/servicebus/transport/tests.rs`).
+async fn test_broker() -> RunningBroker {
+    let broker = Broker::start(BrokerConfig::default())
+        .await
+        .expect("the test broker starts");
+    let options = TopologyOptions::default();
+    let settings = |options: &TopologyOptions| EntitySettings {
+        lock_duration: options.lock_duration,
+        max_delivery_count: options.max_delivery_count,
+        duplicate_detection_window: Some(options.duplicate_detection_window),
+    };
+    for spec in desired_entities(&Topology::from_routing(), &options) {
+        let path = spec.path.as_str();
+        let subscription = || path.split_once("/Subscriptions/").expect("a subscription path");
+        let rule = || {
+            let (subscription, rule) = path.rsplit_once("/Rules/").expect("a rule path");
+            let (topic, subscription) = subscription.split_once("/Subscriptions/").expect("a subscription path");
+            (topic, subscription, rule)
+        };
+        match &spec.description {
+            Description::Queue(options) => broker.create_queue(path, settings(options)),
+            Description::Topic(options) => broker.create_topic(path, settings(options)),
+            Description::Subscription(options) => {
+                let (topic, name) = subscription();
+                broker.create_subscription(topic, name, settings(options))
+            }
+            Description::Rule { name, sql_filter } => {
+                let (topic, subscription, _) = rule();
+                broker.put_rule(topic, subscription, name, sql_filter)
+            }
+            Description::Absent => {
+                let (topic, subscription, name) = rule();
+                broker.remove_rule(topic, subscription, name).map(|_| ())
+            }
+        }
+        .unwrap_or_else(|err| panic!("create `{path}` on the test broker: {err}"));
+    }
+    broker
+}
+
 #[test]
-#[ignore = "needs Azure Service Bus: set BOSUN_TEST_SERVICEBUS to a namespace or emulator connection string \
-            whose entities exist (bosun topology apply), then scripts/test runs it"]
 fn a_whole_delivery_travels_over_service_bus() {
-    let connection_string = std::env::var("BOSUN_TEST_SERVICEBUS")
+    // The broker runs on this runtime's workers while the binary runs.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let external = std::env::var("BOSUN_TEST_SERVICEBUS")
         .ok()
-        .filter(|text| !text.trim().is_empty())
-        .unwrap_or_else(|| {
-            panic!(
-                "BOSUN_TEST_SERVICEBUS is not set: this test needs a Service Bus namespace or emulator; set it to a \
-                 namespace-level connection string whose entities exist (bosun topology apply)"
-            )
-        });
+        .filter(|text| !text.trim().is_empty());
+    let broker = match external {
+        Some(_) => None,
+        None => Some(runtime.block_on(test_broker())),
+    };
+    let connection_string = match (&external, &broker) {
+        (Some(text), _) => text.clone(),
+        (None, broker) => broker.as_ref().expect("started above").connection_string(),
+    };
     let data = tempfile::tempdir().unwrap();
     let output = bosun(data.path())
         .env("BOSUN_TRANSPORT", "servicebus")

@@ -1,5 +1,7 @@
 //! Tests of the Service Bus transport: batching, the pump's local locks,
-//! and (with `BOSUN_TEST_SERVICEBUS`) the behaviour suite against a broker.
+//! and the behaviour suite against a broker: the namespace or emulator
+//! named by `BOSUN_TEST_SERVICEBUS`, else the in-process test broker
+//! (`bosun-servicebus-broker`) with the entities `topology plan` creates.
 
 use std::sync::Arc;
 
@@ -61,23 +63,68 @@ fn reconnect_backoff_grows_to_its_cap() {
 /// The tests below share the namespace's entities: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
-/// Why the tests below are ignored unless asked for.
-const NEEDS_SERVICE_BUS: &str = "needs Service Bus: BOSUN_TEST_SERVICEBUS holds a namespace or emulator connection string (scripts/test runs these when it is set)";
-
-/// The namespace or emulator under test: `BOSUN_TEST_SERVICEBUS` holds
-/// its connection string. The tests that use it are `#[ignore]`d; run
-/// without it, they fail saying so.
-fn service_bus_under_test() -> (ServiceBusEndpoint, TokenSource) {
-    let Some(text) = std::env::var("BOSUN_TEST_SERVICEBUS")
+/// The connection string in `BOSUN_TEST_SERVICEBUS`, if one is set.
+fn external_service_bus() -> Option<String> {
+    std::env::var("BOSUN_TEST_SERVICEBUS")
         .ok()
         .filter(|text| !text.trim().is_empty())
-    else {
-        panic!("BOSUN_TEST_SERVICEBUS is not set: {NEEDS_SERVICE_BUS}");
-    };
-    let endpoint = ServiceBusEndpoint::from_connection_string(&text)
+}
+
+/// The endpoint and tokens of a connection string.
+fn endpoint_of(text: &str) -> (ServiceBusEndpoint, TokenSource) {
+    let endpoint = ServiceBusEndpoint::from_connection_string(text)
         .unwrap_or_else(|err| panic!("BOSUN_TEST_SERVICEBUS is not a usable connection string: {err}"));
     let tokens = TokenSource::for_endpoint(&endpoint).unwrap_or_else(|err| panic!("BOSUN_TEST_SERVICEBUS: {err}"));
     (endpoint, tokens)
+}
+
+/// The in-process test broker with the entities `topology plan` would
+/// create for bosun's routing, their maximum delivery count
+/// `max_delivery_count`.
+async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::RunningBroker {
+    use bosun_servicebus_broker::{Broker, BrokerConfig, EntitySettings};
+
+    use crate::backends::servicebus::plan::{Description, TopologyOptions, desired_entities};
+
+    let broker = Broker::start(BrokerConfig::default())
+        .await
+        .expect("the test broker starts");
+    let options = TopologyOptions {
+        max_delivery_count,
+        ..TopologyOptions::default()
+    };
+    let settings = |options: &TopologyOptions| EntitySettings {
+        lock_duration: options.lock_duration,
+        max_delivery_count: options.max_delivery_count,
+        duplicate_detection_window: Some(options.duplicate_detection_window),
+    };
+    for spec in desired_entities(&Topology::from_routing(), &options) {
+        let path = spec.path.as_str();
+        let subscription = || path.split_once("/Subscriptions/").expect("a subscription path");
+        let rule = || {
+            let (subscription, rule) = path.rsplit_once("/Rules/").expect("a rule path");
+            let (topic, subscription) = subscription.split_once("/Subscriptions/").expect("a subscription path");
+            (topic, subscription, rule)
+        };
+        match &spec.description {
+            Description::Queue(options) => broker.create_queue(path, settings(options)),
+            Description::Topic(options) => broker.create_topic(path, settings(options)),
+            Description::Subscription(options) => {
+                let (topic, name) = subscription();
+                broker.create_subscription(topic, name, settings(options))
+            }
+            Description::Rule { name, sql_filter } => {
+                let (topic, subscription, _) = rule();
+                broker.put_rule(topic, subscription, name, sql_filter)
+            }
+            Description::Absent => {
+                let (topic, subscription, name) = rule();
+                broker.remove_rule(topic, subscription, name).map(|_| ())
+            }
+        }
+        .unwrap_or_else(|err| panic!("create `{path}` on the test broker: {err}"));
+    }
+    broker
 }
 
 fn test_options() -> ServiceBusOptions {
@@ -222,11 +269,18 @@ fn verdict_of(result: Result<Result<(), tokio::task::JoinError>, tokio::time::er
     }
 }
 
-async fn fresh_transport(endpoint: &ServiceBusEndpoint, tokens: &TokenSource) -> Result<ServiceBusTransport, String> {
+/// A transport on `endpoint`; the suite's entities are emptied first
+/// unless they are `fresh` (a test broker's, just made).
+async fn fresh_transport(
+    endpoint: &ServiceBusEndpoint,
+    tokens: &TokenSource,
+    fresh: bool,
+) -> Result<ServiceBusTransport, String> {
     let transport = ServiceBusTransport::connect(endpoint.clone(), tokens.clone(), test_options())
         .await
         .map_err(|err| format!("connect: {err}"))?;
-    for path in suite_paths() {
+    let paths = if fresh { Vec::new() } else { suite_paths() };
+    for path in paths {
         transport
             .drain(&path)
             .await
@@ -235,8 +289,13 @@ async fn fresh_transport(endpoint: &ServiceBusEndpoint, tokens: &TokenSource) ->
     Ok(transport)
 }
 
-async fn run_behaviour(endpoint: &ServiceBusEndpoint, tokens: &TokenSource, name: &'static str) -> Verdict {
-    let transport = match fresh_transport(endpoint, tokens).await {
+async fn run_behaviour(
+    endpoint: &ServiceBusEndpoint,
+    tokens: &TokenSource,
+    fresh: bool,
+    name: &'static str,
+) -> Verdict {
+    let transport = match fresh_transport(endpoint, tokens, fresh).await {
         Ok(transport) => transport,
         Err(err) => return Verdict::Failed(err),
     };
@@ -251,8 +310,8 @@ async fn run_behaviour(endpoint: &ServiceBusEndpoint, tokens: &TokenSource, name
 }
 
 /// A renewal that must reach the broker's `$management` node.
-async fn broker_renewal(endpoint: &ServiceBusEndpoint, tokens: &TokenSource) -> Verdict {
-    let transport = match fresh_transport(endpoint, tokens).await {
+async fn broker_renewal(endpoint: &ServiceBusEndpoint, tokens: &TokenSource, fresh: bool) -> Verdict {
+    let transport = match fresh_transport(endpoint, tokens, fresh).await {
         Ok(transport) => transport,
         Err(err) => return Verdict::Failed(err),
     };
@@ -279,16 +338,18 @@ async fn broker_renewal(endpoint: &ServiceBusEndpoint, tokens: &TokenSource) -> 
 }
 
 /// The behaviour suite against the namespace or emulator named by
-/// `BOSUN_TEST_SERVICEBUS`, one behaviour at a time on emptied
+/// `BOSUN_TEST_SERVICEBUS`, else against the in-process test broker (a
+/// fresh one per behaviour, its entities made with the maximum delivery
+/// count the behaviour needs), one behaviour at a time on emptied
 /// entities, with a report. An operation the endpoint lacks is reported
 /// as not supported by this endpoint, not counted as passed; any other
 /// failure fails the test. `BOSUN_TEST_SERVICEBUS_MAX_DELIVERY_COUNT`
-/// (default 10) is the maximum delivery count the entities were created
-/// with: a behaviour that needs another is reported, not run.
+/// (default 10) is the maximum delivery count an external namespace's
+/// entities were created with: a behaviour that needs another is
+/// reported, not run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Service Bus: BOSUN_TEST_SERVICEBUS (scripts/test runs it when set)"]
 async fn service_bus_passes_the_behaviour_suite() {
-    let (endpoint, tokens) = service_bus_under_test();
+    let external = external_service_bus().map(|text| endpoint_of(&text));
     let _serial = ONE_AT_A_TIME.lock().await;
     let entity_max_delivery_count: u32 = std::env::var("BOSUN_TEST_SERVICEBUS_MAX_DELIVERY_COUNT")
         .ok()
@@ -299,22 +360,41 @@ async fn service_bus_passes_the_behaviour_suite() {
         .unwrap_or(10);
     let mut report: Vec<(&str, Verdict)> = Vec::new();
     for (name, max_delivery_count) in behaviour::BEHAVIOURS {
-        let verdict = if *max_delivery_count == entity_max_delivery_count {
-            run_behaviour(&endpoint, &tokens, name).await
-        } else {
-            Verdict::NotRun(format!(
+        let verdict = match &external {
+            Some((endpoint, tokens)) if *max_delivery_count == entity_max_delivery_count => {
+                run_behaviour(endpoint, tokens, false, name).await
+            }
+            Some(_) => Verdict::NotRun(format!(
                 "needs entities with max delivery count {max_delivery_count}; these have \
                  {entity_max_delivery_count} (an entity property; set \
                  BOSUN_TEST_SERVICEBUS_MAX_DELIVERY_COUNT to what they have)"
-            ))
+            )),
+            None => {
+                let broker = test_broker(*max_delivery_count).await;
+                let (endpoint, tokens) = endpoint_of(&broker.connection_string());
+                run_behaviour(&endpoint, &tokens, true, name).await
+            }
         };
         eprintln!("service bus behaviour {name}: {verdict:?}");
         report.push((name, verdict));
     }
-    let verdict = broker_renewal(&endpoint, &tokens).await;
+    let renewal_broker = match &external {
+        Some(_) => None,
+        None => Some(test_broker(10).await),
+    };
+    let (endpoint, tokens) = match (&external, &renewal_broker) {
+        (Some(external), _) => external.clone(),
+        (None, broker) => endpoint_of(&broker.as_ref().expect("started above").connection_string()),
+    };
+    let verdict = broker_renewal(&endpoint, &tokens, external.is_none()).await;
     eprintln!("service bus behaviour broker_renew_lock: {verdict:?}");
     report.push(("broker_renew_lock", verdict));
-    eprintln!("\nService Bus behaviour suite against {}:", endpoint.host);
+    let under_test = if external.is_some() {
+        endpoint.host.clone()
+    } else {
+        "the in-process test broker".to_owned()
+    };
+    eprintln!("\nService Bus behaviour suite against {under_test}:");
     for (name, verdict) in &report {
         let line = match verdict {
             Verdict::Passed => "passed".to_owned(),
@@ -408,9 +488,17 @@ async fn proxy(target: String) -> Proxy {
 /// connection is reopened, and duplicate detection leaves each message
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the Service Bus emulator (plain AMQP): BOSUN_TEST_SERVICEBUS with UseDevelopmentEmulator=true (scripts/test runs it then)"]
+#[ignore = "needs the Service Bus emulator (plain AMQP): BOSUN_TEST_SERVICEBUS with UseDevelopmentEmulator=true (scripts/test runs it then); without it, --ignored runs it against the in-process test broker"]
 async fn servicebus_emulator_a_hung_send_times_out_and_a_dropped_connection_is_reopened() {
-    let (endpoint, tokens) = service_bus_under_test();
+    let external = external_service_bus();
+    let broker = match external {
+        Some(_) => None,
+        None => Some(test_broker(10).await),
+    };
+    let (endpoint, tokens) = match (&external, &broker) {
+        (Some(text), _) => endpoint_of(text),
+        (None, broker) => endpoint_of(&broker.as_ref().expect("started above").connection_string()),
+    };
     assert!(
         endpoint.emulator,
         "this test puts a TCP proxy in front of plain AMQP: BOSUN_TEST_SERVICEBUS must name the emulator (UseDevelopmentEmulator=true)"

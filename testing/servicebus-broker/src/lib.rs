@@ -1,0 +1,234 @@
+//! A test-only Azure Service Bus broker: AMQP 1.0 over plain TCP, as the
+//! Service Bus emulator speaks it, with the Service Bus semantics bosun's
+//! client relies on. Start it with [`Broker::start`], create entities from
+//! code, and point a client at [`RunningBroker::connection_string`]
+//! (`Endpoint=sb://127.0.0.1:PORT;...;UseDevelopmentEmulator=true`).
+//!
+//! What it does, as Service Bus does:
+//! - SASL ANONYMOUS / MSSBCBS / PLAIN, then `$cbs` `put-token`: with a key
+//!   configured, a shared access signature's key name, audience, expiry and
+//!   HMAC-SHA256 signature are checked (a JWT is taken as it is), and a
+//!   link needs a token for its entity.
+//! - Queues; topics whose subscriptions each have SQL filter rules
+//!   ([`filter`]); a send to a topic gives a copy to every subscription with
+//!   a matching rule. Each queue and subscription has a `$DeadLetterQueue`.
+//! - Peek-lock: lock duration, expiry (the message comes back, its delivery
+//!   counted), maximum delivery count (then `MaxDeliveryCountExceeded` in the
+//!   dead-letter sub-queue), outcomes accepted / modified / released /
+//!   rejected (`DeadLetterReason`, `DeadLetterErrorDescription`).
+//! - Message annotations `x-opt-sequence-number`, `x-opt-enqueued-time`,
+//!   `x-opt-locked-until`, `x-opt-lock-token`; scheduled messages
+//!   (`x-opt-scheduled-enqueue-time`); duplicate detection by message id;
+//!   batches (message format `0x80013700`).
+//! - `$management`: `com.microsoft:renew-lock` and
+//!   `com.microsoft:peek-message`.
+//!
+//! Fault hooks for tests: [`RunningBroker::expire_lock`] and
+//! [`RunningBroker::drop_connections`] (holding replies back is left to a
+//! TCP proxy, as bosun's hung-send test does).
+//!
+//! Layout: [`filter`] the SQL filters, `namespace` the entities and their
+//! semantics (no I/O), `server` the AMQP connections and links, `requests`
+//! `$cbs` and `$management`, `sas` token checks.
+//!
+//! Not done: the delivery tag is `fe2o3-amqp`'s own, not the lock token
+//! (clients read `x-opt-lock-token`); no management REST (ATOM) API,
+//! sessions, transactions, message TTL or `$management` operations beyond
+//! the two above.
+
+use std::sync::{Arc, Mutex as SyncMutex};
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+pub mod filter;
+mod namespace;
+mod requests;
+mod sas;
+mod server;
+
+pub use namespace::{DEAD_LETTER_QUEUE, EntitySettings, MAX_DELIVERY_COUNT_EXCEEDED, Refusal};
+pub use sas::{SharedAccessKey, TokenRefusal, check_token};
+
+use namespace::Namespace;
+use server::lock;
+
+/// How often expired locks are looked for.
+const LOCK_SWEEP: Duration = Duration::from_millis(20);
+
+/// How the broker is set up.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The shared access key tokens must be signed with; `None` takes any
+    /// token and needs none.
+    pub key: Option<SharedAccessKey>,
+}
+
+impl Default for BrokerConfig {
+    /// The emulator's well-known key: `RootManageSharedAccessKey` /
+    /// `SAS_KEY_VALUE`.
+    fn default() -> Self {
+        Self {
+            key: Some(SharedAccessKey {
+                key_name: "RootManageSharedAccessKey".to_owned(),
+                key: "SAS_KEY_VALUE".to_owned(),
+            }),
+        }
+    }
+}
+
+/// What the connection, link and lock-sweep tasks share.
+pub(crate) struct Shared {
+    pub(crate) namespace: SyncMutex<Namespace>,
+    /// Woken when messages may have become available.
+    pub(crate) changed: Notify,
+    pub(crate) key: Option<SharedAccessKey>,
+    /// Bumped to drop every open connection.
+    pub(crate) cut: watch::Sender<u64>,
+    /// Locked deliveries waiting for their outcome.
+    pub(crate) pending: SyncMutex<Vec<server::PendingDelivery>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+/// The broker.
+#[derive(Debug)]
+pub struct Broker;
+
+impl Broker {
+    /// Binds `127.0.0.1:0` and serves until the [`RunningBroker`] is dropped.
+    pub async fn start(config: BrokerConfig) -> std::io::Result<RunningBroker> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let shared = Arc::new(Shared {
+            namespace: SyncMutex::new(Namespace::default()),
+            changed: Notify::new(),
+            key: config.key.clone(),
+            cut: watch::channel(0).0,
+            pending: SyncMutex::new(Vec::new()),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let accept = tokio::spawn(server::accept_loop(listener, Arc::clone(&shared), stopped));
+        let sweeper = Arc::downgrade(&shared);
+        let sweep = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LOCK_SWEEP).await;
+                let Some(shared) = sweeper.upgrade() else { return };
+                server::apply_outcomes(&shared);
+                let now = OffsetDateTime::now_utc();
+                if lock(&shared.namespace).expire_locks(now) {
+                    shared.changed.notify_waiters();
+                }
+            }
+        });
+        Ok(RunningBroker {
+            shared,
+            port,
+            config,
+            stop,
+            tasks: vec![accept, sweep],
+        })
+    }
+}
+
+/// A started broker. Dropping it stops it and closes its connections.
+#[derive(Debug)]
+pub struct RunningBroker {
+    shared: Arc<Shared>,
+    port: u16,
+    config: BrokerConfig,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for RunningBroker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl RunningBroker {
+    /// The port it listens on (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A namespace-level connection string for it, as the emulator's:
+    /// `Endpoint=sb://127.0.0.1:PORT;SharedAccessKeyName=...;SharedAccessKey=...;UseDevelopmentEmulator=true`.
+    pub fn connection_string(&self) -> String {
+        let (name, key) = self
+            .config
+            .key
+            .as_ref()
+            .map_or(("RootManageSharedAccessKey", "any"), |key| {
+                (key.key_name.as_str(), key.key.as_str())
+            });
+        format!(
+            "Endpoint=sb://127.0.0.1:{};SharedAccessKeyName={name};SharedAccessKey={key};UseDevelopmentEmulator=true",
+            self.port
+        )
+    }
+
+    fn with_namespace<T>(&self, work: impl FnOnce(&mut Namespace) -> T) -> T {
+        server::apply_outcomes(&self.shared);
+        let result = work(&mut lock(&self.shared.namespace));
+        self.shared.changed.notify_waiters();
+        result
+    }
+
+    /// Creates a queue (and its `$DeadLetterQueue`).
+    pub fn create_queue(&self, name: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        self.with_namespace(|namespace| namespace.create_queue(name, settings))
+    }
+
+    /// Creates a topic (its duplicate detection window applies to sends to it).
+    pub fn create_topic(&self, name: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        self.with_namespace(|namespace| namespace.create_topic(name, settings))
+    }
+
+    /// Creates a subscription of `topic`, with the `$Default` rule (a true
+    /// filter) as Service Bus gives every new subscription.
+    pub fn create_subscription(&self, topic: &str, name: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        self.with_namespace(|namespace| namespace.create_subscription(topic, name, settings))
+    }
+
+    /// Adds or replaces a subscription's SQL filter rule.
+    pub fn put_rule(&self, topic: &str, subscription: &str, rule: &str, sql_filter: &str) -> Result<(), Refusal> {
+        self.with_namespace(|namespace| namespace.put_rule(topic, subscription, rule, sql_filter))
+    }
+
+    /// Removes a subscription's rule (such as `$Default`); whether it was there.
+    pub fn remove_rule(&self, topic: &str, subscription: &str, rule: &str) -> Result<bool, Refusal> {
+        self.with_namespace(|namespace| namespace.remove_rule(topic, subscription, rule))
+    }
+
+    /// How many messages an entity path holds (`commit`,
+    /// `bosun-events/Subscriptions/x/$DeadLetterQueue`), in any state.
+    pub fn message_count(&self, path: &str) -> Option<usize> {
+        server::apply_outcomes(&self.shared);
+        lock(&self.shared.namespace).message_count(&namespace::entity_key(path))
+    }
+
+    /// Fault injection: ends the lock of `lock_token` now, as if it had
+    /// expired (the message comes back, its delivery counted). Whether
+    /// the lock was held.
+    pub fn expire_lock(&self, lock_token: Uuid) -> bool {
+        self.with_namespace(|namespace| namespace.expire_lock(lock_token, OffsetDateTime::now_utc()))
+    }
+
+    /// Fault injection: drops every open connection without a close frame.
+    pub fn drop_connections(&self) {
+        self.shared.cut.send_modify(|generation| *generation += 1);
+    }
+}

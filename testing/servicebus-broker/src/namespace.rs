@@ -1,0 +1,886 @@
+//! The namespace's state and its Service Bus semantics, without any AMQP
+//! I/O: entities (queues, topics, subscriptions with rules, each queue and
+//! subscription with its `$DeadLetterQueue`), enqueue with duplicate
+//! detection, scheduling and rule routing, peek-lock with lock expiry and
+//! delivery counts, settlement, renewal and peek. Every operation takes the
+//! current time, so the rules are tested without a clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Header, Message, MessageAnnotations, MessageId};
+use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::filter::{FilterSubject, SqlFilter, SqlValue};
+
+/// A message as the broker holds it (whatever body the sender gave).
+pub(crate) type AmqpMessage = Message<Body<Value>>;
+
+/// The sub-queue of an entity that holds its dead letters.
+pub const DEAD_LETTER_QUEUE: &str = "$DeadLetterQueue";
+/// The annotation naming when a scheduled message becomes visible.
+pub(crate) const SCHEDULED_ENQUEUE_TIME: &str = "x-opt-scheduled-enqueue-time";
+/// The dead-letter reason Service Bus gives after too many deliveries.
+pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+
+/// The settings of a queue, topic or subscription (the ones Service Bus
+/// keeps per entity and bosun's topology sets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntitySettings {
+    /// How long a peek-lock lasts unless renewed (queues, subscriptions).
+    pub lock_duration: Duration,
+    /// Deliveries before the message is dead-lettered with
+    /// `MaxDeliveryCountExceeded` (queues, subscriptions).
+    pub max_delivery_count: u32,
+    /// Duplicate detection by message id over this window (queues,
+    /// topics); `None` for none.
+    pub duplicate_detection_window: Option<Duration>,
+}
+
+impl Default for EntitySettings {
+    /// Service Bus's defaults for an entity bosun creates: a one-minute
+    /// lock, ten deliveries, ten minutes of duplicate detection.
+    fn default() -> Self {
+        Self {
+            lock_duration: Duration::from_secs(60),
+            max_delivery_count: 10,
+            duplicate_detection_window: Some(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// Why an entity operation was refused, with the AMQP condition Service
+/// Bus uses for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No such entity (`amqp:not-found`).
+    #[error("the messaging entity `{0}` could not be found")]
+    NotFound(String),
+    /// The entity exists already (`com.microsoft:entity-already-exists`).
+    #[error("the messaging entity `{0}` already exists")]
+    AlreadyExists(String),
+    /// The operation is not allowed on this entity (`amqp:not-allowed`).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The lock is gone (`com.microsoft:message-lock-lost`).
+    #[error("the lock supplied is invalid: it expired, or the message was already settled")]
+    LockLost,
+    /// A filter did not parse (`amqp:invalid-field`).
+    #[error("{0}")]
+    BadFilter(String),
+}
+
+impl Refusal {
+    /// The AMQP error condition Service Bus sends for it.
+    pub fn condition(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "amqp:not-found",
+            Self::AlreadyExists(_) => "com.microsoft:entity-already-exists",
+            Self::NotAllowed(_) => "amqp:not-allowed",
+            Self::LockLost => "com.microsoft:message-lock-lost",
+            Self::BadFilter(_) => "amqp:invalid-field",
+        }
+    }
+
+    /// The `$management` status code Service Bus answers with.
+    pub fn status_code(&self) -> u16 {
+        match self {
+            Self::NotFound(_) => 404,
+            Self::AlreadyExists(_) => 409,
+            Self::NotAllowed(_) | Self::BadFilter(_) => 400,
+            Self::LockLost => 410,
+        }
+    }
+}
+
+/// How a receiver settled a locked message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settlement {
+    /// `accepted`: the message is removed.
+    Complete,
+    /// `modified`: the lock is given up; `counted` (delivery-failed) keeps
+    /// the delivery in the count, else it is not counted.
+    Abandon {
+        /// Whether the delivery counts (`delivery-failed`).
+        counted: bool,
+    },
+    /// `modified` with `undeliverable-here`: Service Bus defers the message
+    /// (it is only visible to peek and receive-by-sequence-number).
+    Defer,
+    /// `released`: given back, not counted.
+    Release,
+    /// `rejected`: moved to the dead-letter sub-queue.
+    DeadLetter {
+        /// `DeadLetterReason`.
+        reason: String,
+        /// `DeadLetterErrorDescription`.
+        description: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Lock {
+    token: Uuid,
+    until: OffsetDateTime,
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    message: AmqpMessage,
+    enqueued_at: OffsetDateTime,
+    visible_at: OffsetDateTime,
+    /// Deliveries so far (the header's delivery count on the next one).
+    delivery_count: u32,
+    lock: Option<Lock>,
+    deferred: bool,
+}
+
+#[derive(Debug, Default)]
+struct Duplicates {
+    seen: HashMap<String, OffsetDateTime>,
+}
+
+impl Duplicates {
+    /// Whether `message` repeats a message id seen within `window`; records it if not.
+    fn is_duplicate(&mut self, window: Option<Duration>, message: &AmqpMessage, now: OffsetDateTime) -> bool {
+        let (Some(window), Some(id)) = (window, message_id(message)) else {
+            return false;
+        };
+        self.seen.retain(|_, at| *at + window > now);
+        if self.seen.contains_key(&id) {
+            return true;
+        }
+        self.seen.insert(id, now);
+        false
+    }
+}
+
+/// A queue, a subscription or a dead-letter sub-queue: somewhere messages wait.
+#[derive(Debug)]
+struct MessageStore {
+    settings: EntitySettings,
+    messages: BTreeMap<i64, Stored>,
+    /// The dead-letter sub-queue's key (none for a dead-letter sub-queue).
+    dead_letter: Option<String>,
+}
+
+impl MessageStore {
+    fn new(settings: EntitySettings, dead_letter: Option<String>) -> Self {
+        Self {
+            settings,
+            messages: BTreeMap::new(),
+            dead_letter,
+        }
+    }
+}
+
+/// A rule's filter: `$Default`'s true filter, or a SQL filter.
+#[derive(Debug)]
+enum RuleFilter {
+    True,
+    Sql(SqlFilter),
+}
+
+impl RuleFilter {
+    fn matches(&self, subject: &dyn FilterSubject) -> bool {
+        match self {
+            Self::True => true,
+            Self::Sql(filter) => filter.matches(subject),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Topic {
+    settings: EntitySettings,
+    duplicates: Duplicates,
+    /// Subscription name (lower case) → its rules by name.
+    subscriptions: BTreeMap<String, BTreeMap<String, RuleFilter>>,
+}
+
+#[derive(Debug)]
+struct Queue {
+    duplicates: Duplicates,
+}
+
+/// A message handed to a receiver under a new lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockedMessage {
+    /// The message with its delivery annotations and header.
+    pub(crate) message: AmqpMessage,
+    /// The lock token.
+    pub(crate) token: Uuid,
+}
+
+/// Where a send goes.
+enum SendTarget {
+    Queue(String),
+    Topic(String),
+}
+
+/// The namespace: every entity and message.
+#[derive(Debug, Default)]
+pub(crate) struct Namespace {
+    stores: HashMap<String, MessageStore>,
+    queues: HashMap<String, Queue>,
+    topics: HashMap<String, Topic>,
+    /// Lock token → the store holding the locked message and its sequence.
+    locks: HashMap<Uuid, (String, i64)>,
+    next_sequence: i64,
+}
+
+/// The key of an entity path: without the address's scheme and host,
+/// slashes trimmed, lower case (Service Bus paths are case-insensitive).
+pub(crate) fn entity_key(address: &str) -> String {
+    let path = ["amqps://", "amqp://", "sb://"]
+        .iter()
+        .find_map(|scheme| address.strip_prefix(scheme))
+        .map_or(address, |rest| rest.split_once('/').map_or("", |(_, path)| path));
+    path.trim_matches('/').to_ascii_lowercase()
+}
+
+fn dead_letter_key(key: &str) -> String {
+    format!("{key}/{}", DEAD_LETTER_QUEUE.to_ascii_lowercase())
+}
+
+fn subscription_key(topic: &str, subscription: &str) -> String {
+    format!(
+        "{}/subscriptions/{}",
+        entity_key(topic),
+        subscription.to_ascii_lowercase()
+    )
+}
+
+impl Namespace {
+    fn exists(&self, key: &str) -> bool {
+        self.stores.contains_key(key) || self.topics.contains_key(key)
+    }
+
+    /// Creates a queue (with its dead-letter sub-queue).
+    pub(crate) fn create_queue(&mut self, path: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        let key = entity_key(path);
+        if key.is_empty() || self.exists(&key) {
+            return Err(Refusal::AlreadyExists(path.to_owned()));
+        }
+        let dead = dead_letter_key(&key);
+        self.stores.insert(dead.clone(), MessageStore::new(settings, None));
+        self.stores.insert(key.clone(), MessageStore::new(settings, Some(dead)));
+        self.queues.insert(
+            key,
+            Queue {
+                duplicates: Duplicates::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Creates a topic.
+    pub(crate) fn create_topic(&mut self, path: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        let key = entity_key(path);
+        if key.is_empty() || self.exists(&key) {
+            return Err(Refusal::AlreadyExists(path.to_owned()));
+        }
+        self.topics.insert(
+            key,
+            Topic {
+                settings,
+                duplicates: Duplicates::default(),
+                subscriptions: BTreeMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Creates a subscription of `topic` with the `$Default` true filter
+    /// rule, as Service Bus does.
+    pub(crate) fn create_subscription(
+        &mut self,
+        topic: &str,
+        subscription: &str,
+        settings: EntitySettings,
+    ) -> Result<(), Refusal> {
+        let topic_key = entity_key(topic);
+        let key = subscription_key(topic, subscription);
+        let entry = self
+            .topics
+            .get_mut(&topic_key)
+            .ok_or_else(|| Refusal::NotFound(topic.to_owned()))?;
+        let name = subscription.to_ascii_lowercase();
+        if entry.subscriptions.contains_key(&name) {
+            return Err(Refusal::AlreadyExists(key));
+        }
+        entry
+            .subscriptions
+            .insert(name, BTreeMap::from([("$default".to_owned(), RuleFilter::True)]));
+        let dead = dead_letter_key(&key);
+        self.stores.insert(dead.clone(), MessageStore::new(settings, None));
+        self.stores.insert(key, MessageStore::new(settings, Some(dead)));
+        Ok(())
+    }
+
+    fn rules_mut(&mut self, topic: &str, subscription: &str) -> Result<&mut BTreeMap<String, RuleFilter>, Refusal> {
+        self.topics
+            .get_mut(&entity_key(topic))
+            .and_then(|entry| entry.subscriptions.get_mut(&subscription.to_ascii_lowercase()))
+            .ok_or_else(|| Refusal::NotFound(subscription_key(topic, subscription)))
+    }
+
+    /// Adds (or replaces) a SQL filter rule of a subscription.
+    pub(crate) fn put_rule(&mut self, topic: &str, subscription: &str, rule: &str, sql: &str) -> Result<(), Refusal> {
+        let filter = SqlFilter::parse(sql).map_err(|err| Refusal::BadFilter(err.to_string()))?;
+        self.rules_mut(topic, subscription)?
+            .insert(rule.to_ascii_lowercase(), RuleFilter::Sql(filter));
+        Ok(())
+    }
+
+    /// Removes a rule; whether it was there.
+    pub(crate) fn remove_rule(&mut self, topic: &str, subscription: &str, rule: &str) -> Result<bool, Refusal> {
+        Ok(self
+            .rules_mut(topic, subscription)?
+            .remove(&rule.to_ascii_lowercase())
+            .is_some())
+    }
+
+    /// Whether a receiver or sender may attach to the entity at `key`, and
+    /// which way: `true` for a send target, `false` for a receive source.
+    pub(crate) fn check_attach(&self, key: &str, sending: bool) -> Result<(), Refusal> {
+        if sending {
+            if self.queues.contains_key(key) || self.topics.contains_key(key) {
+                return Ok(());
+            }
+            if self.stores.contains_key(key) {
+                return Err(Refusal::NotAllowed(format!(
+                    "`{key}` cannot be sent to: send to its queue or topic"
+                )));
+            }
+        } else {
+            if self.stores.contains_key(key) {
+                return Ok(());
+            }
+            if self.topics.contains_key(key) {
+                return Err(Refusal::NotAllowed(format!(
+                    "`{key}` is a topic: receive from one of its subscriptions"
+                )));
+            }
+        }
+        Err(Refusal::NotFound(key.to_owned()))
+    }
+
+    /// Whether `key` names a queue, topic, subscription or dead-letter sub-queue.
+    pub(crate) fn has_entity(&self, key: &str) -> bool {
+        self.exists(key)
+    }
+
+    fn send_target(&self, key: &str) -> Result<SendTarget, Refusal> {
+        self.check_attach(key, true)?;
+        Ok(if self.topics.contains_key(key) {
+            SendTarget::Topic(key.to_owned())
+        } else {
+            SendTarget::Queue(key.to_owned())
+        })
+    }
+
+    /// Enqueues `messages` (one send: a message or a batch) to the queue
+    /// or topic at `key`. Duplicates (same message id within the window)
+    /// are accepted and dropped; a topic gives each subscription whose
+    /// rules match a copy.
+    pub(crate) fn enqueue(
+        &mut self,
+        key: &str,
+        messages: Vec<AmqpMessage>,
+        now: OffsetDateTime,
+    ) -> Result<(), Refusal> {
+        let target = self.send_target(key)?;
+        for message in messages {
+            match &target {
+                SendTarget::Queue(queue) => {
+                    let window = self
+                        .stores
+                        .get(queue)
+                        .and_then(|s| s.settings.duplicate_detection_window);
+                    let duplicate = self
+                        .queues
+                        .get_mut(queue)
+                        .is_some_and(|q| q.duplicates.is_duplicate(window, &message, now));
+                    if !duplicate {
+                        self.store(queue, message, now);
+                    }
+                }
+                SendTarget::Topic(topic) => {
+                    let Some(entry) = self.topics.get_mut(topic) else {
+                        continue;
+                    };
+                    if entry
+                        .duplicates
+                        .is_duplicate(entry.settings.duplicate_detection_window, &message, now)
+                    {
+                        continue;
+                    }
+                    let subject = Subject(&message);
+                    let matched: Vec<String> = entry
+                        .subscriptions
+                        .iter()
+                        .filter(|(_, rules)| rules.values().any(|rule| rule.matches(&subject)))
+                        .map(|(name, _)| format!("{topic}/subscriptions/{name}"))
+                        .collect();
+                    for subscription in matched {
+                        self.store(&subscription, message.clone(), now);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn store(&mut self, key: &str, message: AmqpMessage, now: OffsetDateTime) {
+        self.next_sequence += 1;
+        let sequence = self.next_sequence;
+        let visible_at = match annotation(&message, SCHEDULED_ENQUEUE_TIME) {
+            Some(Value::Timestamp(at)) => from_unix_ms(at.milliseconds()).max(now),
+            _ => now,
+        };
+        if let Some(store) = self.stores.get_mut(key) {
+            store.messages.insert(
+                sequence,
+                Stored {
+                    message,
+                    enqueued_at: visible_at,
+                    visible_at,
+                    delivery_count: 0,
+                    lock: None,
+                    deferred: false,
+                },
+            );
+        }
+    }
+
+    /// Locks the first available message of `key` (by sequence number) for
+    /// the entity's lock duration and returns it as it is delivered.
+    pub(crate) fn lock_next(&mut self, key: &str, now: OffsetDateTime) -> Option<LockedMessage> {
+        let store = self.stores.get_mut(key)?;
+        let lock_duration = store.settings.lock_duration;
+        let (sequence, stored) = store
+            .messages
+            .iter_mut()
+            .find(|(_, stored)| stored.lock.is_none() && !stored.deferred && stored.visible_at <= now)?;
+        let token = Uuid::new_v4();
+        let until = now + lock_duration;
+        stored.lock = Some(Lock { token, until });
+        let mut message = delivered(stored, *sequence);
+        annotate(&mut message, "x-opt-locked-until", Value::Timestamp(timestamp(until)));
+        annotate(&mut message, "x-opt-lock-token", Value::Uuid(token.into_bytes().into()));
+        stored.delivery_count += 1;
+        let sequence = *sequence;
+        self.locks.insert(token, (key.to_owned(), sequence));
+        Some(LockedMessage { message, token })
+    }
+
+    /// Settles the message locked under `token`. A lock that expired or was
+    /// settled already is [`Refusal::LockLost`].
+    pub(crate) fn settle(&mut self, token: Uuid, settlement: Settlement, now: OffsetDateTime) -> Result<(), Refusal> {
+        let (key, sequence) = self.live_lock(token, now)?;
+        self.locks.remove(&token);
+        let Some(store) = self.stores.get_mut(&key) else {
+            return Err(Refusal::LockLost);
+        };
+        let max_delivery_count = store.settings.max_delivery_count;
+        let dead_letter = store.dead_letter.clone();
+        let Some(stored) = store.messages.get_mut(&sequence) else {
+            return Err(Refusal::LockLost);
+        };
+        stored.lock = None;
+        match settlement {
+            Settlement::Complete => {
+                store.messages.remove(&sequence);
+            }
+            Settlement::Abandon { counted: true } => {
+                if stored.delivery_count >= max_delivery_count {
+                    self.dead_letter(
+                        &key,
+                        sequence,
+                        MAX_DELIVERY_COUNT_EXCEEDED,
+                        &too_many(max_delivery_count),
+                    );
+                }
+            }
+            Settlement::Abandon { counted: false } | Settlement::Release => {
+                stored.delivery_count = stored.delivery_count.saturating_sub(1);
+            }
+            Settlement::Defer => stored.deferred = true,
+            Settlement::DeadLetter { reason, description } => {
+                if dead_letter.is_some() {
+                    self.dead_letter(&key, sequence, &reason, &description);
+                } else {
+                    // A dead letter of a dead-letter sub-queue stays there.
+                    return Err(Refusal::NotAllowed(
+                        "a message of a dead-letter sub-queue cannot be dead-lettered".to_owned(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn live_lock(&self, token: Uuid, now: OffsetDateTime) -> Result<(String, i64), Refusal> {
+        let (key, sequence) = self.locks.get(&token).cloned().ok_or(Refusal::LockLost)?;
+        let locked = self
+            .stores
+            .get(&key)
+            .and_then(|store| store.messages.get(&sequence))
+            .and_then(|stored| stored.lock.as_ref())
+            .is_some_and(|lock| lock.token == token && lock.until > now);
+        if locked {
+            Ok((key, sequence))
+        } else {
+            Err(Refusal::LockLost)
+        }
+    }
+
+    /// Moves a message to its entity's dead-letter sub-queue with the
+    /// reason and description as application properties.
+    fn dead_letter(&mut self, key: &str, sequence: i64, reason: &str, description: &str) {
+        let Some(store) = self.stores.get_mut(key) else { return };
+        let Some(dead) = store.dead_letter.clone() else { return };
+        let Some(mut stored) = store.messages.remove(&sequence) else {
+            return;
+        };
+        let properties = stored
+            .message
+            .application_properties
+            .get_or_insert_with(ApplicationProperties::default);
+        properties
+            .0
+            .insert("DeadLetterReason".to_owned(), SimpleValue::String(reason.to_owned()));
+        properties.0.insert(
+            "DeadLetterErrorDescription".to_owned(),
+            SimpleValue::String(description.to_owned()),
+        );
+        stored.lock = None;
+        stored.deferred = false;
+        if let Some(dead_store) = self.stores.get_mut(&dead) {
+            dead_store.messages.insert(sequence, stored);
+        }
+    }
+
+    /// Extends the locks of `tokens` by their entity's lock duration; the
+    /// new expiries in order. Any lock that is gone fails the whole request.
+    pub(crate) fn renew(&mut self, tokens: &[Uuid], now: OffsetDateTime) -> Result<Vec<OffsetDateTime>, Refusal> {
+        let mut found = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            found.push(self.live_lock(*token, now)?);
+        }
+        let mut expirations = Vec::with_capacity(tokens.len());
+        for (key, sequence) in found {
+            let Some(store) = self.stores.get_mut(&key) else {
+                return Err(Refusal::LockLost);
+            };
+            let until = now + store.settings.lock_duration;
+            if let Some(lock) = store.messages.get_mut(&sequence).and_then(|s| s.lock.as_mut()) {
+                lock.until = until;
+            }
+            expirations.push(until);
+        }
+        Ok(expirations)
+    }
+
+    /// Ends the lock of `token` now, as if it had expired (fault injection).
+    pub(crate) fn expire_lock(&mut self, token: Uuid, now: OffsetDateTime) -> bool {
+        let Ok((key, sequence)) = self.live_lock(token, now) else {
+            return false;
+        };
+        if let Some(lock) = self
+            .stores
+            .get_mut(&key)
+            .and_then(|store| store.messages.get_mut(&sequence))
+            .and_then(|stored| stored.lock.as_mut())
+        {
+            lock.until = now;
+        }
+        self.expire_locks(now);
+        true
+    }
+
+    /// Gives every expired lock's message back (its delivery stays
+    /// counted), dead-lettering those at the maximum delivery count.
+    /// Whether any message became available.
+    pub(crate) fn expire_locks(&mut self, now: OffsetDateTime) -> bool {
+        let expired: Vec<(Uuid, String, i64)> = self
+            .locks
+            .iter()
+            .filter(|(token, (key, sequence))| {
+                self.stores
+                    .get(key)
+                    .and_then(|store| store.messages.get(sequence))
+                    .and_then(|stored| stored.lock.as_ref())
+                    .is_none_or(|lock| lock.token != **token || lock.until <= now)
+            })
+            .map(|(token, (key, sequence))| (*token, key.clone(), *sequence))
+            .collect();
+        for (token, key, sequence) in &expired {
+            self.locks.remove(token);
+            let Some(store) = self.stores.get_mut(key) else {
+                continue;
+            };
+            let max = store.settings.max_delivery_count;
+            let Some(stored) = store.messages.get_mut(sequence) else {
+                continue;
+            };
+            if stored.lock.as_ref().is_some_and(|lock| lock.token == *token) {
+                stored.lock = None;
+                if stored.delivery_count >= max {
+                    self.dead_letter(key, *sequence, MAX_DELIVERY_COUNT_EXCEEDED, &too_many(max));
+                }
+            }
+        }
+        !expired.is_empty()
+    }
+
+    /// Up to `count` messages of `key` from `from_sequence` on, locked or
+    /// not, scheduled or deferred included, as Service Bus's peek returns them.
+    pub(crate) fn peek(&self, key: &str, from_sequence: i64, count: usize) -> Result<Vec<AmqpMessage>, Refusal> {
+        let store = self.stores.get(key).ok_or_else(|| Refusal::NotFound(key.to_owned()))?;
+        Ok(store
+            .messages
+            .range(from_sequence..)
+            .take(count)
+            .map(|(sequence, stored)| delivered(stored, *sequence))
+            .collect())
+    }
+
+    /// How many messages `key` holds (any state).
+    pub(crate) fn message_count(&self, key: &str) -> Option<usize> {
+        self.stores.get(key).map(|store| store.messages.len())
+    }
+}
+
+fn too_many(max: u32) -> String {
+    format!("Message could not be consumed after {max} delivery attempts.")
+}
+
+/// A stored message as it goes out: header delivery count = deliveries so
+/// far, and the sequence number and enqueued time annotations.
+fn delivered(stored: &Stored, sequence: i64) -> AmqpMessage {
+    let mut message = stored.message.clone();
+    let header = message.header.get_or_insert_with(Header::default);
+    header.delivery_count = stored.delivery_count;
+    annotate(&mut message, "x-opt-sequence-number", Value::Long(sequence));
+    annotate(
+        &mut message,
+        "x-opt-enqueued-time",
+        Value::Timestamp(timestamp(stored.enqueued_at)),
+    );
+    message
+}
+
+fn annotate(message: &mut AmqpMessage, name: &str, value: Value) {
+    message
+        .message_annotations
+        .get_or_insert_with(MessageAnnotations::default)
+        .0
+        .insert(OwnedKey::from(name), value);
+}
+
+fn annotation<'a>(message: &'a AmqpMessage, name: &str) -> Option<&'a Value> {
+    message
+        .message_annotations
+        .as_ref()?
+        .0
+        .iter()
+        .find(|(key, _)| matches!(key, OwnedKey::Symbol(symbol) if symbol.0 == name))
+        .map(|(_, value)| value)
+}
+
+/// An AMQP timestamp for a time.
+pub(crate) fn timestamp(at: OffsetDateTime) -> Timestamp {
+    let millis = at.unix_timestamp_nanos() / 1_000_000;
+    Timestamp::from(i64::try_from(millis).unwrap_or(i64::MAX))
+}
+
+/// The time of an AMQP timestamp's milliseconds.
+pub(crate) fn from_unix_ms(millis: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+fn message_id_text(id: &MessageId) -> String {
+    match id {
+        MessageId::String(id) => id.clone(),
+        MessageId::Ulong(id) => id.to_string(),
+        MessageId::Uuid(id) => Uuid::from_bytes(*id.as_inner()).to_string(),
+        MessageId::Binary(id) => id.iter().map(|byte| format!("{byte:02x}")).collect(),
+    }
+}
+
+fn message_id(message: &AmqpMessage) -> Option<String> {
+    message
+        .properties
+        .as_ref()
+        .and_then(|p| p.message_id.as_ref())
+        .map(message_id_text)
+}
+
+/// A message's properties as a filter sees them.
+struct Subject<'a>(&'a AmqpMessage);
+
+fn simple_to_sql(value: &SimpleValue) -> SqlValue {
+    match value {
+        SimpleValue::Null => SqlValue::Null,
+        SimpleValue::Bool(value) => SqlValue::Bool(*value),
+        SimpleValue::Ubyte(value) => SqlValue::Int(i64::from(*value)),
+        SimpleValue::Ushort(value) => SqlValue::Int(i64::from(*value)),
+        SimpleValue::Uint(value) => SqlValue::Int(i64::from(*value)),
+        SimpleValue::Ulong(value) => i64::try_from(*value).map_or(SqlValue::Float(*value as f64), SqlValue::Int),
+        SimpleValue::Byte(value) => SqlValue::Int(i64::from(*value)),
+        SimpleValue::Short(value) => SqlValue::Int(i64::from(*value)),
+        SimpleValue::Int(value) => SqlValue::Int(i64::from(*value)),
+        SimpleValue::Long(value) => SqlValue::Int(*value),
+        SimpleValue::Float(value) => SqlValue::Float(f64::from(value.into_inner())),
+        SimpleValue::Double(value) => SqlValue::Float(value.into_inner()),
+        SimpleValue::String(value) => SqlValue::String(value.clone()),
+        SimpleValue::Symbol(value) => SqlValue::String(value.0.clone()),
+        other => SqlValue::String(format!("{other:?}")),
+    }
+}
+
+impl FilterSubject for Subject<'_> {
+    fn system(&self, name: &str) -> Option<SqlValue> {
+        let properties = self.0.properties.as_ref()?;
+        let text = |value: &Option<String>| value.clone().map(SqlValue::String);
+        let id = |value: &Option<MessageId>| value.as_ref().map(|id| SqlValue::String(message_id_text(id)));
+        match name.to_ascii_lowercase().as_str() {
+            "label" => text(&properties.subject),
+            "messageid" => id(&properties.message_id),
+            "correlationid" => id(&properties.correlation_id),
+            "to" => text(&properties.to),
+            "replyto" => text(&properties.reply_to),
+            "contenttype" => properties
+                .content_type
+                .as_ref()
+                .map(|symbol| SqlValue::String(symbol.0.clone())),
+            "sessionid" => text(&properties.group_id),
+            "replytosessionid" => text(&properties.reply_to_group_id),
+            _ => None,
+        }
+    }
+
+    fn user(&self, name: &str) -> Option<SqlValue> {
+        self.0.application_properties.as_ref()?.0.get(name).map(simple_to_sql)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fe2o3_amqp::types::messaging::{Data, Properties};
+    use fe2o3_amqp::types::primitives::Binary;
+
+    use super::*;
+
+    fn message(id: &str, label: &str) -> AmqpMessage {
+        Message::builder()
+            .properties(Properties {
+                message_id: Some(MessageId::String(id.to_owned())),
+                subject: Some(label.to_owned()),
+                ..Properties::default()
+            })
+            .body(Body::Data(vec![Data(Binary::from(id.as_bytes().to_vec()))].into()))
+            .build()
+    }
+
+    fn settings(max_delivery_count: u32) -> EntitySettings {
+        EntitySettings {
+            lock_duration: Duration::from_secs(5),
+            max_delivery_count,
+            duplicate_detection_window: Some(Duration::from_secs(60)),
+        }
+    }
+
+    fn header_count(message: &AmqpMessage) -> u32 {
+        message.header.as_ref().unwrap().delivery_count
+    }
+
+    #[test]
+    fn paths_are_keys_without_scheme_host_or_case() {
+        assert_eq!(entity_key("amqp://127.0.0.1:5672/Commit"), "commit");
+        assert_eq!(
+            entity_key("amqp://localhost/bosun-events/Subscriptions/x/$management"),
+            "bosun-events/subscriptions/x/$management"
+        );
+        assert_eq!(entity_key("$cbs"), "$cbs");
+    }
+
+    #[test]
+    fn an_expired_lock_redelivers_and_counts_until_the_dead_letter_queue() {
+        let mut namespace = Namespace::default();
+        namespace.create_queue("q", settings(2)).unwrap();
+        let now = OffsetDateTime::now_utc();
+        namespace.enqueue("q", vec![message("a", "L")], now).unwrap();
+        let first = namespace.lock_next("q", now).unwrap();
+        assert_eq!(header_count(&first.message), 0);
+        assert!(namespace.lock_next("q", now).is_none(), "locked");
+        let later = now + Duration::from_secs(6);
+        assert!(namespace.expire_locks(later));
+        assert_eq!(
+            namespace.settle(first.token, Settlement::Complete, later),
+            Err(Refusal::LockLost)
+        );
+        let second = namespace.lock_next("q", later).unwrap();
+        assert_eq!(header_count(&second.message), 1);
+        namespace
+            .settle(second.token, Settlement::Abandon { counted: true }, later)
+            .unwrap();
+        assert!(namespace.lock_next("q", later).is_none());
+        let dead = namespace.peek("q/$deadletterqueue", 0, 10).unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(header_count(&dead[0]), 2);
+        assert_eq!(
+            dead[0]
+                .application_properties
+                .as_ref()
+                .unwrap()
+                .0
+                .get("DeadLetterReason"),
+            Some(&SimpleValue::String(MAX_DELIVERY_COUNT_EXCEEDED.to_owned()))
+        );
+    }
+
+    #[test]
+    fn duplicates_scheduling_and_rules() {
+        let mut namespace = Namespace::default();
+        namespace.create_queue("q", settings(10)).unwrap();
+        namespace.create_topic("t", settings(10)).unwrap();
+        namespace.create_subscription("t", "a", settings(10)).unwrap();
+        namespace.create_subscription("t", "b", settings(10)).unwrap();
+        namespace.put_rule("t", "b", "types", "sys.Label IN ('X')").unwrap();
+        namespace.remove_rule("t", "b", "$Default").unwrap();
+        let now = OffsetDateTime::now_utc();
+        namespace.enqueue("q", vec![message("same", "L")], now).unwrap();
+        namespace.enqueue("q", vec![message("same", "L")], now).unwrap();
+        assert_eq!(namespace.message_count("q"), Some(1));
+        let mut later = message("later", "L");
+        annotate(
+            &mut later,
+            SCHEDULED_ENQUEUE_TIME,
+            Value::Timestamp(timestamp(now + Duration::from_secs(2))),
+        );
+        namespace.enqueue("q", vec![later], now).unwrap();
+        let first = namespace.lock_next("q", now).unwrap();
+        assert_eq!(message_id(&first.message).as_deref(), Some("same"));
+        namespace.settle(first.token, Settlement::Complete, now).unwrap();
+        assert!(namespace.lock_next("q", now).is_none(), "scheduled");
+        assert_eq!(namespace.peek("q", 0, 10).unwrap().len(), 1, "peek shows it");
+        assert!(namespace.lock_next("q", now + Duration::from_secs(3)).is_some());
+        namespace
+            .enqueue("t", vec![message("e1", "Y"), message("e2", "X")], now)
+            .unwrap();
+        assert_eq!(namespace.message_count("t/subscriptions/a"), Some(2));
+        assert_eq!(namespace.message_count("t/subscriptions/b"), Some(1));
+        assert!(matches!(
+            namespace.enqueue("nope", vec![message("x", "L")], now),
+            Err(Refusal::NotFound(_))
+        ));
+    }
+}
