@@ -104,12 +104,29 @@ pub(crate) async fn serve(
             continue;
         };
         let response = response(answer, properties.and_then(|p| p.message_id.clone()), cbs);
-        let link = lock(&replies).get(&reply_to).cloned();
-        if let Some(link) = link {
-            let _ = link.send(response);
+        // The client attaches its reply link before it sends, but the two
+        // links are served by different tasks: wait for it a little.
+        let mut link = lock(&replies).get(&reply_to).cloned();
+        for _ in 0..REPLY_LINK_WAITS {
+            if link.is_some() {
+                break;
+            }
+            tokio::time::sleep(REPLY_LINK_POLL).await;
+            link = lock(&replies).get(&reply_to).cloned();
+        }
+        match link {
+            Some(link) => {
+                let _ = link.send(response);
+            }
+            None => tracing::warn!(node, reply_to, "no reply link for a request; its answer is dropped"),
         }
     }
 }
+
+/// How long a request waits for its reply link: `REPLY_LINK_WAITS` times
+/// `REPLY_LINK_POLL`.
+const REPLY_LINK_WAITS: u32 = 400;
+const REPLY_LINK_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 fn response(answer: Answer, correlation: Option<fe2o3_amqp::types::messaging::MessageId>, cbs: bool) -> AmqpMessage {
     let (code, text) = if cbs {

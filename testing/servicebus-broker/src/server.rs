@@ -216,7 +216,12 @@ async fn session_task(
             }
             LinkEndpoint::Sender(sender) => {
                 if is_request_node(&key) {
-                    tokio::spawn(reply_link(sender, client_node.unwrap_or_default(), replies));
+                    // Registered here, before the next attach is read, so a
+                    // request that follows at once finds its reply link.
+                    let client_node = client_node.unwrap_or_default();
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    lock(&replies).insert(client_node.clone(), tx);
+                    tokio::spawn(reply_link(sender, client_node, rx, replies));
                 } else {
                     tokio::spawn(outgoing_link(sender, key, settled, shared, authorized));
                 }
@@ -327,9 +332,12 @@ fn unbatch(body: &Body<Value>) -> Result<Vec<AmqpMessage>, definitions::Error> {
 }
 
 /// A link responses of a request/response node go out on.
-async fn reply_link(mut sender: Sender, client_node: String, replies: Replies) {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    lock(&replies).insert(client_node.clone(), tx);
+async fn reply_link(
+    mut sender: Sender,
+    client_node: String,
+    mut rx: mpsc::UnboundedReceiver<AmqpMessage>,
+    replies: Replies,
+) {
     loop {
         tokio::select! {
             response = rx.recv() => {
