@@ -32,7 +32,10 @@
 //! `$cbs` and `$management`, `sas` token checks.
 //!
 //! Not done: the delivery tag is `fe2o3-amqp`'s own, not the lock token
-//! (clients read `x-opt-lock-token`); no management REST (ATOM) API,
+//! (clients read `x-opt-lock-token`; Microsoft's Python SDK reads the tag,
+//! so its `lock_token` and lock renewal fail); a peek-locked delivery the
+//! client settles in receiver settle mode second is never settled back
+//! (the Python SDK's complete / abandon / dead-letter wait for that); no management REST (ATOM) API,
 //! sessions, transactions, message TTL or `$management` operations beyond
 //! the two above.
 

@@ -100,9 +100,11 @@ pub(crate) async fn serve(
             management(&request, &entity, &shared)
         };
         let properties = request.properties.as_ref();
-        let Some(reply_to) = properties.and_then(|p| p.reply_to.clone()) else {
-            continue;
-        };
+        // Without a `reply-to` (Microsoft's pyamqp) the answer goes to
+        // the client's link whose target is this node.
+        let reply_to = properties
+            .and_then(|p| p.reply_to.clone())
+            .unwrap_or_else(|| node.clone());
         let response = response(answer, properties.and_then(|p| p.message_id.clone()), cbs);
         // The client attaches its reply link before it sends, but the two
         // links are served by different tasks: wait for it a little.

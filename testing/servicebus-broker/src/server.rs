@@ -6,7 +6,8 @@
 //!   PLAIN with the key name and key.
 //! - A link to `$cbs` or `<entity>/$management` is a request/response
 //!   node ([`crate::requests`]); a response goes to the session's link whose
-//!   target is the request's `reply-to`.
+//!   target is the request's `reply-to`, or without one (pyamqp) the link
+//!   whose target is the node.
 //! - A link the client sends on enqueues to a queue or topic; a batch
 //!   (message format `0x80013700`) is enqueued as its messages, all or none.
 //! - A link the client receives on (receiver settle mode second, peek-lock)
@@ -26,11 +27,11 @@ use std::time::Duration;
 
 use fe2o3_amqp::acceptor::{
     ConnectionAcceptor, LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SaslAcceptor, SessionAcceptor,
-    sasl_acceptor::SaslServerFrame,
+    SupportedReceiverSettleModes, sasl_acceptor::SaslServerFrame,
 };
 use fe2o3_amqp::link::SendError;
 use fe2o3_amqp::link::delivery::DeliveryFut;
-use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, SenderSettleMode};
+use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, ReceiverSettleMode, SenderSettleMode};
 use fe2o3_amqp::types::messaging::message::__private::Deserializable;
 use fe2o3_amqp::types::messaging::{Body, Outcome, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
@@ -188,6 +189,13 @@ async fn session_task(
 ) {
     let replies: Replies = Arc::default();
     let acceptor = LinkAcceptor::builder().build();
+    // The links the client sends on: Service Bus settles what it receives
+    // at once (receiver settle mode first), whatever the client asks;
+    // Microsoft's pyamqp asks for second and waits for a settled outcome.
+    let sends_acceptor = LinkAcceptor::builder()
+        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
+        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
+        .build();
     loop {
         let attach = tokio::select! {
             attach = session.next_incoming_attach() => attach,
@@ -204,7 +212,8 @@ async fn session_task(
         let client_node = address_of_target(&attach);
         let settled = matches!(attach.snd_settle_mode, SenderSettleMode::Settled);
         let key = entity_key(address.as_deref().unwrap_or_default());
-        let Ok(endpoint) = acceptor.accept_incoming_attach(attach, &mut session).await else {
+        let link_acceptor = if remote_sends { &sends_acceptor } else { &acceptor };
+        let Ok(endpoint) = link_acceptor.accept_incoming_attach(attach, &mut session).await else {
             continue;
         };
         let shared = Arc::clone(&shared);
@@ -218,10 +227,22 @@ async fn session_task(
                 if is_request_node(&key) {
                     // Registered here, before the next attach is read, so a
                     // request that follows at once finds its reply link.
+                    // Microsoft's pyamqp sends requests without a
+                    // `reply-to` and takes the answers on its link whose
+                    // target is the node itself: such a link is also
+                    // registered under the node's key, which
+                    // `requests::serve` falls back to.
                     let client_node = client_node.unwrap_or_default();
+                    let mut names = vec![client_node.clone()];
+                    let node_key = entity_key(&client_node);
+                    if is_request_node(&node_key) && node_key != client_node {
+                        names.push(node_key);
+                    }
                     let (tx, rx) = mpsc::unbounded_channel();
-                    lock(&replies).insert(client_node.clone(), tx);
-                    tokio::spawn(reply_link(sender, client_node, rx, replies));
+                    for name in &names {
+                        lock(&replies).insert(name.clone(), tx.clone());
+                    }
+                    tokio::spawn(reply_link(sender, names, rx, tx, replies));
                 } else {
                     tokio::spawn(outgoing_link(sender, key, settled, shared, authorized));
                 }
@@ -334,8 +355,9 @@ fn unbatch(body: &Body<Value>) -> Result<Vec<AmqpMessage>, definitions::Error> {
 /// A link responses of a request/response node go out on.
 async fn reply_link(
     mut sender: Sender,
-    client_node: String,
+    names: Vec<String>,
     mut rx: mpsc::UnboundedReceiver<AmqpMessage>,
+    own: mpsc::UnboundedSender<AmqpMessage>,
     replies: Replies,
 ) {
     loop {
@@ -349,7 +371,15 @@ async fn reply_link(
             _ = sender.on_detach() => break,
         }
     }
-    lock(&replies).remove(&client_node);
+    {
+        let mut replies = lock(&replies);
+        for name in &names {
+            // Only this link's own entry: a later link may have taken the name.
+            if replies.get(name).is_some_and(|tx| tx.same_channel(&own)) {
+                replies.remove(name);
+            }
+        }
+    }
     let _ = sender.close().await;
 }
 
