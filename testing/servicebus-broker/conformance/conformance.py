@@ -4,15 +4,14 @@
 
 (CONNECTION_STRING may instead come from the environment variable
 SERVICEBUS_CONNECTION_STRING, then pass "-" for it.) Each check uses its own
-queue, QUEUE_PREFIX-<check> (send, schedule, peek); SUBSCRIPTION of TOPIC
+queue, QUEUE_PREFIX-<check> (send, schedule, peek, complete, abandon,
+dead-letter, renew); SUBSCRIPTION of TOPIC
 must route by the rule `sys.Label = 'routed'` only (no $Default rule).
 
-Receives are receive-and-delete: peek-lock settlement (complete, abandon,
-dead-letter) and lock renewal are not checked yet, because the broker does
-not pass them. pyamqp settles a peek-locked message with an unsettled
-disposition and waits for the broker to settle it (receiver settle mode
-second), which the broker never does; and the SDK reads the lock token from
-the delivery tag (16 bytes), where the broker's tag is fe2o3-amqp's own.
+The peek-lock checks (complete, abandon, dead-letter, renew-lock) settle
+on the receive link as the SDK does (receiver settle mode second: the
+broker must settle back with the outcome) and read the lock token from the
+delivery tag (16 bytes, .NET GUID byte order).
 
 Prints one line per check, `ok <name>` or `FAIL <name>: why`, and exits 1
 when any failed. Sessions are out of scope (the broker has none).
@@ -26,7 +25,7 @@ import time
 import traceback
 import uuid
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 
 DELETE = ServiceBusReceiveMode.RECEIVE_AND_DELETE
 WAIT = 5  # seconds a receive waits for a message
@@ -101,6 +100,70 @@ def check_peek(client, queue):
             expect(body_of(message) == text, f"body {body_of(message)!r}, expected {text!r}")
     
 
+def send_one(client, queue, text):
+    with client.get_queue_sender(queue) as sender:
+        sender.send_messages(new_message(text))
+
+
+def check_complete(client, queue):
+    send_one(client, queue, "done")
+    with client.get_queue_receiver(queue) as receiver:
+        message = receive_one(receiver)
+        expect(body_of(message) == "done", f"body {body_of(message)!r}")
+        expect(message.lock_token is not None, "no lock token")
+        expect(message.locked_until_utc is not None, "no locked-until time")
+        expect(message.delivery_count == 0, f"delivery count {message.delivery_count} on the first delivery")
+        receiver.complete_message(message)
+        # Completed: gone for good, also after the lock would have ended.
+        expect_empty(receiver)
+    with client.get_queue_receiver(queue, receive_mode=DELETE) as receiver:
+        expect_empty(receiver)
+
+
+def check_abandon(client, queue):
+    send_one(client, queue, "again")
+    with client.get_queue_receiver(queue) as receiver:
+        first = receive_one(receiver)
+        receiver.abandon_message(first)
+        second = receive_one(receiver)
+        expect(body_of(second) == "again", f"body {body_of(second)!r}")
+        expect(second.sequence_number == first.sequence_number, "an abandoned message came back as another")
+        expect(second.delivery_count == 1, f"delivery count {second.delivery_count} after one abandon")
+        expect(second.lock_token != first.lock_token, "a new delivery kept the old lock token")
+        receiver.complete_message(second)
+
+
+def check_dead_letter(client, queue):
+    send_one(client, queue, "poison")
+    with client.get_queue_receiver(queue) as receiver:
+        message = receive_one(receiver)
+        receiver.dead_letter_message(message, reason="bad-input", error_description="field x is missing")
+        expect_empty(receiver)
+    with client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+        dead = receive_one(receiver)
+        expect(body_of(dead) == "poison", f"body {body_of(dead)!r}")
+        expect(dead.dead_letter_reason == "bad-input", f"reason {dead.dead_letter_reason!r}")
+        expect(
+            dead.dead_letter_error_description == "field x is missing",
+            f"description {dead.dead_letter_error_description!r}",
+        )
+        receiver.complete_message(dead)
+        expect_empty(receiver)
+
+
+def check_renew_lock(client, queue):
+    send_one(client, queue, "long job")
+    with client.get_queue_receiver(queue) as receiver:
+        message = receive_one(receiver)
+        before = message.locked_until_utc
+        time.sleep(1.1)
+        after = receiver.renew_message_lock(message)
+        expect(after > before, f"renewed lock ends {after}, before it ended {before}")
+        expect(message.locked_until_utc == after, "the message's locked-until was not updated")
+        receiver.complete_message(message)
+        expect_empty(receiver)
+
+
 def check_topic_routing(client, topic, subscription):
     with client.get_topic_sender(topic) as sender:
         sender.send_messages([new_message("skipped", subject="other"), new_message("wanted", subject="routed")])
@@ -123,6 +186,10 @@ def main(argv):
         ("send-receive", lambda c: check_send_receive(c, f"{prefix}-send")),
         ("schedule", lambda c: check_schedule(c, f"{prefix}-schedule")),
         ("peek", lambda c: check_peek(c, f"{prefix}-peek")),
+        ("complete", lambda c: check_complete(c, f"{prefix}-complete")),
+        ("abandon", lambda c: check_abandon(c, f"{prefix}-abandon")),
+        ("dead-letter", lambda c: check_dead_letter(c, f"{prefix}-dead-letter")),
+        ("renew-lock", lambda c: check_renew_lock(c, f"{prefix}-renew")),
         ("topic-routing", lambda c: check_topic_routing(c, topic, subscription)),
     ]
     failed = 0

@@ -16,8 +16,13 @@
 //!   counted), maximum delivery count (then `MaxDeliveryCountExceeded` in the
 //!   dead-letter sub-queue), outcomes accepted / modified / released /
 //!   rejected (`DeadLetterReason`, `DeadLetterErrorDescription`).
+//! - The lock token as the delivery tag (16 bytes, .NET `Guid` byte
+//!   order), the header written out in full (delivery count 0 included),
+//!   and a peek-locked delivery settled back with its outcome when the
+//!   client settles in receiver settle mode second, as Microsoft's SDKs do
+//!   (`frames` adapts `fe2o3-amqp`'s frames for these three).
 //! - Message annotations `x-opt-sequence-number`, `x-opt-enqueued-time`,
-//!   `x-opt-locked-until`, `x-opt-lock-token`; scheduled messages
+//!   `x-opt-locked-until`; scheduled messages
 //!   (`x-opt-scheduled-enqueue-time`); duplicate detection by message id;
 //!   batches (message format `0x80013700`).
 //! - `$management`: `com.microsoft:renew-lock` and
@@ -29,15 +34,10 @@
 //!
 //! Layout: [`filter`] the SQL filters, `namespace` the entities and their
 //! semantics (no I/O), `server` the AMQP connections and links, `requests`
-//! `$cbs` and `$management`, `sas` token checks.
+//! `$cbs` and `$management`, `sas` token checks, `frames` the frame-level
+//! adapter under each connection.
 //!
-//! Not done: the delivery tag is `fe2o3-amqp`'s own, not the lock token
-//! (clients read `x-opt-lock-token`; Microsoft's Python SDK reads the tag,
-//! so its `lock_token` and lock renewal fail); a peek-locked delivery the
-//! client settles in receiver settle mode second is never settled back
-//! (the Python SDK's complete / abandon / dead-letter wait for that); no management REST (ATOM) API,
-//! sessions, transactions, message TTL or `$management` operations beyond
-//! the two above.
+//! Not done: transactions, message TTL, `propertiesToModify` on abandon.
 
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::Duration;
@@ -49,6 +49,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 pub mod filter;
+mod frames;
 mod namespace;
 mod requests;
 mod sas;

@@ -43,6 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::Shared;
+use crate::frames::LockTokenTags;
 use crate::namespace::{AmqpMessage, Refusal, Settlement, entity_key};
 use crate::requests;
 use crate::sas::SharedAccessKey;
@@ -145,7 +146,7 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>, mut stop: watch::Rec
         })
         .build();
     let mut cut = shared.cut.subscribe();
-    let Ok(mut connection) = acceptor.accept(stream).await else {
+    let Ok(mut connection) = acceptor.accept(LockTokenTags::new(stream)).await else {
         return;
     };
     let authorized = Arc::new(Authorized::default());

@@ -1,8 +1,9 @@
 //! The broker driven by Microsoft's own Python SDK (`azure-servicebus`,
 //! pinned in scripts/servicebus-sdk): conformance/conformance.py sends and
-//! receives (receive-and-delete), schedules, peeks and routes by rule
-//! through a topic, printing a line per check (peek-lock settlement and
-//! lock renewal are not passed by the broker yet: see the script). Ignored
+//! receives (receive-and-delete), schedules, peeks, settles peek-locked
+//! messages (complete, abandon, dead-letter and the dead-letter queue),
+//! renews a lock and routes by rule through a topic, printing a line per
+//! check. Ignored
 //! unless the SDK is installed; scripts/test installs it and runs this
 //! with --ignored.
 
@@ -20,7 +21,15 @@ use bosun_servicebus_broker::{Broker, BrokerConfig, EntitySettings};
 const PYTHON_VAR: &str = "BOSUN_TEST_SERVICEBUS_SDK_PYTHON";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const QUEUE_PREFIX: &str = "conformance";
-const QUEUES: [&str; 3] = ["send", "schedule", "peek"];
+const QUEUES: [&str; 7] = [
+    "send",
+    "schedule",
+    "peek",
+    "complete",
+    "abandon",
+    "dead-letter",
+    "renew",
+];
 const TOPIC: &str = "conformance-topic";
 const SUBSCRIPTION: &str = "routed";
 
