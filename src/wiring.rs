@@ -237,10 +237,15 @@ pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartErr
     Ok(options)
 }
 
-/// A management client for the configured namespace.
+/// A management client for the configured namespace (at
+/// `BOSUN_SERVICEBUS_MANAGEMENT_URL` when that is set).
 pub fn management_client(settings: &ServiceBusSettings) -> Result<ManagementClient, StartError> {
     let tokens = TokenSource::for_endpoint(&settings.endpoint)?;
-    Ok(ManagementClient::new(&settings.endpoint, tokens)?)
+    let client = ManagementClient::new(&settings.endpoint, tokens)?;
+    Ok(match &settings.management_url {
+        Some(url) => client.with_base_url(url.as_str()),
+        None => client,
+    })
 }
 
 /// Checks that the namespace has every entity bosun needs; refuses to

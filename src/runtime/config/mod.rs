@@ -54,6 +54,7 @@ const KNOWN: &[&str] = &[
     "BOSUN_SERVICEBUS_PREFETCH",
     "BOSUN_SERVICEBUS_SEND_TIMEOUT_MS",
     "BOSUN_SERVICEBUS_VERIFY",
+    "BOSUN_SERVICEBUS_MANAGEMENT_URL",
     "BOSUN_BLOB_CONNECTION_STRING",
     "BOSUN_BLOB_URL",
     "BOSUN_BLOB_ACCOUNT_NAME",
@@ -290,8 +291,21 @@ impl Settings {
                 Some("false") => false,
                 Some(_) => return Err(invalid("BOSUN_SERVICEBUS_VERIFY", "must be true or false")),
             };
+            let management_url = match get("BOSUN_SERVICEBUS_MANAGEMENT_URL") {
+                None => None,
+                Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                    Some(url.trim_end_matches('/').to_owned())
+                }
+                Some(_) => {
+                    return Err(invalid(
+                        "BOSUN_SERVICEBUS_MANAGEMENT_URL",
+                        "must be an http(s) URL such as http://127.0.0.1:5300",
+                    ));
+                }
+            };
             Some(ServiceBusSettings {
                 endpoint,
+                management_url,
                 prefetch: u32::try_from(number("BOSUN_SERVICEBUS_PREFETCH", 16, 0)?)
                     .map_err(|_| invalid("BOSUN_SERVICEBUS_PREFETCH", "is too large"))?,
                 send_timeout: millis("BOSUN_SERVICEBUS_SEND_TIMEOUT_MS", 30_000)?,

@@ -33,6 +33,20 @@ fn service_bus_settings() {
     assert_eq!(servicebus.endpoint.amqp_url(), "amqp://127.0.0.1:5673");
     assert_eq!(servicebus.prefetch, 4);
     assert!(servicebus.verify_topology);
+    assert_eq!(servicebus.management_url, None);
+    let elsewhere = Settings::from_sources(
+        &map(&[
+            ("BOSUN_TRANSPORT", "servicebus"),
+            ("BOSUN_SERVICEBUS_CONNECTION_STRING", emulator),
+            ("BOSUN_SERVICEBUS_MANAGEMENT_URL", "http://127.0.0.1:5300/"),
+        ]),
+        &map(&[]),
+    )
+    .unwrap();
+    assert_eq!(
+        elsewhere.servicebus.unwrap().management_url.as_deref(),
+        Some("http://127.0.0.1:5300")
+    );
     let entra = Settings::from_sources(
         &map(&[
             ("BOSUN_TRANSPORT", "servicebus"),
@@ -65,6 +79,14 @@ fn service_bus_settings() {
                 ("BOSUN_SERVICEBUS_AUTH", "password"),
             ],
             "BOSUN_SERVICEBUS_AUTH",
+        ),
+        (
+            vec![
+                ("BOSUN_TRANSPORT", "servicebus"),
+                ("BOSUN_SERVICEBUS_NAMESPACE", "contoso"),
+                ("BOSUN_SERVICEBUS_MANAGEMENT_URL", "127.0.0.1:5300"),
+            ],
+            "BOSUN_SERVICEBUS_MANAGEMENT_URL",
         ),
     ] {
         let err = Settings::from_sources(&map(&env), &map(&[])).unwrap_err().to_string();

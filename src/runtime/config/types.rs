@@ -78,6 +78,11 @@ pub struct ServiceBusSettings {
     /// `BOSUN_SERVICEBUS_CONNECTION_STRING`, or `BOSUN_SERVICEBUS_NAMESPACE`
     /// with `BOSUN_SERVICEBUS_AUTH` / `BOSUN_SERVICEBUS_CLIENT_ID`).
     pub endpoint: crate::backends::servicebus::connection::ServiceBusEndpoint,
+    /// `BOSUN_SERVICEBUS_MANAGEMENT_URL`: where the management API is, when
+    /// not at the endpoint's own URL (`https://host`, `http://host` for the
+    /// emulator): an emulator's or a test broker's HTTP port
+    /// (`http://127.0.0.1:5300`). Unset by default.
+    pub management_url: Option<String>,
     /// `BOSUN_SERVICEBUS_PREFETCH`: messages each receiver link is given
     /// credit for ahead of the handlers. Default 16.
     pub prefetch: u32,

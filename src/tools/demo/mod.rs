@@ -27,7 +27,7 @@ use crate::operator::{Operator, OperatorError};
 use crate::ports::store::{StoreError, TimelineEntry, TimelineStatus};
 use crate::runtime::config::Settings;
 use crate::runtime::registry::{self, RegistryError};
-use crate::wiring::{Backends, StartError};
+use crate::wiring::{Backends, StartError, verify_topology};
 
 const SAMPLE: &[(&str, &str, bool)] = &[
     ("bosun.module.json", include_str!("sample/bosun.module.json"), false),
@@ -148,13 +148,16 @@ pub fn goal(consumers: &BTreeSet<&str>) -> &'static str {
 }
 
 /// Runs the demo; `on_line` receives each timeline line as it happens with
-/// the seconds since the start.
+/// the seconds since the start. Starts as `serve` does: on Service Bus the
+/// topology is verified first ([`verify_topology`], unless
+/// `BOSUN_SERVICEBUS_VERIFY=false`).
 pub async fn run(
     settings: &Settings,
     options: &DemoOptions,
     mut on_line: impl FnMut(f64, &TimelineEntry),
 ) -> Result<DemoReport, DemoError> {
     let started = Instant::now();
+    verify_topology(settings).await?;
     let backends = Backends::open(settings).await?;
     let consumers = registry::build(settings)?;
     let names: BTreeSet<&str> = consumers.iter().map(|c| c.name()).collect();

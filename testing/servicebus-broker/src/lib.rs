@@ -27,6 +27,20 @@
 //!   batches (message format `0x80013700`).
 //! - `$management`: `com.microsoft:renew-lock` and
 //!   `com.microsoft:peek-message`.
+//! - The management REST API (ATOM over HTTP, api-version 2021-05) on the
+//!   same port: a connection that does not start with `AMQP` is HTTP/1.1.
+//!   `PUT` (create: 201, 409 when it exists; `If-Match: *` replaces: 200,
+//!   404 when absent), `GET` and `DELETE` of queues, topics,
+//!   `{topic}/Subscriptions/{s}` and `.../Rules/{r}`, and `GET .../Rules`
+//!   (a feed; `$skip`, `$top`). A missing queue or topic reads as 200 with
+//!   an empty feed, a missing subscription or rule as 404 with an
+//!   `<Error>`, as on Service Bus. Descriptions set the
+//!   [`EntitySettings`] (`LockDuration`, `MaxDeliveryCount`,
+//!   `RequiresDuplicateDetection`, `DuplicateDetectionHistoryTimeWindow`)
+//!   and rules (`SqlFilter`, `TrueFilter`, `FalseFilter`); other simple
+//!   properties are given back as sent. With a key, `Authorization` needs
+//!   a shared access signature covering the URL's entity (401 otherwise).
+//!   bosun reaches it with `BOSUN_SERVICEBUS_MANAGEMENT_URL=http://127.0.0.1:PORT`.
 //!
 //! Fault hooks for tests: [`RunningBroker::expire_lock`] and
 //! [`RunningBroker::drop_connections`] (holding replies back is left to a
@@ -35,9 +49,20 @@
 //! Layout: [`filter`] the SQL filters, `namespace` the entities and their
 //! semantics (no I/O), `server` the AMQP connections and links, `requests`
 //! `$cbs` and `$management`, `sas` token checks, `frames` the frame-level
-//! adapter under each connection.
+//! adapter under each connection, `rest` the management REST API and
+//! `atom` its XML.
 //!
 //! Not done: transactions, message TTL, `propertiesToModify` on abandon.
+//! Of the management REST API: no listing of queues, topics
+//! or subscriptions (`$Resources/...`), no namespace information, no
+//! authorization rules, no `DefaultRuleDescription` on a new subscription
+//! (it always gets the `$Default` true filter); properties it cannot honour
+//! are refused with 400 (`RequiresSession`, `ForwardTo`,
+//! `ForwardDeadLetteredMessagesTo`, correlation filters, rule actions) and
+//! the others it does not model (`DefaultMessageTimeToLive`,
+//! `MaxSizeInMegabytes`, `EnablePartitioning`, ...) are only kept and
+//! given back; `Status` is kept but an entity is never disabled; SAS
+//! rights (Manage, Send, Listen) are not told apart.
 
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::Duration;
@@ -48,10 +73,12 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+mod atom;
 pub mod filter;
 mod frames;
 mod namespace;
 mod requests;
+mod rest;
 mod sas;
 mod server;
 
@@ -95,6 +122,9 @@ pub(crate) struct Shared {
     pub(crate) cut: watch::Sender<u64>,
     /// Locked deliveries waiting for their outcome.
     pub(crate) pending: SyncMutex<Vec<server::PendingDelivery>>,
+    /// What the management REST API keeps beyond the namespace (names as
+    /// created, properties as sent); locked after `namespace`.
+    pub(crate) catalog: SyncMutex<rest::Catalog>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -118,6 +148,7 @@ impl Broker {
             key: config.key.clone(),
             cut: watch::channel(0).0,
             pending: SyncMutex::new(Vec::new()),
+            catalog: SyncMutex::new(rest::Catalog::default()),
         });
         let (stop, stopped) = watch::channel(false);
         let accept = tokio::spawn(server::accept_loop(listener, Arc::clone(&shared), stopped));
@@ -191,30 +222,46 @@ impl RunningBroker {
         result
     }
 
+    /// Notes, for the management API, the name an entity was made with.
+    fn named<E>(&self, path: &str, result: Result<(), E>) -> Result<(), E> {
+        if result.is_ok() {
+            lock(&self.shared.catalog).named(path);
+        }
+        result
+    }
+
     /// Creates a queue (and its `$DeadLetterQueue`).
     pub fn create_queue(&self, name: &str, settings: EntitySettings) -> Result<(), Refusal> {
-        self.with_namespace(|namespace| namespace.create_queue(name, settings))
+        let result = self.with_namespace(|namespace| namespace.create_queue(name, settings));
+        self.named(name, result)
     }
 
     /// Creates a topic (its duplicate detection window applies to sends to it).
     pub fn create_topic(&self, name: &str, settings: EntitySettings) -> Result<(), Refusal> {
-        self.with_namespace(|namespace| namespace.create_topic(name, settings))
+        let result = self.with_namespace(|namespace| namespace.create_topic(name, settings));
+        self.named(name, result)
     }
 
     /// Creates a subscription of `topic`, with the `$Default` rule (a true
     /// filter) as Service Bus gives every new subscription.
     pub fn create_subscription(&self, topic: &str, name: &str, settings: EntitySettings) -> Result<(), Refusal> {
-        self.with_namespace(|namespace| namespace.create_subscription(topic, name, settings))
+        let result = self.with_namespace(|namespace| namespace.create_subscription(topic, name, settings));
+        self.named(&format!("{topic}/Subscriptions/{name}"), result)
     }
 
     /// Adds or replaces a subscription's SQL filter rule.
     pub fn put_rule(&self, topic: &str, subscription: &str, rule: &str, sql_filter: &str) -> Result<(), Refusal> {
-        self.with_namespace(|namespace| namespace.put_rule(topic, subscription, rule, sql_filter))
+        let result = self.with_namespace(|namespace| namespace.put_rule(topic, subscription, rule, sql_filter));
+        self.named(&format!("{topic}/Subscriptions/{subscription}/Rules/{rule}"), result)
     }
 
     /// Removes a subscription's rule (such as `$Default`); whether it was there.
     pub fn remove_rule(&self, topic: &str, subscription: &str, rule: &str) -> Result<bool, Refusal> {
-        self.with_namespace(|namespace| namespace.remove_rule(topic, subscription, rule))
+        let result = self.with_namespace(|namespace| namespace.remove_rule(topic, subscription, rule));
+        if let Ok(true) = result {
+            lock(&self.shared.catalog).forget(&format!("{topic}/Subscriptions/{subscription}/Rules/{rule}"));
+        }
+        result
     }
 
     /// How many messages an entity path holds (`commit`,

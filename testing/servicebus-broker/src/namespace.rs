@@ -656,6 +656,154 @@ impl Namespace {
     }
 }
 
+/// What the management REST API (`crate::rest`) reads and changes: an
+/// entity's settings, deleting entities, a subscription's rules.
+impl Namespace {
+    /// A queue's settings, when it exists.
+    pub(crate) fn queue_settings(&self, path: &str) -> Option<EntitySettings> {
+        let key = entity_key(path);
+        self.queues
+            .contains_key(&key)
+            .then(|| self.stores.get(&key))
+            .flatten()
+            .map(|store| store.settings)
+    }
+
+    /// A topic's settings, when it exists.
+    pub(crate) fn topic_settings(&self, path: &str) -> Option<EntitySettings> {
+        self.topics.get(&entity_key(path)).map(|topic| topic.settings)
+    }
+
+    /// A subscription's settings, when it exists.
+    pub(crate) fn subscription_settings(&self, topic: &str, subscription: &str) -> Option<EntitySettings> {
+        self.stores
+            .get(&subscription_key(topic, subscription))
+            .map(|store| store.settings)
+    }
+
+    /// How many subscriptions a topic has.
+    pub(crate) fn subscription_count(&self, topic: &str) -> usize {
+        self.topics
+            .get(&entity_key(topic))
+            .map_or(0, |topic| topic.subscriptions.len())
+    }
+
+    /// Replaces a queue's or subscription's settings (`key` is its entity
+    /// key), its dead-letter sub-queue's with them.
+    fn set_store_settings(&mut self, key: &str, settings: EntitySettings) {
+        for key in [key.to_owned(), dead_letter_key(key)] {
+            if let Some(store) = self.stores.get_mut(&key) {
+                store.settings = settings;
+            }
+        }
+    }
+
+    /// Replaces a queue's settings.
+    pub(crate) fn set_queue_settings(&mut self, path: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        let key = entity_key(path);
+        if !self.queues.contains_key(&key) {
+            return Err(Refusal::NotFound(path.to_owned()));
+        }
+        self.set_store_settings(&key, settings);
+        Ok(())
+    }
+
+    /// Replaces a topic's settings.
+    pub(crate) fn set_topic_settings(&mut self, path: &str, settings: EntitySettings) -> Result<(), Refusal> {
+        let topic = self
+            .topics
+            .get_mut(&entity_key(path))
+            .ok_or_else(|| Refusal::NotFound(path.to_owned()))?;
+        topic.settings = settings;
+        Ok(())
+    }
+
+    /// Replaces a subscription's settings.
+    pub(crate) fn set_subscription_settings(
+        &mut self,
+        topic: &str,
+        subscription: &str,
+        settings: EntitySettings,
+    ) -> Result<(), Refusal> {
+        let key = subscription_key(topic, subscription);
+        if !self.stores.contains_key(&key) {
+            return Err(Refusal::NotFound(key));
+        }
+        self.set_store_settings(&key, settings);
+        Ok(())
+    }
+
+    /// Drops a store and its dead-letter sub-queue, their messages and locks.
+    fn drop_store(&mut self, key: &str) {
+        let dead = dead_letter_key(key);
+        self.stores.remove(key);
+        self.stores.remove(&dead);
+        self.locks.retain(|_, (store, _)| store != key && *store != dead);
+    }
+
+    /// Deletes a queue with its messages; whether it was there.
+    pub(crate) fn delete_queue(&mut self, path: &str) -> bool {
+        let key = entity_key(path);
+        if self.queues.remove(&key).is_none() {
+            return false;
+        }
+        self.drop_store(&key);
+        true
+    }
+
+    /// Deletes a topic with its subscriptions; whether it was there.
+    pub(crate) fn delete_topic(&mut self, path: &str) -> bool {
+        let key = entity_key(path);
+        let Some(topic) = self.topics.remove(&key) else {
+            return false;
+        };
+        for name in topic.subscriptions.keys() {
+            self.drop_store(&format!("{key}/subscriptions/{name}"));
+        }
+        true
+    }
+
+    /// Deletes a subscription with its messages; whether it was there.
+    pub(crate) fn delete_subscription(&mut self, topic: &str, subscription: &str) -> bool {
+        let removed = self
+            .topics
+            .get_mut(&entity_key(topic))
+            .and_then(|entry| entry.subscriptions.remove(&subscription.to_ascii_lowercase()))
+            .is_some();
+        if removed {
+            self.drop_store(&subscription_key(topic, subscription));
+        }
+        removed
+    }
+
+    /// A subscription's rules by name (lower case): the SQL expression of
+    /// each, `None` for a true filter.
+    pub(crate) fn rules(&self, topic: &str, subscription: &str) -> Result<Vec<(String, Option<String>)>, Refusal> {
+        let rules = self
+            .topics
+            .get(&entity_key(topic))
+            .and_then(|entry| entry.subscriptions.get(&subscription.to_ascii_lowercase()))
+            .ok_or_else(|| Refusal::NotFound(subscription_key(topic, subscription)))?;
+        Ok(rules
+            .iter()
+            .map(|(name, filter)| {
+                let sql = match filter {
+                    RuleFilter::True => None,
+                    RuleFilter::Sql(filter) => Some(filter.expression().to_owned()),
+                };
+                (name.clone(), sql)
+            })
+            .collect())
+    }
+
+    /// Adds (or replaces) a true filter rule of a subscription.
+    pub(crate) fn put_true_rule(&mut self, topic: &str, subscription: &str, rule: &str) -> Result<(), Refusal> {
+        self.rules_mut(topic, subscription)?
+            .insert(rule.to_ascii_lowercase(), RuleFilter::True);
+        Ok(())
+    }
+}
+
 fn too_many(max: u32) -> String {
     format!("Message could not be consumed after {max} delivery attempts.")
 }

@@ -151,7 +151,7 @@ fn covers(resource: &str, audience: &str) -> bool {
     audience == resource || audience.starts_with(&format!("{resource}/"))
 }
 
-fn url_decode(text: &str) -> String {
+pub(crate) fn url_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut index = 0;

@@ -127,7 +127,16 @@ pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut 
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(connection(stream, Arc::clone(&shared), stop.clone()));
+                    let (shared, stop) = (Arc::clone(&shared), stop.clone());
+                    // The management REST API shares the port: a connection
+                    // that does not start with the AMQP header is HTTP.
+                    tokio::spawn(async move {
+                        if crate::rest::is_http(&stream).await {
+                            crate::rest::serve(stream, shared, stop).await;
+                        } else {
+                            connection(stream, shared, stop).await;
+                        }
+                    });
                 }
                 Err(err) => tracing::warn!(error = %err, "accept failed"),
             },
