@@ -35,6 +35,7 @@ async fn test_broker() -> RunningBroker {
         lock_duration: options.lock_duration,
         max_delivery_count: options.max_delivery_count,
         duplicate_detection_window: Some(options.duplicate_detection_window),
+        requires_session: false,
     };
     for spec in desired_entities(&Topology::from_routing(), &options) {
         let path = spec.path.as_str();

@@ -25,8 +25,37 @@
 //!   `x-opt-locked-until`; scheduled messages
 //!   (`x-opt-scheduled-enqueue-time`); duplicate detection by message id;
 //!   batches (message format `0x80013700`).
-//! - `$management`: `com.microsoft:renew-lock` and
-//!   `com.microsoft:peek-message`.
+//! - Sessions, on an entity with [`EntitySettings::requires_session`]:
+//!   messages carry a session id (AMQP `group-id`); a receiver attaches
+//!   with the source filter `com.microsoft:session-filter` (a session id,
+//!   or null for the next session with an available message that no one
+//!   holds, waited for up to the link's `com.microsoft:timeout`, then
+//!   `com.microsoft:timeout`); the attach is answered with the session id
+//!   in the filter (described as Service Bus's `0x137:0xC`) and
+//!   `com.microsoft:locked-until-utc` (.NET ticks) in its properties. The
+//!   session is locked for that link for the lock duration (another
+//!   receiver gets `com.microsoft:session-cannot-be-locked`), the link gets
+//!   only its messages, in sequence order, under the session's lock; when
+//!   the lock expires the link is closed with
+//!   `com.microsoft:session-lock-lost` and its messages come back; closing
+//!   the link gives the session up. A receiver without a session filter on
+//!   such an entity, or with one on an entity without sessions, is closed
+//!   with `amqp:not-allowed`.
+//! - Deferral: the outcome modified with `undeliverable-here` keeps the
+//!   message out of delivery (peek still shows it) until it is received by
+//!   sequence number.
+//! - `$management`: `com.microsoft:renew-lock`, `peek-message` (of a
+//!   session with `session-id`), `update-disposition` (`completed`,
+//!   `abandoned`, `defered`, `suspended`), `renew-session-lock`
+//!   (`expiration`), `get-session-state` / `set-session-state`
+//!   (`session-state`, binary), `receive-by-sequence-number` (deferred
+//!   messages, `receiver-settle-mode` 0 deletes and 1 locks: `messages` of
+//!   `message` and `lock-token`), `schedule-message` (`messages` of encoded
+//!   `message`, answered with `sequence-numbers`) and
+//!   `cancel-scheduled-message`; errors with status codes and Service Bus
+//!   conditions (`com.microsoft:message-lock-lost`,
+//!   `com.microsoft:session-lock-lost`, `com.microsoft:message-not-found`,
+//!   `amqp:not-found`).
 //! - The management REST API (ATOM over HTTP, api-version 2021-05) on the
 //!   same port: a connection that does not start with `AMQP` is HTTP/1.1.
 //!   `PUT` (create: 201, 409 when it exists; `If-Match: *` replaces: 200,
@@ -52,12 +81,18 @@
 //! adapter under each connection, `rest` the management REST API and
 //! `atom` its XML.
 //!
-//! Not done: transactions, message TTL, `propertiesToModify` on abandon.
+//! Not done: transactions, message TTL, `propertiesToModify` on abandon,
+//! `get-message-sessions`, rule operations on `$management`. A session
+//! lock is checked for the receiver link only: `$management` session
+//! operations and settlements need the session locked, by anyone. A
+//! next-available session attach that waits holds up the attaches after it
+//! on its AMQP session. Scheduled messages to a topic are routed when
+//! scheduled, not when they become visible.
 //! Of the management REST API: no listing of queues, topics
 //! or subscriptions (`$Resources/...`), no namespace information, no
 //! authorization rules, no `DefaultRuleDescription` on a new subscription
 //! (it always gets the `$Default` true filter); properties it cannot honour
-//! are refused with 400 (`RequiresSession`, `ForwardTo`,
+//! are refused with 400 (a change of `RequiresSession`, `ForwardTo`,
 //! `ForwardDeadLetteredMessagesTo`, correlation filters, rule actions) and
 //! the others it does not model (`DefaultMessageTimeToLive`,
 //! `MaxSizeInMegabytes`, `EnablePartitioning`, ...) are only kept and

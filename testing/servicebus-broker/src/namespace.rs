@@ -1,9 +1,12 @@
 //! The namespace's state and its Service Bus semantics, without any AMQP
 //! I/O: entities (queues, topics, subscriptions with rules, each queue and
 //! subscription with its `$DeadLetterQueue`), enqueue with duplicate
-//! detection, scheduling and rule routing, peek-lock with lock expiry and
-//! delivery counts, settlement, renewal and peek. Every operation takes the
-//! current time, so the rules are tested without a clock.
+//! detection, scheduling (and cancelling) and rule routing, peek-lock with
+//! lock expiry and delivery counts, settlement, renewal and peek, deferred
+//! messages received by sequence number, and sessions (a lock per session
+//! for one receiver, its expiry and renewal, session state). Every
+//! operation takes the current time, so the rules are tested without a
+//! clock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -38,6 +41,10 @@ pub struct EntitySettings {
     /// Duplicate detection by message id over this window (queues,
     /// topics); `None` for none.
     pub duplicate_detection_window: Option<Duration>,
+    /// Sessions (queues, subscriptions): messages carry a session id
+    /// (AMQP `group-id`), a receiver locks one session and gets only its
+    /// messages, in order; a receiver without a session is refused.
+    pub requires_session: bool,
 }
 
 impl Default for EntitySettings {
@@ -48,6 +55,7 @@ impl Default for EntitySettings {
             lock_duration: Duration::from_secs(60),
             max_delivery_count: 10,
             duplicate_detection_window: Some(Duration::from_secs(600)),
+            requires_session: false,
         }
     }
 }
@@ -71,6 +79,18 @@ pub enum Refusal {
     /// A filter did not parse (`amqp:invalid-field`).
     #[error("{0}")]
     BadFilter(String),
+    /// The session's lock expired or another receiver holds it now
+    /// (`com.microsoft:session-lock-lost`).
+    #[error("the session lock has expired, or the session is not locked by this receiver")]
+    SessionLockLost,
+    /// The session is locked by another receiver
+    /// (`com.microsoft:session-cannot-be-locked`).
+    #[error("{0}")]
+    SessionCannotBeLocked(String),
+    /// No such message, or not in the state the operation needs
+    /// (`com.microsoft:message-not-found`).
+    #[error("{0}")]
+    MessageNotFound(String),
 }
 
 impl Refusal {
@@ -82,16 +102,19 @@ impl Refusal {
             Self::NotAllowed(_) => "amqp:not-allowed",
             Self::LockLost => "com.microsoft:message-lock-lost",
             Self::BadFilter(_) => "amqp:invalid-field",
+            Self::SessionLockLost => "com.microsoft:session-lock-lost",
+            Self::SessionCannotBeLocked(_) => "com.microsoft:session-cannot-be-locked",
+            Self::MessageNotFound(_) => "com.microsoft:message-not-found",
         }
     }
 
     /// The `$management` status code Service Bus answers with.
     pub fn status_code(&self) -> u16 {
         match self {
-            Self::NotFound(_) => 404,
-            Self::AlreadyExists(_) => 409,
+            Self::NotFound(_) | Self::MessageNotFound(_) => 404,
+            Self::AlreadyExists(_) | Self::SessionCannotBeLocked(_) => 409,
             Self::NotAllowed(_) | Self::BadFilter(_) => 400,
-            Self::LockLost => 410,
+            Self::LockLost | Self::SessionLockLost => 410,
         }
     }
 }
@@ -136,6 +159,38 @@ struct Stored {
     delivery_count: u32,
     lock: Option<Lock>,
     deferred: bool,
+    /// The session id (AMQP `group-id`) the message was sent with.
+    session_id: Option<String>,
+}
+
+/// A session of a session-enabled queue or subscription.
+#[derive(Debug, Default)]
+struct SessionEntry {
+    /// The state a receiver set (`set-session-state`).
+    state: Option<Vec<u8>>,
+    lock: Option<SessionLock>,
+}
+
+#[derive(Debug, Clone)]
+struct SessionLock {
+    /// The receiver link holding it.
+    owner: Uuid,
+    until: OffsetDateTime,
+}
+
+impl SessionEntry {
+    fn locked(&self, now: OffsetDateTime) -> Option<&SessionLock> {
+        self.lock.as_ref().filter(|lock| lock.until > now)
+    }
+}
+
+/// A session locked for a receiver link.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionGrant {
+    /// The session id.
+    pub(crate) session_id: String,
+    /// Until when the session is locked.
+    pub(crate) until: OffsetDateTime,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +220,8 @@ struct MessageStore {
     messages: BTreeMap<i64, Stored>,
     /// The dead-letter sub-queue's key (none for a dead-letter sub-queue).
     dead_letter: Option<String>,
+    /// Session id → its state and lock (session-enabled entities).
+    sessions: BTreeMap<String, SessionEntry>,
 }
 
 impl MessageStore {
@@ -173,6 +230,7 @@ impl MessageStore {
             settings,
             messages: BTreeMap::new(),
             dead_letter,
+            sessions: BTreeMap::new(),
         }
     }
 }
@@ -229,6 +287,9 @@ pub(crate) struct Namespace {
     topics: HashMap<String, Topic>,
     /// Lock token → the store holding the locked message and its sequence.
     locks: HashMap<Uuid, (String, i64)>,
+    /// A sequence number `schedule-message` answered with → the copies
+    /// it stored (one per queue, one per matching subscription of a topic).
+    scheduled: HashMap<i64, Vec<(String, i64)>>,
     next_sequence: i64,
 }
 
@@ -395,53 +456,133 @@ impl Namespace {
     ) -> Result<(), Refusal> {
         let target = self.send_target(key)?;
         for message in messages {
-            match &target {
-                SendTarget::Queue(queue) => {
-                    let window = self
-                        .stores
-                        .get(queue)
-                        .and_then(|s| s.settings.duplicate_detection_window);
-                    let duplicate = self
-                        .queues
-                        .get_mut(queue)
-                        .is_some_and(|q| q.duplicates.is_duplicate(window, &message, now));
-                    if !duplicate {
-                        self.store(queue, message, now);
-                    }
+            self.enqueue_one(&target, message, now);
+        }
+        Ok(())
+    }
+
+    /// Stores one message sent to `target`; where its copies went (none
+    /// for a duplicate or a topic no rule matched).
+    fn enqueue_one(&mut self, target: &SendTarget, message: AmqpMessage, now: OffsetDateTime) -> Vec<(String, i64)> {
+        match target {
+            SendTarget::Queue(queue) => {
+                let window = self
+                    .stores
+                    .get(queue)
+                    .and_then(|s| s.settings.duplicate_detection_window);
+                let duplicate = self
+                    .queues
+                    .get_mut(queue)
+                    .is_some_and(|q| q.duplicates.is_duplicate(window, &message, now));
+                if duplicate {
+                    return Vec::new();
                 }
-                SendTarget::Topic(topic) => {
-                    let Some(entry) = self.topics.get_mut(topic) else {
-                        continue;
-                    };
-                    if entry
-                        .duplicates
-                        .is_duplicate(entry.settings.duplicate_detection_window, &message, now)
-                    {
-                        continue;
-                    }
-                    let subject = Subject(&message);
-                    let matched: Vec<String> = entry
-                        .subscriptions
-                        .iter()
-                        .filter(|(_, rules)| rules.values().any(|rule| rule.matches(&subject)))
-                        .map(|(name, _)| format!("{topic}/subscriptions/{name}"))
-                        .collect();
-                    for subscription in matched {
-                        self.store(&subscription, message.clone(), now);
-                    }
+                let sequence = self.store(queue, message, now);
+                vec![(queue.clone(), sequence)]
+            }
+            SendTarget::Topic(topic) => {
+                let Some(entry) = self.topics.get_mut(topic) else {
+                    return Vec::new();
+                };
+                if entry
+                    .duplicates
+                    .is_duplicate(entry.settings.duplicate_detection_window, &message, now)
+                {
+                    return Vec::new();
+                }
+                let subject = Subject(&message);
+                let matched: Vec<String> = entry
+                    .subscriptions
+                    .iter()
+                    .filter(|(_, rules)| rules.values().any(|rule| rule.matches(&subject)))
+                    .map(|(name, _)| format!("{topic}/subscriptions/{name}"))
+                    .collect();
+                matched
+                    .into_iter()
+                    .map(|subscription| {
+                        let sequence = self.store(&subscription, message.clone(), now);
+                        (subscription, sequence)
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// `schedule-message`: enqueues `messages` (each with its
+    /// `x-opt-scheduled-enqueue-time`) to the queue or topic at `key`; the
+    /// sequence numbers to cancel them by, in order.
+    pub(crate) fn schedule(
+        &mut self,
+        key: &str,
+        messages: Vec<AmqpMessage>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<i64>, Refusal> {
+        let target = self.send_target(key)?;
+        let mut numbers = Vec::with_capacity(messages.len());
+        for message in messages {
+            let copies = self.enqueue_one(&target, message, now);
+            let number = match (&target, copies.as_slice()) {
+                (SendTarget::Queue(_), [(_, sequence)]) => *sequence,
+                _ => {
+                    // A topic's own number, for the copies it routed.
+                    self.next_sequence += 1;
+                    self.next_sequence
+                }
+            };
+            self.scheduled.insert(number, copies);
+            numbers.push(number);
+        }
+        Ok(numbers)
+    }
+
+    /// `cancel-scheduled-message`: removes the scheduled messages of `key`
+    /// with these sequence numbers, all or none; one that is not (or no
+    /// longer) scheduled is [`Refusal::MessageNotFound`].
+    pub(crate) fn cancel_scheduled(&mut self, key: &str, numbers: &[i64], now: OffsetDateTime) -> Result<(), Refusal> {
+        self.send_target(key)?;
+        let mut found = Vec::new();
+        for number in numbers {
+            let copies = self
+                .scheduled
+                .get(number)
+                .cloned()
+                .unwrap_or_else(|| vec![(key.to_owned(), *number)]);
+            let prefix = format!("{key}/");
+            let all_scheduled = copies.iter().all(|(store, sequence)| {
+                (store == key || store.starts_with(&prefix))
+                    && self
+                        .stores
+                        .get(store)
+                        .and_then(|s| s.messages.get(sequence))
+                        .is_some_and(|stored| stored.visible_at > now && stored.lock.is_none())
+            });
+            // (A topic's number whose copies all were filtered out has none to check.)
+            if !all_scheduled {
+                return Err(Refusal::MessageNotFound(format!(
+                    "no scheduled message with sequence number {number}"
+                )));
+            }
+            found.push((*number, copies));
+        }
+        for (number, copies) in found {
+            self.scheduled.remove(&number);
+            for (store, sequence) in copies {
+                if let Some(store) = self.stores.get_mut(&store) {
+                    store.messages.remove(&sequence);
                 }
             }
         }
         Ok(())
     }
 
-    fn store(&mut self, key: &str, message: AmqpMessage, now: OffsetDateTime) {
+    fn store(&mut self, key: &str, message: AmqpMessage, now: OffsetDateTime) -> i64 {
         self.next_sequence += 1;
         let sequence = self.next_sequence;
         let visible_at = match annotation(&message, SCHEDULED_ENQUEUE_TIME) {
             Some(Value::Timestamp(at)) => from_unix_ms(at.milliseconds()).max(now),
             _ => now,
         };
+        let session_id = message.properties.as_ref().and_then(|p| p.group_id.clone());
         if let Some(store) = self.stores.get_mut(key) {
             store.messages.insert(
                 sequence,
@@ -452,22 +593,39 @@ impl Namespace {
                     delivery_count: 0,
                     lock: None,
                     deferred: false,
+                    session_id,
                 },
             );
         }
+        sequence
     }
 
     /// Locks the first available message of `key` (by sequence number) for
-    /// the entity's lock duration and returns it as it is delivered.
+    /// the entity's lock duration and returns it as it is delivered. A
+    /// session-enabled entity gives nothing here: see [`Self::lock_next_in_session`].
     pub(crate) fn lock_next(&mut self, key: &str, now: OffsetDateTime) -> Option<LockedMessage> {
+        let store = self.stores.get(key)?;
+        if store.settings.requires_session {
+            return None;
+        }
+        let until = now + store.settings.lock_duration;
+        self.lock_first(key, None, until, now)
+    }
+
+    /// Locks the first available message of `key`, of `session` if given,
+    /// until `until`.
+    fn lock_first(
+        &mut self,
+        key: &str,
+        session: Option<&str>,
+        until: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> Option<LockedMessage> {
         let store = self.stores.get_mut(key)?;
-        let lock_duration = store.settings.lock_duration;
-        let (sequence, stored) = store
-            .messages
-            .iter_mut()
-            .find(|(_, stored)| stored.lock.is_none() && !stored.deferred && stored.visible_at <= now)?;
+        let (sequence, stored) = store.messages.iter_mut().find(|(_, stored)| {
+            available(stored, now) && session.is_none_or(|id| stored.session_id.as_deref() == Some(id))
+        })?;
         let token = Uuid::new_v4();
-        let until = now + lock_duration;
         stored.lock = Some(Lock { token, until });
         let mut message = delivered(stored, *sequence);
         annotate(&mut message, "x-opt-locked-until", Value::Timestamp(timestamp(until)));
@@ -476,6 +634,214 @@ impl Namespace {
         let sequence = *sequence;
         self.locks.insert(token, (key.to_owned(), sequence));
         Some(LockedMessage { message, token })
+    }
+
+    /// Whether receivers of `key` must lock a session.
+    pub(crate) fn requires_session(&self, key: &str) -> bool {
+        self.stores
+            .get(key)
+            .is_some_and(|store| store.settings.requires_session)
+    }
+
+    fn session_store(&mut self, key: &str) -> Result<&mut MessageStore, Refusal> {
+        let store = self
+            .stores
+            .get_mut(key)
+            .ok_or_else(|| Refusal::NotFound(key.to_owned()))?;
+        if !store.settings.requires_session {
+            return Err(Refusal::NotAllowed(format!(
+                "a sessionful message receiver cannot be created on an entity that does not require sessions: `{key}`"
+            )));
+        }
+        Ok(store)
+    }
+
+    /// Locks a session of `key` for the receiver link `owner`: `requested`,
+    /// or with `None` the first session (by its first message) that has
+    /// an available message and is not locked. `Ok(None)` when there is
+    /// no such session now. A requested session another receiver holds is
+    /// [`Refusal::SessionCannotBeLocked`]; it need not have messages.
+    pub(crate) fn accept_session(
+        &mut self,
+        key: &str,
+        requested: Option<&str>,
+        owner: Uuid,
+        now: OffsetDateTime,
+    ) -> Result<Option<SessionGrant>, Refusal> {
+        let store = self.session_store(key)?;
+        let until = now + store.settings.lock_duration;
+        let session_id = match requested {
+            Some(id) => {
+                if store.sessions.get(id).is_some_and(|entry| entry.locked(now).is_some()) {
+                    return Err(Refusal::SessionCannotBeLocked(format!(
+                        "the requested session `{id}` cannot be locked: another receiver holds it"
+                    )));
+                }
+                id.to_owned()
+            }
+            None => {
+                let sessions = &store.sessions;
+                let next = store.messages.values().find_map(|stored| {
+                    let id = stored.session_id.as_ref()?;
+                    let free = sessions.get(id).is_none_or(|entry| entry.locked(now).is_none());
+                    (free && available(stored, now)).then(|| id.clone())
+                });
+                let Some(id) = next else { return Ok(None) };
+                id
+            }
+        };
+        store.sessions.entry(session_id.clone()).or_default().lock = Some(SessionLock { owner, until });
+        Ok(Some(SessionGrant { session_id, until }))
+    }
+
+    /// Gives up `owner`'s lock of a session (its receiver link closed).
+    pub(crate) fn release_session(&mut self, key: &str, session_id: &str, owner: Uuid) {
+        let Some(entry) = self
+            .stores
+            .get_mut(key)
+            .and_then(|store| store.sessions.get_mut(session_id))
+        else {
+            return;
+        };
+        if entry.lock.as_ref().is_some_and(|lock| lock.owner == owner) {
+            entry.lock = None;
+        }
+    }
+
+    /// The lock of `session_id` if it is held (by `owner`, if given).
+    fn live_session(
+        &mut self,
+        key: &str,
+        session_id: &str,
+        owner: Option<Uuid>,
+        now: OffsetDateTime,
+    ) -> Result<(&mut MessageStore, OffsetDateTime), Refusal> {
+        let store = self.session_store(key)?;
+        let until = store
+            .sessions
+            .get(session_id)
+            .and_then(|entry| entry.locked(now))
+            .filter(|lock| owner.is_none_or(|owner| lock.owner == owner))
+            .map(|lock| lock.until)
+            .ok_or(Refusal::SessionLockLost)?;
+        Ok((store, until))
+    }
+
+    /// Locks the next available message of the session `owner` holds, in
+    /// sequence order; its lock lasts as long as the session's. A session
+    /// lock that expired or was taken is [`Refusal::SessionLockLost`].
+    pub(crate) fn lock_next_in_session(
+        &mut self,
+        key: &str,
+        session_id: &str,
+        owner: Uuid,
+        now: OffsetDateTime,
+    ) -> Result<Option<LockedMessage>, Refusal> {
+        let (_, until) = self.live_session(key, session_id, Some(owner), now)?;
+        Ok(self.lock_first(key, Some(session_id), until, now))
+    }
+
+    /// `renew-session-lock`: extends a held session lock (and the locks of
+    /// its messages) by the entity's lock duration; the new expiry.
+    pub(crate) fn renew_session_lock(
+        &mut self,
+        key: &str,
+        session_id: &str,
+        now: OffsetDateTime,
+    ) -> Result<OffsetDateTime, Refusal> {
+        let (store, _) = self.live_session(key, session_id, None, now)?;
+        let until = now + store.settings.lock_duration;
+        if let Some(lock) = store.sessions.get_mut(session_id).and_then(|entry| entry.lock.as_mut()) {
+            lock.until = until;
+        }
+        for stored in store.messages.values_mut() {
+            if stored.session_id.as_deref() == Some(session_id)
+                && let Some(lock) = stored.lock.as_mut()
+                && lock.until > now
+            {
+                lock.until = until;
+            }
+        }
+        Ok(until)
+    }
+
+    /// `get-session-state` of a locked session: its state, if set.
+    pub(crate) fn session_state(
+        &mut self,
+        key: &str,
+        session_id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<Vec<u8>>, Refusal> {
+        let (store, _) = self.live_session(key, session_id, None, now)?;
+        Ok(store.sessions.get(session_id).and_then(|entry| entry.state.clone()))
+    }
+
+    /// `set-session-state` of a locked session (`None` clears it).
+    pub(crate) fn set_session_state(
+        &mut self,
+        key: &str,
+        session_id: &str,
+        state: Option<Vec<u8>>,
+        now: OffsetDateTime,
+    ) -> Result<(), Refusal> {
+        let (store, _) = self.live_session(key, session_id, None, now)?;
+        store.sessions.entry(session_id.to_owned()).or_default().state = state;
+        Ok(())
+    }
+
+    /// `receive-by-sequence-number`: the deferred messages of `key` with
+    /// these sequence numbers (of `session_id`, if given), all or none.
+    /// `peek_lock` locks each (the lock token is returned; it stays
+    /// deferred unless completed or dead-lettered); otherwise each is
+    /// removed. A message that is not deferred, or locked, is
+    /// [`Refusal::MessageNotFound`].
+    pub(crate) fn receive_deferred(
+        &mut self,
+        key: &str,
+        sequences: &[i64],
+        session_id: Option<&str>,
+        peek_lock: bool,
+        now: OffsetDateTime,
+    ) -> Result<Vec<(AmqpMessage, Option<Uuid>)>, Refusal> {
+        if let Some(id) = session_id {
+            self.live_session(key, id, None, now)?;
+        }
+        let store = self
+            .stores
+            .get_mut(key)
+            .ok_or_else(|| Refusal::NotFound(key.to_owned()))?;
+        for sequence in sequences {
+            let found = store.messages.get(sequence).is_some_and(|stored| {
+                stored.deferred
+                    && stored.lock.is_none()
+                    && session_id.is_none_or(|id| stored.session_id.as_deref() == Some(id))
+            });
+            if !found {
+                return Err(Refusal::MessageNotFound(format!(
+                    "no deferred message with sequence number {sequence}"
+                )));
+            }
+        }
+        let until = now + store.settings.lock_duration;
+        let mut received = Vec::with_capacity(sequences.len());
+        for sequence in sequences {
+            if peek_lock {
+                let Some(stored) = store.messages.get_mut(sequence) else {
+                    continue;
+                };
+                let token = Uuid::new_v4();
+                stored.lock = Some(Lock { token, until });
+                let mut message = delivered(stored, *sequence);
+                annotate(&mut message, "x-opt-locked-until", Value::Timestamp(timestamp(until)));
+                annotate(&mut message, "x-opt-lock-token", Value::Uuid(token.into_bytes().into()));
+                stored.delivery_count += 1;
+                self.locks.insert(token, (key.to_owned(), *sequence));
+                received.push((message, Some(token)));
+            } else if let Some(stored) = store.messages.remove(sequence) {
+                received.push((delivered(&stored, *sequence), None));
+            }
+        }
+        Ok(received)
     }
 
     /// Settles the message locked under `token`. A lock that expired or was
@@ -532,10 +898,15 @@ impl Namespace {
             .and_then(|store| store.messages.get(&sequence))
             .and_then(|stored| stored.lock.as_ref())
             .is_some_and(|lock| lock.token == token && lock.until > now);
-        if locked {
-            Ok((key, sequence))
-        } else {
-            Err(Refusal::LockLost)
+        let in_session = self
+            .stores
+            .get(&key)
+            .is_some_and(|store| store.settings.requires_session);
+        match (locked, in_session) {
+            (true, _) => Ok((key, sequence)),
+            // The message's lock was the session's.
+            (false, true) => Err(Refusal::SessionLockLost),
+            (false, false) => Err(Refusal::LockLost),
         }
     }
 
@@ -635,16 +1006,33 @@ impl Namespace {
                 }
             }
         }
-        !expired.is_empty()
+        let mut sessions_expired = false;
+        for store in self.stores.values_mut() {
+            for entry in store.sessions.values_mut() {
+                if entry.lock.as_ref().is_some_and(|lock| lock.until <= now) {
+                    entry.lock = None;
+                    sessions_expired = true;
+                }
+            }
+        }
+        !expired.is_empty() || sessions_expired
     }
 
     /// Up to `count` messages of `key` from `from_sequence` on, locked or
     /// not, scheduled or deferred included, as Service Bus's peek returns them.
-    pub(crate) fn peek(&self, key: &str, from_sequence: i64, count: usize) -> Result<Vec<AmqpMessage>, Refusal> {
+    /// With `session_id`, only that session's messages.
+    pub(crate) fn peek(
+        &self,
+        key: &str,
+        from_sequence: i64,
+        count: usize,
+        session_id: Option<&str>,
+    ) -> Result<Vec<AmqpMessage>, Refusal> {
         let store = self.stores.get(key).ok_or_else(|| Refusal::NotFound(key.to_owned()))?;
         Ok(store
             .messages
             .range(from_sequence..)
+            .filter(|(_, stored)| session_id.is_none_or(|id| stored.session_id.as_deref() == Some(id)))
             .take(count)
             .map(|(sequence, stored)| delivered(stored, *sequence))
             .collect())
@@ -654,6 +1042,11 @@ impl Namespace {
     pub(crate) fn message_count(&self, key: &str) -> Option<usize> {
         self.stores.get(key).map(|store| store.messages.len())
     }
+}
+
+/// Whether a message can be delivered now: visible, not locked, not deferred.
+fn available(stored: &Stored, now: OffsetDateTime) -> bool {
+    stored.lock.is_none() && !stored.deferred && stored.visible_at <= now
 }
 
 /// What the management REST API (`crate::rest`) reads and changes: an
@@ -943,6 +1336,7 @@ mod tests {
             lock_duration: Duration::from_secs(5),
             max_delivery_count,
             duplicate_detection_window: Some(Duration::from_secs(60)),
+            requires_session: false,
         }
     }
 
@@ -981,7 +1375,7 @@ mod tests {
             .settle(second.token, Settlement::Abandon { counted: true }, later)
             .unwrap();
         assert!(namespace.lock_next("q", later).is_none());
-        let dead = namespace.peek("q/$deadletterqueue", 0, 10).unwrap();
+        let dead = namespace.peek("q/$deadletterqueue", 0, 10, None).unwrap();
         assert_eq!(dead.len(), 1);
         assert_eq!(header_count(&dead[0]), 2);
         assert_eq!(
@@ -993,6 +1387,59 @@ mod tests {
                 .get("DeadLetterReason"),
             Some(&SimpleValue::String(MAX_DELIVERY_COUNT_EXCEEDED.to_owned()))
         );
+    }
+
+    #[test]
+    fn a_session_lock_is_exclusive_ordered_and_expires() {
+        let mut namespace = Namespace::default();
+        let sessions = EntitySettings {
+            requires_session: true,
+            ..settings(10)
+        };
+        namespace.create_queue("s", sessions).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let in_session = |id: &str, session: &str| {
+            let mut message = message(id, "L");
+            message.properties.as_mut().unwrap().group_id = Some(session.to_owned());
+            message
+        };
+        let batch = vec![in_session("x1", "x"), in_session("y1", "y"), in_session("x2", "x")];
+        namespace.enqueue("s", batch, now).unwrap();
+        assert!(namespace.lock_next("s", now).is_none(), "a session receiver is needed");
+        let (one, two) = (Uuid::new_v4(), Uuid::new_v4());
+        let x = namespace.accept_session("s", None, one, now).unwrap().unwrap();
+        assert_eq!(x.session_id, "x", "the session of the first message");
+        assert!(matches!(
+            namespace.accept_session("s", Some("x"), two, now),
+            Err(Refusal::SessionCannotBeLocked(_))
+        ));
+        let y = namespace.accept_session("s", None, two, now).unwrap().unwrap();
+        assert_eq!(y.session_id, "y");
+        assert!(
+            namespace
+                .accept_session("s", None, Uuid::new_v4(), now)
+                .unwrap()
+                .is_none()
+        );
+        let first = namespace.lock_next_in_session("s", "x", one, now).unwrap().unwrap();
+        assert_eq!(message_id(&first.message).as_deref(), Some("x1"));
+        let second = namespace.lock_next_in_session("s", "x", one, now).unwrap().unwrap();
+        assert_eq!(message_id(&second.message).as_deref(), Some("x2"));
+        assert!(matches!(
+            namespace.lock_next_in_session("s", "x", two, now),
+            Err(Refusal::SessionLockLost)
+        ));
+        namespace
+            .set_session_state("s", "x", Some(b"state".to_vec()), now)
+            .unwrap();
+        let later = now + Duration::from_secs(6);
+        assert!(namespace.expire_locks(later));
+        assert_eq!(namespace.session_state("s", "x", later), Err(Refusal::SessionLockLost));
+        // (Swept, the lock token is simply unknown: message-lock-lost.)
+        assert!(namespace.settle(first.token, Settlement::Complete, later).is_err());
+        let again = namespace.accept_session("s", None, two, later).unwrap().unwrap();
+        assert_eq!(again.session_id, "x", "free again, with its messages back");
+        assert_eq!(namespace.session_state("s", "x", later), Ok(Some(b"state".to_vec())));
     }
 
     #[test]
@@ -1019,7 +1466,7 @@ mod tests {
         assert_eq!(message_id(&first.message).as_deref(), Some("same"));
         namespace.settle(first.token, Settlement::Complete, now).unwrap();
         assert!(namespace.lock_next("q", now).is_none(), "scheduled");
-        assert_eq!(namespace.peek("q", 0, 10).unwrap().len(), 1, "peek shows it");
+        assert_eq!(namespace.peek("q", 0, 10, None).unwrap().len(), 1, "peek shows it");
         assert!(namespace.lock_next("q", now + Duration::from_secs(3)).is_some());
         namespace
             .enqueue("t", vec![message("e1", "Y"), message("e2", "X")], now)

@@ -1,6 +1,9 @@
 //! The request/response nodes: `$cbs` (claims-based security: `put-token`)
 //! and each entity's `$management` node, with the Service Bus operations
-//! bosun calls: `com.microsoft:renew-lock` and `com.microsoft:peek-message`.
+//! `com.microsoft:renew-lock`, `peek-message`, `update-disposition`,
+//! `renew-session-lock`, `get-session-state`, `set-session-state`,
+//! `receive-by-sequence-number` (deferred messages), `schedule-message`
+//! and `cancel-scheduled-message`, with Service Bus's body fields.
 //! Requests carry `operation` (and for `$cbs` `type` and `name`) in their
 //! application properties and a map body; a response goes to `reply-to`,
 //! correlated by the request's message id, with `statusCode` and
@@ -11,14 +14,14 @@ use std::sync::Arc;
 
 use fe2o3_amqp::Receiver;
 use fe2o3_amqp::types::definitions::ErrorCondition;
-use fe2o3_amqp::types::messaging::message::__private::Serializable;
+use fe2o3_amqp::types::messaging::message::__private::{Deserializable, Serializable};
 use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message, Properties};
 use fe2o3_amqp::types::primitives::{Array, Binary, OrderedMap, SimpleValue, Symbol, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::Shared;
-use crate::namespace::{AmqpMessage, Refusal, timestamp};
+use crate::namespace::{AmqpMessage, Refusal, Settlement, timestamp};
 use crate::sas::check_token;
 use crate::server::{Authorized, Replies, apply_outcomes, lock};
 
@@ -226,6 +229,40 @@ fn integer(value: Option<Value>) -> Option<i64> {
     }
 }
 
+fn text(value: Option<Value>) -> Option<String> {
+    match value? {
+        Value::String(text) => Some(text),
+        Value::Symbol(symbol) => Some(symbol.0),
+        _ => None,
+    }
+}
+
+fn sequence_numbers(request: &AmqpMessage) -> Vec<i64> {
+    body_field(request, "sequence-numbers")
+        .map(list_items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|value| integer(Some(value)))
+        .collect()
+}
+
+fn lock_tokens(request: &AmqpMessage) -> Vec<Uuid> {
+    body_field(request, "lock-tokens")
+        .map(list_items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|value| match value {
+            Value::Uuid(token) => Some(Uuid::from_bytes(*token.as_inner())),
+            Value::String(token) => Uuid::parse_str(&token).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_session_id() -> Answer {
+    Answer::error(400, "amqp:invalid-field", "the request needs `session-id`".to_owned())
+}
+
 fn management(request: &AmqpMessage, entity: &str, shared: &Shared) -> Answer {
     if !lock(&shared.namespace).has_entity(entity) {
         return Answer::refused(&Refusal::NotFound(entity.to_owned()));
@@ -233,15 +270,7 @@ fn management(request: &AmqpMessage, entity: &str, shared: &Shared) -> Answer {
     let now = OffsetDateTime::now_utc();
     match property(request, "operation").as_deref() {
         Some("com.microsoft:renew-lock") => {
-            let tokens: Vec<Uuid> = body_field(request, "lock-tokens")
-                .map(list_items)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|value| match value {
-                    Value::Uuid(token) => Some(Uuid::from_bytes(*token.as_inner())),
-                    _ => None,
-                })
-                .collect();
+            let tokens = lock_tokens(request);
             match lock(&shared.namespace).renew(&tokens, now) {
                 Ok(expirations) => Answer::ok(
                     200,
@@ -261,7 +290,9 @@ fn management(request: &AmqpMessage, entity: &str, shared: &Shared) -> Answer {
         Some("com.microsoft:peek-message") => {
             let from = integer(body_field(request, "from-sequence-number")).unwrap_or(0);
             let count = integer(body_field(request, "message-count")).unwrap_or(1).max(0);
-            let peeked = lock(&shared.namespace).peek(entity, from, usize::try_from(count).unwrap_or(0));
+            let session = text(body_field(request, "session-id"));
+            let peeked =
+                lock(&shared.namespace).peek(entity, from, usize::try_from(count).unwrap_or(0), session.as_deref());
             match peeked {
                 Ok(messages) if messages.is_empty() => Answer::ok(204, Value::Null),
                 Ok(messages) => {
@@ -272,6 +303,143 @@ fn management(request: &AmqpMessage, entity: &str, shared: &Shared) -> Answer {
                         .collect();
                     Answer::ok(200, map(vec![("messages", Value::List(entries))]))
                 }
+                Err(refusal) => Answer::refused(&refusal),
+            }
+        }
+        Some("com.microsoft:renew-session-lock") => {
+            let Some(session) = text(body_field(request, "session-id")) else {
+                return no_session_id();
+            };
+            match lock(&shared.namespace).renew_session_lock(entity, &session, now) {
+                Ok(until) => Answer::ok(200, map(vec![("expiration", Value::Timestamp(timestamp(until)))])),
+                Err(refusal) => Answer::refused(&refusal),
+            }
+        }
+        Some("com.microsoft:get-session-state") => {
+            let Some(session) = text(body_field(request, "session-id")) else {
+                return no_session_id();
+            };
+            match lock(&shared.namespace).session_state(entity, &session, now) {
+                Ok(state) => Answer::ok(
+                    200,
+                    map(vec![(
+                        "session-state",
+                        state.map_or(Value::Null, |state| Value::Binary(Binary::from(state))),
+                    )]),
+                ),
+                Err(refusal) => Answer::refused(&refusal),
+            }
+        }
+        Some("com.microsoft:set-session-state") => {
+            let Some(session) = text(body_field(request, "session-id")) else {
+                return no_session_id();
+            };
+            let state = match body_field(request, "session-state") {
+                None | Some(Value::Null) => None,
+                Some(Value::Binary(state)) => Some(state.into_vec()),
+                Some(Value::String(state)) => Some(state.into_bytes()),
+                Some(_) => {
+                    return Answer::error(400, "amqp:invalid-field", "session-state must be binary".to_owned());
+                }
+            };
+            match lock(&shared.namespace).set_session_state(entity, &session, state, now) {
+                Ok(()) => Answer::ok(200, Value::Null),
+                Err(refusal) => Answer::refused(&refusal),
+            }
+        }
+        Some("com.microsoft:receive-by-sequence-number") => {
+            let sequences = sequence_numbers(request);
+            let session = text(body_field(request, "session-id"));
+            // Receiver settle mode first (0) is receive-and-delete; second (1) peek-lock.
+            let peek_lock = integer(body_field(request, "receiver-settle-mode")).unwrap_or(1) != 0;
+            let received =
+                lock(&shared.namespace).receive_deferred(entity, &sequences, session.as_deref(), peek_lock, now);
+            match received {
+                Ok(messages) => {
+                    let entries = messages
+                        .into_iter()
+                        .filter_map(|(message, token)| {
+                            let bytes = serde_amqp::to_vec(&Serializable(message)).ok()?;
+                            let mut entry = vec![("message", Value::Binary(Binary::from(bytes)))];
+                            if let Some(token) = token {
+                                entry.push(("lock-token", Value::Uuid(token.into_bytes().into())));
+                            }
+                            Some(map(entry))
+                        })
+                        .collect();
+                    Answer::ok(200, map(vec![("messages", Value::List(entries))]))
+                }
+                Err(refusal) => Answer::refused(&refusal),
+            }
+        }
+        Some("com.microsoft:update-disposition") => {
+            let Some(status) = text(body_field(request, "disposition-status")) else {
+                return Answer::error(400, "amqp:invalid-field", "no disposition-status".to_owned());
+            };
+            let settlement = match status.as_str() {
+                "completed" => Settlement::Complete,
+                "abandoned" => Settlement::Abandon { counted: true },
+                "defered" | "deferred" => Settlement::Defer,
+                "suspended" => Settlement::DeadLetter {
+                    reason: text(body_field(request, "deadletter-reason")).unwrap_or_default(),
+                    description: text(body_field(request, "deadletter-description")).unwrap_or_default(),
+                },
+                other => {
+                    return Answer::error(
+                        400,
+                        "amqp:invalid-field",
+                        format!("unknown disposition-status `{other}`"),
+                    );
+                }
+            };
+            let mut namespace = lock(&shared.namespace);
+            for token in lock_tokens(request) {
+                if let Err(refusal) = namespace.settle(token, settlement.clone(), now) {
+                    return Answer::refused(&refusal);
+                }
+            }
+            drop(namespace);
+            shared.changed.notify_waiters();
+            Answer::ok(200, Value::Null)
+        }
+        Some("com.microsoft:schedule-message") => {
+            let mut messages = Vec::new();
+            for entry in body_field(request, "messages").map(list_items).unwrap_or_default() {
+                let encoded = match &entry {
+                    Value::Map(entry) => entry.get(&Value::String("message".to_owned())),
+                    _ => None,
+                };
+                let Some(Value::Binary(encoded)) = encoded else {
+                    return Answer::error(
+                        400,
+                        "amqp:invalid-field",
+                        "each message needs `message`, binary".to_owned(),
+                    );
+                };
+                match serde_amqp::from_slice::<Deserializable<AmqpMessage>>(encoded) {
+                    Ok(decoded) => messages.push(decoded.0),
+                    Err(err) => {
+                        return Answer::error(400, "amqp:decode-error", format!("a message does not decode: {err}"));
+                    }
+                }
+            }
+            let scheduled = lock(&shared.namespace).schedule(entity, messages, now);
+            shared.changed.notify_waiters();
+            match scheduled {
+                Ok(numbers) => Answer::ok(
+                    200,
+                    map(vec![(
+                        "sequence-numbers",
+                        Value::Array(Array::from(numbers.into_iter().map(Value::Long).collect::<Vec<_>>())),
+                    )]),
+                ),
+                Err(refusal) => Answer::refused(&refusal),
+            }
+        }
+        Some("com.microsoft:cancel-scheduled-message") => {
+            let sequences = sequence_numbers(request);
+            match lock(&shared.namespace).cancel_scheduled(entity, &sequences, now) {
+                Ok(()) => Answer::ok(200, Value::Null),
                 Err(refusal) => Answer::refused(&refusal),
             }
         }

@@ -535,7 +535,7 @@ fn queue_description(settings: &EntitySettings, record: &Record, messages: usize
         ("LockDuration", atom::format_duration(settings.lock_duration)),
         kept(record, "MaxSizeInMegabytes", "1024"),
         requires_duplicate_detection,
-        kept(record, "RequiresSession", "false"),
+        ("RequiresSession", settings.requires_session.to_string()),
         kept(record, "DefaultMessageTimeToLive", MAX_TIME_SPAN),
         kept(record, "DeadLetteringOnMessageExpiration", "false"),
         window,
@@ -588,7 +588,7 @@ fn subscription_description(settings: &EntitySettings, record: &Record, messages
     let [created, updated, accessed] = times(record);
     let fields = [
         ("LockDuration", atom::format_duration(settings.lock_duration)),
-        kept(record, "RequiresSession", "false"),
+        ("RequiresSession", settings.requires_session.to_string()),
         kept(record, "DefaultMessageTimeToLive", MAX_TIME_SPAN),
         kept(record, "DeadLetteringOnMessageExpiration", "false"),
         kept(record, "DeadLetteringOnFilterEvaluationExceptions", "true"),
@@ -730,8 +730,13 @@ fn settings_of(
     existing: Option<EntitySettings>,
     detects_duplicates: bool,
 ) -> Result<(EntitySettings, Vec<(String, String)>), Reply> {
-    if boolean(description, "RequiresSession")? == Some(true) {
-        return Err(bad("RequiresSession: the test broker has no sessions".to_owned()));
+    let requires_session = boolean(description, "RequiresSession")?.unwrap_or(false);
+    if let Some(existing) = existing
+        && existing.requires_session != requires_session
+    {
+        return Err(bad(
+            "The value for the RequiresSession property of an existing entity cannot be changed".to_owned(),
+        ));
     }
     for forward in ["ForwardTo", "ForwardDeadLetteredMessagesTo"] {
         if text_of(description, forward).is_some_and(|text| !text.is_empty()) {
@@ -775,6 +780,7 @@ fn settings_of(
         } else {
             existing.and_then(|existing| existing.duplicate_detection_window)
         },
+        requires_session,
     };
     let properties = description
         .children

@@ -15,6 +15,11 @@
 //!   completes, modified abandons, released gives back, rejected
 //!   dead-letters. A pre-settled receiver (sender settle mode settled) is
 //!   receive-and-delete.
+//! - A receiver with the source filter `com.microsoft:session-filter` gets
+//!   a session locked before its attach is answered (with the session id
+//!   in the filter and `com.microsoft:locked-until-utc`), then only that
+//!   session's messages; the link is closed with
+//!   `com.microsoft:session-lock-lost` when the lock expires.
 //! - An attach to an entity that does not exist, or without a put token
 //!   when the broker has a key, is answered and then closed with
 //!   `amqp:not-found` / `amqp:unauthorized-access`.
@@ -38,9 +43,12 @@ use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Array, Symbol, Value};
 use fe2o3_amqp::types::sasl::{SaslCode, SaslInit, SaslOutcome, SaslResponse};
 use fe2o3_amqp::{Receiver, Sendable, Sender};
+use serde_amqp::described::Described;
+use serde_amqp::descriptor::Descriptor;
 use time::OffsetDateTime;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
 
 use crate::Shared;
 use crate::frames::LockTokenTags;
@@ -222,8 +230,43 @@ async fn session_task(
         let client_node = address_of_target(&attach);
         let settled = matches!(attach.snd_settle_mode, SenderSettleMode::Settled);
         let key = entity_key(address.as_deref().unwrap_or_default());
-        let link_acceptor = if remote_sends { &sends_acceptor } else { &acceptor };
+        let mut attach = attach;
+        // A session receiver: the session is chosen (and locked) before
+        // the attach is answered, with its id in the source filter.
+        let mut session_link = None;
+        let mut session_acceptor = None;
+        if !remote_sends
+            && !is_request_node(&key)
+            && let Some(requested) = session_filter(&attach)
+        {
+            let timeout = session_timeout(&attach);
+            let chosen = tokio::select! {
+                chosen = choose_session(&shared, &authorized, &key, requested, timeout) => chosen,
+                _ = stopped.changed() => return,
+            };
+            session_link = Some(match chosen {
+                Ok(locked) => {
+                    set_session_filter(&mut attach, &locked.session_id);
+                    let mut properties = definitions::Fields::new();
+                    properties.insert(
+                        Symbol::from(SESSION_LOCKED_UNTIL),
+                        Value::Long(dotnet_ticks(locked.until)),
+                    );
+                    session_acceptor = Some(LinkAcceptor::builder().properties(properties).build());
+                    SessionLink::Locked(locked)
+                }
+                Err(error) => SessionLink::Refused(error),
+            });
+        }
+        let link_acceptor = match &session_acceptor {
+            Some(session_acceptor) => session_acceptor,
+            None if remote_sends => &sends_acceptor,
+            None => &acceptor,
+        };
         let Ok(endpoint) = link_acceptor.accept_incoming_attach(attach, &mut session).await else {
+            if let Some(SessionLink::Locked(locked)) = &session_link {
+                lock(&shared.namespace).release_session(&key, &locked.session_id, locked.owner);
+            }
             continue;
         };
         let shared = Arc::clone(&shared);
@@ -254,7 +297,7 @@ async fn session_task(
                     }
                     tokio::spawn(reply_link(sender, names, rx, tx, replies));
                 } else {
-                    tokio::spawn(outgoing_link(sender, key, settled, shared, authorized));
+                    tokio::spawn(outgoing_link(sender, key, settled, shared, authorized, session_link));
                 }
             }
         }
@@ -374,7 +417,9 @@ async fn reply_link(
         tokio::select! {
             response = rx.recv() => {
                 let Some(response) = response else { break };
-                if sender.send(response).await.is_err() {
+                // Not waiting for the client's outcome: pyamqp never
+                // settles a response, and the next one must not wait for it.
+                if sender.send_batchable(response).await.is_err() {
                     break;
                 }
             }
@@ -393,28 +438,211 @@ async fn reply_link(
     let _ = sender.close().await;
 }
 
-/// A link the client receives an entity's messages on.
+/// The source filter a session receiver attaches with.
+const SESSION_FILTER: &str = "com.microsoft:session-filter";
+/// The descriptor of Service Bus's session filter (`0x00000137:0x0000000C`).
+const SESSION_FILTER_CODE: u64 = 0x0000_0137_0000_000C;
+/// The attach property with the session lock's expiry (.NET ticks).
+const SESSION_LOCKED_UNTIL: &str = "com.microsoft:locked-until-utc";
+/// The attach property with the client's operation timeout (milliseconds).
+const OPERATION_TIMEOUT: &str = "com.microsoft:timeout";
+/// How long a next-available-session attach waits without a timeout given.
+const DEFAULT_SESSION_WAIT: Duration = Duration::from_secs(60);
+/// .NET ticks (100 ns) at the Unix epoch, as `DateTimeOffset` counts them.
+const DOTNET_TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// A session receiver link's session.
+#[derive(Debug)]
+enum SessionLink {
+    /// Locked for this link.
+    Locked(LockedSession),
+    /// The attach is answered and then closed with this error.
+    Refused(definitions::Error),
+}
+
+#[derive(Debug)]
+struct LockedSession {
+    session_id: String,
+    owner: Uuid,
+    until: OffsetDateTime,
+}
+
+/// The session a receiver asks for: `Some(Some(id))`, `Some(None)` for the
+/// next available one, `None` without a session filter.
+fn session_filter(attach: &Attach) -> Option<Option<String>> {
+    let filter = attach.source.as_ref()?.filter.as_ref()?;
+    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
+    let value = match value {
+        Value::Described(described) => &described.value,
+        other => other,
+    };
+    Some(match value {
+        Value::String(id) => Some(id.clone()),
+        Value::Symbol(id) => Some(id.0.clone()),
+        _ => None,
+    })
+}
+
+/// Answers with the chosen session id in the source filter, described as
+/// Service Bus's session filter.
+fn set_session_filter(attach: &mut Attach, session_id: &str) {
+    if let Some(source) = attach.source.as_mut() {
+        source.filter.get_or_insert_with(Default::default).insert(
+            Symbol::from(SESSION_FILTER),
+            Value::Described(Box::new(Described {
+                descriptor: Descriptor::Code(SESSION_FILTER_CODE),
+                value: Value::String(session_id.to_owned()),
+            })),
+        );
+    }
+}
+
+fn session_timeout(attach: &Attach) -> Duration {
+    let timeout = attach
+        .properties
+        .as_ref()
+        .and_then(|properties| properties.get(&Symbol::from(OPERATION_TIMEOUT)));
+    match timeout {
+        Some(Value::Uint(ms)) => Duration::from_millis(u64::from(*ms)),
+        Some(Value::Ulong(ms)) => Duration::from_millis(*ms),
+        Some(Value::Int(ms)) => Duration::from_millis(u64::try_from(*ms).unwrap_or(0)),
+        Some(Value::Long(ms)) => Duration::from_millis(u64::try_from(*ms).unwrap_or(0)),
+        _ => DEFAULT_SESSION_WAIT,
+    }
+}
+
+fn dotnet_ticks(at: OffsetDateTime) -> i64 {
+    let ticks = at.unix_timestamp_nanos() / 100;
+    i64::try_from(ticks).map_or(i64::MAX, |ticks| ticks.saturating_add(DOTNET_TICKS_AT_UNIX_EPOCH))
+}
+
+/// Locks the requested session, or waits up to `timeout` for a session
+/// with messages that no one holds (then `com.microsoft:timeout`, as
+/// Service Bus answers).
+async fn choose_session(
+    shared: &Shared,
+    authorized: &Authorized,
+    key: &str,
+    requested: Option<String>,
+    timeout: Duration,
+) -> Result<LockedSession, definitions::Error> {
+    if let Some(error) = attach_check(shared, authorized, key, false) {
+        return Err(error);
+    }
+    let owner = Uuid::new_v4();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        apply_outcomes(shared);
+        let woken = shared.changed.notified();
+        let now = OffsetDateTime::now_utc();
+        let accepted = {
+            let mut namespace = lock(&shared.namespace);
+            namespace.expire_locks(now);
+            namespace.accept_session(key, requested.as_deref(), owner, now)
+        };
+        match accepted {
+            Ok(Some(grant)) => {
+                return Ok(LockedSession {
+                    session_id: grant.session_id,
+                    owner,
+                    until: grant.until,
+                });
+            }
+            Ok(None) => {}
+            Err(refusal) => return Err(amqp_error(refusal.condition(), refusal.to_string())),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(amqp_error(
+                "com.microsoft:timeout",
+                format!("no session of `{key}` with messages became available within {timeout:?}"),
+            ));
+        }
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(POLL) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}
+
+/// A link the client receives an entity's messages on: with a session
+/// locked, only that session's messages.
 async fn outgoing_link(
     mut sender: Sender,
     key: String,
     settled: bool,
     shared: Arc<Shared>,
     authorized: Arc<Authorized>,
+    session: Option<SessionLink>,
 ) {
     if let Some(error) = attach_check(&shared, &authorized, &key, false) {
         let _ = sender.close_with_error(error).await;
+        if let Some(SessionLink::Locked(locked)) = &session {
+            lock(&shared.namespace).release_session(&key, &locked.session_id, locked.owner);
+        }
         return;
     }
+    let locked = match session {
+        Some(SessionLink::Refused(error)) => {
+            let _ = sender.close_with_error(error).await;
+            return;
+        }
+        Some(SessionLink::Locked(locked)) => Some(locked),
+        None => {
+            if lock(&shared.namespace).requires_session(&key) {
+                let error = amqp_error(
+                    "amqp:not-allowed",
+                    format!(
+                        "It is not possible for an entity that requires sessions to create a non-sessionful message receiver: `{key}`"
+                    ),
+                );
+                let _ = sender.close_with_error(error).await;
+                return;
+            }
+            None
+        }
+    };
+    let lost = deliver(&mut sender, &key, settled, &shared, locked.as_ref()).await;
+    if let Some(error) = lost {
+        let _ = sender.close_with_error(error).await;
+    }
+    if let Some(locked) = &locked {
+        lock(&shared.namespace).release_session(&key, &locked.session_id, locked.owner);
+        shared.changed.notify_waiters();
+    }
+}
+
+/// Delivers messages of `key` (of the locked session, if any) until the
+/// link ends or, for a session, its lock is lost (then the link is closed
+/// with `com.microsoft:session-lock-lost`).
+async fn deliver(
+    sender: &mut Sender,
+    key: &str,
+    settled: bool,
+    shared: &Shared,
+    session: Option<&LockedSession>,
+) -> Option<definitions::Error> {
     loop {
-        apply_outcomes(&shared);
+        apply_outcomes(shared);
         let now = OffsetDateTime::now_utc();
-        let next = lock(&shared.namespace).lock_next(&key, now);
+        let next = match session {
+            None => lock(&shared.namespace).lock_next(key, now),
+            Some(locked) => {
+                let next = lock(&shared.namespace).lock_next_in_session(key, &locked.session_id, locked.owner, now);
+                match next {
+                    Ok(next) => next,
+                    Err(refusal) => {
+                        return Some(amqp_error(refusal.condition(), refusal.to_string()));
+                    }
+                }
+            }
+        };
         let Some(locked) = next else {
             let woken = shared.changed.notified();
             tokio::select! {
                 _ = woken => {}
                 _ = tokio::time::sleep(POLL) => {}
-                _ = sender.on_detach() => return,
+                _ = sender.on_detach() => return None,
             }
             continue;
         };
@@ -424,18 +652,18 @@ async fn outgoing_link(
             Ok(Ok(delivery)) => {
                 if settled {
                     // Receive-and-delete: sent pre-settled, so it is gone.
-                    settle(&shared, token, Settlement::Complete);
+                    settle(shared, token, Settlement::Complete);
                 } else {
                     lock(&shared.pending).push((token, Box::pin(delivery)));
                 }
             }
             Ok(Err(_)) => {
-                settle(&shared, token, Settlement::Release);
-                return;
+                settle(shared, token, Settlement::Release);
+                return None;
             }
             Err(_) => {
                 // No credit: the lock is given back, uncounted, until there is.
-                settle(&shared, token, Settlement::Release);
+                settle(shared, token, Settlement::Release);
                 let woken = shared.changed.notified();
                 tokio::select! {
                     _ = woken => {}

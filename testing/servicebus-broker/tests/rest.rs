@@ -400,17 +400,24 @@ async fn descriptions_the_broker_cannot_honour_are_refused_with_400() {
         ("a", queue("PT1S", 10), "a lock under 5 seconds"),
         ("b", queue("PT1M", 0), "no deliveries"),
         ("c", queue("soon", 10), "not a duration"),
-        (
-            "d",
-            format!("<QueueDescription xmlns=\"{SB}\"><RequiresSession>true</RequiresSession></QueueDescription>"),
-            "sessions",
-        ),
         ("e", "<Nonsense/>".to_owned(), "not a description"),
     ] {
         let answer = management.create(path, &description).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{why}: {}", answer.body);
         assert!(answer.body.starts_with("<Error><Code>400</Code>"), "{}", answer.body);
     }
+    // Sessions are set when an entity is made and never changed.
+    let sessions =
+        format!("<QueueDescription xmlns=\"{SB}\"><RequiresSession>true</RequiresSession></QueueDescription>");
+    let made = management.create("d", &sessions).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    assert!(has(&management.get("d").await.body, "RequiresSession", "true"));
+    let without =
+        format!("<QueueDescription xmlns=\"{SB}\"><RequiresSession>false</RequiresSession></QueueDescription>");
+    let changed = management.replace("d", &without).await;
+    assert_eq!(changed.status, StatusCode::BAD_REQUEST, "{}", changed.body);
+    assert!(changed.body.contains("RequiresSession"), "{}", changed.body);
+
     let not_xml = management
         .send(
             reqwest::Method::PUT,

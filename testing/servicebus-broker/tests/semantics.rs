@@ -63,6 +63,7 @@ fn settings(lock_ms: u64, max_delivery_count: u32) -> EntitySettings {
         lock_duration: Duration::from_millis(lock_ms),
         max_delivery_count,
         duplicate_detection_window: Some(Duration::from_secs(60)),
+        requires_session: false,
     }
 }
 

@@ -97,6 +97,7 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
         lock_duration: options.lock_duration,
         max_delivery_count: options.max_delivery_count,
         duplicate_detection_window: Some(options.duplicate_detection_window),
+        requires_session: false,
     };
     for spec in desired_entities(&Topology::from_routing(), &options) {
         let path = spec.path.as_str();
