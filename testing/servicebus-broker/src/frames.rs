@@ -38,8 +38,11 @@
 //! id), so it never learns of the change.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use fe2o3_amqp::types::definitions::{DeliveryTag, Role};
@@ -89,11 +92,20 @@ pub(crate) struct LockTokenTags<S> {
     /// Outgoing bytes ready for the socket, and how many it has taken.
     writable: Vec<u8>,
     written: usize,
+    /// While set, nothing goes out (fault injection); looked at again
+    /// every [`HELD_POLL`].
+    held: Arc<AtomicBool>,
+    recheck: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
+/// How often held output looks whether it may go.
+const HELD_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl<S> LockTokenTags<S> {
-    pub(crate) fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S, held: Arc<AtomicBool>) -> Self {
         Self {
+            held,
+            recheck: None,
             inner,
             incoming: Vec::new(),
             readable: Vec::new(),
@@ -450,6 +462,15 @@ impl<S: AsyncWrite + Unpin> LockTokenTags<S> {
     /// Writes `writable` to the socket until it is empty or the socket
     /// is not ready.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.writable.len() && self.held.load(Ordering::SeqCst) {
+            let recheck = self
+                .recheck
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(HELD_POLL)));
+            match recheck.as_mut().poll(cx) {
+                Poll::Ready(()) => self.recheck = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
         while self.written < self.writable.len() {
             match Pin::new(&mut self.inner).poll_write(cx, &self.writable[self.written..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
@@ -679,7 +700,7 @@ mod tests {
         stream.extend_from_slice(&second);
 
         let (near, mut far) = tokio::io::duplex(1 << 16);
-        let mut tags = LockTokenTags::new(near);
+        let mut tags = LockTokenTags::new(near, Arc::default());
         for piece in stream.chunks(5) {
             tags.write_all(piece).await.unwrap();
         }
@@ -802,7 +823,7 @@ mod tests {
         let other = on_channel(frame(transfer(&[1, 2, 3, 4]), b"payload"), 7);
 
         let (mut client, near) = tokio::io::duplex(1 << 16);
-        let mut tags = LockTokenTags::new(near);
+        let mut tags = LockTokenTags::new(near, Arc::default());
         let mut from_client = header.to_vec();
         from_client.extend_from_slice(&client_open);
         from_client.extend_from_slice(&client_begin);

@@ -71,9 +71,9 @@
 //!   a shared access signature covering the URL's entity (401 otherwise).
 //!   bosun reaches it with `BOSUN_SERVICEBUS_MANAGEMENT_URL=http://127.0.0.1:PORT`.
 //!
-//! Fault hooks for tests: [`RunningBroker::expire_lock`] and
-//! [`RunningBroker::drop_connections`] (holding replies back is left to a
-//! TCP proxy, as bosun's hung-send test does).
+//! Fault hooks for tests: [`RunningBroker::expire_lock`],
+//! [`RunningBroker::hold_replies`] / [`RunningBroker::release_replies`]
+//! and [`RunningBroker::drop_connections`].
 //!
 //! Layout: [`filter`] the SQL filters, `namespace` the entities and their
 //! semantics (no I/O), `server` the AMQP connections and links, `requests`
@@ -99,6 +99,7 @@
 //! given back; `Status` is kept but an entity is never disabled; SAS
 //! rights (Manage, Send, Listen) are not told apart.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::Duration;
 
@@ -155,6 +156,8 @@ pub(crate) struct Shared {
     pub(crate) key: Option<SharedAccessKey>,
     /// Bumped to drop every open connection.
     pub(crate) cut: watch::Sender<u64>,
+    /// While set, nothing the broker writes reaches any client.
+    pub(crate) held: Arc<AtomicBool>,
     /// Locked deliveries waiting for their outcome.
     pub(crate) pending: SyncMutex<Vec<server::PendingDelivery>>,
     /// What the management REST API keeps beyond the namespace (names as
@@ -182,6 +185,7 @@ impl Broker {
             changed: Notify::new(),
             key: config.key.clone(),
             cut: watch::channel(0).0,
+            held: Arc::new(AtomicBool::new(false)),
             pending: SyncMutex::new(Vec::new()),
             catalog: SyncMutex::new(rest::Catalog::default()),
         });
@@ -311,6 +315,19 @@ impl RunningBroker {
     /// the lock was held.
     pub fn expire_lock(&self, lock_token: Uuid) -> bool {
         self.with_namespace(|namespace| namespace.expire_lock(lock_token, OffsetDateTime::now_utc()))
+    }
+
+    /// Fault injection: holds back everything the broker writes (outcomes,
+    /// deliveries, responses) on every connection, as a broker that has
+    /// stopped answering, until [`RunningBroker::release_replies`]; the
+    /// connections stay open and what the clients send is still read.
+    pub fn hold_replies(&self) {
+        self.shared.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends [`RunningBroker::hold_replies`]: what was held goes out.
+    pub fn release_replies(&self) {
+        self.shared.held.store(false, Ordering::SeqCst);
     }
 
     /// Fault injection: drops every open connection without a close frame.

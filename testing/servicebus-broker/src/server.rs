@@ -163,7 +163,10 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>, mut stop: watch::Rec
         })
         .build();
     let mut cut = shared.cut.subscribe();
-    let Ok(mut connection) = acceptor.accept(LockTokenTags::new(stream)).await else {
+    let Ok(mut connection) = acceptor
+        .accept(LockTokenTags::new(stream, Arc::clone(&shared.held)))
+        .await
+    else {
         return;
     };
     let authorized = Arc::new(Authorized::default());

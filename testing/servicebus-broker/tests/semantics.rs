@@ -399,3 +399,26 @@ async fn faults_expire_a_lock_early_and_drop_connections() {
         .expect("the lock of a dropped link is given up");
     assert_eq!(prior_deliveries(&after), 2);
 }
+
+#[tokio::test]
+async fn held_replies_hold_a_send_until_they_are_released() {
+    let broker = open_broker().await;
+    broker.create_queue("q", settings(30_000, 10)).unwrap();
+    let mut client = connect(&broker).await;
+    let mut sender = client.sender("q").await;
+    broker.hold_replies();
+    let send = tokio::spawn(async move {
+        let outcome = sender.send(message("held", "L")).await;
+        (sender, outcome)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!send.is_finished(), "the outcome came while replies were held");
+    assert_eq!(broker.message_count("q"), Some(1), "the send itself was taken");
+    broker.release_replies();
+    let (sender, outcome) = tokio::time::timeout(WAIT, send)
+        .await
+        .expect("the outcome comes once replies are released")
+        .unwrap();
+    assert!(matches!(outcome.unwrap(), Outcome::Accepted(_)));
+    sender.close().await.unwrap();
+}
