@@ -218,7 +218,7 @@ enum Refused {
 
 async fn load_saga(delivery: &Delivery<'_>, kind: &'static str, key: &str) -> Result<SagaInstance, Refused> {
     let envelope = delivery.envelope;
-    match delivery.runtime.store.load_saga(kind, key).await {
+    match delivery.runtime.store.load_saga_state(kind, key).await {
         // Tenants are walls: a message never acts on another tenant's
         // saga, whatever its key says.
         Ok(Some(record))

@@ -177,6 +177,13 @@ async fn saga_conflict_writes_nothing<S: Store>(store: &S) {
     let saga = store.load_saga("release", "r-1").await.unwrap().unwrap();
     assert_eq!(saga.version, 2);
     assert_eq!(saga.state, json!({"step": 2}));
+    // The hot path's read: the same state, version and tenant, no history.
+    let state = store.load_saga_state("release", "r-1").await.unwrap().unwrap();
+    assert_eq!(
+        (state.version, &state.state, &state.tenant_id),
+        (saga.version, &saga.state, &saga.tenant_id)
+    );
+    assert_eq!(store.load_saga_state("release", "r-404").await.unwrap(), None);
     assert_eq!(
         saga.history.iter().map(|h| h.message_id.as_str()).collect::<Vec<_>>(),
         ["m-1", "m-2"]

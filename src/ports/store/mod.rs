@@ -137,6 +137,19 @@ pub struct SagaRecord {
     pub history: Vec<SagaHistoryEntry>,
 }
 
+/// What a handler is given of a saga: its state and version, and who owns
+/// it, without its history (read by [`Store::load_saga_state`] on every
+/// saga message, so its cost does not grow with the saga's age).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SagaState {
+    /// Incremented by every save; the version a save must expect.
+    pub version: i64,
+    /// The tenant that started it (none for sagas saved before tenants were kept).
+    pub tenant_id: Option<String>,
+    /// The state.
+    pub state: Value,
+}
+
 /// One save of a saga.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -614,8 +627,13 @@ pub trait Store: Send + Sync {
 
     // -- sagas --------------------------------------------------------------
 
-    /// Loads a saga.
+    /// Loads a saga with its whole history (for people: `bosun sagas`, the
+    /// API and the console).
     async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError>;
+
+    /// Loads what a handler needs of a saga, one indexed row whatever the
+    /// length of its history (the runtime's hot path).
+    async fn load_saga_state(&self, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError>;
 
     /// Lists sagas, optionally of one kind.
     async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError>;

@@ -31,7 +31,7 @@ use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::postgres::{MigrationReport, PostgresDatabase};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    ReplayRecord, SagaRecord, Store, StoreError, TimelineEntry, doing,
+    ReplayRecord, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
 };
 use crate::ports::transport::OutboundMessage;
 
@@ -219,6 +219,12 @@ impl Store for PostgresStore {
 
     async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
         sagas::load_saga(&self.database, kind, key)
+            .await
+            .map_err(|err| err.doing(doing::load_saga(kind, key)))
+    }
+
+    async fn load_saga_state(&self, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError> {
+        sagas::load_saga_state(&self.database, kind, key)
             .await
             .map_err(|err| err.doing(doing::load_saga(kind, key)))
     }

@@ -7,7 +7,7 @@ use sqlx_core::row::Row;
 use sqlx_core::types::Json;
 
 use crate::backends::postgres::PostgresDatabase;
-use crate::ports::store::{SagaHistoryEntry, SagaRecord, StoreError};
+use crate::ports::store::{SagaHistoryEntry, SagaRecord, SagaState, StoreError};
 
 /// Sagas (of one kind, one key), most recently updated first, each with
 /// its history, read in one snapshot.
@@ -78,6 +78,30 @@ pub(super) async fn load_saga(
 ) -> Result<Option<SagaRecord>, StoreError> {
     let mut sagas = sagas(database, Some(kind), Some(key)).await?;
     Ok(sagas.pop())
+}
+
+/// A saga's state, version and tenant: one row by primary key, no history.
+pub(super) async fn load_saga_state(
+    database: &PostgresDatabase,
+    kind: &str,
+    key: &str,
+) -> Result<Option<SagaState>, StoreError> {
+    let Some(row) = query("SELECT version, state, tenant_id FROM bosun_sagas WHERE kind = $1 AND key = $2")
+        .bind(kind)
+        .bind(key)
+        .fetch_optional(database.pool())
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Json(state) = row
+        .try_get(1)
+        .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?;
+    Ok(Some(SagaState {
+        version: row.try_get(0)?,
+        tenant_id: row.try_get(2)?,
+        state,
+    }))
 }
 
 pub(super) async fn list_sagas(database: &PostgresDatabase, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {

@@ -3,7 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use crate::backends::sqlite::Database;
-use crate::ports::store::{SagaHistoryEntry, SagaRecord, StoreError};
+use crate::ports::store::{SagaHistoryEntry, SagaRecord, SagaState, StoreError};
 use crate::ports::transport::from_unix_ms;
 
 pub(super) fn load_saga_tx(
@@ -58,6 +58,38 @@ pub(super) fn load_saga_tx(
 pub(super) async fn load_saga(database: &Database, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
     let (kind, key) = (kind.to_owned(), key.to_owned());
     database.call(move |conn| load_saga_tx(conn, &kind, &key)).await
+}
+
+/// A saga's state, version and tenant: one row by primary key, no history.
+pub(super) async fn load_saga_state(
+    database: &Database,
+    kind: &str,
+    key: &str,
+) -> Result<Option<SagaState>, StoreError> {
+    let (kind, key) = (kind.to_owned(), key.to_owned());
+    database
+        .call(move |conn| {
+            let Some((version, state, tenant_id)) = conn
+                .prepare_cached("SELECT version, state, tenant_id FROM sagas WHERE kind = ?1 AND key = ?2")?
+                .query_row(params![kind, key], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, Option<String>>(2)?,
+                    ))
+                })
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            Ok(Some(SagaState {
+                version,
+                tenant_id,
+                state: serde_json::from_str(&state)
+                    .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?,
+            }))
+        })
+        .await
 }
 
 pub(super) async fn list_sagas(database: &Database, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
