@@ -297,29 +297,30 @@ impl PostgresTransport {
         self.wakeups.signal(&path).mark_seen();
         let token = Uuid::now_v7();
         let rows = query(
-            "WITH exhausted AS (
-                UPDATE bosun_messages SET dead_lettered = true, dead_letter_reason = 'MaxDeliveryCountExceeded',
-                    dead_letter_description = 'message was delivered ' || delivery_count || ' times without being completed',
-                    dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
-                WHERE sequence IN (
-                    SELECT sequence FROM bosun_messages
-                    WHERE entity = $1 AND NOT dead_lettered AND delivery_count >= $2 AND visible_at <= now()
-                      AND (locked_until IS NULL OR locked_until <= now())
-                    FOR UPDATE SKIP LOCKED)
-                RETURNING sequence
-             ), candidates AS MATERIALIZED (
-                SELECT sequence FROM bosun_messages
-                WHERE entity = $1 AND NOT dead_lettered AND delivery_count < $2 AND visible_at <= now()
+            // The first `$3` available rows by sequence (the ready index),
+            // claimed at once; those already delivered the maximum number
+            // of times go to the dead-letter sub-queue, the rest are locked.
+            // The cost is that of the claimed rows, whatever the backlog.
+            "WITH candidates AS MATERIALIZED (
+                SELECT sequence, delivery_count FROM bosun_messages
+                WHERE entity = $1 AND NOT dead_lettered AND visible_at <= now()
                   AND (locked_until IS NULL OR locked_until <= now())
                 ORDER BY sequence
                 LIMIT $3
                 FOR UPDATE SKIP LOCKED
+             ), exhausted AS (
+                UPDATE bosun_messages AS m SET dead_lettered = true, dead_letter_reason = 'MaxDeliveryCountExceeded',
+                    dead_letter_description = 'message was delivered ' || m.delivery_count || ' times without being completed',
+                    dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
+                FROM candidates
+                WHERE m.sequence = candidates.sequence AND candidates.delivery_count >= $2
+                RETURNING m.sequence
              )
              UPDATE bosun_messages AS m
              SET delivery_count = m.delivery_count + 1, lock_token = $4,
                  locked_until = now() + $5::bigint * interval '1 millisecond'
              FROM candidates
-             WHERE m.sequence = candidates.sequence
+             WHERE m.sequence = candidates.sequence AND candidates.delivery_count < $2
              RETURNING m.sequence, m.broker_message_id, m.message_type, m.body, m.delivery_count, m.enqueued_at,
                        m.locked_until",
         )

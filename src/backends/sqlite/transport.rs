@@ -46,7 +46,11 @@ CREATE TABLE IF NOT EXISTS messages (
     dead_letter_description TEXT,
     dead_lettered_at INTEGER
 );
-CREATE INDEX IF NOT EXISTS messages_ready ON messages (entity, dead_lettered, visible_at, sequence);
+-- Receives walk an entity's live rows in sequence order and stop at their
+-- limit (no sort of every ready row); the earlier (.., visible_at, sequence)
+-- index made each receive sort the whole ready backlog.
+DROP INDEX IF EXISTS messages_ready;
+CREATE INDEX IF NOT EXISTS messages_by_sequence ON messages (entity, dead_lettered, sequence);
 CREATE TABLE IF NOT EXISTS duplicates (
     destination TEXT NOT NULL,
     broker_message_id TEXT NOT NULL,
@@ -227,28 +231,41 @@ impl Transport for EmbeddedTransport {
                 let now = unix_ms(OffsetDateTime::now_utc());
                 let path = entity.path();
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                tx.execute(
+                // The first `max` available rows by sequence; those already
+                // delivered the maximum number of times go to the
+                // dead-letter sub-queue, the rest are locked. The cost is
+                // that of the rows claimed, whatever the backlog.
+                let candidates: Vec<(i64, u32)> = tx
+                    .prepare_cached(
+                        "SELECT sequence, delivery_count FROM messages
+                         WHERE entity = ?1 AND dead_lettered = 0 AND visible_at <= ?2
+                           AND (locked_until IS NULL OR locked_until <= ?2)
+                         ORDER BY sequence LIMIT ?3",
+                    )?
+                    .query_map(params![path, now, i64::try_from(max).unwrap_or(i64::MAX)], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                let token = Uuid::now_v7();
+                let locked_until = now + duration_ms(lock_duration);
+                let mut exhaust = tx.prepare_cached(
                     "UPDATE messages SET dead_lettered = 1, dead_letter_reason = 'MaxDeliveryCountExceeded',
                         dead_letter_description = 'message was delivered ' || delivery_count || ' times without being completed',
                         dead_lettered_at = ?1, lock_token = NULL, locked_until = NULL
-                     WHERE entity = ?2 AND dead_lettered = 0 AND delivery_count >= ?3
-                       AND visible_at <= ?1 AND (locked_until IS NULL OR locked_until <= ?1)",
-                    params![now, path, max_delivery_count],
+                     WHERE sequence = ?2",
                 )?;
-                let token = Uuid::now_v7();
-                let locked_until = now + duration_ms(lock_duration);
-                let mut statement = tx.prepare_cached(
+                let mut lock = tx.prepare_cached(
                     "UPDATE messages SET delivery_count = delivery_count + 1, lock_token = ?1, locked_until = ?2
-                     WHERE sequence IN (
-                        SELECT sequence FROM messages
-                        WHERE entity = ?3 AND dead_lettered = 0 AND visible_at <= ?4
-                          AND (locked_until IS NULL OR locked_until <= ?4)
-                        ORDER BY sequence LIMIT ?5)
+                     WHERE sequence = ?3
                      RETURNING sequence, broker_message_id, message_type, body, delivery_count, enqueued_at",
                 )?;
-                let rows = statement.query_map(
-                    params![token.to_string(), locked_until, path, now, i64::try_from(max).unwrap_or(i64::MAX)],
-                    |row| {
+                let mut received = Vec::with_capacity(candidates.len());
+                for (sequence, delivery_count) in candidates {
+                    if delivery_count >= max_delivery_count {
+                        exhaust.execute(params![now, sequence])?;
+                        continue;
+                    }
+                    received.push(lock.query_row(params![token.to_string(), locked_until, sequence], |row| {
                         Ok(ReceivedMessage {
                             lock: LockToken {
                                 entity: entity.clone(),
@@ -262,12 +279,10 @@ impl Transport for EmbeddedTransport {
                             enqueued_at: from_unix_ms(row.get(5)?),
                             locked_until: from_unix_ms(locked_until),
                         })
-                    },
-                )?;
-                let mut received: Vec<ReceivedMessage> = rows.collect::<Result<_, _>>()?;
-                drop(statement);
+                    })?);
+                }
+                drop((exhaust, lock));
                 tx.commit()?;
-                received.sort_by_key(|m| m.lock.sequence);
                 Ok(received)
             })
             .await
