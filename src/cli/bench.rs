@@ -1,5 +1,7 @@
 //! `bosun bench`: messages per second and latencies of the runtime, per
-//! backend, workload and number of concurrent handlers.
+//! backend, workload and number of concurrent handlers, each beside the
+//! one-transaction-per-message limit of the same database, measured in the
+//! same run, and the ratio of the two.
 
 use std::time::Duration;
 
@@ -8,9 +10,7 @@ use clap::Args;
 
 use bosun::runtime::config::Settings;
 use bosun::runtime::telemetry;
-use bosun::tools::bench::{self, BenchPlan, BenchRow, Scenario};
-
-use super::output::print_json;
+use bosun::tools::bench::{self, BenchPlan, Scenario};
 
 /// `bosun bench`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -24,13 +24,17 @@ pub struct BenchArgs {
     /// Workloads (comma-separated: noop, saga).
     #[arg(long, value_delimiter = ',', default_value = "noop,saga")]
     pub scenarios: Vec<String>,
+    /// Messages sent before the clock starts that stay in the queue under
+    /// the timed ones (for bosun's rows and the limit's).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub backlog: usize,
     /// Give up on one run after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
     /// Also measure on PostgreSQL (a fresh schema per run, dropped after).
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
-    /// Print JSON.
+    /// Print one JSON object per row and line.
     #[arg(long)]
     pub json: bool,
 }
@@ -55,38 +59,33 @@ impl BenchArgs {
             scenarios,
             concurrency: self.concurrency.clone(),
             messages: self.messages,
+            backlog: self.backlog,
             timeout: Duration::from_secs(self.timeout),
         })
     }
 }
 
-/// Runs every (backend, workload, handlers) combination in a scratch
-/// directory and prints the table; progress goes to stderr.
+/// Runs every (backend, workload, handlers) combination, each between two
+/// runs of its limit, in a scratch directory and prints the table (or JSON
+/// lines); progress goes to stderr.
 pub async fn run(args: BenchArgs, settings: Settings) -> Result<()> {
     telemetry::init_with_filter(settings.log_format, "error");
     let plan = args.plan()?;
     let scratch = tempfile::Builder::new().prefix("bosun-bench-").tempdir()?;
     eprintln!(
-        "bosun bench: {} messages per run, handlers {:?}, scenarios {:?}",
+        "bosun bench: {} messages per run, backlog {}, handlers {:?}, scenarios {:?}",
         plan.messages,
+        plan.backlog,
         plan.concurrency,
         plan.scenarios.iter().map(|s| s.as_str()).collect::<Vec<_>>()
     );
-    let done = |row: &BenchRow| {
-        eprintln!(
-            "  done: {:.0} msg/s, processing p50 {:.2} ms p99 {:.2} ms",
-            row.per_second, row.processing_p50_ms, row.processing_p99_ms
-        )
-    };
-    let start = |backend: &str, scenario: Scenario, handlers: usize| {
-        eprintln!("running {backend} {} with {handlers} handlers ...", scenario.as_str())
-    };
-    let mut rows = bench::run_embedded(scratch.path(), &settings, &plan, done, start).await?;
+    let mut progress = |line: &str| eprintln!("{line}");
+    let mut rows = bench::run_embedded(scratch.path(), &settings, &plan, &mut progress).await?;
     if let Some(url) = &args.database_url {
-        rows.extend(bench::run_postgres(url, &settings, &plan, done, start).await?);
+        rows.extend(bench::run_postgres(url, &settings, &plan, &mut progress).await?);
     }
     if args.json {
-        print_json(&rows)?;
+        print!("{}", bench::json_lines(&rows)?);
     } else {
         print!("{}", bench::table(&rows));
     }
@@ -102,6 +101,7 @@ mod tests {
             messages,
             concurrency: concurrency.to_vec(),
             scenarios: scenarios.iter().map(|s| (*s).to_owned()).collect(),
+            backlog: 0,
             timeout: 5,
             database_url: None,
             json: false,
@@ -114,6 +114,7 @@ mod tests {
         assert_eq!(plan.scenarios, [Scenario::Saga, Scenario::Noop]);
         assert_eq!(plan.concurrency, [1, 4]);
         assert_eq!(plan.messages, 10);
+        assert_eq!(plan.backlog, 0);
         assert_eq!(plan.timeout, Duration::from_secs(5));
     }
 

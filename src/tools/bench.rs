@@ -1,11 +1,26 @@
-//! `bosun bench`: throughput and latency of the runtime itself.
+//! `bosun bench`: throughput and latency of the runtime itself, beside the
+//! limit of the same database in the same run.
 //!
-//! For each backend, scenario and number of concurrent handlers, a fresh
-//! data directory (or database schema) is filled with messages, one host
-//! runs the `probe` consumer until every message is handled, and a row is
-//! printed: messages per second, and p50/p99 of the processing latency
+//! For each backend, scenario and number of concurrent handlers:
+//! 1. the limit ([`limit`]): the cheapest correct one-transaction-per-
+//!    message workload, written straight in SQL on the same database (the
+//!    PostgreSQL database bosun's row uses; for the embedded backend, a
+//!    SQLite file with bosun's pragmas next to bosun's data directory), in
+//!    scratch tables dropped afterwards, with the same concurrency;
+//! 2. bosun: a fresh data directory (or database schema) is filled with
+//!    messages, one host runs the `probe` consumer until the timed messages
+//!    are handled;
+//! 3. the limit again, so drift on a noisy machine shows as a gap between
+//!    the two limit runs rather than as a wrong ratio.
+//!
+//! The row has messages per second, p50/p99 of the processing latency
 //! (receive to settle: idempotency check, saga load, handler, atomic commit,
-//! complete) and of the handler latency.
+//! complete) and of the handler latency, the limit's messages per second
+//! (both runs' messages over their time) and latencies, and `ratio`: bosun's
+//! messages per second as a fraction of the limit's.
+//!
+//! With a backlog of N, N more messages are sent before the clock starts and
+//! stay in the queue under the timed ones, for bosun and for the limit.
 //!
 //! Scenarios:
 //! - `noop`: `Probe` commands without echo: a handler that does nothing and
@@ -14,7 +29,8 @@
 //!   message loads and saves a saga with optimistic concurrency.
 //!
 //! This is a measurement, not a test: run it on a quiet machine and compare
-//! runs of the same build.
+//! runs of the same build; the ratio is the number to compare across
+//! machines.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +39,7 @@ use std::time::{Duration, Instant};
 use bosun_consumers::probe::ProbeConsumer;
 use bosun_contracts::messages::{Probe, ProbeEchoed};
 use bosun_contracts::routing::{consumer, destination_of};
-use bosun_contracts::{Envelope, Message};
+use bosun_contracts::{Destination, Envelope, Message};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -32,6 +48,9 @@ use crate::host::HostOptions;
 use crate::ports::transport::{OutboundMessage, TransportError};
 use crate::runtime::config::Settings;
 use crate::wiring::{Backends, StartError};
+use limit::{LimitError, LimitMessage, LimitRun, LimitSpec};
+
+pub mod limit;
 
 /// A workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,32 +72,82 @@ impl Scenario {
     }
 }
 
-/// One measured configuration.
-#[derive(Debug, Clone, Serialize)]
+/// Where progress lines go (stderr, for the command).
+pub type Progress<'a> = &'a mut (dyn FnMut(&str) + Send);
+
+/// What the limit beside a row is.
+pub const POSTGRES_LIMIT: &str = "postgres: one transaction per message";
+/// What the limit beside an embedded row is.
+pub const SQLITE_LIMIT: &str = "sqlite: one transaction per message";
+
+/// One measured configuration: bosun's run, and the limit measured right
+/// before and right after it on the same database with the same
+/// concurrency and backlog.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BenchRow {
     /// `embedded` or `postgres`.
     pub backend: String,
     /// The workload.
-    pub scenario: Scenario,
-    /// Concurrent handlers.
+    pub workload: Scenario,
+    /// Concurrent handlers (and limit workers).
     pub concurrency: usize,
-    /// Messages handled.
+    /// Messages left in the queue under the timed ones.
+    pub backlog: usize,
+    /// Messages handled within the timing.
     pub messages: usize,
     /// Wall time in seconds.
     pub seconds: f64,
     /// Messages per second.
-    pub per_second: f64,
-    /// Processing latency p50, milliseconds.
-    pub processing_p50_ms: f64,
+    pub msg_per_sec: f64,
+    /// Processing latency p50 (receive to settle), milliseconds.
+    pub p50_ms: f64,
     /// Processing latency p99, milliseconds.
-    pub processing_p99_ms: f64,
+    pub p99_ms: f64,
     /// Handler latency p50, milliseconds.
     pub handler_p50_ms: f64,
     /// Handler latency p99, milliseconds.
     pub handler_p99_ms: f64,
     /// Saga version conflicts (reloaded and re-applied).
-    pub saga_conflicts: u64,
+    pub conflicts: u64,
+    /// What the limit is ([`POSTGRES_LIMIT`], [`SQLITE_LIMIT`]).
+    pub limit: String,
+    /// The limit's messages per second: both of its runs' messages over
+    /// their time.
+    pub limit_per_sec: f64,
+    /// The limit's run before bosun's, messages per second.
+    pub limit_before_per_sec: f64,
+    /// The limit's run after bosun's, messages per second.
+    pub limit_after_per_sec: f64,
+    /// The limit's latency p50 (claim to commit), milliseconds.
+    pub limit_p50_ms: f64,
+    /// The limit's latency p99, milliseconds.
+    pub limit_p99_ms: f64,
+    /// The limit's saga version conflicts (rolled back and done again).
+    pub limit_conflicts: u64,
+    /// `msgPerSec / limitPerSec`: bosun as a fraction of the limit.
+    pub ratio: f64,
+}
+
+impl BenchRow {
+    /// This row with its limit, measured in `before` and `after` (the
+    /// ratio is 0 when the limit handled nothing).
+    pub fn beside(mut self, limit: &str, before: &LimitRun, after: &LimitRun) -> Self {
+        let both = LimitRun::combine(&[before.clone(), after.clone()]);
+        self.limit = limit.to_owned();
+        self.limit_per_sec = both.per_second();
+        self.limit_before_per_sec = before.per_second();
+        self.limit_after_per_sec = after.per_second();
+        self.limit_p50_ms = both.percentile_ms(0.5);
+        self.limit_p99_ms = both.percentile_ms(0.99);
+        self.limit_conflicts = both.conflicts;
+        self.ratio = if self.limit_per_sec > 0.0 {
+            self.msg_per_sec / self.limit_per_sec
+        } else {
+            0.0
+        };
+        self
+    }
 }
 
 /// Why a benchmark could not run.
@@ -93,6 +162,9 @@ pub enum BenchError {
     /// The PostgreSQL schema could not be prepared.
     #[error(transparent)]
     Database(#[from] crate::backends::postgres::DatabaseError),
+    /// The limit workload failed.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// The run did not finish.
     #[error("{scenario} with {concurrency} handlers handled {handled} of {messages} messages within {timeout:?}")]
     Timeout {
@@ -102,7 +174,7 @@ pub enum BenchError {
         concurrency: usize,
         /// Handled so far.
         handled: u64,
-        /// Sent.
+        /// To handle within the timing.
         messages: usize,
         /// The limit.
         timeout: Duration,
@@ -111,8 +183,19 @@ pub enum BenchError {
 
 const SAGA_KEYS: u64 = 16;
 
+/// The entity the probe consumer receives `scenario`'s messages from.
+pub fn entity_of(scenario: Scenario) -> Destination {
+    let entity = match scenario {
+        Scenario::Noop => destination_of("Probe"),
+        // Straight into the probe consumer's subscription.
+        Scenario::Saga => consumer("probe").map(|route| route.subscription()),
+    };
+    entity.unwrap_or_else(|| Destination::Queue("probe".into()))
+}
+
 fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
     let correlation = Uuid::now_v7();
+    let destination = entity_of(scenario);
     (0..messages as u64)
         .map(|sequence| {
             let message = match scenario {
@@ -128,13 +211,8 @@ fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
                 }),
             };
             let envelope = Envelope::new(&message, correlation, "bench", "bench");
-            let destination = match scenario {
-                Scenario::Noop => destination_of("Probe"),
-                // Straight into the probe consumer's subscription.
-                Scenario::Saga => consumer("probe").map(|route| route.subscription()),
-            };
             OutboundMessage {
-                destination: destination.unwrap_or_else(|| bosun_contracts::Destination::Queue("probe".into())),
+                destination: destination.clone(),
                 broker_message_id: envelope.message_id.to_string(),
                 message_type: Some(envelope.message_type.clone()),
                 correlation_id: Some(correlation.to_string()),
@@ -145,7 +223,47 @@ fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
         .collect()
 }
 
-/// Runs one configuration on `backends` (fresh and empty).
+/// The limit's messages: bosun's (the same bodies and the same saga keys).
+pub fn limit_messages(scenario: Scenario, messages: usize) -> Vec<LimitMessage> {
+    envelopes(scenario, messages)
+        .into_iter()
+        .zip(0u64..)
+        .map(|(message, sequence)| LimitMessage {
+            message_id: message.broker_message_id,
+            saga_key: format!("bench-{}", sequence % SAGA_KEYS),
+            body: message.body,
+        })
+        .collect()
+}
+
+/// Sends `count` messages of `scenario` to the probe consumer, 500 per
+/// send, saying every five seconds how far it got.
+pub async fn prefill(
+    backends: &Backends,
+    scenario: Scenario,
+    count: usize,
+    progress: Progress<'_>,
+) -> Result<(), BenchError> {
+    let batch = envelopes(scenario, count);
+    let mut sent = 0;
+    let mut reported = Instant::now();
+    for chunk in batch.chunks(500) {
+        backends.transport.send(chunk.to_vec()).await?;
+        sent += chunk.len();
+        if reported.elapsed() >= Duration::from_secs(5) {
+            progress(&format!("    bosun queue: {sent} of {count} messages sent"));
+            reported = Instant::now();
+        }
+    }
+    Ok(())
+}
+
+/// Runs one configuration on `backends` (fresh and empty): sends
+/// `backlog + messages` messages, then times the probe consumer until
+/// `messages` of them are handled (the first ones: the backlog stays in
+/// the queue under them). The row's limit fields are empty; see
+/// [`BenchRow::beside`].
+#[allow(clippy::too_many_arguments)]
 pub async fn run_one(
     backend: &str,
     backends: &Backends,
@@ -153,12 +271,11 @@ pub async fn run_one(
     scenario: Scenario,
     concurrency: usize,
     messages: usize,
+    backlog: usize,
     timeout: Duration,
+    progress: Progress<'_>,
 ) -> Result<BenchRow, BenchError> {
-    let batch = envelopes(scenario, messages);
-    for chunk in batch.chunks(500) {
-        backends.transport.send(chunk.to_vec()).await?;
-    }
+    prefill(backends, scenario, backlog + messages, &mut *progress).await?;
     let mut options = HostOptions::from_settings(base);
     options.concurrency = concurrency;
     options.poll_interval = Duration::from_millis(20);
@@ -169,6 +286,7 @@ pub async fn run_one(
     let started = Instant::now();
     let running = tokio::spawn(async move { host.run(token).await });
     let deadline = started + timeout;
+    let mut reported = started;
     let handled = loop {
         let handled = metrics.consumer("probe").processed;
         if handled >= messages as u64 {
@@ -185,6 +303,10 @@ pub async fn run_one(
                 timeout,
             });
         }
+        if reported.elapsed() >= Duration::from_secs(5) {
+            progress(&format!("    bosun: {handled} of {messages} messages handled"));
+            reported = Instant::now();
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -194,16 +316,25 @@ pub async fn run_one(
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     Ok(BenchRow {
         backend: backend.to_owned(),
-        scenario,
+        workload: scenario,
         concurrency,
+        backlog,
         messages: usize::try_from(handled).unwrap_or(messages),
         seconds,
-        per_second: handled as f64 / seconds,
-        processing_p50_ms: ms(probe.processing.percentile(0.5)),
-        processing_p99_ms: ms(probe.processing.percentile(0.99)),
+        msg_per_sec: handled as f64 / seconds,
+        p50_ms: ms(probe.processing.percentile(0.5)),
+        p99_ms: ms(probe.processing.percentile(0.99)),
         handler_p50_ms: ms(probe.handler.percentile(0.5)),
         handler_p99_ms: ms(probe.handler.percentile(0.99)),
-        saga_conflicts: probe.saga_conflicts,
+        conflicts: probe.saga_conflicts,
+        limit: String::new(),
+        limit_per_sec: 0.0,
+        limit_before_per_sec: 0.0,
+        limit_after_per_sec: 0.0,
+        limit_p50_ms: 0.0,
+        limit_p99_ms: 0.0,
+        limit_conflicts: 0,
+        ratio: 0.0,
     })
 }
 
@@ -216,32 +347,96 @@ pub struct BenchPlan {
     pub concurrency: Vec<usize>,
     /// Messages per run.
     pub messages: usize,
+    /// Messages left in the queue under the timed ones.
+    pub backlog: usize,
     /// Longest one run may take.
     pub timeout: Duration,
 }
 
+impl BenchPlan {
+    fn limit_spec(&self, workload: Scenario, concurrency: usize) -> LimitSpec {
+        LimitSpec {
+            workload,
+            concurrency,
+            messages: self.messages,
+            backlog: self.backlog,
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// The summary line of a finished row.
+fn summary(row: &BenchRow) -> String {
+    format!(
+        "  done: bosun {:.0} msg/s (p50 {:.2} ms, p99 {:.2} ms), limit {:.0} msg/s (before {:.0}, after {:.0}): ratio {:.3}",
+        row.msg_per_sec,
+        row.p50_ms,
+        row.p99_ms,
+        row.limit_per_sec,
+        row.limit_before_per_sec,
+        row.limit_after_per_sec,
+        row.ratio
+    )
+}
+
+fn limit_done(run: &LimitRun) -> String {
+    format!(
+        "    limit: {:.0} msg/s (p50 {:.2} ms, p99 {:.2} ms, {} conflicts)",
+        run.per_second(),
+        run.percentile_ms(0.5),
+        run.percentile_ms(0.99),
+        run.conflicts
+    )
+}
+
 /// Runs every configuration on the embedded backend, each in a fresh
-/// temporary data directory under `scratch`.
+/// temporary data directory under `scratch`, between two runs of the
+/// SQLite limit in a file of its own under `scratch`.
 pub async fn run_embedded(
     scratch: &std::path::Path,
     base: &Settings,
     plan: &BenchPlan,
-    mut on_row: impl FnMut(&BenchRow),
-    mut on_start: impl FnMut(&str, Scenario, usize),
+    progress: Progress<'_>,
 ) -> Result<Vec<BenchRow>, BenchError> {
-    let (messages, timeout) = (plan.messages, plan.timeout);
     let mut rows = Vec::new();
     for &scenario in &plan.scenarios {
         for &handlers in &plan.concurrency {
-            on_start("embedded", scenario, handlers);
-            let dir: PathBuf = scratch.join(format!("{}-{handlers}-{}", scenario.as_str(), Uuid::now_v7()));
+            let name = scenario.as_str();
+            let spec = plan.limit_spec(scenario, handlers);
+            let count = plan.backlog + plan.messages;
+            progress(&format!(
+                "embedded {name}, {handlers} handlers, backlog {}: the SQLite limit ...",
+                plan.backlog
+            ));
+            let before = limit::sqlite::run(scratch, &spec, limit_messages(scenario, count), &mut *progress).await?;
+            progress(&limit_done(&before));
+            progress(&format!("embedded {name}, {handlers} handlers: bosun ..."));
+            let dir: PathBuf = scratch.join(format!("{name}-{handlers}-{}", Uuid::now_v7()));
             let mut settings = base.clone();
             settings.data_dir = dir.clone();
             let backends = Backends::open(&settings).await?;
-            let row = run_one("embedded", &backends, &settings, scenario, handlers, messages, timeout).await?;
+            let row = run_one(
+                "embedded",
+                &backends,
+                &settings,
+                scenario,
+                handlers,
+                plan.messages,
+                plan.backlog,
+                plan.timeout,
+                &mut *progress,
+            )
+            .await;
             drop(backends);
             let _ = std::fs::remove_dir_all(&dir);
-            on_row(&row);
+            let row = row?;
+            progress(&format!(
+                "embedded {name}, {handlers} handlers: the SQLite limit again ..."
+            ));
+            let after = limit::sqlite::run(scratch, &spec, limit_messages(scenario, count), &mut *progress).await?;
+            progress(&limit_done(&after));
+            let row = row.beside(SQLITE_LIMIT, &before, &after);
+            progress(&summary(&row));
             rows.push(row);
         }
     }
@@ -249,72 +444,374 @@ pub async fn run_embedded(
 }
 
 /// Runs every configuration on PostgreSQL (stores and transport), each in
-/// a fresh schema of the database at `url`, dropped afterwards.
+/// a fresh schema of the database at `url`, dropped afterwards, between
+/// two runs of the PostgreSQL limit in scratch tables of the database.
 pub async fn run_postgres(
     url: &str,
     base: &Settings,
     plan: &BenchPlan,
-    mut on_row: impl FnMut(&BenchRow),
-    mut on_start: impl FnMut(&str, Scenario, usize),
+    progress: Progress<'_>,
 ) -> Result<Vec<BenchRow>, BenchError> {
     let mut rows = Vec::new();
     for &scenario in &plan.scenarios {
         for &handlers in &plan.concurrency {
-            on_start("postgres", scenario, handlers);
-            let schema = format!("bosun_bench_{}", Uuid::now_v7().simple());
-            crate::backends::postgres::create_schema(url, &schema).await?;
-            let separator = if url.contains('?') { '&' } else { '?' };
-            let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-            let result = async {
-                crate::backends::postgres::PostgresDatabase::connect(&scoped)
-                    .await?
-                    .migrate()
-                    .await?;
-                let mut settings = base.clone();
-                settings.database_url = Some(crate::runtime::config::Secret::new(scoped.clone()));
-                settings.transport = crate::runtime::config::TransportKind::Postgres;
-                let backends = Backends::open(&settings).await?;
-                run_one(
-                    "postgres",
-                    &backends,
-                    &settings,
-                    scenario,
-                    handlers,
-                    plan.messages,
-                    plan.timeout,
-                )
-                .await
-            }
-            .await;
-            crate::backends::postgres::drop_schema(url, &schema).await?;
-            let row = result?;
-            on_row(&row);
+            let name = scenario.as_str();
+            let spec = plan.limit_spec(scenario, handlers);
+            let limit_messages = limit_messages(scenario, plan.backlog + plan.messages);
+            progress(&format!(
+                "postgres {name}, {handlers} handlers, backlog {}: the PostgreSQL limit ...",
+                plan.backlog
+            ));
+            let before = limit::postgres::run(url, &spec, &limit_messages, &mut *progress).await?;
+            progress(&limit_done(&before));
+            progress(&format!("postgres {name}, {handlers} handlers: bosun ..."));
+            let row = run_postgres_one(url, base, plan, scenario, handlers, &mut *progress).await?;
+            progress(&format!(
+                "postgres {name}, {handlers} handlers: the PostgreSQL limit again ..."
+            ));
+            let after = limit::postgres::run(url, &spec, &limit_messages, &mut *progress).await?;
+            progress(&limit_done(&after));
+            let row = row.beside(POSTGRES_LIMIT, &before, &after);
+            progress(&summary(&row));
             rows.push(row);
         }
     }
     Ok(rows)
 }
 
-/// The rows as a table.
+/// One bosun row on PostgreSQL, in a fresh schema dropped afterwards.
+async fn run_postgres_one(
+    url: &str,
+    base: &Settings,
+    plan: &BenchPlan,
+    scenario: Scenario,
+    handlers: usize,
+    progress: Progress<'_>,
+) -> Result<BenchRow, BenchError> {
+    let schema = format!("bosun_bench_{}", Uuid::now_v7().simple());
+    crate::backends::postgres::create_schema(url, &schema).await?;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    let result = async {
+        crate::backends::postgres::PostgresDatabase::connect(&scoped)
+            .await?
+            .migrate()
+            .await?;
+        let mut settings = base.clone();
+        settings.database_url = Some(crate::runtime::config::Secret::new(scoped.clone()));
+        settings.transport = crate::runtime::config::TransportKind::Postgres;
+        let backends = Backends::open(&settings).await?;
+        run_one(
+            "postgres",
+            &backends,
+            &settings,
+            scenario,
+            handlers,
+            plan.messages,
+            plan.backlog,
+            plan.timeout,
+            progress,
+        )
+        .await
+    }
+    .await;
+    crate::backends::postgres::drop_schema(url, &schema).await?;
+    result
+}
+
+/// The rows as a table: bosun's numbers, the limit's, and the ratio.
 pub fn table(rows: &[BenchRow]) -> String {
     let mut out = format!(
-        "{:<9} {:<6} {:>8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n",
-        "BACKEND", "LOAD", "HANDLERS", "MESSAGES", "MSG/S", "PROC P50", "PROC P99", "HNDL P50", "HNDL P99", "CONFLICTS"
+        "{:<9} {:<5} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>6}\n",
+        "BACKEND",
+        "LOAD",
+        "HANDLERS",
+        "BACKLOG",
+        "MSG/S",
+        "P50",
+        "P99",
+        "CONFLICTS",
+        "LIMIT/S",
+        "LIMIT P50",
+        "LIMIT P99",
+        "RATIO"
     );
     for row in rows {
         out.push_str(&format!(
-            "{:<9} {:<6} {:>8} {:>9} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.3}ms {:>8.3}ms {:>9}\n",
+            "{:<9} {:<5} {:>8} {:>8} {:>8.0} {:>7.2}ms {:>7.2}ms {:>9} {:>8.0} {:>7.2}ms {:>7.2}ms {:>6.3}\n",
             row.backend,
-            row.scenario.as_str(),
+            row.workload.as_str(),
             row.concurrency,
-            row.messages,
-            row.per_second,
-            row.processing_p50_ms,
-            row.processing_p99_ms,
-            row.handler_p50_ms,
-            row.handler_p99_ms,
-            row.saga_conflicts
+            row.backlog,
+            row.msg_per_sec,
+            row.p50_ms,
+            row.p99_ms,
+            row.conflicts,
+            row.limit_per_sec,
+            row.limit_p50_ms,
+            row.limit_p99_ms,
+            row.ratio
         ));
     }
     out
+}
+
+/// The rows as JSON, one object per line.
+pub fn json_lines(rows: &[BenchRow]) -> Result<String, serde_json::Error> {
+    let mut out = String::new();
+    for row in rows {
+        out.push_str(&serde_json::to_string(row)?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings::from_sources(&BTreeMap::new(), &BTreeMap::new()).expect("default settings")
+    }
+
+    fn plan(backlog: usize) -> BenchPlan {
+        BenchPlan {
+            scenarios: vec![Scenario::Noop, Scenario::Saga],
+            concurrency: vec![2],
+            messages: 20,
+            backlog,
+            timeout: Duration::from_secs(120),
+        }
+    }
+
+    fn bosun_row(msg_per_sec: f64) -> BenchRow {
+        BenchRow {
+            backend: "postgres".into(),
+            workload: Scenario::Saga,
+            concurrency: 8,
+            backlog: 1000,
+            messages: 2000,
+            seconds: 2000.0 / msg_per_sec,
+            msg_per_sec,
+            p50_ms: 1.5,
+            p99_ms: 9.0,
+            handler_p50_ms: 0.1,
+            handler_p99_ms: 0.2,
+            conflicts: 7,
+            limit: String::new(),
+            limit_per_sec: 0.0,
+            limit_before_per_sec: 0.0,
+            limit_after_per_sec: 0.0,
+            limit_p50_ms: 0.0,
+            limit_p99_ms: 0.0,
+            limit_conflicts: 0,
+            ratio: 0.0,
+        }
+    }
+
+    fn limit_run(messages: usize, seconds: f64, latency_us: u64, conflicts: u64) -> LimitRun {
+        LimitRun {
+            messages,
+            seconds,
+            latencies_us: vec![latency_us; messages],
+            conflicts,
+        }
+    }
+
+    #[test]
+    fn a_json_row_has_every_field_and_the_ratio_of_bosun_to_the_limit() {
+        let row = bosun_row(250.0).beside(
+            POSTGRES_LIMIT,
+            &limit_run(2000, 1.0, 1000, 1),
+            &limit_run(2000, 3.0, 3000, 2),
+        );
+        let lines = json_lines(&[row.clone(), row]).unwrap();
+        assert_eq!(lines.lines().count(), 2, "one object per line: {lines}");
+        let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+        for field in [
+            "backend",
+            "workload",
+            "concurrency",
+            "backlog",
+            "msgPerSec",
+            "p50Ms",
+            "p99Ms",
+            "conflicts",
+            "limitPerSec",
+            "ratio",
+            "limit",
+            "limitBeforePerSec",
+            "limitAfterPerSec",
+            "limitP50Ms",
+            "limitP99Ms",
+            "limitConflicts",
+        ] {
+            assert!(first.get(field).is_some(), "{field} missing from {first}");
+        }
+        assert_eq!(first["backend"], "postgres");
+        assert_eq!(first["workload"], "saga");
+        assert_eq!(first["concurrency"], 8);
+        assert_eq!(first["backlog"], 1000);
+        assert_eq!(first["conflicts"], 7);
+        assert_eq!(first["limit"], POSTGRES_LIMIT);
+        // 4000 limit messages in 4 s, bosun at 250/s.
+        assert_eq!(first["limitPerSec"], 1000.0);
+        assert_eq!(first["limitBeforePerSec"], 2000.0);
+        assert_eq!(first["limitAfterPerSec"], 2000.0 / 3.0);
+        assert_eq!(first["limitConflicts"], 3);
+        let ratio = first["ratio"].as_f64().unwrap();
+        let expected = first["msgPerSec"].as_f64().unwrap() / first["limitPerSec"].as_f64().unwrap();
+        assert_eq!(ratio, expected);
+        assert_eq!(ratio, 0.25);
+    }
+
+    #[test]
+    fn a_limit_that_handled_nothing_gives_ratio_zero_not_infinity() {
+        let row = bosun_row(250.0).beside(SQLITE_LIMIT, &LimitRun::default(), &LimitRun::default());
+        assert_eq!(row.ratio, 0.0);
+        assert!(json_lines(&[row]).unwrap().contains("\"ratio\":0.0"));
+    }
+
+    #[test]
+    fn the_table_prints_bosun_the_limit_and_the_ratio() {
+        let row = bosun_row(250.0).beside(
+            POSTGRES_LIMIT,
+            &limit_run(2000, 2.0, 1000, 0),
+            &limit_run(2000, 2.0, 1000, 0),
+        );
+        let table = table(&[row]);
+        let mut lines = table.lines();
+        let header: Vec<_> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "BACKEND",
+                "LOAD",
+                "HANDLERS",
+                "BACKLOG",
+                "MSG/S",
+                "P50",
+                "P99",
+                "CONFLICTS",
+                "LIMIT/S",
+                "LIMIT",
+                "P50",
+                "LIMIT",
+                "P99",
+                "RATIO"
+            ]
+        );
+        let cells: Vec<_> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "postgres", "saga", "8", "1000", "250", "1.50ms", "9.00ms", "7", "1000", "1.00ms", "1.00ms", "0.250"
+            ]
+        );
+    }
+
+    #[test]
+    fn limit_messages_are_bosuns_with_the_same_saga_keys() {
+        let bosun = envelopes(Scenario::Saga, 20);
+        let limit = limit_messages(Scenario::Saga, 20);
+        assert_eq!(limit.len(), 20);
+        assert_eq!(limit[3].saga_key, "bench-3");
+        assert_eq!(limit[19].saga_key, "bench-3");
+        assert_eq!(limit[0].body.len(), bosun[0].body.len());
+        let ids: std::collections::HashSet<_> = limit.iter().map(|m| &m.message_id).collect();
+        assert_eq!(ids.len(), 20, "every message its own id");
+    }
+
+    #[tokio::test]
+    async fn prefill_sends_exactly_n_messages_to_the_probe_consumer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = settings();
+        settings.data_dir = dir.path().join("data");
+        let backends = Backends::open(&settings).await.unwrap();
+        let mut lines = Vec::new();
+        for (scenario, count) in [(Scenario::Noop, 1234), (Scenario::Saga, 7)] {
+            prefill(&backends, scenario, count, &mut |line: &str| {
+                lines.push(line.to_owned())
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                backends.transport.depth(&entity_of(scenario)).await.unwrap(),
+                count as u64,
+                "{scenario:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn embedded_rows_sit_beside_their_limit_and_leave_nothing_behind() {
+        let scratch = tempfile::tempdir().unwrap();
+        let mut lines = Vec::new();
+        let rows = run_embedded(scratch.path(), &settings(), &plan(5), &mut |line: &str| {
+            lines.push(line.to_owned())
+        })
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            assert_eq!((row.backend.as_str(), row.concurrency, row.backlog), ("embedded", 2, 5));
+            assert!(row.messages >= 20, "{row:?}");
+            assert_eq!(row.limit, SQLITE_LIMIT);
+            assert!(
+                row.limit_before_per_sec > 0.0 && row.limit_after_per_sec > 0.0,
+                "{row:?}"
+            );
+            assert_eq!(row.ratio, row.msg_per_sec / row.limit_per_sec);
+        }
+        // Limit, bosun, limit, for each row, in that order.
+        let order: Vec<_> = lines
+            .iter()
+            .filter(|line| line.ends_with("..."))
+            .map(|line| if line.contains("limit") { "limit" } else { "bosun" })
+            .collect();
+        assert_eq!(
+            order,
+            ["limit", "bosun", "limit", "limit", "bosun", "limit"],
+            "{lines:#?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(scratch.path()).unwrap().collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
+    #[tokio::test]
+    async fn postgres_rows_sit_beside_their_limit_and_drop_their_tables() {
+        // Fails, saying how to provide one, when there is no PostgreSQL.
+        let probe = crate::backends::postgres::testing::fresh().await;
+        probe.finish().await;
+        let url = crate::backends::postgres::testing::url();
+        let mut lines = Vec::new();
+        let rows = run_postgres(&url, &settings(), &plan(5), &mut |line: &str| {
+            lines.push(line.to_owned())
+        })
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            assert_eq!((row.backend.as_str(), row.concurrency, row.backlog), ("postgres", 2, 5));
+            assert_eq!(row.limit, POSTGRES_LIMIT);
+            assert!(
+                row.limit_before_per_sec > 0.0 && row.limit_after_per_sec > 0.0,
+                "{row:?}"
+            );
+            assert_eq!(row.ratio, row.msg_per_sec / row.limit_per_sec);
+        }
+        let database = crate::backends::postgres::PostgresDatabase::connect(&url)
+            .await
+            .unwrap();
+        let left: i64 = sqlx_core::query_scalar::query_scalar(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE 'bench\\_limit\\_%'",
+        )
+        .fetch_one(database.pool())
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "limit tables left behind");
+        database.pool().close().await;
+    }
 }

@@ -444,7 +444,8 @@ pub(crate) mod testing {
 
     const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-    fn url() -> String {
+    /// The test database's URL.
+    pub(crate) fn url() -> String {
         std::env::var("BOSUN_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
     }
 

@@ -40,29 +40,8 @@ impl Database {
     }
 
     fn configure(connection: Connection, schema: &str) -> rusqlite::Result<Self> {
-        connection.busy_timeout(Duration::from_secs(30))?;
-        // Switching a new file to WAL and creating the schema take locks
-        // that SQLite does not always wait for (the busy handler is skipped
-        // for some of them), so two processes starting on a fresh data
-        // directory retry here instead of failing.
-        let mut attempt = 0u32;
-        loop {
-            let result = connection
-                .pragma_update(None, "journal_mode", "WAL")
-                .and_then(|()| connection.pragma_update(None, "synchronous", "NORMAL"))
-                .and_then(|()| connection.pragma_update(None, "foreign_keys", "ON"))
-                .and_then(|()| connection.execute_batch(schema));
-            match result {
-                Ok(()) => break,
-                Err(err) if is_busy(&err) && attempt < 200 => {
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(10 + u64::from(attempt % 10) * 5));
-                }
-                Err(err) => return Err(err),
-            }
-        }
         Ok(Self {
-            connection: Arc::new(Mutex::new(connection)),
+            connection: Arc::new(Mutex::new(configured(connection, schema)?)),
         })
     }
 
@@ -84,6 +63,39 @@ impl Database {
             Err(join) => Err(E::from(rusqlite::Error::ToSqlConversionFailure(Box::new(join)))),
         }
     }
+}
+
+/// Opens (creating if needed) a database file with bosun's settings (WAL,
+/// `synchronous = NORMAL`, foreign keys, a 30 s busy timeout) and applies
+/// `schema`: the connection every SQLite database of bosun uses (`bosun
+/// bench` measures its limit workload on one of these).
+pub(crate) fn open_connection(path: &Path, schema: &str) -> rusqlite::Result<Connection> {
+    configured(Connection::open(path)?, schema)
+}
+
+fn configured(connection: Connection, schema: &str) -> rusqlite::Result<Connection> {
+    connection.busy_timeout(Duration::from_secs(30))?;
+    // Switching a new file to WAL and creating the schema take locks
+    // that SQLite does not always wait for (the busy handler is skipped
+    // for some of them), so two processes starting on a fresh data
+    // directory retry here instead of failing.
+    let mut attempt = 0u32;
+    loop {
+        let result = connection
+            .pragma_update(None, "journal_mode", "WAL")
+            .and_then(|()| connection.pragma_update(None, "synchronous", "NORMAL"))
+            .and_then(|()| connection.pragma_update(None, "foreign_keys", "ON"))
+            .and_then(|()| connection.execute_batch(schema));
+        match result {
+            Ok(()) => break,
+            Err(err) if is_busy(&err) && attempt < 200 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10 + u64::from(attempt % 10) * 5));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(connection)
 }
 
 fn is_busy(err: &rusqlite::Error) -> bool {
