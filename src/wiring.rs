@@ -5,6 +5,7 @@ use std::sync::Arc;
 use bosun_consumers::Consumer;
 use tokio_util::sync::CancellationToken;
 
+use crate::backends::postgres::PoolSettings;
 use crate::backends::postgres::commit::PostgresCommit;
 use crate::backends::postgres::store::PostgresStore;
 use crate::backends::postgres::transport::PostgresTransport;
@@ -106,7 +107,7 @@ impl Backends {
                 )
             }
             (TransportKind::Embedded, Some(url)) => {
-                let store = Arc::new(PostgresStore::connect(url.expose()).await?);
+                let store = Arc::new(PostgresStore::connect_with(url.expose(), pool(settings)).await?);
                 store.check_schema().await?;
                 (
                     Arc::new(EmbeddedTransport::open(
@@ -119,7 +120,8 @@ impl Backends {
                 )
             }
             (TransportKind::Postgres, Some(url)) => {
-                let transport = PostgresTransport::connect(url.expose(), settings.max_delivery_count).await?;
+                let transport =
+                    PostgresTransport::connect_with(url.expose(), settings.max_delivery_count, pool(settings)).await?;
                 // One database: a handled message's state, its outgoing
                 // messages and its completion commit in one transaction.
                 let store = Arc::new(PostgresStore::with_transport(&transport));
@@ -136,7 +138,7 @@ impl Backends {
             (TransportKind::ServiceBus, database_url) => {
                 let (store, access): (Arc<dyn Store>, Arc<dyn AccessStore>) = match database_url {
                     Some(url) => {
-                        let store = Arc::new(PostgresStore::connect(url.expose()).await?);
+                        let store = Arc::new(PostgresStore::connect_with(url.expose(), pool(settings)).await?);
                         store.check_schema().await?;
                         (store.clone(), store)
                     }
@@ -235,6 +237,14 @@ pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartErr
     };
     options.validate()?;
     Ok(options)
+}
+
+/// The PostgreSQL pool as configured (`BOSUN_DATABASE_POOL_SIZE`).
+fn pool(settings: &Settings) -> PoolSettings {
+    PoolSettings {
+        max_connections: settings.database_pool_size,
+        ..PoolSettings::default()
+    }
 }
 
 /// A management client for the configured namespace (at

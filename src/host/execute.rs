@@ -92,6 +92,22 @@ pub(super) async fn handle(
 
     let saga_key = consumer.saga_of(envelope, message);
     let renewal = LockRenewal::start(runtime, received);
+    // The saga key's turn (its lock renewed meanwhile), kept until the
+    // commit: messages of one saga never conflict with each other here.
+    let _turn = match &saga_key {
+        Some((kind, key)) => {
+            let turn = runtime.saga_turns.turn(format!("{kind}/{key}"));
+            tokio::select! {
+                turn = turn => Some(turn),
+                () = hard_stop.cancelled() => {
+                    drop(renewal);
+                    tracing::warn!("shutdown grace period over while waiting for the saga's turn; abandoning");
+                    return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
+                }
+            }
+        }
+        None => None,
+    };
     let mut conflicts = 0u32;
     loop {
         let started = std::time::Instant::now();
@@ -172,7 +188,12 @@ pub(super) async fn handle(
                 tracing::info!(elapsed_ms, sends, "finished");
                 runtime.metrics.count(name, Event::Processed);
                 drop(renewal);
-                runtime.outbox_ready.notify_one();
+                // The dispatcher is woken only when there is something to
+                // send (an empty claim per message was a third of the
+                // queries of a message that emits nothing).
+                if sends > 0 {
+                    runtime.outbox_ready.notify_one();
+                }
                 return;
             }
             Ok(CommitStatus::AlreadyHandled) => {

@@ -56,6 +56,7 @@ mod dead_letter;
 pub mod decision;
 pub mod dispatcher;
 mod execute;
+mod key_lock;
 mod lock;
 
 /// A message whose tenant is not the tenant of the saga it names: refused
@@ -145,6 +146,8 @@ pub(crate) struct Runtime {
     pub(crate) metrics: Arc<Metrics>,
     /// Large payloads: offloaded before sending, resolved after receiving.
     pub(crate) claim_check: Option<ClaimCheck>,
+    /// One message of a saga key at a time in this process.
+    pub(crate) saga_turns: key_lock::KeyLocks,
     /// Cancelled when a decision says this process must stop taking work.
     halted: CancellationToken,
     /// Why it stopped.
@@ -190,6 +193,7 @@ impl Host {
                 frozen: AtomicBool::new(false),
                 metrics: Arc::new(Metrics::new()),
                 claim_check: None,
+                saga_turns: key_lock::KeyLocks::default(),
                 halted: CancellationToken::new(),
                 halt_reason: Mutex::new(None),
             }),

@@ -500,6 +500,10 @@ async fn run_postgres_one(
         let mut settings = base.clone();
         settings.database_url = Some(crate::runtime::config::Secret::new(scoped.clone()));
         settings.transport = crate::runtime::config::TransportKind::Postgres;
+        // A pool sized for the handlers, as the limit has a connection per
+        // worker: one each, plus the dispatcher, LISTEN and a spare.
+        let pool_size = u32::try_from(handlers.saturating_add(4)).unwrap_or(u32::MAX);
+        settings.database_pool_size = settings.database_pool_size.max(pool_size);
         let backends = Backends::open(&settings).await?;
         run_one(
             "postgres",

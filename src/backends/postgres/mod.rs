@@ -105,7 +105,7 @@ pub struct PoolSettings {
 impl Default for PoolSettings {
     fn default() -> Self {
         Self {
-            max_connections: 20,
+            max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
         }
     }
@@ -271,9 +271,13 @@ impl PostgresDatabase {
             Some(_) => options,
             None => options.application_name("bosun"),
         };
+        // No ping before each acquire: a connection the server dropped
+        // fails its statement, which is retried as any unavailable
+        // database is; a ping would be one more round trip per statement.
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(2))
             .acquire_timeout(settings.acquire_timeout)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         Ok(Self { pool })

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
-use crate::backends::postgres::{MigrationReport, PostgresDatabase};
+use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::transport::{
     DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
 };
@@ -76,6 +76,14 @@ impl PostgresTransport {
     /// Connects to `url` with the default pool settings.
     pub async fn connect(url: &str, max_delivery_count: u32) -> Result<Self, TransportError> {
         Ok(Self::new(PostgresDatabase::connect(url).await?, max_delivery_count))
+    }
+
+    /// Connects to `url` with `pool` settings.
+    pub async fn connect_with(url: &str, max_delivery_count: u32, pool: PoolSettings) -> Result<Self, TransportError> {
+        Ok(Self::new(
+            PostgresDatabase::connect_with(url, pool).await?,
+            max_delivery_count,
+        ))
     }
 
     /// The database, to share with a [`PostgresStore`](crate::backends::postgres::store::PostgresStore).

@@ -335,6 +335,10 @@ pub struct Settings {
     pub concurrency: usize,
     /// `BOSUN_LOCK_DURATION_MS`: peek-lock duration. Default 30 000.
     pub lock_duration: Duration,
+    /// `BOSUN_DATABASE_POOL_SIZE`: most PostgreSQL connections this
+    /// process opens (store, transport and its LISTEN connection together).
+    /// Default 10; at least 2.
+    pub database_pool_size: u32,
     /// `BOSUN_MAX_DELIVERY_COUNT`: deliveries before the transport
     /// dead-letters a message by itself. Default 10.
     pub max_delivery_count: u32,

@@ -28,7 +28,7 @@ use bosun_contracts::Destination;
 use uuid::Uuid;
 
 use crate::backends::postgres::transport::PostgresTransport;
-use crate::backends::postgres::{MigrationReport, PostgresDatabase};
+use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
     ReplayRecord, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
@@ -60,6 +60,11 @@ impl PostgresStore {
     /// with the default pool settings.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Ok(Self::new(PostgresDatabase::connect(url).await?))
+    }
+
+    /// Connects to `url` with `pool` settings.
+    pub async fn connect_with(url: &str, pool: PoolSettings) -> Result<Self, StoreError> {
+        Ok(Self::new(PostgresDatabase::connect_with(url, pool).await?))
     }
 
     /// A store on the database of `transport`, sharing its connection pool.
