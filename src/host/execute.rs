@@ -22,7 +22,9 @@ use super::decision::{self, DeadLetterReason, Decision, Observed};
 use super::lock::LockRenewal;
 use super::{Runtime, TenantMismatch, error_chain, handler_error_chain};
 use crate::ports::commit::{CommitError, CommitStatus};
-use crate::ports::store::{AttemptRecord, HandledMessage, SagaWrite, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::store::{
+    AttemptRecord, HandledMessage, SagaState, SagaWrite, StoreError, TimelineEntry, TimelineStatus,
+};
 use crate::ports::transport::{OutboundMessage, ReceivedMessage};
 use crate::runtime::config::Failpoint;
 use crate::runtime::metrics::Event;
@@ -78,18 +80,6 @@ pub(super) async fn handle(
     };
     let name = consumer.name();
     let message_id = envelope.message_id.to_string();
-    match runtime.store.is_handled(name, &message_id).await {
-        Ok(true) => {
-            let decision = delivery.decide(Observed::AlreadyHandled);
-            return acknowledge(&delivery, decision).await;
-        }
-        Ok(false) => {}
-        Err(err) => {
-            let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
-            return execute(&delivery, decision, Failure::Runtime(&err)).await;
-        }
-    }
-
     let saga_key = consumer.saga_of(envelope, message);
     let renewal = LockRenewal::start(runtime, received);
     // The saga key's turn (its lock renewed meanwhile), kept until the
@@ -108,13 +98,29 @@ pub(super) async fn handle(
         }
         None => None,
     };
+    // Whether it was handled, and the saga as stored now, in one read.
+    let saga_ref = saga_key.as_ref().map(|(kind, key)| (*kind, key.as_str()));
+    let mut stored = match runtime.store.handled_and_saga(name, &message_id, saga_ref).await {
+        Ok((true, _)) => {
+            drop(renewal);
+            let decision = delivery.decide(Observed::AlreadyHandled);
+            return acknowledge(&delivery, decision).await;
+        }
+        Ok((false, saga)) => Some(saga),
+        Err(err) => {
+            drop(renewal);
+            let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
+            return execute(&delivery, decision, Failure::Runtime(&err)).await;
+        }
+    };
     let mut conflicts = 0u32;
     loop {
         let started = std::time::Instant::now();
-        // A saga consumer gets its saga as stored now; on a version conflict
-        // at commit the saga is loaded again and the handler re-run.
+        // A saga consumer gets its saga as stored now (read above the first
+        // time); on a version conflict at commit the saga is loaded again
+        // and the handler re-run.
         let saga = match &saga_key {
-            Some((kind, key)) => match load_saga(&delivery, kind, key).await {
+            Some((kind, key)) => match admit_saga(&delivery, kind, key, stored.take()).await {
                 Ok(saga) => Some(saga),
                 Err(Refused::Handler(err)) => {
                     drop(renewal);
@@ -237,9 +243,20 @@ enum Refused {
     Store(StoreError),
 }
 
-async fn load_saga(delivery: &Delivery<'_>, kind: &'static str, key: &str) -> Result<SagaInstance, Refused> {
+/// The saga a message is given: `stored` when it was read with the handled
+/// check (the first run), else loaded now (a run after a conflict).
+async fn admit_saga(
+    delivery: &Delivery<'_>,
+    kind: &'static str,
+    key: &str,
+    stored: Option<Option<SagaState>>,
+) -> Result<SagaInstance, Refused> {
     let envelope = delivery.envelope;
-    match delivery.runtime.store.load_saga_state(kind, key).await {
+    let loaded = match stored {
+        Some(stored) => Ok(stored),
+        None => delivery.runtime.store.load_saga_state(kind, key).await,
+    };
+    match loaded {
         // Tenants are walls: a message never acts on another tenant's
         // saga, whatever its key says.
         Ok(Some(record))

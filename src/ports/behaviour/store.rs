@@ -184,6 +184,30 @@ async fn saga_conflict_writes_nothing<S: Store>(store: &S) {
         (saga.version, &saga.state, &saga.tenant_id)
     );
     assert_eq!(store.load_saga_state("release", "r-404").await.unwrap(), None);
+    // The handled check and the saga read in one: a new message gets the
+    // saga, a handled one is reported handled, a saga that is not there is None.
+    assert_eq!(
+        store
+            .handled_and_saga("commit", "m-3", Some(("release", "r-1")))
+            .await
+            .unwrap(),
+        (false, Some(state.clone()))
+    );
+    assert!(
+        store
+            .handled_and_saga("commit", "m-2", Some(("release", "r-1")))
+            .await
+            .unwrap()
+            .0
+    );
+    assert_eq!(
+        store
+            .handled_and_saga("commit", "m-3", Some(("release", "r-404")))
+            .await
+            .unwrap(),
+        (false, None)
+    );
+    assert_eq!(store.handled_and_saga("commit", "m-3", None).await.unwrap(), (false, None));
     assert_eq!(
         saga.history.iter().map(|h| h.message_id.as_str()).collect::<Vec<_>>(),
         ["m-1", "m-2"]

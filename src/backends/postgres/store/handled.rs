@@ -10,7 +10,9 @@ use super::attempt_number;
 use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
-use crate::ports::store::{AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, StoreError, TimelineEntry};
+use crate::ports::store::{
+    AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, SagaState, StoreError, TimelineEntry,
+};
 use crate::ports::transport::OutboundMessage;
 
 /// The body of [`Store::commit_handled`](crate::ports::store::Store::commit_handled), inside its transaction.
@@ -124,6 +126,44 @@ pub(super) async fn is_handled(
         .fetch_optional(database.pool())
         .await?;
     Ok(found.is_some())
+}
+
+/// [`is_handled`] and, for a saga message, the saga's state, in one
+/// statement (one round trip).
+pub(super) async fn handled_and_saga(
+    database: &PostgresDatabase,
+    consumer: &str,
+    message_id: &str,
+    saga: Option<(&str, &str)>,
+) -> Result<(bool, Option<SagaState>), StoreError> {
+    let (kind, key) = saga.unzip();
+    let row = query(
+        "SELECT EXISTS (SELECT 1 FROM bosun_handled WHERE consumer = $1 AND message_id = $2),
+                s.version, s.state, s.tenant_id
+         FROM (SELECT 1) AS one LEFT JOIN bosun_sagas AS s ON s.kind = $3 AND s.key = $4",
+    )
+    .bind(consumer)
+    .bind(message_id)
+    .bind(kind)
+    .bind(key)
+    .fetch_one(database.pool())
+    .await?;
+    let handled: bool = row.try_get(0)?;
+    let version: Option<i64> = row.try_get(1)?;
+    let saga = match (handled, version, saga) {
+        (false, Some(version), Some((kind, key))) => {
+            let Json(state) = row
+                .try_get(2)
+                .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?;
+            Some(SagaState {
+                version,
+                tenant_id: row.try_get(3)?,
+                state,
+            })
+        }
+        _ => None,
+    };
+    Ok((handled, saga))
 }
 
 pub(super) async fn commit_handled(
