@@ -3,12 +3,14 @@
 
 use async_trait::async_trait;
 use bosun_contracts::Envelope;
+use sqlx_core::query::query;
+use sqlx_core::row::Row;
 use sqlx_postgres::PgConnection;
 use time::OffsetDateTime;
 
 use crate::backends::postgres::PostgresDatabase;
-use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
-use crate::backends::postgres::store::handled::{insert_handled, write_saga};
+use crate::backends::postgres::queue::{Enqueued, KnownEntities, enqueue};
+use crate::backends::postgres::store::handled::write_saga;
 use crate::backends::postgres::store::outbox::insert_outbox;
 use crate::backends::postgres::store::timeline::insert_timeline;
 use crate::ports::commit::{Commit, CommitError, CommitStatus};
@@ -48,6 +50,20 @@ impl PostgresCommit {
 impl Commit for PostgresCommit {
     async fn commit(&self, handled: HandledMessage, lock: &LockToken) -> Result<CommitStatus, CommitError> {
         let doing = || doing::commit_handled(&handled);
+        if handled.saga.is_none() && handled.outbox.is_empty() {
+            // Nothing but the settlement, the idempotency record and the
+            // timeline: one statement, atomic on its own (one round trip).
+            let mut conn = self
+                .database
+                .pool()
+                .acquire()
+                .await
+                .map_err(|err| StoreError::from(err).doing(doing()))?;
+            return settle_first(&mut conn, &handled, lock).await.map_err(|err| match err {
+                CommitError::Store(err) => CommitError::Store(err.doing(doing())),
+                other => other,
+            });
+        }
         let mut tx = self
             .database
             .pool()
@@ -81,15 +97,12 @@ async fn settle_in(
     handled: &HandledMessage,
     lock: &LockToken,
 ) -> Result<CommitStatus, CommitError> {
-    // First: this row lock keeps competing receivers away until commit.
-    if !complete_locked(&mut *conn, lock).await.map_err(StoreError::from)? {
-        return Err(CommitError::LockLost {
-            entity: lock.entity.path(),
-            sequence: lock.sequence,
-        });
-    }
-    if !insert_handled(conn, handled).await.map_err(StoreError::from)? {
-        return Ok(CommitStatus::AlreadyHandled);
+    // First: the message is deleted (its row lock keeps competing
+    // receivers away until commit), the idempotency record and the
+    // timeline written, in one statement.
+    match settle_first(conn, handled, lock).await? {
+        CommitStatus::Written => {}
+        other => return Ok(other),
     }
     match write_saga(conn, handled).await {
         Ok(()) => {}
@@ -131,11 +144,71 @@ async fn settle_in(
         .await
         .map_err(StoreError::from)?;
     }
-    insert_timeline(conn, &handled.timeline)
-        .await
-        .map_err(StoreError::from)?;
     insert_timeline(conn, &sent_lines).await.map_err(StoreError::from)?;
     Ok(CommitStatus::Written)
+}
+
+/// Deletes the message held under `lock`, then writes the idempotency
+/// record and `handled.timeline`, in one statement: [`CommitError::LockLost`]
+/// when the lock is no longer held (nothing written),
+/// [`CommitStatus::AlreadyHandled`] when the record was there (the message
+/// is deleted, nothing else written), else [`CommitStatus::Written`].
+async fn settle_first(
+    conn: &mut PgConnection,
+    handled: &HandledMessage,
+    lock: &LockToken,
+) -> Result<CommitStatus, CommitError> {
+    let lines = &handled.timeline;
+    let row = query(
+        "WITH done AS (
+            DELETE FROM bosun_messages
+            WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered
+            RETURNING 1
+         ), recorded AS (
+            INSERT INTO bosun_handled (consumer, message_id, handled_at)
+            SELECT $3, $4, now() WHERE EXISTS (SELECT 1 FROM done)
+            ON CONFLICT DO NOTHING
+            RETURNING 1
+         ), lines AS (
+            INSERT INTO bosun_timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
+            SELECT * FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[],
+                                 $11::timestamptz[], $12::text[])
+            WHERE EXISTS (SELECT 1 FROM recorded)
+         )
+         SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM recorded)",
+    )
+    .bind(lock.sequence)
+    .bind(lock.token)
+    .bind(&handled.consumer)
+    .bind(&handled.message_id)
+    .bind(
+        lines
+            .iter()
+            .map(|line| line.correlation_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(lines.iter().map(|line| line.message_id.as_str()).collect::<Vec<_>>())
+    .bind(lines.iter().map(|line| line.message_type.as_str()).collect::<Vec<_>>())
+    .bind(lines.iter().map(|line| line.consumer.as_deref()).collect::<Vec<_>>())
+    .bind(lines.iter().map(|line| line.status.as_str()).collect::<Vec<_>>())
+    .bind(lines.iter().map(|line| i64::from(line.attempt)).collect::<Vec<_>>())
+    .bind(lines.iter().map(|line| line.at).collect::<Vec<_>>())
+    .bind(lines.iter().map(|line| line.detail.as_deref()).collect::<Vec<_>>())
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(StoreError::from)?;
+    let deleted: bool = row.try_get(0).map_err(StoreError::from)?;
+    let recorded: bool = row.try_get(1).map_err(StoreError::from)?;
+    Ok(match (deleted, recorded) {
+        (false, _) => {
+            return Err(CommitError::LockLost {
+                entity: lock.entity.path(),
+                sequence: lock.sequence,
+            });
+        }
+        (true, false) => CommitStatus::AlreadyHandled,
+        (true, true) => CommitStatus::Written,
+    })
 }
 
 /// The `sent` line the outbox dispatcher would have written for `message`
