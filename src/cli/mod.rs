@@ -9,7 +9,7 @@
 //!
 //! - `serve.rs`: `serve`, `api`, `mcp` (the long-running servers);
 //! - `migrate.rs`, `topology.rs`, `keys.rs`: setting up PostgreSQL, Service
-//!   Bus and API keys;
+//!   Bus and API keys; `prune.rs`: retention on demand;
 //! - `send.rs`, `deliveries.rs`, `dead_letters.rs`, `sagas.rs`: what an
 //!   operator does day to day;
 //! - `demo.rs`, `bench.rs`, `schema.rs`: the demo, the benchmark and the
@@ -23,6 +23,7 @@ mod demo;
 mod keys;
 mod migrate;
 mod output;
+mod prune;
 mod sagas;
 mod schema;
 mod send;
@@ -43,6 +44,7 @@ use deliveries::DeliveriesCommand;
 use demo::DemoArgs;
 use keys::KeysCommand;
 use migrate::MigrateArgs;
+use prune::PruneArgs;
 use sagas::SagasCommand;
 use schema::SchemaCommand;
 use send::SendArgs;
@@ -98,6 +100,9 @@ pub enum Command {
     /// Create or upgrade bosun's PostgreSQL schema (safe to run
     /// concurrently and repeatedly).
     Migrate(MigrateArgs),
+    /// Delete what is past its retention (BOSUN_RETENTION_*) now, batch
+    /// after batch, as `serve` does every BOSUN_RETENTION_INTERVAL_MS.
+    Prune(PruneArgs),
     /// Fire a command (or event): validate the payload and send it.
     Send(SendArgs),
     /// Follow deliveries.
@@ -154,6 +159,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Demo(args) => demo::run(args, settings, explicit_data_dir).await,
         Command::Bench(args) => bench::run(args, settings).await,
         Command::Migrate(args) => migrate::run(args, &settings).await,
+        Command::Prune(args) => prune::run(args, &settings).await,
         Command::Send(args) => send::run(args, &settings).await,
         Command::Deliveries { command } => deliveries::run(command, &settings).await,
         Command::DeadLetters { command } => dead_letters::run(command, &settings).await,

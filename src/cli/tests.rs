@@ -99,6 +99,8 @@ fn every_command_parses_into_its_variant_and_fields() {
                 json: true,
             })),
         ),
+        (vec!["prune"], plain(Command::Prune(PruneArgs { json: false }))),
+        (vec!["prune", "--json"], plain(Command::Prune(PruneArgs { json: true }))),
         (
             vec!["topology", "plan"],
             plain(Command::Topology {
@@ -481,6 +483,7 @@ fn the_top_level_help_lists_every_command_in_order() {
             "demo",
             "bench",
             "migrate",
+            "prune",
             "send",
             "deliveries",
             "dead-letters",

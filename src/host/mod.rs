@@ -25,7 +25,8 @@
 //!   abandon it for redelivery; on one that means this process cannot work
 //!   (the database schema is not the one it needs), abandon it and stop.
 //!
-//! The [`dispatcher`] sends outbox entries. Shutdown: stop receiving, let
+//! The [`dispatcher`] sends outbox entries; [`retention`] prunes what is
+//! past its retention in small batches. Shutdown: stop receiving, let
 //! in-flight handlers finish within the grace period, abandon the rest.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +42,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 
 use crate::ports::commit::{Commit, StoreThenComplete};
-use crate::ports::store::{Store, StoreError};
+use crate::ports::store::{RetentionPolicy, Store, StoreError};
 use crate::ports::transport::{ReceivedMessage, Transport, TransportError};
 use crate::runtime::config::{Failpoint, Settings};
 use crate::runtime::metrics::Metrics;
@@ -58,6 +59,7 @@ pub mod dispatcher;
 mod execute;
 mod key_lock;
 mod lock;
+pub mod retention;
 
 /// A message whose tenant is not the tenant of the saga it names: refused
 /// as a permanent failure (dead-lettered, so an operator sees the attempt).
@@ -91,6 +93,8 @@ pub struct HostOptions {
     pub shutdown_grace: Duration,
     /// Test hook.
     pub failpoint: Option<Failpoint>,
+    /// What is pruned, and how often (`None`: never in the background).
+    pub retention: Option<(RetentionPolicy, Duration)>,
 }
 
 impl HostOptions {
@@ -103,6 +107,10 @@ impl HostOptions {
             retry_base_delay: settings.retry_base_delay,
             shutdown_grace: settings.shutdown_grace,
             failpoint: settings.failpoint,
+            retention: settings
+                .retention
+                .interval
+                .map(|interval| (retention::policy(&settings.retention), interval)),
         }
     }
 
@@ -284,9 +292,23 @@ impl Host {
         }
         let dispatcher_stop = CancellationToken::new();
         let dispatcher = tokio::spawn(dispatcher::run(Arc::clone(&self.runtime), dispatcher_stop.clone()));
+        let retention_stop = CancellationToken::new();
+        let retention = self.runtime.options.retention.clone().map(|(policy, interval)| {
+            tokio::spawn(retention::run(
+                Arc::clone(&self.runtime.store),
+                Arc::clone(&self.runtime.transport),
+                policy,
+                interval,
+                retention_stop.clone(),
+            ))
+        });
 
         shutdown.cancelled().await;
         tracing::info!("shutting down: no new messages are received");
+        retention_stop.cancel();
+        if let Some(retention) = retention {
+            let _ = retention.await;
+        }
         for receive in loops {
             let _ = receive.await;
         }

@@ -135,6 +135,7 @@ fn options() -> HostOptions {
         retry_base_delay: Duration::from_millis(10),
         shutdown_grace: Duration::from_secs(5),
         failpoint: None,
+        retention: None,
     }
 }
 
@@ -850,4 +851,51 @@ async fn a_schema_this_build_does_not_know_stops_the_host_and_keeps_the_message(
         1,
         "the message was abandoned for another process to handle"
     );
+}
+
+#[tokio::test]
+async fn retention_runs_in_the_background_and_stops_with_the_host() {
+    use crate::ports::store::{RetentionPolicy, TimelineEntry};
+    let day = Duration::from_secs(24 * 3600);
+    let policy = RetentionPolicy {
+        handled: Some(day * 14),
+        outbox_sent: Some(day * 7),
+        timeline: Some(day * 30),
+        finished_sagas: Some(day * 30),
+        finished: super::retention::finished_sagas(),
+        // Batches of one: the task goes on while they come back full.
+        batch: 1,
+    };
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let harness = start(
+        consumer,
+        HostOptions {
+            retention: Some((policy, Duration::from_millis(20))),
+            ..options()
+        },
+    )
+    .await;
+    let old = time::OffsetDateTime::now_utc() - day * 40;
+    let lines = (0..3)
+        .map(|n| TimelineEntry {
+            correlation_id: "c-old".into(),
+            message_id: format!("m-{n}"),
+            message_type: "CreateCommit".into(),
+            consumer: None,
+            status: TimelineStatus::Completed,
+            attempt: 0,
+            at: old,
+            detail: None,
+        })
+        .collect();
+    harness.store.append_timeline(lines).await.unwrap();
+    let store = Arc::clone(&harness.store);
+    eventually("the old timeline is pruned", || {
+        let store = Arc::clone(&store);
+        async move { store.timeline("c-old").await.unwrap().is_empty() }
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(5), harness.stop())
+        .await
+        .expect("the host stops with its retention task");
 }

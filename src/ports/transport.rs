@@ -255,6 +255,15 @@ pub trait Transport: Send + Sync {
     /// included.
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError>;
 
+    /// Deletes up to `limit` duplicate-detection records that fell out of
+    /// the detection window by `now` (retention; see
+    /// [`Store::prune`](crate::ports::store::Store::prune)) and says how
+    /// many. Transports whose broker keeps its own window (Service Bus) or
+    /// that keep nothing have nothing to do.
+    async fn prune_duplicates(&self, _now: OffsetDateTime, _limit: usize) -> Result<u64, TransportError> {
+        Ok(0)
+    }
+
     /// Gives back what this process holds but will not handle (prefetched
     /// messages) and closes connections; called once the host has drained.
     /// Transports that hold nothing have nothing to do.

@@ -39,7 +39,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +76,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 5,
         name: "outbox_purpose",
         sql: include_str!("../../../migrations/postgres/0005_outbox_purpose.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "retention",
+        sql: include_str!("../../../migrations/postgres/0006_retention.sql"),
     },
 ];
 
@@ -661,7 +666,7 @@ mod tests {
             "{as_store:?}"
         );
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4, 5]);
+        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4, 5, 6]);
         database.check_schema().await.unwrap();
 
         // A newer bosun migrated this database: refuse to serve and to migrate.
@@ -730,7 +735,7 @@ mod tests {
         .await
         .unwrap();
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![4, 5]);
+        assert_eq!(database.migrate().await.unwrap().applied, vec![4, 5, 6]);
         let keys: Vec<(String, String, Option<String>)> =
             sqlx_core::query_as::query_as("SELECT kind, key, tenant_id FROM bosun_sagas ORDER BY kind, key")
                 .fetch_all(pool)

@@ -15,7 +15,8 @@
 //!   (`MaxDeliveryCountExceeded`) instead, in the same statement.
 //! - Scheduled messages wait in the table until `visible_at`.
 //! - `bosun_duplicates` remembers broker message ids per destination for
-//!   seven days (duplicate detection).
+//!   seven days (duplicate detection); records past the window are deleted
+//!   in batches by retention ([`Transport::prune_duplicates`]).
 //! - Wake-ups: a trigger sends `NOTIFY bosun_messages, '<entity>'` when a
 //!   transaction that inserted deliverable messages commits, and `abandon`
 //!   sends one too. Each transport instance runs one task that `LISTEN`s on
@@ -31,7 +32,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
-use sqlx_core::executor::Executor;
 use sqlx_core::query::query;
 use sqlx_core::row::Row;
 use sqlx_postgres::{PgListener, PgPool};
@@ -50,9 +50,11 @@ use crate::ports::transport::{
 /// entity path.
 pub const NOTIFY_CHANNEL: &str = "bosun_messages";
 
-/// How many sends, on average, between two sweeps of expired duplicate-
-/// detection records.
-const DUPLICATE_SWEEP_EVERY: u32 = 64;
+/// How long a broker message id is remembered for duplicate detection (the
+/// `interval '7 days'` of the enqueue statement in `queue.rs`); records past
+/// it count as not seen and are deleted in batches by retention
+/// ([`Transport::prune_duplicates`]).
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The PostgreSQL transport.
 #[derive(Debug, Clone)]
@@ -246,6 +248,21 @@ impl Transport for PostgresTransport {
             .await
             .map_err(|err| err.doing(format!("counting the messages of {entity}")))
     }
+
+    async fn prune_duplicates(&self, now: OffsetDateTime, limit: usize) -> Result<u64, TransportError> {
+        let deleted = query(
+            "DELETE FROM bosun_duplicates WHERE seen_at < $1 AND (destination, broker_message_id) IN (
+                 SELECT destination, broker_message_id FROM bosun_duplicates WHERE seen_at < $1
+                 ORDER BY seen_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(now - DUPLICATE_WINDOW)
+        .bind(self::limit(limit))
+        .execute(self.database.pool())
+        .await
+        .map_err(|err| TransportError::from(err).doing("pruning duplicate-detection records"))?
+        .rows_affected();
+        Ok(deleted)
+    }
 }
 
 /// The statements behind each [`Transport`] operation; the trait methods
@@ -280,10 +297,6 @@ impl PostgresTransport {
             return Ok(());
         }
         let mut tx = self.database.pool().begin().await?;
-        if fastrand::u32(0..DUPLICATE_SWEEP_EVERY) == 0 {
-            tx.execute("DELETE FROM bosun_duplicates WHERE seen_at < now() - interval '7 days'")
-                .await?;
-        }
         let mut known = KnownEntities::default();
         for message in &messages {
             if enqueue(&mut tx, &mut known, message).await? == Enqueued::NoSuchEntity {
@@ -698,6 +711,13 @@ mod tests {
         for test in schemas {
             test.finish().await;
         }
+    }
+
+    #[tokio::test]
+    async fn postgres_transport_prunes_duplicate_records_in_batches() {
+        let test = testing::migrated().await;
+        behaviour::duplicate_records_are_pruned_in_batches(&transport(&test).await).await;
+        test.finish().await;
     }
 
     #[tokio::test]

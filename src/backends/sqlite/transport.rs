@@ -9,7 +9,8 @@
 //! row receivable again. A row whose delivery count has reached the maximum
 //! is moved to the dead-letter state (`MaxDeliveryCountExceeded`) instead of
 //! being delivered again, as Service Bus does. `duplicates` remembers broker
-//! message ids per destination for duplicate detection.
+//! message ids per destination for duplicate detection, for seven days
+//! (records past the window are deleted in batches by retention).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -57,6 +58,8 @@ CREATE TABLE IF NOT EXISTS duplicates (
     seen_at INTEGER NOT NULL,
     PRIMARY KEY (destination, broker_message_id)
 );
+-- Retention deletes records past the window by age (prune_duplicates).
+CREATE INDEX IF NOT EXISTS duplicates_age ON duplicates (seen_at);
 CREATE TABLE IF NOT EXISTS subscriptions (
     topic TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -154,17 +157,18 @@ impl Transport for EmbeddedTransport {
             .call(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                tx.execute(
-                    "DELETE FROM duplicates WHERE seen_at < ?1",
-                    [now - duration_ms(DUPLICATE_WINDOW)],
-                )?;
+                // A record past the window counts as not seen (retention
+                // deletes it later, in batches, off the send path).
+                let window_start = now - duration_ms(DUPLICATE_WINDOW);
                 for message in &messages {
                     if !known_entity(&tx, &message.destination)? {
                         return Err(TransportError::NoSuchEntity(message.destination.path()));
                     }
                     let fresh = tx.execute(
-                        "INSERT OR IGNORE INTO duplicates (destination, broker_message_id, seen_at) VALUES (?1, ?2, ?3)",
-                        params![message.destination.path(), message.broker_message_id, now],
+                        "INSERT INTO duplicates (destination, broker_message_id, seen_at) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (destination, broker_message_id) DO UPDATE SET seen_at = excluded.seen_at
+                            WHERE duplicates.seen_at < ?4",
+                        params![message.destination.path(), message.broker_message_id, now, window_start],
                     )?;
                     if fresh == 0 {
                         continue;
@@ -462,6 +466,23 @@ impl Transport for EmbeddedTransport {
             .await
             .map_err(|err: TransportError| err.doing(format!("counting the messages of {entity}")))
     }
+
+    async fn prune_duplicates(&self, now: OffsetDateTime, limit: usize) -> Result<u64, TransportError> {
+        let before = unix_ms(now) - duration_ms(DUPLICATE_WINDOW);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.database
+            .call(move |conn| {
+                let deleted = conn
+                    .prepare_cached(
+                        "DELETE FROM duplicates WHERE rowid IN (
+                             SELECT rowid FROM duplicates WHERE seen_at < ?1 ORDER BY seen_at LIMIT ?2)",
+                    )?
+                    .execute(params![before, limit])?;
+                Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+            })
+            .await
+            .map_err(|err: TransportError| err.doing("pruning duplicate-detection records"))
+    }
 }
 
 fn lock_lost(lock: &LockToken) -> TransportError {
@@ -479,6 +500,13 @@ mod tests {
     async fn embedded_transport_passes_the_behaviour_suite() {
         crate::ports::behaviour::transport::run_all(|max| async move { EmbeddedTransport::in_memory(max).unwrap() })
             .await;
+    }
+
+    #[tokio::test]
+    async fn embedded_transport_prunes_duplicate_records_in_batches() {
+        let transport = EmbeddedTransport::in_memory(10).unwrap();
+        transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+        crate::ports::behaviour::transport::duplicate_records_are_pruned_in_batches(&transport).await;
     }
 
     #[tokio::test]

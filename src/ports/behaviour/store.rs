@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use crate::ports::store::{
     AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
-    DeliveryRecord, HandledMessage, IdempotencyClaim, OutboxPurpose, ReplayRecord, SagaWrite, Store, StoreError,
-    TimelineEntry, TimelineStatus,
+    DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, Pruned, ReplayRecord,
+    RetentionPolicy, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::transport::OutboundMessage;
 
@@ -109,6 +109,9 @@ where
     idempotency_keys_claim_complete_and_release(&make().await).await;
     stale_idempotency_claims_are_taken_over(&make().await).await;
     concurrent_idempotency_claims_have_one_winner(make().await).await;
+    retention_prunes_what_is_past_it_and_keeps_what_is_needed(&make().await).await;
+    retention_prunes_finished_sagas_only(&make().await).await;
+    retention_prunes_in_bounded_batches(&make().await).await;
 }
 
 async fn idempotency_record_is_written_once<S: Store>(store: &S) {
@@ -881,4 +884,299 @@ async fn concurrent_idempotency_claims_have_one_winner<S: AccessStore + Clone + 
     );
     tokio::time::sleep(stale_after + Duration::from_millis(1000)).await;
     assert_one_winner(&claim_concurrently(&store, "stale", 8, stale_after).await);
+}
+
+// -- retention ---------------------------------------------------------------
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Handled 14 days, sent outbox 7, timeline 30, finished sagas 30; a release
+/// is finished when `phase` is `completed` or `rejected`.
+fn retention(batch: usize) -> RetentionPolicy {
+    RetentionPolicy {
+        handled: Some(DAY * 14),
+        outbox_sent: Some(DAY * 7),
+        timeline: Some(DAY * 30),
+        finished_sagas: Some(DAY * 30),
+        finished: vec![FinishedSaga {
+            kind: "release".into(),
+            field: "phase".into(),
+            values: vec!["completed".into(), "rejected".into()],
+        }],
+        batch,
+    }
+}
+
+fn line_of(correlation_id: &str, message_id: &str, at: OffsetDateTime) -> TimelineEntry {
+    TimelineEntry {
+        correlation_id: correlation_id.into(),
+        at,
+        ..line(message_id, TimelineStatus::Completed)
+    }
+}
+
+async fn retention_prunes_what_is_past_it_and_keeps_what_is_needed<S: Store>(store: &S) {
+    // Rows written now are pruned by a prune "in the future" (prune takes
+    // its `now`); rows with their own time are written in the past.
+    let now = OffsetDateTime::now_utc();
+    store
+        .commit_handled(HandledMessage {
+            timeline: vec![],
+            ..handled("m-1", None, vec![message("emitted-1"), message("emitted-2")])
+        })
+        .await
+        .unwrap();
+    let claimed = store.claim_outbox(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    store.mark_dispatched(&[claimed[0].id]).await.unwrap();
+    let old_attempt = AttemptRecord {
+        attempt: 0,
+        at: now - DAY * 20,
+        error_chain: vec!["boom".into()],
+    };
+    store
+        .record_retry(
+            "commit",
+            "m-2",
+            "m-2",
+            old_attempt,
+            message("again-1"),
+            line("m-2", TimelineStatus::RetryScheduled),
+        )
+        .await
+        .unwrap();
+    // An old delivery, a recent one, and an old one with a dead letter.
+    for (correlation_id, started_at) in [
+        ("c-old", now - DAY * 40),
+        ("c-new", now - DAY),
+        ("c-dead", now - DAY * 40),
+    ] {
+        store
+            .record_delivery(DeliveryRecord {
+                correlation_id: correlation_id.into(),
+                tenant_id: "contoso".into(),
+                started_by: "cli:test".into(),
+                message_type: "CreateCommit".into(),
+                message_id: format!("{correlation_id}-1"),
+                started_at,
+            })
+            .await
+            .unwrap();
+        store
+            .append_timeline(vec![line_of(
+                correlation_id,
+                &format!("{correlation_id}-1"),
+                started_at,
+            )])
+            .await
+            .unwrap();
+    }
+    let dead = DeadLetterRecord {
+        correlation_id: Some("c-dead".into()),
+        dead_lettered_at: now - DAY * 400,
+        ..dead_letter("commit", "CreateCommit", 7)
+    };
+    store.record_dead_letter(dead.clone(), None).await.unwrap();
+
+    // Within every retention: nothing goes but what is old in its own right.
+    let pruned = store.prune(&retention(100), now + DAY * 6).await.unwrap();
+    assert_eq!(
+        pruned,
+        Pruned {
+            attempts: 1,
+            timeline: 1,
+            deliveries: 1,
+            ..Pruned::default()
+        },
+        "only the 26-day-old attempt, and the 40-day-old delivery without a dead letter (and its line)"
+    );
+    assert!(store.delivery_record("c-old").await.unwrap().is_none());
+    assert!(store.timeline("c-old").await.unwrap().is_empty());
+    assert_eq!(store.timeline("c-new").await.unwrap().len(), 1);
+    assert!(store.delivery_record("c-new").await.unwrap().is_some());
+    assert_eq!(
+        store.timeline("c-dead").await.unwrap().len(),
+        1,
+        "a dead letter's delivery keeps its timeline"
+    );
+    assert!(store.delivery_record("c-dead").await.unwrap().is_some());
+    assert!(store.attempts("commit", "m-2").await.unwrap().is_empty());
+    assert!(store.is_handled("commit", "m-1").await.unwrap());
+
+    // Past the outbox's retention: the sent entry goes, the unsent stay.
+    let pruned = store.prune(&retention(100), now + DAY * 8).await.unwrap();
+    assert_eq!(
+        pruned,
+        Pruned {
+            outbox: 1,
+            ..Pruned::default()
+        }
+    );
+    assert_eq!(store.outbox_backlog().await.unwrap(), 2, "unsent entries are kept");
+
+    // Past the idempotency records' retention.
+    let pruned = store.prune(&retention(100), now + DAY * 15).await.unwrap();
+    assert_eq!(
+        pruned,
+        Pruned {
+            handled: 1,
+            ..Pruned::default()
+        }
+    );
+    assert!(!store.is_handled("commit", "m-1").await.unwrap());
+
+    // Long after: every retention is past, and what is needed stays.
+    store.prune(&retention(100), now + DAY * 1000).await.unwrap();
+    assert_eq!(
+        store.outbox_backlog().await.unwrap(),
+        2,
+        "unsent entries are never pruned"
+    );
+    let kept = store.dead_letter(&dead.id.to_string(), None).await.unwrap();
+    assert_eq!(kept.body, dead.body, "dead letters are never pruned");
+    assert_eq!(store.timeline("c-dead").await.unwrap().len(), 1);
+    assert!(store.timeline("c-new").await.unwrap().is_empty());
+    assert!(store.delivery_record("c-new").await.unwrap().is_none());
+
+    // Once its dead letter is purged, the delivery's timeline goes too.
+    store.purge_dead_letter(dead.id).await.unwrap();
+    let pruned = store.prune(&retention(100), now + DAY * 1000).await.unwrap();
+    assert_eq!(
+        pruned,
+        Pruned {
+            timeline: 1,
+            deliveries: 1,
+            ..Pruned::default()
+        }
+    );
+
+    // A kind without retention is kept forever.
+    let keep_all = RetentionPolicy {
+        handled: None,
+        outbox_sent: None,
+        timeline: None,
+        finished_sagas: None,
+        ..retention(100)
+    };
+    store.commit_handled(handled("m-3", None, vec![])).await.unwrap();
+    assert_eq!(
+        store.prune(&keep_all, now + DAY * 1000).await.unwrap(),
+        Pruned::default()
+    );
+    assert!(store.is_handled("commit", "m-3").await.unwrap());
+}
+
+async fn retention_prunes_finished_sagas_only<S: Store>(store: &S) {
+    let now = OffsetDateTime::now_utc();
+    let save = |message_id: &str, kind: &str, key: &str, version: i64, phase: &str| HandledMessage {
+        timeline: vec![],
+        ..handled(
+            message_id,
+            Some(SagaWrite {
+                kind: kind.into(),
+                key: key.into(),
+                expected_version: version,
+                state: json!({"phase": phase}),
+                tenant_id: Some("contoso".into()),
+            }),
+            vec![],
+        )
+    };
+    for (message_id, kind, key, phase) in [
+        ("m-1", "release", "contoso/done", "completed"),
+        ("m-2", "release", "contoso/stopped", "rejected"),
+        ("m-3", "release", "contoso/flying", "syncing"),
+        ("m-4", "release", "contoso/blocked", "blocked"),
+        ("m-5", "gitops", "contoso/dev", "completed"),
+    ] {
+        store
+            .commit_handled(save(message_id, kind, key, 0, phase))
+            .await
+            .unwrap();
+    }
+    store
+        .commit_handled(save("m-6", "release", "contoso/done", 1, "completed"))
+        .await
+        .unwrap();
+
+    let pruned = store.prune(&retention(100), now + DAY * 29).await.unwrap();
+    assert_eq!(pruned.sagas, 0, "finished sagas are kept for their retention");
+
+    let pruned = store.prune(&retention(100), now + DAY * 31).await.unwrap();
+    assert_eq!(pruned.sagas, 2);
+    assert!(store.load_saga("release", "contoso/done").await.unwrap().is_none());
+    assert!(store.load_saga("release", "contoso/stopped").await.unwrap().is_none());
+    for (kind, key) in [
+        ("release", "contoso/flying"),
+        ("release", "contoso/blocked"),
+        ("gitops", "contoso/dev"),
+    ] {
+        assert!(
+            store.load_saga(kind, key).await.unwrap().is_some(),
+            "{kind} {key} is in flight (or of a kind that never finishes) and must be kept"
+        );
+    }
+    // Its history went with it: the key starts afresh at version 1.
+    store
+        .commit_handled(save("m-7", "release", "contoso/done", 0, "collecting"))
+        .await
+        .unwrap();
+    let again = store.load_saga("release", "contoso/done").await.unwrap().unwrap();
+    assert_eq!(again.version, 1);
+    assert_eq!(
+        again.history.iter().map(|h| h.message_id.as_str()).collect::<Vec<_>>(),
+        ["m-7"]
+    );
+}
+
+async fn retention_prunes_in_bounded_batches<S: Store>(store: &S) {
+    let now = OffsetDateTime::now_utc();
+    for n in 0..5 {
+        store
+            .commit_handled(HandledMessage {
+                timeline: vec![],
+                ..handled(&format!("m-{n}"), None, vec![])
+            })
+            .await
+            .unwrap();
+    }
+    let lines = (0..5)
+        .map(|n| line_of("c-old", &format!("m-{n}"), now - DAY * 40))
+        .collect();
+    store.append_timeline(lines).await.unwrap();
+
+    let first = store.prune(&retention(2), now + DAY * 15).await.unwrap();
+    assert_eq!(
+        first,
+        Pruned {
+            handled: 2,
+            timeline: 2,
+            ..Pruned::default()
+        }
+    );
+    assert!(first.any_full(2), "a full batch says there may be more");
+    let second = store.prune(&retention(2), now + DAY * 15).await.unwrap();
+    assert_eq!(
+        second,
+        Pruned {
+            handled: 2,
+            timeline: 2,
+            ..Pruned::default()
+        }
+    );
+    let third = store.prune(&retention(2), now + DAY * 15).await.unwrap();
+    assert_eq!(
+        third,
+        Pruned {
+            handled: 1,
+            timeline: 1,
+            ..Pruned::default()
+        }
+    );
+    assert!(!third.any_full(2));
+    assert_eq!(
+        store.prune(&retention(2), now + DAY * 15).await.unwrap(),
+        Pruned::default()
+    );
+    assert!(store.timeline("c-old").await.unwrap().is_empty());
 }

@@ -52,6 +52,7 @@ pub(crate) const BEHAVIOURS: &[(&str, u32)] = &[
     ("unknown_entity_is_refused", 10),
     ("subscription_send_reaches_only_it", 10),
     ("is_locked_until_settled", 10),
+    ("pruning_keeps_duplicate_detection_within_its_window", 10),
 ];
 
 /// Runs every behaviour against fresh transports made by `make(max_delivery_count)`.
@@ -84,6 +85,9 @@ pub(crate) async fn run_one<T: Transport>(name: &str, transport: &T) {
         "unknown_entity_is_refused" => unknown_entity_is_refused(transport).await,
         "subscription_send_reaches_only_it" => subscription_send_reaches_only_it(transport).await,
         "is_locked_until_settled" => is_locked_until_settled(transport).await,
+        "pruning_keeps_duplicate_detection_within_its_window" => {
+            pruning_keeps_duplicate_detection_within_its_window(transport).await
+        }
         other => panic!("no behaviour `{other}`"),
     }
 }
@@ -334,4 +338,49 @@ async fn subscription_send_reaches_only_it<T: Transport>(transport: &T) {
             .unwrap()
             .is_empty()
     );
+}
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Retention never forgets a broker message id still within the
+/// duplicate-detection window (7 days on the transports that keep one).
+async fn pruning_keeps_duplicate_detection_within_its_window<T: Transport>(transport: &T) {
+    let now = OffsetDateTime::now_utc();
+    transport
+        .send(vec![outbound(queue(), "kept", "CreateCommit")])
+        .await
+        .unwrap();
+    assert_eq!(transport.prune_duplicates(now + DAY * 6, 100).await.unwrap(), 0);
+    transport
+        .send(vec![outbound(queue(), "kept", "CreateCommit")])
+        .await
+        .unwrap();
+    assert_eq!(
+        transport.depth(&queue()).await.unwrap(),
+        1,
+        "a duplicate got through after pruning"
+    );
+}
+
+/// For transports that keep duplicate-detection records (SQLite,
+/// PostgreSQL): records past the window are deleted, at most `limit` per
+/// call; the id can then be sent again.
+pub(crate) async fn duplicate_records_are_pruned_in_batches<T: Transport>(transport: &T) {
+    let now = OffsetDateTime::now_utc();
+    let sent = ["d-1", "d-2", "d-3"].map(|id| outbound(queue(), id, "CreateCommit"));
+    transport.send(sent.to_vec()).await.unwrap();
+    assert_eq!(
+        transport.prune_duplicates(now + DAY * 6, 2).await.unwrap(),
+        0,
+        "within the window"
+    );
+    assert_eq!(
+        transport.prune_duplicates(now + DAY * 8, 2).await.unwrap(),
+        2,
+        "one batch"
+    );
+    assert_eq!(transport.prune_duplicates(now + DAY * 8, 2).await.unwrap(), 1);
+    assert_eq!(transport.prune_duplicates(now + DAY * 8, 2).await.unwrap(), 0);
+    transport.send(vec![sent[0].clone()]).await.unwrap();
+    assert_eq!(transport.depth(&queue()).await.unwrap(), 4, "a pruned id is new again");
 }

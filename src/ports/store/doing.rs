@@ -123,6 +123,11 @@ pub(crate) fn list_deliveries() -> &'static str {
     "listing deliveries"
 }
 
+/// [`Store::prune`](super::Store::prune).
+pub(crate) fn prune() -> &'static str {
+    "pruning rows past their retention"
+}
+
 /// [`AccessStore::insert_api_key`](super::AccessStore::insert_api_key).
 pub(crate) fn insert_api_key(key: &ApiKeyRecord) -> String {
     format!("storing API key {}", key.id)

@@ -79,6 +79,12 @@ const KNOWN: &[&str] = &[
     "BOSUN_RETRY_BASE_DELAY_MS",
     "BOSUN_POLL_INTERVAL_MS",
     "BOSUN_SHUTDOWN_GRACE_MS",
+    "BOSUN_RETENTION_HANDLED_DAYS",
+    "BOSUN_RETENTION_OUTBOX_DAYS",
+    "BOSUN_RETENTION_TIMELINE_DAYS",
+    "BOSUN_RETENTION_COMPLETED_SAGAS_DAYS",
+    "BOSUN_RETENTION_INTERVAL_MS",
+    "BOSUN_RETENTION_BATCH",
     "BOSUN_LOG_FORMAT",
     "BOSUN_FAILPOINT",
     "BOSUN_OPERATOR",
@@ -467,6 +473,40 @@ impl Settings {
                 },
             }
         };
+        let retention = {
+            let defaults = RetentionSettings::default();
+            let days = |name: &str, default: Option<Duration>, min: u64| -> Result<Option<Duration>, ConfigError> {
+                let default = default.map_or(0, |keep| keep.as_secs() / DAY.as_secs());
+                match number(name, default, 0)? {
+                    0 => Ok(None),
+                    n if n < min => Err(invalid(name, format!("must be 0 (keep forever) or at least {min}"))),
+                    n if n > MAX_RETENTION_DAYS => Err(invalid(
+                        name,
+                        format!("must be at most {MAX_RETENTION_DAYS} (0 keeps forever)"),
+                    )),
+                    n => u32::try_from(n)
+                        .ok()
+                        .and_then(|n| DAY.checked_mul(n))
+                        .map(Some)
+                        .ok_or_else(|| invalid(name, "is too large")),
+                }
+            };
+            RetentionSettings {
+                handled: days("BOSUN_RETENTION_HANDLED_DAYS", defaults.handled, 7)?,
+                outbox_sent: days("BOSUN_RETENTION_OUTBOX_DAYS", defaults.outbox_sent, 1)?,
+                timeline: days("BOSUN_RETENTION_TIMELINE_DAYS", defaults.timeline, 1)?,
+                completed_sagas: days("BOSUN_RETENTION_COMPLETED_SAGAS_DAYS", defaults.completed_sagas, 1)?,
+                interval: Some(millis(
+                    "BOSUN_RETENTION_INTERVAL_MS",
+                    defaults
+                        .interval
+                        .map_or(0, |i| u64::try_from(i.as_millis()).unwrap_or(u64::MAX)),
+                )?)
+                .filter(|interval| !interval.is_zero()),
+                batch: usize::try_from(number("BOSUN_RETENTION_BATCH", 500, 1)?)
+                    .map_err(|_| invalid("BOSUN_RETENTION_BATCH", "is too large"))?,
+            }
+        };
         let settings = Self {
             data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
             transport,
@@ -494,6 +534,7 @@ impl Settings {
                 .or_else(|| env.get("USER"))
                 .unwrap_or_else(|| "unknown".to_owned()),
             delivery,
+            retention,
         };
         if settings.lock_duration < Duration::from_millis(500) {
             return Err(invalid("BOSUN_LOCK_DURATION_MS", "must be at least 500"));

@@ -247,3 +247,44 @@ fn toml_file_is_read_and_unknown_keys_rejected() {
     let err = read_file(&path).unwrap_err();
     assert!(err.to_string().contains("dta_dir"), "{err}");
 }
+
+#[test]
+fn retention_has_documented_defaults_and_parses() {
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    let defaults = Settings::from_sources(&map(&[]), &map(&[])).unwrap().retention;
+    assert_eq!(defaults, RetentionSettings::default());
+    assert_eq!(defaults.handled, Some(DAY * 14));
+    assert_eq!(defaults.outbox_sent, Some(DAY * 7));
+    assert_eq!(defaults.timeline, Some(DAY * 30));
+    assert_eq!(defaults.completed_sagas, Some(DAY * 30));
+    assert_eq!(defaults.interval, Some(Duration::from_secs(300)));
+    assert_eq!(defaults.batch, 500);
+
+    let env = map(&[
+        ("BOSUN_RETENTION_HANDLED_DAYS", "21"),
+        ("BOSUN_RETENTION_OUTBOX_DAYS", "0"),
+        ("BOSUN_RETENTION_TIMELINE_DAYS", "90"),
+        ("BOSUN_RETENTION_INTERVAL_MS", "0"),
+    ]);
+    let file = map(&[
+        ("BOSUN_RETENTION_COMPLETED_SAGAS_DAYS", "365"),
+        ("BOSUN_RETENTION_BATCH", "100"),
+    ]);
+    let retention = Settings::from_sources(&env, &file).unwrap().retention;
+    assert_eq!(retention.handled, Some(DAY * 21));
+    assert_eq!(retention.outbox_sent, None, "0 keeps forever");
+    assert_eq!(retention.timeline, Some(DAY * 90));
+    assert_eq!(retention.completed_sagas, Some(DAY * 365));
+    assert_eq!(retention.interval, None, "0 turns background pruning off");
+    assert_eq!(retention.batch, 100);
+
+    for (name, value) in [
+        ("BOSUN_RETENTION_HANDLED_DAYS", "3"),
+        ("BOSUN_RETENTION_TIMELINE_DAYS", "soon"),
+        ("BOSUN_RETENTION_BATCH", "0"),
+        ("BOSUN_RETENTION_COMPLETED_SAGAS_DAYS", "99999999"),
+    ] {
+        let err = Settings::from_sources(&map(&[(name, value)]), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}

@@ -302,6 +302,61 @@ impl Default for HttpLimits {
     }
 }
 
+/// How long bosun keeps what it no longer needs, and how often it prunes
+/// (`BOSUN_RETENTION_*`). A retention of `0` days keeps that kind forever
+/// (`None` here). Dead letters, unsent outbox entries and sagas still in
+/// flight are never pruned. [`Default`] gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionSettings {
+    /// `BOSUN_RETENTION_HANDLED_DAYS`: idempotency records (and the attempts
+    /// of failed handlings). Default 14: well past every redelivery and
+    /// retry horizon (retries back off for minutes, the transports detect
+    /// duplicates for 7 days), so a message that comes back is still
+    /// recognised. `0` or at least 7.
+    pub handled: Option<Duration>,
+    /// `BOSUN_RETENTION_OUTBOX_DAYS`: outbox entries, counted from when
+    /// they were sent (unsent ones are kept). Default 7: the transports'
+    /// duplicate-detection window, within which a re-sent copy is dropped
+    /// anyway.
+    pub outbox_sent: Option<Duration>,
+    /// `BOSUN_RETENTION_TIMELINE_DAYS`: delivery timeline lines, and a
+    /// delivery's record once its lines are gone (a delivery with a dead
+    /// letter keeps its lines while the dead letter exists). Default 30:
+    /// what operators look up is the last weeks.
+    pub timeline: Option<Duration>,
+    /// `BOSUN_RETENTION_COMPLETED_SAGAS_DAYS`: finished sagas (a release
+    /// completed or rejected), with their history, counted from their last
+    /// save. Default 30: a late message for a release gone longer than this
+    /// would start it afresh. GitOps and probe sagas never finish.
+    pub completed_sagas: Option<Duration>,
+    /// `BOSUN_RETENTION_INTERVAL_MS`: how often `serve` prunes (batch after
+    /// batch while they come back full). Default 300 000 (5 min); `0`: never
+    /// in the background (run `bosun prune` instead).
+    pub interval: Option<Duration>,
+    /// `BOSUN_RETENTION_BATCH`: most rows deleted per kind per statement.
+    /// Default 500.
+    pub batch: usize,
+}
+
+/// A day.
+pub(super) const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The longest retention in days (100 years; `0` keeps forever).
+pub(super) const MAX_RETENTION_DAYS: u64 = 36_500;
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            handled: Some(DAY * 14),
+            outbox_sent: Some(DAY * 7),
+            timeline: Some(DAY * 30),
+            completed_sagas: Some(DAY * 30),
+            interval: Some(Duration::from_secs(300)),
+            batch: 500,
+        }
+    }
+}
+
 /// Every setting bosun has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -359,6 +414,8 @@ pub struct Settings {
     pub operator: String,
     /// Release policy and timings of the long-running consumers.
     pub delivery: DeliverySettings,
+    /// What is pruned when (`BOSUN_RETENTION_*`).
+    pub retention: RetentionSettings,
 }
 
 /// How releases are promoted and how long-running work is followed.

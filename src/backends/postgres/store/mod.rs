@@ -25,13 +25,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    ReplayRecord, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
+    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
 };
 use crate::ports::transport::OutboundMessage;
 
@@ -41,6 +42,7 @@ mod access;
 mod dead_letters;
 pub(crate) mod handled;
 pub(crate) mod outbox;
+mod retention;
 mod sagas;
 pub(crate) mod timeline;
 
@@ -284,6 +286,12 @@ impl Store for PostgresStore {
         timeline::list_deliveries(&self.database, tenant_id, limit)
             .await
             .map_err(|err| err.doing(doing::list_deliveries()))
+    }
+
+    async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError> {
+        retention::prune(&self.database, policy, now)
+            .await
+            .map_err(|err| err.doing(doing::prune()))
     }
 }
 

@@ -72,7 +72,7 @@ async fn migration_3_keeps_existing_sagas_without_a_tenant() {
     .execute(test.database.pool())
     .await
     .unwrap();
-    assert_eq!(test.database.migrate().await.unwrap().applied, vec![3, 4, 5]);
+    assert_eq!(test.database.migrate().await.unwrap().applied, vec![3, 4, 5, 6]);
     let store = PostgresStore::new(test.database.clone());
     store.check_schema().await.unwrap();
     let old = store.load_saga("release", "r-old").await.unwrap().unwrap();
@@ -146,7 +146,7 @@ async fn migration_5_gives_existing_outbox_rows_their_purpose_from_the_old_conve
     .execute(test.database.pool())
     .await
     .unwrap();
-    assert_eq!(test.database.migrate().await.unwrap().applied, vec![5]);
+    assert_eq!(test.database.migrate().await.unwrap().applied, vec![5, 6]);
     let store = PostgresStore::new(test.database.clone());
     let purposes: Vec<_> = store
         .claim_outbox(10, Duration::from_secs(30))

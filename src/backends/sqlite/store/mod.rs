@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::backends::sqlite::Database;
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    ReplayRecord, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
+    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
 };
 use crate::ports::transport::{OutboundMessage, unix_ms};
 use schema::{SCHEMA, upgrade};
@@ -28,6 +28,7 @@ mod access;
 mod dead_letters;
 mod handled;
 mod outbox;
+mod retention;
 mod sagas;
 mod schema;
 mod timeline;
@@ -240,6 +241,12 @@ impl Store for SqliteStore {
         timeline::list_deliveries(&self.database, tenant_id, limit)
             .await
             .map_err(|err| err.doing(doing::list_deliveries()))
+    }
+
+    async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError> {
+        retention::prune(&self.database, policy, now)
+            .await
+            .map_err(|err| err.doing(doing::prune()))
     }
 }
 

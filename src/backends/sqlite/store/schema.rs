@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS handled (
     handled_at INTEGER NOT NULL,
     PRIMARY KEY (consumer, message_id)
 );
+-- Retention walks these by age (retention.rs).
+CREATE INDEX IF NOT EXISTS handled_age ON handled (handled_at);
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     source_consumer TEXT,
@@ -42,6 +44,7 @@ CREATE TABLE IF NOT EXISTS sagas (
     tenant_id TEXT,
     PRIMARY KEY (kind, key)
 );
+CREATE INDEX IF NOT EXISTS sagas_age ON sagas (kind, updated_at);
 CREATE TABLE IF NOT EXISTS saga_history (
     kind TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -61,6 +64,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     PRIMARY KEY (consumer, received_broker_message_id)
 );
 CREATE INDEX IF NOT EXISTS attempts_message ON attempts (consumer, message_id, at);
+CREATE INDEX IF NOT EXISTS attempts_age ON attempts (at);
 CREATE TABLE IF NOT EXISTS dead_letters (
     id TEXT PRIMARY KEY,
     consumer TEXT,
@@ -81,6 +85,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     replays TEXT NOT NULL DEFAULT '[]'
 );
 CREATE UNIQUE INDEX IF NOT EXISTS dead_letters_transport ON dead_letters (entity, transport_sequence);
+CREATE INDEX IF NOT EXISTS dead_letters_correlation ON dead_letters (correlation_id);
 CREATE TABLE IF NOT EXISTS timeline (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     correlation_id TEXT NOT NULL,
@@ -93,6 +98,7 @@ CREATE TABLE IF NOT EXISTS timeline (
     detail TEXT
 );
 CREATE INDEX IF NOT EXISTS timeline_correlation ON timeline (correlation_id, id);
+CREATE INDEX IF NOT EXISTS timeline_age ON timeline (at);
 CREATE TABLE IF NOT EXISTS deliveries (
     correlation_id TEXT PRIMARY KEY,
     tenant_id TEXT NOT NULL,

@@ -1,0 +1,119 @@
+//! Retention: deleting, in small batches, what is past its retention
+//! ([`RetentionPolicy`]). One short statement per kind, each on an indexed
+//! column and each in its own call, so handlers of this process get the
+//! connection between them.
+
+use rusqlite::{TransactionBehavior, params};
+use time::OffsetDateTime;
+
+use crate::backends::sqlite::Database;
+use crate::ports::store::{FinishedSaga, Pruned, RetentionPolicy, StoreError, cutoff};
+use crate::ports::transport::unix_ms;
+
+/// Runs `sql` (parameters: the cutoff in Unix ms, the batch size) if the
+/// kind has a retention; returns the rows deleted.
+async fn delete_batch(
+    database: &Database,
+    sql: &'static str,
+    before: Option<OffsetDateTime>,
+    batch: usize,
+) -> Result<u64, StoreError> {
+    let Some(before) = before else {
+        return Ok(0);
+    };
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+    database
+        .call(move |conn| {
+            let deleted = conn.prepare_cached(sql)?.execute(params![unix_ms(before), limit])?;
+            Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+        })
+        .await
+}
+
+const HANDLED: &str = "DELETE FROM handled WHERE rowid IN (
+    SELECT rowid FROM handled WHERE handled_at < ?1 ORDER BY handled_at LIMIT ?2)";
+
+const ATTEMPTS: &str = "DELETE FROM attempts WHERE rowid IN (
+    SELECT rowid FROM attempts WHERE at < ?1 ORDER BY at LIMIT ?2)";
+
+/// Sent entries only: `dispatched_at < ?1` is false for unsent ones (NULL).
+const OUTBOX: &str = "DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox WHERE dispatched_at < ?1 ORDER BY dispatched_at LIMIT ?2)";
+
+/// A delivery with a dead letter keeps its lines while the dead letter exists.
+const TIMELINE: &str = "DELETE FROM timeline WHERE id IN (
+    SELECT t.id FROM timeline t WHERE t.at < ?1
+    AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.correlation_id = t.correlation_id)
+    ORDER BY t.at LIMIT ?2)";
+
+/// A delivery record goes once its timeline has.
+const DELIVERIES: &str = "DELETE FROM deliveries WHERE rowid IN (
+    SELECT rowid FROM deliveries d WHERE d.started_at < ?1
+    AND NOT EXISTS (SELECT 1 FROM timeline t WHERE t.correlation_id = d.correlation_id)
+    ORDER BY d.started_at LIMIT ?2)";
+
+/// Finished sagas of one kind last saved before `before`, with their history.
+async fn prune_sagas(
+    database: &Database,
+    finished: &FinishedSaga,
+    before: OffsetDateTime,
+    batch: usize,
+) -> Result<u64, StoreError> {
+    let kind = finished.kind.clone();
+    let path = format!("$.{}", finished.field);
+    let values = serde_json::to_string(&finished.values)
+        .map_err(|err| StoreError::unencodable("the finished phases of a saga kind", err))?;
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+    database
+        .call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let keys: Vec<String> = {
+                let mut statement = tx.prepare_cached(
+                    "SELECT key FROM sagas WHERE kind = ?1 AND updated_at < ?2
+                     AND json_extract(state, ?3) IN (SELECT value FROM json_each(?4))
+                     ORDER BY updated_at LIMIT ?5",
+                )?;
+                statement
+                    .query_map(params![kind, unix_ms(before), path, values, limit], |row| row.get(0))?
+                    .collect::<Result<_, _>>()?
+            };
+            for key in &keys {
+                tx.execute(
+                    "DELETE FROM saga_history WHERE kind = ?1 AND key = ?2",
+                    params![kind, key],
+                )?;
+                tx.execute("DELETE FROM sagas WHERE kind = ?1 AND key = ?2", params![kind, key])?;
+            }
+            tx.commit()?;
+            Ok(u64::try_from(keys.len()).unwrap_or(u64::MAX))
+        })
+        .await
+}
+
+pub(super) async fn prune(
+    database: &Database,
+    policy: &RetentionPolicy,
+    now: OffsetDateTime,
+) -> Result<Pruned, StoreError> {
+    let batch = policy.batch.max(1);
+    let handled_before = cutoff(now, policy.handled);
+    let timeline_before = cutoff(now, policy.timeline);
+    let mut pruned = Pruned {
+        handled: delete_batch(database, HANDLED, handled_before, batch).await?,
+        attempts: delete_batch(database, ATTEMPTS, handled_before, batch).await?,
+        outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
+        timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
+        deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
+        ..Pruned::default()
+    };
+    if let Some(before) = cutoff(now, policy.finished_sagas) {
+        for finished in &policy.finished {
+            let left = batch.saturating_sub(usize::try_from(pruned.sagas).unwrap_or(usize::MAX));
+            if left == 0 {
+                break;
+            }
+            pruned.sagas += prune_sagas(database, finished, before, left).await?;
+        }
+    }
+    Ok(pruned)
+}
