@@ -207,7 +207,10 @@ async fn saga_conflict_writes_nothing<S: Store>(store: &S) {
             .unwrap(),
         (false, None)
     );
-    assert_eq!(store.handled_and_saga("commit", "m-3", None).await.unwrap(), (false, None));
+    assert_eq!(
+        store.handled_and_saga("commit", "m-3", None).await.unwrap(),
+        (false, None)
+    );
     assert_eq!(
         saga.history.iter().map(|h| h.message_id.as_str()).collect::<Vec<_>>(),
         ["m-1", "m-2"]
