@@ -95,7 +95,8 @@ impl Backends {
         );
         let (transport, store, access, atomic_commit): Opened = match (settings.transport, &settings.database_url) {
             (TransportKind::Embedded, None) => {
-                let store = Arc::new(SqliteStore::open(&settings.store_path())?);
+                let store =
+                    Arc::new(SqliteStore::open(&settings.store_path())?.with_timeline_fallback(settings.poll_interval));
                 (
                     Arc::new(EmbeddedTransport::open(
                         &settings.transport_path(),
@@ -143,7 +144,9 @@ impl Backends {
                         (store.clone(), store)
                     }
                     None => {
-                        let store = Arc::new(SqliteStore::open(&settings.store_path())?);
+                        let store = Arc::new(
+                            SqliteStore::open(&settings.store_path())?.with_timeline_fallback(settings.poll_interval),
+                        );
                         (store.clone(), store)
                     }
                 };

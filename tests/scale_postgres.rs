@@ -70,6 +70,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
                 sequence,
                 echo: true,
                 work_ms: 0,
+                relays: 0,
             });
             let envelope = Envelope::new(&message, correlation, "scale", "test");
             batch.push(bosun::ports::transport::OutboundMessage {

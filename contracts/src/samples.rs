@@ -87,6 +87,7 @@ pub fn probe() -> Probe {
         sequence: 7,
         echo: true,
         work_ms: 0,
+        relays: 0,
     }
 }
 

@@ -1,7 +1,9 @@
 //! `bosun bench`: messages per second and latencies of the runtime, per
 //! backend, workload and number of concurrent handlers, each beside the
 //! one-transaction-per-message limit of the same database, measured in the
-//! same run, and the ratio of the two.
+//! same run, and the ratio of the two; and the latency row: a three-hop
+//! delivery through the HTTP API, from acceptance to the SSE client reading
+//! its end.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use clap::Args;
 
 use bosun::runtime::config::Settings;
 use bosun::runtime::telemetry;
-use bosun::tools::bench::{self, BenchPlan, Scenario};
+use bosun::tools::bench::{self, BenchPlan, Scenario, latency};
 
 /// `bosun bench`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -21,9 +23,15 @@ pub struct BenchArgs {
     /// Concurrent handlers to try (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     pub concurrency: Vec<usize>,
-    /// Workloads (comma-separated: noop, saga).
-    #[arg(long, value_delimiter = ',', default_value = "noop,saga")]
+    /// Workloads (comma-separated: noop, saga, latency). `latency` is the
+    /// latency row: a three-hop delivery through the HTTP API, end to end
+    /// as an SSE client sees it, on the embedded backend.
+    #[arg(long, value_delimiter = ',', default_value = "noop,saga,latency")]
     pub scenarios: Vec<String>,
+    /// Deliveries the latency row measures, one after the other (after 10
+    /// uncounted ones).
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub latency_runs: usize,
     /// Messages sent before the clock starts that stay in the queue under
     /// the timed ones (for bosun's rows and the limit's).
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -39,21 +47,33 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+/// Uncounted deliveries before the latency row's timed ones.
+const LATENCY_WARMUP: usize = 10;
+
 impl BenchArgs {
+    /// Whether the latency row is asked for.
+    fn latency(&self) -> bool {
+        self.scenarios.iter().any(|name| name == "latency")
+    }
+
     /// What to run, checked: known workloads, and more than 0 messages and
-    /// handlers.
+    /// handlers (and latency runs, when the latency row is asked for).
     fn plan(&self) -> Result<BenchPlan> {
         let scenarios = self
             .scenarios
             .iter()
+            .filter(|name| name.as_str() != "latency")
             .map(|name| match name.as_str() {
                 "noop" => Ok(Scenario::Noop),
                 "saga" => Ok(Scenario::Saga),
-                other => bail!("--scenarios: `{other}` is not noop or saga"),
+                other => bail!("--scenarios: `{other}` is not noop, saga or latency"),
             })
             .collect::<Result<Vec<_>>>()?;
         if self.messages == 0 || self.concurrency.contains(&0) {
             bail!("--messages and --concurrency must be more than 0");
+        }
+        if self.latency() && self.latency_runs == 0 {
+            bail!("--latency-runs must be more than 0");
         }
         Ok(BenchPlan {
             scenarios,
@@ -84,10 +104,43 @@ pub async fn run(args: BenchArgs, settings: Settings) -> Result<()> {
     if let Some(url) = &args.database_url {
         rows.extend(bench::run_postgres(url, &settings, &plan, &mut progress).await?);
     }
+    let latency = if args.latency() {
+        progress(&format!(
+            "embedded latency: {} three-hop deliveries through the HTTP API ...",
+            args.latency_runs
+        ));
+        let row = latency::run_latency(
+            scratch.path(),
+            &settings,
+            args.latency_runs,
+            LATENCY_WARMUP,
+            plan.timeout,
+            &mut progress,
+        )
+        .await?;
+        progress(&format!(
+            "  done: p50 {:.2} ms, p99 {:.2} ms (accepted to the SSE end event)",
+            row.p50_ms, row.p99_ms
+        ));
+        Some(row)
+    } else {
+        None
+    };
     if args.json {
         print!("{}", bench::json_lines(&rows)?);
+        if let Some(row) = &latency {
+            println!("{}", serde_json::to_string(row)?);
+        }
     } else {
-        print!("{}", bench::table(&rows));
+        if !rows.is_empty() {
+            print!("{}", bench::table(&rows));
+        }
+        if let Some(row) = &latency {
+            if !rows.is_empty() {
+                println!();
+            }
+            print!("{}", latency::table(row));
+        }
     }
     Ok(())
 }
@@ -101,6 +154,7 @@ mod tests {
             messages,
             concurrency: concurrency.to_vec(),
             scenarios: scenarios.iter().map(|s| (*s).to_owned()).collect(),
+            latency_runs: 200,
             backlog: 0,
             timeout: 5,
             database_url: None,
@@ -119,9 +173,23 @@ mod tests {
     }
 
     #[test]
+    fn latency_is_its_own_row_not_a_throughput_workload() {
+        let only = args(10, &[1], &["latency"]);
+        assert!(only.latency());
+        assert_eq!(only.plan().unwrap().scenarios, []);
+        let mut none = args(10, &[1], &["noop", "latency"]);
+        none.latency_runs = 0;
+        assert_eq!(
+            none.plan().unwrap_err().to_string(),
+            "--latency-runs must be more than 0"
+        );
+        assert!(!args(10, &[1], &["noop"]).latency());
+    }
+
+    #[test]
     fn an_unknown_workload_or_zero_is_refused_by_name() {
         let unknown = args(10, &[1], &["noop", "sleep"]).plan().unwrap_err();
-        assert_eq!(unknown.to_string(), "--scenarios: `sleep` is not noop or saga");
+        assert_eq!(unknown.to_string(), "--scenarios: `sleep` is not noop, saga or latency");
         for zero in [args(0, &[1], &["noop"]), args(10, &[1, 0], &["noop"])] {
             let err = zero.plan().unwrap_err();
             assert_eq!(err.to_string(), "--messages and --concurrency must be more than 0");

@@ -28,6 +28,10 @@
 //! - `saga`: `ProbeEchoed` events counted in probe sagas (16 keys), so every
 //!   message loads and saves a saga with optimistic concurrency.
 //!
+//! Beside them, the latency row ([`latency`]): a three-hop delivery through
+//! the HTTP API, from the command's acceptance to the moment an SSE client
+//! reads its end.
+//!
 //! This is a measurement, not a test: run it on a quiet machine and compare
 //! runs of the same build; the ratio is the number to compare across
 //! machines.
@@ -50,6 +54,7 @@ use crate::runtime::config::Settings;
 use crate::wiring::{Backends, StartError};
 use limit::{LimitError, LimitMessage, LimitRun, LimitSpec};
 
+pub mod latency;
 pub mod limit;
 
 /// A workload.
@@ -165,6 +170,9 @@ pub enum BenchError {
     /// The limit workload failed.
     #[error(transparent)]
     Limit(#[from] LimitError),
+    /// The latency row could not be measured.
+    #[error(transparent)]
+    Latency(#[from] latency::LatencyError),
     /// The run did not finish.
     #[error("{scenario} with {concurrency} handlers handled {handled} of {messages} messages within {timeout:?}")]
     Timeout {
@@ -204,6 +212,7 @@ fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
                     sequence,
                     echo: false,
                     work_ms: 0,
+                    relays: 0,
                 }),
                 Scenario::Saga => Message::ProbeEchoed(ProbeEchoed {
                     group: format!("bench-{}", sequence % SAGA_KEYS),
@@ -723,7 +732,14 @@ mod tests {
         assert_eq!(limit.len(), 20);
         assert_eq!(limit[3].saga_key, "bench-3");
         assert_eq!(limit[19].saga_key, "bench-3");
-        assert_eq!(limit[0].body.len(), bosun[0].body.len());
+        // The same kind of envelope (lengths differ with the timestamps'
+        // digits, so compare what they are, not their size).
+        let shape = |body: &[u8]| {
+            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+            (value["messageType"].clone(), keys)
+        };
+        assert_eq!(shape(&limit[0].body), shape(&bosun[0].body));
         let ids: std::collections::HashSet<_> = limit.iter().map(|m| &m.message_id).collect();
         assert_eq!(ids.len(), 20, "every message its own id");
     }

@@ -2,7 +2,8 @@
 //! without touching any outside service.
 //!
 //! Hop 1: `Probe` (command) — optionally simulates `workMs` of work, then
-//! emits `ProbeEchoed` when `echo` is set. Hop 2: `ProbeEchoed` (event) —
+//! passes the probe on to its own queue while `relays` is above 0 (one hop
+//! each, `relays` one less), then emits `ProbeEchoed` when `echo` is set. Hop 2: `ProbeEchoed` (event) —
 //! counted in the probe saga keyed by `<tenant>/<group>`. Because the
 //! runtime handles each message once (idempotency by messageId) and saves
 //! sagas with optimistic concurrency, a group's `count` equals the number
@@ -17,7 +18,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bosun_contracts::messages::ProbeEchoed;
+use bosun_contracts::messages::{Probe, ProbeEchoed};
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -82,6 +83,13 @@ impl Consumer for ProbeConsumer {
             Message::Probe(probe) => {
                 if probe.work_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(u64::from(probe.work_ms))).await;
+                }
+                if probe.relays > 0 {
+                    // One more hop through this queue before the echo.
+                    return Ok(Outcome::send([Message::Probe(Probe {
+                        relays: probe.relays - 1,
+                        ..probe.clone()
+                    })]));
                 }
                 if !probe.echo {
                     return Ok(Outcome::default());

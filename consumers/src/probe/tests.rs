@@ -51,3 +51,30 @@ async fn a_probe_without_echo_emits_nothing() {
     let outcome = consumer.handle(Inbound::new(&envelope, &message)).await.unwrap();
     assert_eq!(outcome, Outcome::default());
 }
+
+#[tokio::test]
+async fn a_relayed_probe_is_passed_on_once_per_relay_then_echoed() {
+    let consumer = ProbeConsumer::new();
+    let mut probe = samples::probe();
+    probe.relays = 2;
+    let mut message: Message = probe.clone().into();
+    for left in [1, 0] {
+        let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+        let outcome = consumer.handle(Inbound::new(&envelope, &message)).await.unwrap();
+        assert_eq!(outcome.messages.len(), 1);
+        message = outcome.messages[0].message.clone();
+        assert_eq!(
+            message,
+            Message::Probe(Probe {
+                relays: left,
+                ..probe.clone()
+            })
+        );
+    }
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+    let outcome = consumer.handle(Inbound::new(&envelope, &message)).await.unwrap();
+    assert!(
+        matches!(outcome.messages[0].message, Message::ProbeEchoed(_)),
+        "{outcome:?}"
+    );
+}

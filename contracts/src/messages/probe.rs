@@ -2,7 +2,9 @@
 //! runtime to check it end to end (a canary), without touching any outside
 //! service. `Probe` goes to the `probe` consumer's queue; with `echo` it
 //! emits `ProbeEchoed`, which the same consumer tallies in a saga keyed by
-//! the probe's `group` — a two-hop flow with a saga.
+//! the probe's `group` — a two-hop flow with a saga. With `relays`, the
+//! consumer first passes the probe on to its own queue that many times, one
+//! hop each (`bosun bench`'s latency row sends `relays: 1`: three hops).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -12,6 +14,9 @@ use crate::validate::{self, FieldError, Validate};
 
 /// Longest simulated work a probe may ask for, in milliseconds.
 pub const MAX_PROBE_WORK_MS: u32 = 60_000;
+
+/// The most times a probe may be passed on before it echoes.
+pub const MAX_PROBE_RELAYS: u32 = 16;
 
 fn yes() -> bool {
     true
@@ -34,6 +39,11 @@ pub struct Probe {
     #[serde(default)]
     #[schemars(transform = rule::at_most(u64::from(MAX_PROBE_WORK_MS)))]
     pub work_ms: u32,
+    /// How many times the probe consumer passes the probe on (one more hop
+    /// through its queue each, `relays` one less) before it echoes (0 to 16).
+    #[serde(default)]
+    #[schemars(transform = rule::at_most(u64::from(MAX_PROBE_RELAYS)))]
+    pub relays: u32,
 }
 
 impl Validate for Probe {
@@ -44,6 +54,9 @@ impl Validate for Probe {
                 "workMs",
                 format!("must be at most {MAX_PROBE_WORK_MS}"),
             ));
+        }
+        if self.relays > MAX_PROBE_RELAYS {
+            return Err(FieldError::new("relays", format!("must be at most {MAX_PROBE_RELAYS}")));
         }
         Ok(())
     }

@@ -149,7 +149,8 @@ async fn settle_in(
 }
 
 /// Deletes the message held under `lock`, then writes the idempotency
-/// record and `handled.timeline`, in one statement: [`CommitError::LockLost`]
+/// record and `handled.timeline` (notifying `bosun_timeline` as
+/// `insert_timeline` does), in one statement: [`CommitError::LockLost`]
 /// when the lock is no longer held (nothing written),
 /// [`CommitStatus::AlreadyHandled`] when the record was there (the message
 /// is deleted, nothing else written), else [`CommitStatus::Written`].
@@ -174,8 +175,13 @@ async fn settle_first(
             SELECT * FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[],
                                  $11::timestamptz[], $12::text[])
             WHERE EXISTS (SELECT 1 FROM recorded)
+            RETURNING correlation_id
+         ), woken AS (
+            -- Waits on these deliveries (the event stream, MCP waits) are
+            -- woken when this commits, as by every timeline insert.
+            SELECT pg_notify('bosun_timeline', correlation_id) FROM lines
          )
-         SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM recorded)",
+         SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM recorded), (SELECT count(*) FROM woken)",
     )
     .bind(lock.sequence)
     .bind(lock.token)

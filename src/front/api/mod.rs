@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -41,7 +41,7 @@ use self::rate_limit::RateLimiter;
 use crate::front::access::Caller;
 use crate::front::gateway::{BulkReplayRequest, Gateway, GatewayError};
 use crate::front::mcp::McpServer;
-use crate::ports::store::DeadLetterFilter;
+use crate::ports::store::{DeadLetterFilter, TimelineWait};
 use crate::runtime::config::HttpLimits;
 use crate::runtime::metrics::Metrics;
 
@@ -470,7 +470,11 @@ async fn delivery_events(
         sent: usize,
         pending: std::collections::VecDeque<Event>,
         finished: bool,
+        changed: TimelineWait,
     }
+    // Made before the stream's first read: a line written after it wakes
+    // the stream (the store's fallback timeout covers what it cannot hear).
+    let changed = state.gateway.watch_delivery(&id);
     let cursor = Cursor {
         gateway: state.gateway.clone(),
         caller,
@@ -478,6 +482,7 @@ async fn delivery_events(
         sent: 0,
         pending: Default::default(),
         finished: false,
+        changed,
     };
     let stream = futures_util::stream::unfold(cursor, |mut cursor| async move {
         loop {
@@ -508,7 +513,7 @@ async fn delivery_events(
                 }
             }
             if cursor.pending.is_empty() {
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                cursor.changed.changed().await;
             }
         }
     });

@@ -152,7 +152,15 @@ pub async fn serve_router(
         }
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok((stream, _peer)) => {
+                    // Small answers and server-sent events go out as they
+                    // are written, not held back by Nagle's algorithm
+                    // waiting for the client's delayed ACK (~40 ms).
+                    if let Err(err) = stream.set_nodelay(true) {
+                        tracing::debug!(error = %err, "HTTP API: cannot set TCP_NODELAY");
+                    }
+                    stream
+                }
                 Err(err) if is_connection_error(&err) => continue,
                 Err(err) => {
                     tracing::warn!(error = %err, "HTTP API: accept failed; retrying shortly");

@@ -53,8 +53,18 @@ impl Api {
     /// A fresh data directory and gateway, served on a loopback port by
     /// `spawn_server`.
     async fn start_on(spawn_server: impl FnOnce(tokio::net::TcpListener, ApiState)) -> Self {
+        Self::start_with_settings(|_| {}, spawn_server).await
+    }
+
+    /// [`Api::start_on`], with settings changed by `change`.
+    async fn start_with_settings(
+        change: impl FnOnce(&mut Settings),
+        spawn_server: impl FnOnce(tokio::net::TcpListener, ApiState),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let backends = Backends::open(&Settings::with_data_dir(dir.path())).await.unwrap();
+        let mut settings = Settings::with_data_dir(dir.path());
+        change(&mut settings);
+        let backends = Backends::open(&settings).await.unwrap();
         let draining = CancellationToken::new();
         let state = ApiState::new(
             Gateway::new(backends.clone(), draining.clone()),
@@ -767,6 +777,71 @@ async fn events_stream_ends_when_the_delivery_completes() {
     })
     .await;
     assert!(read.is_ok(), "the stream closes by itself; got so far:\n{text}");
+    assert_eq!(text.matches("event: timeline").count(), 2, "{text}");
+    assert!(text.contains("event: end\ndata: {\"status\":\"completed\"}"), "{text}");
+}
+
+/// The store's fallback poll is a minute here, so only the write's own
+/// signal can wake the stream in time: the stream is woken by what it
+/// waits for, not by a timer.
+#[tokio::test]
+async fn events_stream_is_woken_by_the_timeline_write_not_a_poll() {
+    let api = Api::start_with_settings(
+        |settings| settings.poll_interval = Duration::from_secs(60),
+        |listener, state| {
+            tokio::spawn(serve(
+                listener,
+                state,
+                64 * 1024,
+                HttpLimits::default(),
+                CancellationToken::new(),
+            ));
+        },
+    )
+    .await;
+    let key = api.key("contoso", &[Scope::CommandsSend, Scope::DeliveriesRead]).await;
+    let accepted = api.send_commit(&key, "payments-api").await;
+    let correlation = accepted["correlationId"].as_str().unwrap().to_owned();
+    let message_id = accepted["messageId"].as_str().unwrap().to_owned();
+    let mut stream = api
+        .get(&key, &format!("/v1/deliveries/{correlation}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    // The stream has read the timeline (the `sent` line) before the
+    // command is handled: it waits, in progress.
+    let mut text = String::new();
+    while !text.contains("event: timeline") {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.chunk())
+            .await
+            .expect("the first line within 20 s")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(!text.contains("event: end"), "{text}");
+    api.backends
+        .store
+        .append_timeline(vec![TimelineEntry {
+            correlation_id: correlation,
+            message_id,
+            message_type: "CreateCommit".into(),
+            consumer: Some("commit".into()),
+            status: TimelineStatus::Completed,
+            attempt: 0,
+            at: OffsetDateTime::now_utc(),
+            detail: None,
+        }])
+        .await
+        .unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "woken well before the 60 s fallback; got so far:\n{text}");
     assert_eq!(text.matches("event: timeline").count(), 2, "{text}");
     assert!(text.contains("event: end\ndata: {\"status\":\"completed\"}"), "{text}");
 }

@@ -36,7 +36,7 @@ use crate::front::access::{self, ALL_TENANTS, Caller, Scope};
 use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
 use crate::ports::store::{
     AccessStore, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, IdempotencyClaim, ReplayRecord, SagaRecord,
-    StoreError, TimelineEntry,
+    StoreError, TimelineEntry, TimelineWait,
 };
 use crate::wiring::Backends;
 
@@ -45,8 +45,6 @@ use crate::wiring::Backends;
 const IDEMPOTENCY_STALE_AFTER: Duration = Duration::from_secs(60);
 /// How long a request waits for a concurrent request with the same key.
 const IDEMPOTENCY_WAIT: Duration = Duration::from_secs(10);
-/// How often waits look again.
-const POLL: Duration = Duration::from_millis(200);
 /// The most dead letters one bulk replay takes.
 const MAX_BULK_REPLAY: usize = 10_000;
 

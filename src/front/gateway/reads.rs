@@ -73,13 +73,25 @@ impl Gateway {
         timeout: Duration,
     ) -> Result<Delivery, GatewayError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // Made before the first read, so a line written after it wakes us.
+        let mut changed = self.watch_delivery(correlation_id);
         loop {
             let delivery = self.delivery(caller, correlation_id).await?;
             if delivery.status != "in-progress" || tokio::time::Instant::now() >= deadline {
                 return Ok(delivery);
             }
-            tokio::time::sleep(POLL).await;
+            // Woken by the store, its fallback or the deadline: look again.
+            let _ = tokio::time::timeout_at(deadline, changed.changed()).await;
         }
+    }
+
+    /// Starts waiting for new timeline lines of a delivery: woken by the
+    /// store's writes (in this process, or through PostgreSQL's
+    /// notifications from any), and by the store's fallback timeout. Make
+    /// it before reading the timeline. It tells nothing by itself: read the
+    /// delivery through the gateway (which checks the caller) when it ends.
+    pub fn watch_delivery(&self, correlation_id: &str) -> TimelineWait {
+        self.backends.store.watch_timeline(correlation_id)
     }
 
     // -- sagas --------------------------------------------------------------

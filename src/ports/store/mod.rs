@@ -27,9 +27,15 @@ use crate::ports::transport::OutboundMessage;
 
 pub(crate) mod doing;
 mod error;
+mod watch;
 
 pub use error::StoreError;
 pub(crate) use error::{SOME_STORE_OPERATION, schema_mismatch_message};
+pub use watch::{TimelineWait, TimelineWatch, Woken};
+
+/// How long a timeline wait lasts when nothing wakes it, unless the store
+/// is told otherwise (the default `BOSUN_POLL_INTERVAL_MS`).
+pub const DEFAULT_TIMELINE_FALLBACK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How many ids an [`StoreError::Ambiguous`] lists.
 pub const AMBIGUOUS_SHOWN: usize = 10;
@@ -784,6 +790,17 @@ pub trait Store: Send + Sync {
 
     /// Every line of a delivery, oldest first.
     async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError>;
+
+    /// Starts waiting for new lines of `correlation_id`'s timeline: make the
+    /// wait, then read [`Store::timeline`], then
+    /// [`TimelineWait::changed`] (a line written after the wait was made
+    /// wakes it, even one written before `changed` is called). Every
+    /// store's wait also ends after a fallback timeout; a store that cannot
+    /// signal waits only that ([`DEFAULT_TIMELINE_FALLBACK`]).
+    fn watch_timeline(&self, correlation_id: &str) -> TimelineWait {
+        let _ = correlation_id;
+        TimelineWait::poll_only(DEFAULT_TIMELINE_FALLBACK)
+    }
 
     // -- health -------------------------------------------------------------
 

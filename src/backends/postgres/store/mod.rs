@@ -21,6 +21,7 @@
 //! methods call those and name what they were doing in their errors with
 //! the port's words (`ports::store::doing`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,30 +33,55 @@ use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
+    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError, TimelineEntry, TimelineWait,
+    doing,
 };
 use crate::ports::transport::OutboundMessage;
 
 pub use crate::backends::postgres::SCHEMA_VERSION;
+pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 
 mod access;
 mod dead_letters;
 pub(crate) mod handled;
+mod listen;
 pub(crate) mod outbox;
 mod retention;
 mod sagas;
 pub(crate) mod timeline;
 
 /// The PostgreSQL store.
+///
+/// Its timeline waits ([`Store::watch_timeline`]) are woken by
+/// `NOTIFY bosun_timeline` from the transaction that wrote the lines, in
+/// whatever process (`listen`); the fallback ([`LISTENING_FALLBACK`]
+/// unless [`PostgresStore::with_timeline_fallback`]) bounds a lost one.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     database: PostgresDatabase,
+    timeline: Arc<listen::TimelineListener>,
 }
 
 impl PostgresStore {
     /// A store on `database`.
     pub fn new(database: PostgresDatabase) -> Self {
-        Self { database }
+        Self {
+            database,
+            timeline: listen::TimelineListener::new(LISTENING_FALLBACK),
+        }
+    }
+
+    /// This store with timeline waits that look again after `fallback`
+    /// when no notification woke them. Call it before the store is shared.
+    pub fn with_timeline_fallback(mut self, fallback: Duration) -> Self {
+        self.timeline = listen::TimelineListener::new(fallback);
+        self
+    }
+
+    /// Starts listening for timeline notifications (done by the first
+    /// [`Store::watch_timeline`] otherwise) and waits until it listens.
+    pub async fn listen_for_timeline(&self) -> Result<(), StoreError> {
+        self.timeline.listening(self.database.pool()).await
     }
 
     /// Connects to `url` (`postgres://user:password@host:5432/db?sslmode=require`)
@@ -263,6 +289,11 @@ impl Store for PostgresStore {
         timeline::timeline(&self.database, correlation_id)
             .await
             .map_err(|err| err.doing(doing::timeline(correlation_id)))
+    }
+
+    fn watch_timeline(&self, correlation_id: &str) -> TimelineWait {
+        self.timeline.start(self.database.pool());
+        self.timeline.watch.subscribe(correlation_id)
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {

@@ -166,3 +166,38 @@ async fn migration_5_gives_existing_outbox_rows_their_purpose_from_the_old_conve
     assert_eq!(store.emitted("c-1").await.unwrap(), vec![b"1".to_vec(), b"2".to_vec()]);
     test.finish().await;
 }
+
+/// Two stores on two pools of one schema, as two bosun processes: a line
+/// one of them writes wakes the other's wait through `NOTIFY
+/// bosun_timeline`. The waiting store's fallback is a minute, so only the
+/// notification can end the wait within the test's timeout.
+#[tokio::test]
+async fn a_timeline_write_in_another_process_wakes_a_wait_through_notify() {
+    use crate::ports::store::Woken;
+    let test = testing::migrated().await;
+    let waiting = PostgresStore::new(test.database.clone()).with_timeline_fallback(Duration::from_secs(60));
+    let other = test.connect_again().await;
+    let writing = PostgresStore::new(other.clone());
+    waiting.listen_for_timeline().await.unwrap();
+    let within = Duration::from_secs(30);
+    let correlation = Uuid::now_v7();
+    let mut wait = waiting.watch_timeline(&correlation.to_string());
+    // A plain append (the dispatcher's `sent` lines).
+    writing
+        .append_timeline(handled("m-1", correlation, vec![], None).timeline)
+        .await
+        .unwrap();
+    assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));
+    assert_eq!(waiting.timeline(&correlation.to_string()).await.unwrap().len(), 1);
+    // A handled message's commit.
+    writing
+        .commit_handled(handled("m-2", correlation, vec![], None))
+        .await
+        .unwrap();
+    assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));
+    assert_eq!(waiting.timeline(&correlation.to_string()).await.unwrap().len(), 2);
+    drop(wait);
+    assert_eq!(waiting.timeline.watch.waited_on(), 0);
+    other.pool().close().await;
+    test.finish().await;
+}

@@ -14,8 +14,14 @@ pub(crate) async fn insert_timeline(
 ) -> Result<(), sqlx_core::Error> {
     for entry in entries {
         query(
-            "INSERT INTO bosun_timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            // The notification wakes timeline waits in every process
+            // (`listen`) when the transaction commits.
+            "WITH line AS (
+                 INSERT INTO bosun_timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 RETURNING correlation_id
+             )
+             SELECT pg_notify('bosun_timeline', correlation_id) FROM line",
         )
         .bind(&entry.correlation_id)
         .bind(&entry.message_id)

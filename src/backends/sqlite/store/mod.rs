@@ -9,6 +9,7 @@
 //! words (`ports::store::doing`).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,8 +19,9 @@ use uuid::Uuid;
 
 use crate::backends::sqlite::Database;
 use crate::ports::store::{
-    AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError, TimelineEntry, doing,
+    AttemptRecord, CommitOutcome, DEFAULT_TIMELINE_FALLBACK, DeadLetterFilter, DeadLetterRecord, DeliveryRecord,
+    HandledMessage, PendingOutbox, Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError,
+    TimelineEntry, TimelineWait, TimelineWatch, doing,
 };
 use crate::ports::transport::{OutboundMessage, unix_ms};
 use schema::{SCHEMA, upgrade};
@@ -34,9 +36,15 @@ mod schema;
 mod timeline;
 
 /// The SQLite store.
+///
+/// Its timeline waits ([`Store::watch_timeline`]) are woken by this
+/// process's writes as their transaction commits; SQLite cannot tell of
+/// other processes' writes, so the waits also look again after the
+/// fallback ([`SqliteStore::with_timeline_fallback`], the poll interval).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     database: Database,
+    watch: Arc<TimelineWatch>,
 }
 
 impl SqliteStore {
@@ -45,15 +53,44 @@ impl SqliteStore {
         let database = Database::open(path, SCHEMA)
             .map_err(|err| StoreError::from(err).doing(format!("opening {}", path.display())))?;
         upgrade(path).map_err(|err| err.doing(format!("upgrading {}", path.display())))?;
-        Ok(Self { database })
+        Ok(Self::on(database))
     }
 
     /// An in-memory store (tests).
     pub fn in_memory() -> Result<Self, StoreError> {
-        Ok(Self {
-            database: Database::open_in_memory(SCHEMA)
-                .map_err(|err| StoreError::from(err).doing("opening an in-memory store"))?,
-        })
+        Ok(Self::on(Database::open_in_memory(SCHEMA).map_err(|err| {
+            StoreError::from(err).doing("opening an in-memory store")
+        })?))
+    }
+
+    fn on(database: Database) -> Self {
+        Self {
+            database,
+            watch: TimelineWatch::new(DEFAULT_TIMELINE_FALLBACK),
+        }
+    }
+
+    /// This store with timeline waits that look again after `fallback`
+    /// when no write of this process woke them (writes of other processes
+    /// are found then). Call it before the store is shared: waits made
+    /// earlier keep the old fallback.
+    pub fn with_timeline_fallback(mut self, fallback: Duration) -> Self {
+        self.watch = TimelineWatch::new(fallback);
+        self
+    }
+
+    /// The correlation ids of `lines` somebody waits on (none, without
+    /// allocating, when nobody waits), to wake once they are written.
+    fn waited_on<'a>(&self, lines: impl IntoIterator<Item = &'a TimelineEntry>) -> Vec<String> {
+        if self.watch.waited_on() == 0 {
+            return Vec::new();
+        }
+        lines.into_iter().map(|line| line.correlation_id.clone()).collect()
+    }
+
+    /// Wakes the timeline waits of `correlation_ids`, just written.
+    fn written(&self, correlation_ids: &[String]) {
+        self.watch.notify_each(correlation_ids.iter().map(String::as_str));
     }
 }
 
@@ -76,9 +113,12 @@ impl Store for SqliteStore {
 
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
         let doing = doing::commit_handled(&handled);
-        handled::commit_handled(&self.database, handled)
+        let lines = self.waited_on(&handled.timeline);
+        let outcome = handled::commit_handled(&self.database, handled)
             .await
-            .map_err(|err| err.doing(doing))
+            .map_err(|err| err.doing(doing))?;
+        self.written(&lines);
+        Ok(outcome)
     }
 
     async fn record_retry(
@@ -90,6 +130,7 @@ impl Store for SqliteStore {
         retry: OutboundMessage,
         timeline: TimelineEntry,
     ) -> Result<(), StoreError> {
+        let line = self.waited_on([&timeline]);
         handled::record_retry(
             &self.database,
             consumer,
@@ -100,7 +141,9 @@ impl Store for SqliteStore {
             timeline,
         )
         .await
-        .map_err(|err| err.doing(doing::record_retry(consumer, message_id)))
+        .map_err(|err| err.doing(doing::record_retry(consumer, message_id)))?;
+        self.written(&line);
+        Ok(())
     }
 
     async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -115,9 +158,12 @@ impl Store for SqliteStore {
         timeline: Option<TimelineEntry>,
     ) -> Result<(), StoreError> {
         let doing = doing::record_dead_letter(&record);
+        let line = self.waited_on(&timeline);
         dead_letters::record_dead_letter(&self.database, record, timeline)
             .await
-            .map_err(|err| err.doing(doing))
+            .map_err(|err| err.doing(doing))?;
+        self.written(&line);
+        Ok(())
     }
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError> {
@@ -148,9 +194,12 @@ impl Store for SqliteStore {
         replay: ReplayRecord,
         timeline: Option<TimelineEntry>,
     ) -> Result<(), StoreError> {
+        let line = self.waited_on(&timeline);
         dead_letters::record_replay(&self.database, id, replay, timeline)
             .await
-            .map_err(|err| err.doing(doing::record_replay(id)))
+            .map_err(|err| err.doing(doing::record_replay(id)))?;
+        self.written(&line);
+        Ok(())
     }
 
     async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError> {
@@ -165,9 +214,12 @@ impl Store for SqliteStore {
         timeline: Vec<TimelineEntry>,
     ) -> Result<(), StoreError> {
         let doing = doing::enqueue_outbox(&messages);
+        let lines = self.waited_on(&timeline);
         outbox::enqueue_outbox(&self.database, messages, timeline)
             .await
-            .map_err(|err| err.doing(doing))
+            .map_err(|err| err.doing(doing))?;
+        self.written(&lines);
+        Ok(())
     }
 
     async fn claim_outbox(&self, limit: usize, lease: Duration) -> Result<Vec<PendingOutbox>, StoreError> {
@@ -213,15 +265,22 @@ impl Store for SqliteStore {
     }
 
     async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
+        let lines = self.waited_on(&entries);
         timeline::append_timeline(&self.database, entries)
             .await
-            .map_err(|err| err.doing(doing::append_timeline()))
+            .map_err(|err| err.doing(doing::append_timeline()))?;
+        self.written(&lines);
+        Ok(())
     }
 
     async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
         timeline::timeline(&self.database, correlation_id)
             .await
             .map_err(|err| err.doing(doing::timeline(correlation_id)))
+    }
+
+    fn watch_timeline(&self, correlation_id: &str) -> TimelineWait {
+        self.watch.subscribe(correlation_id)
     }
 
     async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {

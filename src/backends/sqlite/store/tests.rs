@@ -243,3 +243,66 @@ async fn a_database_failure_says_what_was_being_done_and_to_retry() {
         "{err}"
     );
 }
+
+fn timeline_line(correlation_id: &str, message_id: &str) -> TimelineEntry {
+    TimelineEntry {
+        correlation_id: correlation_id.into(),
+        message_id: message_id.into(),
+        message_type: "Probe".into(),
+        consumer: Some("probe".into()),
+        status: crate::ports::store::TimelineStatus::Completed,
+        attempt: 0,
+        at: OffsetDateTime::now_utc(),
+        detail: None,
+    }
+}
+
+/// The fallback is a minute, so only the write's signal can end the waits
+/// within the test's timeout.
+#[tokio::test]
+async fn a_timeline_write_wakes_the_waits_of_its_delivery_in_process() {
+    use crate::ports::store::Woken;
+    let store = SqliteStore::in_memory()
+        .unwrap()
+        .with_timeline_fallback(Duration::from_secs(60));
+    let within = Duration::from_secs(30);
+    // append_timeline
+    let mut wait = store.watch_timeline("delivery-1");
+    let writer = store.clone();
+    let writing = tokio::spawn(async move { writer.append_timeline(vec![timeline_line("delivery-1", "m-1")]).await });
+    assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));
+    writing.await.unwrap().unwrap();
+    assert_eq!(store.timeline("delivery-1").await.unwrap().len(), 1);
+    // commit_handled, on the same wait
+    let handled = HandledMessage {
+        consumer: "probe".into(),
+        message_id: "m-2".into(),
+        message_type: "Probe".into(),
+        saga: None,
+        outbox: vec![],
+        timeline: vec![timeline_line("delivery-1", "m-2")],
+    };
+    store.commit_handled(handled).await.unwrap();
+    assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));
+    // enqueue_outbox (what a send writes)
+    store
+        .enqueue_outbox(vec![], vec![timeline_line("delivery-1", "m-3")])
+        .await
+        .unwrap();
+    assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));
+    // Another delivery's line does not end the wait: a write to this one
+    // after it does, and is the one seen.
+    let mut other = store.watch_timeline("delivery-2");
+    store
+        .append_timeline(vec![timeline_line("delivery-1", "m-4")])
+        .await
+        .unwrap();
+    store
+        .append_timeline(vec![timeline_line("delivery-2", "m-5")])
+        .await
+        .unwrap();
+    assert_eq!(tokio::time::timeout(within, other.changed()).await, Ok(Woken::Notified));
+    assert_eq!(store.timeline("delivery-2").await.unwrap().len(), 1);
+    drop((wait, other));
+    assert_eq!(store.watch.waited_on(), 0, "dropped waits are forgotten");
+}

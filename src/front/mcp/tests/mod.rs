@@ -45,10 +45,15 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(|_| {}).await
+}
+
+/// [`fixture`], with settings changed by `change`.
+async fn fixture_with(change: impl FnOnce(&mut Settings)) -> Fixture {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let backends = Backends::open(&Settings::with_data_dir(dir.path()))
-        .await
-        .expect("backends open");
+    let mut settings = Settings::with_data_dir(dir.path());
+    change(&mut settings);
+    let backends = Backends::open(&settings).await.expect("backends open");
     let gateway = Gateway::new(backends.clone(), CancellationToken::new());
     let state = ApiState::new(gateway.clone(), Arc::new(Metrics::new()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");

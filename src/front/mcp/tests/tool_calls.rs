@@ -10,7 +10,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{call, caller, contoso, fixture, probe};
+use super::{call, caller, contoso, fixture, fixture_with, probe};
 use crate::front::access::{ALL_TENANTS, Scope};
 use crate::front::mcp::tools::{self, McpTool};
 use crate::ports::store::{DeadLetterRecord, DeadLetterStatus};
@@ -348,6 +348,45 @@ async fn wait_for_delivery_returns_when_the_time_is_up_and_checks_its_timeout() 
         assert!(failed, "{timeout}");
         assert_eq!(error["error"]["field"], "timeoutSeconds", "{error}");
     }
+}
+
+/// The store's fallback poll is a minute and the wait's timeout half of
+/// it, so a wait that ends completed, not timed out, was woken by the
+/// timeline write.
+#[tokio::test]
+async fn wait_for_delivery_is_woken_by_the_completion_not_a_poll() {
+    let f = fixture_with(|settings| settings.poll_interval = Duration::from_secs(60)).await;
+    let (_, sent) = call(
+        &f.tools,
+        &contoso(),
+        "send_command",
+        json!({"type": "Probe", "payload": probe("mcp")}),
+    )
+    .await;
+    let tools = f.tools.clone();
+    let arguments = json!({"correlationId": sent["correlationId"], "timeoutSeconds": 30});
+    let waiting = tokio::spawn(async move { call(&tools, &contoso(), "wait_for_delivery", arguments).await });
+    // Let the wait read the delivery in progress first (it is woken either
+    // way: the wait is made before its first read).
+    tokio::task::yield_now().await;
+    f.backends
+        .store
+        .append_timeline(vec![crate::ports::store::TimelineEntry {
+            correlation_id: sent["correlationId"].as_str().expect("correlationId").to_owned(),
+            message_id: sent["messageId"].as_str().expect("messageId").to_owned(),
+            message_type: "Probe".into(),
+            consumer: Some("probe".into()),
+            status: crate::ports::store::TimelineStatus::Completed,
+            attempt: 0,
+            at: OffsetDateTime::now_utc(),
+            detail: None,
+        }])
+        .await
+        .expect("appended");
+    let (failed, delivery) = waiting.await.expect("the wait ends");
+    assert!(!failed, "{delivery}");
+    assert_eq!(delivery["status"], "completed", "{delivery}");
+    assert_eq!(delivery["timedOut"], false, "{delivery}");
 }
 
 #[tokio::test]
