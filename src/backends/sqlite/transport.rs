@@ -12,8 +12,10 @@
 //! message ids per destination for duplicate detection, for seven days
 //! (records past the window are deleted in batches by retention).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -77,7 +79,45 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct EmbeddedTransport {
     database: Database,
     max_delivery_count: u32,
-    arrivals: Arc<Notify>,
+    arrivals: Arc<Arrivals>,
+}
+
+/// Wakes this process's receivers when it sends, without losing a send
+/// that comes between a receive that found nothing and the wait after it
+/// (`Notify::notify_waiters` keeps no permit): every send bumps a
+/// generation, a receive notes the generation it started at per entity,
+/// and a wait whose entity has seen a newer one returns at once.
+#[derive(Debug, Default)]
+struct Arrivals {
+    notify: Notify,
+    generation: AtomicU64,
+    seen: std::sync::Mutex<HashMap<String, u64>>,
+}
+
+impl Arrivals {
+    fn arrived(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// Called as a receive of `entity` starts.
+    fn receiving(&self, entity: &str) {
+        let now = self.generation.load(Ordering::SeqCst);
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(entity.to_owned(), now);
+        }
+    }
+
+    async fn wait(&self, entity: &str, timeout: Duration) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let seen = self.seen.lock().ok().and_then(|seen| seen.get(entity).copied());
+        if seen.is_some_and(|seen| seen != self.generation.load(Ordering::SeqCst)) {
+            return;
+        }
+        let _ = tokio::time::timeout(timeout, notified).await;
+    }
 }
 
 impl EmbeddedTransport {
@@ -87,7 +127,7 @@ impl EmbeddedTransport {
             database: Database::open(path, SCHEMA)
                 .map_err(|err| TransportError::from(err).doing(format!("opening {}", path.display())))?,
             max_delivery_count,
-            arrivals: Arc::new(Notify::new()),
+            arrivals: Arc::default(),
         })
     }
 
@@ -96,7 +136,7 @@ impl EmbeddedTransport {
         Ok(Self {
             database: Database::open_in_memory(SCHEMA)?,
             max_delivery_count,
-            arrivals: Arc::new(Notify::new()),
+            arrivals: Arc::default(),
         })
     }
 }
@@ -217,7 +257,7 @@ impl Transport for EmbeddedTransport {
             })
             .await
             .map_err(|err| err.doing(format!("sending {count} message(s)")))?;
-        self.arrivals.notify_waiters();
+        self.arrivals.arrived();
         Ok(())
     }
 
@@ -228,6 +268,7 @@ impl Transport for EmbeddedTransport {
         lock_duration: Duration,
     ) -> Result<Vec<ReceivedMessage>, TransportError> {
         let doing = format!("receiving from {entity}");
+        self.arrivals.receiving(&entity.path());
         let entity = entity.clone();
         let max_delivery_count = self.max_delivery_count;
         self.database
@@ -293,10 +334,10 @@ impl Transport for EmbeddedTransport {
             .map_err(|err: TransportError| err.doing(doing))
     }
 
-    async fn wait_for_messages(&self, _entity: &Destination, timeout: Duration) {
-        // Same-process sends wake us at once; other processes' sends are seen
-        // at the next poll.
-        let _ = tokio::time::timeout(timeout, self.arrivals.notified()).await;
+    async fn wait_for_messages(&self, entity: &Destination, timeout: Duration) {
+        // Same-process sends wake us at once (also one made since the last
+        // receive began); other processes' sends are seen at the next poll.
+        self.arrivals.wait(&entity.path(), timeout).await;
     }
 
     async fn renew_lock(&self, lock: &LockToken, lock_duration: Duration) -> Result<OffsetDateTime, TransportError> {
@@ -376,7 +417,7 @@ impl Transport for EmbeddedTransport {
             })
             .await
             .map_err(|err| err.doing(doing))?;
-        self.arrivals.notify_waiters();
+        self.arrivals.arrived();
         Ok(())
     }
 
@@ -532,5 +573,41 @@ mod tests {
             .unwrap();
         assert_eq!(received.len(), 1);
         assert_eq!(received[0].broker_message_id, "m-1");
+    }
+
+    #[tokio::test]
+    async fn a_send_between_an_empty_receive_and_the_wait_is_not_missed() {
+        let transport = EmbeddedTransport::in_memory(10).unwrap();
+        transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+        let commit = Destination::Queue("commit".into());
+        let lock = Duration::from_secs(30);
+        assert!(transport.receive(&commit, 10, lock).await.unwrap().is_empty());
+        // Sent after the receive found nothing, before the receiver waits.
+        transport
+            .send(vec![crate::ports::behaviour::transport::outbound(
+                commit.clone(),
+                "m-1",
+                "CreateCommit",
+            )])
+            .await
+            .unwrap();
+        // A 60 s wait: only noticing the send can end it before the timeout.
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            transport.wait_for_messages(&commit, Duration::from_secs(60)),
+        )
+        .await
+        .expect("the wait saw the send made since the last receive");
+        assert_eq!(transport.receive(&commit, 10, lock).await.unwrap().len(), 1);
+        // With nothing new since this receive, a wait does wait.
+        assert!(
+            tokio::time::timeout(
+                Duration::from_millis(100),
+                transport.wait_for_messages(&commit, Duration::from_secs(60))
+            )
+            .await
+            .is_err(),
+            "a wait with nothing new returned at once"
+        );
     }
 }
