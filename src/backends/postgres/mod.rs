@@ -21,6 +21,7 @@
 //! for PostgreSQL); certificates are checked by the platform's native TLS.
 
 pub mod commit;
+mod listen;
 mod queue;
 pub mod store;
 pub mod transport;

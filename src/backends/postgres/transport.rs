@@ -27,19 +27,20 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
 use sqlx_core::query::query;
 use sqlx_core::row::Row;
-use sqlx_postgres::{PgListener, PgPool};
+use sqlx_postgres::PgPool;
 use time::OffsetDateTime;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::backends::postgres::listen::{Listener, listen};
 use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::transport::{
@@ -592,71 +593,43 @@ impl Wakeups {
         let mut stop = self.stop.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if stop.is_none() {
             let token = CancellationToken::new();
-            tokio::spawn(listen(pool.clone(), Arc::downgrade(self), token.clone()));
+            tokio::spawn(listen(
+                pool.clone(),
+                NOTIFY_CHANNEL,
+                Arc::downgrade(self),
+                token.clone(),
+            ));
             *stop = Some(token);
         }
         self.state.subscribe()
     }
 }
 
-/// The LISTEN task: wakes the receivers of each notified entity. After every
-/// (re)connection it wakes everyone, since notifications sent while it was
-/// not listening are lost.
-async fn listen(pool: PgPool, wakeups: Weak<Wakeups>, stop: CancellationToken) {
-    let mut failures = 0u32;
-    loop {
-        if pool.is_closed() {
-            return;
-        }
-        let connected = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(NOTIFY_CHANNEL).await?;
-            Ok::<_, sqlx_core::Error>(listener)
-        };
-        let attempt = tokio::select! {
-            attempt = connected => attempt,
-            () = stop.cancelled() => return,
-        };
-        let Some(shared) = wakeups.upgrade() else { return };
-        let mut listener = match attempt {
-            Ok(listener) => {
-                failures = 0;
-                shared.state.send_replace(ListenerState::Listening);
-                shared.wake_all();
-                listener
-            }
-            Err(err) => {
-                failures = failures.saturating_add(1);
-                tracing::warn!(error = %err, "cannot LISTEN for new messages; receivers poll meanwhile");
-                shared.state.send_replace(ListenerState::Failed(err.to_string()));
-                drop(shared);
-                let backoff = Duration::from_millis(200u64.saturating_mul(2u64.saturating_pow(failures.min(6))));
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => continue,
-                    () = stop.cancelled() => return,
-                }
-            }
-        };
-        drop(shared);
-        loop {
-            let next = tokio::select! {
-                next = listener.try_recv() => next,
-                () = stop.cancelled() => return,
-            };
-            let Some(shared) = wakeups.upgrade() else { return };
-            match next {
-                Ok(Some(notification)) => shared.wake(notification.payload()),
-                // The connection dropped and was re-established: some
-                // notifications may be lost.
-                Ok(None) => shared.wake_all(),
-                Err(err) => {
-                    tracing::warn!(error = %err, "LISTEN connection failed; reconnecting");
-                    shared.state.send_replace(ListenerState::Connecting);
-                    shared.wake_all();
-                    break;
-                }
-            }
-        }
+/// The LISTEN task's side: wakes the receivers of each notified entity,
+/// and every receiver after a (re)connection, since notifications sent
+/// while it was not listening are lost.
+impl Listener for Wakeups {
+    const CANNOT_LISTEN: &'static str = "cannot LISTEN for new messages; receivers poll meanwhile";
+    const CONNECTION_FAILED: &'static str = "LISTEN connection failed; reconnecting";
+
+    fn listening(&self) {
+        self.state.send_replace(ListenerState::Listening);
+    }
+
+    fn failed(&self, why: String) {
+        self.state.send_replace(ListenerState::Failed(why));
+    }
+
+    fn connecting(&self) {
+        self.state.send_replace(ListenerState::Connecting);
+    }
+
+    fn notified(&self, payload: &str) {
+        self.wake(payload);
+    }
+
+    fn missed(&self) {
+        self.wake_all();
     }
 }
 

@@ -6,13 +6,14 @@
 //! other. The task starts with the first wait; after every (re)connection
 //! it wakes every wait, since notifications sent meanwhile are lost.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use sqlx_postgres::{PgListener, PgPool};
+use sqlx_postgres::PgPool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::backends::postgres::listen::{Listener, listen};
 use crate::ports::store::{StoreError, TimelineWatch};
 
 /// The channel timeline writes notify, the correlation id as payload.
@@ -53,7 +54,12 @@ impl TimelineListener {
         let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
         if stop.is_none() && tokio::runtime::Handle::try_current().is_ok() {
             let token = CancellationToken::new();
-            tokio::spawn(listen(pool.clone(), Arc::downgrade(self), token.clone()));
+            tokio::spawn(listen(
+                pool.clone(),
+                TIMELINE_CHANNEL,
+                Arc::downgrade(self),
+                token.clone(),
+            ));
             *stop = Some(token);
         }
     }
@@ -90,59 +96,29 @@ impl Drop for TimelineListener {
     }
 }
 
-async fn listen(pool: PgPool, listener: Weak<TimelineListener>, stop: CancellationToken) {
-    let mut failures = 0u32;
-    loop {
-        if pool.is_closed() {
-            return;
-        }
-        let connected = async {
-            let mut connection = PgListener::connect_with(&pool).await?;
-            connection.listen(TIMELINE_CHANNEL).await?;
-            Ok::<_, sqlx_core::Error>(connection)
-        };
-        let attempt = tokio::select! {
-            attempt = connected => attempt,
-            () = stop.cancelled() => return,
-        };
-        let Some(shared) = listener.upgrade() else { return };
-        let mut connection = match attempt {
-            Ok(connection) => {
-                failures = 0;
-                shared.state.send_replace(State::Listening);
-                shared.watch.notify_all();
-                connection
-            }
-            Err(err) => {
-                failures = failures.saturating_add(1);
-                tracing::warn!(error = %err, "cannot LISTEN for timeline changes; waits poll meanwhile");
-                shared.state.send_replace(State::Failed(err.to_string()));
-                drop(shared);
-                let backoff = Duration::from_millis(200u64.saturating_mul(2u64.saturating_pow(failures.min(6))));
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => continue,
-                    () = stop.cancelled() => return,
-                }
-            }
-        };
-        drop(shared);
-        loop {
-            let next = tokio::select! {
-                next = connection.try_recv() => next,
-                () = stop.cancelled() => return,
-            };
-            let Some(shared) = listener.upgrade() else { return };
-            match next {
-                Ok(Some(notification)) => shared.watch.notify(notification.payload()),
-                // Reconnected: some notifications may be lost.
-                Ok(None) => shared.watch.notify_all(),
-                Err(err) => {
-                    tracing::warn!(error = %err, "timeline LISTEN connection failed; reconnecting");
-                    shared.state.send_replace(State::Connecting);
-                    shared.watch.notify_all();
-                    break;
-                }
-            }
-        }
+/// The LISTEN task's side: wakes the waits of each notified delivery, and
+/// every wait after a (re)connection.
+impl Listener for TimelineListener {
+    const CANNOT_LISTEN: &'static str = "cannot LISTEN for timeline changes; waits poll meanwhile";
+    const CONNECTION_FAILED: &'static str = "timeline LISTEN connection failed; reconnecting";
+
+    fn listening(&self) {
+        self.state.send_replace(State::Listening);
+    }
+
+    fn failed(&self, why: String) {
+        self.state.send_replace(State::Failed(why));
+    }
+
+    fn connecting(&self) {
+        self.state.send_replace(State::Connecting);
+    }
+
+    fn notified(&self, payload: &str) {
+        self.watch.notify(payload);
+    }
+
+    fn missed(&self) {
+        self.watch.notify_all();
     }
 }
