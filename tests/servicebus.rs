@@ -17,52 +17,36 @@ mod common;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
+use bosun::backends::servicebus::connection::ServiceBusEndpoint;
+use bosun::backends::servicebus::credential::TokenSource;
+use bosun::backends::servicebus::management::ManagementClient;
 use bosun::backends::servicebus::plan::{Description, TopologyOptions, desired_entities};
 use bosun::ports::topology::Topology;
-use bosun_servicebus_broker::{Broker, BrokerConfig, EntitySettings, RunningBroker};
+use bosun_servicebus_broker::{Broker, BrokerConfig, RunningBroker};
 use common::bosun;
 use serde_json::Value;
 
-/// The in-process test broker with the entities `topology plan` would
-/// create for bosun's routing (the same as the transport suite's, in
-/// `src/backends/servicebus/transport/tests.rs`).
+/// The in-process test broker with bosun's topology applied to it the way
+/// `bosun topology apply` does (the management client over the broker's
+/// REST API; the test below does it through the binary).
 async fn test_broker() -> RunningBroker {
     let broker = Broker::start(BrokerConfig::default())
         .await
         .expect("the test broker starts");
-    let options = TopologyOptions::default();
-    let settings = |options: &TopologyOptions| EntitySettings {
-        lock_duration: options.lock_duration,
-        max_delivery_count: options.max_delivery_count,
-        duplicate_detection_window: Some(options.duplicate_detection_window),
-        requires_session: false,
-    };
-    for spec in desired_entities(&Topology::from_routing(), &options) {
-        let path = spec.path.as_str();
-        let subscription = || path.split_once("/Subscriptions/").expect("a subscription path");
-        let rule = || {
-            let (subscription, rule) = path.rsplit_once("/Rules/").expect("a rule path");
-            let (topic, subscription) = subscription.split_once("/Subscriptions/").expect("a subscription path");
-            (topic, subscription, rule)
-        };
-        match &spec.description {
-            Description::Queue(options) => broker.create_queue(path, settings(options)),
-            Description::Topic(options) => broker.create_topic(path, settings(options)),
-            Description::Subscription(options) => {
-                let (topic, name) = subscription();
-                broker.create_subscription(topic, name, settings(options))
-            }
-            Description::Rule { name, sql_filter } => {
-                let (topic, subscription, _) = rule();
-                broker.put_rule(topic, subscription, name, sql_filter)
-            }
-            Description::Absent => {
-                let (topic, subscription, name) = rule();
-                broker.remove_rule(topic, subscription, name).map(|_| ())
-            }
-        }
-        .unwrap_or_else(|err| panic!("create `{path}` on the test broker: {err}"));
-    }
+    let endpoint =
+        ServiceBusEndpoint::from_connection_string(&broker.connection_string()).expect("its connection string");
+    let tokens = TokenSource::for_endpoint(&endpoint).expect("its tokens");
+    let management = ManagementClient::new(&endpoint, tokens)
+        .expect("a management client")
+        .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
+    let plan = management
+        .plan(&Topology::from_routing(), &TopologyOptions::default())
+        .await
+        .expect("the topology planned on the test broker");
+    management
+        .apply(&plan)
+        .await
+        .expect("the topology applied to the test broker");
     broker
 }
 

@@ -78,13 +78,14 @@ fn endpoint_of(text: &str) -> (ServiceBusEndpoint, TokenSource) {
     (endpoint, tokens)
 }
 
-/// The in-process test broker with the entities `topology plan` would
-/// create for bosun's routing, their maximum delivery count
-/// `max_delivery_count`.
+/// The in-process test broker with bosun's topology applied to it the way
+/// `bosun topology apply` does (the management client over the broker's
+/// REST API), every entity's maximum delivery count `max_delivery_count`.
 async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::RunningBroker {
-    use bosun_servicebus_broker::{Broker, BrokerConfig, EntitySettings};
+    use bosun_servicebus_broker::{Broker, BrokerConfig};
 
-    use crate::backends::servicebus::plan::{Description, TopologyOptions, desired_entities};
+    use crate::backends::servicebus::management::ManagementClient;
+    use crate::backends::servicebus::plan::TopologyOptions;
 
     let broker = Broker::start(BrokerConfig::default())
         .await
@@ -93,38 +94,18 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
         max_delivery_count,
         ..TopologyOptions::default()
     };
-    let settings = |options: &TopologyOptions| EntitySettings {
-        lock_duration: options.lock_duration,
-        max_delivery_count: options.max_delivery_count,
-        duplicate_detection_window: Some(options.duplicate_detection_window),
-        requires_session: false,
-    };
-    for spec in desired_entities(&Topology::from_routing(), &options) {
-        let path = spec.path.as_str();
-        let subscription = || path.split_once("/Subscriptions/").expect("a subscription path");
-        let rule = || {
-            let (subscription, rule) = path.rsplit_once("/Rules/").expect("a rule path");
-            let (topic, subscription) = subscription.split_once("/Subscriptions/").expect("a subscription path");
-            (topic, subscription, rule)
-        };
-        match &spec.description {
-            Description::Queue(options) => broker.create_queue(path, settings(options)),
-            Description::Topic(options) => broker.create_topic(path, settings(options)),
-            Description::Subscription(options) => {
-                let (topic, name) = subscription();
-                broker.create_subscription(topic, name, settings(options))
-            }
-            Description::Rule { name, sql_filter } => {
-                let (topic, subscription, _) = rule();
-                broker.put_rule(topic, subscription, name, sql_filter)
-            }
-            Description::Absent => {
-                let (topic, subscription, name) = rule();
-                broker.remove_rule(topic, subscription, name).map(|_| ())
-            }
-        }
-        .unwrap_or_else(|err| panic!("create `{path}` on the test broker: {err}"));
-    }
+    let (endpoint, tokens) = endpoint_of(&broker.connection_string());
+    let management = ManagementClient::new(&endpoint, tokens)
+        .expect("a management client")
+        .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
+    let plan = management
+        .plan(&Topology::from_routing(), &options)
+        .await
+        .expect("the topology planned on the test broker");
+    management
+        .apply(&plan)
+        .await
+        .expect("the topology applied to the test broker");
     broker
 }
 
