@@ -149,18 +149,10 @@ pub(super) async fn handled_and_saga(
     .fetch_one(database.pool())
     .await?;
     let handled: bool = row.try_get(0)?;
-    let version: Option<i64> = row.try_get(1)?;
-    let saga = match (handled, version, saga) {
-        (false, Some(version), Some((kind, key))) => {
-            let Json(state) = row
-                .try_get(2)
-                .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?;
-            Some(SagaState {
-                version,
-                tenant_id: row.try_get(3)?,
-                state,
-            })
-        }
+    // The version is null when the saga is not there (the outer join).
+    let found = row.try_get::<Option<i64>, _>(1)?.is_some();
+    let saga = match (handled, found, saga) {
+        (false, true, Some((kind, key))) => Some(super::sagas::saga_state_at(&row, 1, kind, key)?),
         _ => None,
     };
     Ok((handled, saga))

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use sqlx_core::query::query;
 use sqlx_core::row::Row;
 use sqlx_core::types::Json;
+use sqlx_postgres::PgRow;
 
 use crate::backends::postgres::PostgresDatabase;
 use crate::ports::store::{SagaHistoryEntry, SagaRecord, SagaState, StoreError};
@@ -94,14 +95,20 @@ pub(super) async fn load_saga_state(
     else {
         return Ok(None);
     };
+    saga_state_at(&row, 0, kind, key).map(Some)
+}
+
+/// The saga state in `row`'s columns `first` (version), `first + 1` (state)
+/// and `first + 2` (tenant).
+pub(super) fn saga_state_at(row: &PgRow, first: usize, kind: &str, key: &str) -> Result<SagaState, StoreError> {
     let Json(state) = row
-        .try_get(1)
+        .try_get(first + 1)
         .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?;
-    Ok(Some(SagaState {
-        version: row.try_get(0)?,
-        tenant_id: row.try_get(2)?,
+    Ok(SagaState {
+        version: row.try_get(first)?,
+        tenant_id: row.try_get(first + 2)?,
         state,
-    }))
+    })
 }
 
 pub(super) async fn list_sagas(database: &PostgresDatabase, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
