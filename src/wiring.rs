@@ -24,6 +24,7 @@ use crate::ports::transport::{Topology, Transport, TransportError};
 use crate::runtime::config::{Failpoint, ServiceBusSettings, Settings, TransportKind};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::registry;
+use crate::runtime::telemetry;
 
 /// Errors while starting.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +78,8 @@ pub struct Backends {
     pub access: Arc<dyn AccessStore>,
     /// The blob store and when payloads go there.
     pub claim_check: ClaimCheck,
+    /// The transport's `messaging.system`, for the spans of what is sent.
+    pub messaging_system: &'static str,
 }
 
 impl Backends {
@@ -184,6 +187,7 @@ impl Backends {
             commit,
             access,
             claim_check,
+            messaging_system: telemetry::messaging_system(settings.transport),
         })
     }
 
@@ -199,6 +203,7 @@ impl Backends {
     pub fn operator(&self, identity: &str) -> Operator {
         Operator::new(Arc::clone(&self.transport), Arc::clone(&self.store), identity)
             .with_claim_check(self.claim_check.clone())
+            .with_messaging_system(self.messaging_system)
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Fields follow `DESIGN.md`: `messageId` (UUID v7), `type`, `kind`,
 //! `schemaVersion`, `correlationId`, `causationId`, `tenantId`, `source`,
-//! `occurredAt`, `traceparent`, `attempt`, `payload`. Fields this build does
+//! `occurredAt`, `traceparent` (and `tracestate`), `attempt`, `payload`. Fields this build does
 //! not know are kept in [`Envelope::extensions`] and written back out, so a
 //! forwarded or replayed message loses nothing.
 
@@ -74,6 +74,10 @@ pub struct Envelope {
     /// W3C trace context of the span that produced the message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// W3C `tracestate` that goes with `traceparent` (vendor entries,
+    /// passed on unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// How many times handling was retried (0 on first delivery).
     #[serde(default)]
     pub attempt: u32,
@@ -99,6 +103,7 @@ impl Envelope {
             source: source.to_owned(),
             occurred_at: OffsetDateTime::now_utc(),
             traceparent: None,
+            tracestate: None,
             attempt: 0,
             payload: message.to_payload(),
             extensions: Map::new(),
@@ -152,8 +157,21 @@ impl Envelope {
         let mut next = Self::new(message, self.correlation_id, &self.tenant_id, source);
         next.causation_id = Some(self.message_id);
         next.traceparent = self.traceparent.clone();
+        next.tracestate = self.tracestate.clone();
         next
     }
+}
+
+/// The trace id of a well-formed W3C `traceparent`
+/// (`<version>-<32 hex trace id>-<16 hex span id>-<2 hex flags>`).
+pub fn trace_id(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let version = parts.next()?;
+    let trace = parts.next()?;
+    let span = parts.next()?;
+    let flags = parts.next()?;
+    let hex = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_hexdigit());
+    (hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2)).then_some(trace)
 }
 
 pub(crate) fn path_or_root(path: &str) -> String {
@@ -256,6 +274,7 @@ mod tests {
             "source",
             "occurredAt",
             "traceparent",
+            "tracestate",
             "attempt",
             "payload",
         ];

@@ -89,7 +89,8 @@ impl BenchArgs {
 /// runs of its limit, in a scratch directory and prints the table (or JSON
 /// lines); progress goes to stderr.
 pub async fn run(args: BenchArgs, settings: Settings) -> Result<()> {
-    telemetry::init_with_filter(settings.log_format, "error");
+    // The bench measures the hot path: no trace export, whatever OTEL_* say.
+    let _telemetry = telemetry::init_with_filter(settings.log_format, "error", &Default::default());
     let plan = args.plan()?;
     let scratch = tempfile::Builder::new().prefix("bosun-bench-").tempdir()?;
     eprintln!(

@@ -267,6 +267,9 @@ fn confirm_purge(count: usize) -> Result<bool> {
 struct DeadLetterView<'a> {
     #[serde(flatten)]
     record: &'a DeadLetterRecord,
+    /// The trace the message belonged to, from its `traceparent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<String>,
     /// The original message: JSON when it parses, else text.
     original: serde_json::Value,
 }
@@ -274,7 +277,11 @@ struct DeadLetterView<'a> {
 fn view(record: &DeadLetterRecord) -> DeadLetterView<'_> {
     let original = serde_json::from_slice(&record.body)
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&record.body).into_owned()));
-    DeadLetterView { record, original }
+    DeadLetterView {
+        record,
+        trace_id: record.trace_id(),
+        original,
+    }
 }
 
 fn status(status: DeadLetterStatus) -> String {
@@ -328,6 +335,7 @@ fn write_dead_letter(out: &mut impl Write, record: &DeadLetterRecord) -> Result<
     writeln!(out, "tenant         {}", record.tenant_id.as_deref().unwrap_or("-"))?;
     writeln!(out, "origin         {}", record.origin)?;
     writeln!(out, "dead-lettered  {}", short_time(record.dead_lettered_at))?;
+    writeln!(out, "trace          {}", record.trace_id().as_deref().unwrap_or("-"))?;
     writeln!(out, "reason         {}", record.reason)?;
     writeln!(out, "description    {}", record.description)?;
     writeln!(out, "error chain:")?;
@@ -534,6 +542,7 @@ mod tests {
              tenant         contoso\n\
              origin         host\n\
              dead-lettered  2026-12-01T10:05:00Z\n\
+             trace          -\n\
              reason         retries-exhausted\n\
              description    no repository payments-api\n\
              error chain:\n  \
@@ -558,6 +567,19 @@ mod tests {
             shown.ends_with("original message (10 bytes):\nnot json \u{fffd}\n"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn show_names_the_trace_of_the_original_envelope() {
+        let mut traced = record();
+        traced.body = br#"{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#.to_vec();
+        let shown = text(|out| write_dead_letter(out, &traced));
+        assert!(
+            shown.contains("trace          4bf92f3577b34da6a3ce929d0e0e4736\n"),
+            "{shown}"
+        );
+        let json = serde_json::to_value(view(&traced)).unwrap();
+        assert_eq!(json["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub struct DemoArgs {
 
 /// Runs the demo in a temporary data directory, unless `--data-dir` named
 /// one; fails when the delivery does not complete.
-pub async fn run(args: DemoArgs, mut settings: Settings, explicit_data_dir: bool) -> Result<()> {
+pub async fn run(args: DemoArgs, settings: Settings, explicit_data_dir: bool) -> Result<()> {
     let DemoArgs {
         failing_test,
         keep,
@@ -51,11 +51,24 @@ pub async fn run(args: DemoArgs, mut settings: Settings, explicit_data_dir: bool
         tenant,
     };
     // The demo's own lines are the progress; only warnings from the runtime.
-    if std::env::var_os("RUST_LOG").is_none() {
-        telemetry::init_with_filter(settings.log_format, "warn");
+    let telemetry = if std::env::var_os("RUST_LOG").is_none() {
+        telemetry::init_with_filter(settings.log_format, "warn", &settings.telemetry)
     } else {
-        telemetry::init(settings.log_format);
-    }
+        telemetry::init(settings.log_format, &settings.telemetry)
+    };
+    let result = run_with(options, settings, keep, json, explicit_data_dir).await;
+    telemetry.shutdown().await;
+    result
+}
+
+/// The demo itself, once logging and telemetry are set up.
+async fn run_with(
+    options: DemoOptions,
+    mut settings: Settings,
+    keep: bool,
+    json: bool,
+    explicit_data_dir: bool,
+) -> Result<()> {
     let temporary = if explicit_data_dir {
         None
     } else {

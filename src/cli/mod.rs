@@ -147,10 +147,9 @@ pub async fn run(cli: Cli) -> Result<()> {
     if let Some(dir) = cli.data_dir {
         settings.data_dir = dir;
     }
-    if !cli.command.sets_up_its_own_logging() {
-        telemetry::init(settings.log_format);
-    }
-    match cli.command {
+    let telemetry =
+        (!cli.command.sets_up_its_own_logging()).then(|| telemetry::init(settings.log_format, &settings.telemetry));
+    let result = match cli.command {
         Command::Serve(args) => serve::serve(args, settings).await,
         Command::Api(args) => serve::api(args, &settings).await,
         Command::Mcp => serve::mcp(&settings).await,
@@ -165,7 +164,12 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::DeadLetters { command } => dead_letters::run(command, &settings).await,
         Command::Sagas { command } => sagas::run(command, &settings).await,
         Command::Schema { command } => schema::run(command),
+    };
+    // The spans still queued are exported before the process exits.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
     }
+    result
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use uuid::Uuid;
 
-use bosun::operator::SentMessage;
+use bosun::operator::{SendOptions, SentMessage};
 use bosun::runtime::config::Settings;
+use bosun::runtime::telemetry::TraceContext;
 use bosun::wiring::Backends;
 
 use super::output::print_json;
@@ -28,6 +29,13 @@ pub struct SendArgs {
     /// Tenant the delivery belongs to.
     #[arg(long, value_name = "ID", default_value = "default")]
     pub tenant: String,
+    /// The caller's W3C trace context: the delivery's trace continues it
+    /// (as the HTTP API does with the `traceparent` header).
+    #[arg(long, env = "TRACEPARENT", value_name = "00-TRACE-SPAN-FLAGS")]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that goes with `--traceparent`.
+    #[arg(long, env = "TRACESTATE", value_name = "STATE", requires = "traceparent")]
+    pub tracestate: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -37,10 +45,23 @@ pub struct SendArgs {
 /// nothing) and sends it as the settings' operator.
 pub async fn run(args: SendArgs, settings: &Settings) -> Result<()> {
     let payload = read_payload(&args.payload, std::io::stdin())?;
+    let trace = match args.traceparent.as_deref() {
+        None => None,
+        Some(traceparent) => Some(
+            TraceContext::from_headers(Some(traceparent), args.tracestate.as_deref()).with_context(|| {
+                format!("--traceparent `{traceparent}` is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)")
+            })?,
+        ),
+    };
     let backends = Backends::open(settings).await?;
+    let options = SendOptions {
+        correlation_id: args.correlation_id,
+        message_id: None,
+        trace,
+    };
     let sent = backends
         .operator(&settings.operator)
-        .send(&args.message_type, &payload, args.correlation_id, &args.tenant)
+        .send_with(&args.message_type, &payload, &args.tenant, &options)
         .await?;
     if args.json {
         print_json(&sent)

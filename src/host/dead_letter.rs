@@ -12,6 +12,9 @@ use crate::ports::store::{AttemptRecord, DeadLetterRecord, DeadLetterStatus, Tim
 use crate::ports::transport::ReceivedMessage;
 use crate::runtime::metrics::Event;
 
+/// The `message_type` label of a message whose envelope cannot be read.
+const UNREADABLE: &str = "unreadable";
+
 /// Dead-letters a message that cannot be read.
 pub(super) async fn reject(
     runtime: &Runtime,
@@ -22,7 +25,11 @@ pub(super) async fn reject(
     err: &ContractError,
 ) {
     tracing::warn!(reason = err.cause(), error = %err, "message cannot be read; dead-lettering");
-    runtime.metrics.count(consumer.name(), Event::DeadLettered);
+    // An envelope that cannot be read has no type to count it under.
+    let message_type = envelope.map_or(UNREADABLE, |envelope| envelope.message_type.as_str());
+    runtime
+        .metrics
+        .count(consumer.name(), message_type, Event::DeadLettered);
     let record = dead_letter_record(
         consumer.name(),
         entity,

@@ -81,6 +81,11 @@ pub(super) async fn handle(
     let name = consumer.name();
     let message_id = envelope.message_id.to_string();
     let saga_key = consumer.saga_of(envelope, message);
+    if let Some((kind, key)) = &saga_key {
+        let span = tracing::Span::current();
+        span.record("saga_kind", *kind);
+        span.record("saga_key", key.as_str());
+    }
     let renewal = LockRenewal::start(runtime, received);
     // The saga key's turn (its lock renewed meanwhile), kept until the
     // commit: messages of one saga never conflict with each other here.
@@ -147,14 +152,18 @@ pub(super) async fn handle(
             () = hard_stop.cancelled() => None,
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        runtime.metrics.handler_latency(name, started.elapsed());
+        runtime
+            .metrics
+            .handler_latency(name, &envelope.message_type, started.elapsed());
         let Some(result) = result else {
             drop(renewal);
             tracing::warn!("shutdown grace period over; abandoning");
             return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
         };
-        let outputs = result
-            .and_then(|outcome| outgoing_messages(envelope, name, &outcome).map(|outbox| (outbox, outcome.saga_state)));
+        let outputs = result.and_then(|outcome| {
+            outgoing_messages(envelope, name, runtime.options.messaging_system, &outcome)
+                .map(|outbox| (outbox, outcome.saga_state))
+        });
         let (outbox, saga_state) = match outputs {
             Ok(outputs) => outputs,
             Err(err) => {
@@ -191,8 +200,9 @@ pub(super) async fn handle(
                     eprintln!("FAILPOINT halt-after-state-commit {message_id}");
                     std::future::pending::<()>().await;
                 }
+                outcome("completed", false);
                 tracing::info!(elapsed_ms, sends, "finished");
-                runtime.metrics.count(name, Event::Processed);
+                runtime.metrics.count(name, &envelope.message_type, Event::Processed);
                 drop(renewal);
                 // The dispatcher is woken only when there is something to
                 // send (an empty claim per message was a third of the
@@ -203,6 +213,7 @@ pub(super) async fn handle(
                 return;
             }
             Ok(CommitStatus::AlreadyHandled) => {
+                outcome("duplicate", false);
                 tracing::info!("another host handled it first; acknowledging");
                 drop(renewal);
                 runtime.outbox_ready.notify_one();
@@ -212,7 +223,7 @@ pub(super) async fn handle(
                 conflicts += 1;
                 let decision = delivery.decide(Observed::SagaConflict { conflicts });
                 if decision == Decision::Reapply {
-                    runtime.metrics.count(name, Event::SagaConflict);
+                    runtime.metrics.count(name, &envelope.message_type, Event::SagaConflict);
                     tracing::info!(
                         expected,
                         found,
@@ -303,8 +314,11 @@ fn saga_write(envelope: &Envelope, state: Option<Value>, saga: Option<&SagaInsta
 async fn acknowledge(delivery: &Delivery<'_>, decision: Decision) {
     debug_assert_eq!(decision, Decision::Complete { outputs: false });
     let runtime = delivery.runtime;
+    outcome("duplicate", false);
     tracing::info!("already handled; acknowledging without running the handler again");
-    runtime.metrics.count(delivery.name(), Event::Duplicate);
+    runtime
+        .metrics
+        .count(delivery.name(), &delivery.envelope.message_type, Event::Duplicate);
     let _ = runtime
         .store
         .append_timeline(vec![delivery.timeline(TimelineStatus::Duplicate, None)])
@@ -318,9 +332,11 @@ async fn execute_plain(delivery: &Delivery<'_>, decision: Decision) {
     let runtime = delivery.runtime;
     match decision {
         Decision::Abandon => {
+            outcome("abandoned", false);
             let _ = runtime.transport.abandon(&delivery.received.lock).await;
         }
         Decision::LetGo => {
+            outcome("lock_lost", true);
             tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
         }
         other => tracing::error!(?other, "decision needs a failure to carry out; abandoning"),
@@ -338,6 +354,7 @@ async fn execute(delivery: &Delivery<'_>, decision: Decision, failure: Failure<'
         Decision::Retry { attempt, delay } => schedule_retry(delivery, attempt, delay, chain, failure).await,
         Decision::DeadLetter(reason) => dead_letter_failure(delivery, reason, chain).await,
         Decision::Abandon => {
+            outcome("abandoned", true);
             tracing::warn!(error = chain.join(": "), "abandoning for redelivery");
             let _ = runtime.transport.abandon(&delivery.received.lock).await;
         }
@@ -347,12 +364,14 @@ async fn execute(delivery: &Delivery<'_>, decision: Decision, failure: Failure<'
                 error = why,
                 "this process cannot handle messages; stopping and abandoning"
             );
+            outcome("abandoned", true);
             // Stop receiving first, so the abandoned message goes to another
             // process rather than back to this one.
             runtime.halt(why);
             let _ = runtime.transport.abandon(&delivery.received.lock).await;
         }
         Decision::LetGo => {
+            outcome("lock_lost", true);
             tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
         }
         Decision::Complete { .. } | Decision::Reapply => {
@@ -411,7 +430,8 @@ async fn schedule_retry(
         .await
     {
         Ok(()) => {
-            runtime.metrics.count(name, Event::Retried);
+            outcome("retry_scheduled", true);
+            runtime.metrics.count(name, &envelope.message_type, Event::Retried);
             let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
             match failure {
                 Failure::Handler(err) => {
@@ -448,7 +468,8 @@ async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, 
         .await
         .unwrap_or_default();
     attempts.push(attempt_record(delivery, &chain));
-    runtime.metrics.count(name, Event::DeadLettered);
+    outcome("dead_lettered", true);
+    runtime.metrics.count(name, &envelope.message_type, Event::DeadLettered);
     let dead = dead_letter_record(
         name,
         delivery.entity,
@@ -468,6 +489,16 @@ async fn settle_complete(runtime: &Runtime, received: &ReceivedMessage) {
     }
 }
 
+/// Records what became of the message on its span (`outcome`), and an
+/// error status when the handling failed.
+fn outcome(what: &'static str, failed: bool) {
+    let span = tracing::Span::current();
+    span.record("outcome", what);
+    if failed {
+        span.record("otel.status_code", "error");
+    }
+}
+
 fn timeline(envelope: &Envelope, consumer: &str, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
     TimelineEntry {
         correlation_id: envelope.correlation_id.to_string(),
@@ -481,13 +512,18 @@ fn timeline(envelope: &Envelope, consumer: &str, status: TimelineStatus, detail:
     }
 }
 
-/// Turns a handler's outgoing messages into outbox entries.
+/// Turns a handler's outgoing messages into outbox entries. Each gets a
+/// producer span (`create <destination>`) under the message's span, and
+/// that span's trace context in its envelope, so the message's own
+/// handling is that span's child in the delivery's trace.
 fn outgoing_messages(
     envelope: &Envelope,
     consumer: &str,
+    messaging_system: &'static str,
     outcome: &bosun_consumers::Outcome,
 ) -> Result<Vec<OutboundMessage>, HandlerError> {
     let now = OffsetDateTime::now_utc();
+    let incoming = telemetry::context_of(envelope);
     outcome
         .messages
         .iter()
@@ -497,7 +533,23 @@ fn outgoing_messages(
                 HandlerError::permanent(format!("no route for `{message_type}`: no consumer handles it"))
             })?;
             let mut next = envelope.follow_up(&outgoing.message, consumer);
-            next.traceparent = Some(telemetry::child_traceparent(envelope.traceparent.as_deref()));
+            let span_name = format!("create {destination}");
+            let span = tracing::info_span!(
+                "create",
+                otel.name = span_name.as_str(),
+                otel.kind = "producer",
+                messaging.system = messaging_system,
+                messaging.operation.type = "create",
+                messaging.operation.name = "create",
+                messaging.destination.name = %destination,
+                messaging.message.id = %next.message_id,
+                messaging.message.conversation_id = %next.correlation_id,
+                message_type,
+                delay_ms = outgoing.delay.map(|delay| u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
+            );
+            let context = telemetry::outgoing_context(&span, incoming.as_ref());
+            next.traceparent = Some(context.traceparent);
+            next.tracestate = context.tracestate;
             Ok(OutboundMessage {
                 destination,
                 broker_message_id: next.message_id.to_string(),

@@ -95,6 +95,9 @@ pub struct HostOptions {
     pub failpoint: Option<Failpoint>,
     /// What is pruned, and how often (`None`: never in the background).
     pub retention: Option<(RetentionPolicy, Duration)>,
+    /// The `messaging.system` of the spans (the transport's, see
+    /// [`telemetry::messaging_system`]).
+    pub messaging_system: &'static str,
 }
 
 impl HostOptions {
@@ -111,6 +114,7 @@ impl HostOptions {
                 .retention
                 .interval
                 .map(|interval| (retention::policy(&settings.retention), interval)),
+            messaging_system: telemetry::messaging_system(settings.transport),
         }
     }
 
@@ -269,6 +273,10 @@ impl Host {
                 );
                 continue;
             };
+            // Every series of the consumer exists from the start, at zero.
+            self.runtime
+                .metrics
+                .register(consumer.name(), route.commands.iter().chain(route.events).copied());
             let permits = Arc::new(Semaphore::new(self.runtime.options.concurrency));
             let mut entities = Vec::new();
             if !route.commands.is_empty() {
@@ -459,8 +467,24 @@ async fn process(
     received: ReceivedMessage,
     hard_stop: &CancellationToken,
 ) {
+    // The envelope is read before the span exists so that the span can
+    // continue the trace its `traceparent` names (a parent is set before a
+    // span starts).
+    let parsed = Envelope::from_slice(&received.body);
+    let span_name = format!("process {entity}");
     let span = info_span!(
         "message",
+        otel.name = span_name.as_str(),
+        otel.kind = "consumer",
+        otel.status_code = field::Empty,
+        messaging.system = runtime.options.messaging_system,
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
+        messaging.destination.name = %entity,
+        messaging.consumer.group.name = consumer.name(),
+        messaging.message.id = field::Empty,
+        messaging.message.conversation_id = field::Empty,
+        messaging.message.body.size = received.body.len(),
         consumer = consumer.name(),
         entity = %entity,
         sequence = received.lock.sequence,
@@ -469,12 +493,20 @@ async fn process(
         message_type = field::Empty,
         correlation_id = field::Empty,
         trace_id = field::Empty,
+        span_id = field::Empty,
         attempt = field::Empty,
+        tenant = field::Empty,
+        saga_kind = field::Empty,
+        saga_key = field::Empty,
+        outcome = field::Empty,
     );
+    if let Ok(envelope) = &parsed {
+        telemetry::continue_trace(&span, telemetry::context_of(envelope).as_ref());
+    }
     let received_at = std::time::Instant::now();
     let name = consumer.name();
     async {
-        let (envelope, message) = match Envelope::from_slice(&received.body) {
+        let (envelope, message) = match parsed {
             Ok(mut envelope) => {
                 // A claim-checked payload is read back from the blob store
                 // before the message is decoded; consumers never see the
@@ -498,9 +530,23 @@ async fn process(
                 span.record("message_id", field::display(envelope.message_id));
                 span.record("message_type", envelope.message_type.as_str());
                 span.record("correlation_id", field::display(envelope.correlation_id));
+                span.record("messaging.message.id", field::display(envelope.message_id));
+                span.record(
+                    "messaging.message.conversation_id",
+                    field::display(envelope.correlation_id),
+                );
                 span.record("attempt", envelope.attempt);
-                if let Some(trace) = envelope.traceparent.as_deref().and_then(telemetry::trace_id) {
-                    span.record("trace_id", trace);
+                span.record("tenant", envelope.tenant_id.as_str());
+                match telemetry::ids_of(&span) {
+                    Some((trace, span_id)) => {
+                        span.record("trace_id", trace.as_str());
+                        span.record("span_id", span_id.as_str());
+                    }
+                    None => {
+                        if let Some(trace) = envelope.traceparent.as_deref().and_then(telemetry::trace_id) {
+                            span.record("trace_id", trace);
+                        }
+                    }
                 }
                 match envelope.decode() {
                     Ok(message) => (envelope, message),
@@ -511,10 +557,16 @@ async fn process(
         };
         tracing::info!("started");
         handle(runtime, consumer, entity, &received, &envelope, &message, hard_stop).await;
+        let created = time::OffsetDateTime::now_utc() - envelope.occurred_at;
+        runtime.metrics.processing_latency(
+            name,
+            &envelope.message_type,
+            received_at.elapsed(),
+            created.try_into().unwrap_or_default(),
+        );
     }
     .instrument(span)
     .await;
-    runtime.metrics.processing_latency(name, received_at.elapsed());
 }
 
 #[cfg(test)]

@@ -136,6 +136,7 @@ fn options() -> HostOptions {
         shutdown_grace: Duration::from_secs(5),
         failpoint: None,
         retention: None,
+        messaging_system: "bosun.memory",
     }
 }
 

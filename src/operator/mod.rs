@@ -23,7 +23,7 @@ use crate::ports::store::{
     TimelineEntry, TimelineStatus,
 };
 use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportError};
-use crate::runtime::telemetry;
+use crate::runtime::telemetry::{self, TraceContext};
 
 /// Why an operator action failed.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +121,9 @@ pub struct SendOptions {
     /// Use this messageId (e.g. derived from an `Idempotency-Key`, so that a
     /// re-sent request is caught by duplicate detection) instead of a new one.
     pub message_id: Option<Uuid>,
+    /// The caller's trace context: the command's producer span continues
+    /// it (else the command starts the delivery's trace).
+    pub trace: Option<TraceContext>,
 }
 
 /// Operator actions over a transport and a store.
@@ -133,6 +136,8 @@ pub struct Operator {
     source: String,
     principal: String,
     claim_check: Option<ClaimCheck>,
+    /// The transport's `messaging.system`, on the producer spans of sends.
+    messaging_system: &'static str,
 }
 
 impl Operator {
@@ -147,7 +152,15 @@ impl Operator {
             principal: format!("cli:{identity}"),
             identity,
             claim_check: None,
+            messaging_system: "bosun",
         }
+    }
+
+    /// Names the transport on the spans of what this operator sends
+    /// ([`telemetry::messaging_system`]).
+    pub fn with_messaging_system(mut self, messaging_system: &'static str) -> Self {
+        self.messaging_system = messaging_system;
+        self
     }
 
     /// Records `principal` as who approves or rejects releases in the
@@ -184,6 +197,7 @@ impl Operator {
         let options = SendOptions {
             correlation_id,
             message_id: None,
+            trace: None,
         };
         self.send_with(message_type, payload, tenant, &options).await
     }
@@ -224,7 +238,27 @@ impl Operator {
         if let Some(message_id) = options.message_id {
             envelope.message_id = message_id;
         }
-        envelope.traceparent = Some(telemetry::new_traceparent());
+        // The producer span of the command: the caller's child, or the
+        // root of the delivery's trace; the consumer's span is its child.
+        let span_name = format!("send {destination}");
+        let span = tracing::info_span!(
+            "send",
+            otel.name = span_name.as_str(),
+            otel.kind = "producer",
+            messaging.system = self.messaging_system,
+            messaging.operation.type = "send",
+            messaging.operation.name = "send",
+            messaging.destination.name = %destination,
+            messaging.message.id = %envelope.message_id,
+            messaging.message.conversation_id = %correlation_id,
+            message_type = envelope.message_type.as_str(),
+            tenant,
+            source = source.as_str(),
+        );
+        telemetry::continue_trace(&span, options.trace.as_ref());
+        let context = telemetry::outgoing_context(&span, options.trace.as_ref());
+        envelope.traceparent = Some(context.traceparent);
+        envelope.tracestate = context.tracestate;
         // Ownership first: a delivery belongs to its tenant before any
         // consumer emits anything for it.
         self.store

@@ -4,9 +4,16 @@
 //! latency (from receiving the message to settling it: idempotency check,
 //! saga load, handler, atomic commit, complete).
 //!
-//! Latencies keep a bounded uniform sample (reservoir) per consumer, from
-//! which percentiles are read; `bosun bench` prints them, and the metrics
-//! endpoint of the HTTP API can export them.
+//! For `/metrics`, each (consumer, message type) pair has its counters and
+//! three histograms in seconds over fixed [`BUCKETS`]: handler time,
+//! processing time and end to end (from the message's `occurredAt` to the
+//! end of its handling: queueing, scheduled delays and retries included).
+//! A host registers every pair its consumers receive before it starts
+//! ([`Metrics::register`]), so every series exists from the start, at zero,
+//! and a scrape costs the same however many messages were handled.
+//!
+//! Latencies also keep a bounded uniform sample (reservoir) per consumer,
+//! from which `bosun bench` reads percentiles.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -73,6 +80,74 @@ impl Latency {
     }
 }
 
+/// The upper bounds (seconds) of the latency histograms' buckets; a last
+/// `+Inf` bucket counts everything.
+pub const BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// A latency histogram over [`BUCKETS`]: fixed size, whatever it counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last is over 60 s.
+    buckets: [u64; BUCKETS.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn record(&mut self, duration: Duration) {
+        let seconds = duration.as_secs_f64();
+        let slot = BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[slot] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    /// Observations at or under each bound of [`BUCKETS`], then of `+Inf`
+    /// (cumulative, as Prometheus exposes them).
+    pub fn cumulative(&self) -> impl Iterator<Item = u64> + '_ {
+        self.buckets.iter().scan(0u64, |total, n| {
+            *total += n;
+            Some(*total)
+        })
+    }
+
+    /// The sum of the observations, in seconds.
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    /// Observations.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+/// The numbers of one consumer for one message type, as `/metrics` shows them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Messages handled and committed.
+    pub processed: u64,
+    /// Transient failures that scheduled a retry.
+    pub retried: u64,
+    /// Messages dead-lettered.
+    pub dead_lettered: u64,
+    /// Redeliveries of messages already handled.
+    pub duplicates: u64,
+    /// Saga version conflicts.
+    pub saga_conflicts: u64,
+    /// Time inside the handler.
+    pub handler: Histogram,
+    /// Time from receive to settle.
+    pub processing: Histogram,
+    /// Time from the message's `occurredAt` to the end of its handling.
+    pub end_to_end: Histogram,
+}
+
 /// One consumer's numbers.
 #[derive(Debug, Clone, Default)]
 pub struct ConsumerMetrics {
@@ -137,6 +212,8 @@ pub enum Event {
 #[derive(Debug, Default)]
 pub struct Metrics {
     consumers: Mutex<BTreeMap<String, ConsumerMetrics>>,
+    /// (consumer, message type) -> its series.
+    series: Mutex<BTreeMap<(String, String), Series>>,
 }
 
 impl Metrics {
@@ -150,8 +227,26 @@ impl Metrics {
         f(guard.entry(consumer.to_owned()).or_default())
     }
 
-    /// Counts an event.
-    pub fn count(&self, consumer: &str, event: Event) {
+    fn with_series<T>(&self, consumer: &str, message_type: &str, f: impl FnOnce(&mut Series) -> T) -> T {
+        let mut guard = self.series.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The key is built only for a pair not seen before.
+        if let Some(series) = guard.get_mut(&(consumer.to_owned(), message_type.to_owned())) {
+            return f(series);
+        }
+        f(guard.entry((consumer.to_owned(), message_type.to_owned())).or_default())
+    }
+
+    /// Creates the series of `consumer` for each of `message_types` (at
+    /// zero), so they are exposed before any message arrives.
+    pub fn register<'a>(&self, consumer: &str, message_types: impl IntoIterator<Item = &'a str>) {
+        self.with(consumer, |_| ());
+        for message_type in message_types {
+            self.with_series(consumer, message_type, |_| ());
+        }
+    }
+
+    /// Counts an event of a `message_type` message.
+    pub fn count(&self, consumer: &str, message_type: &str, event: Event) {
         self.with(consumer, |m| match event {
             Event::Processed => m.processed += 1,
             Event::Retried => m.retried += 1,
@@ -159,16 +254,40 @@ impl Metrics {
             Event::Duplicate => m.duplicates += 1,
             Event::SagaConflict => m.saga_conflicts += 1,
         });
+        self.with_series(consumer, message_type, |s| match event {
+            Event::Processed => s.processed += 1,
+            Event::Retried => s.retried += 1,
+            Event::DeadLettered => s.dead_lettered += 1,
+            Event::Duplicate => s.duplicates += 1,
+            Event::SagaConflict => s.saga_conflicts += 1,
+        });
     }
 
     /// Records a handler's duration.
-    pub fn handler_latency(&self, consumer: &str, duration: Duration) {
+    pub fn handler_latency(&self, consumer: &str, message_type: &str, duration: Duration) {
         self.with(consumer, |m| m.handler.record(duration));
+        self.with_series(consumer, message_type, |s| s.handler.record(duration));
     }
 
-    /// Records a message's receive-to-settle duration.
-    pub fn processing_latency(&self, consumer: &str, duration: Duration) {
+    /// Records a message's receive-to-settle duration and the time since
+    /// it was created (`end_to_end`).
+    pub fn processing_latency(&self, consumer: &str, message_type: &str, duration: Duration, end_to_end: Duration) {
         self.with(consumer, |m| m.processing.record(duration));
+        self.with_series(consumer, message_type, |s| {
+            s.processing.record(duration);
+            s.end_to_end.record(end_to_end);
+        });
+    }
+
+    /// Every (consumer, message type) series, in order. Its size is the
+    /// number of pairs registered or seen, not of messages.
+    pub fn series(&self) -> Vec<((String, String), Series)> {
+        self.series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(key, series)| (key.clone(), series.clone()))
+            .collect()
     }
 
     /// A copy of one consumer's metrics.
@@ -206,14 +325,39 @@ mod tests {
     fn percentiles_come_from_the_sample() {
         let metrics = Metrics::new();
         for ms in 1..=100 {
-            metrics.processing_latency("commit", Duration::from_millis(ms));
+            metrics.processing_latency("commit", "CreateCommit", Duration::from_millis(ms), Duration::ZERO);
         }
-        metrics.count("commit", Event::Processed);
+        metrics.count("commit", "CreateCommit", Event::Processed);
         let commit = metrics.consumer("commit");
         assert_eq!(commit.processing.count(), 100);
         assert_eq!(commit.processing.percentile(0.5), Duration::from_millis(51));
         assert_eq!(commit.processing.percentile(0.99), Duration::from_millis(99));
         assert_eq!(commit.processing.max(), Duration::from_millis(100));
         assert_eq!(metrics.snapshot()[0].processed, 1);
+    }
+
+    #[test]
+    fn histograms_count_each_observation_in_its_bucket_and_stay_one_size() {
+        let metrics = Metrics::new();
+        metrics.register("commit", ["CreateCommit"]);
+        let registered = metrics.series();
+        assert_eq!(registered.len(), 1);
+        assert_eq!(registered[0].1, Series::default());
+        for _ in 0..1_000 {
+            metrics.handler_latency("commit", "CreateCommit", Duration::from_millis(3));
+        }
+        metrics.handler_latency("commit", "CreateCommit", Duration::from_secs(120));
+        let series = metrics.series();
+        assert_eq!(series.len(), 1);
+        let handler = &series[0].1.handler;
+        let cumulative: Vec<u64> = handler.cumulative().collect();
+        assert_eq!(cumulative.len(), BUCKETS.len() + 1);
+        // 3 ms is over 2.5 ms and at most 5 ms.
+        assert_eq!(cumulative[1], 0);
+        assert_eq!(cumulative[2], 1_000);
+        assert_eq!(cumulative[BUCKETS.len() - 1], 1_000);
+        assert_eq!(cumulative[BUCKETS.len()], 1_001);
+        assert_eq!(handler.count(), 1_001);
+        assert!((handler.sum() - 123.0).abs() < 1e-6, "{}", handler.sum());
     }
 }

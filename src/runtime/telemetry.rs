@@ -1,33 +1,273 @@
-//! Logging and trace context.
+//! Logging, traces and trace context.
 //!
 //! Logs are structured `tracing` events (text or JSON lines on stderr). Every
 //! message is handled inside a span carrying its consumer, message id,
-//! type, correlation id and W3C trace id, so every line logged while it is
-//! handled names them. Payloads are never logged.
+//! type, correlation id, W3C trace id and span id, so every line logged
+//! while it is handled names them. Payloads are never logged.
+//!
+//! Traces: when the `OTEL_*` settings name an OTLP endpoint
+//! ([`TelemetrySettings`]), `tracing` spans are also OpenTelemetry spans
+//! (`tracing-opentelemetry`), batched and exported over OTLP/HTTP with
+//! protobuf bodies on the workspace's reqwest; [`Telemetry::shutdown`]
+//! flushes what is still queued. One trace per delivery: a command's
+//! producer span continues the caller's `traceparent` (or starts the
+//! trace), each message's consumer span continues the `traceparent` its
+//! envelope carries ([`continue_trace`]), and each message it causes is
+//! stamped with the context of a producer span made under it
+//! ([`traceparent_of`]), so the next hop is that span's child. With traces
+//! off no OpenTelemetry span exists: envelopes still carry a `traceparent`
+//! of the delivery's trace ([`child_traceparent`]), so a collector further
+//! on still sees one trace.
 
-use crate::runtime::config::LogFormat;
-use tracing_subscriber::EnvFilter;
+use std::collections::HashMap;
 
-/// Installs the global subscriber. `RUST_LOG` overrides the default level
-/// (`info`; the MCP SDK's own lines, one set per HTTP request and with the
-/// client's details, only from `warn`: bosun logs each tool call itself).
-pub fn init(format: LogFormat) {
-    init_with_filter(format, "info,rmcp=warn");
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use bosun_contracts::Envelope;
+
+use crate::runtime::config::{LogFormat, TelemetrySettings, TraceSampler, TransportKind};
+
+/// The installed telemetry: call [`Telemetry::shutdown`] before the
+/// process exits so the spans still queued are exported.
+#[derive(Debug, Default)]
+#[must_use = "shut it down at exit, or queued spans are lost"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
 }
 
-/// Installs the global subscriber with `default` as the level filter when
-/// `RUST_LOG` is not set.
-pub fn init_with_filter(format: LogFormat, default: &str) {
+impl Telemetry {
+    /// Whether spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Exports the spans still queued and stops the exporter (within its
+    /// 5 s timeout); a failure is logged, the process exits anyway.
+    pub async fn shutdown(self) {
+        let Some(provider) = self.provider else { return };
+        // The batch processor waits for its worker, a task on this
+        // runtime: wait on a blocking thread, not on a worker.
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "could not export the last spans"),
+            Err(err) => tracing::warn!(error = %err, "could not export the last spans"),
+        }
+    }
+}
+
+/// Installs the global subscriber and, when `settings` name an endpoint,
+/// the trace exporter. `RUST_LOG` overrides the default log level
+/// (`info`; the MCP SDK's own lines, one set per HTTP request and with the
+/// client's details, only from `warn`: bosun logs each tool call itself).
+pub fn init(format: LogFormat, settings: &TelemetrySettings) -> Telemetry {
+    init_with_filter(format, "info,rmcp=warn", settings)
+}
+
+/// [`init`] with `default` as the log level filter when `RUST_LOG` is not
+/// set. Spans go to the exporter from `info` whatever the log level.
+pub fn init_with_filter(format: LogFormat, default: &str, settings: &TelemetrySettings) -> Telemetry {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour codes only for people: not in files, pipes or MCP clients' logs.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).boxed(),
     };
+    let (provider, problem) = match exporter(settings) {
+        Ok(provider) => (provider, None),
+        Err(err) => (None, Some(err)),
+    };
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("bosun"))
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+    });
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .try_init();
+    if let Some(err) = problem {
+        tracing::warn!(error = %err, "traces are not exported");
+    }
+    if let Some(traces) = &settings.traces
+        && provider.is_some()
+    {
+        tracing::info!(endpoint = %traces.endpoint, service = %settings.service_name, "exporting traces over OTLP");
+    }
+    Telemetry { provider }
+}
+
+/// The tracer provider with its OTLP/HTTP batch exporter, when traces are on.
+fn exporter(settings: &TelemetrySettings) -> Result<Option<SdkTracerProvider>, opentelemetry_otlp::ExporterBuildError> {
+    let Some(traces) = &settings.traces else {
+        return Ok(None);
+    };
+    let headers: HashMap<String, String> = traces
+        .headers
+        .iter()
+        .map(|(key, value)| (key.clone(), value.expose().to_owned()))
+        .collect();
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(OnRuntime {
+            client: reqwest::Client::new(),
+            runtime: tokio::runtime::Handle::current(),
+        })
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(traces.endpoint.clone())
+        .with_headers(headers)
+        .build()?;
+    let resource = opentelemetry_sdk::Resource::builder_empty()
+        .with_service_name(settings.service_name.clone())
+        .with_attributes(
+            settings
+                .resource_attributes
+                .iter()
+                .map(|(key, value)| KeyValue::new(key.clone(), value.clone())),
+        )
+        .build();
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_sampler(sampler(&settings.sampler))
+            .with_resource(resource)
+            .build(),
+    ))
+}
+
+fn sampler(wanted: &TraceSampler) -> Sampler {
+    match wanted {
+        TraceSampler::AlwaysOn => Sampler::AlwaysOn,
+        TraceSampler::AlwaysOff => Sampler::AlwaysOff,
+        TraceSampler::TraceIdRatio(ratio) => Sampler::TraceIdRatioBased(*ratio),
+        TraceSampler::ParentBased(inner) => Sampler::ParentBased(Box::new(sampler(inner))),
+    }
+}
+
+/// The workspace's reqwest client, driven on bosun's tokio runtime: the
+/// SDK's batch processor exports from a thread of its own, where reqwest
+/// finds no runtime, so each export is spawned onto the one that started.
+#[derive(Debug)]
+struct OnRuntime {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OnRuntime {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<opentelemetry_http::Response<opentelemetry_http::Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(async move { opentelemetry_http::HttpClient::send_bytes(&client, request).await })
+            .await?
+    }
+}
+
+/// The `messaging.system` of spans on a transport: `servicebus` (the
+/// OpenTelemetry name of Azure Service Bus); bosun's own queues are
+/// `bosun.embedded` (SQLite) and `bosun.postgres` (PostgreSQL tables), for
+/// which the conventions have no name.
+pub fn messaging_system(transport: TransportKind) -> &'static str {
+    match transport {
+        TransportKind::ServiceBus => "servicebus",
+        TransportKind::Embedded => "bosun.embedded",
+        TransportKind::Postgres => "bosun.postgres",
+    }
+}
+
+/// The trace context an envelope carries, when its `traceparent` is well formed.
+pub fn context_of(envelope: &Envelope) -> Option<TraceContext> {
+    TraceContext::from_headers(envelope.traceparent.as_deref(), envelope.tracestate.as_deref())
+}
+
+/// A W3C trace context as a caller hands it over: the `traceparent` and,
+/// optionally, its `tracestate`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `00-<trace id>-<parent span id>-<flags>`.
+    pub traceparent: String,
+    /// Vendor-specific trace state, passed on unchanged.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The context of the caller's headers, when it sent a well-formed
+    /// `traceparent` (a malformed one is ignored, as W3C says).
+    pub fn from_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
+        let traceparent = traceparent?.trim();
+        trace_id(traceparent)?;
+        Some(Self {
+            traceparent: traceparent.to_owned(),
+            tracestate: tracestate.map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned),
+        })
+    }
+}
+
+fn extract(context: &TraceContext) -> Context {
+    let mut carrier = HashMap::new();
+    carrier.insert("traceparent".to_owned(), context.traceparent.clone());
+    if let Some(state) = &context.tracestate {
+        carrier.insert("tracestate".to_owned(), state.clone());
+    }
+    TraceContextPropagator::new().extract(&carrier)
+}
+
+/// Makes `span` a child of the remote context `parent` (the envelope's or
+/// the caller's). Call it before the span is first entered. Nothing to do
+/// when traces are off (no OpenTelemetry layer) or `parent` is `None`.
+pub fn continue_trace(span: &tracing::Span, parent: Option<&TraceContext>) {
+    if let Some(parent) = parent {
+        let _ = span.set_parent(extract(parent));
+    }
+}
+
+/// The W3C context of `span`, to stamp on what it sends; `None` when
+/// traces are off (no OpenTelemetry span behind it).
+pub fn traceparent_of(span: &tracing::Span) -> Option<TraceContext> {
+    let context = span.context();
+    if !context.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    Some(TraceContext {
+        traceparent: carrier.remove("traceparent")?,
+        tracestate: carrier.remove("tracestate").filter(|s| !s.is_empty()),
+    })
+}
+
+/// The trace and span ids of `span` in hex, when it is an OpenTelemetry span.
+pub fn ids_of(span: &tracing::Span) -> Option<(String, String)> {
+    let context = span.context();
+    let span_ref = context.span();
+    let ids = span_ref.span_context();
+    ids.is_valid()
+        .then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
+}
+
+/// The context to stamp on a message `span` sends: `span`'s own, or, with
+/// traces off, a new span id in the trace of `parent` (the incoming
+/// message's), carrying its `tracestate`.
+pub fn outgoing_context(span: &tracing::Span, parent: Option<&TraceContext>) -> TraceContext {
+    traceparent_of(span).unwrap_or_else(|| TraceContext {
+        traceparent: child_traceparent(parent.map(|p| p.traceparent.as_str())),
+        tracestate: parent.and_then(|p| p.tracestate.clone()),
+    })
 }
 
 fn random_hex(bytes: usize) -> String {
@@ -51,13 +291,7 @@ pub fn new_traceparent() -> String {
 
 /// The trace id of a well-formed `traceparent`.
 pub fn trace_id(traceparent: &str) -> Option<&str> {
-    let mut parts = traceparent.split('-');
-    let version = parts.next()?;
-    let trace = parts.next()?;
-    let span = parts.next()?;
-    let flags = parts.next()?;
-    let hex = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_hexdigit());
-    (hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2)).then_some(trace)
+    bosun_contracts::envelope::trace_id(traceparent)
 }
 
 /// A child `traceparent`: same trace, new span id. A malformed or missing

@@ -15,11 +15,14 @@ use bosun::wiring::Backends;
 use bosun_contracts::Destination;
 use bosun_contracts::routing::EVENTS_TOPIC;
 
-/// The `bosun` binary with a clean environment pointing at `data_dir`.
+/// The `bosun` binary with a clean environment (no `BOSUN_*`, `OTEL_*`,
+/// `TRACEPARENT`) pointing at `data_dir`.
 pub fn bosun(data_dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_bosun"));
     for (key, _) in std::env::vars() {
-        if key.starts_with("BOSUN_") {
+        // bosun's settings, and the OpenTelemetry ones a developer's shell
+        // may carry: a test sets what it needs.
+        if key.starts_with("BOSUN_") || key.starts_with("OTEL_") || key == "TRACEPARENT" || key == "TRACESTATE" {
             command.env_remove(key);
         }
     }

@@ -296,7 +296,7 @@ impl AzureContainerRegistry {
             operation: operation.clone(),
             source,
         };
-        let response = request.send().await.map_err(transport)?;
+        let response = http::send(request).await.map_err(transport)?;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.bytes().await.map_err(transport)?.to_vec();

@@ -326,7 +326,7 @@ impl AzureEnvironments {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(|err| {
+        let response = http::send(request).await.map_err(|err| {
             let source = format!("Argo CD {operation}: {err}");
             let err = match Disposition::of_transport(&err) {
                 Disposition::Permanent => GitOpsError::Rejected(source.into()),

@@ -251,7 +251,7 @@ impl AzureArtifactsFeed {
             operation: operation.to_owned(),
             source,
         };
-        let response = request.send().await.map_err(transport)?;
+        let response = http::send(request).await.map_err(transport)?;
         let status = response.status();
         let retry_after = retry_after(response.headers());
         let body = response.bytes().await.map_err(transport)?.to_vec();

@@ -39,11 +39,12 @@ use uuid::Uuid;
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::rate_limit::RateLimiter;
 use crate::front::access::Caller;
-use crate::front::gateway::{BulkReplayRequest, Gateway, GatewayError};
+use crate::front::gateway::{BulkReplayRequest, CommandRouting, Gateway, GatewayError};
 use crate::front::mcp::McpServer;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
 use crate::runtime::config::HttpLimits;
 use crate::runtime::metrics::Metrics;
+use crate::runtime::telemetry::TraceContext;
 
 pub mod openapi;
 pub mod origin;
@@ -408,9 +409,19 @@ async fn send_command_inner(
         None => None,
     };
     let idempotency_key = header_text(headers, "idempotency-key")?;
+    // W3C trace context: the delivery's trace continues the caller's.
+    let trace = TraceContext::from_headers(
+        header_text(headers, "traceparent")?,
+        header_text(headers, "tracestate")?,
+    );
+    let routing = CommandRouting {
+        correlation_id,
+        idempotency_key,
+        trace: trace.as_ref(),
+    };
     let accepted = state
         .gateway
-        .send_command(&caller, message_type, payload, tenant, correlation_id, idempotency_key)
+        .send_command(&caller, message_type, payload, tenant, routing)
         .await?;
     let location = accepted.body["links"]["delivery"]
         .as_str()

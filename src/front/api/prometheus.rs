@@ -1,5 +1,6 @@
 //! `/metrics` in the Prometheus text exposition format (version 0.0.4):
-//! the host's per-consumer counters and latency quantiles, the outbox
+//! the host's counters and latency histograms (seconds) per consumer and
+//! message type, the outbox
 //! backlog, the HTTP API's requests by route and status, and what the
 //! front door refused: requests over a key's budget, connections shed at
 //! the connection cap or closed for taking too long.
@@ -10,13 +11,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::runtime::metrics::{ConsumerSnapshot, Metrics};
+use crate::runtime::metrics::{BUCKETS, Histogram, Metrics, Series};
 
 /// (method, route template, status) -> (requests, total time).
 type RequestCounts = BTreeMap<(String, String, u16), (u64, Duration)>;
 
-/// A consumer counter: name, help, and how to read it from a snapshot.
-type Counter = (&'static str, &'static str, fn(&ConsumerSnapshot) -> u64);
+/// A consumer counter: name, help, and how to read it from a series.
+type Counter = (&'static str, &'static str, fn(&Series) -> u64);
+
+/// A latency histogram: name, help, and which of a series' histograms.
+type Latency = (&'static str, &'static str, fn(&Series) -> &Histogram);
 
 /// Requests the API answered, by method, route template and status, and
 /// what the front door refused.
@@ -78,75 +82,82 @@ fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// The whole exposition.
+/// The whole exposition. The consumers' part has one series per
+/// (consumer, message type) registered or seen, each with a fixed number
+/// of lines: its size does not grow with the messages handled.
 pub fn render(metrics: &Metrics, http: &HttpMetrics, outbox_backlog: Option<u64>) -> String {
     let mut out = String::new();
-    let consumers = metrics.snapshot();
+    let series = metrics.series();
+    let labels: Vec<String> = series
+        .iter()
+        .map(|((consumer, message_type), _)| {
+            format!(
+                "consumer=\"{}\",message_type=\"{}\"",
+                label(consumer),
+                label(message_type)
+            )
+        })
+        .collect();
     let counters: [Counter; 5] = [
         (
             "bosun_messages_processed_total",
             "Messages handled and committed.",
-            |c| c.processed,
+            |s| s.processed,
         ),
         (
             "bosun_messages_retried_total",
             "Transient failures that scheduled a retry.",
-            |c| c.retried,
+            |s| s.retried,
         ),
         (
             "bosun_messages_dead_lettered_total",
             "Messages dead-lettered by the host.",
-            |c| c.dead_lettered,
+            |s| s.dead_lettered,
         ),
         (
             "bosun_messages_duplicate_total",
             "Redeliveries of messages already handled.",
-            |c| c.duplicates,
+            |s| s.duplicates,
         ),
         (
             "bosun_saga_conflicts_total",
             "Saga version conflicts (each reloaded and re-applied).",
-            |c| c.saga_conflicts,
+            |s| s.saga_conflicts,
         ),
     ];
     for (name, help, value) in counters {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for consumer in &consumers {
-            let _ = writeln!(
-                out,
-                "{name}{{consumer=\"{}\"}} {}",
-                label(&consumer.consumer),
-                value(consumer)
-            );
+        for ((_, numbers), labels) in series.iter().zip(&labels) {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", value(numbers));
         }
     }
-    for (name, help, which) in [
+    let histograms: [Latency; 3] = [
         (
             "bosun_handler_duration_seconds",
             "Time inside the consumer's handler.",
-            true,
+            |s| &s.handler,
         ),
         (
             "bosun_processing_duration_seconds",
-            "Time from receive to settle.",
-            false,
+            "Time from receive to settle: idempotency check, saga, handler, commit.",
+            |s| &s.processing,
         ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} summary");
-        for consumer in &consumers {
-            let m = metrics.consumer(&consumer.consumer);
-            let latency = if which { &m.handler } else { &m.processing };
-            let consumer = label(&consumer.consumer);
-            for quantile in [0.5, 0.9, 0.99] {
-                let _ = writeln!(
-                    out,
-                    "{name}{{consumer=\"{consumer}\",quantile=\"{quantile}\"}} {}",
-                    latency.percentile(quantile).as_secs_f64()
-                );
+        (
+            "bosun_end_to_end_duration_seconds",
+            "Time from the message's occurredAt to the end of its handling: queueing, scheduled delays and retries included.",
+            |s| &s.end_to_end,
+        ),
+    ];
+    for (name, help, histogram) in histograms {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for ((_, numbers), labels) in series.iter().zip(&labels) {
+            let histogram = histogram(numbers);
+            let bounds = BUCKETS.iter().map(|bound| bound.to_string()).chain(["+Inf".to_owned()]);
+            for (bound, count) in bounds.zip(histogram.cumulative()) {
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
             }
-            let sum = latency.mean().as_secs_f64() * latency.count() as f64;
-            let _ = writeln!(out, "{name}_sum{{consumer=\"{consumer}\"}} {sum}");
-            let _ = writeln!(out, "{name}_count{{consumer=\"{consumer}\"}} {}", latency.count());
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", histogram.sum());
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", histogram.count());
         }
     }
     if let Some(backlog) = outbox_backlog {
@@ -228,11 +239,16 @@ mod tests {
     use crate::runtime::metrics::Event;
 
     #[test]
-    fn exposition_has_counters_quantiles_and_requests() {
+    fn exposition_has_counters_histograms_and_requests() {
         let metrics = Metrics::new();
-        metrics.count("commit", Event::Processed);
-        metrics.count("commit", Event::Processed);
-        metrics.processing_latency("commit", Duration::from_millis(20));
+        metrics.count("commit", "CreateCommit", Event::Processed);
+        metrics.count("commit", "CreateCommit", Event::Processed);
+        metrics.processing_latency(
+            "commit",
+            "CreateCommit",
+            Duration::from_millis(20),
+            Duration::from_secs(2),
+        );
         let http = HttpMetrics::default();
         http.record("POST", "/v1/commands/{type}", 202, Duration::from_millis(3));
         http.record_rate_limited("k1");
@@ -240,12 +256,28 @@ mod tests {
         http.record_connection_shed();
         http.set_connections_open(3);
         let text = render(&metrics, &http, Some(4));
+        let commit = "consumer=\"commit\",message_type=\"CreateCommit\"";
         assert!(
-            text.contains("bosun_messages_processed_total{consumer=\"commit\"} 2"),
+            text.contains(&format!("bosun_messages_processed_total{{{commit}}} 2")),
             "{text}"
         );
-        assert!(text.contains("bosun_processing_duration_seconds{consumer=\"commit\",quantile=\"0.5\"} 0.02"));
-        assert!(text.contains("bosun_processing_duration_seconds_count{consumer=\"commit\"} 1"));
+        assert!(text.contains(&format!(
+            "bosun_processing_duration_seconds_bucket{{{commit},le=\"0.01\"}} 0"
+        )));
+        assert!(text.contains(&format!(
+            "bosun_processing_duration_seconds_bucket{{{commit},le=\"0.025\"}} 1"
+        )));
+        assert!(text.contains(&format!("bosun_processing_duration_seconds_count{{{commit}}} 1")));
+        assert!(text.contains(&format!(
+            "bosun_end_to_end_duration_seconds_bucket{{{commit},le=\"1\"}} 0"
+        )));
+        assert!(text.contains(&format!(
+            "bosun_end_to_end_duration_seconds_bucket{{{commit},le=\"2.5\"}} 1"
+        )));
+        assert!(
+            text.contains("# TYPE bosun_handler_duration_seconds histogram"),
+            "{text}"
+        );
         assert!(text.contains("bosun_outbox_backlog 4"));
         assert!(
             text.contains("bosun_http_requests_total{method=\"POST\",route=\"/v1/commands/{type}\",status=\"202\"} 1")
@@ -255,5 +287,63 @@ mod tests {
         assert!(text.contains("bosun_http_connections_shed_total 1"), "{text}");
         assert!(text.contains("bosun_http_connections_timed_out_total 0"), "{text}");
         assert_eq!(label("a\"b\\c"), "a\\\"b\\\\c");
+    }
+
+    /// The consumers' series of an exposition: its lines without `#`
+    /// comments, each cut at its value.
+    fn series_of(text: &str) -> Vec<String> {
+        text.lines()
+            .filter(|line| line.starts_with("bosun_") && !line.starts_with("bosun_http"))
+            .map(|line| line.rsplit_once(' ').map_or(line, |(series, _)| series).to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn every_consumer_has_its_histograms_from_the_start_and_a_scrape_does_not_grow() {
+        let metrics = Metrics::new();
+        for route in bosun_contracts::routing::CONSUMERS {
+            metrics.register(route.name, route.commands.iter().chain(route.events).copied());
+        }
+        let http = HttpMetrics::default();
+        let at_start = render(&metrics, &http, None);
+        for route in bosun_contracts::routing::CONSUMERS {
+            for message_type in route.commands.iter().chain(route.events) {
+                for name in [
+                    "bosun_handler_duration_seconds",
+                    "bosun_processing_duration_seconds",
+                    "bosun_end_to_end_duration_seconds",
+                ] {
+                    let labels = format!("consumer=\"{}\",message_type=\"{message_type}\"", route.name);
+                    for bound in ["0.001", "0.1", "1", "60", "+Inf"] {
+                        let bucket = format!("{name}_bucket{{{labels},le=\"{bound}\"}} 0\n");
+                        assert!(at_start.contains(&bucket), "no {bucket} at start");
+                    }
+                }
+                let processed = format!(
+                    "bosun_messages_processed_total{{consumer=\"{}\",message_type=\"{message_type}\"}} 0\n",
+                    route.name
+                );
+                assert!(at_start.contains(&processed), "no {processed} at start");
+            }
+        }
+        let handle = |n: u32| {
+            for i in 0..n {
+                let took = Duration::from_micros(u64::from(i % 5_000) * 97);
+                metrics.handler_latency("commit", "CreateCommit", took);
+                metrics.processing_latency("commit", "CreateCommit", took, took * 3);
+                metrics.count("commit", "CreateCommit", Event::Processed);
+            }
+        };
+        handle(1);
+        let after_one = render(&metrics, &http, None);
+        handle(20_000);
+        let after_many = render(&metrics, &http, None);
+        assert_eq!(series_of(&at_start), series_of(&after_one));
+        assert_eq!(series_of(&after_one), series_of(&after_many));
+        assert_eq!(after_one.lines().count(), after_many.lines().count());
+        assert!(
+            after_many
+                .contains("bosun_messages_processed_total{consumer=\"commit\",message_type=\"CreateCommit\"} 20001\n")
+        );
     }
 }

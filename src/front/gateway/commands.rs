@@ -2,12 +2,26 @@
 //! `Idempotency-Key` contract.
 
 use super::*;
+use crate::runtime::telemetry::TraceContext;
+
+/// How a command is sent besides what it is: the delivery it joins, the
+/// caller's `Idempotency-Key` and the caller's trace context.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommandRouting<'a> {
+    /// Join this delivery instead of starting a new one.
+    pub correlation_id: Option<Uuid>,
+    /// A repeated request with this key gets the first answer and sends nothing.
+    pub idempotency_key: Option<&'a str>,
+    /// The caller's W3C trace context (`traceparent`, `tracestate`): the
+    /// delivery's trace continues it.
+    pub trace: Option<&'a TraceContext>,
+}
 
 impl Gateway {
     // -- commands -----------------------------------------------------------
 
     /// Validates and sends a command for the caller's tenant (a platform key
-    /// names it in `tenant`). With `idempotency_key`, a repeated request
+    /// names it in `tenant`). With an `idempotency_key`, a repeated request
     /// gets the first answer and sends nothing; concurrent ones wait for it.
     pub async fn send_command(
         &self,
@@ -15,9 +29,13 @@ impl Gateway {
         message_type: &str,
         payload: &Value,
         tenant: Option<&str>,
-        correlation_id: Option<Uuid>,
-        idempotency_key: Option<&str>,
+        routing: CommandRouting<'_>,
     ) -> Result<CommandAccepted, GatewayError> {
+        let CommandRouting {
+            correlation_id,
+            idempotency_key,
+            trace,
+        } = routing;
         let spec = MessageSpec::find(message_type)
             .ok_or_else(|| GatewayError::UnknownType(format!("unknown message type `{message_type}`")))?;
         if spec.kind != MessageKind::Command {
@@ -65,7 +83,17 @@ impl Gateway {
         bosun_contracts::Message::from_type_and_payload(message_type, payload)?;
         let Some(key) = idempotency_key else {
             let sent = self
-                .send_now(caller, message_type, payload, &tenant, correlation_id, None)
+                .send_now(
+                    caller,
+                    message_type,
+                    payload,
+                    &tenant,
+                    SendOptions {
+                        correlation_id,
+                        message_id: None,
+                        trace: trace.cloned(),
+                    },
+                )
                 .await?;
             return Ok(CommandAccepted {
                 body: sent,
@@ -121,8 +149,11 @@ impl Gateway {
                 message_type,
                 payload,
                 &tenant,
-                Some(correlation_id),
-                Some(message_id),
+                SendOptions {
+                    correlation_id: Some(correlation_id),
+                    message_id: Some(message_id),
+                    trace: trace.cloned(),
+                },
             )
             .await
         {
@@ -145,13 +176,8 @@ impl Gateway {
         message_type: &str,
         payload: &Value,
         tenant: &str,
-        correlation_id: Option<Uuid>,
-        message_id: Option<Uuid>,
+        options: SendOptions,
     ) -> Result<Value, GatewayError> {
-        let options = SendOptions {
-            correlation_id,
-            message_id,
-        };
         let sent = self
             .operator(caller)
             .send_with(message_type, payload, tenant, &options)

@@ -46,6 +46,7 @@ impl Gateway {
             Err(_) => (None, Some(String::from_utf8_lossy(&record.body).into_owned())),
         };
         Ok(DeadLetterDetail {
+            trace_id: record.trace_id(),
             record,
             envelope,
             body_text,

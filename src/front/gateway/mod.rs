@@ -15,6 +15,7 @@ mod error;
 mod reads;
 mod views;
 
+pub use commands::CommandRouting;
 pub use error::GatewayError;
 pub use views::*;
 

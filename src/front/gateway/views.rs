@@ -71,6 +71,10 @@ pub struct DeadLetterDetail {
     /// The original bytes as text (lossy), when they are not JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body_text: Option<String>,
+    /// The W3C trace id of the delivery's trace, from the envelope's
+    /// `traceparent`: look it up in the tracing backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// A replay answered to the API: the record plus whether the payload was edited.

@@ -359,6 +359,17 @@ pub struct DeadLetterRecord {
     pub replays: Vec<ReplayRecord>,
 }
 
+impl DeadLetterRecord {
+    /// The trace the message belonged to: the trace id of the `traceparent`
+    /// its original envelope carries (kept with the original bytes), so an
+    /// operator can open the delivery's trace.
+    pub fn trace_id(&self) -> Option<String> {
+        let envelope: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        let traceparent = envelope.get("traceparent")?.as_str()?;
+        bosun_contracts::envelope::trace_id(traceparent).map(str::to_owned)
+    }
+}
+
 /// Filters for listing dead letters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeadLetterFilter {

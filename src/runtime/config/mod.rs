@@ -16,8 +16,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod telemetry;
 mod types;
 
+pub use telemetry::{OtlpTraces, TelemetrySettings, TraceSampler};
 use types::invalid;
 pub use types::*;
 
@@ -409,6 +411,7 @@ impl Settings {
             Some("json") => LogFormat::Json,
             Some(other) => return Err(invalid("BOSUN_LOG_FORMAT", format!("`{other}` is not text or json"))),
         };
+        let telemetry = telemetry::read(&get)?;
         let failpoint = match get("BOSUN_FAILPOINT").as_deref() {
             None => None,
             Some("halt-after-state-commit") => Some(Failpoint::HaltAfterStateCommit),
@@ -529,6 +532,7 @@ impl Settings {
             poll_interval: millis("BOSUN_POLL_INTERVAL_MS", 250)?,
             shutdown_grace: millis("BOSUN_SHUTDOWN_GRACE_MS", 25_000)?,
             log_format,
+            telemetry,
             failpoint,
             operator: get("BOSUN_OPERATOR")
                 .or_else(|| env.get("USER"))

@@ -408,6 +408,9 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// `BOSUN_LOG_FORMAT`: `text` (default) or `json`.
     pub log_format: LogFormat,
+    /// OpenTelemetry: the standard `OTEL_*` variables (traces over
+    /// OTLP/HTTP, off unless an endpoint is named).
+    pub telemetry: super::TelemetrySettings,
     /// `BOSUN_FAILPOINT`: test hook (`halt-after-state-commit`).
     pub failpoint: Option<Failpoint>,
     /// `BOSUN_OPERATOR` (else `USER`): who operator actions are recorded as.

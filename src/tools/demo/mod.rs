@@ -23,10 +23,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::host::HostOptions;
-use crate::operator::{Operator, OperatorError};
+use crate::operator::{Operator, OperatorError, SendOptions};
 use crate::ports::store::{StoreError, TimelineEntry, TimelineStatus};
 use crate::runtime::config::Settings;
 use crate::runtime::registry::{self, RegistryError};
+use crate::runtime::telemetry::{self, TraceContext};
 use crate::wiring::{Backends, StartError, verify_topology};
 
 const SAMPLE: &[(&str, &str, bool)] = &[
@@ -124,7 +125,9 @@ pub struct DemoReport {
     pub seconds: f64,
 }
 
-fn sample_files(failing_test: bool) -> Vec<serde_json::Value> {
+/// The sample module's files the demo commits to its feature branch (with
+/// `failing_test`, one of its unit tests fails).
+pub fn sample_files(failing_test: bool) -> Vec<serde_json::Value> {
     let calc = if failing_test {
         CALC.replace("echo $(( $1 + $2 ))", "echo $(( $1 - $2 ))")
     } else {
@@ -168,17 +171,29 @@ pub async fn run(
     let running = tokio::spawn(async move { host.run(token).await });
     let operator = backends.operator("demo");
     let correlation_id = Uuid::now_v7();
+    // One trace for the whole delivery: the demo is the caller, and each
+    // command it sends continues the demo's span.
+    let demo_span = tracing::info_span!("demo", otel.name = "bosun demo", correlation_id = %correlation_id);
+    let trace = telemetry::traceparent_of(&demo_span).unwrap_or_else(|| TraceContext {
+        traceparent: telemetry::new_traceparent(),
+        tracestate: None,
+    });
 
     let result = drive(
         &backends,
         &operator,
         options,
-        correlation_id,
+        SendOptions {
+            correlation_id: Some(correlation_id),
+            message_id: None,
+            trace: Some(trace),
+        },
         goal,
         started,
         &mut on_line,
     )
     .await;
+    drop(demo_span);
     shutdown.cancel();
     let _ = running.await;
     let failure = result?;
@@ -219,12 +234,12 @@ async fn drive(
     backends: &Backends,
     operator: &Operator,
     options: &DemoOptions,
-    correlation_id: Uuid,
+    send: SendOptions,
     goal: &str,
     started: Instant,
     on_line: &mut impl FnMut(f64, &TimelineEntry),
 ) -> Result<Option<String>, DemoError> {
-    let correlation = correlation_id.to_string();
+    let correlation = send.correlation_id.map(|id| id.to_string()).unwrap_or_default();
     let mut seen = 0;
     let mut step = 0;
     let deadline = started + options.timeout;
@@ -260,7 +275,7 @@ async fn drive(
         };
         if let Some((message_type, payload)) = next {
             operator
-                .send(message_type, &payload, Some(correlation_id), &options.tenant)
+                .send_with(message_type, &payload, &options.tenant, &send)
                 .await?;
             step += 1;
             continue;

@@ -439,7 +439,7 @@ impl AzureDevOpsClient {
             operation: operation.clone(),
             source,
         };
-        let response = request.send().await.map_err(transport)?;
+        let response = http::send(request).await.map_err(transport)?;
         let status = response.status();
         let retry_after = retry_after(response.headers());
         let body = response.bytes().await.map_err(transport)?.to_vec();

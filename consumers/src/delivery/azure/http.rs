@@ -5,12 +5,19 @@
 //! [`MAX_CONNECT_TIMEOUT`], and the caller's request [`Timeout`],
 //! default headers and [`Redirects`].
 //!
+//! Every request goes out through [`send`]: a client span (`GET`, `PUT`,
+//! ...) under the handler's span, with the W3C trace context in its
+//! `traceparent` header, so the services' own traces join the delivery's.
+//!
 //! What an answer means for a retry is the other half of the policy:
 //! [`super::retry`].
 
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
+use opentelemetry::propagation::Injector;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tracing::{Instrument, field};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The `User-Agent` of every request bosun sends.
 pub const USER_AGENT: &str = concat!("bosun/", env!("CARGO_PKG_VERSION"));
@@ -62,6 +69,60 @@ pub fn client(timeout: Timeout, headers: HeaderMap, redirects: Redirects) -> Res
         builder = builder.redirect(reqwest::redirect::Policy::none());
     }
     builder.build()
+}
+
+/// Sends `request` inside a client span (method, server, path, answer
+/// status; never the query, which may hold a signature) with the span's
+/// trace context in the request's `traceparent` / `tracestate` headers.
+/// With traces off there is no context and no header is added.
+pub async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, reqwest::Error> {
+    let (client, request) = request.build_split();
+    let mut request = request?;
+    let method = request.method().clone();
+    let url = request.url();
+    let span = tracing::info_span!(
+        "http",
+        otel.name = method.as_str(),
+        otel.kind = "client",
+        otel.status_code = field::Empty,
+        http.request.method = method.as_str(),
+        server.address = url.host_str().unwrap_or_default(),
+        server.port = url.port_or_known_default(),
+        url.path = url.path(),
+        http.response.status_code = field::Empty,
+        "error.type" = field::Empty,
+    );
+    let context = span.context();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut Headers(request.headers_mut()));
+    });
+    let result = client.execute(request).instrument(span.clone()).await;
+    match &result {
+        Ok(response) => {
+            let status = response.status();
+            span.record("http.response.status_code", status.as_u16());
+            if status.is_client_error() || status.is_server_error() {
+                span.record("otel.status_code", "error");
+                span.record("error.type", status.as_str());
+            }
+        }
+        Err(err) => {
+            span.record("otel.status_code", "error");
+            span.record("error.type", if err.is_timeout() { "timeout" } else { "transport" });
+        }
+    }
+    result
+}
+
+/// Request headers as the propagator's carrier.
+struct Headers<'a>(&'a mut HeaderMap);
+
+impl Injector for Headers<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(key.as_bytes()), HeaderValue::from_str(&value)) {
+            self.0.insert(name, value);
+        }
+    }
 }
 
 #[cfg(test)]

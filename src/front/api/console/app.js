@@ -874,6 +874,7 @@ function renderDeadLetter(record, { keepPayload }) {
         : '—',
     ),
     row('Tenant', text(record.tenantId)),
+    row('Trace', h('code', { 'data-testid': 'dl-detail-trace' }, text(record.traceId))),
     row('Reason', h('span', { 'data-testid': 'dl-detail-reason' }, text(record.reason))),
     row('Description', h('span', { class: 'detail' }, text(record.description))),
     row('Dead-lettered', time(record.deadLetteredAt)),

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::McpTool;
 use super::commands::{self, CommandPayload, CommandType};
 use crate::front::access::Caller;
-use crate::front::gateway::{Gateway, GatewayError};
+use crate::front::gateway::{CommandRouting, Gateway, GatewayError};
 
 /// The `send_command` tool.
 pub struct SendCommand;
@@ -61,8 +61,11 @@ impl McpTool for SendCommand {
                 &arguments.message_type.0,
                 &payload,
                 arguments.tenant.as_deref(),
-                arguments.correlation_id,
-                arguments.idempotency_key.as_deref(),
+                CommandRouting {
+                    correlation_id: arguments.correlation_id,
+                    idempotency_key: arguments.idempotency_key.as_deref(),
+                    trace: None,
+                },
             )
             .await?;
         let mut body = accepted.body;

@@ -1,0 +1,561 @@
+//! One trace per delivery, seen by an OTLP/HTTP receiver: `bosun serve`
+//! exports its spans (real protobuf, decoded with `opentelemetry-proto`) to
+//! a receiver in this test, and every message of a whole delivery, its
+//! retries included, is a span of the caller's trace, each parented to the
+//! span that sent it; the same across two `serve` processes sharing a
+//! transport. The exporter is flushed when `serve` stops on SIGTERM, so the
+//! test reads the spans after the process has exited, without waiting.
+
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::routing::post;
+use common::{Progress, Server, block_on, eventually, run_json};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use prost::Message as _;
+use serde_json::{Value, json};
+
+/// The caller's context sent with every command of the delivery.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+const CALLER_STATE: &str = "caller=t61rcWkgMzE";
+
+fn caller_traceparent() -> String {
+    format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+}
+
+/// A span as exported, with the `service.name` of the process that sent it.
+#[derive(Debug, Clone)]
+struct Exported {
+    service: String,
+    span: Span,
+}
+
+impl Exported {
+    fn trace_id(&self) -> String {
+        hex(&self.span.trace_id)
+    }
+
+    fn span_id(&self) -> String {
+        hex(&self.span.span_id)
+    }
+
+    fn parent_id(&self) -> String {
+        hex(&self.span.parent_span_id)
+    }
+
+    fn attribute(&self, key: &str) -> Option<String> {
+        let value = self
+            .span
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)?
+            .value
+            .as_ref()?
+            .value
+            .as_ref()?;
+        Some(match value {
+            AnyValue::StringValue(text) => text.clone(),
+            AnyValue::IntValue(n) => n.to_string(),
+            AnyValue::BoolValue(b) => b.to_string(),
+            AnyValue::DoubleValue(d) => d.to_string(),
+            other => format!("{other:?}"),
+        })
+    }
+
+    fn kind(&self) -> SpanKind {
+        SpanKind::try_from(self.span.kind).unwrap_or(SpanKind::Unspecified)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} [{}] {:?} type={:?} id={:?} attempt={:?} outcome={:?}",
+            self.span.name,
+            self.service,
+            self.kind(),
+            self.attribute("message_type"),
+            self.attribute("messaging.message.id"),
+            self.attribute("attempt"),
+            self.attribute("outcome"),
+        )
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An OTLP/HTTP receiver (`POST /v1/traces`, protobuf) on a port of its own.
+struct Receiver {
+    address: SocketAddr,
+    spans: Arc<Mutex<Vec<Exported>>>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let (sender, address) = std::sync::mpsc::channel();
+        let kept = Arc::clone(&spans);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                sender.send(listener.local_addr().unwrap()).unwrap();
+                let app = Router::new().route(
+                    "/v1/traces",
+                    post(move |body: Bytes| {
+                        let kept = Arc::clone(&kept);
+                        async move {
+                            let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
+                            let mut spans = kept.lock().unwrap();
+                            for resource in request.resource_spans {
+                                let service = resource
+                                    .resource
+                                    .iter()
+                                    .flat_map(|r| &r.attributes)
+                                    .find(|kv| kv.key == "service.name")
+                                    .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                                    .map(|v| match v {
+                                        AnyValue::StringValue(s) => s.clone(),
+                                        other => format!("{other:?}"),
+                                    })
+                                    .unwrap_or_default();
+                                for scope in resource.scope_spans {
+                                    for span in scope.spans {
+                                        spans.push(Exported {
+                                            service: service.clone(),
+                                            span,
+                                        });
+                                    }
+                                }
+                            }
+                            ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
+                        }
+                    }),
+                );
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        Self {
+            address: address.recv().unwrap(),
+            spans,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn spans(&self) -> Vec<Exported> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+/// Settings that make a delivery quick, as the demo's.
+const QUICK: [(&str, &str); 4] = [
+    ("BOSUN_PIPELINE_POLL_MS", "100"),
+    ("BOSUN_PIPELINE_POLL_MAX_MS", "500"),
+    ("BOSUN_RECONCILE_MS", "100"),
+    ("BOSUN_RECONCILE_MAX_MS", "500"),
+];
+
+fn delivery(data: &Path, correlation: &str) -> Value {
+    run_json(data, &["deliveries", "show", correlation])
+}
+
+fn has_status(delivery: &Value, message_type: &str, statuses: &[&str]) -> bool {
+    delivery["messages"].as_array().unwrap().iter().any(|m| {
+        m["messageType"] == message_type
+            && m["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| statuses.iter().any(|s| e["status"] == *s))
+    })
+}
+
+/// The spans of `trace` form one tree under the caller's span: each span's
+/// parent is the caller's span or another exported span of the trace.
+fn assert_one_tree(spans: &[Exported], root_parent: &str) {
+    let ids: BTreeSet<String> = spans.iter().map(Exported::span_id).collect();
+    for span in spans {
+        let parent = span.parent_id();
+        assert!(
+            parent == root_parent || ids.contains(&parent),
+            "{} has parent {parent}, neither the caller's span nor a span of the trace",
+            span.describe()
+        );
+    }
+}
+
+/// Every message of the delivery is sent by a producer span of the trace,
+/// and every message a consumer handled has a consumer span that is the
+/// child of its producer span.
+fn assert_every_message_is_a_span(spans: &[Exported], delivery: &Value) {
+    let by_id: HashMap<String, &Exported> = spans.iter().map(|s| (s.span_id(), s)).collect();
+    for message in delivery["messages"].as_array().unwrap() {
+        let id = message["messageId"].as_str().unwrap();
+        let message_type = message["messageType"].as_str().unwrap();
+        let producer = spans
+            .iter()
+            .find(|s| s.kind() == SpanKind::Producer && s.attribute("messaging.message.id").as_deref() == Some(id))
+            .unwrap_or_else(|| panic!("no producer span for {message_type} {id}"));
+        if message["consumers"].as_array().unwrap().is_empty() {
+            continue;
+        }
+        let consumed: Vec<&Exported> = spans
+            .iter()
+            .filter(|s| s.kind() == SpanKind::Consumer && s.attribute("messaging.message.id").as_deref() == Some(id))
+            .collect();
+        assert!(!consumed.is_empty(), "no consumer span for {message_type} {id}");
+        for span in consumed {
+            assert_eq!(
+                span.parent_id(),
+                producer.span_id(),
+                "{} is not the child of the span that sent it",
+                span.describe()
+            );
+            assert_eq!(
+                span.attribute("messaging.message.conversation_id").as_deref(),
+                delivery["correlationId"].as_str()
+            );
+            // Up the tree, the consumer span reaches the caller's span.
+            let mut at = span;
+            let mut hops = 0;
+            while at.parent_id() != CALLER_SPAN && at.parent_id() != "" {
+                at = by_id
+                    .get(&at.parent_id())
+                    .unwrap_or_else(|| panic!("{} has a parent that was not exported", at.describe()));
+                hops += 1;
+                assert!(hops < 1_000, "a cycle in the parent links");
+            }
+            assert_eq!(
+                at.parent_id(),
+                CALLER_SPAN,
+                "{} is not under the caller's span",
+                span.describe()
+            );
+        }
+    }
+}
+
+struct Http {
+    client: reqwest::Client,
+    url: String,
+    key: String,
+}
+
+impl Http {
+    fn send(&self, message_type: &str, payload: Value, correlation: Option<&str>) -> Value {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/commands/{message_type}", self.url))
+            .bearer_auth(&self.key)
+            .header("traceparent", caller_traceparent())
+            .header("tracestate", CALLER_STATE)
+            .json(&payload);
+        if let Some(correlation) = correlation {
+            request = request.header("x-correlation-id", correlation);
+        }
+        block_on(async {
+            let response = request.send().await.expect("the API answers");
+            assert_eq!(response.status(), 202, "{message_type} accepted");
+            response.json::<Value>().await.unwrap()
+        })
+    }
+
+    fn metrics(&self) -> String {
+        block_on(async {
+            let response = self.client.get(format!("{}/metrics", self.url)).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.text().await.unwrap()
+        })
+    }
+}
+
+/// The consumers' series of a scrape (names and labels, not values).
+fn consumer_series(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| {
+            line.starts_with("bosun_") && !line.starts_with("bosun_http") && !line.starts_with("bosun_outbox")
+        })
+        .map(|line| line.rsplit_once(' ').map_or(line, |(series, _)| series).to_owned())
+        .collect()
+}
+
+#[test]
+fn a_whole_delivery_over_http_is_one_trace_under_the_callers_span() {
+    let progress = Progress::start("telemetry (a whole delivery, one trace)");
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let created = run_json(data, &["keys", "create", "--tenant", "demo", "--scopes", "admin"]);
+    let key = created["key"].as_str().unwrap().to_owned();
+    let endpoint = receiver.endpoint();
+    let mut env = QUICK.to_vec();
+    env.extend([
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-test"),
+        // Retries wait seconds, so the commit below is still retrying when
+        // its repository is created.
+        ("BOSUN_RETRY_BASE_DELAY_MS", "3000"),
+    ]);
+    let mut server = Server::start(data, &env, &["--http", "127.0.0.1:0"]);
+    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
+    let url = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    let http = Http {
+        client: reqwest::Client::new(),
+        url,
+        key,
+    };
+    progress.phase("bosun serve is exporting to the test's OTLP receiver");
+    // Before any message: every consumer's histograms, in seconds, at zero.
+    let at_start = eventually(
+        "every consumer's series are registered",
+        Duration::from_secs(30),
+        || {
+            let text = http.metrics();
+            bosun_contracts::routing::CONSUMERS
+                .iter()
+                .all(|route| {
+                    text.contains(&format!(
+                        "bosun_handler_duration_seconds_bucket{{consumer=\"{}\",message_type=\"{}\",le=\"0.005\"}} 0",
+                        route.name,
+                        route.commands.iter().chain(route.events).next().unwrap()
+                    ))
+                })
+                .then_some(text)
+        },
+    );
+
+    // The first commit comes before its repository exists: it fails
+    // (transient) and is retried in the same trace.
+    let main = json!({"repository": "payments-api", "branch": "main", "message": "Initial commit",
+                      "files": [{"path": "README.md", "content": "# payments-api\n"}]});
+    let sent = http.send("CreateCommit", main, None);
+    let correlation = sent["correlationId"].as_str().unwrap().to_owned();
+    eventually("the commit is retrying", Duration::from_secs(60), || {
+        has_status(&delivery(data, &correlation), "CreateCommit", &["retry-scheduled"]).then_some(())
+    });
+    progress.phase("the first commit is retrying");
+    http.send(
+        "ProvisionRepository",
+        json!({"name": "payments-api"}),
+        Some(&correlation),
+    );
+    eventually("main is committed", Duration::from_secs(120), || {
+        has_status(&delivery(data, &correlation), "CommitCreated", &["sent", "completed"]).then_some(())
+    });
+    progress.phase("the repository and main exist");
+    let feature = json!({"repository": "payments-api", "branch": "feature/payments-api", "baseBranch": "main",
+                         "message": "Add the payments service",
+                         "files": bosun::tools::demo::sample_files(false), "pullRequestTarget": "main"});
+    http.send("CreateCommit", feature, Some(&correlation));
+    eventually("the environment is synced", Duration::from_secs(240), || {
+        let shown = delivery(data, &correlation);
+        assert!(
+            !has_status(&shown, "CreateCommit", &["dead-lettered"]),
+            "a commit was dead-lettered: {shown:#}"
+        );
+        has_status(&shown, "GitOpsSynced", &["sent", "completed"]).then_some(())
+    });
+    progress.phase("GitOpsSynced");
+    // A whole delivery later, the scrape has the same series, no more.
+    let after = http.metrics();
+    assert_eq!(consumer_series(&at_start), consumer_series(&after));
+    assert!(
+        after.contains("bosun_end_to_end_duration_seconds_count{consumer=\"gitops-sync\""),
+        "{after}"
+    );
+    server.terminate();
+    let shown = delivery(data, &correlation);
+
+    let spans = receiver.spans();
+    let ours: Vec<Exported> = spans
+        .iter()
+        .filter(|s| s.attribute("messaging.message.conversation_id").as_deref() == Some(correlation.as_str()))
+        .cloned()
+        .collect();
+    assert!(!ours.is_empty(), "no span of the delivery was exported");
+    for span in &ours {
+        assert_eq!(
+            span.trace_id(),
+            CALLER_TRACE,
+            "{} left the caller's trace",
+            span.describe()
+        );
+        assert_eq!(span.service, "bosun-test");
+    }
+    let trace: Vec<Exported> = spans.iter().filter(|s| s.trace_id() == CALLER_TRACE).cloned().collect();
+    assert_one_tree(&trace, CALLER_SPAN);
+    assert_every_message_is_a_span(&trace, &shown);
+    // The caller's tracestate travels with the trace.
+    let first = trace
+        .iter()
+        .find(|s| s.kind() == SpanKind::Producer && s.parent_id() == CALLER_SPAN)
+        .expect("a command's send span under the caller's span");
+    assert_eq!(first.span.trace_state, CALLER_STATE);
+    assert_eq!(first.attribute("messaging.operation.type").as_deref(), Some("send"));
+    // GitOpsSynced is in the tree.
+    assert!(
+        trace
+            .iter()
+            .any(|s| s.kind() == SpanKind::Producer && s.attribute("message_type").as_deref() == Some("GitOpsSynced")),
+        "no span sent GitOpsSynced"
+    );
+    // The retried commit: each attempt is a consumer span of the same
+    // message, a child of the same producer span.
+    let retried = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["messageType"] == "CreateCommit" && m["attempts"].as_u64().unwrap_or(0) > 1)
+        .expect("the commit was retried");
+    let id = retried["messageId"].as_str().unwrap();
+    let attempts: Vec<&Exported> = trace
+        .iter()
+        .filter(|s| s.kind() == SpanKind::Consumer && s.attribute("messaging.message.id").as_deref() == Some(id))
+        .collect();
+    assert!(attempts.len() >= 2, "{attempts:#?}");
+    let parents: BTreeSet<String> = attempts.iter().map(|s| s.parent_id()).collect();
+    assert_eq!(parents.len(), 1, "attempts under different parents: {attempts:#?}");
+    let outcomes: BTreeSet<String> = attempts.iter().filter_map(|s| s.attribute("outcome")).collect();
+    assert!(
+        outcomes.contains("retry_scheduled") && outcomes.contains("completed"),
+        "{outcomes:?}"
+    );
+    let numbers: BTreeSet<String> = attempts.iter().filter_map(|s| s.attribute("attempt")).collect();
+    assert!(numbers.contains("0") && numbers.contains("1"), "{numbers:?}");
+    for span in attempts {
+        assert_eq!(span.attribute("messaging.system").as_deref(), Some("bosun.embedded"));
+        assert_eq!(span.attribute("messaging.destination.name").as_deref(), Some("commit"));
+        assert_eq!(span.attribute("consumer").as_deref(), Some("commit"));
+        assert_eq!(span.attribute("tenant").as_deref(), Some("demo"));
+    }
+    // A saga consumer's span names its saga.
+    assert!(
+        trace
+            .iter()
+            .any(|s| s.attribute("saga_kind").as_deref() == Some("release") && s.attribute("saga_key").is_some()),
+        "no span names the release saga"
+    );
+    progress.phase(format!("{} spans in one trace", trace.len()));
+}
+
+#[test]
+fn two_serve_processes_sharing_a_transport_keep_one_trace() {
+    let progress = Progress::start("telemetry (two processes, one trace)");
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let traces = format!("{}/v1/traces", receiver.endpoint());
+    let first_env = [
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-provisioning"),
+    ];
+    let second_env = [
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-pipelines"),
+    ];
+    let mut first = Server::start(data, &first_env, &["--consumers", "repository-provisioning"]);
+    let mut second = Server::start(data, &second_env, &["--consumers", "pipeline-generation"]);
+    first.wait_for_line("receiving", Duration::from_secs(30));
+    second.wait_for_line("receiving", Duration::from_secs(30));
+    progress.phase("two processes receiving, one consumer each");
+
+    // Sent by the CLI, continuing the caller's context; the CLI exports its
+    // own send span before it exits.
+    let traceparent = caller_traceparent();
+    let output = common::bosun(data)
+        .args(["send", "ProvisionRepository", "--tenant", "demo", "--json"])
+        .args([
+            "--payload",
+            r#"{"name": "payments-api"}"#,
+            "--traceparent",
+            &traceparent,
+        ])
+        .envs([
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.as_str()),
+            ("OTEL_SERVICE_NAME", "bosun-cli"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let sent: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let correlation = sent["correlationId"].as_str().unwrap().to_owned();
+    eventually("the second process handled the event", Duration::from_secs(60), || {
+        delivery(data, &correlation)["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| {
+                m["messageType"] == "RepositoryProvisioned"
+                    && m["events"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|e| e["consumer"] == "pipeline-generation" && e["status"] == "completed")
+            })
+            .then_some(())
+    });
+    progress.phase("RepositoryProvisioned handled by the second process");
+    first.terminate();
+    second.terminate();
+
+    let spans = receiver.spans();
+    let trace: Vec<Exported> = spans.iter().filter(|s| s.trace_id() == CALLER_TRACE).cloned().collect();
+    let services: BTreeSet<&str> = trace.iter().map(|s| s.service.as_str()).collect();
+    assert!(
+        services.contains("bosun-cli")
+            && services.contains("bosun-provisioning")
+            && services.contains("bosun-pipelines"),
+        "both processes' spans are in the trace: {services:?}"
+    );
+    for span in spans
+        .iter()
+        .filter(|s| s.attribute("messaging.message.conversation_id").as_deref() == Some(correlation.as_str()))
+    {
+        assert_eq!(span.trace_id(), CALLER_TRACE, "{} left the trace", span.describe());
+    }
+    assert_one_tree(&trace, CALLER_SPAN);
+    // The second process's consumer span is the child of the first's
+    // producer span: the link crosses the processes.
+    let handled = trace
+        .iter()
+        .find(|s| s.kind() == SpanKind::Consumer && s.service == "bosun-pipelines")
+        .expect("the second process handled a message of the delivery");
+    let parent = trace
+        .iter()
+        .find(|s| s.span_id() == handled.parent_id())
+        .expect("its parent was exported");
+    assert_eq!(parent.service, "bosun-provisioning");
+    assert_eq!(parent.kind(), SpanKind::Producer);
+    assert_every_message_is_a_span(&trace, &delivery(data, &correlation));
+    progress.phase(format!(
+        "{} spans from {} processes in one trace",
+        trace.len(),
+        services.len()
+    ));
+}
