@@ -10,13 +10,18 @@ use super::attempt_number;
 use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
+use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, SagaState, StoreError, TimelineEntry,
 };
 use crate::ports::transport::OutboundMessage;
 
 /// The body of [`Store::commit_handled`](crate::ports::store::Store::commit_handled), inside its transaction.
-pub(super) async fn commit_in(conn: &mut PgConnection, handled: &HandledMessage) -> Result<CommitOutcome, StoreError> {
+pub(super) async fn commit_in(
+    conn: &mut PgConnection,
+    handled: &HandledMessage,
+    wakes: &mut Wakes,
+) -> Result<CommitOutcome, StoreError> {
     if !insert_handled(conn, handled).await? {
         return Ok(CommitOutcome::AlreadyHandled);
     }
@@ -32,7 +37,7 @@ pub(super) async fn commit_in(conn: &mut PgConnection, handled: &HandledMessage)
         )
         .await?;
     }
-    insert_timeline(conn, &handled.timeline).await?;
+    insert_timeline(conn, &handled.timeline, wakes).await?;
     Ok(CommitOutcome::Committed)
 }
 
@@ -163,9 +168,11 @@ pub(super) async fn commit_handled(
     handled: HandledMessage,
 ) -> Result<CommitOutcome, StoreError> {
     let mut tx = database.pool().begin().await?;
-    match commit_in(&mut tx, &handled).await {
+    let mut wakes = Wakes::default();
+    match commit_in(&mut tx, &handled, &mut wakes).await {
         Ok(outcome) => {
             tx.commit().await?;
+            database.wake(wakes);
             Ok(outcome)
         }
         Err(err) => {
@@ -185,6 +192,7 @@ pub(super) async fn record_retry(
     timeline: TimelineEntry,
 ) -> Result<(), StoreError> {
     let mut tx = database.pool().begin().await?;
+    let mut wakes = Wakes::default();
     let fresh = query(
         "INSERT INTO bosun_attempts (consumer, received_broker_message_id, message_id, attempt, at, error_chain)
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
@@ -209,9 +217,10 @@ pub(super) async fn record_retry(
             false,
         )
         .await?;
-        insert_timeline(&mut tx, std::slice::from_ref(&timeline)).await?;
+        insert_timeline(&mut tx, std::slice::from_ref(&timeline), &mut wakes).await?;
     }
     tx.commit().await?;
+    database.wake(wakes);
     Ok(())
 }
 
