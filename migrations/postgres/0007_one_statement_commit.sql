@@ -14,8 +14,9 @@ DROP FUNCTION bosun_notify_messages();
 
 -- Everything a handled message's commit writes, in one call (one round
 -- trip, one transaction, one WAL flush):
--- 1. deletes the received message while its lock is held: else 'lock_lost',
---    nothing written;
+-- 1. with the PostgreSQL transport (`p_sequence` given), deletes the
+--    received message while its lock is held: else 'lock_lost', nothing
+--    written;
 -- 2. writes the idempotency record: if it was there, 'already_handled' (the
 --    message stays deleted, nothing else written);
 -- 3. writes the saga, version checked, and its history row: on a version
@@ -23,16 +24,17 @@ DROP FUNCTION bosun_notify_messages();
 --    the whole statement, the delete included, is undone and the message
 --    stays locked;
 -- 4. writes the handled message's timeline lines;
--- 5. writes each outgoing message into its queue or the matching
---    subscriptions (duplicate detection on destination and broker message
---    id), records it in the outbox (dispatched unless its destination does
---    not exist, which the dispatcher then reports) and writes its `sent`
+-- 5. records each outgoing message in the outbox; with `p_enqueue`, also
+--    writes it into its queue or the matching subscriptions (duplicate
+--    detection on destination and broker message id), records it as
+--    dispatched (unless its destination does not exist, which the
+--    dispatcher then reports) and writes its `sent`
 --    line (after the handled message's lines) when it was written and has
 --    one.
 -- Returns the outcome and the entities that got a message visible now, for
 -- the caller's wake-up after commit.
 CREATE FUNCTION bosun_commit(
-    p_sequence bigint, p_token uuid, p_consumer text, p_message_id text, p_message_type text,
+    p_sequence bigint, p_token uuid, p_enqueue boolean, p_consumer text, p_message_id text, p_message_type text,
     p_saga_kind text, p_saga_key text, p_saga_expected bigint, p_saga_state jsonb, p_saga_tenant text,
     o_path text[], o_kind text[], o_name text[], o_subscription text[], o_broker_id text[], o_type text[],
     o_correlation text[], o_body bytea[], o_scheduled timestamptz[],
@@ -47,11 +49,13 @@ DECLARE
     v_dispatched boolean;
     v_found bigint;
 BEGIN
-    DELETE FROM bosun_messages
-    WHERE sequence = p_sequence AND lock_token = p_token AND locked_until > now() AND NOT dead_lettered;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 'lock_lost'::text, v_woken;
-        RETURN;
+    IF p_sequence IS NOT NULL THEN
+        DELETE FROM bosun_messages
+        WHERE sequence = p_sequence AND lock_token = p_token AND locked_until > now() AND NOT dead_lettered;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT 'lock_lost'::text, v_woken;
+            RETURN;
+        END IF;
     END IF;
 
     INSERT INTO bosun_handled (consumer, message_id, handled_at) VALUES (p_consumer, p_message_id, now())
@@ -87,7 +91,7 @@ BEGIN
     SELECT * FROM unnest(t_correlation, t_message_id, t_type, t_consumer, t_status, t_attempt, t_at, t_detail);
 
     FOR i IN 1 .. coalesce(array_length(o_path, 1), 0) LOOP
-        v_known := CASE o_kind[i]
+        v_known := p_enqueue AND CASE o_kind[i]
             WHEN 'queue' THEN EXISTS (SELECT 1 FROM bosun_queues WHERE name = o_name[i])
             WHEN 'topic' THEN EXISTS (SELECT 1 FROM bosun_subscriptions WHERE topic = o_name[i])
             ELSE EXISTS (SELECT 1 FROM bosun_subscriptions WHERE topic = o_name[i] AND name = o_subscription[i])

@@ -58,12 +58,13 @@ impl Commit for PostgresCommit {
             .acquire()
             .await
             .map_err(|err| StoreError::from(err).doing(doing()))?;
-        let (status, wakes) = commit_in_one_statement(&mut conn, &handled, lock)
-            .await
-            .map_err(|err| match err {
-                CommitError::Store(err) => CommitError::Store(err.doing(doing())),
-                other => other,
-            })?;
+        let (status, wakes) =
+            commit_in_one_statement(&mut conn, &handled, Some(lock))
+                .await
+                .map_err(|err| match err {
+                    CommitError::Store(err) => CommitError::Store(err.doing(doing())),
+                    other => other,
+                })?;
         drop(conn);
         self.database.wake(wakes);
         Ok(status)
@@ -75,13 +76,16 @@ impl Commit for PostgresCommit {
 const SAGA_CONFLICT: &str = "BS409";
 
 /// One call of `bosun_commit` (migration 7): the whole commit in one
-/// statement, so one round trip, one transaction and one WAL flush. Returns
-/// the status and what the commit woke (sent by the caller: after the
-/// statement, the commit is done).
-async fn commit_in_one_statement(
+/// statement, so one round trip, one transaction and one WAL flush. With
+/// `settle` (the PostgreSQL transport's lock on the received message), the
+/// message is deleted and the outgoing messages written into their queues
+/// in the same statement; without it (another transport) they are left in
+/// the outbox for the dispatcher. Returns the status and what the commit
+/// woke (sent by the caller: after the statement, the commit is done).
+pub(crate) async fn commit_in_one_statement(
     conn: &mut PgConnection,
     handled: &HandledMessage,
-    lock: &LockToken,
+    settle: Option<&LockToken>,
 ) -> Result<(CommitStatus, Wakes), CommitError> {
     let now = OffsetDateTime::now_utc();
     let outbox = OutboxColumns::of(&handled.outbox, now);
@@ -89,14 +93,15 @@ async fn commit_in_one_statement(
     let saga = handled.saga.as_ref();
     let result = query(
         "SELECT outcome, woken FROM bosun_commit(
-            $1, $2, $3, $4, $5,
-            $6, $7, $8, $9, $10,
-            $11, $12, $13, $14, $15, $16, $17, $18, $19,
-            $20, $21, $22, $23, $24, $25,
-            $26, $27, $28, $29, $30, $31, $32, $33)",
+            $1, $2, $3, $4, $5, $6,
+            $7, $8, $9, $10, $11,
+            $12, $13, $14, $15, $16, $17, $18, $19, $20,
+            $21, $22, $23, $24, $25, $26,
+            $27, $28, $29, $30, $31, $32, $33, $34)",
     )
-    .bind(lock.sequence)
-    .bind(lock.token)
+    .bind(settle.map(|lock| lock.sequence))
+    .bind(settle.map(|lock| lock.token))
+    .bind(settle.is_some())
     .bind(&handled.consumer)
     .bind(&handled.message_id)
     .bind(&handled.message_type)
@@ -154,10 +159,8 @@ async fn commit_in_one_statement(
     let mut wakes = Wakes::default();
     let status = match outcome.as_str() {
         "lock_lost" => {
-            return Err(CommitError::LockLost {
-                entity: lock.entity.path(),
-                sequence: lock.sequence,
-            });
+            let (entity, sequence) = settle.map_or((String::new(), 0), |lock| (lock.entity.path(), lock.sequence));
+            return Err(CommitError::LockLost { entity, sequence });
         }
         "already_handled" => CommitStatus::AlreadyHandled,
         _ => {
