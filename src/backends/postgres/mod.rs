@@ -110,6 +110,9 @@ pub struct PoolSettings {
     /// Most connections open at once. The transport's LISTEN task holds one
     /// for as long as it runs.
     pub max_connections: u32,
+    /// Connections opened when the pool is created and kept open (at most
+    /// `max_connections`).
+    pub min_connections: u32,
     /// How long a query waits for a free connection before failing.
     pub acquire_timeout: Duration,
 }
@@ -118,6 +121,7 @@ impl Default for PoolSettings {
     fn default() -> Self {
         Self {
             max_connections: 10,
+            min_connections: 0,
             acquire_timeout: Duration::from_secs(30),
         }
     }
@@ -292,6 +296,7 @@ impl PostgresDatabase {
         // database is; a ping would be one more round trip per statement.
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(2))
+            .min_connections(settings.min_connections.min(settings.max_connections.max(2)))
             .acquire_timeout(settings.acquire_timeout)
             .test_before_acquire(false)
             .connect_with(options)
@@ -517,6 +522,7 @@ pub(crate) mod testing {
             options,
             PoolSettings {
                 max_connections: 6,
+                min_connections: 0,
                 acquire_timeout: Duration::from_secs(30),
             },
         )
