@@ -251,6 +251,7 @@ pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartErr
 fn pool(settings: &Settings) -> PoolSettings {
     PoolSettings {
         max_connections: settings.database_pool_size,
+        min_connections: settings.database_pool_min,
         ..PoolSettings::default()
     }
 }

@@ -103,6 +103,28 @@ pub(super) async fn handle(
         }
         None => None,
     };
+    // And across processes, where the store can (PostgreSQL): taken after
+    // the in-process turn, so a process waits for it once per key.
+    let _store_turn = match &saga_key {
+        Some((kind, key)) => {
+            tokio::select! {
+                turn = runtime.store.saga_turn(kind, key) => match turn {
+                    Ok(turn) => turn,
+                    Err(err) => {
+                        drop(renewal);
+                        let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
+                        return execute(&delivery, decision, Failure::Runtime(&err)).await;
+                    }
+                },
+                () = hard_stop.cancelled() => {
+                    drop(renewal);
+                    tracing::warn!("shutdown grace period over while waiting for the saga's turn; abandoning");
+                    return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
+                }
+            }
+        }
+        None => None,
+    };
     // Whether it was handled, and the saga as stored now, in one read.
     let saga_ref = saga_key.as_ref().map(|(kind, key)| (*kind, key.as_str()));
     let mut stored = match runtime.store.handled_and_saga(name, &message_id, saga_ref).await {

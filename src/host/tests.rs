@@ -617,6 +617,83 @@ async fn concurrent_saga_updates_across_processes_are_never_lost() {
     );
 }
 
+/// [`count_24_with`] on PostgreSQL: `hosts` hosts, each with a database
+/// pool of its own (as separate processes have), over one schema.
+async fn count_24_on_postgres(hosts: usize) -> u32 {
+    use crate::backends::postgres::commit::PostgresCommit;
+    use crate::backends::postgres::store::PostgresStore;
+    use crate::backends::postgres::testing;
+    use crate::backends::postgres::transport::PostgresTransport;
+
+    let consumer = Arc::new(CountingSaga {
+        calls: AtomicU32::new(0),
+    });
+    let test = testing::migrated().await;
+    let sender = PostgresTransport::new(test.database.clone(), 10);
+    sender.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = PostgresStore::with_transport(&sender);
+    let shutdown = CancellationToken::new();
+    let mut running = Vec::new();
+    let mut metrics = Vec::new();
+    for _ in 0..hosts {
+        let database = test.connect_again().await;
+        let transport = PostgresTransport::new(database.clone(), 10);
+        let mut opts = options();
+        opts.concurrency = 8;
+        // Every message waits its turn with its lock renewed; a lock long
+        // enough that a loaded machine never loses one while it waits (a
+        // lost lock is a redelivery, which this test would count).
+        opts.lock_duration = Duration::from_secs(20);
+        let host = Host::new(
+            Arc::new(transport),
+            Arc::new(PostgresStore::new(database.clone())),
+            vec![consumer.clone()],
+            opts,
+        )
+        .with_commit(Arc::new(PostgresCommit::new(database)));
+        metrics.push(host.metrics());
+        let token = shutdown.clone();
+        running.push(tokio::spawn(async move { host.run(token).await.unwrap() }));
+    }
+    let messages: Vec<_> = (0..24)
+        .map(|i| raw(create_commit().to_vec(), &format!("m-{i}")))
+        .collect();
+    sender.send(messages).await.unwrap();
+    eventually("every message is counted", || {
+        let store = &store;
+        async move {
+            store
+                .load_saga("release", "payments-api-1")
+                .await
+                .unwrap()
+                .is_some_and(|saga| saga.state["count"] == 24)
+        }
+    })
+    .await;
+    let saga = store.load_saga("release", "payments-api-1").await.unwrap().unwrap();
+    assert_eq!(saga.version, 24);
+    shutdown.cancel();
+    for host in running {
+        host.await.unwrap();
+    }
+    test.finish().await;
+    let conflicts: u64 = metrics.iter().map(|m| m.consumer("commit").saga_conflicts).sum();
+    assert_eq!(conflicts, 0, "saga version conflicts across the hosts");
+    consumer.calls.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn processes_sharing_postgresql_take_turns_at_a_saga_so_none_conflicts() {
+    // Three hosts with their own pools (as three processes), eight
+    // handlers each, one saga: the advisory lock per saga key makes its
+    // messages take turns across them, so the handler runs once per message.
+    assert_eq!(
+        count_24_on_postgres(3).await,
+        24,
+        "a saga message was handled again after a conflict across processes"
+    );
+}
+
 #[tokio::test]
 async fn one_process_handles_a_sagas_messages_one_at_a_time() {
     // Eight handlers, one saga: its messages take turns, so none conflicts.

@@ -513,6 +513,9 @@ async fn run_postgres_one(
         // worker: one each, plus the dispatcher, LISTEN and a spare.
         let pool_size = u32::try_from(handlers.saturating_add(4)).unwrap_or(u32::MAX);
         settings.database_pool_size = settings.database_pool_size.max(pool_size);
+        // Opened before the clock starts, as the limit opens its
+        // connections before it times anything.
+        settings.database_pool_min = settings.database_pool_size;
         let backends = Backends::open(&settings).await?;
         run_one(
             "postgres",

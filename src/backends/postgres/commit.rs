@@ -8,13 +8,15 @@ use sqlx_core::row::Row;
 use sqlx_postgres::PgConnection;
 use time::OffsetDateTime;
 
+use bosun_contracts::Destination;
+use sqlx_core::types::Json;
+use sqlx_postgres::PgDatabaseError;
+
 use crate::backends::postgres::PostgresDatabase;
-use crate::backends::postgres::queue::{Enqueued, KnownEntities, enqueue};
-use crate::backends::postgres::store::handled::write_saga;
-use crate::backends::postgres::store::outbox::insert_outbox;
-use crate::backends::postgres::store::timeline::insert_timeline;
+use crate::backends::postgres::notify::Wakes;
+use crate::backends::postgres::store::timeline::TimelineColumns;
 use crate::ports::commit::{Commit, CommitError, CommitStatus};
-use crate::ports::store::{HandledMessage, OutboxPurpose, StoreError, TimelineEntry, TimelineStatus, doing};
+use crate::ports::store::{HandledMessage, StoreError, TimelineEntry, TimelineStatus, doing};
 use crate::ports::transport::{LockToken, OutboundMessage};
 
 /// The commit for the PostgreSQL store with the PostgreSQL transport on the
@@ -50,171 +52,214 @@ impl PostgresCommit {
 impl Commit for PostgresCommit {
     async fn commit(&self, handled: HandledMessage, lock: &LockToken) -> Result<CommitStatus, CommitError> {
         let doing = || doing::commit_handled(&handled);
-        if handled.saga.is_none() && handled.outbox.is_empty() {
-            // Nothing but the settlement, the idempotency record and the
-            // timeline: one statement, atomic on its own (one round trip).
-            let mut conn = self
-                .database
-                .pool()
-                .acquire()
-                .await
-                .map_err(|err| StoreError::from(err).doing(doing()))?;
-            return settle_first(&mut conn, &handled, lock).await.map_err(|err| match err {
-                CommitError::Store(err) => CommitError::Store(err.doing(doing())),
-                other => other,
-            });
-        }
-        let mut tx = self
+        let mut conn = self
             .database
             .pool()
-            .begin()
+            .acquire()
             .await
             .map_err(|err| StoreError::from(err).doing(doing()))?;
-        match settle_in(&mut tx, &handled, lock).await {
-            Ok(status @ (CommitStatus::Written | CommitStatus::AlreadyHandled)) => {
-                tx.commit().await.map_err(|err| StoreError::from(err).doing(doing()))?;
-                Ok(status)
-            }
-            Ok(conflict @ CommitStatus::SagaConflict { .. }) => {
-                let _ = tx.rollback().await;
-                Ok(conflict)
-            }
-            Err(err) => {
-                // Release the message row and the saga at once.
-                let _ = tx.rollback().await;
-                Err(match err {
+        let (status, wakes) =
+            commit_in_one_statement(&mut conn, &handled, Some(lock))
+                .await
+                .map_err(|err| match err {
                     CommitError::Store(err) => CommitError::Store(err.doing(doing())),
                     other => other,
-                })
-            }
-        }
+                })?;
+        drop(conn);
+        self.database.wake(wakes);
+        Ok(status)
     }
 }
 
-/// The body of [`PostgresCommit::commit`], inside its transaction.
-async fn settle_in(
+/// The SQLSTATE `bosun_commit` raises on a saga version mismatch (its
+/// detail is the stored version).
+const SAGA_CONFLICT: &str = "BS409";
+
+/// One call of `bosun_commit` (migration 7): the whole commit in one
+/// statement, so one round trip, one transaction and one WAL flush. With
+/// `settle` (the PostgreSQL transport's lock on the received message), the
+/// message is deleted and the outgoing messages written into their queues
+/// in the same statement; without it (another transport) they are left in
+/// the outbox for the dispatcher. Returns the status and what the commit
+/// woke (sent by the caller: after the statement, the commit is done).
+pub(crate) async fn commit_in_one_statement(
     conn: &mut PgConnection,
     handled: &HandledMessage,
-    lock: &LockToken,
-) -> Result<CommitStatus, CommitError> {
-    // First: the message is deleted (its row lock keeps competing
-    // receivers away until commit), the idempotency record and the
-    // timeline written, in one statement.
-    match settle_first(conn, handled, lock).await? {
-        CommitStatus::Written => {}
-        other => return Ok(other),
-    }
-    match write_saga(conn, handled).await {
-        Ok(()) => {}
-        Err(StoreError::SagaConflict {
-            kind,
-            key,
-            expected,
-            found,
-        }) => {
-            return Ok(CommitStatus::SagaConflict {
-                kind,
-                key,
-                expected,
-                found,
-            });
-        }
-        Err(err) => return Err(err.into()),
-    }
+    settle: Option<&LockToken>,
+) -> Result<(CommitStatus, Wakes), CommitError> {
     let now = OffsetDateTime::now_utc();
-    let mut sent_lines = Vec::new();
-    let mut known = KnownEntities::default();
-    for message in &handled.outbox {
-        let dispatched = match enqueue(conn, &mut known, message).await.map_err(StoreError::from)? {
-            Enqueued::Sent => {
-                sent_lines.extend(sent_line(message, now));
-                true
-            }
-            Enqueued::Duplicate => true,
-            Enqueued::NoSuchEntity => false,
-        };
-        insert_outbox(
-            conn,
-            Some(&handled.consumer),
-            Some(&handled.message_id),
-            OutboxPurpose::Emitted,
-            message,
-            dispatched,
-        )
-        .await
-        .map_err(StoreError::from)?;
-    }
-    insert_timeline(conn, &sent_lines).await.map_err(StoreError::from)?;
-    Ok(CommitStatus::Written)
-}
-
-/// Deletes the message held under `lock`, then writes the idempotency
-/// record and `handled.timeline` (notifying `bosun_timeline` as
-/// `insert_timeline` does), in one statement: [`CommitError::LockLost`]
-/// when the lock is no longer held (nothing written),
-/// [`CommitStatus::AlreadyHandled`] when the record was there (the message
-/// is deleted, nothing else written), else [`CommitStatus::Written`].
-async fn settle_first(
-    conn: &mut PgConnection,
-    handled: &HandledMessage,
-    lock: &LockToken,
-) -> Result<CommitStatus, CommitError> {
-    let lines = &handled.timeline;
-    let row = query(
-        "WITH done AS (
-            DELETE FROM bosun_messages
-            WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered
-            RETURNING 1
-         ), recorded AS (
-            INSERT INTO bosun_handled (consumer, message_id, handled_at)
-            SELECT $3, $4, now() WHERE EXISTS (SELECT 1 FROM done)
-            ON CONFLICT DO NOTHING
-            RETURNING 1
-         ), lines AS (
-            INSERT INTO bosun_timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
-            SELECT * FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[],
-                                 $11::timestamptz[], $12::text[])
-            WHERE EXISTS (SELECT 1 FROM recorded)
-            RETURNING correlation_id
-         ), woken AS (
-            -- Waits on these deliveries (the event stream, MCP waits) are
-            -- woken when this commits, as by every timeline insert.
-            SELECT pg_notify('bosun_timeline', correlation_id) FROM lines
-         )
-         SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM recorded), (SELECT count(*) FROM woken)",
+    let outbox = OutboxColumns::of(&handled.outbox, now);
+    let lines = TimelineColumns::of(&handled.timeline);
+    let saga = handled.saga.as_ref();
+    let result = query(
+        "SELECT outcome, woken FROM bosun_commit(
+            $1, $2, $3, $4, $5, $6,
+            $7, $8, $9, $10, $11,
+            $12, $13, $14, $15, $16, $17, $18, $19, $20,
+            $21, $22, $23, $24, $25, $26,
+            $27, $28, $29, $30, $31, $32, $33, $34)",
     )
-    .bind(lock.sequence)
-    .bind(lock.token)
+    .bind(settle.map(|lock| lock.sequence))
+    .bind(settle.map(|lock| lock.token))
+    .bind(settle.is_some())
     .bind(&handled.consumer)
     .bind(&handled.message_id)
-    .bind(
-        lines
-            .iter()
-            .map(|line| line.correlation_id.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(lines.iter().map(|line| line.message_id.as_str()).collect::<Vec<_>>())
-    .bind(lines.iter().map(|line| line.message_type.as_str()).collect::<Vec<_>>())
-    .bind(lines.iter().map(|line| line.consumer.as_deref()).collect::<Vec<_>>())
-    .bind(lines.iter().map(|line| line.status.as_str()).collect::<Vec<_>>())
-    .bind(lines.iter().map(|line| i64::from(line.attempt)).collect::<Vec<_>>())
-    .bind(lines.iter().map(|line| line.at).collect::<Vec<_>>())
-    .bind(lines.iter().map(|line| line.detail.as_deref()).collect::<Vec<_>>())
+    .bind(&handled.message_type)
+    .bind(saga.map(|saga| saga.kind.as_str()))
+    .bind(saga.map(|saga| saga.key.as_str()))
+    .bind(saga.map(|saga| saga.expected_version))
+    .bind(saga.map(|saga| Json(&saga.state)))
+    .bind(saga.and_then(|saga| saga.tenant_id.as_deref()))
+    .bind(&outbox.paths)
+    .bind(&outbox.kinds)
+    .bind(&outbox.names)
+    .bind(&outbox.subscriptions)
+    .bind(&outbox.broker_message_ids)
+    .bind(&outbox.message_types)
+    .bind(&outbox.correlation_ids)
+    .bind(&outbox.bodies)
+    .bind(&outbox.scheduled_at)
+    .bind(&outbox.sent_correlation_ids)
+    .bind(&outbox.sent_message_ids)
+    .bind(&outbox.sent_message_types)
+    .bind(&outbox.sent_attempts)
+    .bind(&outbox.sent_details)
+    .bind(now)
+    .bind(&lines.correlation_ids)
+    .bind(&lines.message_ids)
+    .bind(&lines.message_types)
+    .bind(&lines.consumers)
+    .bind(&lines.statuses)
+    .bind(&lines.attempts)
+    .bind(&lines.at)
+    .bind(&lines.details)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(StoreError::from)?;
-    let deleted: bool = row.try_get(0).map_err(StoreError::from)?;
-    let recorded: bool = row.try_get(1).map_err(StoreError::from)?;
-    Ok(match (deleted, recorded) {
-        (false, _) => {
-            return Err(CommitError::LockLost {
-                entity: lock.entity.path(),
-                sequence: lock.sequence,
-            });
+    .await;
+    let row = match result {
+        Ok(row) => row,
+        Err(err) => {
+            if let Some(found) = saga_conflict(&err)
+                && let Some(saga) = saga
+            {
+                return Ok((
+                    CommitStatus::SagaConflict {
+                        kind: saga.kind.clone(),
+                        key: saga.key.clone(),
+                        expected: saga.expected_version,
+                        found,
+                    },
+                    Wakes::default(),
+                ));
+            }
+            return Err(StoreError::from(err).into());
         }
-        (true, false) => CommitStatus::AlreadyHandled,
-        (true, true) => CommitStatus::Written,
-    })
+    };
+    let outcome: String = row.try_get(0).map_err(StoreError::from)?;
+    let woken: Vec<String> = row.try_get(1).map_err(StoreError::from)?;
+    let mut wakes = Wakes::default();
+    let status = match outcome.as_str() {
+        "lock_lost" => {
+            let (entity, sequence) = settle.map_or((String::new(), 0), |lock| (lock.entity.path(), lock.sequence));
+            return Err(CommitError::LockLost { entity, sequence });
+        }
+        "already_handled" => CommitStatus::AlreadyHandled,
+        _ => {
+            for entity in woken {
+                wakes.entity(entity);
+            }
+            for line in &handled.timeline {
+                wakes.timeline(line.correlation_id.as_str());
+            }
+            for correlation_id in outbox.sent_correlation_ids.iter().flatten() {
+                wakes.timeline(correlation_id.as_str());
+            }
+            CommitStatus::Written
+        }
+    };
+    Ok((status, wakes))
+}
+
+/// The stored version a `bosun_commit` saga conflict names, if `err` is one.
+fn saga_conflict(err: &sqlx_core::Error) -> Option<i64> {
+    let database = err.as_database_error()?;
+    if database.code().as_deref() != Some(SAGA_CONFLICT) {
+        return None;
+    }
+    let detail = database.try_downcast_ref::<PgDatabaseError>()?.detail()?;
+    detail.parse().ok()
+}
+
+/// The outgoing messages of a commit as one array per column, with the
+/// `sent` line of each (none for a body that is not an envelope).
+struct OutboxColumns<'a> {
+    paths: Vec<String>,
+    kinds: Vec<&'static str>,
+    names: Vec<&'a str>,
+    subscriptions: Vec<Option<&'a str>>,
+    broker_message_ids: Vec<&'a str>,
+    message_types: Vec<Option<&'a str>>,
+    correlation_ids: Vec<Option<&'a str>>,
+    bodies: Vec<&'a [u8]>,
+    scheduled_at: Vec<Option<OffsetDateTime>>,
+    sent_correlation_ids: Vec<Option<String>>,
+    sent_message_ids: Vec<Option<String>>,
+    sent_message_types: Vec<Option<String>>,
+    sent_attempts: Vec<Option<i64>>,
+    sent_details: Vec<Option<String>>,
+}
+
+impl<'a> OutboxColumns<'a> {
+    fn of(messages: &'a [OutboundMessage], now: OffsetDateTime) -> Self {
+        let mut columns = Self {
+            paths: Vec::with_capacity(messages.len()),
+            kinds: Vec::with_capacity(messages.len()),
+            names: Vec::with_capacity(messages.len()),
+            subscriptions: Vec::with_capacity(messages.len()),
+            broker_message_ids: Vec::with_capacity(messages.len()),
+            message_types: Vec::with_capacity(messages.len()),
+            correlation_ids: Vec::with_capacity(messages.len()),
+            bodies: Vec::with_capacity(messages.len()),
+            scheduled_at: Vec::with_capacity(messages.len()),
+            sent_correlation_ids: Vec::with_capacity(messages.len()),
+            sent_message_ids: Vec::with_capacity(messages.len()),
+            sent_message_types: Vec::with_capacity(messages.len()),
+            sent_attempts: Vec::with_capacity(messages.len()),
+            sent_details: Vec::with_capacity(messages.len()),
+        };
+        for message in messages {
+            let (kind, name, subscription) = match &message.destination {
+                Destination::Queue(name) => ("queue", name.as_str(), None),
+                Destination::Topic(topic) => ("topic", topic.as_str(), None),
+                Destination::Subscription { topic, subscription } => {
+                    ("subscription", topic.as_str(), Some(subscription.as_str()))
+                }
+            };
+            columns.paths.push(message.destination.path());
+            columns.kinds.push(kind);
+            columns.names.push(name);
+            columns.subscriptions.push(subscription);
+            columns.broker_message_ids.push(&message.broker_message_id);
+            columns.message_types.push(message.message_type.as_deref());
+            columns.correlation_ids.push(message.correlation_id.as_deref());
+            columns.bodies.push(&message.body);
+            columns.scheduled_at.push(message.scheduled_at);
+            let sent = sent_line(message, now);
+            columns
+                .sent_correlation_ids
+                .push(sent.as_ref().map(|line| line.correlation_id.clone()));
+            columns
+                .sent_message_ids
+                .push(sent.as_ref().map(|line| line.message_id.clone()));
+            columns
+                .sent_message_types
+                .push(sent.as_ref().map(|line| line.message_type.clone()));
+            columns
+                .sent_attempts
+                .push(sent.as_ref().map(|line| i64::from(line.attempt)));
+            columns.sent_details.push(sent.and_then(|line| line.detail));
+        }
+        columns
+    }
 }
 
 /// The `sent` line the outbox dispatcher would have written for `message`

@@ -22,6 +22,7 @@
 
 pub mod commit;
 mod listen;
+mod notify;
 mod queue;
 pub mod store;
 pub mod transport;
@@ -40,7 +41,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +84,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "retention",
         sql: include_str!("../../../migrations/postgres/0006_retention.sql"),
     },
+    Migration {
+        version: 7,
+        name: "one_statement_commit",
+        sql: include_str!("../../../migrations/postgres/0007_one_statement_commit.sql"),
+    },
 ];
 
 /// Held for the whole migration transaction; keyed by schema so bosun
@@ -104,6 +110,9 @@ pub struct PoolSettings {
     /// Most connections open at once. The transport's LISTEN task holds one
     /// for as long as it runs.
     pub max_connections: u32,
+    /// Connections opened when the pool is created and kept open (at most
+    /// `max_connections`).
+    pub min_connections: u32,
     /// How long a query waits for a free connection before failing.
     pub acquire_timeout: Duration,
 }
@@ -112,6 +121,7 @@ impl Default for PoolSettings {
     fn default() -> Self {
         Self {
             max_connections: 10,
+            min_connections: 0,
             acquire_timeout: Duration::from_secs(30),
         }
     }
@@ -245,6 +255,10 @@ pub struct MigrationReport {
 #[derive(Clone)]
 pub struct PostgresDatabase {
     pool: PgPool,
+    /// Sends the wake-ups of committed transactions (see `notify`).
+    notifier: std::sync::Arc<notify::Notifier>,
+    /// Saga turns held at once (each holds a connection; see `store::turns`).
+    turn_slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for PostgresDatabase {
@@ -282,16 +296,31 @@ impl PostgresDatabase {
         // database is; a ping would be one more round trip per statement.
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(2))
+            .min_connections(settings.min_connections.min(settings.max_connections.max(2)))
             .acquire_timeout(settings.acquire_timeout)
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            turn_slots: store::turns::turn_slots(settings.max_connections.max(2)),
+            pool,
+            notifier: std::sync::Arc::default(),
+        })
     }
 
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// How many saga turns may be held at once.
+    pub(crate) fn turn_slots(&self) -> &std::sync::Arc<tokio::sync::Semaphore> {
+        &self.turn_slots
+    }
+
+    /// Sends what a committed transaction woke (call it after the commit).
+    pub(crate) fn wake(&self, wakes: notify::Wakes) {
+        self.notifier.send(&self.pool, wakes);
     }
 
     /// Applies the migrations this database lacks, in one transaction, under
@@ -493,6 +522,7 @@ pub(crate) mod testing {
             options,
             PoolSettings {
                 max_connections: 6,
+                min_connections: 0,
                 acquire_timeout: Duration::from_secs(30),
             },
         )
@@ -667,7 +697,10 @@ mod tests {
             "{as_store:?}"
         );
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![2, 3, 4, 5, 6]);
+        assert_eq!(
+            database.migrate().await.unwrap().applied,
+            (2..=SCHEMA_VERSION).collect::<Vec<_>>()
+        );
         database.check_schema().await.unwrap();
 
         // A newer bosun migrated this database: refuse to serve and to migrate.
@@ -736,7 +769,10 @@ mod tests {
         .await
         .unwrap();
 
-        assert_eq!(database.migrate().await.unwrap().applied, vec![4, 5, 6]);
+        assert_eq!(
+            database.migrate().await.unwrap().applied,
+            (4..=SCHEMA_VERSION).collect::<Vec<_>>()
+        );
         let keys: Vec<(String, String, Option<String>)> =
             sqlx_core::query_as::query_as("SELECT kind, key, tenant_id FROM bosun_sagas ORDER BY kind, key")
                 .fetch_all(pool)

@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use bosun_contracts::Destination;
 use sqlx_core::executor::Executor;
 use sqlx_core::query::query;
+use sqlx_core::row::Row;
 use sqlx_postgres::{PgConnection, Postgres};
 
+use crate::backends::postgres::notify::Wakes;
 use crate::ports::transport::{LockToken, OutboundMessage};
 
 /// What happened to one outgoing message in [`enqueue`].
@@ -68,12 +70,13 @@ async fn known_entity(conn: &mut PgConnection, destination: &Destination) -> Res
 
 /// Writes one message within the caller's transaction: duplicate detection
 /// on (destination, broker message id), then one row in the entity, or one
-/// per matching subscription for the topic. The trigger notifies receivers
-/// when the transaction commits.
+/// per matching subscription for the topic. Receivers are woken
+/// through `wakes` once the caller's transaction commits.
 pub(crate) async fn enqueue(
     conn: &mut PgConnection,
     known: &mut KnownEntities,
     message: &OutboundMessage,
+    wakes: &mut Wakes,
 ) -> Result<Enqueued, sqlx_core::Error> {
     if !known.check(conn, &message.destination).await? {
         return Ok(Enqueued::NoSuchEntity);
@@ -97,22 +100,30 @@ pub(crate) async fn enqueue(
             "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
              SELECT topic || '/subscriptions/' || name, $2, $3, $4, $5, now(), coalesce($6, now())
              FROM bosun_subscriptions WHERE topic = $1 AND $3 = ANY (event_types)
-             ORDER BY name",
+             ORDER BY name
+             RETURNING entity, visible_at <= now()",
         ),
         Destination::Queue(_) | Destination::Subscription { .. } => query(
             "INSERT INTO bosun_messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
-             VALUES ($1, $2, $3, $4, $5, now(), coalesce($6, now()))",
+             VALUES ($1, $2, $3, $4, $5, now(), coalesce($6, now()))
+             RETURNING entity, visible_at <= now()",
         ),
     };
-    insert
+    let written = insert
         .bind(&destination)
         .bind(&message.broker_message_id)
         .bind(&message.message_type)
         .bind(&message.correlation_id)
         .bind(&message.body)
         .bind(message.scheduled_at)
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await?;
+    for row in &written {
+        // Scheduled messages are found by the receivers' fallback poll.
+        if row.try_get::<bool, _>(1)? {
+            wakes.entity(row.try_get::<String, _>(0)?);
+        }
+    }
     Ok(Enqueued::Sent)
 }
 

@@ -17,9 +17,10 @@
 //! - `bosun_duplicates` remembers broker message ids per destination for
 //!   seven days (duplicate detection); records past the window are deleted
 //!   in batches by retention ([`Transport::prune_duplicates`]).
-//! - Wake-ups: a trigger sends `NOTIFY bosun_messages, '<entity>'` when a
-//!   transaction that inserted deliverable messages commits, and `abandon`
-//!   sends one too. Each transport instance runs one task that `LISTEN`s on
+//! - Wake-ups: `NOTIFY bosun_messages, '<entity>'` is sent (batched, after
+//!   commit, by the database's notifier: see `notify`) for every entity a
+//!   committed transaction gave a message it can deliver now, and by
+//!   `abandon`. Each transport instance runs one task that `LISTEN`s on
 //!   a dedicated connection and wakes the receivers waiting on that entity;
 //!   `wait_for_messages` still returns after its timeout, which finds
 //!   scheduled messages, expired locks and notifications lost to a dropped
@@ -33,6 +34,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::Destination;
 use sqlx_core::query::query;
+use sqlx_core::query_scalar::query_scalar;
 use sqlx_core::row::Row;
 use sqlx_postgres::PgPool;
 use time::OffsetDateTime;
@@ -41,15 +43,16 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::backends::postgres::listen::{Listener, listen};
+use crate::backends::postgres::notify::Wakes;
 use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::transport::{
     DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
 };
 
-/// The channel the trigger and `abandon` notify on; the payload is the
-/// entity path.
-pub const NOTIFY_CHANNEL: &str = "bosun_messages";
+/// The channel sends and `abandon` notify on; the payload is the entity
+/// path.
+pub const NOTIFY_CHANNEL: &str = super::notify::MESSAGES_CHANNEL;
 
 /// How long a broker message id is remembered for duplicate detection (the
 /// `interval '7 days'` of the enqueue statement in `queue.rs`); records past
@@ -299,13 +302,15 @@ impl PostgresTransport {
         }
         let mut tx = self.database.pool().begin().await?;
         let mut known = KnownEntities::default();
+        let mut wakes = Wakes::default();
         for message in &messages {
-            if enqueue(&mut tx, &mut known, message).await? == Enqueued::NoSuchEntity {
+            if enqueue(&mut tx, &mut known, message, &mut wakes).await? == Enqueued::NoSuchEntity {
                 // Dropping the transaction rolls the whole batch back.
                 return Err(TransportError::NoSuchEntity(message.destination.path()));
             }
         }
         tx.commit().await?;
+        self.database.wake(wakes);
         Ok(())
     }
 
@@ -323,6 +328,10 @@ impl PostgresTransport {
             // claimed at once; those already delivered the maximum number
             // of times go to the dead-letter sub-queue, the rest are locked.
             // The cost is that of the claimed rows, whatever the backlog.
+            // The claim commits without waiting for its WAL flush
+            // (`synchronous_commit` off for this transaction only): a claim
+            // lost to a crash is only a redelivery, and the commit that
+            // settles the message flushes the WAL past it anyway.
             "WITH candidates AS MATERIALIZED (
                 SELECT sequence, delivery_count FROM bosun_messages
                 WHERE entity = $1 AND NOT dead_lettered AND visible_at <= now()
@@ -341,7 +350,7 @@ impl PostgresTransport {
              UPDATE bosun_messages AS m
              SET delivery_count = m.delivery_count + 1, lock_token = $4,
                  locked_until = now() + $5::bigint * interval '1 millisecond'
-             FROM candidates
+             FROM candidates, (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
              WHERE m.sequence = candidates.sequence AND candidates.delivery_count < $2
              RETURNING m.sequence, m.broker_message_id, m.message_type, m.body, m.delivery_count, m.enqueued_at,
                        m.locked_until",
@@ -405,23 +414,22 @@ impl PostgresTransport {
     }
 
     async fn abandon_rows(&self, lock: &LockToken) -> Result<(), TransportError> {
-        // Unlock and wake the entity's receivers in one statement.
-        let released = query(
-            "WITH released AS (
-                UPDATE bosun_messages SET lock_token = NULL, locked_until = NULL
-                WHERE sequence = $1 AND lock_token = $2 AND NOT dead_lettered
-                RETURNING entity
-             )
-             SELECT pg_notify($3, entity) FROM released",
+        // Unlock, then wake the entity's receivers.
+        let released: Option<String> = query_scalar(
+            "UPDATE bosun_messages SET lock_token = NULL, locked_until = NULL
+             WHERE sequence = $1 AND lock_token = $2 AND NOT dead_lettered
+             RETURNING entity",
         )
         .bind(lock.sequence)
         .bind(lock.token)
-        .bind(NOTIFY_CHANNEL)
         .fetch_optional(self.database.pool())
         .await?;
-        if released.is_none() {
+        let Some(entity) = released else {
             return Err(lock_lost(lock));
-        }
+        };
+        let mut wakes = Wakes::default();
+        wakes.entity(entity);
+        self.database.wake(wakes);
         Ok(())
     }
 

@@ -670,6 +670,26 @@ pub(crate) fn cutoff(now: OffsetDateTime, keep: Option<std::time::Duration>) -> 
     })
 }
 
+/// A saga key's turn across every process that shares the store: while it
+/// is held, no other process handles a message of that saga. Released when
+/// dropped.
+pub struct SagaTurn {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl SagaTurn {
+    /// A turn that lasts as long as `held` (whose drop releases it).
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Self { _held: Box::new(held) }
+    }
+}
+
+impl std::fmt::Debug for SagaTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SagaTurn")
+    }
+}
+
 /// Everything bosun persists besides the transport's messages.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -695,6 +715,15 @@ pub trait Store: Send + Sync {
             Some((kind, key)) => Ok((false, self.load_saga_state(kind, key).await?)),
             None => Ok((false, None)),
         }
+    }
+
+    /// Waits for saga `kind`/`key`'s turn across processes, where the store
+    /// is shared by several (`None`: it has no such lock, and the version
+    /// check at commit is the only guard across processes). The runtime
+    /// takes it after the in-process turn and keeps it until the commit.
+    async fn saga_turn(&self, kind: &str, key: &str) -> Result<Option<SagaTurn>, StoreError> {
+        let _ = (kind, key);
+        Ok(None)
     }
 
     /// Writes the idempotency record, the saga state (with its version

@@ -50,6 +50,7 @@ const KNOWN: &[&str] = &[
     "BOSUN_TRANSPORT",
     "BOSUN_DATABASE_URL",
     "BOSUN_DATABASE_POOL_SIZE",
+    "BOSUN_DATABASE_POOL_MIN",
     "BOSUN_SERVICEBUS_CONNECTION_STRING",
     "BOSUN_SERVICEBUS_NAMESPACE",
     "BOSUN_SERVICEBUS_AUTH",
@@ -526,6 +527,8 @@ impl Settings {
             lock_duration: millis("BOSUN_LOCK_DURATION_MS", 30_000)?,
             database_pool_size: u32::try_from(number("BOSUN_DATABASE_POOL_SIZE", 10, 2)?)
                 .map_err(|_| invalid("BOSUN_DATABASE_POOL_SIZE", "is too large"))?,
+            database_pool_min: u32::try_from(number("BOSUN_DATABASE_POOL_MIN", 0, 0)?)
+                .map_err(|_| invalid("BOSUN_DATABASE_POOL_MIN", "is too large"))?,
             max_delivery_count: u32::try_from(number("BOSUN_MAX_DELIVERY_COUNT", 10, 1)?)
                 .map_err(|_| invalid("BOSUN_MAX_DELIVERY_COUNT", "is too large"))?,
             retry_base_delay: millis("BOSUN_RETRY_BASE_DELAY_MS", 1_000)?,

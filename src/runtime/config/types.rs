@@ -394,6 +394,10 @@ pub struct Settings {
     /// process opens (store, transport and its LISTEN connection together).
     /// Default 10; at least 2.
     pub database_pool_size: u32,
+    /// `BOSUN_DATABASE_POOL_MIN`: PostgreSQL connections opened at start
+    /// and kept open, so the first burst of work does not wait for
+    /// connections to be set up. Default 0; at most the pool size.
+    pub database_pool_min: u32,
     /// `BOSUN_MAX_DELIVERY_COUNT`: deliveries before the transport
     /// dead-letters a message by itself. Default 10.
     pub max_delivery_count: u32,

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
+use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{
     AttemptRecord, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord, DeadLetterStatus, ReplayRecord, StoreError,
     TimelineEntry,
@@ -59,6 +60,7 @@ pub(super) async fn record_dead_letter(
     timeline: Option<TimelineEntry>,
 ) -> Result<(), StoreError> {
     let mut tx = database.pool().begin().await?;
+    let mut wakes = Wakes::default();
     let inserted = query(
         "INSERT INTO bosun_dead_letters (id, consumer, entity, transport_sequence, broker_message_id, message_id,
             message_type, correlation_id, tenant_id, body, reason, description, error_chain, attempts,
@@ -87,9 +89,10 @@ pub(super) async fn record_dead_letter(
     .await?
     .rows_affected();
     if let Some(entry) = timeline.as_ref().filter(|_| inserted > 0) {
-        insert_timeline(&mut tx, std::slice::from_ref(entry)).await?;
+        insert_timeline(&mut tx, std::slice::from_ref(entry), &mut wakes).await?;
     }
     tx.commit().await?;
+    database.wake(wakes);
     Ok(())
 }
 
@@ -164,6 +167,7 @@ pub(super) async fn record_replay(
     timeline: Option<TimelineEntry>,
 ) -> Result<(), StoreError> {
     let mut tx = database.pool().begin().await?;
+    let mut wakes = Wakes::default();
     let updated =
         query("UPDATE bosun_dead_letters SET replays = replays || jsonb_build_array($2::jsonb) WHERE id = $1")
             .bind(id)
@@ -178,9 +182,10 @@ pub(super) async fn record_replay(
         });
     }
     if let Some(entry) = &timeline {
-        insert_timeline(&mut tx, std::slice::from_ref(entry)).await?;
+        insert_timeline(&mut tx, std::slice::from_ref(entry), &mut wakes).await?;
     }
     tx.commit().await?;
+    database.wake(wakes);
     Ok(())
 }
 

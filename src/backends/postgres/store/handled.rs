@@ -1,119 +1,20 @@
 //! Idempotency, the atomic commit of a handled message, and retries.
 
 use sqlx_core::query::query;
-use sqlx_core::query_scalar::query_scalar;
 use sqlx_core::row::Row;
 use sqlx_core::types::Json;
-use sqlx_postgres::PgConnection;
 
 use super::attempt_number;
 use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
+use crate::backends::postgres::commit::commit_in_one_statement;
+use crate::backends::postgres::notify::Wakes;
+use crate::ports::commit::{CommitError, CommitStatus};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, SagaState, StoreError, TimelineEntry,
 };
 use crate::ports::transport::OutboundMessage;
-
-/// The body of [`Store::commit_handled`](crate::ports::store::Store::commit_handled), inside its transaction.
-pub(super) async fn commit_in(conn: &mut PgConnection, handled: &HandledMessage) -> Result<CommitOutcome, StoreError> {
-    if !insert_handled(conn, handled).await? {
-        return Ok(CommitOutcome::AlreadyHandled);
-    }
-    write_saga(conn, handled).await?;
-    for message in &handled.outbox {
-        insert_outbox(
-            conn,
-            Some(&handled.consumer),
-            Some(&handled.message_id),
-            OutboxPurpose::Emitted,
-            message,
-            false,
-        )
-        .await?;
-    }
-    insert_timeline(conn, &handled.timeline).await?;
-    Ok(CommitOutcome::Committed)
-}
-
-/// Writes the idempotency record; false when it was already there.
-pub(crate) async fn insert_handled(
-    conn: &mut PgConnection,
-    handled: &HandledMessage,
-) -> Result<bool, sqlx_core::Error> {
-    let inserted = query(
-        "INSERT INTO bosun_handled (consumer, message_id, handled_at) VALUES ($1, $2, now())
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&handled.consumer)
-    .bind(&handled.message_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(inserted > 0)
-}
-
-/// Saves the saga if it is still at the expected version.
-pub(crate) async fn write_saga(conn: &mut PgConnection, handled: &HandledMessage) -> Result<(), StoreError> {
-    let Some(saga) = &handled.saga else {
-        return Ok(());
-    };
-    let version = saga.expected_version + 1;
-    let written = if saga.expected_version == 0 {
-        query(
-            "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at, tenant_id)
-             VALUES ($1, $2, $3, $4, now(), now(), $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(&saga.kind)
-        .bind(&saga.key)
-        .bind(version)
-        .bind(Json(&saga.state))
-        .bind(&saga.tenant_id)
-        .execute(&mut *conn)
-        .await?
-    } else {
-        // The tenant is kept from the first save (one made before tenants
-        // were kept takes the next one's).
-        query(
-            "UPDATE bosun_sagas SET version = $3, state = $4, updated_at = now(),
-                tenant_id = coalesce(tenant_id, $6)
-             WHERE kind = $1 AND key = $2 AND version = $5",
-        )
-        .bind(&saga.kind)
-        .bind(&saga.key)
-        .bind(version)
-        .bind(Json(&saga.state))
-        .bind(saga.expected_version)
-        .bind(&saga.tenant_id)
-        .execute(&mut *conn)
-        .await?
-    };
-    if written.rows_affected() == 0 {
-        let found: Option<i64> = query_scalar("SELECT version FROM bosun_sagas WHERE kind = $1 AND key = $2")
-            .bind(&saga.kind)
-            .bind(&saga.key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        return Err(StoreError::SagaConflict {
-            kind: saga.kind.clone(),
-            key: saga.key.clone(),
-            expected: saga.expected_version,
-            found: found.unwrap_or(0),
-        });
-    }
-    query(
-        "INSERT INTO bosun_saga_history (kind, key, version, message_id, message_type, at)
-         VALUES ($1, $2, $3, $4, $5, now())",
-    )
-    .bind(&saga.kind)
-    .bind(&saga.key)
-    .bind(version)
-    .bind(&handled.message_id)
-    .bind(&handled.message_type)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
 
 pub(super) async fn is_handled(
     database: &PostgresDatabase,
@@ -162,16 +63,31 @@ pub(super) async fn commit_handled(
     database: &PostgresDatabase,
     handled: HandledMessage,
 ) -> Result<CommitOutcome, StoreError> {
-    let mut tx = database.pool().begin().await?;
-    match commit_in(&mut tx, &handled).await {
-        Ok(outcome) => {
-            tx.commit().await?;
-            Ok(outcome)
-        }
-        Err(err) => {
-            let _ = tx.rollback().await;
-            Err(err)
-        }
+    // One statement (`bosun_commit`); the outgoing messages stay in the
+    // outbox for the dispatcher, which sends them on the other transport.
+    let mut conn = database.pool().acquire().await?;
+    let (status, wakes) = match commit_in_one_statement(&mut conn, &handled, None).await {
+        Ok(done) => done,
+        Err(CommitError::Store(err)) => return Err(err),
+        // Only a settling commit can lose a lock.
+        Err(other) => return Err(StoreError::unavailable("committing a handled message", other)),
+    };
+    drop(conn);
+    database.wake(wakes);
+    match status {
+        CommitStatus::Written => Ok(CommitOutcome::Committed),
+        CommitStatus::AlreadyHandled => Ok(CommitOutcome::AlreadyHandled),
+        CommitStatus::SagaConflict {
+            kind,
+            key,
+            expected,
+            found,
+        } => Err(StoreError::SagaConflict {
+            kind,
+            key,
+            expected,
+            found,
+        }),
     }
 }
 
@@ -185,6 +101,7 @@ pub(super) async fn record_retry(
     timeline: TimelineEntry,
 ) -> Result<(), StoreError> {
     let mut tx = database.pool().begin().await?;
+    let mut wakes = Wakes::default();
     let fresh = query(
         "INSERT INTO bosun_attempts (consumer, received_broker_message_id, message_id, attempt, at, error_chain)
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
@@ -209,9 +126,10 @@ pub(super) async fn record_retry(
             false,
         )
         .await?;
-        insert_timeline(&mut tx, std::slice::from_ref(&timeline)).await?;
+        insert_timeline(&mut tx, std::slice::from_ref(&timeline), &mut wakes).await?;
     }
     tx.commit().await?;
+    database.wake(wakes);
     Ok(())
 }
 

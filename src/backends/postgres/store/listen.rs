@@ -17,7 +17,7 @@ use crate::backends::postgres::listen::{Listener, listen};
 use crate::ports::store::{StoreError, TimelineWatch};
 
 /// The channel timeline writes notify, the correlation id as payload.
-pub const TIMELINE_CHANNEL: &str = "bosun_timeline";
+pub const TIMELINE_CHANNEL: &str = crate::backends::postgres::notify::TIMELINE_CHANNEL;
 
 /// How long a timeline wait lasts when no notification woke it, by default:
 /// notifications reach every process, so this only bounds what a lost one

@@ -33,8 +33,8 @@ use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError, TimelineEntry, TimelineWait,
-    doing,
+    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, SagaTurn, Store, StoreError, TimelineEntry,
+    TimelineWait, doing,
 };
 use crate::ports::transport::OutboundMessage;
 
@@ -49,6 +49,7 @@ pub(crate) mod outbox;
 mod retention;
 mod sagas;
 pub(crate) mod timeline;
+pub(crate) mod turns;
 
 /// The PostgreSQL store.
 ///
@@ -139,6 +140,13 @@ impl Store for PostgresStore {
         handled::handled_and_saga(&self.database, consumer, message_id, saga)
             .await
             .map_err(|err| err.doing(doing::is_handled(consumer, message_id)))
+    }
+
+    async fn saga_turn(&self, kind: &str, key: &str) -> Result<Option<SagaTurn>, StoreError> {
+        turns::saga_turn(&self.database, kind, key)
+            .await
+            .map(Some)
+            .map_err(|err| err.doing(format!("waiting for the turn of saga {kind}/{key}")))
     }
 
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {

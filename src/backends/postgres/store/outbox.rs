@@ -10,6 +10,7 @@ use sqlx_postgres::PgConnection;
 
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
+use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntry};
 use crate::ports::transport::{OutboundMessage, duration_ms};
 
@@ -50,8 +51,10 @@ pub(super) async fn enqueue_outbox(
     for message in &messages {
         insert_outbox(&mut tx, None, None, OutboxPurpose::Sent, message, false).await?;
     }
-    insert_timeline(&mut tx, &timeline).await?;
+    let mut wakes = Wakes::default();
+    insert_timeline(&mut tx, &timeline, &mut wakes).await?;
     tx.commit().await?;
+    database.wake(wakes);
     Ok(())
 }
 

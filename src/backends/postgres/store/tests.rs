@@ -72,7 +72,10 @@ async fn migration_3_keeps_existing_sagas_without_a_tenant() {
     .execute(test.database.pool())
     .await
     .unwrap();
-    assert_eq!(test.database.migrate().await.unwrap().applied, vec![3, 4, 5, 6]);
+    assert_eq!(
+        test.database.migrate().await.unwrap().applied,
+        (3..=crate::backends::postgres::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     let store = PostgresStore::new(test.database.clone());
     store.check_schema().await.unwrap();
     let old = store.load_saga("release", "r-old").await.unwrap().unwrap();
@@ -146,7 +149,10 @@ async fn migration_5_gives_existing_outbox_rows_their_purpose_from_the_old_conve
     .execute(test.database.pool())
     .await
     .unwrap();
-    assert_eq!(test.database.migrate().await.unwrap().applied, vec![5, 6]);
+    assert_eq!(
+        test.database.migrate().await.unwrap().applied,
+        (5..=crate::backends::postgres::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     let store = PostgresStore::new(test.database.clone());
     let purposes: Vec<_> = store
         .claim_outbox(10, Duration::from_secs(30))
@@ -199,5 +205,64 @@ async fn a_timeline_write_in_another_process_wakes_a_wait_through_notify() {
     drop(wait);
     assert_eq!(waiting.timeline.watch.waited_on(), 0);
     other.pool().close().await;
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn a_saga_turn_keeps_every_other_process_waiting_until_it_is_dropped() {
+    let test = testing::migrated().await;
+    let here = PostgresStore::new(test.database.clone());
+    let there = PostgresStore::new(test.connect_again().await);
+    let held = here
+        .saga_turn("release", "r-1")
+        .await
+        .unwrap()
+        .expect("PostgreSQL has turns");
+
+    // Another process waits for the same key, but not for another key nor
+    // for the same key in another saga kind.
+    let waiting = tokio::spawn(async move {
+        let turn = there.saga_turn("release", "r-1").await.unwrap();
+        (there, turn)
+    });
+    let other_key = here.saga_turn("release", "r-2").await.unwrap();
+    let other_kind = here.saga_turn("environment", "r-1").await.unwrap();
+    drop((other_key, other_kind));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the second process got a turn that is held");
+
+    drop(held);
+    let (there, turn) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the turn passes once it is dropped")
+        .unwrap();
+    assert!(turn.is_some());
+    drop(turn);
+    // Released again: the first process gets it back.
+    let again = tokio::time::timeout(Duration::from_secs(30), here.saga_turn("release", "r-1"))
+        .await
+        .expect("released after the second drop")
+        .unwrap();
+    drop((again, there));
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn a_turn_abandoned_while_waiting_never_leaves_the_key_locked() {
+    let test = testing::migrated().await;
+    let here = PostgresStore::new(test.database.clone());
+    let there = PostgresStore::new(test.connect_again().await);
+    let held = here.saga_turn("release", "r-1").await.unwrap();
+    // The waiting process gives up (shutdown) before the turn is free.
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), there.saga_turn("release", "r-1")).await;
+    assert!(gave_up.is_err(), "the turn was held");
+    drop(held);
+    // Had the abandoned wait's connection gone back to the pool, it would be
+    // granted the lock and hold it forever.
+    let turn = tokio::time::timeout(Duration::from_secs(30), here.saga_turn("release", "r-1"))
+        .await
+        .expect("the key is free once its holder dropped it")
+        .unwrap();
+    drop(turn);
     test.finish().await;
 }

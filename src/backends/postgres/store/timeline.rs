@@ -6,35 +6,67 @@ use sqlx_postgres::{PgConnection, PgRow};
 
 use super::attempt_number;
 use crate::backends::postgres::PostgresDatabase;
+use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{DeliveryRecord, StoreError, TimelineEntry, TimelineStatus};
 
+/// Writes `entries` in one statement; the timeline waits of their
+/// deliveries are woken through `wakes` once the caller's transaction
+/// commits.
 pub(crate) async fn insert_timeline(
     conn: &mut PgConnection,
     entries: &[TimelineEntry],
+    wakes: &mut Wakes,
 ) -> Result<(), sqlx_core::Error> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let columns = TimelineColumns::of(entries);
+    query(
+        "INSERT INTO bosun_timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                              $7::timestamptz[], $8::text[])",
+    )
+    .bind(&columns.correlation_ids)
+    .bind(&columns.message_ids)
+    .bind(&columns.message_types)
+    .bind(&columns.consumers)
+    .bind(&columns.statuses)
+    .bind(&columns.attempts)
+    .bind(&columns.at)
+    .bind(&columns.details)
+    .execute(&mut *conn)
+    .await?;
     for entry in entries {
-        query(
-            // The notification wakes timeline waits in every process
-            // (`listen`) when the transaction commits.
-            "WITH line AS (
-                 INSERT INTO bosun_timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                 RETURNING correlation_id
-             )
-             SELECT pg_notify('bosun_timeline', correlation_id) FROM line",
-        )
-        .bind(&entry.correlation_id)
-        .bind(&entry.message_id)
-        .bind(&entry.message_type)
-        .bind(&entry.consumer)
-        .bind(entry.status.as_str())
-        .bind(i64::from(entry.attempt))
-        .bind(entry.at)
-        .bind(&entry.detail)
-        .execute(&mut *conn)
-        .await?;
+        wakes.timeline(entry.correlation_id.as_str());
     }
     Ok(())
+}
+
+/// Timeline lines as one array per column, for `unnest`.
+pub(crate) struct TimelineColumns<'a> {
+    pub(crate) correlation_ids: Vec<&'a str>,
+    pub(crate) message_ids: Vec<&'a str>,
+    pub(crate) message_types: Vec<&'a str>,
+    pub(crate) consumers: Vec<Option<&'a str>>,
+    pub(crate) statuses: Vec<&'static str>,
+    pub(crate) attempts: Vec<i64>,
+    pub(crate) at: Vec<time::OffsetDateTime>,
+    pub(crate) details: Vec<Option<&'a str>>,
+}
+
+impl<'a> TimelineColumns<'a> {
+    pub(crate) fn of(entries: &'a [TimelineEntry]) -> Self {
+        Self {
+            correlation_ids: entries.iter().map(|line| line.correlation_id.as_str()).collect(),
+            message_ids: entries.iter().map(|line| line.message_id.as_str()).collect(),
+            message_types: entries.iter().map(|line| line.message_type.as_str()).collect(),
+            consumers: entries.iter().map(|line| line.consumer.as_deref()).collect(),
+            statuses: entries.iter().map(|line| line.status.as_str()).collect(),
+            attempts: entries.iter().map(|line| i64::from(line.attempt)).collect(),
+            at: entries.iter().map(|line| line.at).collect(),
+            details: entries.iter().map(|line| line.detail.as_deref()).collect(),
+        }
+    }
 }
 
 pub(super) fn timeline_from_row(row: &PgRow) -> Result<TimelineEntry, StoreError> {
@@ -71,9 +103,12 @@ pub(super) async fn append_timeline(
     if entries.is_empty() {
         return Ok(());
     }
-    let mut tx = database.pool().begin().await?;
-    insert_timeline(&mut tx, &entries).await?;
-    tx.commit().await?;
+    // One statement: atomic on its own.
+    let mut conn = database.pool().acquire().await?;
+    let mut wakes = Wakes::default();
+    insert_timeline(&mut conn, &entries, &mut wakes).await?;
+    drop(conn);
+    database.wake(wakes);
     Ok(())
 }
 
