@@ -1,26 +1,34 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build of the one `bosun` binary; runs as a non-root user.
+# Multi-stage build of the one `bosun` binary on Debian 13 (trixie, the
+# current stable). The runtime image runs as the non-root user 10001 under
+# tini (signals reach bosun, zombies of the local adapters' child processes
+# are reaped) and answers /healthz, /readyz and /metrics on the ops port
+# (BOSUN_OPS_ADDR, 9090); `--http` adds the API on 8080.
 
-FROM rust:1.95-bookworm AS build
+FROM rust:1.95-trixie AS build
 WORKDIR /src
-# Build dependencies first so source edits do not rebuild them.
+# Build dependencies first so source edits do not rebuild them. Every
+# workspace member's manifest is needed for the workspace to load.
 COPY Cargo.toml Cargo.lock ./
 COPY contracts/Cargo.toml contracts/Cargo.toml
 COPY sagas/Cargo.toml sagas/Cargo.toml
 COPY consumers/Cargo.toml consumers/Cargo.toml
-RUN mkdir -p src contracts/src sagas/src consumers/src \
+COPY testing/servicebus-broker/Cargo.toml testing/servicebus-broker/Cargo.toml
+RUN mkdir -p src contracts/src sagas/src consumers/src testing/servicebus-broker/src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs contracts/src/lib.rs sagas/src/lib.rs consumers/src/lib.rs \
-    && cargo build --release --locked \
-    && rm -rf src contracts/src sagas/src consumers/src
+    && touch src/lib.rs contracts/src/lib.rs sagas/src/lib.rs consumers/src/lib.rs testing/servicebus-broker/src/lib.rs \
+    && cargo build --release --locked --bin bosun \
+    && rm -rf src contracts/src sagas/src consumers/src testing/servicebus-broker/src
 COPY . .
 RUN touch src/main.rs src/lib.rs contracts/src/lib.rs sagas/src/lib.rs consumers/src/lib.rs \
     && cargo build --release --locked --bin bosun
 
-FROM debian:bookworm-slim
-# git: the local Git host; ca-certificates and libssl3: HTTPS to Azure.
+FROM debian:trixie-slim
+# git: the local Git host; ca-certificates and libssl3t64: HTTPS to Azure;
+# tini: the init process; procps: `kill` and `ps` for the local pipeline
+# runner (bash and GNU tar are in the base image).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git ca-certificates libssl3 \
+    && apt-get install -y --no-install-recommends git ca-certificates libssl3t64 tini procps \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 bosun \
     && useradd --system --uid 10001 --gid bosun --home-dir /var/lib/bosun --create-home bosun
@@ -28,6 +36,13 @@ COPY --from=build /src/target/release/bosun /usr/local/bin/bosun
 USER 10001:10001
 WORKDIR /var/lib/bosun
 ENV BOSUN_DATA_DIR=/var/lib/bosun/data \
-    BOSUN_LOG_FORMAT=json
-ENTRYPOINT ["/usr/local/bin/bosun"]
+    BOSUN_LOG_FORMAT=json \
+    BOSUN_OPS_ADDR=0.0.0.0:9090
+# 9090: the ops port (probes, Prometheus); 8080: the API with `--http 0.0.0.0:8080`.
+EXPOSE 9090 8080
+# Liveness from the ops port, with bash's /dev/tcp (no curl in the image).
+# Kubernetes ignores it and uses the probes in infra/kubernetes.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9090 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/bosun"]
 CMD ["serve"]

@@ -9,7 +9,8 @@
 //!
 //! - `serve.rs`: `serve`, `api`, `mcp` (the long-running servers);
 //! - `migrate.rs`, `topology.rs`, `keys.rs`: setting up PostgreSQL, Service
-//!   Bus and API keys; `prune.rs`: retention on demand;
+//!   Bus and API keys; `infra.rs`: rendering the AKS deployment;
+//!   `prune.rs`: retention on demand;
 //! - `send.rs`, `deliveries.rs`, `dead_letters.rs`, `sagas.rs`: what an
 //!   operator does day to day;
 //! - `demo.rs`, `bench.rs`, `schema.rs`: the demo, the benchmark and the
@@ -20,6 +21,7 @@ mod bench;
 mod dead_letters;
 mod deliveries;
 mod demo;
+mod infra;
 mod keys;
 mod migrate;
 mod output;
@@ -42,6 +44,7 @@ use bench::BenchArgs;
 use dead_letters::DeadLettersCommand;
 use deliveries::DeliveriesCommand;
 use demo::DemoArgs;
+use infra::InfraCommand;
 use keys::KeysCommand;
 use migrate::MigrateArgs;
 use prune::PruneArgs;
@@ -82,6 +85,12 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: TopologyCommand,
+    },
+    /// The deployment on AKS: `bosun infra render [DIR]`.
+    Infra {
+        /// What to do.
+        #[command(subcommand)]
+        command: InfraCommand,
     },
     /// Create, list and revoke API keys.
     Keys {
@@ -154,6 +163,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Api(args) => serve::api(args, &settings).await,
         Command::Mcp => serve::mcp(&settings).await,
         Command::Topology { command } => topology::run(command, &settings).await,
+        Command::Infra { command } => infra::run(command, &settings),
         Command::Keys { command } => keys::run(command, &settings).await,
         Command::Demo(args) => demo::run(args, settings, explicit_data_dir).await,
         Command::Bench(args) => bench::run(args, settings).await,

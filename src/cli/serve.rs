@@ -2,15 +2,18 @@
 //! the HTTP API), `bosun api` (the HTTP API alone) and `bosun mcp` (the MCP
 //! tools over stdio). Each runs until SIGTERM or Ctrl-C (or end of input).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use bosun::front::api::prometheus::HttpMetrics;
 use bosun::front::api::{self, ApiState};
 use bosun::front::gateway::Gateway;
 use bosun::front::mcp::McpServer;
+use bosun::front::ops::{self, OpsState};
 use bosun::runtime::config::{Settings, parse_consumer_list};
 use bosun::runtime::metrics::Metrics;
 use bosun::wiring::{self, Backends};
@@ -25,6 +28,10 @@ pub struct ServeArgs {
     /// address, e.g. 0.0.0.0:8080 (port 0 picks a free one).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Serve /healthz, /readyz and /metrics alone on this address, e.g.
+    /// 0.0.0.0:9090 (overrides BOSUN_OPS_ADDR; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    pub ops_addr: Option<SocketAddr>,
 }
 
 /// `bosun api`.
@@ -33,10 +40,15 @@ pub struct ApiArgs {
     /// The address, e.g. 0.0.0.0:8080.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub http: String,
+    /// Serve /healthz, /readyz and /metrics alone on this address too
+    /// (overrides BOSUN_OPS_ADDR).
+    #[arg(long, value_name = "ADDR")]
+    pub ops_addr: Option<SocketAddr>,
 }
 
-/// Runs the consumers (and the API with `--http`) until a signal, then
-/// drains: the API answers "not ready" while the consumers finish.
+/// Runs the consumers (and the API with `--http`, the ops port with
+/// `--ops-addr` or `BOSUN_OPS_ADDR`) until a signal, then drains: the API
+/// and the ops port answer "not ready" while the consumers finish.
 pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
     if let Some(list) = args.consumers {
         settings.consumers = Some(parse_consumer_list(&list)?);
@@ -49,11 +61,21 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
         Some(address) => Some(start_api(&settings, &backends, &address, &shutdown, Arc::clone(&metrics)).await?),
         None => None,
     };
+    let http = api.as_ref().map(|(_, _, http)| Arc::clone(http)).unwrap_or_default();
+    let ops = match args.ops_addr.or(settings.ops_addr) {
+        Some(address) => Some(start_ops(&backends, address, &shutdown, Arc::clone(&metrics), http).await?),
+        None => None,
+    };
     let served = wiring::serve_with_metrics(&settings, &backends, shutdown, metrics).await;
-    // The API answers (not ready) while the consumers drain, then stops.
-    if let Some((stop, task)) = api {
+    // The API and the ops port answer (not ready) while the consumers
+    // drain, then stop.
+    if let Some((stop, task, _)) = api {
         stop.cancel();
         task.await.context("HTTP API task")??;
+    }
+    if let Some((stop, task)) = ops {
+        stop.cancel();
+        task.await.context("ops port task")??;
     }
     // Prefetched messages go back to the broker at once, not when
     // their locks expire.
@@ -62,15 +84,26 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
     Ok(())
 }
 
-/// Serves the HTTP API alone until a signal.
+/// Serves the HTTP API alone (and the ops port with `--ops-addr` or
+/// `BOSUN_OPS_ADDR`) until a signal.
 pub async fn api(args: ApiArgs, settings: &Settings) -> Result<()> {
     let backends = Backends::open(settings).await?;
     let shutdown = CancellationToken::new();
     wiring::cancel_on_signals(shutdown.clone());
-    let (stop, task) = start_api(settings, &backends, &args.http, &shutdown, Arc::new(Metrics::new())).await?;
+    let metrics = Arc::new(Metrics::new());
+    let (stop, task, http) = start_api(settings, &backends, &args.http, &shutdown, Arc::clone(&metrics)).await?;
+    let ops = match args.ops_addr.or(settings.ops_addr) {
+        Some(address) => Some(start_ops(&backends, address, &shutdown, metrics, http).await?),
+        None => None,
+    };
     shutdown.cancelled().await;
     stop.cancel();
-    task.await.context("HTTP API task")?
+    let served = task.await.context("HTTP API task")?;
+    if let Some((stop, task)) = ops {
+        stop.cancel();
+        task.await.context("ops port task")??;
+    }
+    served
 }
 
 /// Serves the MCP tools over stdio, acting as the key in `BOSUN_API_KEY`.
@@ -91,15 +124,20 @@ pub async fn mcp(settings: &Settings) -> Result<()> {
         .context("MCP stdio")
 }
 
+/// A server running in the background: cancel the token to stop it, then
+/// await the task.
+type Running = (CancellationToken, tokio::task::JoinHandle<Result<()>>);
+
 /// Binds the HTTP API and serves it in the background until the returned
 /// token is cancelled; readiness turns false when `draining` is cancelled.
+/// Also returns the API's request counts, for the ops port's `/metrics`.
 async fn start_api(
     settings: &Settings,
     backends: &Backends,
     address: &str,
     draining: &CancellationToken,
     metrics: Arc<Metrics>,
-) -> Result<(CancellationToken, tokio::task::JoinHandle<Result<()>>)> {
+) -> Result<(CancellationToken, tokio::task::JoinHandle<Result<()>>, Arc<HttpMetrics>)> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("--http {address}: cannot listen"))?;
@@ -107,6 +145,7 @@ async fn start_api(
     // Scripts and tests read the port from here (port 0 picks a free one).
     eprintln!("bosun: HTTP API on http://{bound}");
     let state = ApiState::new(Gateway::new(backends.clone(), draining.clone()), metrics);
+    let http = state.http_metrics();
     let stop = CancellationToken::new();
     let max_body = settings.http_max_body_bytes;
     let limits = settings.http_limits.clone();
@@ -117,6 +156,30 @@ async fn start_api(
                 .await
                 .context("HTTP API")
         }
+    });
+    Ok((stop, task, http))
+}
+
+/// Binds the ops port and serves it in the background until the returned
+/// token is cancelled; readiness turns false when `draining` is cancelled.
+async fn start_ops(
+    backends: &Backends,
+    address: SocketAddr,
+    draining: &CancellationToken,
+    metrics: Arc<Metrics>,
+    http: Arc<HttpMetrics>,
+) -> Result<Running> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("--ops-addr / BOSUN_OPS_ADDR {address}: cannot listen"))?;
+    let bound = listener.local_addr().context("ops port: no local address")?;
+    // Scripts and tests read the port from here (port 0 picks a free one).
+    eprintln!("bosun: ops port on http://{bound}");
+    let state = OpsState::new(backends.clone(), draining.clone(), metrics, http);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { ops::serve(listener, state, stop).await.context("ops port") }
     });
     Ok((stop, task))
 }

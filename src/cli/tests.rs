@@ -43,25 +43,37 @@ fn every_command_parses_into_its_variant_and_fields() {
             plain(Command::Serve(ServeArgs {
                 consumers: None,
                 http: None,
+                ops_addr: None,
             })),
         ),
         (
-            vec!["serve", "--consumers", "commit,probe", "--http", "0.0.0.0:0"],
+            vec![
+                "serve",
+                "--consumers",
+                "commit,probe",
+                "--http",
+                "0.0.0.0:0",
+                "--ops-addr",
+                "0.0.0.0:9090",
+            ],
             plain(Command::Serve(ServeArgs {
                 consumers: some("commit,probe"),
                 http: some("0.0.0.0:0"),
+                ops_addr: Some("0.0.0.0:9090".parse().unwrap()),
             })),
         ),
         (
             vec!["api"],
             plain(Command::Api(ApiArgs {
                 http: "127.0.0.1:8080".to_owned(),
+                ops_addr: None,
             })),
         ),
         (
-            vec!["api", "--http", "0.0.0.0:9000"],
+            vec!["api", "--http", "0.0.0.0:9000", "--ops-addr", "127.0.0.1:9090"],
             plain(Command::Api(ApiArgs {
                 http: "0.0.0.0:9000".to_owned(),
+                ops_addr: Some("127.0.0.1:9090".parse().unwrap()),
             })),
         ),
         (vec!["mcp"], plain(Command::Mcp)),
@@ -111,6 +123,18 @@ fn every_command_parses_into_its_variant_and_fields() {
             vec!["topology", "apply", "--json"],
             plain(Command::Topology {
                 command: TopologyCommand::Apply { json: true },
+            }),
+        ),
+        (
+            vec!["infra", "render"],
+            plain(Command::Infra {
+                command: InfraCommand::Render { dir: "infra".into() },
+            }),
+        ),
+        (
+            vec!["infra", "render", "/tmp/out"],
+            plain(Command::Infra {
+                command: InfraCommand::Render { dir: "/tmp/out".into() },
             }),
         ),
         (
@@ -508,6 +532,7 @@ fn the_top_level_help_lists_every_command_in_order() {
             "api",
             "mcp",
             "topology",
+            "infra",
             "keys",
             "demo",
             "bench",

@@ -255,6 +255,12 @@ pub trait Transport: Send + Sync {
     /// included.
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError>;
 
+    /// Whether this process can use the transport now, answered from what
+    /// it already holds or one cheap round trip (a `SELECT 1`, the state of
+    /// the open connection), never a broker management call: readiness
+    /// probes ask it every few seconds.
+    async fn reachable(&self) -> Result<(), TransportError>;
+
     /// Deletes up to `limit` duplicate-detection records that fell out of
     /// the detection window by `now` (retention; see
     /// [`Store::prune`](crate::ports::store::Store::prune)) and says how

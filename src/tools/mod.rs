@@ -1,5 +1,6 @@
-//! Whole-system tools built on the wiring: `bosun demo` ([`demo`]) and
-//! `bosun bench` ([`mod@bench`]).
+//! Whole-system tools built on the wiring: `bosun demo` ([`demo`]),
+//! `bosun bench` ([`mod@bench`]) and `bosun infra render` ([`infra`]).
 
 pub mod bench;
 pub mod demo;
+pub mod infra;

@@ -60,6 +60,7 @@ use time::OffsetDateTime;
 
 use super::image::build_from_context;
 use super::port::{BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
+use crate::delivery::azure::credential::RefreshingToken;
 use crate::delivery::azure::http::{self, Redirects, Timeout};
 use crate::delivery::azure::retry::{Disposition, retry_after};
 use crate::delivery::blob::BlobStore;
@@ -95,7 +96,19 @@ pub enum AcrAuth {
         /// The Entra tenant, when the exchange needs it.
         tenant: Option<String>,
     },
+    /// Microsoft Entra tokens for the registry from a credential (workload
+    /// identity, managed identity, the Azure CLI), fetched again before
+    /// they expire, each exchanged for an ACR refresh token.
+    Entra {
+        /// The token source (scope [`ACR_SCOPE`]).
+        tokens: Arc<RefreshingToken>,
+        /// The Entra tenant, when the exchange needs it.
+        tenant: Option<String>,
+    },
 }
+
+/// The scope of Entra ID tokens for Azure Container Registry.
+pub const ACR_SCOPE: &str = "https://containerregistry.azure.net/.default";
 
 impl fmt::Debug for AcrAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -103,6 +116,7 @@ impl fmt::Debug for AcrAuth {
             Self::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
             Self::RefreshToken(_) => f.write_str("RefreshToken(<redacted>)"),
             Self::EntraToken { tenant, .. } => write!(f, "EntraToken(<redacted>, tenant: {tenant:?})"),
+            Self::Entra { tokens, tenant } => write!(f, "Entra({tokens:?}, tenant: {tenant:?})"),
         }
     }
 }
@@ -157,6 +171,9 @@ pub enum RegistryError {
         #[source]
         source: reqwest::Error,
     },
+    /// No Entra ID token could be had now; the work is retried.
+    #[error("no Entra ID token for the registry: {0}; retrying")]
+    Credential(String),
     /// An answer the protocol does not allow.
     #[error("{operation}: unexpected response: {reason}")]
     UnexpectedResponse {
@@ -177,6 +194,7 @@ impl RegistryError {
                 status, retry_after, ..
             } => Disposition::of_status(*status, *retry_after),
             Self::Transport { source, .. } => Disposition::of_transport(source),
+            Self::Credential(_) => Disposition::Transient,
             Self::UnexpectedResponse { .. } => Disposition::Permanent,
         }
     }
@@ -321,20 +339,31 @@ impl AzureContainerRegistry {
                 token_field(&operation, &answer, &["access_token", "token"])
             }
             AcrAuth::RefreshToken(refresh) => self.refresh_to_access(refresh, &scope).await,
-            AcrAuth::EntraToken { token, tenant } => {
-                let mut form = vec![
-                    ("grant_type", "access_token"),
-                    ("service", self.registry.as_str()),
-                    ("access_token", token.as_str()),
-                ];
-                if let Some(tenant) = tenant {
-                    form.push(("tenant", tenant.as_str()));
-                }
-                let (operation, answer) = self.post_form("/oauth2/exchange", &form).await?;
-                let refresh = token_field(&operation, &answer, &["refresh_token"])?;
-                self.refresh_to_access(&refresh, &scope).await
+            AcrAuth::EntraToken { token, tenant } => self.exchange(token, tenant.as_deref(), &scope).await,
+            AcrAuth::Entra { tokens, tenant } => {
+                let token = tokens
+                    .token()
+                    .await
+                    .map_err(|err| RegistryError::Credential(err.to_string()))?;
+                self.exchange(&token, tenant.as_deref(), &scope).await
             }
         }
+    }
+
+    /// Exchanges an Entra access token for an ACR refresh token, then that
+    /// for an access token of `scope`.
+    async fn exchange(&self, token: &str, tenant: Option<&str>, scope: &str) -> Result<String, RegistryError> {
+        let mut form = vec![
+            ("grant_type", "access_token"),
+            ("service", self.registry.as_str()),
+            ("access_token", token),
+        ];
+        if let Some(tenant) = tenant {
+            form.push(("tenant", tenant));
+        }
+        let (operation, answer) = self.post_form("/oauth2/exchange", &form).await?;
+        let refresh = token_field(&operation, &answer, &["refresh_token"])?;
+        self.refresh_to_access(&refresh, scope).await
     }
 
     async fn refresh_to_access(&self, refresh: &str, scope: &str) -> Result<String, RegistryError> {

@@ -311,6 +311,10 @@ impl Transport for MemoryTransport {
         }))
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
+
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
         let path = entity.path();
         Ok(self.with(|state| {

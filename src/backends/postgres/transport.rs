@@ -247,6 +247,14 @@ impl Transport for PostgresTransport {
             .map_err(|err| err.doing(format!("removing dead letter {sequence} of {entity}")))
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        query("SELECT 1")
+            .execute(self.database.pool())
+            .await
+            .map(|_| ())
+            .map_err(|err| TransportError::from(err).doing("checking the PostgreSQL transport's database"))
+    }
+
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
         self.depth_rows(entity)
             .await

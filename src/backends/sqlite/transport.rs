@@ -493,6 +493,16 @@ impl Transport for EmbeddedTransport {
             .map_err(|err: TransportError| err.doing(format!("removing dead letter {sequence} of {entity}")))
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        self.database
+            .call(|conn| {
+                conn.query_row("SELECT 1", [], |_| Ok(()))?;
+                Ok(())
+            })
+            .await
+            .map_err(|err: TransportError| err.doing("checking the embedded transport's database"))
+    }
+
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
         let path = entity.path();
         self.database

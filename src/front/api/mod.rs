@@ -78,6 +78,12 @@ impl ApiState {
         }
     }
 
+    /// The API's request and connection counts, which the ops port's
+    /// `/metrics` renders too when both run in one process.
+    pub fn http_metrics(&self) -> Arc<prometheus::HttpMetrics> {
+        Arc::clone(&self.http)
+    }
+
     /// The same state under `limits`' request budget and allowed origins;
     /// `bound` is the server's own address, whose pages may call `/mcp`.
     pub fn with_limits(mut self, limits: &HttpLimits, bound: Option<SocketAddr>) -> Self {
@@ -325,8 +331,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
 }
 
 async fn metrics(State(state): State<ApiState>) -> Response {
-    let backlog = state.gateway.backends().store.outbox_backlog().await.ok();
-    let text = prometheus::render(&state.metrics, &state.http, backlog);
+    let text = crate::front::ops::metrics_text(state.gateway.backends(), &state.metrics, &state.http).await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

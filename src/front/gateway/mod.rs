@@ -96,36 +96,9 @@ impl Gateway {
     // -- health -------------------------------------------------------------
 
     /// Whether the transport, the store and its schema answer, and the
-    /// process is not draining.
+    /// process is not draining ([`crate::front::ops::readiness`]).
     pub async fn readiness(&self) -> Readiness {
-        let mut checks = BTreeMap::new();
-        let draining = self.draining.is_cancelled();
-        let entity = crate::ports::transport::Topology::from_routing()
-            .receive_entities()
-            .into_iter()
-            .next();
-        let transport = match entity {
-            Some(entity) => match self.backends.transport.depth(&entity).await {
-                Ok(_) => Ok(()),
-                Err(err) => Err(err.to_string()),
-            },
-            None => Ok(()),
-        };
-        let store = self
-            .backends
-            .store
-            .outbox_backlog()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string());
-        let schema = self.backends.store.check_schema().await.map_err(|e| e.to_string());
-        let mut ready = !draining;
-        for (name, result) in [("transport", transport), ("store", store), ("schema", schema)] {
-            ready &= result.is_ok();
-            checks.insert(name, json!(result.err().unwrap_or_else(|| "ok".to_owned())));
-        }
-        checks.insert("draining", json!(draining));
-        Readiness { ready, checks }
+        crate::front::ops::readiness(&self.backends, &self.draining).await
     }
 
     /// The backends (for metrics).

@@ -74,6 +74,7 @@ const KNOWN: &[&str] = &[
     "BOSUN_HTTP_RATE_LIMIT_PER_SECOND",
     "BOSUN_HTTP_RATE_LIMIT_BURST",
     "BOSUN_HTTP_ALLOWED_ORIGINS",
+    "BOSUN_OPS_ADDR",
     "BOSUN_ADAPTERS",
     "BOSUN_CONSUMERS",
     "BOSUN_CONCURRENCY",
@@ -103,12 +104,14 @@ const KNOWN: &[&str] = &[
     "BOSUN_AZURE_DEVOPS_PROJECT",
     "BOSUN_AZURE_DEVOPS_PAT",
     "BOSUN_AZURE_DEVOPS_TOKEN",
+    "BOSUN_AZURE_DEVOPS_AUTH",
     "BOSUN_ACR_REGISTRY",
     "BOSUN_ACR_USERNAME",
     "BOSUN_ACR_PASSWORD",
     "BOSUN_ACR_REFRESH_TOKEN",
     "BOSUN_ACR_ENTRA_TOKEN",
     "BOSUN_ACR_TENANT",
+    "BOSUN_ACR_AUTH",
     "BOSUN_ARTIFACTS_URL",
     "BOSUN_ARTIFACTS_PROJECT",
     "BOSUN_ARTIFACTS_PAT",
@@ -338,16 +341,24 @@ impl Settings {
                     .map_err(|err| invalid("BOSUN_AZURE_DEVOPS_PROJECT", format!("`{project}`: {err}")))?;
                 let pat = get("BOSUN_AZURE_DEVOPS_PAT").map(Secret::new);
                 let bearer_token = get("BOSUN_AZURE_DEVOPS_TOKEN").map(Secret::new);
-                if pat.is_none() && bearer_token.is_none() {
+                let entra = get("BOSUN_AZURE_DEVOPS_AUTH")
+                    .map(|text| EntraIdentity::parse("BOSUN_AZURE_DEVOPS_AUTH", &text))
+                    .transpose()?;
+                if pat.is_none() && bearer_token.is_none() && entra.is_none() {
                     return Err(invalid(
                         "BOSUN_AZURE_DEVOPS_PAT",
-                        "a PAT or BOSUN_AZURE_DEVOPS_TOKEN is required when BOSUN_ADAPTERS=azure",
+                        "a PAT, BOSUN_AZURE_DEVOPS_TOKEN or BOSUN_AZURE_DEVOPS_AUTH is required when BOSUN_ADAPTERS=azure",
                     ));
                 }
                 let acr = match get("BOSUN_ACR_REGISTRY") {
                     None => None,
                     Some(registry) => {
-                        let credential = if let Some(token) = get("BOSUN_ACR_ENTRA_TOKEN") {
+                        let credential = if let Some(text) = get("BOSUN_ACR_AUTH") {
+                            AcrCredential::Entra {
+                                identity: EntraIdentity::parse("BOSUN_ACR_AUTH", &text)?,
+                                tenant: get("BOSUN_ACR_TENANT"),
+                            }
+                        } else if let Some(token) = get("BOSUN_ACR_ENTRA_TOKEN") {
                             AcrCredential::EntraToken {
                                 token: Secret::new(token),
                                 tenant: get("BOSUN_ACR_TENANT"),
@@ -360,7 +371,7 @@ impl Settings {
                                     invalid(
                                         "BOSUN_ACR_USERNAME",
                                         "a credential is required with BOSUN_ACR_REGISTRY (username + password, \
-                                         BOSUN_ACR_REFRESH_TOKEN or BOSUN_ACR_ENTRA_TOKEN)",
+                                         BOSUN_ACR_REFRESH_TOKEN, BOSUN_ACR_ENTRA_TOKEN or BOSUN_ACR_AUTH)",
                                     )
                                 })?,
                                 password: Secret::new(required("BOSUN_ACR_PASSWORD")?),
@@ -400,6 +411,7 @@ impl Settings {
                     project,
                     pat,
                     bearer_token,
+                    entra,
                 }))
             }
             Some(other) => return Err(invalid("BOSUN_ADAPTERS", format!("`{other}` is not local or azure"))),
@@ -477,6 +489,15 @@ impl Settings {
                 },
             }
         };
+        let ops_addr = match get("BOSUN_OPS_ADDR") {
+            None => None,
+            Some(text) => Some(text.trim().parse::<std::net::SocketAddr>().map_err(|_| {
+                invalid(
+                    "BOSUN_OPS_ADDR",
+                    format!("`{text}` is not an IP address and port, e.g. 0.0.0.0:9090"),
+                )
+            })?),
+        };
         let retention = {
             let defaults = RetentionSettings::default();
             let days = |name: &str, default: Option<Duration>, min: u64| -> Result<Option<Duration>, ConfigError> {
@@ -521,6 +542,7 @@ impl Settings {
             http_max_body_bytes: usize::try_from(number("BOSUN_HTTP_MAX_BODY_BYTES", 4_194_304, 1024)?)
                 .map_err(|_| invalid("BOSUN_HTTP_MAX_BODY_BYTES", "is too large"))?,
             http_limits,
+            ops_addr,
             adapters,
             consumers,
             concurrency: usize::try_from(number("BOSUN_CONCURRENCY", 8, 1)?).unwrap_or(usize::MAX),

@@ -288,3 +288,58 @@ fn retention_has_documented_defaults_and_parses() {
         assert!(err.to_string().contains(name), "{err}");
     }
 }
+
+#[test]
+fn ops_address_is_an_ip_and_port() {
+    let unset = Settings::from_sources(&map(&[]), &map(&[])).unwrap();
+    assert_eq!(unset.ops_addr, None);
+    let set = Settings::from_sources(&map(&[("BOSUN_OPS_ADDR", "0.0.0.0:9090")]), &map(&[])).unwrap();
+    assert_eq!(set.ops_addr, Some("0.0.0.0:9090".parse().unwrap()));
+    let from_file = Settings::from_sources(&map(&[]), &map(&[("BOSUN_OPS_ADDR", "127.0.0.1:0")])).unwrap();
+    assert_eq!(from_file.ops_addr, Some("127.0.0.1:0".parse().unwrap()));
+    let err = Settings::from_sources(&map(&[("BOSUN_OPS_ADDR", "localhost")]), &map(&[])).unwrap_err();
+    assert!(err.to_string().contains("BOSUN_OPS_ADDR"), "{err}");
+}
+
+#[test]
+fn azure_devops_and_acr_may_take_tokens_from_an_entra_identity() {
+    let settings = Settings::from_sources(
+        &map(&[
+            ("BOSUN_ADAPTERS", "azure"),
+            ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+            ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+            ("BOSUN_AZURE_DEVOPS_AUTH", "workload-identity"),
+            ("BOSUN_ACR_REGISTRY", "contoso.azurecr.io"),
+            ("BOSUN_ACR_AUTH", "azure-cli"),
+        ]),
+        &map(&[]),
+    )
+    .unwrap();
+    let AdapterKind::Azure(azure) = settings.adapters else {
+        panic!("azure adapters")
+    };
+    assert_eq!(azure.entra, Some(EntraIdentity::WorkloadIdentity));
+    assert_eq!(
+        (azure.pat.clone(), azure.bearer_token.clone()),
+        (None, None),
+        "no PAT needed"
+    );
+    assert_eq!(
+        azure.acr.unwrap().credential,
+        AcrCredential::Entra {
+            identity: EntraIdentity::AzureCli,
+            tenant: None
+        }
+    );
+    let err = Settings::from_sources(
+        &map(&[
+            ("BOSUN_ADAPTERS", "azure"),
+            ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+            ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+            ("BOSUN_AZURE_DEVOPS_AUTH", "password"),
+        ]),
+        &map(&[]),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_AUTH"), "{err}");
+}

@@ -122,6 +122,14 @@ pub enum AcrCredential {
         /// The Entra tenant.
         tenant: Option<String>,
     },
+    /// `BOSUN_ACR_AUTH` (+ `BOSUN_ACR_TENANT`): Entra ID tokens from this
+    /// identity, refreshed before they expire.
+    Entra {
+        /// The identity.
+        identity: EntraIdentity,
+        /// The Entra tenant.
+        tenant: Option<String>,
+    },
 }
 
 /// Azure Container Registry settings (container-build with `azure` adapters).
@@ -186,8 +194,41 @@ pub struct AzureDevOpsSettings {
     pub project: String,
     /// A personal access token (`BOSUN_AZURE_DEVOPS_PAT`) ...
     pub pat: Option<Secret>,
-    /// ... or an Entra ID bearer token (`BOSUN_AZURE_DEVOPS_TOKEN`).
+    /// ... or an Entra ID bearer token (`BOSUN_AZURE_DEVOPS_TOKEN`) ...
     pub bearer_token: Option<Secret>,
+    /// ... or Entra ID tokens from this identity (`BOSUN_AZURE_DEVOPS_AUTH`),
+    /// refreshed before they expire; it wins over the PAT and the token.
+    pub entra: Option<EntraIdentity>,
+}
+
+/// Which Entra ID identity an Azure client gets its tokens from
+/// (`workload-identity`, `managed-identity`, `azure-cli`, `default`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntraIdentity {
+    /// Workload identity, then the Azure CLI, then the managed identity.
+    Default,
+    /// AKS workload identity (the webhook's `AZURE_*` environment).
+    WorkloadIdentity,
+    /// The host's system-assigned managed identity.
+    ManagedIdentity,
+    /// The developer's `az login`.
+    AzureCli,
+}
+
+impl EntraIdentity {
+    /// Parses the value of `setting`.
+    pub fn parse(setting: &str, text: &str) -> Result<Self, ConfigError> {
+        match text.trim() {
+            "default" => Ok(Self::Default),
+            "workload-identity" => Ok(Self::WorkloadIdentity),
+            "managed-identity" => Ok(Self::ManagedIdentity),
+            "azure-cli" => Ok(Self::AzureCli),
+            other => Err(invalid(
+                setting,
+                format!("`{other}` is not workload-identity, managed-identity, azure-cli or default"),
+            )),
+        }
+    }
 }
 
 /// Where large content (logs, reports, artifacts, claim-checked payloads)
@@ -382,6 +423,10 @@ pub struct Settings {
     /// The HTTP front door's timeouts, connection cap, per-key request
     /// budget and allowed browser origins (`BOSUN_HTTP_*`).
     pub http_limits: HttpLimits,
+    /// `BOSUN_OPS_ADDR`: where `serve` and `api` answer `/healthz`,
+    /// `/readyz` and `/metrics` alone (the ops port), e.g. `0.0.0.0:9090`;
+    /// `--ops-addr` overrides it. Unset: no ops port.
+    pub ops_addr: Option<std::net::SocketAddr>,
     /// `BOSUN_ADAPTERS`: `local` (default) or `azure`.
     pub adapters: AdapterKind,
     /// `BOSUN_CONSUMERS`: comma-separated consumers to run; all when unset.

@@ -8,7 +8,11 @@ use bosun_consumers::build_ingestion::{BuildIngestion, NAME, azure, local};
 use super::{Registration, RegistryError, Shared, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: true,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     Ok(match &settings.adapters {
@@ -16,7 +20,7 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
             &shared.blobs,
         )))),
         AdapterKind::Azure(settings) => Arc::new(BuildIngestion::new(azure::AzureBuildResults::new(
-            &azure_config(settings),
+            &azure_config(settings)?,
             Arc::clone(&shared.blobs),
         )?)),
     })

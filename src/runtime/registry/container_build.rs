@@ -3,13 +3,19 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::container_build::azure::{AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig};
+use bosun_consumers::container_build::azure::{
+    ACR_SCOPE, AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig,
+};
 use bosun_consumers::container_build::{ContainerBuild, NAME, local};
 
-use super::{Registration, RegistryError, Shared, adapter_error};
+use super::{Registration, RegistryError, Shared, adapter_error, refreshing_token};
 use crate::runtime::config::{AcrCredential, AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: true,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let azure = match &settings.adapters {
@@ -33,6 +39,10 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
         AcrCredential::RefreshToken(token) => AcrAuth::RefreshToken(token.expose().to_owned()),
         AcrCredential::EntraToken { token, tenant } => AcrAuth::EntraToken {
             token: token.expose().to_owned(),
+            tenant: tenant.clone(),
+        },
+        AcrCredential::Entra { identity, tenant } => AcrAuth::Entra {
+            tokens: Arc::new(refreshing_token(NAME, *identity, ACR_SCOPE)?),
             tenant: tenant.clone(),
         },
     };

@@ -11,7 +11,11 @@ use bosun_sagas::gitops::GitOpsSaga;
 use super::{Registration, RegistryError, Shared, adapter_error, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let delivery = &settings.delivery;
@@ -31,7 +35,7 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
         setting: "BOSUN_ARGOCD_URL and BOSUN_ARGOCD_TOKEN",
     })?;
     let config = AzureGitOpsConfig {
-        azure_devops: azure_config(azure),
+        azure_devops: azure_config(azure)?,
         argo_cd: ArgoCdConfig::new(argo.url.clone(), argo.token.expose().to_owned()),
     };
     let environments = AzureEnvironments::new(&config).map_err(|err| adapter_error(NAME, &err))?;

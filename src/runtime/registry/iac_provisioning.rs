@@ -9,7 +9,11 @@ use bosun_consumers::iac_provisioning::{IacProvisioning, NAME, local};
 use super::{Registration, RegistryError, Shared, adapter_error};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let data = &settings.data_dir;

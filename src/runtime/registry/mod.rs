@@ -15,15 +15,17 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::delivery::azure::credential::EntraIdCredential;
-use bosun_consumers::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError};
+use bosun_consumers::delivery::azure::credential::{EntraIdCredential, RefreshingToken, entra_id_credential};
+use bosun_consumers::delivery::azure::devops::{
+    AZURE_DEVOPS_SCOPE, AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError,
+};
 use bosun_consumers::delivery::blob::{AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore};
 use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::delivery::git::LocalGitHost;
 use bosun_consumers::delivery::pipeline::{LocalPipelines, RunnerSettings};
 use bosun_contracts::ConsumerName;
 
-use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, Settings};
+use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, EntraIdentity, Settings};
 
 mod build_ingestion;
 mod commit;
@@ -50,12 +52,18 @@ pub struct Registration {
     /// The consumer's name, as in `bosun_contracts::routing::CONSUMERS`.
     pub name: ConsumerName,
     build: Build,
+    /// Whether its adapters keep build logs, results, packages or image
+    /// contexts in the blob store (beyond the claim check every consumer
+    /// uses): `bosun infra render` gives only these consumers' identities
+    /// blob rights on the whole storage account.
+    pub keeps_blobs: bool,
 }
 
 impl std::fmt::Debug for Registration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registration")
             .field("name", &self.name)
+            .field("keeps_blobs", &self.keeps_blobs)
             .finish_non_exhaustive()
     }
 }
@@ -128,14 +136,42 @@ fn adapter_error(consumer: &'static str, err: &dyn std::fmt::Display) -> Registr
     }
 }
 
-fn azure_config(settings: &AzureDevOpsSettings) -> AzureDevOpsConfig {
-    let auth = match (&settings.bearer_token, &settings.pat) {
-        (Some(token), _) => AzureDevOpsAuth::Bearer(token.expose().to_owned()),
-        (None, Some(pat)) => AzureDevOpsAuth::Pat(pat.expose().to_owned()),
-        // Settings validation requires one of the two.
-        (None, None) => AzureDevOpsAuth::Pat(String::new()),
+/// The Azure DevOps connection of the `azure` adapters: Entra ID tokens
+/// from `BOSUN_AZURE_DEVOPS_AUTH`'s identity (refreshed before expiry), else
+/// the static token, else the PAT.
+fn azure_config(settings: &AzureDevOpsSettings) -> Result<AzureDevOpsConfig, RegistryError> {
+    let auth = match (settings.entra, &settings.bearer_token, &settings.pat) {
+        (Some(identity), _, _) => AzureDevOpsAuth::Entra(Arc::new(refreshing_token(
+            "azure-devops",
+            identity,
+            AZURE_DEVOPS_SCOPE,
+        )?)),
+        (None, Some(token), _) => AzureDevOpsAuth::Bearer(token.expose().to_owned()),
+        (None, None, Some(pat)) => AzureDevOpsAuth::Pat(pat.expose().to_owned()),
+        // Settings validation requires one of the three.
+        (None, None, None) => AzureDevOpsAuth::Pat(String::new()),
     };
-    AzureDevOpsConfig::new(settings.organization_url.clone(), settings.project.clone(), auth)
+    Ok(AzureDevOpsConfig::new(
+        settings.organization_url.clone(),
+        settings.project.clone(),
+        auth,
+    ))
+}
+
+/// Tokens for `scope` from `identity`, for `user` (named in errors).
+fn refreshing_token(
+    user: &'static str,
+    identity: EntraIdentity,
+    scope: &str,
+) -> Result<RefreshingToken, RegistryError> {
+    let credential = match identity {
+        EntraIdentity::Default => EntraIdCredential::Default,
+        EntraIdentity::WorkloadIdentity => EntraIdCredential::WorkloadIdentity,
+        EntraIdentity::ManagedIdentity => EntraIdCredential::ManagedIdentity { client_id: None },
+        EntraIdentity::AzureCli => EntraIdCredential::DeveloperTools,
+    };
+    let credential = entra_id_credential(credential).map_err(|err| adapter_error(user, &err))?;
+    Ok(RefreshingToken::new(credential, scope))
 }
 
 /// The blob store the settings choose: the filesystem under the data

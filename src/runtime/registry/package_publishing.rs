@@ -9,7 +9,11 @@ use bosun_consumers::package_publishing::{NAME, PackagePublishing, local};
 use super::{Registration, RegistryError, Shared, adapter_error};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: true,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let azure = match &settings.adapters {

@@ -8,7 +8,11 @@ use bosun_consumers::pipeline_generation::{NAME, PipelineGeneration, azure, loca
 use super::{Registration, RegistryError, Shared, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     Ok(match &settings.adapters {
@@ -17,7 +21,7 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
             Arc::clone(&shared.pipelines),
         ))),
         AdapterKind::Azure(settings) => Arc::new(PipelineGeneration::new(azure::AzurePipelineGenerator::new(
-            &azure_config(settings),
+            &azure_config(settings)?,
         )?)),
     })
 }

@@ -9,7 +9,11 @@ use bosun_consumers::pipeline_monitor::{NAME, PipelineMonitor, azure, local};
 use super::{Registration, RegistryError, Shared, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: true,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let delivery = &settings.delivery;
@@ -26,7 +30,7 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
             max_polls,
         )),
         AdapterKind::Azure(settings) => Arc::new(PipelineMonitor::new(
-            azure::AzureRunStatus::new(&azure_config(settings), Arc::clone(&shared.blobs))?,
+            azure::AzureRunStatus::new(&azure_config(settings)?, Arc::clone(&shared.blobs))?,
             poll,
             poll_max,
             max_polls,

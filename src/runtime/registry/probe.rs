@@ -9,7 +9,11 @@ use bosun_consumers::probe::{NAME, ProbeConsumer};
 use super::{Registration, RegistryError, Shared};
 use crate::runtime::config::Settings;
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(_settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     Ok(Arc::new(ProbeConsumer::new()))

@@ -8,7 +8,11 @@ use bosun_consumers::pull_request::{NAME, PullRequests, azure, local};
 use super::{Registration, RegistryError, Shared, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     Ok(match &settings.adapters {
@@ -17,6 +21,6 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
         )))),
         AdapterKind::Azure(settings) => Arc::new(PullRequests::new(azure::AzurePullRequests::new(&azure_config(
             settings,
-        ))?)),
+        )?)?)),
     })
 }

@@ -9,7 +9,11 @@ use bosun_sagas::release::{ReleasePolicy, ReleaseSaga};
 use super::{Registration, RegistryError, Shared};
 use crate::runtime::config::Settings;
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let policy = release_policy(settings);

@@ -8,7 +8,11 @@ use bosun_consumers::repository_provisioning::{NAME, RepositoryProvisioning, azu
 use super::{Registration, RegistryError, Shared, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
-pub(super) const REGISTRATION: Registration = Registration { name: NAME, build };
+pub(super) const REGISTRATION: Registration = Registration {
+    name: NAME,
+    build,
+    keeps_blobs: false,
+};
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     Ok(match &settings.adapters {
@@ -16,7 +20,7 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
             Arc::clone(&shared.git),
         ))),
         AdapterKind::Azure(settings) => Arc::new(RepositoryProvisioning::new(azure::AzureRepositoryHost::new(
-            &azure_config(settings),
+            &azure_config(settings)?,
         )?)),
     })
 }

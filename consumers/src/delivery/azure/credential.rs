@@ -144,3 +144,72 @@ impl TokenCredential for DefaultChain {
         ))
     }
 }
+
+/// How long before its expiry a cached token is replaced: a request never
+/// leaves with a token that could expire on the way.
+pub const REFRESH_BEFORE_EXPIRY: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// An Entra ID token for one scope, from a credential (workload identity on
+/// AKS, managed identity, the Azure CLI), cached and fetched again once it
+/// is within [`REFRESH_BEFORE_EXPIRY`] of its expiry, so a long-running
+/// adapter never sends an expired token. `Debug` never shows the token.
+pub struct RefreshingToken {
+    credential: Arc<dyn TokenCredential>,
+    scope: String,
+    cached: tokio::sync::Mutex<Option<AccessToken>>,
+}
+
+impl fmt::Debug for RefreshingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefreshingToken")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two sources are the same when they share their credential and scope.
+impl PartialEq for RefreshingToken {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.credential, &other.credential) && self.scope == other.scope
+    }
+}
+
+impl Eq for RefreshingToken {}
+
+impl RefreshingToken {
+    /// Tokens for `scope` (e.g. `499b84ac-1321-427f-aa17-267ca6975798/.default`
+    /// for Azure DevOps) from `credential`.
+    pub fn new(credential: Arc<dyn TokenCredential>, scope: impl Into<String>) -> Self {
+        Self {
+            credential,
+            scope: scope.into(),
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// A token valid for at least [`REFRESH_BEFORE_EXPIRY`]: the cached one,
+    /// or a new one from the credential. Fails when the credential fails or
+    /// gives a token that has already expired.
+    pub async fn token(&self) -> Result<String, CredentialError> {
+        let mut cached = self.cached.lock().await;
+        let fresh = |token: &AccessToken| token.expires_on - REFRESH_BEFORE_EXPIRY > time::OffsetDateTime::now_utc();
+        if let Some(token) = cached.as_ref().filter(|token| fresh(token)) {
+            return Ok(token.token.secret().to_owned());
+        }
+        let token = self
+            .credential
+            .get_token(&[self.scope.as_str()], None)
+            .await
+            .map_err(|err| CredentialError(format!("a token for {}: {}", self.scope, error_chain(&err))))?;
+        if token.expires_on <= time::OffsetDateTime::now_utc() {
+            return Err(CredentialError(format!(
+                "the credential gave an expired token for {}",
+                self.scope
+            )));
+        }
+        tracing::debug!(scope = %self.scope, expires_on = %token.expires_on, "new Entra ID token");
+        let text = token.token.secret().to_owned();
+        *cached = Some(token);
+        Ok(text)
+    }
+}

@@ -55,6 +55,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -63,6 +64,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::credential::RefreshingToken;
 use super::http::{self, Redirects, Timeout};
 use super::retry::Disposition;
 use super::retry::retry_after;
@@ -167,32 +169,47 @@ pub enum AzureDevOpsAuth {
     Pat(String),
     /// An Entra ID (Azure AD) access token, sent as a bearer token.
     Bearer(String),
+    /// Entra ID tokens from a credential (workload identity, managed
+    /// identity, the Azure CLI), sent as bearer tokens and fetched again
+    /// before they expire.
+    Entra(Arc<RefreshingToken>),
 }
+
+/// The scope of Entra ID tokens for Azure DevOps (its application id).
+pub const AZURE_DEVOPS_SCOPE: &str = "499b84ac-1321-427f-aa17-267ca6975798/.default";
 
 impl fmt::Debug for AzureDevOpsAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Pat(_) => f.write_str("Pat(<redacted>)"),
             Self::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            Self::Entra(source) => write!(f, "Entra({source:?})"),
         }
     }
 }
 
 impl AzureDevOpsAuth {
-    fn header_value(&self) -> Result<HeaderValue, AzureDevOpsError> {
+    /// The `Authorization` header of a PAT or a static token; `None` for
+    /// [`Self::Entra`], whose header is made per request.
+    fn static_header(&self) -> Option<Result<HeaderValue, AzureDevOpsError>> {
         let value = match self {
             Self::Pat(token) => format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!(":{token}"))
             ),
             Self::Bearer(token) => format!("Bearer {token}"),
+            Self::Entra(_) => return None,
         };
-        let mut header = HeaderValue::from_str(&value).map_err(|_| {
-            AzureDevOpsError::Config("the token contains characters not allowed in a header".to_owned())
-        })?;
-        header.set_sensitive(true);
-        Ok(header)
+        Some(sensitive_header(&value))
     }
+}
+
+/// A header value that is never logged.
+fn sensitive_header(value: &str) -> Result<HeaderValue, AzureDevOpsError> {
+    let mut header = HeaderValue::from_str(value)
+        .map_err(|_| AzureDevOpsError::Config("the token contains characters not allowed in a header".to_owned()))?;
+    header.set_sensitive(true);
+    Ok(header)
 }
 
 /// Where and how to reach Azure DevOps.
@@ -229,6 +246,10 @@ pub enum AzureDevOpsError {
     /// The configuration cannot work (bad URL, unusable token).
     #[error("invalid Azure DevOps configuration: {0}")]
     Config(String),
+    /// No Entra ID token could be had now (the identity endpoint is
+    /// unreachable or refused); the work is retried.
+    #[error("no Azure DevOps token: {0}; retrying")]
+    Credential(String),
     /// Azure DevOps answered with an error status.
     #[error("{operation}: HTTP {status}: {message}")]
     Status {
@@ -268,6 +289,7 @@ impl AzureDevOpsError {
     pub fn disposition(&self) -> Disposition {
         match self {
             Self::Config(_) | Self::UnexpectedResponse { .. } => Disposition::Permanent,
+            Self::Credential(_) => Disposition::Transient,
             Self::Transport { source, .. } => Disposition::of_transport(source),
             Self::Status {
                 status, retry_after, ..
@@ -296,6 +318,9 @@ pub struct AzureDevOpsClient {
     http: reqwest::Client,
     organization: Url,
     project: String,
+    /// Set for Entra ID tokens from a credential: each request gets its
+    /// header from it (a PAT or a static token is a default header).
+    tokens: Option<Arc<RefreshingToken>>,
 }
 
 impl AzureDevOpsClient {
@@ -312,7 +337,14 @@ impl AzureDevOpsClient {
         check_project_template(&config.project)
             .map_err(|err| AzureDevOpsError::Config(format!("project `{}`: {err}", config.project)))?;
         let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, config.auth.header_value()?);
+        let tokens = match (&config.auth, config.auth.static_header()) {
+            (_, Some(header)) => {
+                headers.insert(AUTHORIZATION, header?);
+                None
+            }
+            (AzureDevOpsAuth::Entra(source), None) => Some(Arc::clone(source)),
+            (_, None) => None,
+        };
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         let http = http::client(Timeout::Total(config.request_timeout), headers, Redirects::Follow)
             .map_err(|err| AzureDevOpsError::Config(format!("HTTP client: {err}")))?;
@@ -320,6 +352,7 @@ impl AzureDevOpsClient {
             http,
             organization,
             project: config.project.clone(),
+            tokens,
         })
     }
 
@@ -423,6 +456,13 @@ impl AzureDevOpsClient {
     ) -> Result<(String, Vec<u8>), AzureDevOpsError> {
         let operation = format!("{method} {}", url.path());
         let mut request = self.http.request(method, url);
+        if let Some(tokens) = &self.tokens {
+            let token = tokens
+                .token()
+                .await
+                .map_err(|err| AzureDevOpsError::Credential(err.to_string()))?;
+            request = request.header(AUTHORIZATION, sensitive_header(&format!("Bearer {token}"))?);
+        }
         if let Some(accept) = accept {
             request = request.header(ACCEPT, accept);
         }
@@ -589,6 +629,111 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(err.disposition(), Disposition::Permanent);
+    }
+
+    /// A credential whose tokens expire after `lifetime`, numbered in the
+    /// order they are given out.
+    #[derive(Debug)]
+    struct ExpiringTokens {
+        lifetime: time::Duration,
+        issued: std::sync::Mutex<Vec<time::OffsetDateTime>>,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::delivery::azure::credential::TokenCredential for ExpiringTokens {
+        async fn get_token(
+            &self,
+            scopes: &[&str],
+            _options: Option<crate::delivery::azure::credential::TokenRequestOptions<'_>>,
+        ) -> azure_core::Result<crate::delivery::azure::credential::AccessToken> {
+            assert_eq!(scopes, [AZURE_DEVOPS_SCOPE]);
+            let mut issued = self.issued.lock().unwrap();
+            let expires_on = time::OffsetDateTime::now_utc() + self.lifetime;
+            issued.push(expires_on);
+            Ok(crate::delivery::azure::credential::AccessToken::new(
+                format!("token-{}", issued.len()),
+                expires_on,
+            ))
+        }
+    }
+
+    /// Sends three requests with tokens from `credential`; returns the
+    /// bearer tokens the server saw and when each issued token expired.
+    async fn three_requests(
+        lifetime: time::Duration,
+    ) -> (Vec<String>, Vec<time::OffsetDateTime>, Vec<time::OffsetDateTime>) {
+        let credential = Arc::new(ExpiringTokens {
+            lifetime,
+            issued: std::sync::Mutex::default(),
+        });
+        let server = MockAzure::start(vec![
+            Reply::json("GET", "/org/a", 200, "{}"),
+            Reply::json("GET", "/org/b", 200, "{}"),
+            Reply::json("GET", "/org/c", 200, "{}"),
+        ])
+        .await;
+        let tokens = Arc::new(RefreshingToken::new(credential.clone(), AZURE_DEVOPS_SCOPE));
+        let client = AzureDevOpsClient::new(&AzureDevOpsConfig::new(
+            server.url("/org"),
+            "proj",
+            AzureDevOpsAuth::Entra(tokens),
+        ))
+        .unwrap();
+        let mut sent_at = Vec::new();
+        for path in ["a", "b", "c"] {
+            sent_at.push(time::OffsetDateTime::now_utc());
+            client
+                .get_json::<serde_json::Value>(client.url(&[path], &[]))
+                .await
+                .unwrap();
+        }
+        let seen = server
+            .finish()
+            .await
+            .iter()
+            .map(|request| request.header("authorization").unwrap_or_default().to_owned())
+            .collect();
+        let issued = credential.issued.lock().unwrap().clone();
+        (seen, issued, sent_at)
+    }
+
+    #[tokio::test]
+    async fn a_token_close_to_its_expiry_is_replaced_before_a_request_and_never_sent_expired() {
+        use crate::delivery::azure::credential::REFRESH_BEFORE_EXPIRY;
+        // Tokens that live less than the refresh margin: none may be reused.
+        let short = time::Duration::try_from(REFRESH_BEFORE_EXPIRY).unwrap() / 2;
+        let (seen, issued, sent_at) = three_requests(short).await;
+        assert_eq!(seen, ["Bearer token-1", "Bearer token-2", "Bearer token-3"]);
+        for (expires_on, sent) in issued.iter().zip(&sent_at) {
+            assert!(expires_on > sent, "every token sent was still valid");
+        }
+        // Tokens that live an hour: one serves every request.
+        let (seen, issued, _) = three_requests(time::Duration::hours(1)).await;
+        assert_eq!(seen, ["Bearer token-1", "Bearer token-1", "Bearer token-1"]);
+        assert_eq!(issued.len(), 1, "asked once while the token was fresh");
+    }
+
+    #[tokio::test]
+    async fn an_expired_token_from_the_credential_is_refused_not_sent() {
+        let credential = Arc::new(ExpiringTokens {
+            lifetime: time::Duration::seconds(-1),
+            issued: std::sync::Mutex::default(),
+        });
+        let server = MockAzure::start(Vec::new()).await;
+        let tokens = Arc::new(RefreshingToken::new(credential, AZURE_DEVOPS_SCOPE));
+        let client = AzureDevOpsClient::new(&AzureDevOpsConfig::new(
+            server.url("/org"),
+            "proj",
+            AzureDevOpsAuth::Entra(tokens),
+        ))
+        .unwrap();
+        let err = client
+            .get_json::<serde_json::Value>(client.url(&["a"], &[]))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, AzureDevOpsError::Credential(_)), "{err}");
+        assert_eq!(err.disposition(), Disposition::Transient);
+        assert!(server.finish().await.is_empty(), "nothing was sent");
     }
 
     #[tokio::test]

@@ -33,6 +33,8 @@
 //!   `$management` (runtime counts are only in the management REST API).
 //!   Without `$management`, listing dead letters falls back to receiving
 //!   them under a lock and releasing them; depth is then unavailable.
+//! - Readiness ([`Transport::reachable`]) asks only whether the connection
+//!   is open (reconnecting when an attempt is due), never `$management`.
 //! - Entities are not created here: [`Transport::ensure_topology`] does
 //!   nothing, and `serve` verifies the namespace through the management
 //!   client at start.
@@ -597,6 +599,12 @@ impl Transport for ServiceBusTransport {
             Some(err) => Err(err),
             None => Ok(found),
         }
+    }
+
+    async fn reachable(&self) -> Result<(), TransportError> {
+        // The open connection, or a reconnect when one is due: no
+        // `$management` call, which an endpoint may not even offer.
+        self.inner.connection().await.map(|_| ())
     }
 
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {

@@ -216,6 +216,10 @@ impl Transport for RunScoped {
         self.inner.remove_dead_letter(entity, sequence).await
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        self.inner.reachable().await
+    }
+
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
         self.inner.depth(entity).await
     }
@@ -556,5 +560,28 @@ async fn servicebus_emulator_a_hung_send_times_out_and_a_dropped_connection_is_r
     }
     ids.sort();
     assert_eq!(ids, [id(1), id(2), id(3)], "each message once, none lost");
+    transport.close().await;
+}
+
+/// Readiness asks the transport whether it can work; it answers from the
+/// open connection, with no round trip: a broker that has stopped
+/// answering does not make a probe wait, as a `$management` peek would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reachable_answers_from_the_open_connection_without_a_management_call() {
+    let broker = test_broker(10).await;
+    let (endpoint, tokens) = endpoint_of(&broker.connection_string());
+    let transport = ServiceBusTransport::connect(endpoint, tokens, test_options())
+        .await
+        .expect("connects to the test broker");
+    transport.reachable().await.expect("reachable while connected");
+    broker.hold_replies();
+    // A guard against a hang, not a measurement: a call that waited for
+    // the broker would wait for its operation timeout and fail.
+    let answered = tokio::time::timeout(Duration::from_secs(60), transport.reachable()).await;
+    broker.release_replies();
+    assert!(
+        matches!(answered, Ok(Ok(()))),
+        "reachable answered from the connection: {answered:?}"
+    );
     transport.close().await;
 }

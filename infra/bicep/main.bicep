@@ -1,0 +1,361 @@
+// Rendered by `bosun infra render` from bosun's routing table, consumer
+// registry and settings. Do not edit: change the code or the overlay, then
+// render again (a test fails while the checked-in copy is stale).
+//
+// Deploys what bosun needs on Azure, into one resource group:
+//   az deployment group create --resource-group RG --template-file infra/bicep/main.bicep \
+//     --parameters serviceBusNamespaceName=... storageAccountName=... postgresServerName=... \
+//                  postgresAdminPassword=... aksOidcIssuerUrl=...
+// Then remove the `$Default` rule Azure gives every new subscription (it lets
+// every event through): `bosun topology apply` as someone with Manage rights.
+
+targetScope = 'resourceGroup'
+
+@description('Azure region of every resource.')
+param location string = resourceGroup().location
+
+@description('Service Bus namespace name (globally unique); BOSUN_SERVICEBUS_NAMESPACE.')
+param serviceBusNamespaceName string
+
+@description('Storage account name (globally unique, 3-24 lowercase letters and digits); BOSUN_BLOB_URL is https://NAME.blob.core.windows.net.')
+param storageAccountName string
+
+@description('PostgreSQL flexible server name (globally unique).')
+param postgresServerName string
+
+@description('PostgreSQL administrator login.')
+param postgresAdminLogin string = 'bosun'
+
+@secure()
+@description('PostgreSQL administrator password (goes into BOSUN_DATABASE_URL in the bosun-secrets Secret).')
+param postgresAdminPassword string
+
+@description('PostgreSQL compute size.')
+param postgresSkuName string = 'Standard_B2s'
+
+@description('PostgreSQL compute tier of that size.')
+@allowed(['Burstable', 'GeneralPurpose', 'MemoryOptimized'])
+param postgresSkuTier string = 'Burstable'
+
+@description('The OIDC issuer URL of the AKS cluster: az aks show -g RG -n AKS --query oidcIssuerProfile.issuerUrl -o tsv')
+param aksOidcIssuerUrl string
+
+@description('The Kubernetes namespace bosun runs in (the overlay sets it).')
+param kubernetesNamespace string = 'bosun'
+
+@description('The Kubernetes namespace of the KEDA operator.')
+param kedaNamespace string = 'keda'
+
+@description('The ServiceAccount of the KEDA operator.')
+param kedaServiceAccount string = 'keda-operator'
+
+@description('Days a claim-checked payload is kept: longer than a message lives (its time to live) and than you keep dead letters you may replay.')
+@minValue(1)
+param payloadRetentionDays int = 30
+
+var topology = loadJsonContent('topology.json')
+
+// Built-in role definitions.
+var roles = {
+  serviceBusDataReceiver: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0')
+  serviceBusDataSender: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39')
+  serviceBusDataOwner: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', '090c5cfd-751d-490a-894a-3ce6f1109419')
+  storageBlobDataContributor: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', 'ba92f5b4-2d11-453d-a403-e96b0029c9fe')
+}
+
+// -- Service Bus ---------------------------------------------------------------
+
+resource serviceBus 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' = {
+  name: serviceBusNamespaceName
+  location: location
+  sku: {
+    name: 'Standard'
+    tier: 'Standard'
+  }
+  properties: {
+    // Entra ID only: every client uses its managed identity.
+    disableLocalAuth: true
+    minimumTlsVersion: '1.2'
+  }
+}
+
+resource queues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = [
+  for queue in topology.queues: {
+    parent: serviceBus
+    name: queue
+    properties: {
+      lockDuration: topology.entity.lockDuration
+      maxDeliveryCount: topology.entity.maxDeliveryCount
+      requiresDuplicateDetection: true
+      duplicateDetectionHistoryTimeWindow: topology.entity.duplicateDetectionHistoryTimeWindow
+      defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
+      deadLetteringOnMessageExpiration: true
+      requiresSession: false
+      enableBatchedOperations: true
+    }
+  }
+]
+
+resource topic 'Microsoft.ServiceBus/namespaces/topics@2022-10-01-preview' = {
+  parent: serviceBus
+  name: topology.topic
+  properties: {
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: topology.entity.duplicateDetectionHistoryTimeWindow
+    defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
+    enableBatchedOperations: true
+  }
+}
+
+resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2022-10-01-preview' = [
+  for subscription in topology.subscriptions: {
+    parent: topic
+    name: subscription
+    properties: {
+      lockDuration: topology.entity.lockDuration
+      maxDeliveryCount: topology.entity.maxDeliveryCount
+      defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
+      deadLetteringOnMessageExpiration: true
+      deadLetteringOnFilterEvaluationExceptions: true
+      requiresSession: false
+      enableBatchedOperations: true
+    }
+  }
+]
+
+// Two rules per subscription: its event types, and messages replayed to it alone.
+resource rules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2022-10-01-preview' = [
+  for rule in topology.rules: {
+    parent: subscriptions[rule.subscription]
+    name: rule.name
+    properties: {
+      filterType: 'SqlFilter'
+      sqlFilter: {
+        sqlExpression: rule.sqlFilter
+      }
+    }
+  }
+]
+
+// -- Blob storage ----------------------------------------------------------------
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_35: the pods reach the account over its public endpoint from the cluster's egress; what guards it is Entra ID only (no keys, no SAS) and least-privilege roles; add networkAcls or a private endpoint per environment
+  // checkov:skip=CKV_AZURE_206: zone-redundant (ZRS): payloads, logs and results are working data of deliveries, a copy in another region is not needed
+  // checkov:skip=CKV_AZURE_43: the name is a parameter; Azure checks its naming rules at deployment
+  name: storageAccountName
+  location: location
+  sku: {
+    name: 'Standard_ZRS'
+  }
+  kind: 'StorageV2'
+  properties: {
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    allowBlobPublicAccess: false
+    // Entra ID only: no account keys, no SAS.
+    allowSharedKeyAccess: false
+    defaultToOAuthAuthentication: true
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    deleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+  }
+}
+
+resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [
+  for container in topology.containers: {
+    parent: blobService
+    name: container
+    properties: {
+      publicAccess: 'None'
+    }
+  }
+]
+
+resource lifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [
+        {
+          name: 'delete-claim-checked-payloads'
+          enabled: true
+          type: 'Lifecycle'
+          definition: {
+            filters: {
+              blobTypes: ['blockBlob']
+              prefixMatch: ['${topology.claimCheckContainer}/']
+            }
+            actions: {
+              baseBlob: {
+                delete: {
+                  daysAfterModificationGreaterThan: payloadRetentionDays
+                }
+              }
+            }
+          }
+        }
+      ]
+    }
+  }
+  dependsOn: [containers]
+}
+
+// -- PostgreSQL ------------------------------------------------------------------
+
+resource postgres 'Microsoft.DBforPostgreSQL/flexibleServers@2024-08-01' = {
+  name: postgresServerName
+  location: location
+  sku: {
+    name: postgresSkuName
+    tier: postgresSkuTier
+  }
+  properties: {
+    version: '16'
+    administratorLogin: postgresAdminLogin
+    administratorLoginPassword: postgresAdminPassword
+    storage: {
+      storageSizeGB: 32
+      autoGrow: 'Enabled'
+    }
+    backup: {
+      backupRetentionDays: 7
+      geoRedundantBackup: 'Disabled'
+    }
+    highAvailability: {
+      mode: 'Disabled'
+    }
+  }
+}
+
+resource database 'Microsoft.DBforPostgreSQL/flexibleServers/databases@2024-08-01' = {
+  parent: postgres
+  name: 'bosun'
+  properties: {
+    charset: 'UTF8'
+    collation: 'en_US.utf8'
+  }
+}
+
+// -- Identities: one per consumer, the API's, KEDA's ---------------------------------
+
+resource identities 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = [
+  for identity in topology.identities: {
+    name: identity.name
+    location: location
+  }
+]
+
+resource federatedCredentials 'Microsoft.ManagedIdentity/userAssignedIdentities/federatedIdentityCredentials@2023-01-31' = [
+  for (identity, i) in topology.identities: {
+    parent: identities[i]
+    name: 'aks'
+    properties: {
+      issuer: aksOidcIssuerUrl
+      subject: identity.kedaOperator ? 'system:serviceaccount:${kedaNamespace}:${kedaServiceAccount}' : 'system:serviceaccount:${kubernetesNamespace}:${identity.serviceAccount}'
+      audiences: ['api://AzureADTokenExchange']
+    }
+  }
+]
+
+// -- Least-privilege role assignments ---------------------------------------------
+
+resource queueGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for grant in topology.grants.queues: {
+    name: guid(queues[grant.queue].id, identities[grant.identity].id, roles[grant.role])
+    scope: queues[grant.queue]
+    properties: {
+      roleDefinitionId: roles[grant.role]
+      principalId: identities[grant.identity].properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource subscriptionGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for grant in topology.grants.subscriptions: {
+    name: guid(subscriptions[grant.subscription].id, identities[grant.identity].id, roles.serviceBusDataReceiver)
+    scope: subscriptions[grant.subscription]
+    properties: {
+      roleDefinitionId: roles.serviceBusDataReceiver
+      principalId: identities[grant.identity].properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource topicGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for grant in topology.grants.topic: {
+    name: guid(topic.id, identities[grant.identity].id, roles.serviceBusDataSender)
+    scope: topic
+    properties: {
+      roleDefinitionId: roles.serviceBusDataSender
+      principalId: identities[grant.identity].properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource namespaceGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for grant in topology.grants.namespace: {
+    name: guid(serviceBus.id, identities[grant.identity].id, roles[grant.role])
+    scope: serviceBus
+    properties: {
+      roleDefinitionId: roles[grant.role]
+      principalId: identities[grant.identity].properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource containerGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for grant in filter(topology.grants.blobs, grant => grant.container != null): {
+    name: guid(containers[grant.container].id, identities[grant.identity].id, roles.storageBlobDataContributor)
+    scope: containers[grant.container]
+    properties: {
+      roleDefinitionId: roles.storageBlobDataContributor
+      principalId: identities[grant.identity].properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+resource accountGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for grant in filter(topology.grants.blobs, grant => grant.container == null): {
+    name: guid(storage.id, identities[grant.identity].id, roles.storageBlobDataContributor)
+    scope: storage
+    properties: {
+      roleDefinitionId: roles.storageBlobDataContributor
+      principalId: identities[grant.identity].properties.principalId
+      principalType: 'ServicePrincipal'
+    }
+  }
+]
+
+// -- What the overlay needs ----------------------------------------------------------
+
+@description('The client id of each component\'s identity: the azure.workload.identity/client-id of its ServiceAccount (KEDA\'s goes to the KEDA operator).')
+output clientIds array = [
+  for (identity, i) in topology.identities: {
+    component: identity.component
+    clientId: identities[i].properties.clientId
+  }
+]
+
+@description('BOSUN_SERVICEBUS_NAMESPACE.')
+output serviceBusNamespace string = serviceBus.name
+
+@description('BOSUN_BLOB_URL.')
+output blobUrl string = storage.properties.primaryEndpoints.blob
+
+@description('The PostgreSQL host for BOSUN_DATABASE_URL.')
+output postgresHost string = postgres.properties.fullyQualifiedDomainName

@@ -1,0 +1,361 @@
+//! `infra/` is what the code renders, and covers every entity and consumer.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::kubernetes::{self, TRIGGER_AUTHENTICATION};
+use super::*;
+use crate::ports::topology::Topology;
+
+fn default_files() -> Vec<RenderedFile> {
+    render(&InfraSettings::from_settings(&Settings::with_data_dir(".bosun")).unwrap())
+}
+
+/// The checked-in `infra/` must equal what the code renders with the
+/// default settings. Rewrite it with `cargo run -- infra render` (or
+/// `BOSUN_UPDATE_INFRA=1 cargo test --lib tools::infra`).
+#[test]
+fn checked_in_infra_is_fresh() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("infra");
+    let files = default_files();
+    if std::env::var_os("BOSUN_UPDATE_INFRA").is_some() {
+        write(&dir, &files).unwrap();
+    }
+    let mut stale: Vec<String> = files
+        .iter()
+        .filter(|file| std::fs::read_to_string(dir.join(&file.path)).map_or(true, |on_disk| on_disk != file.text))
+        .map(|file| file.path.clone())
+        .collect();
+    stale.extend(
+        unrendered(&dir, &files)
+            .into_iter()
+            .map(|path| format!("{path} (not rendered)")),
+    );
+    assert!(
+        stale.is_empty(),
+        "infra/ is stale: {stale:?}; run `cargo run -- infra render` (or `BOSUN_UPDATE_INFRA=1 cargo test --lib tools::infra`)"
+    );
+}
+
+#[test]
+fn rendering_is_deterministic() {
+    assert_eq!(default_files(), default_files());
+}
+
+/// Every YAML document of the base: the objects of `kubernetes/` outside
+/// the overlays, parsed back from the rendered text.
+fn base_objects(files: &[RenderedFile]) -> Vec<(String, Value)> {
+    files
+        .iter()
+        .filter(|file| file.path.starts_with("kubernetes/") && !file.path.contains("overlays/"))
+        .filter(|file| file.path != "kubernetes/base/kustomization.yaml")
+        .flat_map(|file| {
+            parse_documents(&file.text)
+                .into_iter()
+                .map(|object| (file.path.clone(), object))
+        })
+        .collect()
+}
+
+/// Reads back the YAML the writer produces with an independent YAML
+/// parser, so the tests check the rendered text, not the values it was
+/// made from.
+fn parse_documents(text: &str) -> Vec<Value> {
+    yaml_rust2::YamlLoader::load_from_str(text)
+        .unwrap_or_else(|err| panic!("rendered YAML does not parse: {err}\n{text}"))
+        .iter()
+        .map(to_json)
+        .collect()
+}
+
+fn to_json(yaml: &yaml_rust2::Yaml) -> Value {
+    use yaml_rust2::Yaml;
+    match yaml {
+        Yaml::String(text) => Value::String(text.clone()),
+        Yaml::Integer(n) => Value::from(*n),
+        Yaml::Real(text) => serde_json::from_str(text).unwrap(),
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Null => Value::Null,
+        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect()),
+        Yaml::Hash(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| (key.as_str().expect("string keys").to_owned(), to_json(value)))
+                .collect(),
+        ),
+        other => panic!("unexpected YAML node {other:?}"),
+    }
+}
+
+fn kind_of(object: &Value) -> &str {
+    object["kind"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn every_queue_and_subscription_has_one_scaled_object_and_one_deployment_naming_a_real_consumer() {
+    let files = default_files();
+    let objects = base_objects(&files);
+    let topology = Topology::from_routing();
+    let mut queue_triggers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut subscription_triggers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut scaled_targets = Vec::new();
+    for (_, object) in objects.iter().filter(|(_, o)| kind_of(o) == "ScaledObject") {
+        scaled_targets.push(object["spec"]["scaleTargetRef"]["name"].as_str().unwrap().to_owned());
+        for trigger in object["spec"]["triggers"].as_array().unwrap() {
+            let metadata = &trigger["metadata"];
+            if let Some(queue) = metadata["queueName"].as_str() {
+                *queue_triggers.entry(queue.to_owned()).or_default() += 1;
+            } else {
+                assert_eq!(metadata["topicName"], topology.topic.as_str());
+                let subscription = metadata["subscriptionName"].as_str().unwrap();
+                *subscription_triggers.entry(subscription.to_owned()).or_default() += 1;
+            }
+        }
+    }
+    let expected_queues: BTreeMap<String, usize> = topology.queues.iter().map(|q| (q.clone(), 1)).collect();
+    assert_eq!(queue_triggers, expected_queues, "one trigger per queue");
+    let expected_subscriptions: BTreeMap<String, usize> =
+        topology.subscriptions.iter().map(|s| (s.name.clone(), 1)).collect();
+    assert_eq!(
+        subscription_triggers, expected_subscriptions,
+        "one trigger per subscription"
+    );
+
+    let known: Vec<&str> = registry::available().collect();
+    let mut served = BTreeMap::new();
+    for (path, object) in objects.iter().filter(|(_, o)| kind_of(o) == "Deployment") {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let args: Vec<&str> = object["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|arg| arg.as_str().unwrap())
+            .collect();
+        if args[0] == "api" {
+            assert_eq!(name, "bosun-api");
+            continue;
+        }
+        assert_eq!(args[..2], ["serve", "--consumers"], "{path}");
+        let consumer = args[2];
+        assert!(
+            known.contains(&consumer),
+            "{path} runs `{consumer}`, which is not a consumer"
+        );
+        assert_eq!(args.len(), 3, "{path}: one consumer per Deployment");
+        *served.entry(consumer.to_owned()).or_insert(0) += 1;
+        assert!(scaled_targets.contains(&name.to_owned()), "{name} has a ScaledObject");
+    }
+    let expected: BTreeMap<String, i32> = known.iter().map(|c| ((*c).to_owned(), 1)).collect();
+    assert_eq!(served, expected, "one Deployment per consumer");
+    let deployments: Vec<String> = objects
+        .iter()
+        .filter(|(_, o)| kind_of(o) == "Deployment")
+        .map(|(_, o)| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    for target in &scaled_targets {
+        assert!(
+            deployments.contains(target),
+            "the ScaledObject's target {target} is a Deployment"
+        );
+    }
+}
+
+#[test]
+fn pods_probe_the_ops_port_outlive_the_grace_and_write_only_their_volumes() {
+    let files = default_files();
+    let grace = Settings::with_data_dir(".bosun").shutdown_grace.as_secs();
+    for (path, object) in base_objects(&files) {
+        let pod = match kind_of(&object) {
+            "Deployment" | "Job" => &object["spec"]["template"]["spec"],
+            _ => continue,
+        };
+        assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > grace, "{path}");
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{path}");
+        let container = &pod["containers"][0];
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true, "{path}");
+        assert_eq!(
+            container["securityContext"]["allowPrivilegeEscalation"], false,
+            "{path}"
+        );
+        let mounts: Vec<&str> = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
+        assert!(
+            mounts.contains(&kubernetes::DATA_DIR),
+            "{path}: the data directory is a volume"
+        );
+        for volume in pod["volumes"].as_array().unwrap() {
+            assert!(volume["emptyDir"].is_object(), "{path}");
+        }
+        assert!(container["resources"]["requests"].is_object() && container["resources"]["limits"].is_object());
+        if kind_of(&object) == "Deployment" {
+            assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz", "{path}");
+            assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz", "{path}");
+            let ports = container["ports"].as_array().unwrap();
+            assert!(
+                ports
+                    .iter()
+                    .any(|p| p["name"] == "ops" && p["containerPort"] == OPS_PORT),
+                "{path}: the probes' port is the ops port"
+            );
+            assert_eq!(
+                object["spec"]["template"]["metadata"]["labels"]["azure.workload.identity/use"],
+                "true"
+            );
+            let account = pod["serviceAccountName"].as_str().unwrap();
+            assert_eq!(
+                account, object["metadata"]["name"],
+                "{path}: a ServiceAccount of its own"
+            );
+        }
+    }
+    let config = base_objects(&files)
+        .into_iter()
+        .find(|(_, o)| kind_of(o) == "ConfigMap")
+        .unwrap()
+        .1;
+    assert_eq!(config["data"]["BOSUN_OPS_ADDR"], format!("0.0.0.0:{OPS_PORT}"));
+}
+
+/// The KEDA objects, field by field, against KEDA's documented shape
+/// (keda.sh/docs, ScaledObject spec, TriggerAuthentication, the
+/// azure-servicebus scaler and the azure-workload pod identity): only
+/// documented fields, the values they take.
+#[test]
+fn keda_objects_have_the_documented_shape() {
+    let files = default_files();
+    let objects = base_objects(&files);
+    let keys = |value: &Value| -> Vec<String> { value.as_object().unwrap().keys().cloned().collect() };
+    let authentications: Vec<&Value> = objects
+        .iter()
+        .map(|(_, o)| o)
+        .filter(|o| kind_of(o) == "TriggerAuthentication")
+        .collect();
+    assert_eq!(authentications.len(), 1);
+    let authentication = authentications[0];
+    assert_eq!(authentication["apiVersion"], "keda.sh/v1alpha1");
+    assert_eq!(authentication["metadata"]["name"], TRIGGER_AUTHENTICATION);
+    assert_eq!(keys(&authentication["spec"]), ["podIdentity"]);
+    assert_eq!(authentication["spec"]["podIdentity"]["provider"], "azure-workload");
+
+    let consumers = consumers();
+    let scaled: Vec<&Value> = objects
+        .iter()
+        .map(|(_, o)| o)
+        .filter(|o| kind_of(o) == "ScaledObject")
+        .collect();
+    assert_eq!(scaled.len(), consumers.len());
+    for object in scaled {
+        assert_eq!(object["apiVersion"], "keda.sh/v1alpha1");
+        assert_eq!(keys(object), ["apiVersion", "kind", "metadata", "spec"]);
+        let spec = &object["spec"];
+        for key in keys(spec) {
+            assert!(
+                [
+                    "scaleTargetRef",
+                    "minReplicaCount",
+                    "maxReplicaCount",
+                    "pollingInterval",
+                    "cooldownPeriod",
+                    "triggers"
+                ]
+                .contains(&key.as_str()),
+                "ScaledObject spec field {key} is not documented"
+            );
+        }
+        assert_eq!(
+            keys(&spec["scaleTargetRef"]),
+            ["name"],
+            "the Deployment, by name (apps/v1 by default)"
+        );
+        for field in [
+            "minReplicaCount",
+            "maxReplicaCount",
+            "pollingInterval",
+            "cooldownPeriod",
+        ] {
+            assert!(spec[field].is_u64(), "{field} is an integer");
+        }
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let consumer = consumers.iter().find(|c| c.object_name() == name).unwrap();
+        let min = spec["minReplicaCount"].as_u64().unwrap();
+        assert_eq!(min == 0, consumer.scales_to_zero, "{name}");
+        assert!(spec["maxReplicaCount"].as_u64().unwrap() >= min.max(1));
+        for trigger in spec["triggers"].as_array().unwrap() {
+            assert_eq!(keys(trigger), ["type", "metadata", "authenticationRef"]);
+            assert_eq!(trigger["type"], "azure-servicebus");
+            assert_eq!(trigger["authenticationRef"]["name"], TRIGGER_AUTHENTICATION);
+            let metadata = &trigger["metadata"];
+            for (key, value) in metadata.as_object().unwrap() {
+                assert!(
+                    [
+                        "queueName",
+                        "topicName",
+                        "subscriptionName",
+                        "namespace",
+                        "messageCount"
+                    ]
+                    .contains(&key.as_str()),
+                    "azure-servicebus metadata {key} is not documented"
+                );
+                assert!(value.is_string(), "trigger metadata values are strings ({key})");
+            }
+            assert!(metadata["namespace"].is_string(), "pod identity needs the namespace");
+            let count: u32 = metadata["messageCount"].as_str().unwrap().parse().unwrap();
+            assert!(count > 0);
+            let on_queue = metadata.get("queueName").is_some();
+            let on_subscription = metadata.get("topicName").is_some() && metadata.get("subscriptionName").is_some();
+            assert!(
+                on_queue != on_subscription,
+                "queueName, or topicName and subscriptionName"
+            );
+        }
+    }
+}
+
+#[test]
+fn identities_get_only_their_own_entities() {
+    let files = default_files();
+    let topology_file = files.iter().find(|f| f.path == "bicep/topology.json").unwrap();
+    let json: Value = serde_json::from_str(&topology_file.text).unwrap();
+    let identities = json["identities"].as_array().unwrap();
+    let queues = json["queues"].as_array().unwrap();
+    let subscriptions = json["subscriptions"].as_array().unwrap();
+    for grant in json["grants"]["queues"].as_array().unwrap() {
+        let identity = &identities[grant["identity"].as_u64().unwrap() as usize];
+        let queue = &queues[grant["queue"].as_u64().unwrap() as usize];
+        assert_eq!(
+            &identity["component"], queue,
+            "a consumer's rights on a queue are on its own"
+        );
+    }
+    for grant in json["grants"]["subscriptions"].as_array().unwrap() {
+        let identity = &identities[grant["identity"].as_u64().unwrap() as usize];
+        let subscription = &subscriptions[grant["subscription"].as_u64().unwrap() as usize];
+        assert_eq!(&identity["component"], subscription);
+    }
+    for grant in json["grants"]["namespace"].as_array().unwrap() {
+        let identity = &identities[grant["identity"].as_u64().unwrap() as usize];
+        assert!(
+            identity["component"] == bicep::API_COMPONENT || identity["component"] == bicep::KEDA_COMPONENT,
+            "only the API and KEDA have rights on the whole namespace: {identity}"
+        );
+    }
+    for grant in json["grants"]["blobs"].as_array().unwrap() {
+        let identity = &identities[grant["identity"].as_u64().unwrap() as usize];
+        let keeps_blobs = consumers()
+            .iter()
+            .find(|c| identity["component"] == c.name.as_str())
+            .is_none_or(|c| c.keeps_blobs);
+        assert_eq!(grant["container"].is_null(), keeps_blobs, "{identity}");
+    }
+    // Every subscription has its two rules.
+    let rules = json["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), subscriptions.len() * 2);
+    let main = files.iter().find(|f| f.path == "bicep/main.bicep").unwrap();
+    assert!(main.text.contains("loadJsonContent('topology.json')"));
+}
