@@ -5,7 +5,7 @@
 // Deploys what bosun needs on Azure, into one resource group:
 //   az deployment group create --resource-group RG --template-file infra/bicep/main.bicep \
 //     --parameters serviceBusNamespaceName=... storageAccountName=... postgresServerName=... \
-//                  postgresAdminPassword=... aksOidcIssuerUrl=...
+//                  postgresAdminPassword=... aksOidcIssuerUrl=... aksEgressIp=...
 // Then remove the `$Default` rule Azure gives every new subscription (it lets
 // every event through): `bosun topology apply` as someone with Manage rights.
 
@@ -39,6 +39,9 @@ param postgresSkuTier string = 'Burstable'
 
 @description('The OIDC issuer URL of the AKS cluster: az aks show -g RG -n AKS --query oidcIssuerProfile.issuerUrl -o tsv')
 param aksOidcIssuerUrl string
+
+@description('The public outbound IP of the AKS cluster, let through the PostgreSQL firewall (a server with public access refuses every client no rule lets in): az network public-ip show --ids "$(az aks show -g RG -n AKS --query "networkProfile.loadBalancerProfile.effectiveOutboundIPs[0].id" -o tsv)" --query ipAddress -o tsv')
+param aksEgressIp string
 
 @description('The Kubernetes namespace bosun runs in (the overlay sets it).')
 param kubernetesNamespace string = 'bosun'
@@ -234,6 +237,19 @@ resource postgres 'Microsoft.DBforPostgreSQL/flexibleServers@2024-08-01' = {
     highAvailability: {
       mode: 'Disabled'
     }
+    network: {
+      publicNetworkAccess: 'Enabled'
+    }
+  }
+}
+
+// Only the cluster's outbound address may connect.
+resource postgresFirewall 'Microsoft.DBforPostgreSQL/flexibleServers/firewallRules@2024-08-01' = {
+  parent: postgres
+  name: 'aks-egress'
+  properties: {
+    startIpAddress: aksEgressIp
+    endIpAddress: aksEgressIp
   }
 }
 
@@ -318,7 +334,7 @@ resource namespaceGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
 ]
 
 resource containerGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
-  for grant in filter(topology.grants.blobs, grant => grant.container != null): {
+  for grant in filter(topology.grants.blobs, g => g.container != null): {
     name: guid(containers[grant.container].id, identities[grant.identity].id, roles.storageBlobDataContributor)
     scope: containers[grant.container]
     properties: {
@@ -330,7 +346,7 @@ resource containerGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
 ]
 
 resource accountGrants 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
-  for grant in filter(topology.grants.blobs, grant => grant.container == null): {
+  for grant in filter(topology.grants.blobs, g => g.container == null): {
     name: guid(storage.id, identities[grant.identity].id, roles.storageBlobDataContributor)
     scope: storage
     properties: {
