@@ -561,6 +561,22 @@ impl Consumer for CountingSaga {
     }
 }
 
+/// Waits until the counting saga has counted 24 messages, each in a version
+/// of its own, and returns it.
+async fn counted_24(store: &dyn Store) -> crate::ports::store::SagaRecord {
+    eventually("every message is counted", || async {
+        store
+            .load_saga("release", "payments-api-1")
+            .await
+            .unwrap()
+            .is_some_and(|saga| saga.state["count"] == 24)
+    })
+    .await;
+    let saga = store.load_saga("release", "payments-api-1").await.unwrap().unwrap();
+    assert_eq!(saga.version, 24);
+    saga
+}
+
 /// Runs `hosts` hosts (as separate processes would) of one counting saga
 /// consumer, each handling 8 messages at once, over one transport and one
 /// store, until 24 messages are counted; returns how often the handler ran.
@@ -584,20 +600,7 @@ async fn count_24_with(hosts: usize) -> u32 {
         .map(|i| raw(create_commit().to_vec(), &format!("m-{i}")))
         .collect();
     transport.send(messages).await.unwrap();
-    let sagas = store.clone();
-    eventually("every message is counted", || {
-        let sagas = sagas.clone();
-        async move {
-            sagas
-                .load_saga("release", "payments-api-1")
-                .await
-                .unwrap()
-                .is_some_and(|saga| saga.state["count"] == 24)
-        }
-    })
-    .await;
-    let saga = store.load_saga("release", "payments-api-1").await.unwrap().unwrap();
-    assert_eq!(saga.version, 24);
+    let saga = counted_24(store.as_ref()).await;
     assert_eq!(saga.history.len(), 24);
     shutdown.cancel();
     for host in running {
@@ -659,19 +662,7 @@ async fn count_24_on_postgres(hosts: usize) -> u32 {
         .map(|i| raw(create_commit().to_vec(), &format!("m-{i}")))
         .collect();
     sender.send(messages).await.unwrap();
-    eventually("every message is counted", || {
-        let store = &store;
-        async move {
-            store
-                .load_saga("release", "payments-api-1")
-                .await
-                .unwrap()
-                .is_some_and(|saga| saga.state["count"] == 24)
-        }
-    })
-    .await;
-    let saga = store.load_saga("release", "payments-api-1").await.unwrap().unwrap();
-    assert_eq!(saga.version, 24);
+    counted_24(&store).await;
     shutdown.cancel();
     for host in running {
         host.await.unwrap();
