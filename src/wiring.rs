@@ -37,6 +37,17 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A command that only reads found no bosun data where it looked (a
+    /// mistyped `--data-dir` or `BOSUN_DATA_DIR`); nothing was created.
+    #[error(
+        "there is no bosun data in {data_dir} (looked for {looked_for}); nothing was created. Point --data-dir or BOSUN_DATA_DIR at the directory `bosun serve` uses"
+    )]
+    NoData {
+        /// The data directory.
+        data_dir: std::path::PathBuf,
+        /// The file that would hold the data.
+        looked_for: std::path::PathBuf,
+    },
     /// Transport failure.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -83,6 +94,30 @@ pub struct Backends {
 }
 
 impl Backends {
+    /// [`Backends::open`] for a command that only reads (or acts on what
+    /// is there): where the settings keep data in the data directory (the
+    /// SQLite store, else the embedded transport), it must be there
+    /// already, or [`StartError::NoData`] says where it looked; nothing is
+    /// created.
+    pub async fn open_existing(settings: &Settings) -> Result<Self, StartError> {
+        let local = if settings.database_url.is_none() {
+            Some(settings.store_path())
+        } else if settings.transport == TransportKind::Embedded {
+            Some(settings.transport_path())
+        } else {
+            None
+        };
+        if let Some(looked_for) = local
+            && !looked_for.is_file()
+        {
+            return Err(StartError::NoData {
+                data_dir: settings.data_dir.clone(),
+                looked_for,
+            });
+        }
+        Self::open(settings).await
+    }
+
     /// Opens the configured transport and store and makes sure the
     /// transport has every queue and subscription of the routing table.
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {

@@ -166,12 +166,25 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
         );
     }
 
-    // What the browser did, seen from the API: both dead letters replayed.
+    // What the browser did, seen from the API: both dead letters replayed
+    // with the group, and one of them replayed once more, edited, with its
+    // diff recorded.
+    let mut edited = 0;
     for id in &dead_ids {
         let (status, record) = api(port, "GET", &format!("/v1/dead-letters/{id}"), &key, None);
         assert_eq!(status, 200, "{record:#}");
         assert_eq!(record["status"], "replayed", "{record:#}");
-        assert_eq!(record["replays"].as_array().map(Vec::len), Some(1), "{record:#}");
+        let replays = record["replays"].as_array().expect("replays");
+        assert!(
+            replays[0]["edit"].is_null(),
+            "the group replay is not an edit: {record:#}"
+        );
+        if let Some(again) = replays.get(1) {
+            assert_eq!(replays.len(), 2, "{record:#}");
+            assert_eq!(again["edit"]["diff"].as_array().map(Vec::len), Some(1), "{record:#}");
+            edited += 1;
+        }
     }
+    assert_eq!(edited, 1, "one dead letter was replayed again, edited");
     server.terminate();
 }

@@ -140,6 +140,80 @@ fn a_whole_delivery_reaches_a_synced_environment() {
     progress.phase(format!("checked {} hops and the work on disk", hops.len()));
 }
 
+/// The routing table's consumers of `message_type` (its command's handler,
+/// or its event's subscribers).
+fn routed_to(message_type: &str) -> Vec<&'static str> {
+    match bosun_contracts::MessageSpec::find(message_type).map(|spec| spec.kind) {
+        Some(bosun_contracts::MessageKind::Command) => bosun_contracts::routing::command_handler(message_type)
+            .map(|route| route.name)
+            .into_iter()
+            .collect(),
+        Some(bosun_contracts::MessageKind::Event) => bosun_contracts::routing::event_subscribers(message_type)
+            .map(|route| route.name)
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// The dispatcher (and `send`) write a message's `sent` line after sending
+/// it, so its consumer's `completed` line is often written first; the
+/// status must not care.
+#[test]
+fn fifty_demo_runs_never_show_a_handled_hop_as_sent() {
+    const RUNS: usize = 50;
+    let progress = Progress::start("full_delivery (50 demo runs)");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let mut reordered = 0;
+    for run in 0..RUNS {
+        let tenant = format!("t{run:02}");
+        let output = bosun(data)
+            .args(["demo", "--json", "--timeout", "240", "--tenant", &tenant, "--data-dir"])
+            .arg(data)
+            .stdin(Stdio::null())
+            .output()
+            .expect("bosun demo runs");
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+            panic!(
+                "run {run}: demo printed no JSON ({err}): {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        assert!(output.status.success(), "run {run}: {report:#}");
+        let correlation = report["correlationId"].as_str().unwrap();
+        let delivery = run_json(data, &["deliveries", "show", correlation]);
+        let messages = delivery["messages"].as_array().unwrap();
+        for (message, hop) in messages.iter().zip(report["hops"].as_array().unwrap()) {
+            let events = message["events"].as_array().unwrap();
+            let message_type = message["messageType"].as_str().unwrap();
+            let consumers = routed_to(message_type);
+            // Handled, read straight from the lines: every consumer it is
+            // routed to wrote `completed` (or `duplicate`).
+            let handled = !consumers.is_empty()
+                && consumers.iter().all(|consumer| {
+                    events.iter().any(|e| {
+                        e["consumer"] == *consumer && (e["status"] == "completed" || e["status"] == "duplicate")
+                    })
+                });
+            if handled {
+                assert_eq!(message["status"], "completed", "run {run}: {message:#}");
+                assert_eq!(hop["status"], "completed", "run {run}: {hop:#} of {message:#}");
+            }
+            let first_completed = events.iter().position(|e| e["status"] == "completed");
+            let last_sent = events.iter().rposition(|e| e["status"] == "sent");
+            if let (Some(completed), Some(sent)) = (first_completed, last_sent)
+                && sent > completed
+            {
+                reordered += 1;
+            }
+        }
+        progress.tick(|| format!("{} of {RUNS} runs checked", run + 1));
+    }
+    progress.phase(format!(
+        "{RUNS} runs checked; {reordered} hops had their `sent` line written after `completed`"
+    ));
+}
+
 #[test]
 fn a_failing_unit_test_stops_the_release_before_promotion() {
     let progress = Progress::start("full_delivery (a failing unit test)");

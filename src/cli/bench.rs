@@ -14,6 +14,8 @@ use bosun::runtime::config::Settings;
 use bosun::runtime::telemetry;
 use bosun::tools::bench::{self, BenchPlan, Scenario, latency};
 
+use super::output::{out, outln};
+
 /// `bosun bench`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct BenchArgs {
@@ -128,19 +130,19 @@ pub async fn run(args: BenchArgs, settings: Settings) -> Result<()> {
         None
     };
     if args.json {
-        print!("{}", bench::json_lines(&rows)?);
+        out!("{}", bench::json_lines(&rows)?)?;
         if let Some(row) = &latency {
-            println!("{}", serde_json::to_string(row)?);
+            outln!("{}", serde_json::to_string(row)?)?;
         }
     } else {
         if !rows.is_empty() {
-            print!("{}", bench::table(&rows));
+            out!("{}", bench::table(&rows))?;
         }
         if let Some(row) = &latency {
             if !rows.is_empty() {
-                println!();
+                outln!()?;
             }
-            print!("{}", latency::table(row));
+            out!("{}", latency::table(row))?;
         }
     }
     Ok(())

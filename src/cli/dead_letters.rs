@@ -8,15 +8,15 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use bosun::operator::Operator;
+use bosun::operator::groups::FailureGroup;
 use bosun::ports::store::{DeadLetterFilter, DeadLetterRecord, DeadLetterStatus};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{print_json, short_time};
+use super::output::{outln, parse_since, print_json, short_time};
 
 /// Filters shared by the dead-letter commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
@@ -63,6 +63,18 @@ pub enum DeadLettersCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Dead letters not replayed yet, grouped by root cause: the error's
+    /// kind and its message with ids, numbers, hashes, paths and times
+    /// masked, plus consumer and message type; largest group first, with
+    /// first and last seen, a sample and the last day's trend.
+    Groups {
+        /// Filters.
+        #[command(flatten)]
+        filter: DeadLetterFilterArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Everything about one dead letter: original message, error chain,
     /// attempts, replays.
     Show {
@@ -76,9 +88,23 @@ pub enum DeadLettersCommand {
     Replay {
         /// Ids to replay.
         ids: Vec<String>,
+        /// Edit the payload in $VISUAL or $EDITOR (else vi) first; it is
+        /// checked against the message's contract before anything is sent,
+        /// and the replay records the original, the edit and what changed.
+        /// One id only.
+        #[arg(long, conflicts_with_all = ["all", "group", "payload"])]
+        edit: bool,
+        /// Replace the payload with this JSON (inline, @FILE, or @- for
+        /// stdin) first; checked and recorded as with --edit. One id only.
+        #[arg(long, value_name = "JSON|@FILE", conflicts_with_all = ["all", "group"])]
+        payload: Option<String>,
         /// Replay every dead letter matching the filters.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
+        /// Replay every dead letter of this failure group (its fingerprint,
+        /// from `dead-letters groups`).
+        #[arg(long, value_name = "FINGERPRINT", conflicts_with_all = ["ids", "all"])]
+        group: Option<String>,
         /// Filters (with --all).
         #[command(flatten)]
         filter: DeadLetterFilterArgs,
@@ -96,6 +122,10 @@ pub enum DeadLettersCommand {
         /// Purge every dead letter matching the filters.
         #[arg(long, conflicts_with = "ids")]
         all: bool,
+        /// Purge every dead letter of this failure group (its fingerprint,
+        /// from `dead-letters groups`).
+        #[arg(long, value_name = "FINGERPRINT", conflicts_with_all = ["ids", "all"])]
+        group: Option<String>,
         /// Filters (with --all).
         #[command(flatten)]
         filter: DeadLetterFilterArgs,
@@ -106,29 +136,6 @@ pub enum DeadLettersCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// The `--since` units: suffix and seconds.
-const SINCE_UNITS: [(char, u64); 4] = [('s', 1), ('m', 60), ('h', 3600), ('d', 86_400)];
-
-/// Parses `--since`: RFC 3339, or `<n>s|m|h|d` before `now`.
-fn parse_since(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime> {
-    if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
-        return Ok(at);
-    }
-    let neither = || format!("--since `{text}` is neither RFC 3339 nor a duration like 30m, 2h, 7d");
-    let Some((number, seconds_per_unit)) = SINCE_UNITS
-        .iter()
-        .find_map(|&(unit, seconds)| text.strip_suffix(unit).map(|number| (number, seconds)))
-    else {
-        bail!(neither());
-    };
-    let amount: u64 = number.parse().with_context(neither)?;
-    amount
-        .checked_mul(seconds_per_unit)
-        .and_then(|seconds| i64::try_from(seconds).ok())
-        .and_then(|seconds| now.checked_sub(time::Duration::seconds(seconds)))
-        .with_context(|| format!("--since `{text}` is too long ago"))
 }
 
 /// Checks `--rate`: a number of replays per second above 0 whose interval
@@ -146,7 +153,7 @@ fn check_rate(rate: Option<f64>) -> Result<()> {
 
 /// Runs a dead-letter command as the settings' operator.
 pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()> {
-    let backends = Backends::open(settings).await?;
+    let backends = Backends::open_existing(settings).await?;
     let operator = backends.operator(&settings.operator);
     match command {
         DeadLettersCommand::List {
@@ -161,6 +168,14 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                 write_list(&mut std::io::stdout().lock(), &records)?;
             }
         }
+        DeadLettersCommand::Groups { filter, json } => {
+            let groups = operator.failure_groups(&filter.to_filter(false)?).await?;
+            if json {
+                print_json(&groups)?;
+            } else {
+                write_groups(&mut std::io::stdout().lock(), &groups)?;
+            }
+        }
         DeadLettersCommand::Show { id, json } => {
             let record = operator.dead_letter(&id).await?;
             if json {
@@ -171,13 +186,59 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
         }
         DeadLettersCommand::Replay {
             ids,
+            edit,
+            payload,
             all,
+            group,
             filter,
             rate,
             json,
         } => {
+            if edit || payload.is_some() {
+                let [id] = ids.as_slice() else {
+                    bail!("--edit and --payload replay one dead letter: name exactly one id");
+                };
+                let record = operator.dead_letter(id).await?;
+                let edited = match payload {
+                    Some(payload) => super::send::read_payload(&payload, std::io::stdin())?,
+                    None => match edit_in_editor(&record)? {
+                        Some(edited) => edited,
+                        None => {
+                            outln!(
+                                "the payload was not changed: nothing replayed (replay without --edit to send it as it is)"
+                            )?;
+                            return Ok(());
+                        }
+                    },
+                };
+                let replay = operator.replay_with(&record.id.to_string(), Some(&edited)).await?;
+                if json {
+                    print_json(&replay)?;
+                } else {
+                    outln!(
+                        "replayed {} to {} with an edited payload",
+                        record.id,
+                        replay.destination
+                    )?;
+                    for change in replay.edit.iter().flat_map(|edit| &edit.diff) {
+                        outln!(
+                            "  {}: {} -> {}",
+                            change.path,
+                            change
+                                .before
+                                .as_ref()
+                                .map_or_else(|| "(none)".to_owned(), ToString::to_string),
+                            change
+                                .after
+                                .as_ref()
+                                .map_or_else(|| "(none)".to_owned(), ToString::to_string)
+                        )?;
+                    }
+                }
+                return Ok(());
+            }
             check_rate(rate)?;
-            let ids = select_ids(&operator, ids, all, &filter).await?;
+            let ids = select_ids(&operator, ids, all, group.as_deref(), &filter).await?;
             let total = ids.len();
             let summary = operator
                 .replay_many(&ids, rate, |done, total, id, result| match result {
@@ -188,7 +249,7 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
             if json {
                 print_json(&summary)?;
             } else {
-                println!("replayed {} of {total}", summary.replayed.len());
+                outln!("replayed {} of {total}", summary.replayed.len())?;
             }
             if !summary.failed.is_empty() {
                 bail!("{} of {total} replays failed", summary.failed.len());
@@ -197,17 +258,18 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
         DeadLettersCommand::Purge {
             ids,
             all,
+            group,
             filter,
             yes,
             json,
         } => {
-            let ids = select_ids(&operator, ids, all, &filter).await?;
+            let ids = select_ids(&operator, ids, all, group.as_deref(), &filter).await?;
             if ids.is_empty() {
-                println!("nothing to purge");
+                outln!("nothing to purge")?;
                 return Ok(());
             }
             if !yes && !confirm_purge(ids.len())? {
-                println!("not purged");
+                outln!("not purged")?;
                 return Ok(());
             }
             let mut purged = Vec::new();
@@ -215,10 +277,11 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                 purged.push(operator.purge(&id.to_string()).await?);
                 eprintln!("[{}/{}] purged {id}", index + 1, ids.len());
             }
+            tracing::info!(by = %settings.operator, purged = purged.len(), group = group.as_deref().unwrap_or(""), "dead letters purged");
             if json {
                 print_json(&serde_json::json!({ "purged": purged }))?;
             } else {
-                println!("purged {}", purged.len());
+                outln!("purged {}", purged.len())?;
             }
         }
     }
@@ -226,25 +289,130 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
 }
 
 /// The dead letters a replay or purge acts on: every one matching the
-/// filters (oldest first) with `--all`, else the named ones.
+/// filters (oldest first) with `--all`, every one of a failure group (oldest
+/// first) with `--group`, else the named ones.
 async fn select_ids(
     operator: &Operator,
     ids: Vec<String>,
     all: bool,
+    group: Option<&str>,
     filter: &DeadLetterFilterArgs,
 ) -> Result<Vec<Uuid>> {
+    if let Some(fingerprint) = group {
+        let group = operator.failure_group(&filter.to_filter(false)?, fingerprint).await?;
+        return Ok(group.ids.into_iter().rev().collect());
+    }
     if all {
         let records = operator.dead_letters(&filter.to_filter(false)?).await?;
         return Ok(records.into_iter().rev().map(|r| r.id).collect());
     }
     if ids.is_empty() {
-        bail!("name at least one dead letter id, or use --all");
+        bail!("name at least one dead letter id, or use --all or --group");
     }
     let mut resolved = Vec::new();
     for id in ids {
         resolved.push(operator.dead_letter(&id).await?.id);
     }
     Ok(resolved)
+}
+
+/// Opens the dead letter's payload, pretty-printed, in `$VISUAL` or
+/// `$EDITOR` (else `vi`; run by `sh`, so it may carry arguments); returns
+/// the edited payload, or `None` when it was saved unchanged. Invalid JSON
+/// is refused with its line and column.
+fn edit_in_editor(record: &DeadLetterRecord) -> Result<Option<serde_json::Value>> {
+    let envelope = bosun_contracts::Envelope::from_slice(&record.body).map_err(|err| {
+        anyhow::anyhow!(
+            "dead letter {} holds no readable envelope ({err}): it can only be replayed as it is",
+            record.id
+        )
+    })?;
+    let original = serde_json::to_string_pretty(&envelope.payload)?
+        + "
+";
+    let file = tempfile::Builder::new()
+        .prefix(&format!("bosun-replay-{}-", record.id))
+        .suffix(".json")
+        .tempfile()?;
+    std::fs::write(file.path(), &original)?;
+    let editor = std::env::var("VISUAL")
+        .ok()
+        .or_else(|| std::env::var("EDITOR").ok())
+        .filter(|editor| !editor.trim().is_empty())
+        .unwrap_or_else(|| "vi".to_owned());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(file.path())
+        .status()
+        .with_context(|| format!("starting the editor `{editor}`"))?;
+    if !status.success() {
+        bail!("the editor `{editor}` exited with {status}: nothing replayed");
+    }
+    let text = std::fs::read_to_string(file.path())?;
+    if text.trim() == original.trim() {
+        return Ok(None);
+    }
+    match serde_json::from_str(&text) {
+        Ok(edited) => Ok(Some(edited)),
+        Err(err) => {
+            // The edit is kept for another try.
+            let (_, path) = file.keep()?;
+            bail!(
+                "the edited payload is not valid JSON ({err}): nothing replayed; the edit is kept in {}",
+                path.display()
+            )
+        }
+    }
+}
+
+/// Eight levels of a sparkline, lowest first.
+const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// Counts as a sparkline: a space for none, else a block as high as the
+/// count is against the largest.
+fn sparkline(counts: &[usize]) -> String {
+    let most = counts.iter().copied().max().unwrap_or(0).max(1);
+    counts
+        .iter()
+        .map(|&count| match count {
+            0 => ' ',
+            _ => SPARKS[((count * SPARKS.len()).div_ceil(most) - 1).min(SPARKS.len() - 1)],
+        })
+        .collect()
+}
+
+/// Failure groups: a paragraph each.
+fn write_groups(out: &mut impl Write, groups: &[FailureGroup]) -> Result<()> {
+    if groups.is_empty() {
+        writeln!(out, "no dead letters")?;
+        return Ok(());
+    }
+    for (index, group) in groups.iter().enumerate() {
+        if index > 0 {
+            writeln!(out)?;
+        }
+        writeln!(
+            out,
+            "group {}  {} dead letter(s)  {}  {}  {}",
+            group.fingerprint,
+            group.count,
+            group.reason,
+            group.consumer.as_deref().unwrap_or("-"),
+            group.message_type.as_deref().unwrap_or("-")
+        )?;
+        writeln!(out, "  cause    {}", group.pattern)?;
+        writeln!(
+            out,
+            "  seen     {} .. {}",
+            short_time(group.first_at),
+            short_time(group.last_at)
+        )?;
+        writeln!(out, "  last 24h [{}]", sparkline(&group.trend.counts))?;
+        writeln!(out, "  sample   {}  {}", group.sample, group.description)?;
+    }
+    Ok(())
 }
 
 /// Asks on the terminal before purging; refuses when stdin is not one
@@ -359,12 +527,32 @@ fn write_dead_letter(out: &mut impl Write, record: &DeadLetterRecord) -> Result<
     for replay in &record.replays {
         writeln!(
             out,
-            "  {} by {} to {} ({})",
+            "  {} by {} to {} ({}){}",
             short_time(replay.at),
             replay.by,
             replay.destination,
-            replay.replay_id
+            replay.replay_id,
+            if replay.edit.is_some() { ", payload edited" } else { "" }
         )?;
+        if let Some(edit) = &replay.edit {
+            if edit.diff.is_empty() {
+                writeln!(out, "    (edited, nothing changed)")?;
+            }
+            let shown = |value: &Option<serde_json::Value>| {
+                value
+                    .as_ref()
+                    .map_or_else(|| "(none)".to_owned(), serde_json::Value::to_string)
+            };
+            for change in &edit.diff {
+                writeln!(
+                    out,
+                    "    {}: {} -> {}",
+                    change.path,
+                    shown(&change.before),
+                    shown(&change.after)
+                )?;
+            }
+        }
     }
     writeln!(out, "original message ({} bytes):", record.body.len())?;
     match serde_json::from_slice::<serde_json::Value>(&record.body) {
@@ -530,6 +718,7 @@ mod tests {
             at: datetime!(2026-12-01 11:00:00 UTC),
             destination: "commit".to_owned(),
             broker_message_id: "broker-2".to_owned(),
+            edit: None,
         }];
         assert_eq!(
             text(|out| write_dead_letter(out, &replayed)),

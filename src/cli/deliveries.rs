@@ -1,19 +1,43 @@
-//! `bosun deliveries show`: the timeline of one delivery.
+//! `bosun deliveries list|show`: recent deliveries and their status, and the
+//! timeline of one delivery.
 
 use std::io::Write;
 
-use anyhow::Result;
-use clap::Subcommand;
+use anyhow::{Result, bail};
+use clap::{Subcommand, ValueEnum};
+use serde::Serialize;
+use time::OffsetDateTime;
 
 use bosun::operator::Delivery;
+use bosun::ports::store::{DeliveryRecord, StoreError};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{print_json, short_time};
+use super::output::{parse_since, print_json, short_time};
+
+/// How many deliveries `list` looks through, newest first, for the ones
+/// its filters keep.
+const LIST_SCAN: usize = 10_000;
 
 /// `bosun deliveries ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum DeliveriesCommand {
+    /// Recent deliveries, newest first, with their status.
+    List {
+        /// Only deliveries with this status.
+        #[arg(long, value_enum, value_name = "S")]
+        status: Option<DeliveryStatus>,
+        /// Only deliveries started since TIME (RFC 3339, or a duration ago:
+        /// 30m, 2h, 7d).
+        #[arg(long, value_name = "DUR|TIME")]
+        since: Option<String>,
+        /// At most N deliveries.
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The timeline of one delivery: every message, its consumer, status,
     /// attempts and times.
     Show {
@@ -25,15 +49,134 @@ pub enum DeliveriesCommand {
     },
 }
 
+/// A delivery's status, as `--status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeliveryStatus {
+    /// Not completed nor failed yet.
+    InProgress,
+    /// Every message handled by every consumer it is routed to.
+    Completed,
+    /// A message dead-lettered (and not replayed since), or the release
+    /// blocked or rejected.
+    Failed,
+}
+
+impl DeliveryStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "in-progress",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// A delivery in the list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Listed {
+    #[serde(flatten)]
+    record: DeliveryRecord,
+    status: String,
+}
+
 /// Runs a deliveries command.
 pub async fn run(command: DeliveriesCommand, settings: &Settings) -> Result<()> {
-    let DeliveriesCommand::Show { correlation_id, json } = command;
-    let backends = Backends::open(settings).await?;
-    let delivery = backends.operator(&settings.operator).delivery(&correlation_id).await?;
-    if json {
-        print_json(&delivery)
+    let backends = Backends::open_existing(settings).await?;
+    let operator = backends.operator(&settings.operator);
+    match command {
+        DeliveriesCommand::List {
+            status,
+            since,
+            limit,
+            json,
+        } => {
+            if limit == 0 {
+                bail!("--limit must be at least 1");
+            }
+            let since = since
+                .as_deref()
+                .map(|text| parse_since(text, OffsetDateTime::now_utc()))
+                .transpose()?;
+            let mut listed = Vec::new();
+            for record in backends.store.list_deliveries(None, LIST_SCAN).await? {
+                if since.is_some_and(|since| record.started_at < since) {
+                    // Newest first: the rest are older still.
+                    break;
+                }
+                let found = match operator.delivery(&record.correlation_id).await {
+                    Ok(delivery) => delivery.status,
+                    // Started, nothing on its timeline yet.
+                    Err(bosun::operator::OperatorError::Store(StoreError::NotFound { .. })) => {
+                        DeliveryStatus::InProgress.as_str().to_owned()
+                    }
+                    Err(err) => return Err(err.into()),
+                };
+                if status.is_none_or(|wanted| wanted.as_str() == found) {
+                    listed.push(Listed { record, status: found });
+                    if listed.len() == limit {
+                        break;
+                    }
+                }
+            }
+            if json {
+                print_json(&listed)
+            } else {
+                write_list(&mut std::io::stdout().lock(), &listed)
+            }
+        }
+        DeliveriesCommand::Show { correlation_id, json } => {
+            let delivery = operator.delivery(&correlation_id).await?;
+            if json {
+                print_json(&delivery)
+            } else {
+                write_delivery(&mut std::io::stdout().lock(), &delivery)
+            }
+        }
+    }
+}
+
+/// The list: a line per delivery.
+fn write_list(out: &mut impl Write, listed: &[Listed]) -> Result<()> {
+    if listed.is_empty() {
+        writeln!(out, "no deliveries")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<36}  {:<11}  {:<20}  {:<12}  {:<20}  STARTED BY",
+        "CORRELATION ID", "STATUS", "STARTED", "TENANT", "FIRST MESSAGE"
+    )?;
+    for Listed { record, status } in listed {
+        writeln!(
+            out,
+            "{:<36}  {:<11}  {:<20}  {:<12}  {:<20}  {}",
+            record.correlation_id,
+            status,
+            short_time(record.started_at),
+            record.tenant_id,
+            record.message_type,
+            record.started_by
+        )?;
+    }
+    Ok(())
+}
+
+/// The consumers of a message: each with what it did (`commit:completed`)
+/// when known, so a fan-out shows which subscriber failed.
+fn consumers_of(message: &bosun::operator::DeliveryMessage) -> String {
+    if !message.by_consumer.is_empty() {
+        return message
+            .by_consumer
+            .iter()
+            .map(|hop| format!("{}:{}", hop.consumer, hop.status.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
+    }
+    if message.consumers.is_empty() {
+        "-".to_owned()
     } else {
-        write_delivery(&mut std::io::stdout().lock(), &delivery)
+        message.consumers.join(",")
     }
 }
 
@@ -48,11 +191,7 @@ fn write_delivery(out: &mut impl Write, delivery: &Delivery) -> Result<()> {
             message.message_id,
             message.status.as_str(),
             message.attempts,
-            if message.consumers.is_empty() {
-                "-".to_owned()
-            } else {
-                message.consumers.join(",")
-            }
+            consumers_of(message)
         )?;
         if let Some(summary) = &message.summary {
             writeln!(out, "  {summary}")?;
@@ -75,6 +214,7 @@ fn write_delivery(out: &mut impl Write, delivery: &Delivery) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use bosun::operator::DeliveryMessage;
+    use bosun::operator::status::ConsumerStatus;
     use bosun::ports::store::{TimelineEntry, TimelineStatus};
     use time::macros::datetime;
 
@@ -94,6 +234,35 @@ mod tests {
     }
 
     #[test]
+    fn a_fan_out_shows_what_each_subscriber_did() {
+        let message = DeliveryMessage {
+            message_id: "msg-3".to_owned(),
+            message_type: "BuildCompleted".to_owned(),
+            consumers: vec!["container-build".to_owned(), "package-publishing".to_owned()],
+            status: TimelineStatus::DeadLettered,
+            by_consumer: vec![
+                ConsumerStatus {
+                    consumer: "container-build".to_owned(),
+                    status: TimelineStatus::DeadLettered,
+                },
+                ConsumerStatus {
+                    consumer: "package-publishing".to_owned(),
+                    status: TimelineStatus::Completed,
+                },
+            ],
+            attempts: 1,
+            first_seen: datetime!(2026-12-01 10:00:00 UTC),
+            last_update: datetime!(2026-12-01 10:00:00 UTC),
+            summary: None,
+            events: vec![],
+        };
+        assert_eq!(
+            consumers_of(&message),
+            "container-build:dead-lettered,package-publishing:completed"
+        );
+    }
+
+    #[test]
     fn the_timeline_has_a_paragraph_per_message_and_a_line_per_event() {
         let delivery = Delivery {
             correlation_id: "corr-1".to_owned(),
@@ -108,6 +277,7 @@ mod tests {
                     attempts: 2,
                     first_seen: datetime!(2026-12-01 10:00:00 UTC),
                     last_update: datetime!(2026-12-01 10:00:00 UTC),
+                    by_consumer: vec![],
                     summary: Some("commit to payments-api".to_owned()),
                     events: vec![
                         event(TimelineStatus::Sent, None, 0, None),
@@ -122,6 +292,7 @@ mod tests {
                     attempts: 0,
                     first_seen: datetime!(2026-12-01 10:00:00 UTC),
                     last_update: datetime!(2026-12-01 10:00:00 UTC),
+                    by_consumer: vec![],
                     summary: None,
                     events: vec![],
                 },

@@ -12,7 +12,7 @@ use bosun::runtime::config::Settings;
 use bosun::runtime::telemetry;
 use bosun::tools::demo::{self, DemoOptions, DemoReport};
 
-use super::output::print_json;
+use super::output::{outln, print_json};
 
 /// `bosun demo`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -82,7 +82,7 @@ async fn run_with(
         if json {
             eprintln!("{text}");
         } else {
-            println!("{text}");
+            let _ = outln!("{text}");
         }
     };
     say(format!(

@@ -9,6 +9,8 @@ use clap::Subcommand;
 use bosun::runtime::config::Settings;
 use bosun::tools::infra::{self, InfraSettings};
 
+use super::output::outln;
+
 /// `bosun infra ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum InfraCommand {
@@ -30,7 +32,7 @@ pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
             let report =
                 infra::write(&dir, &rendered).with_context(|| format!("bosun infra render {}", dir.display()))?;
             for path in &report.written {
-                println!("wrote {}", dir.join(path).display());
+                outln!("wrote {}", dir.join(path).display())?;
             }
             for path in &report.not_rendered {
                 eprintln!(
@@ -38,12 +40,12 @@ pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
                     dir.join(path).display()
                 );
             }
-            println!(
+            outln!(
                 "{} file(s) written, {} already up to date, in {}",
                 report.written.len(),
                 report.unchanged.len(),
                 dir.display()
-            );
+            )?;
             Ok(())
         }
     }

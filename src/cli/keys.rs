@@ -13,7 +13,7 @@ use bosun::ports::store::ApiKeyRecord;
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{print_json, short_time};
+use super::output::{outln, print_json, short_time};
 
 /// `bosun keys ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -55,7 +55,12 @@ pub enum KeysCommand {
 /// Runs a keys command; new keys are recorded as made by the settings'
 /// operator.
 pub async fn run(command: KeysCommand, settings: &Settings) -> Result<()> {
-    let backends = Backends::open(settings).await?;
+    // Creating a key is the one that may start a data directory.
+    let backends = if matches!(command, KeysCommand::Create { .. }) {
+        Backends::open(settings).await?
+    } else {
+        Backends::open_existing(settings).await?
+    };
     match command {
         KeysCommand::Create {
             tenant,
@@ -74,7 +79,7 @@ pub async fn run(command: KeysCommand, settings: &Settings) -> Result<()> {
                     "scopes": made.record.scopes,
                 }))?;
             } else {
-                println!("{}", made.key);
+                outln!("{}", made.key)?;
                 eprintln!(
                     "key {} for tenant {} with {}: shown once, store it now",
                     made.record.id,
@@ -99,7 +104,7 @@ pub async fn run(command: KeysCommand, settings: &Settings) -> Result<()> {
             if json {
                 print_json(&key)?;
             } else {
-                println!("revoked key {} (tenant {})", key.id, key.tenant_id);
+                outln!("revoked key {} (tenant {})", key.id, key.tenant_id)?;
             }
         }
     }

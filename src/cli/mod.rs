@@ -24,7 +24,7 @@ mod demo;
 mod infra;
 mod keys;
 mod migrate;
-mod output;
+pub mod output;
 mod prune;
 mod sagas;
 mod schema;

@@ -5,10 +5,67 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+
+/// `println!` that returns the write's error instead of panicking, so
+/// output to a closed pipe (`bosun ... | head`) ends the command quietly
+/// ([`is_closed_pipe`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use outln;
+
+/// `print!` that returns the write's error (see [`outln!`]).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use out;
+
+/// Whether `err` is a write to a reader that went away (`| head`): the
+/// command ends quietly then, as Unix tools do.
+pub fn is_closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The `--since` units: suffix and seconds.
+const SINCE_UNITS: [(char, u64); 4] = [('s', 1), ('m', 60), ('h', 3600), ('d', 86_400)];
+
+/// Parses `--since`: RFC 3339, or `<n>s|m|h|d` before `now`.
+pub fn parse_since(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime> {
+    if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(at);
+    }
+    let neither = || format!("--since `{text}` is neither RFC 3339 nor a duration like 30m, 2h, 7d");
+    let Some((number, seconds_per_unit)) = SINCE_UNITS
+        .iter()
+        .find_map(|&(unit, seconds)| text.strip_suffix(unit).map(|number| (number, seconds)))
+    else {
+        bail!(neither());
+    };
+    let amount: u64 = number.parse().with_context(neither)?;
+    amount
+        .checked_mul(seconds_per_unit)
+        .and_then(|seconds| i64::try_from(seconds).ok())
+        .and_then(|seconds| now.checked_sub(time::Duration::seconds(seconds)))
+        .with_context(|| format!("--since `{text}` is too long ago"))
+}
 
 /// Prints `value` as pretty JSON and a newline on stdout (`--json`).
 pub fn print_json(value: &impl Serialize) -> Result<()> {

@@ -25,7 +25,7 @@ pub struct PruneArgs {
 
 /// Prunes to completion (or until Ctrl-C) and prints what went.
 pub async fn run(args: PruneArgs, settings: &Settings) -> Result<()> {
-    let backends = Backends::open(settings).await?;
+    let backends = Backends::open_existing(settings).await?;
     let policy = retention::policy(&settings.retention);
     let stop = CancellationToken::new();
     wiring::cancel_on_signals(stop.clone());

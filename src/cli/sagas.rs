@@ -12,7 +12,7 @@ use bosun::runtime::registry;
 use bosun::wiring::Backends;
 use bosun_sagas::{SagaKind, StateMachine};
 
-use super::output::{print_json, short_time};
+use super::output::{out, print_json, short_time};
 
 /// `bosun sagas ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -49,7 +49,7 @@ const PROBE_DIAGRAM: &str = "stateDiagram-v2\n    [*] --> Counting : ProbeEchoed
 
 /// Runs a sagas command; a saga kind is checked before anything is read.
 pub async fn run(command: SagasCommand, settings: &Settings) -> Result<()> {
-    let backends = Backends::open(settings).await?;
+    let backends = Backends::open_existing(settings).await?;
     let operator = backends.operator(&settings.operator);
     match command {
         SagasCommand::List { kind, json } => {
@@ -69,7 +69,7 @@ pub async fn run(command: SagasCommand, settings: &Settings) -> Result<()> {
                 SagaKind::Gitops => StateMachine::diagram(&registry::gitops_saga(settings)),
                 SagaKind::Probe => PROBE_DIAGRAM.to_owned(),
             };
-            print!("{diagram}");
+            out!("{diagram}")?;
         }
         SagasCommand::Show { kind, key, json } => {
             SagaKind::parse(&kind)?;

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Subcommand;
 
+use super::output::outln;
+
 /// `bosun schema ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum SchemaCommand {
@@ -19,7 +21,7 @@ pub enum SchemaCommand {
 pub fn run(command: SchemaCommand) -> Result<()> {
     let SchemaCommand::Export { dir } = command;
     let written = export(&dir)?;
-    println!("wrote {written} schema files to {}", dir.display());
+    outln!("wrote {written} schema files to {}", dir.display())?;
     Ok(())
 }
 

@@ -72,7 +72,7 @@ pub async fn run(args: SendArgs, settings: &Settings) -> Result<()> {
 
 /// `--payload`: inline JSON, `@FILE`, or `@-` for `stdin`. Malformed JSON
 /// is reported with its line and column.
-fn read_payload(payload: &str, mut stdin: impl Read) -> Result<serde_json::Value> {
+pub(super) fn read_payload(payload: &str, mut stdin: impl Read) -> Result<serde_json::Value> {
     let text = match payload.strip_prefix('@') {
         Some("-") => {
             let mut text = String::new();

@@ -365,8 +365,11 @@ fn every_command_parses_into_its_variant_and_fields() {
             vec!["dead-letters", "replay", "0191", "0192", "--rate", "2.5"],
             plain(Command::DeadLetters {
                 command: DeadLettersCommand::Replay {
+                    edit: false,
+                    payload: None,
                     ids: vec!["0191".to_owned(), "0192".to_owned()],
                     all: false,
+                    group: None,
                     filter: DeadLetterFilterArgs::default(),
                     rate: Some(2.5),
                     json: false,
@@ -377,8 +380,11 @@ fn every_command_parses_into_its_variant_and_fields() {
             vec!["dead-letters", "replay", "--all", "--consumer", "commit", "--json"],
             plain(Command::DeadLetters {
                 command: DeadLettersCommand::Replay {
+                    edit: false,
+                    payload: None,
                     ids: vec![],
                     all: true,
+                    group: None,
                     filter: DeadLetterFilterArgs {
                         consumer: some("commit"),
                         ..Default::default()
@@ -389,11 +395,39 @@ fn every_command_parses_into_its_variant_and_fields() {
             }),
         ),
         (
+            vec!["dead-letters", "replay", "--group", "0123456789abcdef", "--rate", "5"],
+            plain(Command::DeadLetters {
+                command: DeadLettersCommand::Replay {
+                    edit: false,
+                    payload: None,
+                    ids: vec![],
+                    all: false,
+                    group: some("0123456789abcdef"),
+                    filter: DeadLetterFilterArgs::default(),
+                    rate: Some(5.0),
+                    json: false,
+                },
+            }),
+        ),
+        (
+            vec!["dead-letters", "groups", "--consumer", "commit", "--json"],
+            plain(Command::DeadLetters {
+                command: DeadLettersCommand::Groups {
+                    filter: DeadLetterFilterArgs {
+                        consumer: some("commit"),
+                        ..Default::default()
+                    },
+                    json: true,
+                },
+            }),
+        ),
+        (
             vec!["dead-letters", "purge", "0191"],
             plain(Command::DeadLetters {
                 command: DeadLettersCommand::Purge {
                     ids: vec!["0191".to_owned()],
                     all: false,
+                    group: None,
                     filter: DeadLetterFilterArgs::default(),
                     yes: false,
                     json: false,
@@ -406,6 +440,7 @@ fn every_command_parses_into_its_variant_and_fields() {
                 command: DeadLettersCommand::Purge {
                     ids: vec![],
                     all: true,
+                    group: None,
                     filter: DeadLetterFilterArgs {
                         since: some("7d"),
                         ..Default::default()

@@ -10,7 +10,7 @@ use bosun::ports::transport::Topology;
 use bosun::runtime::config::Settings;
 use bosun::wiring;
 
-use super::output::print_json;
+use super::output::{out, print_json};
 
 /// `bosun topology ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -58,7 +58,7 @@ pub async fn run(command: TopologyCommand, settings: &Settings) -> Result<()> {
                         "bosun: not on Service Bus (BOSUN_TRANSPORT={:?}); what a new namespace needs:",
                         settings.transport
                     );
-                    print!("{plan}");
+                    out!("{plan}")?;
                 }
                 Ok(())
             }
@@ -74,7 +74,7 @@ pub async fn run(command: TopologyCommand, settings: &Settings) -> Result<()> {
             if json {
                 print_json(&plan)?;
             } else {
-                print!("{plan}");
+                out!("{plan}")?;
             }
         }
         TopologyCommand::Apply { json } => {
@@ -83,7 +83,7 @@ pub async fn run(command: TopologyCommand, settings: &Settings) -> Result<()> {
             if json {
                 print_json(&report)?;
             } else {
-                print!("{report}");
+                out!("{report}")?;
             }
         }
     }

@@ -426,11 +426,21 @@ async fn schedule_retry(
         let _ = runtime.transport.abandon(&received.lock).await;
         return;
     };
+    // A retry's broker id is unique per delivery of the message: a replayed
+    // copy (`<id>.replay-<replay id>`) keeps its suffix, so its retries are
+    // not taken for the first delivery's retries by duplicate detection
+    // (which would drop them, and the replayed message with them).
+    let received_id = received.broker_message_id.as_str();
+    let base = match received_id.rsplit_once(".retry-") {
+        Some((base, _)) => base,
+        None if received_id.is_empty() => message_id.as_str(),
+        None => received_id,
+    };
     let retry = OutboundMessage {
         // Back to the entity it came from: for an event, only this
         // consumer's subscription, not every subscriber again.
         destination: delivery.entity.clone(),
-        broker_message_id: format!("{message_id}.retry-{attempt}"),
+        broker_message_id: format!("{base}.retry-{attempt}"),
         message_type: Some(envelope.message_type.clone()),
         correlation_id: Some(envelope.correlation_id.to_string()),
         body,

@@ -4,6 +4,8 @@
 //! be another).
 
 pub mod describe;
+pub mod groups;
+pub mod status;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +20,11 @@ use uuid::Uuid;
 
 use crate::host::claim_check::ClaimCheck;
 use crate::host::with_attempt;
+use crate::operator::groups::FailureGroup;
+use crate::operator::status::ConsumerStatus;
 use crate::ports::store::{
-    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, ReplayRecord, SagaRecord, Store, StoreError,
-    TimelineEntry, TimelineStatus,
+    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, ReplayEdit, ReplayRecord, SagaRecord, Store,
+    StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportError};
 use crate::runtime::telemetry::{self, TraceContext};
@@ -69,8 +73,15 @@ pub struct DeliveryMessage {
     pub message_type: String,
     /// Consumers that handled (or failed) it.
     pub consumers: Vec<String>,
-    /// Its latest status.
+    /// What became of it: `dead-lettered` as soon as one consumer
+    /// dead-lettered it (and it was not replayed since), `completed` when
+    /// every consumer it is routed to handled it, else in flight (`sent`,
+    /// `retry-scheduled`, `replayed`); never from the order its lines were
+    /// written in ([`status`]).
     pub status: TimelineStatus,
+    /// What became of it at each consumer it is routed to (and any other
+    /// that wrote a line about it).
+    pub by_consumer: Vec<ConsumerStatus>,
     /// Handling attempts (retries + 1) seen so far.
     pub attempts: u32,
     /// First time it appears.
@@ -337,6 +348,7 @@ impl Operator {
                         message_type: line.message_type.clone(),
                         consumers: Vec::new(),
                         status: line.status,
+                        by_consumer: Vec::new(),
                         attempts: 0,
                         first_seen: line.at,
                         last_update: line.at,
@@ -356,12 +368,14 @@ impl Operator {
             ) {
                 message.attempts = message.attempts.max(line.attempt + 1);
             }
-            // A duplicate acknowledgement does not change what happened.
-            if line.status != TimelineStatus::Duplicate {
-                message.status = line.status;
-            }
-            message.last_update = line.at;
+            message.first_seen = message.first_seen.min(line.at);
+            message.last_update = message.last_update.max(line.at);
             message.events.push(line);
+        }
+        for message in &mut messages {
+            message.by_consumer =
+                status::consumer_statuses(&expected_consumers(&message.message_type), &message.events);
+            message.status = status::message_status(&message.by_consumer, &message.events);
         }
         let mut tenant = self
             .store
@@ -523,6 +537,33 @@ impl Operator {
         Ok(self.store.dead_letters(filter).await?)
     }
 
+    /// Dead letters matching `filter` (native ones included), grouped by
+    /// cause ([`groups`]), largest group first.
+    pub async fn failure_groups(&self, filter: &DeadLetterFilter) -> Result<Vec<FailureGroup>, OperatorError> {
+        let records = self.dead_letters(filter).await?;
+        Ok(groups::group_failures(&records, OffsetDateTime::now_utc()))
+    }
+
+    /// The group with this fingerprint among the dead letters matching
+    /// `filter`; not found when none of them has it.
+    pub async fn failure_group(
+        &self,
+        filter: &DeadLetterFilter,
+        fingerprint: &str,
+    ) -> Result<FailureGroup, OperatorError> {
+        self.failure_groups(filter)
+            .await?
+            .into_iter()
+            .find(|group| group.fingerprint == fingerprint.trim())
+            .ok_or_else(|| {
+                StoreError::NotFound {
+                    what: "failure group",
+                    id: fingerprint.to_owned(),
+                }
+                .into()
+            })
+    }
+
     /// One dead letter (full id or unique prefix), of any tenant.
     pub async fn dead_letter(&self, id: &str) -> Result<DeadLetterRecord, OperatorError> {
         self.dead_letter_of(id, None).await
@@ -554,6 +595,7 @@ impl Operator {
         let record = self.dead_letter(id).await?;
         let replay_id = Uuid::now_v7();
         let destination = Destination::parse(&record.entity);
+        let mut edit = None;
         let body = match edited_payload {
             None => with_attempt(&record.body, 0).unwrap_or_else(|| record.body.clone()),
             Some(payload) => {
@@ -581,8 +623,13 @@ impl Operator {
                 {
                     object.insert(field.to_owned(), Value::String(self.principal.clone()));
                 }
-                Message::from_type_and_payload(&envelope.message_type, &payload)?;
-                envelope.payload = payload;
+                // Sent as the contract reads it (defaults filled in), so the
+                // diff shows what the edit changed, not what it left out.
+                let payload = Message::from_type_and_payload(&envelope.message_type, &payload)?.to_payload();
+                let original = std::mem::replace(&mut envelope.payload, payload.clone());
+                // Recorded even when nothing changed (an empty diff): the
+                // caller asked for an edited replay.
+                edit = Some(ReplayEdit::between(original, payload));
                 envelope.attempt = 0;
                 envelope.to_vec()
             }
@@ -609,6 +656,7 @@ impl Operator {
             at: OffsetDateTime::now_utc(),
             destination: destination.path(),
             broker_message_id,
+            edit,
         };
         let timeline = match (&record.correlation_id, &record.message_id) {
             (Some(correlation_id), Some(message_id)) => Some(TimelineEntry {
@@ -710,7 +758,7 @@ impl Operator {
 }
 
 /// The consumers a message of this type is routed to.
-fn expected_consumers(message_type: &str) -> Vec<&'static str> {
+pub(crate) fn expected_consumers(message_type: &str) -> Vec<&'static str> {
     match MessageSpec::find(message_type).map(|spec| spec.kind) {
         Some(MessageKind::Command) => command_handler(message_type).map(|c| c.name).into_iter().collect(),
         Some(MessageKind::Event) => event_subscribers(message_type).map(|c| c.name).collect(),
@@ -720,12 +768,7 @@ fn expected_consumers(message_type: &str) -> Vec<&'static str> {
 
 /// Whether every consumer a message is routed to has handled it.
 fn handled_everywhere(message_type: &str, events: &[TimelineEntry]) -> bool {
-    expected_consumers(message_type).iter().all(|consumer| {
-        events.iter().any(|line| {
-            line.consumer.as_deref() == Some(*consumer)
-                && matches!(line.status, TimelineStatus::Completed | TimelineStatus::Duplicate)
-        })
-    })
+    status::handled_everywhere(&expected_consumers(message_type), events)
 }
 
 #[cfg(test)]

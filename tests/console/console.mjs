@@ -284,7 +284,13 @@ await step('the grouped view shows them as one group', async () => {
   await page.waitForSelector(groupRow);
   group = await page.$eval(groupRow, (node) => ({ ...node.dataset }));
   check(Number(group.count) === deadIds.length, `the group counts ${group.count}, the list shows ${deadIds.length}`);
-  console.log(`  group: ${group.count} × ${group.consumer} / ${group.type}`);
+  check(/^[0-9a-f]{16}$/.test(group.fingerprint ?? ''), `the group has a fingerprint: ${group.fingerprint}`);
+  // Its trend, drawn by the page itself: 24 hourly bars, the last one lit.
+  const bars = await page.$$eval(`${groupRow} svg${byTestId('group-trend')} rect`, (rects) =>
+    rects.map((rect) => rect.getAttribute('class')),
+  );
+  check(bars.length === 24 && bars[23] === 'some', `the trend has 24 bars, the last one lit: ${bars}`);
+  console.log(`  group: ${group.count} × ${group.consumer} / ${group.type}, fingerprint ${group.fingerprint}`);
 });
 
 let payloadField = '';
@@ -394,6 +400,24 @@ await step('the dead letters of the group are now marked replayed', async () => 
       document.querySelectorAll('[data-testid="dl-detail-replay"]').length >= 1,
     deadIds[1],
   );
+});
+
+await step('an edit-and-replay shows what it changed, field by field', async () => {
+  // The detail of a replayed dead letter is open; replay it again with one
+  // text field changed.
+  const payload = JSON.parse(await page.inputValue(byTestId('edit-payload')));
+  const before = payload[payloadField];
+  payload[payloadField] = `${before}-fixed`;
+  await page.getByLabel('Edit and replay: payload (JSON)', { exact: true }).fill(JSON.stringify(payload, null, 2));
+  await page.click(byTestId('replay-edited'));
+  const change = `${byTestId('dl-detail-replay-diff')} li[data-path=${cssString(`/${payloadField}`)}]`;
+  await page.waitForSelector(change);
+  const shown = (await page.textContent(change)).trim();
+  check(
+    shown.includes(JSON.stringify(before)) && shown.includes(JSON.stringify(`${before}-fixed`)),
+    `the diff shows before and after: ${shown}`,
+  );
+  console.log(`  diff: ${shown}`);
 });
 
 await screenshot();

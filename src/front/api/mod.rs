@@ -165,6 +165,11 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/sagas/{kind}/{key}", get(saga))
         .route("/v1/dead-letters", get(dead_letters))
         .route("/v1/dead-letters/groups", get(dead_letter_groups))
+        .route(
+            "/v1/dead-letters/groups/{fingerprint}",
+            get(dead_letter_group).delete(purge_group),
+        )
+        .route("/v1/dead-letters/groups/{fingerprint}/replay", post(replay_group))
         .route("/v1/dead-letters/replays", post(bulk_replay))
         .route("/v1/dead-letters/{id}", get(dead_letter).delete(purge))
         .route("/v1/dead-letters/{id}/replay", post(replay))
@@ -617,6 +622,64 @@ async fn dead_letter_groups(
     let filter = dead_letter_filter(&query)?;
     let groups = state.gateway.dead_letter_groups(&caller, filter).await?;
     Ok(Json(json!({ "groups": groups })))
+}
+
+async fn dead_letter_group(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(fingerprint): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    Ok(Json(state.gateway.dead_letter_group(&caller, &fingerprint).await?).into_response())
+}
+
+/// Replays a whole failure group as a bulk replay job (`{"rate": N}`
+/// optional): 202 with the job and its Location.
+async fn replay_group(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(fingerprint): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match json_body(body) {
+        Ok(body) => body.unwrap_or_else(|| json!({})),
+        Err(response) => return *response,
+    };
+    let result = async {
+        let caller = caller(&state, &headers).await?;
+        let object = body
+            .as_object()
+            .ok_or_else(|| invalid("rate", "the body must be an object: {\"rate\": N} or {}"))?;
+        if let Some(field) = object.keys().find(|key| *key != "rate") {
+            return Err(invalid(field, "the body may only hold `rate` (replays per second)"));
+        }
+        let rate = match object.get("rate") {
+            None | Some(Value::Null) => None,
+            Some(rate) => Some(
+                rate.as_f64()
+                    .ok_or_else(|| invalid("rate", "rate must be a number of replays per second"))?,
+            ),
+        };
+        let job = state.gateway.replay_group(&caller, &fingerprint, rate).await?;
+        let location = format!("/v1/replays/{}", job.id);
+        let mut response = (StatusCode::ACCEPTED, Json(&job)).into_response();
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        Ok::<_, ApiError>(response)
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn purge_group(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(fingerprint): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let caller = caller(&state, &headers).await?;
+    let purged = state.gateway.purge_group(&caller, &fingerprint).await?;
+    Ok(Json(json!({ "fingerprint": fingerprint, "purged": purged })))
 }
 
 async fn dead_letter(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {

@@ -1066,3 +1066,153 @@ async fn mcp_refuses_a_foreign_origin_before_anything_else() {
         .unwrap();
     assert_eq!(rest.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_failure_group_is_shown_replayed_and_purged_over_http() {
+    let api = Api::start().await;
+    let (first, _) = api.dead_letter("contoso", "retries-exhausted").await;
+    let (second, _) = api.dead_letter("contoso", "retries-exhausted").await;
+    let (theirs, _) = api.dead_letter("fabrikam", "retries-exhausted").await;
+    let reader = api.key("contoso", &[Scope::DeliveriesRead]).await;
+    let replayer = api.key("contoso", &[Scope::DeadLettersReplay]).await;
+    let admin = api.key("contoso", &[Scope::Admin]).await;
+    let fabrikam = api.key("fabrikam", &[Scope::Admin]).await;
+
+    let groups: Value = api
+        .get(&reader, "/v1/dead-letters/groups")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let group = &groups["groups"][0];
+    assert_eq!(group["count"], 2, "{groups}");
+    assert_eq!(group["ids"], json!([second, first]), "newest first");
+    assert_eq!(group["sample"], json!(second));
+    assert_eq!(group["trend"]["counts"].as_array().unwrap().len(), 24);
+    let fingerprint = group["fingerprint"].as_str().unwrap().to_owned();
+    let path = format!("/v1/dead-letters/groups/{fingerprint}");
+    let shown: Value = api.get(&reader, &path).send().await.unwrap().json().await.unwrap();
+    assert_eq!(shown["fingerprint"], fingerprint.as_str());
+    assert_eq!(
+        api.get(&reader, "/v1/dead-letters/groups/0000000000000000")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // Rights: reading is not replaying, replaying is not purging.
+    let replay = format!("{path}/replay");
+    assert_eq!(
+        api.post(&reader, &replay).send().await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    let purge = |key: &str| {
+        api.client
+            .delete(format!("{}{path}", api.url))
+            .bearer_auth(key.to_owned())
+    };
+    assert_eq!(purge(&replayer).send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    let refused = api
+        .post(&replayer, &replay)
+        .json(&json!({"rate": "fast"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["field"], "rate", "{refused}");
+
+    // Purging the group purges the caller's tenant's dead letters only.
+    let purged = purge(&admin).send().await.unwrap();
+    assert_eq!(purged.status(), StatusCode::OK);
+    let purged: Value = purged.json().await.unwrap();
+    assert_eq!(purged["purged"], json!([second, first]), "{purged}");
+    assert!(api.backends.store.dead_letter(&theirs.to_string(), None).await.is_ok());
+
+    // The other tenant replays its own group of the same cause.
+    let accepted = api
+        .post(&fabrikam, &replay)
+        .json(&json!({"rate": 20}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    let job: Value = accepted.json().await.unwrap();
+    assert_eq!(job["total"], 1, "{job}");
+    assert_eq!(location, format!("/v1/replays/{}", job["id"].as_str().unwrap()));
+}
+
+#[tokio::test]
+async fn an_edited_replay_is_audited_and_the_original_bytes_are_kept() {
+    let api = Api::start().await;
+    let (id, envelope) = api.dead_letter("contoso", "retries-exhausted").await;
+    let original = api
+        .backends
+        .store
+        .dead_letter(&id.to_string(), None)
+        .await
+        .unwrap()
+        .body;
+    let key = api.key("contoso", &[Scope::DeadLettersReplay]).await;
+    let mut payload = envelope.payload.clone();
+    payload["branch"] = json!("hotfix");
+    payload["files"][0]["content"] = json!("# fixed\n");
+    let replayed = api
+        .post(&key, &format!("/v1/dead-letters/{id}/replay"))
+        .json(&json!({"payload": payload}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replayed.status(), StatusCode::OK);
+    let replayed: Value = replayed.json().await.unwrap();
+    assert_eq!(replayed["edited"], true, "{replayed}");
+
+    let shown: Value = api
+        .get(&key, &format!("/v1/dead-letters/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let replay = &shown["replays"][0];
+    assert!(replay["by"].as_str().unwrap().starts_with("key:"), "who: {replay}");
+    assert!(replay["at"].is_string(), "when: {replay}");
+    assert_eq!(
+        replay["edit"]["diff"],
+        json!([
+            {"path": "/branch", "before": "main", "after": "hotfix"},
+            {"path": "/files/0/content", "before": "x", "after": "# fixed\n"}
+        ]),
+        "{replay}"
+    );
+    assert_eq!(replay["edit"]["originalPayload"]["branch"], "main");
+    assert_eq!(replay["edit"]["editedPayload"]["branch"], "hotfix");
+    assert_eq!(
+        shown["envelope"]["payload"]["branch"], "main",
+        "the original is shown as received"
+    );
+    let kept = api
+        .backends
+        .store
+        .dead_letter(&id.to_string(), None)
+        .await
+        .unwrap()
+        .body;
+    assert_eq!(kept, original, "the original bytes are unchanged");
+    // The copy sent is the edited one.
+    let sent = api
+        .backends
+        .transport
+        .receive(&Destination::Queue("commit".into()), 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let copy = Envelope::from_slice(&sent[0].body).unwrap();
+    assert_eq!(copy.payload["branch"], "hotfix");
+    assert_eq!(copy.message_id, envelope.message_id);
+}

@@ -27,14 +27,78 @@ impl Gateway {
         Ok(self.operator(caller).dead_letters(&filter).await?)
     }
 
-    /// Dead letters grouped by cause, consumer and type, largest group first.
+    /// The caller's dead letters matching `filter`, grouped by cause
+    /// (fingerprint: error kind, masked message, consumer, message type),
+    /// largest group first.
     pub async fn dead_letter_groups(
         &self,
         caller: &Caller,
-        filter: DeadLetterFilter,
+        mut filter: DeadLetterFilter,
     ) -> Result<Vec<FailureGroup>, GatewayError> {
-        let records = self.dead_letters(caller, filter).await?;
-        Ok(group_failures(&records))
+        Self::require_dead_letter_read(caller)?;
+        filter.tenant_id = caller.tenant_filter();
+        Ok(self.operator(caller).failure_groups(&filter).await?)
+    }
+
+    /// One of the caller's failure groups; "not found" when the caller's
+    /// tenant has no dead letter with that fingerprint (whatever another
+    /// tenant has).
+    pub async fn dead_letter_group(&self, caller: &Caller, fingerprint: &str) -> Result<FailureGroup, GatewayError> {
+        Self::require_dead_letter_read(caller)?;
+        let filter = DeadLetterFilter {
+            tenant_id: caller.tenant_filter(),
+            ..DeadLetterFilter::default()
+        };
+        Ok(self.operator(caller).failure_group(&filter, fingerprint).await?)
+    }
+
+    /// Replays every dead letter of one of the caller's failure groups, as
+    /// a bulk replay at `rate` per second (each replay recorded with the
+    /// caller as who replayed it).
+    pub async fn replay_group(
+        &self,
+        caller: &Caller,
+        fingerprint: &str,
+        rate: Option<f64>,
+    ) -> Result<ReplayJob, GatewayError> {
+        Self::require(caller, Scope::DeadLettersReplay)?;
+        let group = self.dead_letter_group(caller, fingerprint).await?;
+        tracing::info!(
+            key_id = %caller.key_id,
+            by = %caller.identity(),
+            fingerprint = %group.fingerprint,
+            count = group.count,
+            "failure group replay requested"
+        );
+        self.start_bulk_replay(
+            caller,
+            BulkReplayRequest {
+                ids: group.ids,
+                filter: None,
+                rate,
+            },
+        )
+        .await
+    }
+
+    /// Purges every dead letter of one of the caller's failure groups
+    /// (admin only); returns the ids purged.
+    pub async fn purge_group(&self, caller: &Caller, fingerprint: &str) -> Result<Vec<Uuid>, GatewayError> {
+        Self::require(caller, Scope::Admin)?;
+        let group = self.dead_letter_group(caller, fingerprint).await?;
+        let operator = self.operator(caller);
+        let mut purged = Vec::with_capacity(group.ids.len());
+        for id in &group.ids {
+            purged.push(operator.purge(&id.to_string()).await?);
+        }
+        tracing::info!(
+            key_id = %caller.key_id,
+            by = %caller.identity(),
+            fingerprint = %group.fingerprint,
+            purged = purged.len(),
+            "failure group purged"
+        );
+        Ok(purged)
     }
 
     /// One dead letter with its original message.

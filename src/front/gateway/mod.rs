@@ -36,8 +36,8 @@ use bosun_consumers::delivery::blob::sha256_hex;
 use crate::front::access::{self, ALL_TENANTS, Caller, Scope};
 use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
 use crate::ports::store::{
-    AccessStore, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, IdempotencyClaim, ReplayRecord, SagaRecord,
-    StoreError, TimelineEntry, TimelineWait,
+    AccessStore, DeadLetterFilter, DeadLetterRecord, IdempotencyClaim, ReplayRecord, SagaRecord, StoreError,
+    TimelineEntry, TimelineWait,
 };
 use crate::wiring::Backends;
 

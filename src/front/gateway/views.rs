@@ -34,29 +34,7 @@ pub struct DeliverySummary {
     pub status: String,
 }
 
-/// Dead letters that failed the same way.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FailureGroup {
-    /// The cause.
-    pub reason: String,
-    /// The consumer that gave up.
-    pub consumer: Option<String>,
-    /// The message type.
-    pub message_type: Option<String>,
-    /// How many.
-    pub count: usize,
-    /// The oldest.
-    #[serde(with = "time::serde::rfc3339")]
-    pub first_at: OffsetDateTime,
-    /// The newest.
-    #[serde(with = "time::serde::rfc3339")]
-    pub last_at: OffsetDateTime,
-    /// The newest one's description.
-    pub description: String,
-    /// Their ids, newest first.
-    pub ids: Vec<Uuid>,
-}
+pub use crate::operator::groups::{FailureGroup, Trend};
 
 /// A dead letter with its original message.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -148,39 +126,4 @@ pub struct Readiness {
     pub ready: bool,
     /// Each check: `ok` or what failed.
     pub checks: BTreeMap<&'static str, Value>,
-}
-
-/// Groups dead letters by (reason, consumer, type), largest group first.
-pub fn group_failures(records: &[DeadLetterRecord]) -> Vec<FailureGroup> {
-    let mut groups: Vec<FailureGroup> = Vec::new();
-    for record in records.iter().filter(|r| r.status == DeadLetterStatus::Dead) {
-        let found = groups.iter_mut().find(|g| {
-            g.reason == record.reason && g.consumer == record.consumer && g.message_type == record.message_type
-        });
-        match found {
-            Some(group) => {
-                group.count += 1;
-                group.ids.push(record.id);
-                if record.dead_lettered_at < group.first_at {
-                    group.first_at = record.dead_lettered_at;
-                }
-                if record.dead_lettered_at > group.last_at {
-                    group.last_at = record.dead_lettered_at;
-                    group.description = record.description.clone();
-                }
-            }
-            None => groups.push(FailureGroup {
-                reason: record.reason.clone(),
-                consumer: record.consumer.clone(),
-                message_type: record.message_type.clone(),
-                count: 1,
-                first_at: record.dead_lettered_at,
-                last_at: record.dead_lettered_at,
-                description: record.description.clone(),
-                ids: vec![record.id],
-            }),
-        }
-    }
-    groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_at.cmp(&a.last_at)));
-    groups
 }

@@ -65,7 +65,8 @@ Typical use:\n\
 2. send_command: validates the payload and sends it; returns its correlationId.\n\
 3. wait_for_delivery (or get_delivery) with that correlationId until status is `completed` or `failed`.\n\
 4. When it failed: list_failures (grouped: true for an overview) and get_failure show why a message was \
-dead-lettered; replay_failure sends it again, optionally with a corrected payload.\n\
+dead-lettered; replay_failure sends it again, optionally with a corrected payload; replay_failure_group (or, \
+with the admin scope, purge_failure_group) acts on every failure of one root cause, by the group's fingerprint.\n\
 Your API key acts for one tenant and sees only that tenant's deliveries and failures. A failed tool call returns \
 isError with {\"error\": {\"code\", \"message\", \"field\"}}: fix the named field and call again. Pass an \
 idempotencyKey to send_command when a retry must not send twice.";

@@ -482,6 +482,11 @@ async fn dead_letters_round_trip<S: Store>(store: &S) {
         at: OffsetDateTime::now_utc(),
         destination: "commit".into(),
         broker_message_id: "m-1.replay".into(),
+        // An edited replay's audit is kept whole.
+        edit: Some(crate::ports::store::ReplayEdit::between(
+            serde_json::json!({"branch": "main", "files": [{"path": "a"}]}),
+            serde_json::json!({"branch": "hotfix", "files": [{"path": "b"}]}),
+        )),
     };
     store.record_replay(first.id, replay.clone(), None).await.unwrap();
     let replayed = store.dead_letter(&first.id.to_string(), None).await.unwrap();

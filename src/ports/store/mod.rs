@@ -249,6 +249,19 @@ pub struct TimelineEntry {
     pub detail: Option<String>,
 }
 
+impl TimelineEntry {
+    /// The dead letter a `dead-lettered` or `replayed` line names: the id
+    /// after the last `dead letter ` in its detail, as the host and the
+    /// operator write them (`... (dead letter <id>)`, `by ... from dead
+    /// letter <id>`). Lets a delivery's status tell which dead letters a
+    /// replay resolved, whatever order the lines were written in.
+    pub fn dead_letter_id(&self) -> Option<Uuid> {
+        let detail = self.detail.as_deref()?;
+        let start = detail.rfind("dead letter ")? + "dead letter ".len();
+        Uuid::try_parse(detail.get(start..start + 36)?).ok()
+    }
+}
+
 /// Everything one successful handling writes, atomically.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandledMessage {
@@ -303,6 +316,77 @@ pub struct ReplayRecord {
     pub destination: String,
     /// The broker message id of the replayed copy.
     pub broker_message_id: String,
+    /// When the payload was edited before the replay: the original and the
+    /// edited payload and what changed, field by field (who edited it and
+    /// when are [`ReplayRecord::by`] and [`ReplayRecord::at`]). The dead
+    /// letter's own bytes stay as they were received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<ReplayEdit>,
+}
+
+/// What an edited replay changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayEdit {
+    /// The payload as the dead letter held it.
+    pub original_payload: Value,
+    /// The payload sent (the edited copy).
+    pub edited_payload: Value,
+    /// Every field that differs, as JSON Pointers, ordered by pointer.
+    pub diff: Vec<FieldChange>,
+}
+
+/// One field an edit changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldChange {
+    /// The field, as a JSON Pointer (`/files/0/content`).
+    pub path: String,
+    /// Its value before (none: added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Value>,
+    /// Its value after (none: removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Value>,
+}
+
+impl ReplayEdit {
+    /// The edit from `original` to `edited`: objects compared key by key,
+    /// arrays of the same length item by item, anything else whole.
+    pub fn between(original: Value, edited: Value) -> Self {
+        let mut diff = Vec::new();
+        field_changes("", Some(&original), Some(&edited), &mut diff);
+        diff.sort_by(|a, b| a.path.cmp(&b.path));
+        Self {
+            original_payload: original,
+            edited_payload: edited,
+            diff,
+        }
+    }
+}
+
+fn field_changes(path: &str, before: Option<&Value>, after: Option<&Value>, out: &mut Vec<FieldChange>) {
+    match (before, after) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            let mut keys: Vec<&String> = a.keys().collect();
+            keys.extend(b.keys().filter(|key| !a.contains_key(*key)));
+            for key in keys {
+                let escaped = key.replace('~', "~0").replace('/', "~1");
+                field_changes(&format!("{path}/{escaped}"), a.get(key), b.get(key), out);
+            }
+        }
+        (Some(Value::Array(a)), Some(Value::Array(b))) if a.len() == b.len() => {
+            for (index, (x, y)) in a.iter().zip(b).enumerate() {
+                field_changes(&format!("{path}/{index}"), Some(x), Some(y), out);
+            }
+        }
+        (before, after) if before != after => out.push(FieldChange {
+            path: if path.is_empty() { "/".into() } else { path.to_owned() },
+            before: before.cloned(),
+            after: after.cloned(),
+        }),
+        _ => {}
+    }
 }
 
 /// Where a dead letter stands.
@@ -869,4 +953,48 @@ pub trait Store: Send + Sync {
     /// statements on indexed columns, so the hot path is not held up), and
     /// says how many of each. Call again while [`Pruned::any_full`].
     async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_edit_lists_every_changed_field_as_a_json_pointer() {
+        let edit = ReplayEdit::between(
+            json!({"branch": "main", "a/b": 1, "files": [{"path": "x"}, {"path": "y"}], "tags": [1], "gone": true}),
+            json!({"branch": "hotfix", "a/b": 1, "files": [{"path": "x"}, {"path": "z"}], "tags": [1, 2], "new": "n"}),
+        );
+        let changes: Vec<(String, Option<Value>, Option<Value>)> = edit
+            .diff
+            .iter()
+            .map(|c| (c.path.clone(), c.before.clone(), c.after.clone()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                ("/branch".into(), Some(json!("main")), Some(json!("hotfix"))),
+                ("/files/1/path".into(), Some(json!("y")), Some(json!("z"))),
+                ("/gone".into(), Some(json!(true)), None),
+                ("/new".into(), None, Some(json!("n"))),
+                ("/tags".into(), Some(json!([1])), Some(json!([1, 2]))),
+            ]
+        );
+        assert!(ReplayEdit::between(json!({"a": 1}), json!({"a": 1})).diff.is_empty());
+        // `/` and `~` in a key are escaped as JSON Pointer says.
+        let escaped = ReplayEdit::between(json!({"a/b~c": 1}), json!({"a/b~c": 2}));
+        assert_eq!(escaped.diff[0].path, "/a~1b~0c");
+    }
+
+    #[test]
+    fn a_replay_stored_before_edits_were_audited_still_reads() {
+        let old = json!({
+            "replayId": "01910000-0000-7000-8000-000000000009", "by": "alice",
+            "at": "2026-12-01T10:00:00Z", "destination": "commit", "brokerMessageId": "m.replay"
+        });
+        let replay: ReplayRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(replay.edit, None);
+    }
 }

@@ -27,6 +27,12 @@ pub use types::*;
 pub trait Source {
     /// The raw value of a setting.
     fn get(&self, name: &str) -> Option<String>;
+
+    /// The name of the account this runs as, for when neither
+    /// `BOSUN_OPERATOR` nor `USER` (nor `LOGNAME`) says who the operator is.
+    fn account_name(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The process environment.
@@ -36,6 +42,18 @@ pub struct Environment;
 impl Source for Environment {
     fn get(&self, name: &str) -> Option<String> {
         std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+
+    /// `id -un`: the passwd entry (through NSS) of the process's user id.
+    fn account_name(&self) -> Option<String> {
+        let output = std::process::Command::new("id")
+            .arg("-un")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let name = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+        (output.status.success() && !name.is_empty()).then_some(name)
     }
 }
 
@@ -561,6 +579,8 @@ impl Settings {
             failpoint,
             operator: get("BOSUN_OPERATOR")
                 .or_else(|| env.get("USER"))
+                .or_else(|| env.get("LOGNAME"))
+                .or_else(|| env.account_name())
                 .unwrap_or_else(|| "unknown".to_owned()),
             delivery,
             retention,

@@ -462,7 +462,8 @@ pub struct Settings {
     pub telemetry: super::TelemetrySettings,
     /// `BOSUN_FAILPOINT`: test hook (`halt-after-state-commit`).
     pub failpoint: Option<Failpoint>,
-    /// `BOSUN_OPERATOR` (else `USER`): who operator actions are recorded as.
+    /// `BOSUN_OPERATOR` (else `USER`, else `LOGNAME`, else the account's
+    /// name, as `id -un` says): who operator actions are recorded as.
     pub operator: String,
     /// Release policy and timings of the long-running consumers.
     pub delivery: DeliverySettings,

@@ -83,6 +83,21 @@ pub enum DemoError {
     /// Reading the timeline failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The tenant already has deliveries in this data directory: the same
+    /// commits again change nothing, so no new release would come.
+    #[error(
+        "{data_dir} already holds deliveries of tenant `{tenant}` (the latest {correlation_id}, started {started_at}): a second demo there would repeat commits that change nothing and wait for a release that never comes. Run it with another --tenant, or on a new --data-dir"
+    )]
+    AlreadyRun {
+        /// The data directory.
+        data_dir: PathBuf,
+        /// The tenant.
+        tenant: String,
+        /// Its latest delivery.
+        correlation_id: String,
+        /// When that started.
+        started_at: OffsetDateTime,
+    },
 }
 
 /// One hop of the delivery: a message and what became of it.
@@ -162,6 +177,14 @@ pub async fn run(
     let started = Instant::now();
     verify_topology(settings).await?;
     let backends = Backends::open(settings).await?;
+    if let Some(latest) = backends.store.list_deliveries(Some(&options.tenant), 1).await?.pop() {
+        return Err(DemoError::AlreadyRun {
+            data_dir: settings.data_dir.clone(),
+            tenant: options.tenant.clone(),
+            correlation_id: latest.correlation_id,
+            started_at: latest.started_at,
+        });
+    }
     let consumers = registry::build(settings)?;
     let names: BTreeSet<&str> = consumers.iter().map(|c| c.name()).collect();
     let goal = goal(&names);
@@ -422,3 +445,6 @@ async fn results(
     }
     Ok(results)
 }
+
+#[cfg(test)]
+mod tests;

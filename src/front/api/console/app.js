@@ -775,6 +775,43 @@ function renderDeadLetters(records) {
   markSelected('dl-body', 'data-id', selectedDeadLetter);
 }
 
+/** Counts as an inline SVG sparkline: one bar per bucket, oldest first. */
+function sparkline(counts, label) {
+  const NS = 'http://www.w3.org/2000/svg';
+  const values = Array.isArray(counts) ? counts.map((n) => Number(n) || 0) : [];
+  const most = Math.max(1, ...values);
+  const width = Math.max(1, values.length) * 4;
+  const svg = document.createElementNS(NS, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${width} 16`);
+  svg.setAttribute('width', String(width));
+  svg.setAttribute('height', '16');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', label);
+  svg.setAttribute('class', 'sparkline');
+  svg.setAttribute('data-testid', 'group-trend');
+  values.forEach((count, index) => {
+    const bar = document.createElementNS(NS, 'rect');
+    const height = count === 0 ? 1 : Math.max(2, Math.round((count / most) * 16));
+    bar.setAttribute('x', String(index * 4));
+    bar.setAttribute('y', String(16 - height));
+    bar.setAttribute('width', '3');
+    bar.setAttribute('height', String(height));
+    bar.setAttribute('class', count === 0 ? 'none' : 'some');
+    svg.append(bar);
+  });
+  return svg;
+}
+
+async function purgeGroup(group) {
+  if (!window.confirm(`Purge all ${group.count} dead letters of this group? Their messages are deleted for good.`)) return;
+  try {
+    await api(`/v1/dead-letters/groups/${encodeURIComponent(group.fingerprint)}`, { method: 'DELETE' });
+    loadDeadLetters();
+  } catch (err) {
+    showError($('dl-edit-error'), err);
+  }
+}
+
 function renderGroups(groups) {
   const body = clear($('dl-groups-body'));
   $('dl-groups-empty').hidden = groups.length > 0;
@@ -788,13 +825,19 @@ function renderGroups(groups) {
           'data-consumer': group.consumer ?? '',
           'data-type': group.messageType ?? '',
           'data-count': group.count ?? 0,
+          'data-fingerprint': group.fingerprint ?? '',
         },
         h('td', { 'data-testid': 'group-count' }, text(group.count)),
         h('td', {}, text(group.reason)),
         h('td', {}, text(group.consumer)),
         h('td', {}, text(group.messageType)),
         h('td', {}, h('div', {}, time(group.firstAt)), h('div', { class: 'muted' }, 'to ', time(group.lastAt))),
-        h('td', { class: 'detail', title: group.description ?? '' }, text(group.description)),
+        h(
+          'td',
+          { class: 'detail', title: group.description ?? '' },
+          h('div', { 'data-testid': 'group-pattern' }, text(group.pattern ?? group.description)),
+          h('div', { class: 'muted' }, 'last 24 h ', sparkline(group.trend?.counts, `dead letters per hour over the last day: ${(group.trend?.counts ?? []).join(', ')}`)),
+        ),
         h(
           'td',
           {},
@@ -810,6 +853,11 @@ function renderGroups(groups) {
               'button',
               { type: 'button', 'data-testid': 'group-replay', onclick: () => openBulk(group) },
               'Replay group…',
+            ),
+            h(
+              'button',
+              { type: 'button', class: 'danger', 'data-testid': 'group-purge', onclick: () => purgeGroup(group) },
+              'Purge group…',
             ),
           ),
         ),
@@ -906,7 +954,26 @@ function renderDeadLetter(record, { keepPayload }) {
         time(replay.at),
         ` by ${text(replay.by)} to ${text(replay.destination)} `,
         h('code', { class: 'muted', title: replay.replayId ?? '' }, shortId(replay.replayId)),
-        replay.edited ? ' (edited)' : '',
+        replay.edit ? ' (payload edited)' : '',
+        replay.edit
+          ? h(
+              'ul',
+              { 'data-testid': 'dl-detail-replay-diff' },
+              (replay.edit.diff ?? []).length
+                ? replay.edit.diff.map((change) =>
+                    h(
+                      'li',
+                      { 'data-path': change.path ?? '' },
+                      h('code', {}, text(change.path)),
+                      ': ',
+                      h('del', {}, change.before === undefined ? '(none)' : JSON.stringify(change.before)),
+                      ' → ',
+                      h('ins', {}, change.after === undefined ? '(none)' : JSON.stringify(change.after)),
+                    ),
+                  )
+                : h('li', { class: 'muted' }, 'nothing changed'),
+            )
+          : null,
       ),
     );
   }

@@ -520,3 +520,116 @@ fn every_tool_has_an_object_schema() {
     assert_eq!(listed.len(), tools::NAMES.len());
     assert_eq!(listed[0].name, tools::SendCommand::NAME);
 }
+
+#[tokio::test]
+async fn a_failure_group_is_replayed_or_purged_whole_within_the_callers_tenant() {
+    let f = fixture().await;
+    let ours = [
+        dead_letter(&f.backends, "contoso", "invalid-field").await,
+        dead_letter(&f.backends, "contoso", "invalid-field").await,
+    ];
+    let other_cause = dead_letter(&f.backends, "contoso", "retries-exhausted").await;
+    let theirs = dead_letter(&f.backends, "fabrikam", "invalid-field").await;
+
+    let (_, grouped) = call(&f.tools, &contoso(), "list_failures", json!({"grouped": true})).await;
+    let group = grouped["groups"][0].clone();
+    assert_eq!(group["count"], 2, "{grouped}");
+    assert_eq!(group["pattern"], "invalid-field: gave up");
+    let fingerprint = group["fingerprint"].as_str().expect("a fingerprint").to_owned();
+    assert_eq!(grouped["groups"][1]["ids"], json!([other_cause.id]));
+
+    // Each action needs its right.
+    let reader = caller("contoso", &[Scope::DeliveriesRead]);
+    let (failed, error) = call(
+        &f.tools,
+        &reader,
+        "replay_failure_group",
+        json!({"fingerprint": fingerprint}),
+    )
+    .await;
+    assert!(failed);
+    assert_eq!(error["error"]["code"], "forbidden", "{error}");
+    let replayer = caller("contoso", &[Scope::DeadLettersReplay]);
+    let (failed, error) = call(
+        &f.tools,
+        &replayer,
+        "purge_failure_group",
+        json!({"fingerprint": fingerprint}),
+    )
+    .await;
+    assert!(failed, "purging needs admin");
+    assert_eq!(error["error"]["code"], "forbidden", "{error}");
+
+    // Replaying the group replays the caller's dead letters of that cause only.
+    let (failed, job) = call(
+        &f.tools,
+        &replayer,
+        "replay_failure_group",
+        json!({"fingerprint": fingerprint, "rate": 50.0}),
+    )
+    .await;
+    assert!(!failed, "{job}");
+    assert_eq!(job["total"], 2, "{job}");
+    for record in &ours {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let stored = f
+                .backends
+                .store
+                .dead_letter(&record.id.to_string(), None)
+                .await
+                .expect("kept");
+            if stored.status == DeadLetterStatus::Replayed {
+                assert_eq!(stored.replays[0].by, "key:contoso-key", "who replayed it is recorded");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{} was not replayed", record.id);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for untouched in [&other_cause, &theirs] {
+        let stored = f
+            .backends
+            .store
+            .dead_letter(&untouched.id.to_string(), None)
+            .await
+            .expect("kept");
+        assert_eq!(stored.status, DeadLetterStatus::Dead, "{}", untouched.id);
+    }
+    // Nothing of that cause is left dead in this tenant: not found, though
+    // another tenant has the same cause.
+    let (failed, error) = call(
+        &f.tools,
+        &contoso(),
+        "purge_failure_group",
+        json!({"fingerprint": fingerprint}),
+    )
+    .await;
+    assert!(failed);
+    assert_eq!(error["error"]["code"], "not-found", "{error}");
+
+    // The other tenant's admin purges its own group of the same cause.
+    let (failed, purged) = call(
+        &f.tools,
+        &caller("fabrikam", &[Scope::Admin]),
+        "purge_failure_group",
+        json!({"fingerprint": fingerprint}),
+    )
+    .await;
+    assert!(!failed, "{purged}");
+    assert_eq!(purged["purged"], json!([theirs.id]));
+    assert!(
+        f.backends
+            .store
+            .dead_letter(&theirs.id.to_string(), None)
+            .await
+            .is_err()
+    );
+    assert!(
+        f.backends
+            .store
+            .dead_letter(&other_cause.id.to_string(), None)
+            .await
+            .is_ok()
+    );
+}

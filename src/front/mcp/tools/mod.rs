@@ -26,6 +26,7 @@ use crate::front::gateway::{Gateway, GatewayError};
 
 mod commands;
 mod describe_command;
+mod failure_groups;
 mod get_delivery;
 mod get_failure;
 mod list_failures;
@@ -34,6 +35,7 @@ mod send_command;
 mod wait_for_delivery;
 
 pub use self::describe_command::DescribeCommand;
+pub use self::failure_groups::{PurgeFailureGroup, ReplayFailureGroup};
 pub use self::get_delivery::GetDelivery;
 pub use self::get_failure::GetFailure;
 pub use self::list_failures::ListFailures;
@@ -55,6 +57,8 @@ pub trait McpTool {
     const READ_ONLY: bool;
     /// Whether it reaches outside bosun (a command sent on makes consumers call Git hosts, pipelines, clouds).
     const OPEN_WORLD: bool;
+    /// Whether it deletes what cannot be had back (a purge).
+    const DESTRUCTIVE: bool = false;
     /// Its arguments: the input schema is generated from this type, and
     /// a call's arguments are read into it (unknown names are refused).
     type Arguments: DeserializeOwned + JsonSchema + 'static;
@@ -106,6 +110,8 @@ catalogue![
     ListFailures,
     GetFailure,
     ReplayFailure,
+    ReplayFailureGroup,
+    PurgeFailureGroup,
 ];
 
 /// Every tool as `tools/list` shows it, built once. `Err` only when a
@@ -125,7 +131,7 @@ fn definition<T: McpTool>() -> Result<Tool, String> {
         .map_err(|err| format!("{}: {err}", T::NAME))?;
     let annotations = ToolAnnotations::with_title(T::TITLE)
         .read_only(T::READ_ONLY)
-        .destructive(false)
+        .destructive(T::DESTRUCTIVE)
         .idempotent(T::READ_ONLY)
         .open_world(T::OPEN_WORLD);
     Ok(Tool::new(T::NAME, T::description(), schema)

@@ -1,0 +1,479 @@
+//! Failure groups: dead letters that failed for one root cause.
+//!
+//! A dead letter's fingerprint is its error's kind (the reason code), its
+//! error message with what differs from one occurrence of a cause to the
+//! next masked (ids, numbers, hashes, paths and timestamps), its consumer
+//! and its message type. Two commits to two missing repositories with two
+//! different ids share a group; a missing repository and a refused push in
+//! the same consumer do not. Groups are computed from the records a store
+//! lists, so every store groups alike, and a caller sees the groups of the
+//! dead letters it may see (the front door filters by tenant first).
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use crate::ports::store::{DeadLetterRecord, DeadLetterStatus};
+
+/// How many buckets a group's trend has, and how long each is: the last
+/// day, by the hour.
+pub const TREND_BUCKETS: usize = 24;
+/// The length of one trend bucket, in seconds.
+pub const TREND_BUCKET_SECONDS: i64 = 3600;
+
+/// Dead letters that failed for one cause.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureGroup {
+    /// The group's id: a hash of its fingerprint (kind, consumer, message
+    /// type, masked message); stable while the cause is the same.
+    pub fingerprint: String,
+    /// The error's kind (the dead letter's reason code).
+    pub reason: String,
+    /// The consumer that gave up.
+    pub consumer: Option<String>,
+    /// The message type.
+    pub message_type: Option<String>,
+    /// The error message with ids, numbers, hashes, paths and timestamps
+    /// masked (`<id>`, `<n>`, `<hash>`, `<path>`, `<time>`).
+    pub pattern: String,
+    /// How many.
+    pub count: usize,
+    /// The oldest.
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_at: OffsetDateTime,
+    /// The newest.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_at: OffsetDateTime,
+    /// The newest one's description, unmasked: a sample of the cause.
+    pub description: String,
+    /// The newest one's id.
+    pub sample: Uuid,
+    /// Their ids, newest first.
+    pub ids: Vec<Uuid>,
+    /// How many per hour over the last day.
+    pub trend: Trend,
+}
+
+/// Counts per time bucket, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trend {
+    /// When the first bucket starts.
+    #[serde(with = "time::serde::rfc3339")]
+    pub start: OffsetDateTime,
+    /// Each bucket's length.
+    pub bucket_seconds: i64,
+    /// Dead letters per bucket ([`TREND_BUCKETS`] of them).
+    pub counts: Vec<usize>,
+}
+
+/// A dead letter's fingerprint: (kind, consumer, message type, masked message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The error's kind.
+    pub kind: String,
+    /// The consumer.
+    pub consumer: Option<String>,
+    /// The message type.
+    pub message_type: Option<String>,
+    /// The masked error message.
+    pub pattern: String,
+}
+
+impl Fingerprint {
+    /// The fingerprint of `record`.
+    pub fn of(record: &DeadLetterRecord) -> Self {
+        Self {
+            kind: record.reason.clone(),
+            consumer: record.consumer.clone(),
+            message_type: record.message_type.clone(),
+            pattern: mask(&record.description),
+        }
+    }
+
+    /// Its id: the first 16 hex digits of a SHA-256 of its parts.
+    pub fn id(&self) -> String {
+        let mut hash = Sha256::new();
+        for part in [
+            self.kind.as_str(),
+            self.consumer.as_deref().unwrap_or(""),
+            self.message_type.as_deref().unwrap_or(""),
+            self.pattern.as_str(),
+        ] {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
+        hash.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+}
+
+/// `text` with what differs between occurrences of one cause masked: UUIDs
+/// and id-like tokens (letters and digits) as `<id>`, hex hashes as
+/// `<hash>`, paths and URLs as `<path>`, RFC 3339 times as `<time>`, other
+/// numbers as `<n>`; whitespace is normalised.
+pub fn mask(text: &str) -> String {
+    text.split_whitespace().map(mask_word).collect::<Vec<_>>().join(" ")
+}
+
+fn mask_word(word: &str) -> String {
+    const EDGES: &[char] = &['(', ')', '[', ']', '{', '}', '"', '\'', '`', ',', ';', '<', '>'];
+    let core = word.trim_matches(EDGES);
+    // A sentence's full stop or colon is not part of the token.
+    let core = core.strip_suffix(['.', ':']).unwrap_or(core);
+    if core.is_empty() {
+        return word.to_owned();
+    }
+    let start = word.find(core).unwrap_or(0);
+    let (before, after) = (&word[..start], &word[start + core.len()..]);
+    format!("{before}{}{after}", mask_token(core))
+}
+
+fn mask_token(token: &str) -> String {
+    let has_digit = token.chars().any(|c| c.is_ascii_digit());
+    if Uuid::try_parse(token).is_ok() {
+        return "<id>".into();
+    }
+    if OffsetDateTime::parse(token, &Rfc3339).is_ok() {
+        return "<time>".into();
+    }
+    if token.len() > 1 && token.contains('/') {
+        return "<path>".into();
+    }
+    let id_like = token.len() >= 6
+        && has_digit
+        && token.chars().any(|c| c.is_ascii_alphabetic())
+        && token.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:#@".contains(c));
+    if id_like {
+        let hex = token.len() >= 7 && token.chars().all(|c| c.is_ascii_hexdigit());
+        return if hex { "<hash>" } else { "<id>" }.into();
+    }
+    // Numbers inside a word (`attempt#3`, `503`, `1.5s`).
+    let mut out = String::with_capacity(token.len());
+    let mut in_number = false;
+    for c in token.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                out.push_str("<n>");
+                in_number = true;
+            }
+        } else {
+            in_number = in_number && c == '.';
+            if !in_number {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Groups the dead letters not replayed yet by fingerprint, largest group
+/// first (then the most recent); `now` ends the trend.
+pub fn group_failures(records: &[DeadLetterRecord], now: OffsetDateTime) -> Vec<FailureGroup> {
+    let start = now - time::Duration::seconds(TREND_BUCKET_SECONDS * TREND_BUCKETS as i64);
+    let mut groups: Vec<FailureGroup> = Vec::new();
+    let mut newest: Vec<(usize, OffsetDateTime, Uuid)> = Vec::new();
+    for record in records.iter().filter(|r| r.status == DeadLetterStatus::Dead) {
+        let fingerprint = Fingerprint::of(record);
+        let id = fingerprint.id();
+        let index = match groups.iter().position(|group| group.fingerprint == id) {
+            Some(index) => index,
+            None => {
+                groups.push(FailureGroup {
+                    fingerprint: id,
+                    reason: fingerprint.kind,
+                    consumer: fingerprint.consumer,
+                    message_type: fingerprint.message_type,
+                    pattern: fingerprint.pattern,
+                    count: 0,
+                    first_at: record.dead_lettered_at,
+                    last_at: record.dead_lettered_at,
+                    description: record.description.clone(),
+                    sample: record.id,
+                    ids: Vec::new(),
+                    trend: Trend {
+                        start,
+                        bucket_seconds: TREND_BUCKET_SECONDS,
+                        counts: vec![0; TREND_BUCKETS],
+                    },
+                });
+                groups.len() - 1
+            }
+        };
+        let group = &mut groups[index];
+        group.count += 1;
+        newest.push((index, record.dead_lettered_at, record.id));
+        group.first_at = group.first_at.min(record.dead_lettered_at);
+        // The newest (by time, then by id: UUIDv7 ids grow with time) is the sample.
+        if (record.dead_lettered_at, record.id) > (group.last_at, group.sample) {
+            group.last_at = record.dead_lettered_at;
+            group.description = record.description.clone();
+            group.sample = record.id;
+        }
+        // Older than the trend's day: counted, not drawn; at or a clock's
+        // skew past `now`: the last bucket.
+        let offset = (record.dead_lettered_at - start).whole_seconds();
+        if offset >= 0
+            && let Some(count) = usize::try_from(offset / TREND_BUCKET_SECONDS)
+                .ok()
+                .map(|bucket| bucket.min(TREND_BUCKETS - 1))
+                .and_then(|bucket| group.trend.counts.get_mut(bucket))
+        {
+            *count += 1;
+        }
+    }
+    newest.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
+    for (index, _, id) in newest {
+        groups[index].ids.push(id);
+    }
+    groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_at.cmp(&a.last_at)));
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    fn dead(consumer: &str, reason: &str, description: &str, at: OffsetDateTime) -> DeadLetterRecord {
+        DeadLetterRecord {
+            id: Uuid::now_v7(),
+            consumer: Some(consumer.to_owned()),
+            entity: consumer.to_owned(),
+            transport_sequence: None,
+            broker_message_id: "b".into(),
+            message_id: Some(Uuid::now_v7().to_string()),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: Some(Uuid::now_v7().to_string()),
+            tenant_id: Some("contoso".into()),
+            body: b"{}".to_vec(),
+            reason: reason.to_owned(),
+            description: description.to_owned(),
+            error_chain: vec![description.to_owned()],
+            attempts: Vec::new(),
+            dead_lettered_at: at,
+            origin: "host".into(),
+            status: DeadLetterStatus::Dead,
+            replays: Vec::new(),
+        }
+    }
+
+    const NOW: OffsetDateTime = datetime!(2026-12-01 12:00:00 UTC);
+
+    #[test]
+    fn ids_numbers_hashes_paths_and_times_are_masked() {
+        assert_eq!(
+            mask(
+                "push of 9c1581f87c1a42b9cca654aed6a4675d9fdfb309 to /data/git/contoso/a.git refused (run-3c1aa79bf0649a6568b3)"
+            ),
+            "push of <hash> to <path> refused (<id>)"
+        );
+        assert_eq!(
+            mask("message 01a233f8-165b-7248-a2cc-fc98369fd094 at 2026-12-01T23:37:06.396Z: HTTP 503, retry in 1.5s"),
+            "message <id> at <time>: HTTP <n>, retry in <n>s"
+        );
+        assert_eq!(mask("field `branch`:  is  empty."), "field `branch`: is empty.");
+    }
+
+    #[test]
+    fn failures_with_different_ids_but_one_cause_share_a_group() {
+        let records = [
+            dead(
+                "commit",
+                "retries-exhausted",
+                "repository contoso/payments-api not found (request 01a233f8-165b-7248-a2cc-fc98369fd094, attempt 6)",
+                NOW - time::Duration::minutes(90),
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "repository contoso/orders not found (request 01a233f9-0000-7000-8000-000000000001, attempt 4)",
+                NOW - time::Duration::minutes(5),
+            ),
+        ];
+        let groups = group_failures(&records, NOW);
+        assert_eq!(groups.len(), 1, "{groups:#?}");
+        let group = &groups[0];
+        assert_eq!(group.count, 2);
+        assert_eq!(group.pattern, "repository <path> not found (request <id>, attempt <n>)");
+        assert_eq!(group.first_at, records[0].dead_lettered_at);
+        assert_eq!(group.last_at, records[1].dead_lettered_at);
+        assert_eq!(group.sample, records[1].id, "the newest is the sample");
+        assert_eq!(group.description, records[1].description);
+        assert_eq!(group.ids, [records[1].id, records[0].id], "newest first");
+        assert_eq!(group.fingerprint, Fingerprint::of(&records[0]).id());
+        assert_eq!(group.fingerprint.len(), 16);
+        // One an hour and a half ago, one five minutes ago.
+        assert_eq!(group.trend.counts.len(), TREND_BUCKETS);
+        assert_eq!(group.trend.counts[TREND_BUCKETS - 2], 1, "{:?}", group.trend.counts);
+        assert_eq!(group.trend.counts[TREND_BUCKETS - 1], 1, "{:?}", group.trend.counts);
+        assert_eq!(group.trend.counts.iter().sum::<usize>(), 2);
+    }
+
+    #[test]
+    fn two_causes_in_one_consumer_are_two_groups() {
+        let records = [
+            dead(
+                "commit",
+                "retries-exhausted",
+                "repository contoso/payments-api not found",
+                NOW,
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "the Git host refused the push: quota exceeded",
+                NOW,
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "the Git host refused the push: quota exceeded",
+                NOW,
+            ),
+            // The same message, another kind of error: another cause.
+            dead(
+                "commit",
+                "permanent-failure",
+                "repository contoso/payments-api not found",
+                NOW,
+            ),
+            // The same message in another consumer.
+            dead(
+                "pull-request",
+                "retries-exhausted",
+                "repository contoso/payments-api not found",
+                NOW,
+            ),
+        ];
+        let groups = group_failures(&records, NOW);
+        assert_eq!(groups.len(), 4, "{groups:#?}");
+        assert_eq!(groups[0].count, 2, "the largest first");
+        assert_eq!(groups[0].pattern, "the Git host refused the push: quota exceeded");
+        let mut fingerprints: Vec<&str> = groups.iter().map(|g| g.fingerprint.as_str()).collect();
+        fingerprints.dedup();
+        assert_eq!(fingerprints.len(), 4);
+    }
+
+    #[test]
+    fn replayed_dead_letters_are_not_grouped_and_the_trend_covers_the_last_day() {
+        let mut replayed = dead("commit", "retries-exhausted", "gone", NOW);
+        replayed.status = DeadLetterStatus::Replayed;
+        let old = dead("commit", "retries-exhausted", "gone", NOW - time::Duration::days(3));
+        let groups = group_failures(&[replayed, old], NOW);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].count, 1, "the replayed one is not counted");
+        assert_eq!(
+            groups[0].trend.counts.iter().sum::<usize>(),
+            0,
+            "older than the trend's day"
+        );
+        // One stamped at `now` (or a little past it, by another clock) is in the last bucket.
+        let now = dead("commit", "retries-exhausted", "gone", NOW + time::Duration::seconds(2));
+        let groups = group_failures(&[now], NOW);
+        assert_eq!(groups[0].trend.counts[TREND_BUCKETS - 1], 1);
+    }
+}
+
+/// Groups over real stores: the same on SQLite and PostgreSQL, within the
+/// tenant asked for.
+#[cfg(test)]
+mod store_tests {
+    use std::sync::Arc;
+
+    use time::OffsetDateTime;
+
+    use super::*;
+    use crate::backends::memory::MemoryTransport;
+    use crate::backends::postgres::store::PostgresStore;
+    use crate::backends::postgres::testing;
+    use crate::backends::sqlite::store::SqliteStore;
+    use crate::operator::Operator;
+    use crate::ports::store::{DeadLetterFilter, Store};
+    use crate::ports::transport::{Topology, Transport};
+
+    async fn record(store: &dyn Store, tenant: &str, description: String) -> Uuid {
+        let id = Uuid::now_v7();
+        store
+            .record_dead_letter(
+                DeadLetterRecord {
+                    id,
+                    consumer: Some("commit".into()),
+                    entity: "commit".into(),
+                    transport_sequence: None,
+                    broker_message_id: id.to_string(),
+                    message_id: Some(Uuid::now_v7().to_string()),
+                    message_type: Some("CreateCommit".into()),
+                    correlation_id: Some(Uuid::now_v7().to_string()),
+                    tenant_id: Some(tenant.into()),
+                    body: b"{}".to_vec(),
+                    reason: "retries-exhausted".into(),
+                    error_chain: vec![description.clone()],
+                    description,
+                    attempts: Vec::new(),
+                    dead_lettered_at: OffsetDateTime::now_utc(),
+                    origin: "host".into(),
+                    status: DeadLetterStatus::Dead,
+                    replays: Vec::new(),
+                },
+                None,
+            )
+            .await
+            .expect("recorded");
+        id
+    }
+
+    async fn groups_by_cause_within_a_tenant(store: Arc<dyn Store>) {
+        let transport = Arc::new(MemoryTransport::new(5));
+        transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+        let operator = Operator::new(transport, Arc::clone(&store), "alice");
+        let missing = |request: Uuid| format!("repository contoso/payments-api not found (request {request})");
+        let a = record(store.as_ref(), "contoso", missing(Uuid::now_v7())).await;
+        let b = record(store.as_ref(), "contoso", missing(Uuid::now_v7())).await;
+        let refused = record(
+            store.as_ref(),
+            "contoso",
+            "the Git host refused the push: quota exceeded".into(),
+        )
+        .await;
+        let theirs = record(store.as_ref(), "fabrikam", missing(Uuid::now_v7())).await;
+
+        let contoso = DeadLetterFilter {
+            tenant_id: Some("contoso".into()),
+            ..DeadLetterFilter::default()
+        };
+        let groups = operator.failure_groups(&contoso).await.unwrap();
+        assert_eq!(groups.len(), 2, "{groups:#?}");
+        assert_eq!(groups[0].count, 2);
+        assert_eq!(groups[0].ids, [b, a]);
+        assert_eq!(groups[1].ids, [refused]);
+        // The same cause in another tenant has the same fingerprint, and
+        // its dead letters stay in that tenant's group.
+        let fabrikam = DeadLetterFilter {
+            tenant_id: Some("fabrikam".into()),
+            ..DeadLetterFilter::default()
+        };
+        let group = operator.failure_group(&fabrikam, &groups[0].fingerprint).await.unwrap();
+        assert_eq!(group.ids, [theirs]);
+        let err = operator
+            .failure_group(&fabrikam, &groups[1].fingerprint)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no failure group"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn sqlite_groups_by_cause_within_a_tenant() {
+        groups_by_cause_within_a_tenant(Arc::new(SqliteStore::in_memory().unwrap())).await;
+    }
+
+    #[tokio::test]
+    async fn postgres_groups_by_cause_within_a_tenant() {
+        let test = testing::migrated().await;
+        groups_by_cause_within_a_tenant(Arc::new(PostgresStore::new(test.database.clone()))).await;
+        test.finish().await;
+    }
+}
