@@ -559,3 +559,173 @@ fn two_serve_processes_sharing_a_transport_keep_one_trace() {
         services.len()
     ));
 }
+
+/// A second caller's context: an agent calling the MCP tool.
+const AGENT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const AGENT_SPAN: &str = "b7ad6b7169203331";
+/// A third: someone joining the delivery from a trace of their own.
+const OTHER_TRACE: &str = "5e8c1f0a2b3c4d5e6f708192a3b4c5d6";
+const OTHER_SPAN: &str = "1122334455667788";
+
+#[test]
+fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_continue_it() {
+    let progress = Progress::start("telemetry (MCP _meta, joining commands)");
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let created = run_json(data, &["keys", "create", "--tenant", "demo", "--scopes", "admin"]);
+    let key = created["key"].as_str().unwrap().to_owned();
+    let endpoint = receiver.endpoint();
+    let mut env = QUICK.to_vec();
+    env.extend([
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-test"),
+    ]);
+    let mut server = Server::start(
+        data,
+        &env,
+        &["--http", "127.0.0.1:0", "--consumers", "repository-provisioning,commit"],
+    );
+    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
+    let url = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    let client = reqwest::Client::new();
+    progress.phase("bosun serve is exporting to the test's OTLP receiver");
+
+    // The agent's tool call carries its trace in `_meta` (SEP-414).
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "send_command",
+        "arguments": {"type": "ProvisionRepository", "payload": {"name": "ledger"}},
+        "_meta": {"traceparent": format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"), "tracestate": "agent=1"},
+    }});
+    let answer: Value = block_on(async {
+        let response = client
+            .post(format!("{url}/mcp"))
+            .bearer_auth(&key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&call)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    });
+    let result = &answer["result"]["structuredContent"];
+    let correlation = result["correlationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("send_command answered {answer}"))
+        .to_owned();
+    // A command joining the delivery with no trace of its own: it
+    // continues the delivery's trace.
+    let send = |payload: Value, traceparent: Option<String>| {
+        let mut request = client
+            .post(format!("{url}/v1/commands/CreateCommit"))
+            .bearer_auth(&key)
+            .header("x-correlation-id", &correlation)
+            .json(&payload);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        block_on(async {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 202);
+            response.json::<Value>().await.unwrap()
+        })
+    };
+    eventually("the repository exists", Duration::from_secs(60), || {
+        has_status(&delivery(data, &correlation), "ProvisionRepository", &["completed"]).then_some(())
+    });
+    let joined = send(
+        json!({"repository": "ledger", "branch": "main", "message": "Initial commit",
+               "files": [{"path": "README.md", "content": "# ledger\n"}]}),
+        None,
+    );
+    // And one from a trace of its own: in that trace, linked to the delivery's.
+    let other = send(
+        json!({"repository": "ledger", "branch": "docs", "baseBranch": "main", "message": "Docs",
+               "files": [{"path": "docs/index.md", "content": "# docs\n"}]}),
+        Some(format!("00-{OTHER_TRACE}-{OTHER_SPAN}-01")),
+    );
+    eventually("both commits are made", Duration::from_secs(60), || {
+        let shown = delivery(data, &correlation);
+        let commits = shown["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["messageType"] == "CreateCommit" && m["status"] == "completed")
+            .count();
+        (commits == 2).then_some(())
+    });
+    progress.phase("the repository and both commits are made");
+    server.terminate();
+    let shown = delivery(data, &correlation);
+    assert_eq!(
+        shown["traceId"], AGENT_TRACE,
+        "deliveries show names the delivery's trace"
+    );
+
+    let spans = receiver.spans();
+    // The tool call's server span, under the agent's span.
+    let tool_call = spans
+        .iter()
+        .find(|s| s.span.name == "tools/call send_command")
+        .expect("the tool call's server span");
+    assert_eq!(tool_call.kind(), SpanKind::Server);
+    assert_eq!(tool_call.trace_id(), AGENT_TRACE);
+    assert_eq!(tool_call.parent_id(), AGENT_SPAN);
+    assert_eq!(tool_call.attribute("mcp.method.name").as_deref(), Some("tools/call"));
+    assert_eq!(tool_call.attribute("gen_ai.tool.name").as_deref(), Some("send_command"));
+    // The command's producer span is the tool call's child.
+    let producer = |message_id: &str| {
+        spans
+            .iter()
+            .find(|s| {
+                s.kind() == SpanKind::Producer && s.attribute("messaging.message.id").as_deref() == Some(message_id)
+            })
+            .unwrap_or_else(|| panic!("no producer span for {message_id}"))
+            .clone()
+    };
+    let first = producer(result["messageId"].as_str().unwrap());
+    assert_eq!(first.parent_id(), tool_call.span_id());
+    assert_eq!(first.span.trace_state, "agent=1");
+    // The joining command continues the delivery's trace from the first
+    // command's send span.
+    let second = producer(joined["messageId"].as_str().unwrap());
+    assert_eq!(second.trace_id(), AGENT_TRACE);
+    assert_eq!(second.parent_id(), first.span_id());
+    // The one sent from its own trace stays in it, linked to the delivery's.
+    let third = producer(other["messageId"].as_str().unwrap());
+    assert_eq!(third.trace_id(), OTHER_TRACE);
+    assert_eq!(third.parent_id(), OTHER_SPAN);
+    assert!(
+        third
+            .span
+            .links
+            .iter()
+            .any(|link| hex(&link.trace_id) == AGENT_TRACE && hex(&link.span_id) == first.span_id()),
+        "the command is linked to the delivery's trace: {:?}",
+        third.span.links
+    );
+    // Every message of the delivery but the third command's is in the
+    // agent's trace, as one tree under the agent's span.
+    let trace: Vec<Exported> = spans.iter().filter(|s| s.trace_id() == AGENT_TRACE).cloned().collect();
+    assert_one_tree(&trace, AGENT_SPAN);
+    let third_id = third.attribute("messaging.message.id").unwrap();
+    for span in spans.iter().filter(|s| {
+        s.attribute("messaging.message.conversation_id").as_deref() == Some(correlation.as_str())
+            && s.attribute("messaging.message.id").as_deref() != Some(third_id.as_str())
+            && s.trace_id() != OTHER_TRACE
+    }) {
+        assert_eq!(span.trace_id(), AGENT_TRACE, "{} left the trace", span.describe());
+    }
+    let consumed = trace
+        .iter()
+        .filter(|s| s.kind() == SpanKind::Consumer && s.attribute("consumer").as_deref() == Some("commit"))
+        .count();
+    assert!(consumed >= 1, "the joined commit was handled in the delivery's trace");
+    progress.phase(format!("{} spans in the agent's trace", trace.len()));
+}

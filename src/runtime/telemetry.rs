@@ -236,6 +236,17 @@ pub fn continue_trace(span: &tracing::Span, parent: Option<&TraceContext>) {
     }
 }
 
+/// Links `span` to the span of `other` (a trace it relates to but is not
+/// part of: the delivery's, for a command the caller sends in its own
+/// trace). Nothing to do when traces are off.
+pub fn link_to(span: &tracing::Span, other: &TraceContext) {
+    let context = extract(other);
+    let linked = context.span().span_context().clone();
+    if linked.is_valid() {
+        span.add_link(linked);
+    }
+}
+
 /// The W3C context of `span`, to stamp on what it sends; `None` when
 /// traces are off (no OpenTelemetry span behind it).
 pub fn traceparent_of(span: &tracing::Span) -> Option<TraceContext> {

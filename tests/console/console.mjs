@@ -179,6 +179,9 @@ await step('its timeline shows and follows the live stream', async () => {
   );
   const messages = await page.locator(byTestId('delivery-message')).count();
   check(messages >= 1, 'no message is shown for the delivery');
+  // The delivery's trace id, to jump to the trace in the tracing backend.
+  const trace = (await page.locator(byTestId('delivery-trace')).textContent()) ?? '';
+  check(/^[0-9a-f]{32}$/.test(trace), `the delivery's trace id is shown (got "${trace}")`);
   // The stream sends every line so far, then `end` once the delivery is over.
   const live = await waitInPage('the live stream sent the timeline', () => {
     const node = document.querySelector('[data-testid="delivery-live"]');

@@ -438,6 +438,9 @@ function renderDelivery() {
   status.className = `badge status-${token(delivery.status)}`;
   status.dataset.status = delivery.status ?? '';
   status.textContent = text(delivery.status);
+  // The trace id, to look the delivery up in the tracing backend.
+  $('delivery-trace').textContent = delivery.traceId ?? '';
+  $('delivery-trace-line').hidden = !delivery.traceId;
 
   const messages = clear($('delivery-messages'));
   const events = new Map();
