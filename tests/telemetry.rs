@@ -21,8 +21,13 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::routing::post;
 use common::{Progress, Server, block_on, eventually, run_json};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumberValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
@@ -98,17 +103,21 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// An OTLP/HTTP receiver (`POST /v1/traces`, protobuf) on a port of its own.
+/// An OTLP/HTTP receiver (`POST /v1/traces` and `/v1/metrics`, protobuf)
+/// on a port of its own.
 struct Receiver {
     address: SocketAddr,
     spans: Arc<Mutex<Vec<Exported>>>,
+    metrics: Arc<Mutex<Vec<Metric>>>,
 }
 
 impl Receiver {
     fn start() -> Self {
         let spans = Arc::new(Mutex::new(Vec::new()));
+        let metrics = Arc::new(Mutex::new(Vec::new()));
         let (sender, address) = std::sync::mpsc::channel();
         let kept = Arc::clone(&spans);
+        let kept_metrics = Arc::clone(&metrics);
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -117,45 +126,69 @@ impl Receiver {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 sender.send(listener.local_addr().unwrap()).unwrap();
-                let app = Router::new().route(
-                    "/v1/traces",
-                    post(move |body: Bytes| {
-                        let kept = Arc::clone(&kept);
-                        async move {
-                            let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-                            let mut spans = kept.lock().unwrap();
-                            for resource in request.resource_spans {
-                                let service = resource
-                                    .resource
-                                    .iter()
-                                    .flat_map(|r| &r.attributes)
-                                    .find(|kv| kv.key == "service.name")
-                                    .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-                                    .map(|v| match v {
-                                        AnyValue::StringValue(s) => s.clone(),
-                                        other => format!("{other:?}"),
-                                    })
-                                    .unwrap_or_default();
-                                for scope in resource.scope_spans {
-                                    for span in scope.spans {
-                                        spans.push(Exported {
-                                            service: service.clone(),
-                                            span,
-                                        });
+                let app = Router::new()
+                    .route(
+                        "/v1/traces",
+                        post(move |body: Bytes| {
+                            let kept = Arc::clone(&kept);
+                            async move {
+                                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
+                                let mut spans = kept.lock().unwrap();
+                                for resource in request.resource_spans {
+                                    let service = resource
+                                        .resource
+                                        .iter()
+                                        .flat_map(|r| &r.attributes)
+                                        .find(|kv| kv.key == "service.name")
+                                        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                                        .map(|v| match v {
+                                            AnyValue::StringValue(s) => s.clone(),
+                                            other => format!("{other:?}"),
+                                        })
+                                        .unwrap_or_default();
+                                    for scope in resource.scope_spans {
+                                        for span in scope.spans {
+                                            spans.push(Exported {
+                                                service: service.clone(),
+                                                span,
+                                            });
+                                        }
                                     }
                                 }
+                                ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
                             }
-                            ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
-                        }
-                    }),
-                );
+                        }),
+                    )
+                    .route(
+                        "/v1/metrics",
+                        post(move |body: Bytes| {
+                            let kept = Arc::clone(&kept_metrics);
+                            async move {
+                                let request =
+                                    ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf export");
+                                let mut metrics = kept.lock().unwrap();
+                                for resource in request.resource_metrics {
+                                    for scope in resource.scope_metrics {
+                                        metrics.extend(scope.metrics);
+                                    }
+                                }
+                                ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
+                            }
+                        }),
+                    );
                 axum::serve(listener, app).await.unwrap();
             });
         });
         Self {
             address: address.recv().unwrap(),
             spans,
+            metrics,
         }
+    }
+
+    /// Every metric export received, oldest first.
+    fn metrics(&self) -> Vec<Metric> {
+        self.metrics.lock().unwrap().clone()
     }
 
     fn endpoint(&self) -> String {
@@ -293,7 +326,10 @@ impl Http {
 fn consumer_series(text: &str) -> Vec<String> {
     text.lines()
         .filter(|line| {
-            line.starts_with("bosun_") && !line.starts_with("bosun_http") && !line.starts_with("bosun_outbox")
+            line.starts_with("bosun_")
+                && !line.starts_with("bosun_http")
+                && !line.starts_with("bosun_outbox")
+                && !line.starts_with("bosun_queue_depth")
         })
         .map(|line| line.rsplit_once(' ').map_or(line, |(series, _)| series).to_owned())
         .collect()
@@ -560,6 +596,40 @@ fn two_serve_processes_sharing_a_transport_keep_one_trace() {
     ));
 }
 
+fn string_attribute(attributes: &[KeyValue], key: &str) -> Option<String> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            AnyValue::StringValue(s) => Some(s.clone()),
+            _ => None,
+        })
+}
+
+/// The value of the last exported point of a counter or gauge `name` with
+/// these `consumer` (and `message_type`) attributes.
+fn last_number(metrics: &[Metric], name: &str, labels: &[(&str, &str)]) -> Option<i64> {
+    metrics
+        .iter()
+        .filter(|m| m.name == name)
+        .filter_map(|m| match m.data.as_ref()? {
+            Data::Sum(sum) => Some(&sum.data_points),
+            Data::Gauge(gauge) => Some(&gauge.data_points),
+            _ => None,
+        })
+        .flatten()
+        .filter(|point| {
+            labels
+                .iter()
+                .all(|(key, value)| string_attribute(&point.attributes, key).as_deref() == Some(*value))
+        })
+        .filter_map(|point| match point.value? {
+            NumberValue::AsInt(n) => Some(n),
+            NumberValue::AsDouble(n) => Some(n as i64),
+        })
+        .next_back()
+}
+
 /// A second caller's context: an agent calling the MCP tool.
 const AGENT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const AGENT_SPAN: &str = "b7ad6b7169203331";
@@ -580,6 +650,7 @@ fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_cont
     env.extend([
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
         ("OTEL_SERVICE_NAME", "bosun-test"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "300"),
     ]);
     let mut server = Server::start(
         data,
@@ -661,7 +732,81 @@ fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_cont
         (commits == 2).then_some(())
     });
     progress.phase("the repository and both commits are made");
+    // The sampled queue depths on /metrics: the events no consumer of this
+    // process receives wait in their subscriptions.
+    let scrape = eventually("queue depths are sampled", Duration::from_secs(30), || {
+        let text = block_on(async {
+            client
+                .get(format!("{url}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        });
+        text.lines()
+            .any(|line| {
+                line.starts_with("bosun_queue_depth{consumer=\"pull-request\"")
+                    && line.rsplit_once(' ').is_some_and(|(_, n)| n != "0")
+            })
+            .then_some(text)
+    });
+    assert!(scrape.contains("# TYPE bosun_queue_depth gauge"), "{scrape}");
     server.terminate();
+
+    // Metrics over OTLP: the counters (at zero from the start for a pair
+    // nothing happened to), the histograms in seconds over bosun's buckets,
+    // and the gauges.
+    let metrics = receiver.metrics();
+    let processed = last_number(
+        &metrics,
+        "bosun.messages.processed",
+        &[("consumer", "commit"), ("message_type", "CreateCommit")],
+    );
+    assert_eq!(processed, Some(2), "two commits processed, exported over OTLP");
+    assert_eq!(
+        last_number(
+            &metrics,
+            "bosun.messages.dead_lettered",
+            &[("consumer", "commit"), ("message_type", "CreateCommit")]
+        ),
+        Some(0),
+        "a counter is exported at zero"
+    );
+    let handler = metrics
+        .iter()
+        .filter(|m| m.name == "bosun.handler.duration")
+        .filter_map(|m| match m.data.as_ref()? {
+            Data::Histogram(histogram) => Some((m.unit.clone(), histogram.data_points.clone())),
+            _ => None,
+        })
+        .next_back()
+        .expect("the handler duration histogram is exported");
+    assert_eq!(handler.0, "s");
+    let commit_point = handler
+        .1
+        .iter()
+        .find(|p| string_attribute(&p.attributes, "consumer").as_deref() == Some("commit"))
+        .expect("a point for the commit consumer");
+    assert_eq!(commit_point.count, 2);
+    assert_eq!(commit_point.explicit_bounds, bosun::runtime::metrics::BUCKETS.to_vec());
+    let waiting = last_number(
+        &metrics,
+        "bosun.queue.depth",
+        &[
+            ("consumer", "pull-request"),
+            ("messaging.destination.name", "bosun-events/subscriptions/pull-request"),
+        ],
+    );
+    assert!(
+        waiting.is_some_and(|n| n > 0),
+        "the queue depth gauge is exported: {waiting:?}"
+    );
+    assert!(
+        last_number(&metrics, "bosun.outbox.backlog", &[]).is_some(),
+        "the outbox backlog gauge is exported"
+    );
     let shown = delivery(data, &correlation);
     assert_eq!(
         shown["traceId"], AGENT_TRACE,
