@@ -61,6 +61,10 @@ pub struct Step {
     pub transition: Option<usize>,
 }
 
+/// How a way reached a state: the state it came from and the transition
+/// it took (`None`: it stayed).
+type Came = (usize, Option<usize>);
+
 impl Machine {
     fn index_of(&self, value: &str) -> Option<usize> {
         self.states.iter().position(|state| state.value == value)
@@ -81,10 +85,10 @@ impl Machine {
         // how the way to s after message i came there.
         let mut best: Vec<Option<usize>> = vec![None; states];
         best[start] = Some(0);
-        let mut back: Vec<Vec<Option<(usize, Option<usize>)>>> = Vec::with_capacity(history.len());
+        let mut back: Vec<Vec<Option<Came>>> = Vec::with_capacity(history.len());
         for message_type in history {
             let mut next: Vec<Option<usize>> = vec![None; states];
-            let mut came: Vec<Option<(usize, Option<usize>)>> = vec![None; states];
+            let mut came: Vec<Option<Came>> = vec![None; states];
             for (from, score) in best.iter().enumerate() {
                 let Some(score) = *score else { continue };
                 // Staying, untouched by a drawn transition.

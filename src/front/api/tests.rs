@@ -584,13 +584,15 @@ async fn a_saga_diagram_has_its_machine_current_state_and_the_way_its_history_we
     let contoso = api.key("contoso", &[Scope::DeliveriesRead]).await;
     let fabrikam = api.key("fabrikam", &[Scope::DeliveriesRead]).await;
     // Four saves of a release: collected, provisioned, synced.
-    let mut version = 0;
-    for (message_type, phase) in [
+    for (version, (message_type, phase)) in [
         ("BuildCompleted", "collecting"),
         ("ContainerImageBuilt", "provisioning"),
         ("InfrastructureProvisioned", "syncing"),
         ("GitOpsSynced", "completed"),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let outcome = api
             .backends
             .store
@@ -601,7 +603,7 @@ async fn a_saga_diagram_has_its_machine_current_state_and_the_way_its_history_we
                 saga: Some(SagaWrite {
                     kind: "release".into(),
                     key: "contoso/rel-9".into(),
-                    expected_version: version,
+                    expected_version: version as i64,
                     state: json!({"releaseId": "rel-9", "phase": phase}),
                     tenant_id: Some("contoso".into()),
                 }),
@@ -611,7 +613,6 @@ async fn a_saga_diagram_has_its_machine_current_state_and_the_way_its_history_we
             .await
             .unwrap();
         assert_eq!(outcome, CommitOutcome::Committed);
-        version += 1;
     }
     let response = api
         .get(&contoso, "/v1/sagas/release/rel-9/diagram")
