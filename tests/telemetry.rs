@@ -3,7 +3,9 @@
 //! a receiver in this test, and every message of a whole delivery, its
 //! retries included, is a span of the caller's trace, each parented to the
 //! span that sent it; the same across two `serve` processes sharing a
-//! transport. The exporter is flushed when `serve` stops on SIGTERM, so the
+//! transport; a dead letter replayed stays in the delivery's trace; an MCP
+//! tool call and the commands that join a delivery later continue it; the
+//! metrics arrive over OTLP too. The exporter is flushed when `serve` stops on SIGTERM, so the
 //! test reads the spans after the process has exited, without waiting.
 
 // Test code: a panic is the failure report.
@@ -873,4 +875,118 @@ fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_cont
         .count();
     assert!(consumed >= 1, "the joined commit was handled in the delivery's trace");
     progress.phase(format!("{} spans in the agent's trace", trace.len()));
+}
+
+#[test]
+fn a_replayed_dead_letter_stays_in_the_deliverys_trace() {
+    let progress = Progress::start("telemetry (a replay, one trace)");
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let created = run_json(data, &["keys", "create", "--tenant", "demo", "--scopes", "admin"]);
+    let key = created["key"].as_str().unwrap().to_owned();
+    let endpoint = receiver.endpoint();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-test"),
+        ("OTEL_METRICS_EXPORTER", "none"),
+    ];
+    let mut server = Server::start(
+        data,
+        &env,
+        &["--http", "127.0.0.1:0", "--consumers", "repository-provisioning,commit"],
+    );
+    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
+    let url = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    let http = Http {
+        client: reqwest::Client::new(),
+        url: url.clone(),
+        key: key.clone(),
+    };
+    // A commit before its repository exists: retried, then dead-lettered.
+    let commit = json!({"repository": "ledger", "branch": "main", "message": "Initial commit",
+                        "files": [{"path": "README.md", "content": "# ledger\n"}]});
+    let sent = http.send("CreateCommit", commit, None);
+    let correlation = sent["correlationId"].as_str().unwrap().to_owned();
+    let message_id = sent["messageId"].as_str().unwrap().to_owned();
+    let get = |path: &str| {
+        block_on(async {
+            let response = http
+                .client
+                .get(format!("{url}{path}"))
+                .bearer_auth(&key)
+                .send()
+                .await
+                .unwrap();
+            response.json::<Value>().await.unwrap()
+        })
+    };
+    let dead = eventually("the commit is dead-lettered", Duration::from_secs(60), || {
+        get("/v1/dead-letters")["deadLetters"]
+            .as_array()?
+            .iter()
+            .find(|record| record["correlationId"] == correlation.as_str())
+            .cloned()
+    });
+    let id = dead["id"].as_str().unwrap().to_owned();
+    let detail = get(&format!("/v1/dead-letters/{id}"));
+    assert_eq!(
+        detail["traceId"], CALLER_TRACE,
+        "the dead letter names the delivery's trace: {detail:#}"
+    );
+    progress.phase("dead-lettered");
+    // The repository, then the replay.
+    http.send("ProvisionRepository", json!({"name": "ledger"}), Some(&correlation));
+    eventually("the repository exists", Duration::from_secs(60), || {
+        has_status(&delivery(data, &correlation), "ProvisionRepository", &["completed"]).then_some(())
+    });
+    block_on(async {
+        let response = http
+            .client
+            .post(format!("{url}/v1/dead-letters/{id}/replay"))
+            .bearer_auth(&key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "replay answered {}", response.status());
+    });
+    eventually("the replayed commit completes", Duration::from_secs(60), || {
+        delivery(data, &correlation)["messages"]
+            .as_array()?
+            .iter()
+            .any(|m| m["messageId"] == message_id.as_str() && m["status"] == "completed")
+            .then_some(())
+    });
+    progress.phase("replayed and completed");
+    server.terminate();
+
+    let spans = receiver.spans();
+    let handled: Vec<&Exported> = spans
+        .iter()
+        .filter(|s| {
+            s.kind() == SpanKind::Consumer
+                && s.attribute("messaging.message.id").as_deref() == Some(message_id.as_str())
+        })
+        .collect();
+    let outcomes: BTreeSet<String> = handled.iter().filter_map(|s| s.attribute("outcome")).collect();
+    assert!(
+        outcomes.contains("dead_lettered") && outcomes.contains("completed"),
+        "the failed attempts and the replay are spans of the message: {outcomes:?}"
+    );
+    for span in &handled {
+        assert_eq!(span.trace_id(), CALLER_TRACE, "{} left the trace", span.describe());
+    }
+    let parents: BTreeSet<String> = handled.iter().map(|s| s.parent_id()).collect();
+    assert_eq!(
+        parents.len(),
+        1,
+        "every attempt, the replay included, is a child of the send: {handled:#?}"
+    );
+    progress.phase(format!("{} handlings of the message in one trace", handled.len()));
 }
