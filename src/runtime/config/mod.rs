@@ -19,7 +19,7 @@ use std::time::Duration;
 mod telemetry;
 mod types;
 
-pub use telemetry::{OtlpTraces, TelemetrySettings, TraceSampler};
+pub use telemetry::{OtlpExport, OtlpMetrics, TelemetrySettings, TraceSampler};
 use types::invalid;
 pub use types::*;
 
