@@ -139,30 +139,6 @@ impl Injector for Headers<'_> {
     }
 }
 
-/// For tests: installs, on this thread, a subscriber that makes every
-/// `tracing` span an OpenTelemetry span (no exporter) and the W3C
-/// propagator, as `bosun serve` does with traces on.
-#[cfg(test)]
-pub(crate) fn traced() -> tracing::subscriber::DefaultGuard {
-    use opentelemetry::trace::TracerProvider as _;
-    use tracing_subscriber::layer::SubscriberExt;
-    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
-    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-    let subscriber =
-        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-    tracing::subscriber::set_default(subscriber)
-}
-
-/// The trace id and span id of `span`, in hex.
-#[cfg(test)]
-pub(crate) fn ids(span: &tracing::Span) -> (String, String) {
-    use opentelemetry::trace::TraceContextExt as _;
-    let context = span.context();
-    let span = context.span();
-    let ids = span.span_context();
-    (ids.trace_id().to_string(), ids.span_id().to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use reqwest::header::{ACCEPT, HeaderValue};
@@ -186,27 +162,6 @@ mod tests {
         let requests = server.finish().await;
         assert_eq!(requests[0].header("user-agent"), Some(USER_AGENT));
         assert_eq!(requests[0].header("accept"), Some("application/json"));
-    }
-
-    #[tokio::test]
-    async fn a_request_carries_the_context_of_its_client_span_in_the_handlers_trace() {
-        let _traced = traced();
-        let server = MockAzure::start(vec![Reply::json("GET", "/x", 200, "{}")]).await;
-        let client = client(
-            Timeout::Total(Duration::from_secs(5)),
-            HeaderMap::new(),
-            Redirects::Follow,
-        )
-        .unwrap();
-        let handler = tracing::info_span!("process");
-        let (trace_id, handler_span) = ids(&handler);
-        send(client.get(server.url("/x"))).instrument(handler).await.unwrap();
-        let requests = server.finish().await;
-        let traceparent = requests[0].header("traceparent").expect("a traceparent header");
-        let parts: Vec<&str> = traceparent.split('-').collect();
-        assert_eq!(parts.len(), 4, "{traceparent}");
-        assert_eq!(parts[1], trace_id, "in the handler's trace");
-        assert_ne!(parts[2], handler_span, "the client span's id, not the handler's");
     }
 
     #[test]

@@ -214,36 +214,6 @@ async fn entra_id_requests_carry_a_bearer_token_for_the_storage_scope() {
     assert!(scopes.iter().all(|scope| scope == STORAGE_SCOPE), "{scopes:?}");
 }
 
-#[tokio::test]
-async fn each_blob_request_is_a_client_span_whose_context_the_request_carries() {
-    use tracing::Instrument as _;
-    let _traced = crate::delivery::azure::http::traced();
-    let endpoint = ScriptedBlobEndpoint::start();
-    let settings = AzureBlobSettings::new(
-        format!("{}/", endpoint.url),
-        AzureBlobAuth::EntraId(EntraIdCredential::Credential(Arc::new(FixedToken::default()))),
-    );
-    let store = AzureBlobStore::with_http_client(settings, trusting_client()).unwrap();
-    let handler = tracing::info_span!("process");
-    let (trace_id, handler_span) = crate::delivery::azure::http::ids(&handler);
-    store
-        .put("logs", "contoso/run.log", b"ok".to_vec(), "text/plain")
-        .instrument(handler)
-        .await
-        .unwrap();
-    let seen = endpoint.seen();
-    let traceparent = seen[0].headers.get("traceparent").expect("a traceparent header");
-    let parts: Vec<&str> = traceparent.split('-').collect();
-    assert_eq!(parts.len(), 4, "{traceparent}");
-    assert_eq!(parts[1], trace_id, "in the handler's trace");
-    assert_ne!(parts[2], handler_span, "the client span's id, not the handler's");
-    // Still authorized: the span is added before the token policy runs.
-    assert_eq!(
-        seen[0].headers.get("authorization").map(String::as_str),
-        Some("Bearer entra-test-token")
-    );
-}
-
 #[test]
 fn entra_id_is_refused_over_plain_http() {
     let settings = AzureBlobSettings::new(
