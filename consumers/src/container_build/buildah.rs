@@ -110,6 +110,10 @@ pub struct BuildahConfig {
     pub insecure_registries: Vec<String>,
     /// The push registry's user and password, when it needs one.
     pub credential: Option<(String, String)>,
+    /// The longest one buildah command may run: a build or push that hangs
+    /// (a lock, a registry that stops answering) is stopped then, and the
+    /// build fails transiently (it is retried).
+    pub timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for BuildahConfig {
@@ -119,6 +123,7 @@ impl std::fmt::Debug for BuildahConfig {
             .field("work_dir", &self.work_dir)
             .field("registry", &self.registry)
             .field("insecure_registries", &self.insecure_registries)
+            .field("timeout", &self.timeout)
             .field(
                 "credential",
                 &self.credential.as_ref().map(|(user, _)| (user, "<redacted>")),
@@ -281,12 +286,32 @@ impl BuildahBuilder {
         ];
         drop(sender);
         let readers: Vec<_> = readers.into_iter().flatten().collect();
-        while let Some(line) = lines.recv().await {
-            if line.contains("STEP ") || line.starts_with("COMMIT") || line.starts_with("Writing manifest") {
-                tracing::info!(step = %line, "container build");
+        let command = args.first().map_or("", String::as_str);
+        let output = async {
+            while let Some(line) = lines.recv().await {
+                if line.contains("STEP ") || line.starts_with("COMMIT") || line.starts_with("Writing manifest") {
+                    tracing::info!(step = %line, "container build");
+                }
+                log.extend_from_slice(line.as_bytes());
+                log.push(b'\n');
             }
-            log.extend_from_slice(line.as_bytes());
-            log.push(b'\n');
+        };
+        if tokio::time::timeout(self.config.timeout, output).await.is_err() {
+            let _ = child.kill().await;
+            for reader in &readers {
+                reader.abort();
+            }
+            log.extend_from_slice(
+                format!(
+                    "[bosun] buildah {command} did not finish within {} s: stopped\n",
+                    self.config.timeout.as_secs()
+                )
+                .as_bytes(),
+            );
+            return Err(ContainerBuildError::Storage(format!(
+                "buildah {command} did not finish within {} s (BOSUN_CONTAINER_BUILD_TIMEOUT_MS) and was stopped; the build is retried",
+                self.config.timeout.as_secs()
+            )));
         }
         for reader in readers {
             // The readers end with the pipes; a reader that panicked lost lines only.
@@ -296,7 +321,6 @@ impl BuildahBuilder {
             .wait()
             .await
             .map_err(|err| ContainerBuildError::Storage(format!("waiting for buildah: {err}")))?;
-        let command = args.first().map_or("", String::as_str);
         log.extend_from_slice(format!("[bosun] buildah {command} exited: {status}\n").as_bytes());
         Ok(status.success())
     }

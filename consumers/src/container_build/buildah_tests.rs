@@ -163,6 +163,7 @@ async fn buildah_builds_a_multi_stage_dockerfile_with_run_pushes_it_and_builds_i
             registry: registry.clone(),
             insecure_registries: vec![registry.clone()],
             credential: None,
+            timeout: std::time::Duration::from_secs(600),
         },
         Arc::clone(&blobs),
     )
@@ -293,6 +294,7 @@ async fn buildah_a_failing_run_is_a_permanent_error_with_its_log() {
             registry: registry.clone(),
             insecure_registries: vec![registry.clone()],
             credential: None,
+            timeout: std::time::Duration::from_secs(600),
         },
         Arc::clone(&blobs),
     )
@@ -411,6 +413,7 @@ async fn a_module_naming_another_registry_is_refused_before_anything_runs() {
             registry: "127.0.0.1:5000".to_owned(),
             insecure_registries: vec!["127.0.0.1:5000".to_owned()],
             credential: Some(("ci".to_owned(), "s3cret".to_owned())),
+            timeout: std::time::Duration::from_secs(600),
         },
         blobs,
     )

@@ -125,6 +125,7 @@ const KNOWN: &[&str] = &[
     "BOSUN_CONTAINER_INSECURE_REGISTRIES",
     "BOSUN_CONTAINER_REGISTRY_USERNAME",
     "BOSUN_CONTAINER_REGISTRY_PASSWORD",
+    "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
 ];
 
 /// Reads a TOML settings file into `BOSUN_*` keys.
@@ -593,6 +594,7 @@ impl Settings {
             ContainerBuilderSettings {
                 builder,
                 buildah_binary: get("BOSUN_BUILDAH_BINARY").map_or_else(|| PathBuf::from("buildah"), PathBuf::from),
+                build_timeout: millis("BOSUN_CONTAINER_BUILD_TIMEOUT_MS", 1_800_000)?,
                 registry,
                 insecure_registries,
                 credential,

@@ -496,6 +496,10 @@ pub struct ContainerBuilderSettings {
     /// `BOSUN_BUILDAH_BINARY`: the `buildah` executable (default `buildah`
     /// on `PATH`).
     pub buildah_binary: PathBuf,
+    /// `BOSUN_CONTAINER_BUILD_TIMEOUT_MS`: the longest one buildah command
+    /// (a build, a push) may run before it is stopped and the build retried
+    /// (default 30 minutes).
+    pub build_timeout: std::time::Duration,
     /// `BOSUN_CONTAINER_REGISTRY`: the registry buildah pushes to,
     /// `host[:port]` (modules name it in `container.registry`). Unset by
     /// default.

@@ -67,6 +67,7 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
                         work_dir: settings.data_dir.join("buildah"),
                         registry: registry.clone(),
                         insecure_registries: container.insecure_registries.clone(),
+                        timeout: container.build_timeout,
                         credential: container
                             .credential
                             .as_ref()

@@ -76,6 +76,9 @@ pub async fn prepare(settings: &mut Settings, tenant: &str) -> DemoImages {
 }
 
 async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImages, String> {
+    // A demo waits minutes, not the production half hour, for a build
+    // that hangs before it is stopped and retried.
+    settings.container.build_timeout = settings.container.build_timeout.min(Duration::from_secs(120));
     let binary = settings.container.buildah_binary.clone();
     let version = {
         let binary = binary.clone();
@@ -98,6 +101,7 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
             registry: registry.clone(),
             insecure_registries: vec![registry.clone()],
             credential: None,
+            timeout: settings.container.build_timeout,
         },
         Arc::clone(&blobs),
     )
