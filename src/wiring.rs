@@ -1,6 +1,7 @@
 //! Wiring: settings to a transport, a store, consumers and a host.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bosun_consumers::Consumer;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +23,7 @@ use crate::ports::commit::{Commit, StoreThenComplete};
 use crate::ports::store::{AccessStore, Store, StoreError};
 use crate::ports::transport::{Topology, Transport, TransportError};
 use crate::runtime::config::{Failpoint, ServiceBusSettings, Settings, TransportKind};
-use crate::runtime::metrics::Metrics;
+use crate::runtime::metrics::{Gauges, Metrics};
 use crate::runtime::registry;
 use crate::runtime::telemetry;
 
@@ -264,11 +265,69 @@ pub async fn serve_with_metrics(
         postgres_store = settings.database_url.is_some(),
         "bosun serving"
     );
+    let sampler = tokio::spawn(sample_gauges(
+        backends.clone(),
+        Arc::clone(&metrics),
+        gauge_interval(settings),
+        shutdown.clone(),
+    ));
     let host = backends
         .host(consumers, HostOptions::from_settings(settings))
         .with_metrics(metrics);
-    host.run(shutdown).await?;
+    let served = host.run(shutdown).await;
+    sampler.abort();
+    served?;
     Ok(())
+}
+
+/// How often the gauges are sampled: every 15 s, or at the OTLP export
+/// interval when that is shorter.
+fn gauge_interval(settings: &Settings) -> Duration {
+    const EVERY: Duration = Duration::from_secs(15);
+    settings
+        .telemetry
+        .metrics
+        .as_ref()
+        .map_or(EVERY, |metrics| metrics.interval.min(EVERY))
+}
+
+/// Samples the outbox backlog and the depth of every consumer's queue and
+/// subscription into `metrics` every `interval` until `shutdown`. An
+/// entity the transport cannot count (a Service Bus identity without
+/// Manage rights) is left out, logged once.
+async fn sample_gauges(backends: Backends, metrics: Arc<Metrics>, interval: Duration, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let mut gauges = Gauges {
+            outbox_backlog: backends.store.outbox_backlog().await.ok(),
+            ..Gauges::default()
+        };
+        for route in bosun_contracts::routing::CONSUMERS {
+            let entities = [
+                (!route.commands.is_empty()).then(|| route.queue()),
+                (!route.events.is_empty()).then(|| route.subscription()),
+            ];
+            for entity in entities.into_iter().flatten() {
+                match backends.transport.depth(&entity).await {
+                    Ok(depth) => {
+                        gauges.queue_depth.insert((route.name.to_owned(), entity.path()), depth);
+                    }
+                    Err(err) if !warned => {
+                        warned = true;
+                        tracing::warn!(entity = %entity.path(), error = %err, "queue depth is not sampled");
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        metrics.set_gauges(gauges);
+    }
 }
 
 /// The Service Bus entity settings that follow from bosun's settings.

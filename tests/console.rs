@@ -6,6 +6,11 @@
 //! the console with playwright-core (installed by `scripts/browser`): the
 //! timeline, a probe followed live, sagas, dead letters and their groups, an
 //! edit-and-replay the contract rejects, and a group replayed at a rate.
+//! Before it, `bosun demo` runs one whole delivery on the same data
+//! directory, whose waterfall and release saga's state machine the script
+//! checks in the page and in screenshots (their pixels of the completed,
+//! failure and highlight colours); and nothing the page loads comes from
+//! another origin.
 //!
 //! Ignored by a plain `cargo test` (reported as ignored): it needs Node.js
 //! 20+, Debian's Chromium and playwright-core, which `scripts/browser`
@@ -75,6 +80,18 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
+    // A whole delivery through all eleven consumers, with its release and
+    // GitOps sagas, for the pictures: the demo, on the same data directory.
+    let demo = common::bosun(data)
+        .args(["demo", "--tenant", "contoso", "--json", "--data-dir"])
+        .arg(data)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
+    let demo: Value = serde_json::from_slice(&demo.stdout).unwrap();
+    assert_eq!(demo["completed"], true, "{demo:#}");
+    let demo_delivery = demo["correlationId"].as_str().unwrap().to_owned();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut server = Server::start(
@@ -138,6 +155,7 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
         .unwrap_or_else(|_| data.join("console.png"));
     let url = format!("http://{listen}");
     let screenshot_text = screenshot.to_string_lossy().into_owned();
+    let pictures = screenshot.parent().unwrap_or(data).to_string_lossy().into_owned();
     let started = Instant::now();
     let (passed, output) = run_node_script(
         "tests/console/console.mjs",
@@ -147,6 +165,8 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
             ("BOSUN_KEY", key.as_str()),
             ("BOSUN_DELIVERY", delivery.as_str()),
             ("BOSUN_DEAD_LETTER_GROUP_REASON", reason),
+            ("BOSUN_DEMO_DELIVERY", demo_delivery.as_str()),
+            ("BOSUN_PICTURES_DIR", pictures.as_str()),
             ("BOSUN_LIVE_PROBE", "1"),
             ("BOSUN_SCREENSHOT", screenshot_text.as_str()),
         ],

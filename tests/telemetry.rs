@@ -3,7 +3,9 @@
 //! a receiver in this test, and every message of a whole delivery, its
 //! retries included, is a span of the caller's trace, each parented to the
 //! span that sent it; the same across two `serve` processes sharing a
-//! transport. The exporter is flushed when `serve` stops on SIGTERM, so the
+//! transport; a dead letter replayed stays in the delivery's trace; an MCP
+//! tool call and the commands that join a delivery later continue it; the
+//! metrics arrive over OTLP too. The exporter is flushed when `serve` stops on SIGTERM, so the
 //! test reads the spans after the process has exited, without waiting.
 
 // Test code: a panic is the failure report.
@@ -21,8 +23,13 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::routing::post;
 use common::{Progress, Server, block_on, eventually, run_json};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumberValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
@@ -98,17 +105,21 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// An OTLP/HTTP receiver (`POST /v1/traces`, protobuf) on a port of its own.
+/// An OTLP/HTTP receiver (`POST /v1/traces` and `/v1/metrics`, protobuf)
+/// on a port of its own.
 struct Receiver {
     address: SocketAddr,
     spans: Arc<Mutex<Vec<Exported>>>,
+    metrics: Arc<Mutex<Vec<Metric>>>,
 }
 
 impl Receiver {
     fn start() -> Self {
         let spans = Arc::new(Mutex::new(Vec::new()));
+        let metrics = Arc::new(Mutex::new(Vec::new()));
         let (sender, address) = std::sync::mpsc::channel();
         let kept = Arc::clone(&spans);
+        let kept_metrics = Arc::clone(&metrics);
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -117,45 +128,69 @@ impl Receiver {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 sender.send(listener.local_addr().unwrap()).unwrap();
-                let app = Router::new().route(
-                    "/v1/traces",
-                    post(move |body: Bytes| {
-                        let kept = Arc::clone(&kept);
-                        async move {
-                            let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-                            let mut spans = kept.lock().unwrap();
-                            for resource in request.resource_spans {
-                                let service = resource
-                                    .resource
-                                    .iter()
-                                    .flat_map(|r| &r.attributes)
-                                    .find(|kv| kv.key == "service.name")
-                                    .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-                                    .map(|v| match v {
-                                        AnyValue::StringValue(s) => s.clone(),
-                                        other => format!("{other:?}"),
-                                    })
-                                    .unwrap_or_default();
-                                for scope in resource.scope_spans {
-                                    for span in scope.spans {
-                                        spans.push(Exported {
-                                            service: service.clone(),
-                                            span,
-                                        });
+                let app = Router::new()
+                    .route(
+                        "/v1/traces",
+                        post(move |body: Bytes| {
+                            let kept = Arc::clone(&kept);
+                            async move {
+                                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
+                                let mut spans = kept.lock().unwrap();
+                                for resource in request.resource_spans {
+                                    let service = resource
+                                        .resource
+                                        .iter()
+                                        .flat_map(|r| &r.attributes)
+                                        .find(|kv| kv.key == "service.name")
+                                        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                                        .map(|v| match v {
+                                            AnyValue::StringValue(s) => s.clone(),
+                                            other => format!("{other:?}"),
+                                        })
+                                        .unwrap_or_default();
+                                    for scope in resource.scope_spans {
+                                        for span in scope.spans {
+                                            spans.push(Exported {
+                                                service: service.clone(),
+                                                span,
+                                            });
+                                        }
                                     }
                                 }
+                                ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
                             }
-                            ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
-                        }
-                    }),
-                );
+                        }),
+                    )
+                    .route(
+                        "/v1/metrics",
+                        post(move |body: Bytes| {
+                            let kept = Arc::clone(&kept_metrics);
+                            async move {
+                                let request =
+                                    ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf export");
+                                let mut metrics = kept.lock().unwrap();
+                                for resource in request.resource_metrics {
+                                    for scope in resource.scope_metrics {
+                                        metrics.extend(scope.metrics);
+                                    }
+                                }
+                                ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
+                            }
+                        }),
+                    );
                 axum::serve(listener, app).await.unwrap();
             });
         });
         Self {
             address: address.recv().unwrap(),
             spans,
+            metrics,
         }
+    }
+
+    /// Every metric export received, oldest first.
+    fn metrics(&self) -> Vec<Metric> {
+        self.metrics.lock().unwrap().clone()
     }
 
     fn endpoint(&self) -> String {
@@ -293,7 +328,10 @@ impl Http {
 fn consumer_series(text: &str) -> Vec<String> {
     text.lines()
         .filter(|line| {
-            line.starts_with("bosun_") && !line.starts_with("bosun_http") && !line.starts_with("bosun_outbox")
+            line.starts_with("bosun_")
+                && !line.starts_with("bosun_http")
+                && !line.starts_with("bosun_outbox")
+                && !line.starts_with("bosun_queue_depth")
         })
         .map(|line| line.rsplit_once(' ').map_or(line, |(series, _)| series).to_owned())
         .collect()
@@ -558,4 +596,397 @@ fn two_serve_processes_sharing_a_transport_keep_one_trace() {
         trace.len(),
         services.len()
     ));
+}
+
+fn string_attribute(attributes: &[KeyValue], key: &str) -> Option<String> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            AnyValue::StringValue(s) => Some(s.clone()),
+            _ => None,
+        })
+}
+
+/// The value of the last exported point of a counter or gauge `name` with
+/// these `consumer` (and `message_type`) attributes.
+fn last_number(metrics: &[Metric], name: &str, labels: &[(&str, &str)]) -> Option<i64> {
+    metrics
+        .iter()
+        .filter(|m| m.name == name)
+        .filter_map(|m| match m.data.as_ref()? {
+            Data::Sum(sum) => Some(&sum.data_points),
+            Data::Gauge(gauge) => Some(&gauge.data_points),
+            _ => None,
+        })
+        .flatten()
+        .filter(|point| {
+            labels
+                .iter()
+                .all(|(key, value)| string_attribute(&point.attributes, key).as_deref() == Some(*value))
+        })
+        .filter_map(|point| match point.value? {
+            NumberValue::AsInt(n) => Some(n),
+            NumberValue::AsDouble(n) => Some(n as i64),
+        })
+        .next_back()
+}
+
+/// A second caller's context: an agent calling the MCP tool.
+const AGENT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const AGENT_SPAN: &str = "b7ad6b7169203331";
+/// A third: someone joining the delivery from a trace of their own.
+const OTHER_TRACE: &str = "5e8c1f0a2b3c4d5e6f708192a3b4c5d6";
+const OTHER_SPAN: &str = "1122334455667788";
+
+#[test]
+fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_continue_it() {
+    let progress = Progress::start("telemetry (MCP _meta, joining commands)");
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let created = run_json(data, &["keys", "create", "--tenant", "demo", "--scopes", "admin"]);
+    let key = created["key"].as_str().unwrap().to_owned();
+    let endpoint = receiver.endpoint();
+    let mut env = QUICK.to_vec();
+    env.extend([
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-test"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "300"),
+    ]);
+    let mut server = Server::start(
+        data,
+        &env,
+        &["--http", "127.0.0.1:0", "--consumers", "repository-provisioning,commit"],
+    );
+    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
+    let url = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    let client = reqwest::Client::new();
+    progress.phase("bosun serve is exporting to the test's OTLP receiver");
+
+    // The agent's tool call carries its trace in `_meta` (SEP-414).
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "send_command",
+        "arguments": {"type": "ProvisionRepository", "payload": {"name": "ledger"}},
+        "_meta": {"traceparent": format!("00-{AGENT_TRACE}-{AGENT_SPAN}-01"), "tracestate": "agent=1"},
+    }});
+    let answer: Value = block_on(async {
+        let response = client
+            .post(format!("{url}/mcp"))
+            .bearer_auth(&key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&call)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    });
+    let result = &answer["result"]["structuredContent"];
+    let correlation = result["correlationId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("send_command answered {answer}"))
+        .to_owned();
+    // A command joining the delivery with no trace of its own: it
+    // continues the delivery's trace.
+    let send = |payload: Value, traceparent: Option<String>| {
+        let mut request = client
+            .post(format!("{url}/v1/commands/CreateCommit"))
+            .bearer_auth(&key)
+            .header("x-correlation-id", &correlation)
+            .json(&payload);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        block_on(async {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 202);
+            response.json::<Value>().await.unwrap()
+        })
+    };
+    eventually("the repository exists", Duration::from_secs(60), || {
+        has_status(&delivery(data, &correlation), "ProvisionRepository", &["completed"]).then_some(())
+    });
+    let joined = send(
+        json!({"repository": "ledger", "branch": "main", "message": "Initial commit",
+               "files": [{"path": "README.md", "content": "# ledger\n"}]}),
+        None,
+    );
+    // And one from a trace of its own: in that trace, linked to the delivery's.
+    let other = send(
+        json!({"repository": "ledger", "branch": "docs", "baseBranch": "main", "message": "Docs",
+               "files": [{"path": "docs/index.md", "content": "# docs\n"}]}),
+        Some(format!("00-{OTHER_TRACE}-{OTHER_SPAN}-01")),
+    );
+    eventually("both commits are made", Duration::from_secs(60), || {
+        let shown = delivery(data, &correlation);
+        let commits = shown["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["messageType"] == "CreateCommit" && m["status"] == "completed")
+            .count();
+        (commits == 2).then_some(())
+    });
+    progress.phase("the repository and both commits are made");
+    // The sampled queue depths on /metrics: the events no consumer of this
+    // process receives wait in their subscriptions.
+    let scrape = eventually("queue depths are sampled", Duration::from_secs(30), || {
+        let text = block_on(async {
+            client
+                .get(format!("{url}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        });
+        text.lines()
+            .any(|line| {
+                line.starts_with("bosun_queue_depth{consumer=\"pull-request\"")
+                    && line.rsplit_once(' ').is_some_and(|(_, n)| n != "0")
+            })
+            .then_some(text)
+    });
+    assert!(scrape.contains("# TYPE bosun_queue_depth gauge"), "{scrape}");
+    server.terminate();
+
+    // Metrics over OTLP: the counters (at zero from the start for a pair
+    // nothing happened to), the histograms in seconds over bosun's buckets,
+    // and the gauges.
+    let metrics = receiver.metrics();
+    let processed = last_number(
+        &metrics,
+        "bosun.messages.processed",
+        &[("consumer", "commit"), ("message_type", "CreateCommit")],
+    );
+    assert_eq!(processed, Some(2), "two commits processed, exported over OTLP");
+    assert_eq!(
+        last_number(
+            &metrics,
+            "bosun.messages.dead_lettered",
+            &[("consumer", "commit"), ("message_type", "CreateCommit")]
+        ),
+        Some(0),
+        "a counter is exported at zero"
+    );
+    let handler = metrics
+        .iter()
+        .filter(|m| m.name == "bosun.handler.duration")
+        .filter_map(|m| match m.data.as_ref()? {
+            Data::Histogram(histogram) => Some((m.unit.clone(), histogram.data_points.clone())),
+            _ => None,
+        })
+        .next_back()
+        .expect("the handler duration histogram is exported");
+    assert_eq!(handler.0, "s");
+    let commit_point = handler
+        .1
+        .iter()
+        .find(|p| string_attribute(&p.attributes, "consumer").as_deref() == Some("commit"))
+        .expect("a point for the commit consumer");
+    assert_eq!(commit_point.count, 2);
+    assert_eq!(commit_point.explicit_bounds, bosun::runtime::metrics::BUCKETS.to_vec());
+    let waiting = last_number(
+        &metrics,
+        "bosun.queue.depth",
+        &[
+            ("consumer", "pull-request"),
+            ("messaging.destination.name", "bosun-events/subscriptions/pull-request"),
+        ],
+    );
+    assert!(
+        waiting.is_some_and(|n| n > 0),
+        "the queue depth gauge is exported: {waiting:?}"
+    );
+    assert!(
+        last_number(&metrics, "bosun.outbox.backlog", &[]).is_some(),
+        "the outbox backlog gauge is exported"
+    );
+    let shown = delivery(data, &correlation);
+    assert_eq!(
+        shown["traceId"], AGENT_TRACE,
+        "deliveries show names the delivery's trace"
+    );
+
+    let spans = receiver.spans();
+    // The tool call's server span, under the agent's span.
+    let tool_call = spans
+        .iter()
+        .find(|s| s.span.name == "tools/call send_command")
+        .expect("the tool call's server span");
+    assert_eq!(tool_call.kind(), SpanKind::Server);
+    assert_eq!(tool_call.trace_id(), AGENT_TRACE);
+    assert_eq!(tool_call.parent_id(), AGENT_SPAN);
+    assert_eq!(tool_call.attribute("mcp.method.name").as_deref(), Some("tools/call"));
+    assert_eq!(tool_call.attribute("gen_ai.tool.name").as_deref(), Some("send_command"));
+    // The command's producer span is the tool call's child.
+    let producer = |message_id: &str| {
+        spans
+            .iter()
+            .find(|s| {
+                s.kind() == SpanKind::Producer && s.attribute("messaging.message.id").as_deref() == Some(message_id)
+            })
+            .unwrap_or_else(|| panic!("no producer span for {message_id}"))
+            .clone()
+    };
+    let first = producer(result["messageId"].as_str().unwrap());
+    assert_eq!(first.parent_id(), tool_call.span_id());
+    assert_eq!(first.span.trace_state, "agent=1");
+    // The joining command continues the delivery's trace from the first
+    // command's send span.
+    let second = producer(joined["messageId"].as_str().unwrap());
+    assert_eq!(second.trace_id(), AGENT_TRACE);
+    assert_eq!(second.parent_id(), first.span_id());
+    // The one sent from its own trace stays in it, linked to the delivery's.
+    let third = producer(other["messageId"].as_str().unwrap());
+    assert_eq!(third.trace_id(), OTHER_TRACE);
+    assert_eq!(third.parent_id(), OTHER_SPAN);
+    assert!(
+        third
+            .span
+            .links
+            .iter()
+            .any(|link| hex(&link.trace_id) == AGENT_TRACE && hex(&link.span_id) == first.span_id()),
+        "the command is linked to the delivery's trace: {:?}",
+        third.span.links
+    );
+    // Every message of the delivery but the third command's is in the
+    // agent's trace, as one tree under the agent's span.
+    let trace: Vec<Exported> = spans.iter().filter(|s| s.trace_id() == AGENT_TRACE).cloned().collect();
+    assert_one_tree(&trace, AGENT_SPAN);
+    let third_id = third.attribute("messaging.message.id").unwrap();
+    for span in spans.iter().filter(|s| {
+        s.attribute("messaging.message.conversation_id").as_deref() == Some(correlation.as_str())
+            && s.attribute("messaging.message.id").as_deref() != Some(third_id.as_str())
+            && s.trace_id() != OTHER_TRACE
+    }) {
+        assert_eq!(span.trace_id(), AGENT_TRACE, "{} left the trace", span.describe());
+    }
+    let consumed = trace
+        .iter()
+        .filter(|s| s.kind() == SpanKind::Consumer && s.attribute("consumer").as_deref() == Some("commit"))
+        .count();
+    assert!(consumed >= 1, "the joined commit was handled in the delivery's trace");
+    progress.phase(format!("{} spans in the agent's trace", trace.len()));
+}
+
+#[test]
+fn a_replayed_dead_letter_stays_in_the_deliverys_trace() {
+    let progress = Progress::start("telemetry (a replay, one trace)");
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let created = run_json(data, &["keys", "create", "--tenant", "demo", "--scopes", "admin"]);
+    let key = created["key"].as_str().unwrap().to_owned();
+    let endpoint = receiver.endpoint();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "bosun-test"),
+        ("OTEL_METRICS_EXPORTER", "none"),
+    ];
+    let mut server = Server::start(
+        data,
+        &env,
+        &["--http", "127.0.0.1:0", "--consumers", "repository-provisioning,commit"],
+    );
+    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
+    let url = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    let http = Http {
+        client: reqwest::Client::new(),
+        url: url.clone(),
+        key: key.clone(),
+    };
+    // A commit before its repository exists: retried, then dead-lettered.
+    let commit = json!({"repository": "ledger", "branch": "main", "message": "Initial commit",
+                        "files": [{"path": "README.md", "content": "# ledger\n"}]});
+    let sent = http.send("CreateCommit", commit, None);
+    let correlation = sent["correlationId"].as_str().unwrap().to_owned();
+    let message_id = sent["messageId"].as_str().unwrap().to_owned();
+    let get = |path: &str| {
+        block_on(async {
+            let response = http
+                .client
+                .get(format!("{url}{path}"))
+                .bearer_auth(&key)
+                .send()
+                .await
+                .unwrap();
+            response.json::<Value>().await.unwrap()
+        })
+    };
+    let dead = eventually("the commit is dead-lettered", Duration::from_secs(60), || {
+        get("/v1/dead-letters")["deadLetters"]
+            .as_array()?
+            .iter()
+            .find(|record| record["correlationId"] == correlation.as_str())
+            .cloned()
+    });
+    let id = dead["id"].as_str().unwrap().to_owned();
+    let detail = get(&format!("/v1/dead-letters/{id}"));
+    assert_eq!(
+        detail["traceId"], CALLER_TRACE,
+        "the dead letter names the delivery's trace: {detail:#}"
+    );
+    progress.phase("dead-lettered");
+    // The repository, then the replay.
+    http.send("ProvisionRepository", json!({"name": "ledger"}), Some(&correlation));
+    eventually("the repository exists", Duration::from_secs(60), || {
+        has_status(&delivery(data, &correlation), "ProvisionRepository", &["completed"]).then_some(())
+    });
+    block_on(async {
+        let response = http
+            .client
+            .post(format!("{url}/v1/dead-letters/{id}/replay"))
+            .bearer_auth(&key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "replay answered {}", response.status());
+    });
+    eventually("the replayed commit completes", Duration::from_secs(60), || {
+        delivery(data, &correlation)["messages"]
+            .as_array()?
+            .iter()
+            .any(|m| m["messageId"] == message_id.as_str() && m["status"] == "completed")
+            .then_some(())
+    });
+    progress.phase("replayed and completed");
+    server.terminate();
+
+    let spans = receiver.spans();
+    let handled: Vec<&Exported> = spans
+        .iter()
+        .filter(|s| {
+            s.kind() == SpanKind::Consumer
+                && s.attribute("messaging.message.id").as_deref() == Some(message_id.as_str())
+        })
+        .collect();
+    let outcomes: BTreeSet<String> = handled.iter().filter_map(|s| s.attribute("outcome")).collect();
+    assert!(
+        outcomes.contains("dead_lettered") && outcomes.contains("completed"),
+        "the failed attempts and the replay are spans of the message: {outcomes:?}"
+    );
+    for span in &handled {
+        assert_eq!(span.trace_id(), CALLER_TRACE, "{} left the trace", span.describe());
+    }
+    let parents: BTreeSet<String> = handled.iter().map(|s| s.parent_id()).collect();
+    assert_eq!(
+        parents.len(),
+        1,
+        "every attempt, the replay included, is a child of the send: {handled:#?}"
+    );
+    progress.phase(format!("{} handlings of the message in one trace", handled.len()));
 }

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 pub mod gitops;
+pub mod machine;
 pub mod release;
 
 use bosun_contracts::Message;
@@ -34,6 +35,30 @@ impl SagaKind {
             Self::Release => "release",
             Self::Gitops => "gitops",
             Self::Probe => "probe",
+        }
+    }
+
+    /// Its state machine as data.
+    pub fn machine(self) -> machine::Machine {
+        match self {
+            Self::Release => release::machine(),
+            Self::Gitops => gitops::machine(),
+            Self::Probe => machine::Machine {
+                state_field: "phase",
+                initial: "counting",
+                states: vec![machine::MachineState {
+                    value: "counting",
+                    name: "Counting",
+                    description: "counting the probes echoed",
+                    is_final: false,
+                }],
+                transitions: vec![machine::MachineTransition {
+                    from: "counting",
+                    to: "counting",
+                    label: "ProbeEchoed (count + 1)",
+                    triggers: &["ProbeEchoed"],
+                }],
+            },
         }
     }
 

@@ -183,6 +183,9 @@ fn consumers_of(message: &bosun::operator::DeliveryMessage) -> String {
 /// The timeline: a paragraph per message, a line per event.
 fn write_delivery(out: &mut impl Write, delivery: &Delivery) -> Result<()> {
     writeln!(out, "delivery {}  ({})", delivery.correlation_id, delivery.status)?;
+    if let Some(trace_id) = &delivery.trace_id {
+        writeln!(out, "trace {trace_id}")?;
+    }
     for message in &delivery.messages {
         writeln!(
             out,
@@ -268,6 +271,7 @@ mod tests {
             correlation_id: "corr-1".to_owned(),
             tenant_id: Some("contoso".to_owned()),
             status: "failed".to_owned(),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned()),
             messages: vec![
                 DeliveryMessage {
                     message_id: "msg-1".to_owned(),
@@ -304,6 +308,7 @@ mod tests {
             String::from_utf8(out).unwrap(),
             format!(
                 "delivery corr-1  (failed)\n\
+                 trace 4bf92f3577b34da6a3ce929d0e0e4736\n\
                  \n\
                  CreateCommit  msg-1  status=dead-lettered  attempts=2  consumers=commit\n  \
                  commit to payments-api\n  \

@@ -110,6 +110,13 @@ pub struct Delivery {
     /// sent or emitted has been handled by every consumer it is routed to
     /// (nothing in flight, nothing scheduled); `in-progress` otherwise.
     pub status: String,
+    /// The delivery's W3C trace id (32 hex digits), to look it up in the
+    /// tracing backend: the trace of its first command, which every
+    /// message of the delivery is a span of. `None` when unknown (a
+    /// delivery recorded before bosun kept its trace, with no message
+    /// emitted yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// Messages in the order they first appeared.
     pub messages: Vec<DeliveryMessage>,
 }
@@ -266,10 +273,31 @@ impl Operator {
             tenant,
             source = source.as_str(),
         );
-        telemetry::continue_trace(&span, options.trace.as_ref());
-        let context = telemetry::outgoing_context(&span, options.trace.as_ref());
-        envelope.traceparent = Some(context.traceparent);
-        envelope.tracestate = context.tracestate;
+        // The delivery's trace: a command that joins a delivery of this
+        // tenant continues the trace its first command started, unless the
+        // caller hands over a trace of its own; then the command is a span
+        // of the caller's trace, linked to the delivery's.
+        let delivery_trace = match options.correlation_id {
+            Some(joined) => self
+                .store
+                .delivery_record(&joined.to_string())
+                .await?
+                .filter(|record| record.tenant_id == tenant)
+                .and_then(|record| {
+                    TraceContext::from_headers(record.traceparent.as_deref(), record.tracestate.as_deref())
+                }),
+            None => None,
+        };
+        let parent = options.trace.as_ref().or(delivery_trace.as_ref());
+        telemetry::continue_trace(&span, parent);
+        if options.trace.is_some()
+            && let Some(delivery_trace) = &delivery_trace
+        {
+            telemetry::link_to(&span, delivery_trace);
+        }
+        let context = telemetry::outgoing_context(&span, parent);
+        envelope.traceparent = Some(context.traceparent.clone());
+        envelope.tracestate = context.tracestate.clone();
         // Ownership first: a delivery belongs to its tenant before any
         // consumer emits anything for it.
         self.store
@@ -280,6 +308,8 @@ impl Operator {
                 message_type: envelope.message_type.clone(),
                 message_id: envelope.message_id.to_string(),
                 started_at: OffsetDateTime::now_utc(),
+                traceparent: Some(context.traceparent),
+                tracestate: context.tracestate,
             })
             .await?;
         let body = match &self.claim_check {
@@ -377,11 +407,13 @@ impl Operator {
                 status::consumer_statuses(&expected_consumers(&message.message_type), &message.events);
             message.status = status::message_status(&message.by_consumer, &message.events);
         }
-        let mut tenant = self
-            .store
-            .delivery_record(correlation_id)
-            .await?
-            .map(|record| record.tenant_id);
+        let record = self.store.delivery_record(correlation_id).await?;
+        let mut trace_id = record
+            .as_ref()
+            .and_then(|record| record.traceparent.as_deref())
+            .and_then(telemetry::trace_id)
+            .map(str::to_owned);
+        let mut tenant = record.map(|record| record.tenant_id);
         // Messages consumers emitted: committed with the handling of their
         // cause, before the dispatcher's `sent` line, so a delivery is not
         // complete while one of them waits in the outbox.
@@ -393,6 +425,13 @@ impl Operator {
                     entry.summary = crate::operator::describe::describe(&message);
                 }
                 tenant.get_or_insert_with(|| envelope.tenant_id.clone());
+                if trace_id.is_none() {
+                    trace_id = envelope
+                        .traceparent
+                        .as_deref()
+                        .and_then(telemetry::trace_id)
+                        .map(str::to_owned);
+                }
                 emitted.push((id, envelope.message_type));
             }
         }
@@ -418,6 +457,7 @@ impl Operator {
             correlation_id: correlation_id.to_owned(),
             tenant_id: tenant,
             status: status.to_owned(),
+            trace_id,
             messages,
         };
         Ok((delivery, lines))

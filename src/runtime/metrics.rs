@@ -14,12 +14,29 @@
 //!
 //! Latencies also keep a bounded uniform sample (reservoir) per consumer,
 //! from which `bosun bench` reads percentiles.
+//!
+//! Gauges (the outbox backlog and each consumer's queue and subscription
+//! depth) are sampled by the serving process ([`Metrics::set_gauges`])
+//! every few seconds, so a scrape reads them from memory.
+//!
+//! When metrics are exported over OTLP ([`telemetry::meter`]), every count
+//! and duration is also recorded into OpenTelemetry instruments of the same
+//! meaning, named by OpenTelemetry's conventions (`bosun.messages.processed`,
+//! `bosun.handler.duration` in `s` ...), which a Prometheus backend shows
+//! under the names `/metrics` uses (`bosun_messages_processed_total`,
+//! `bosun_handler_duration_seconds`). Counters are created at zero for
+//! every registered pair; a histogram's series starts with its first
+//! observation (an OpenTelemetry histogram has no empty point).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Meter};
 use serde::Serialize;
+
+use crate::runtime::telemetry;
 
 /// Samples kept per latency distribution.
 const RESERVOIR: usize = 100_000;
@@ -208,18 +225,155 @@ pub enum Event {
     SagaConflict,
 }
 
+/// The sampled gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Outbox entries not yet sent, when the store answered.
+    pub outbox_backlog: Option<u64>,
+    /// (consumer, entity path) -> active messages, where the transport answered.
+    pub queue_depth: BTreeMap<(String, String), u64>,
+}
+
+/// The OpenTelemetry instruments (see the module's documentation).
+#[derive(Debug)]
+struct Instruments {
+    processed: Counter<u64>,
+    retried: Counter<u64>,
+    dead_lettered: Counter<u64>,
+    duplicates: Counter<u64>,
+    saga_conflicts: Counter<u64>,
+    handler: opentelemetry::metrics::Histogram<f64>,
+    processing: opentelemetry::metrics::Histogram<f64>,
+    end_to_end: opentelemetry::metrics::Histogram<f64>,
+}
+
+impl Instruments {
+    fn new(meter: &Meter, gauges: &Arc<Mutex<Gauges>>) -> Self {
+        let counter = |name: &'static str, description: &'static str| {
+            meter
+                .u64_counter(name)
+                .with_unit("{message}")
+                .with_description(description)
+                .build()
+        };
+        let histogram = |name: &'static str, description: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(BUCKETS.to_vec())
+                .build()
+        };
+        let backlog = Arc::clone(gauges);
+        meter
+            .u64_observable_gauge("bosun.outbox.backlog")
+            .with_unit("{entry}")
+            .with_description("Outbox entries not yet sent.")
+            .with_callback(move |observer| {
+                if let Some(backlog) = lock(&backlog).outbox_backlog {
+                    observer.observe(backlog, &[]);
+                }
+            })
+            .build();
+        let depth = Arc::clone(gauges);
+        meter
+            .u64_observable_gauge("bosun.queue.depth")
+            .with_unit("{message}")
+            .with_description("Active messages (scheduled ones included) in each consumer's queue and subscription.")
+            .with_callback(move |observer| {
+                for ((consumer, entity), depth) in &lock(&depth).queue_depth {
+                    observer.observe(
+                        *depth,
+                        &[
+                            KeyValue::new("consumer", consumer.clone()),
+                            KeyValue::new("messaging.destination.name", entity.clone()),
+                        ],
+                    );
+                }
+            })
+            .build();
+        Self {
+            processed: counter("bosun.messages.processed", "Messages handled and committed."),
+            retried: counter("bosun.messages.retried", "Transient failures that scheduled a retry."),
+            dead_lettered: counter("bosun.messages.dead_lettered", "Messages dead-lettered."),
+            duplicates: counter("bosun.messages.duplicate", "Redeliveries of messages already handled."),
+            saga_conflicts: counter(
+                "bosun.saga.conflicts",
+                "Saga version conflicts (each reloaded and re-applied).",
+            ),
+            handler: histogram("bosun.handler.duration", "Time inside the consumer's handler."),
+            processing: histogram(
+                "bosun.processing.duration",
+                "Time from receiving a message to settling it.",
+            ),
+            end_to_end: histogram(
+                "bosun.end_to_end.duration",
+                "Time from a message's occurredAt to the end of its handling.",
+            ),
+        }
+    }
+
+    fn counter(&self, event: Event) -> &Counter<u64> {
+        match event {
+            Event::Processed => &self.processed,
+            Event::Retried => &self.retried,
+            Event::DeadLettered => &self.dead_lettered,
+            Event::Duplicate => &self.duplicates,
+            Event::SagaConflict => &self.saga_conflicts,
+        }
+    }
+}
+
+fn labels(consumer: &str, message_type: &str) -> [KeyValue; 2] {
+    [
+        KeyValue::new("consumer", consumer.to_owned()),
+        KeyValue::new("message_type", message_type.to_owned()),
+    ]
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// All consumers' metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
     consumers: Mutex<BTreeMap<String, ConsumerMetrics>>,
     /// (consumer, message type) -> its series.
     series: Mutex<BTreeMap<(String, String), Series>>,
+    gauges: Arc<Mutex<Gauges>>,
+    /// When metrics are exported over OTLP.
+    instruments: Option<Instruments>,
 }
 
 impl Metrics {
-    /// Empty metrics.
+    /// Empty metrics, recorded into the OTLP meter too when metrics are
+    /// exported ([`telemetry::meter`]).
     pub fn new() -> Self {
-        Self::default()
+        match telemetry::meter() {
+            Some(meter) => Self::with_meter(meter),
+            None => Self::default(),
+        }
+    }
+
+    /// Empty metrics that also record into `meter`'s instruments.
+    pub fn with_meter(meter: &Meter) -> Self {
+        let gauges = Arc::default();
+        Self {
+            instruments: Some(Instruments::new(meter, &gauges)),
+            gauges,
+            ..Self::default()
+        }
+    }
+
+    /// Replaces the sampled gauges.
+    pub fn set_gauges(&self, gauges: Gauges) {
+        *lock(&self.gauges) = gauges;
+    }
+
+    /// The gauges as last sampled.
+    pub fn gauges(&self) -> Gauges {
+        lock(&self.gauges).clone()
     }
 
     fn with<T>(&self, consumer: &str, f: impl FnOnce(&mut ConsumerMetrics) -> T) -> T {
@@ -242,6 +396,18 @@ impl Metrics {
         self.with(consumer, |_| ());
         for message_type in message_types {
             self.with_series(consumer, message_type, |_| ());
+            if let Some(instruments) = &self.instruments {
+                let labels = labels(consumer, message_type);
+                for event in [
+                    Event::Processed,
+                    Event::Retried,
+                    Event::DeadLettered,
+                    Event::Duplicate,
+                    Event::SagaConflict,
+                ] {
+                    instruments.counter(event).add(0, &labels);
+                }
+            }
         }
     }
 
@@ -261,12 +427,20 @@ impl Metrics {
             Event::Duplicate => s.duplicates += 1,
             Event::SagaConflict => s.saga_conflicts += 1,
         });
+        if let Some(instruments) = &self.instruments {
+            instruments.counter(event).add(1, &labels(consumer, message_type));
+        }
     }
 
     /// Records a handler's duration.
     pub fn handler_latency(&self, consumer: &str, message_type: &str, duration: Duration) {
         self.with(consumer, |m| m.handler.record(duration));
         self.with_series(consumer, message_type, |s| s.handler.record(duration));
+        if let Some(instruments) = &self.instruments {
+            instruments
+                .handler
+                .record(duration.as_secs_f64(), &labels(consumer, message_type));
+        }
     }
 
     /// Records a message's receive-to-settle duration and the time since
@@ -277,6 +451,11 @@ impl Metrics {
             s.processing.record(duration);
             s.end_to_end.record(end_to_end);
         });
+        if let Some(instruments) = &self.instruments {
+            let labels = labels(consumer, message_type);
+            instruments.processing.record(duration.as_secs_f64(), &labels);
+            instruments.end_to_end.record(end_to_end.as_secs_f64(), &labels);
+        }
     }
 
     /// Every (consumer, message type) series, in order. Its size is the

@@ -20,11 +20,14 @@
 //! on still sees one trace.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
+use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -34,14 +37,26 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use bosun_contracts::Envelope;
 
-use crate::runtime::config::{LogFormat, TelemetrySettings, TraceSampler, TransportKind};
+use crate::runtime::config::{LogFormat, OtlpExport, TelemetrySettings, TraceSampler, TransportKind};
 
 /// The installed telemetry: call [`Telemetry::shutdown`] before the
-/// process exits so the spans still queued are exported.
+/// process exits so the spans still queued, and the last metrics, are
+/// exported.
 #[derive(Debug, Default)]
 #[must_use = "shut it down at exit, or queued spans are lost"]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    meters: Option<SdkMeterProvider>,
+}
+
+/// The meter bosun's instruments are made from, when metrics are exported
+/// over OTLP (set once, by [`init`]).
+static METER: OnceLock<Meter> = OnceLock::new();
+
+/// The OTLP meter, when metrics are exported: [`crate::runtime::metrics::Metrics`]
+/// records into its instruments besides its own series.
+pub fn meter() -> Option<&'static Meter> {
+    METER.get()
 }
 
 impl Telemetry {
@@ -53,9 +68,17 @@ impl Telemetry {
     /// Exports the spans still queued and stops the exporter (within its
     /// 5 s timeout); a failure is logged, the process exits anyway.
     pub async fn shutdown(self) {
+        // The batch processor and the periodic reader wait for their
+        // exports, tasks on this runtime: wait on a blocking thread, not
+        // on a worker.
+        if let Some(meters) = self.meters {
+            match tokio::task::spawn_blocking(move || meters.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(error = %err, "could not export the last metrics"),
+                Err(err) => tracing::warn!(error = %err, "could not export the last metrics"),
+            }
+        }
         let Some(provider) = self.provider else { return };
-        // The batch processor waits for its worker, a task on this
-        // runtime: wait on a blocking thread, not on a worker.
         match tokio::task::spawn_blocking(move || provider.shutdown()).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::warn!(error = %err, "could not export the last spans"),
@@ -89,6 +112,10 @@ pub fn init_with_filter(format: LogFormat, default: &str, settings: &TelemetrySe
         Ok(provider) => (provider, None),
         Err(err) => (None, Some(err)),
     };
+    let (meters, metrics_problem) = match metric_exporter(settings) {
+        Ok(meters) => (meters, None),
+        Err(err) => (None, Some(err)),
+    };
     let otel = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("bosun"))
@@ -101,35 +128,29 @@ pub fn init_with_filter(format: LogFormat, default: &str, settings: &TelemetrySe
     if let Some(err) = problem {
         tracing::warn!(error = %err, "traces are not exported");
     }
+    if let Some(err) = metrics_problem {
+        tracing::warn!(error = %err, "metrics are not exported over OTLP (/metrics still serves them)");
+    }
     if let Some(traces) = &settings.traces
         && provider.is_some()
     {
         tracing::info!(endpoint = %traces.endpoint, service = %settings.service_name, "exporting traces over OTLP");
     }
-    Telemetry { provider }
+    if let (Some(metrics), Some(meters)) = (&settings.metrics, &meters) {
+        // A second init in one process (tests) keeps the first meter.
+        let _ = METER.set(meters.meter("bosun"));
+        tracing::info!(
+            endpoint = %metrics.export.endpoint,
+            interval_ms = metrics.interval.as_millis() as u64,
+            "exporting metrics over OTLP"
+        );
+    }
+    Telemetry { provider, meters }
 }
 
-/// The tracer provider with its OTLP/HTTP batch exporter, when traces are on.
-fn exporter(settings: &TelemetrySettings) -> Result<Option<SdkTracerProvider>, opentelemetry_otlp::ExporterBuildError> {
-    let Some(traces) = &settings.traces else {
-        return Ok(None);
-    };
-    let headers: HashMap<String, String> = traces
-        .headers
-        .iter()
-        .map(|(key, value)| (key.clone(), value.expose().to_owned()))
-        .collect();
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_http_client(OnRuntime {
-            client: reqwest::Client::new(),
-            runtime: tokio::runtime::Handle::current(),
-        })
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .with_endpoint(traces.endpoint.clone())
-        .with_headers(headers)
-        .build()?;
-    let resource = opentelemetry_sdk::Resource::builder_empty()
+/// The process's resource: `service.name` and `OTEL_RESOURCE_ATTRIBUTES`.
+fn resource(settings: &TelemetrySettings) -> opentelemetry_sdk::Resource {
+    opentelemetry_sdk::Resource::builder_empty()
         .with_service_name(settings.service_name.clone())
         .with_attributes(
             settings
@@ -137,12 +158,67 @@ fn exporter(settings: &TelemetrySettings) -> Result<Option<SdkTracerProvider>, o
                 .iter()
                 .map(|(key, value)| KeyValue::new(key.clone(), value.clone())),
         )
+        .build()
+}
+
+fn headers_of(export: &OtlpExport) -> HashMap<String, String> {
+    export
+        .headers
+        .iter()
+        .map(|(key, value)| (key.clone(), value.expose().to_owned()))
+        .collect()
+}
+
+fn http_client() -> OnRuntime {
+    OnRuntime {
+        client: reqwest::Client::new(),
+        runtime: tokio::runtime::Handle::current(),
+    }
+}
+
+/// The meter provider with its OTLP/HTTP exporter on a periodic reader
+/// (cumulative temporality), when metrics are exported.
+fn metric_exporter(
+    settings: &TelemetrySettings,
+) -> Result<Option<SdkMeterProvider>, opentelemetry_otlp::ExporterBuildError> {
+    let Some(metrics) = &settings.metrics else {
+        return Ok(None);
+    };
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_http_client(http_client())
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(metrics.export.endpoint.clone())
+        .with_headers(headers_of(&metrics.export))
+        .build()?;
+    let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
+        .with_interval(metrics.interval)
         .build();
+    Ok(Some(
+        SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_resource(resource(settings))
+            .build(),
+    ))
+}
+
+/// The tracer provider with its OTLP/HTTP batch exporter, when traces are on.
+fn exporter(settings: &TelemetrySettings) -> Result<Option<SdkTracerProvider>, opentelemetry_otlp::ExporterBuildError> {
+    let Some(traces) = &settings.traces else {
+        return Ok(None);
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(http_client())
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(traces.endpoint.clone())
+        .with_headers(headers_of(traces))
+        .build()?;
     Ok(Some(
         SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
             .with_sampler(sampler(&settings.sampler))
-            .with_resource(resource)
+            .with_resource(resource(settings))
             .build(),
     ))
 }
@@ -233,6 +309,17 @@ fn extract(context: &TraceContext) -> Context {
 pub fn continue_trace(span: &tracing::Span, parent: Option<&TraceContext>) {
     if let Some(parent) = parent {
         let _ = span.set_parent(extract(parent));
+    }
+}
+
+/// Links `span` to the span of `other` (a trace it relates to but is not
+/// part of: the delivery's, for a command the caller sends in its own
+/// trace). Nothing to do when traces are off.
+pub fn link_to(span: &tracing::Span, other: &TraceContext) {
+    let context = extract(other);
+    let linked = context.span().span_context().clone();
+    if linked.is_valid() {
+        span.add_link(linked);
     }
 }
 

@@ -12,6 +12,9 @@
 //   BOSUN_DELIVERY                   a correlation id that exists
 //   BOSUN_DEAD_LETTER_GROUP_REASON   a dead-letter reason with at least two dead letters
 //                                    (not replayed yet), all of one consumer and type
+//   BOSUN_DEMO_DELIVERY              a whole delivery that completed (`bosun demo --data-dir`), with its
+//                                    release saga: drawn as a waterfall and a state machine
+//   BOSUN_PICTURES_DIR               optional: where the pictures' screenshots go (default: not kept)
 //   BOSUN_LIVE_PROBE                 optional: `1` to also send a Probe that takes 3 s (the probe
 //                                    consumer must run) and follow it live until it completes
 //   BOSUN_SCREENSHOT                 optional: a PNG path for a screenshot (taken on failure too)
@@ -22,6 +25,10 @@
 // failure. The group replay changes the data: run it on a fresh data directory.
 
 import { createRequire } from 'node:module';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { inflateSync } from 'node:zlib';
 
 const require = createRequire(import.meta.url);
 
@@ -40,6 +47,8 @@ const baseUrl = env('BOSUN_URL').replace(/\/+$/, '');
 const key = env('BOSUN_KEY');
 const deliveryId = env('BOSUN_DELIVERY');
 const reason = env('BOSUN_DEAD_LETTER_GROUP_REASON');
+const demoDelivery = env('BOSUN_DEMO_DELIVERY');
+const picturesDir = process.env.BOSUN_PICTURES_DIR || '';
 const liveProbe = process.env.BOSUN_LIVE_PROBE === '1';
 const screenshotPath = process.env.BOSUN_SCREENSHOT || '';
 const executablePath = process.env.BOSUN_CHROMIUM || '/usr/bin/chromium';
@@ -79,6 +88,12 @@ page.setDefaultTimeout(timeout);
 const pageErrors = [];
 const consoleLines = [];
 page.on('pageerror', (err) => pageErrors.push(err.message));
+// Everything the page asks for must come from bosun itself.
+const outside = [];
+page.on('request', (request) => {
+  const url = request.url();
+  if (!url.startsWith(`${baseUrl}/`) && !url.startsWith('data:') && !url.startsWith('about:')) outside.push(url);
+});
 page.on('console', (message) => {
   consoleLines.push(`${message.type()}: ${message.text()}`);
   if (consoleLines.length > 50) consoleLines.shift();
@@ -137,6 +152,87 @@ async function waitInPage(what, predicate, arg) {
   }
 }
 
+/** Decodes a PNG (8-bit RGB or RGBA, not interlaced): { width, height, pixel(x, y) -> [r, g, b] }. */
+function decodePng(buffer) {
+  check(buffer.readUInt32BE(0) === 0x89504e47, 'the screenshot is not a PNG');
+  let offset = 8;
+  let width = 0;
+  let height = 0;
+  let channels = 0;
+  const data = [];
+  while (offset < buffer.length) {
+    const length = buffer.readUInt32BE(offset);
+    const type = buffer.toString('ascii', offset + 4, offset + 8);
+    const body = buffer.subarray(offset + 8, offset + 8 + length);
+    if (type === 'IHDR') {
+      width = body.readUInt32BE(0);
+      height = body.readUInt32BE(4);
+      const [depth, colour, , , interlace] = body.subarray(8, 13);
+      check(depth === 8 && (colour === 2 || colour === 6) && interlace === 0, `unexpected PNG format ${depth}/${colour}/${interlace}`);
+      channels = colour === 6 ? 4 : 3;
+    } else if (type === 'IDAT') {
+      data.push(body);
+    }
+    offset += 12 + length;
+  }
+  const raw = inflateSync(Buffer.concat(data));
+  const stride = width * channels;
+  const pixels = Buffer.alloc(stride * height);
+  for (let y = 0; y < height; y += 1) {
+    const filter = raw[y * (stride + 1)];
+    const line = raw.subarray(y * (stride + 1) + 1, (y + 1) * (stride + 1));
+    for (let i = 0; i < stride; i += 1) {
+      const left = i >= channels ? pixels[y * stride + i - channels] : 0;
+      const up = y > 0 ? pixels[(y - 1) * stride + i] : 0;
+      const corner = y > 0 && i >= channels ? pixels[(y - 1) * stride + i - channels] : 0;
+      let value = line[i];
+      if (filter === 1) value += left;
+      else if (filter === 2) value += up;
+      else if (filter === 3) value += (left + up) >> 1;
+      else if (filter === 4) {
+        const p = left + up - corner;
+        const [pa, pb, pc] = [Math.abs(p - left), Math.abs(p - up), Math.abs(p - corner)];
+        value += pa <= pb && pa <= pc ? left : pb <= pc ? up : corner;
+      }
+      pixels[y * stride + i] = value & 0xff;
+    }
+  }
+  return {
+    width,
+    height,
+    pixel: (x, y) => [...pixels.subarray(y * stride + x * channels, y * stride + x * channels + 3)],
+  };
+}
+
+/** How many pixels of `png` are within a few levels of the colour `hex`. */
+function pixelsOf(png, hex) {
+  const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  let count = 0;
+  for (let y = 0; y < png.height; y += 1) {
+    for (let x = 0; x < png.width; x += 1) {
+      const got = png.pixel(x, y);
+      if (got.every((value, i) => Math.abs(value - want[i]) <= 6)) count += 1;
+    }
+  }
+  return count;
+}
+
+/** A screenshot of one element, kept under BOSUN_PICTURES_DIR when set, decoded. */
+async function pictureOf(selector, name) {
+  const buffer = await page.locator(selector).screenshot();
+  const dir = picturesDir || mkdtempSync(join(tmpdir(), 'bosun-console-'));
+  const path = join(dir, `${name}.png`);
+  writeFileSync(path, buffer);
+  const png = decodePng(buffer);
+  console.log(`  ${name}: ${png.width}x${png.height} screenshot at ${path}`);
+  return png;
+}
+
+/** A CSS custom property of the page (the console's colours). */
+async function cssColour(name) {
+  return (await page.evaluate((n) => getComputedStyle(document.documentElement).getPropertyValue(n), name)).trim();
+}
+
 // ---------------------------------------------------------------- steps
 
 await step('GET / redirects to the console page', async () => {
@@ -179,6 +275,9 @@ await step('its timeline shows and follows the live stream', async () => {
   );
   const messages = await page.locator(byTestId('delivery-message')).count();
   check(messages >= 1, 'no message is shown for the delivery');
+  // The delivery's trace id, to jump to the trace in the tracing backend.
+  const trace = (await page.locator(byTestId('delivery-trace')).textContent()) ?? '';
+  check(/^[0-9a-f]{32}$/.test(trace), `the delivery's trace id is shown (got "${trace}")`);
   // The stream sends every line so far, then `end` once the delivery is over.
   const live = await waitInPage('the live stream sent the timeline', () => {
     const node = document.querySelector('[data-testid="delivery-live"]');
@@ -254,6 +353,72 @@ await step('the sagas section lists sagas with their state', async () => {
     check(state && typeof state === 'object', `the state of ${saga} is not a JSON object`);
     console.log(`  ${sagas} saga(s); ${saga}: ${Object.keys(state).length} state field(s)`);
   }
+});
+
+await step('a whole delivery is drawn as a waterfall of its hops', async () => {
+  await page.goto(`${baseUrl}/console#/deliveries/${encodeURIComponent(demoDelivery)}`);
+  await page.waitForSelector(`${byTestId('delivery-detail')}:visible`);
+  const rows = await waitInPage(
+    'the waterfall has a row per hop, to GitOpsSynced',
+    () => {
+      const rows = [...document.querySelectorAll('[data-testid="waterfall-row"]')];
+      return rows.some((row) => row.dataset.messageType === 'GitOpsSynced') ? rows.map((row) => [row.dataset.messageType, row.dataset.consumer]) : null;
+    },
+  );
+  const consumers = new Set(rows.map(([, consumer]) => consumer).filter(Boolean));
+  check(consumers.size >= 11, `the waterfall shows ${consumers.size} consumers, not the eleven: ${[...consumers].join(', ')}`);
+  check(rows[0][0] !== 'GitOpsSynced', 'the rows are not in the order of the delivery');
+  const completed = await page.locator(`${byTestId('waterfall-bar')}[data-status="completed"]`).count();
+  check(completed >= consumers.size, `${completed} completed bars for ${consumers.size} consumers`);
+  const titled = await page.$$eval('[data-testid="waterfall-bar"] title', (nodes) => nodes.map((n) => n.textContent));
+  const untimed = titled.filter((t) => !/ after \d|no consumer/.test(t));
+  check(untimed.length === 0, `a bar of the finished delivery does not say how long: ${untimed.join(' | ')}`);
+  const png = await pictureOf(byTestId('delivery-waterfall'), 'waterfall');
+  const green = pixelsOf(png, await cssColour('--ok'));
+  check(green > 200, `the waterfall's screenshot has ${green} pixels of the completed colour`);
+  console.log(`  ${rows.length} rows, ${consumers.size} consumers, ${completed} completed bars, ${green} completed pixels`);
+});
+
+await step("a failed delivery's waterfall highlights its retries and its dead letter", async () => {
+  await page.goto(`${baseUrl}/console#/deliveries`);
+  const failed = `${byTestId('delivery-row')}[data-status="failed"]`;
+  await page.waitForSelector(failed);
+  await page.click(`${failed} >> nth=0 >> a`);
+  await page.waitForSelector(`${byTestId('waterfall-bar')}[data-status="dead-lettered"]`);
+  const statuses = await page.$$eval('[data-testid="waterfall-bar"]', (bars) => bars.map((bar) => bar.dataset.status));
+  check(statuses.includes('retry-scheduled'), `no retry is drawn: ${statuses.join(', ')}`);
+  const row = await page.getAttribute('[data-testid="waterfall-row"].wf-failed', 'data-consumer');
+  check(row === 'commit', `the failed row is ${row}, not the commit consumer's`);
+  const png = await pictureOf(byTestId('delivery-waterfall'), 'waterfall-failed');
+  const red = pixelsOf(png, await cssColour('--bad'));
+  check(red > 50, `the failed waterfall has ${red} pixels of the failure colour`);
+  console.log(`  bars: ${statuses.join(', ')}; ${red} failure pixels`);
+});
+
+await step("the release saga's state machine shows where it is and the way it went", async () => {
+  await page.goto(`${baseUrl}/console#/sagas`);
+  await page.waitForSelector(`${byTestId('section-sagas')}:visible`);
+  const row = `${byTestId('saga-row')}[data-kind="release"]`;
+  await page.waitForSelector(row);
+  await page.click(`${row} >> nth=0 >> a`);
+  await page.waitForSelector(`${byTestId('saga-diagram')} svg`);
+  const state = JSON.parse(await page.textContent(byTestId('saga-state')));
+  const nodes = await page.$$eval('[data-testid="saga-state-node"]', (all) =>
+    all.map((node) => ({ state: node.dataset.state, current: node.dataset.current, visited: node.dataset.visited })),
+  );
+  check(nodes.length === 7, `the release machine has 7 states, the picture ${nodes.length}`);
+  const current = nodes.filter((node) => node.current === 'true');
+  check(current.length === 1 && current[0].state === state.phase, `the current state drawn is ${JSON.stringify(current)}, the saga is ${state.phase}`);
+  const visited = nodes.filter((node) => node.visited === 'true').map((node) => node.state);
+  check(visited.includes('collecting') && visited.length >= 3, `visited: ${visited.join(', ')}`);
+  const moves = await page.$$eval('[data-testid="saga-transition"]', (all) =>
+    all.filter((edge) => Number(edge.dataset.taken) > 0 && edge.dataset.from !== edge.dataset.to).map((edge) => `${edge.dataset.from}->${edge.dataset.to}`),
+  );
+  check(moves.length >= visited.length - 1, `taken transitions: ${moves.join(', ')}`);
+  const png = await pictureOf(byTestId('saga-diagram'), 'saga-diagram');
+  const accent = pixelsOf(png, await cssColour('--accent'));
+  check(accent > 500, `the diagram's screenshot has ${accent} pixels of the highlight colour`);
+  console.log(`  now ${state.phase}; visited ${visited.join(', ')}; taken ${moves.join(', ')}; ${accent} highlighted pixels`);
 });
 
 const deadRow = `${byTestId('dead-letter-row')}[data-reason=${cssString(reason)}]`;
@@ -421,6 +586,10 @@ await step('an edit-and-replay shows what it changed, field by field', async () 
 });
 
 await screenshot();
+
+await step('the page asked nothing of any other origin', async () => {
+  check(outside.length === 0, `requests outside bosun: ${outside.join(', ')}`);
+});
 
 await step('a wrong key is refused and said so', async () => {
   await page.fill('#api-key', 'bsn_nobody_notasecret');

@@ -5,32 +5,41 @@
 //! settings that stored a `ContainerContext` artifact (the
 //! `container-context.tar` the pipeline publishes); for any other build it
 //! returns an empty outcome. The image is built from the context and its
-//! Dockerfile without Docker (the delivery layer's OCI image builder,
+//! Dockerfile and stored under the module version as tag: by buildah
+//! ([`buildah`]: any Dockerfile, pushed to a registry) where the runtime
+//! finds it, else without Docker (the delivery layer's OCI image builder,
 //! [`crate::delivery::oci`]: a documented Dockerfile subset, `FROM scratch`
-//! only) and stored under the module version as tag.
+//! only).
 //! Images are the tenant's: the context must be under the tenant's blob
 //! keys ([`crate::delivery::tenant::check_blob`]), each tenant has its own local
 //! layouts, and on ACR the repository is `<tenant>/<image>` — two tenants
 //! building the same image name and tag never move each other's tag. The
 //! event names the repository the registry holds the image under.
-//! Idempotent on the image digest: the build is reproducible, so the same
+//! The built-in builder is idempotent on the image digest: the build is reproducible, so the same
 //! context gives the same digest, and when the tag already names it nothing
-//! is written and the event says `alreadyPresent: true`. Retried
+//! is written and the event says `alreadyPresent: true`; buildah is
+//! idempotent on a build key the image carries as a label (see
+//! [`buildah`]). Retried
 //! exponentially, 3 times (DESIGN.md).
 //!
 //! - [`port`] — the [`ImageBuilder`] port and its [`ContainerBuildError`];
 //! - [`image`] — the first half of both adapters: the build context from
 //!   the blob store through [`crate::delivery::oci`]'s builder;
+//! - [`buildah`] — Debian's buildah, pushing to the configured registry and
+//!   verifying the push by digest ([`buildah::BuildahBuilder`]);
 //! - [`local`] — OCI image layouts on disk
 //!   ([`local::LocalImageBuilder`]);
 //! - [`azure`] — Azure Container Registry through the OCI distribution API
 //!   ([`azure::AzureContainerRegistry`]).
 
 pub mod azure;
+pub mod buildah;
 pub mod image;
 pub mod local;
 pub mod port;
 
+#[cfg(test)]
+mod buildah_tests;
 #[cfg(test)]
 mod tests;
 

@@ -106,6 +106,22 @@ pub enum ContainerBuildError {
     /// manifest it does not accept). Permanent.
     #[error("registry refused the request: {0}")]
     Rejected(#[source] BoxError),
+    /// The real builder (buildah, ACR Tasks) ran and failed: the
+    /// Dockerfile does not build (a `RUN` failed, a base image is missing),
+    /// permanent; or a registry could not be reached, transient. The
+    /// build's log is in the blob store.
+    #[error("{builder} failed{}; last lines of its log:\n{tail}", log_hint(.log.as_deref()))]
+    BuilderFailed {
+        /// What ran: `buildah`, `buildah push`, `ACR Tasks`.
+        builder: &'static str,
+        /// The whole log, when it could be stored (boxed: errors stay small).
+        log: Option<Box<BlobRef>>,
+        /// The log's last lines.
+        tail: String,
+        /// Whether a retry can help (the log says a registry could not be
+        /// reached).
+        transient: bool,
+    },
     /// The request names a context or a tag of another tenant. Permanent.
     #[error(transparent)]
     ForeignTenant(#[from] ForeignTenant),
@@ -116,11 +132,20 @@ impl ContainerBuildError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Context(err) => err.is_transient(),
+            Self::BuilderFailed { transient, .. } => *transient,
             Self::Storage(_) | Self::Unavailable(_) | Self::Throttled { .. } => true,
             Self::Invalid(_) | Self::Build(_) | Self::CorruptLayout(_) | Self::Rejected(_) | Self::ForeignTenant(_) => {
                 false
             }
         }
+    }
+}
+
+/// Where a failed build's log is, for its error message.
+fn log_hint(log: Option<&BlobRef>) -> String {
+    match log {
+        Some(log) => format!(" (log: blob {}/{})", log.container, log.key),
+        None => " (its log could not be stored)".to_owned(),
     }
 }
 

@@ -255,3 +255,81 @@ impl StateMachine for GitOpsSaga {
         out
     }
 }
+
+/// The GitOps state machine as data ([`crate::machine`]), by phase: the
+/// writing of a promotion and the reconcile after it happen within the
+/// handling of one message, so a message moves the phase at most once.
+pub fn machine() -> crate::machine::Machine {
+    use crate::machine::{Machine, MachineState, MachineTransition};
+    const PROMOTED: &[&str] = &["DeploymentPromoted"];
+    const RECONCILED: &[&str] = &["ReconcileEnvironment", "InfrastructureProvisioned"];
+    const ANY: &[&str] = &[
+        "DeploymentPromoted",
+        "ReconcileEnvironment",
+        "InfrastructureProvisioned",
+    ];
+    let state = |value, name, description| MachineState {
+        value,
+        name,
+        description,
+        is_final: false,
+    };
+    let edge = |from, to, label, triggers| MachineTransition {
+        from,
+        to,
+        label,
+        triggers,
+    };
+    Machine {
+        state_field: "phase",
+        initial: "idle",
+        states: vec![
+            state("idle", "Idle", "no desired commit yet"),
+            state(
+                "reconciling",
+                "Reconciling",
+                "a desired commit is written; the environment does not report it yet",
+            ),
+            state("synced", "Synced", "the environment reports the desired commit"),
+        ],
+        transitions: vec![
+            edge(
+                "idle",
+                "reconciling",
+                "DeploymentPromoted (written) or ReconcileEnvironment (adopt branch head)",
+                ANY,
+            ),
+            edge(
+                "idle",
+                "synced",
+                "promotion written and reconciled at once / GitOpsSynced",
+                ANY,
+            ),
+            edge(
+                "reconciling",
+                "reconciling",
+                "newer promotion written, or the environment reports another commit / schedule ReconcileEnvironment",
+                ANY,
+            ),
+            edge(
+                "reconciling",
+                "synced",
+                "the environment reports the desired commit / GitOpsSynced once per (environment, commitSha)",
+                ANY,
+            ),
+            edge(
+                "synced",
+                "reconciling",
+                "newer promotion written, or drifted to another commit / schedule ReconcileEnvironment",
+                ANY,
+            ),
+            edge("synced", "synced", "reconcile again, no new GitOpsSynced", RECONCILED),
+            edge(
+                "synced",
+                "synced",
+                "promotion of a release already accepted or older",
+                PROMOTED,
+            ),
+        ],
+    }
+}

@@ -100,7 +100,7 @@ use bosun_contracts::messages::DeploymentPromoted;
 use time::OffsetDateTime;
 
 use self::apply::{Step, claimed_name};
-pub use self::phase::{PhaseTransition, ReleasePhase, TRANSITIONS};
+pub use self::phase::{PhaseTransition, ReleasePhase, TRANSITIONS, machine};
 pub use self::policy::{ReleasePolicy, ReleasePolicyError};
 pub use self::state::{
     ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, ReleaseState, SyncRecord,

@@ -52,6 +52,19 @@ impl ReleasePhase {
         }
     }
 
+    /// Its value in the saved state (`awaitingApproval`).
+    pub fn value(self) -> &'static str {
+        match self {
+            Self::Collecting => "collecting",
+            Self::AwaitingApproval => "awaitingApproval",
+            Self::Provisioning => "provisioning",
+            Self::Syncing => "syncing",
+            Self::Completed => "completed",
+            Self::Rejected => "rejected",
+            Self::Blocked => "blocked",
+        }
+    }
+
     /// One line saying what the release waits for in this phase.
     pub fn description(self) -> &'static str {
         match self {
@@ -87,10 +100,22 @@ pub struct PhaseTransition {
     pub to: ReleasePhase,
     /// What triggers it and what the saga emits (`trigger / emitted`).
     pub trigger: &'static str,
+    /// The message types that can take it.
+    pub triggers: &'static [&'static str],
 }
 
-const fn edge(from: ReleasePhase, to: ReleasePhase, trigger: &'static str) -> PhaseTransition {
-    PhaseTransition { from, to, trigger }
+const fn edge(
+    from: ReleasePhase,
+    to: ReleasePhase,
+    trigger: &'static str,
+    triggers: &'static [&'static str],
+) -> PhaseTransition {
+    PhaseTransition {
+        from,
+        to,
+        trigger,
+        triggers,
+    }
 }
 
 /// Every phase change the release saga can make.
@@ -101,50 +126,119 @@ pub const TRANSITIONS: &[PhaseTransition] = {
             Collecting,
             Collecting,
             "BuildCompleted, ContainerImageBuilt, PackagePublished (collected)",
+            &["BuildCompleted", "ContainerImageBuilt", "PackagePublished"],
         ),
         edge(
             Collecting,
             AwaitingApproval,
             "build and artifacts in / ReleasePlanned, schedule ReleaseApprovalTimeout",
+            &["BuildCompleted", "ContainerImageBuilt", "PackagePublished"],
         ),
         edge(
             Collecting,
             Provisioning,
             "build and artifacts in, first environment auto- or pre-approved / ReleasePlanned, ReleaseApproved",
+            &["BuildCompleted", "ContainerImageBuilt", "PackagePublished"],
         ),
         edge(
             Collecting,
             Blocked,
             "BuildCompleted failed, canceled, tests failed or nothing to deploy / ReleaseBlocked",
+            &["BuildCompleted"],
         ),
-        edge(Blocked, Collecting, "BuildCompleted of a successful re-run"),
-        edge(AwaitingApproval, Provisioning, "ApproveRelease / ReleaseApproved"),
-        edge(Provisioning, Syncing, "InfrastructureProvisioned / DeploymentPromoted"),
-        edge(Syncing, Syncing, "GitOpsSynced unhealthy / ReleaseBlocked (sync)"),
+        edge(
+            Blocked,
+            Collecting,
+            "BuildCompleted of a successful re-run",
+            &["BuildCompleted"],
+        ),
+        edge(
+            AwaitingApproval,
+            Provisioning,
+            "ApproveRelease / ReleaseApproved",
+            &["ApproveRelease"],
+        ),
+        edge(
+            Provisioning,
+            Syncing,
+            "InfrastructureProvisioned / DeploymentPromoted",
+            &["InfrastructureProvisioned"],
+        ),
+        edge(
+            Syncing,
+            Syncing,
+            "GitOpsSynced unhealthy / ReleaseBlocked (sync)",
+            &["GitOpsSynced"],
+        ),
         edge(
             Syncing,
             Provisioning,
             "GitOpsSynced, next environment auto- or pre-approved / ReleaseApproved",
+            &["GitOpsSynced"],
         ),
         edge(
             Syncing,
             AwaitingApproval,
             "GitOpsSynced, next environment needs a person / schedule ReleaseApprovalTimeout",
+            &["GitOpsSynced"],
         ),
-        edge(Syncing, Completed, "GitOpsSynced of the last environment"),
+        edge(
+            Syncing,
+            Completed,
+            "GitOpsSynced of the last environment",
+            &["GitOpsSynced"],
+        ),
         edge(
             AwaitingApproval,
             Rejected,
             "RejectRelease or ReleaseApprovalTimeout / ReleaseRejected",
+            &["RejectRelease", "ReleaseApprovalTimeout"],
         ),
-        edge(Collecting, Rejected, "RejectRelease / ReleaseRejected"),
-        edge(Provisioning, Rejected, "RejectRelease / ReleaseRejected"),
-        edge(Syncing, Rejected, "RejectRelease / ReleaseRejected"),
-        edge(Blocked, Rejected, "RejectRelease / ReleaseRejected"),
+        edge(
+            Collecting,
+            Rejected,
+            "RejectRelease / ReleaseRejected",
+            &["RejectRelease"],
+        ),
+        edge(
+            Provisioning,
+            Rejected,
+            "RejectRelease / ReleaseRejected",
+            &["RejectRelease"],
+        ),
+        edge(Syncing, Rejected, "RejectRelease / ReleaseRejected", &["RejectRelease"]),
+        edge(Blocked, Rejected, "RejectRelease / ReleaseRejected", &["RejectRelease"]),
     ]
 };
 
 /// Whether [`TRANSITIONS`] has an edge `from -> to`.
 pub(super) fn is_transition(from: ReleasePhase, to: ReleasePhase) -> bool {
     TRANSITIONS.iter().any(|edge| edge.from == from && edge.to == to)
+}
+
+/// The release state machine as data ([`crate::machine`]).
+pub fn machine() -> crate::machine::Machine {
+    use crate::machine::{Machine, MachineState, MachineTransition};
+    Machine {
+        state_field: "phase",
+        initial: ReleasePhase::default().value(),
+        states: ReleasePhase::ALL
+            .into_iter()
+            .map(|phase| MachineState {
+                value: phase.value(),
+                name: phase.name(),
+                description: phase.description(),
+                is_final: phase.is_final(),
+            })
+            .collect(),
+        transitions: TRANSITIONS
+            .iter()
+            .map(|edge| MachineTransition {
+                from: edge.from.value(),
+                to: edge.to.value(),
+                label: edge.trigger,
+                triggers: edge.triggers,
+            })
+            .collect(),
+    }
 }

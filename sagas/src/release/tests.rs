@@ -1151,3 +1151,43 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_machine_as_data_has_every_phase_and_edge_and_finds_a_demo_release_path() {
+    let machine = super::machine();
+    assert_eq!(machine.states.len(), ReleasePhase::ALL.len());
+    assert_eq!(machine.transitions.len(), TRANSITIONS.len());
+    for transition in &machine.transitions {
+        assert!(
+            machine.states.iter().any(|s| s.value == transition.from),
+            "{transition:?}"
+        );
+        assert!(
+            machine.states.iter().any(|s| s.value == transition.to),
+            "{transition:?}"
+        );
+        assert!(!transition.triggers.is_empty(), "{transition:?}");
+    }
+    // The state's `phase` serialises as the states' values.
+    for phase in ReleasePhase::ALL {
+        assert_eq!(serde_json::to_value(phase).unwrap(), phase.value());
+    }
+    // A dev release auto-approved: collected, provisioned, synced.
+    let history = [
+        "BuildCompleted",
+        "ContainerImageBuilt",
+        "PackagePublished",
+        "InfrastructureProvisioned",
+        "GitOpsSynced",
+    ];
+    let path = machine.path(&history, "completed").unwrap();
+    let moves: Vec<(&str, &str)> = path.iter().filter(|s| s.from != s.to).map(|s| (s.from, s.to)).collect();
+    assert_eq!(
+        moves,
+        [
+            ("collecting", "provisioning"),
+            ("provisioning", "syncing"),
+            ("syncing", "completed")
+        ]
+    );
+}

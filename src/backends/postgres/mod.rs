@@ -41,7 +41,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +88,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 7,
         name: "one_statement_commit",
         sql: include_str!("../../../migrations/postgres/0007_one_statement_commit.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "delivery_trace",
+        sql: include_str!("../../../migrations/postgres/0008_delivery_trace.sql"),
     },
 ];
 

@@ -4,8 +4,10 @@
 //! Sent: `message-id` = the broker message id, `correlation-id`, `subject` =
 //! the message type, `content-type` `application/json`, the envelope bytes as
 //! one data section, application properties `type`, `schemaVersion`,
-//! `tenantId`, `attempt` and `traceparent` (read from the envelope when it
-//! parses, never failing a send), `replayTo` for a send to one subscription
+//! `tenantId`, `attempt`, `traceparent` and `tracestate` (read from the
+//! envelope when it parses, never failing a send) and `Diagnostic-Id` (the
+//! same `traceparent`: the property Service Bus's own SDKs and Application
+//! Insights read a message's trace context from), `replayTo` for a send to one subscription
 //! (it goes to the topic, and only that subscription's `bosun-replay` rule
 //! takes it), and the message annotation `x-opt-scheduled-enqueue-time` for
 //! a scheduled message. Several messages to one entity travel as one
@@ -116,7 +118,15 @@ pub(crate) fn outbound_message(message: &OutboundMessage) -> Message<Data> {
     if let Some(traceparent) = envelope.traceparent {
         application
             .0
+            .insert("Diagnostic-Id".to_owned(), SimpleValue::String(traceparent.clone()));
+        application
+            .0
             .insert("traceparent".to_owned(), SimpleValue::String(traceparent));
+    }
+    if let Some(tracestate) = envelope.tracestate {
+        application
+            .0
+            .insert("tracestate".to_owned(), SimpleValue::String(tracestate));
     }
     if let Some(subscription) = send_target(&message.destination).replay_to {
         application
@@ -162,6 +172,7 @@ struct EnvelopeFields {
     tenant_id: Option<String>,
     attempt: Option<i64>,
     traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 impl EnvelopeFields {
@@ -177,6 +188,7 @@ impl EnvelopeFields {
             tenant_id: text("tenantId"),
             attempt: number("attempt"),
             traceparent: text("traceparent"),
+            tracestate: text("tracestate"),
         }
     }
 }
@@ -383,7 +395,8 @@ mod tests {
 
     const ENVELOPE: &[u8] = br#"{"messageId":"m-1","type":"BuildCompleted","kind":"event","schemaVersion":3,
         "correlationId":"c-1","tenantId":"acme","source":"build","occurredAt":"2026-01-01T00:00:00Z",
-        "traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","attempt":2,"payload":{}}"#;
+        "traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"congo=t61rcWkgMzE",
+        "attempt":2,"payload":{}}"#;
 
     #[test]
     fn an_envelope_becomes_a_service_bus_message() {
@@ -411,6 +424,15 @@ mod tests {
             ))
         );
         assert_eq!(
+            property(&message, "Diagnostic-Id"),
+            property(&message, "traceparent"),
+            "Service Bus's SDKs read the trace context from Diagnostic-Id"
+        );
+        assert_eq!(
+            property(&message, "tracestate"),
+            Some(&SimpleValue::String("congo=t61rcWkgMzE".into()))
+        );
+        assert_eq!(
             property(&message, REPLAY_TO),
             None,
             "a topic send reaches every subscription"
@@ -429,6 +451,7 @@ mod tests {
         );
         assert_eq!(property(&message, "tenantId"), None);
         assert_eq!(property(&message, "traceparent"), None);
+        assert_eq!(property(&message, "Diagnostic-Id"), None);
     }
 
     #[test]

@@ -163,6 +163,7 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/deliveries/{id}/events", get(delivery_events))
         .route("/v1/sagas", get(sagas))
         .route("/v1/sagas/{kind}/{key}", get(saga))
+        .route("/v1/sagas/{kind}/{key}/diagram", get(saga_diagram))
         .route("/v1/dead-letters", get(dead_letters))
         .route("/v1/dead-letters/groups", get(dead_letter_groups))
         .route(
@@ -563,6 +564,15 @@ async fn saga(
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
     Ok(Json(state.gateway.saga(&caller, &kind, &key).await?).into_response())
+}
+
+async fn saga_diagram(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path((kind, key)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    Ok(Json(state.gateway.saga_diagram(&caller, &kind, &key).await?).into_response())
 }
 
 // -- dead letters -------------------------------------------------------------

@@ -133,6 +133,18 @@ pub const ROUTES: &[RouteDoc] = &[
     },
     RouteDoc {
         method: "get",
+        path: "/v1/sagas/{kind}/{key}/diagram",
+        summary: "A saga's state machine (states, transitions with the message types that take them), the state it is in, the states it has been in and how often each transition was taken, reconstructed from the message type of each save, and its last 50 saves.",
+        scope: Some("deliveries:read"),
+        query: &[],
+        body: None,
+        success: (
+            200,
+            "`{kind, key, machine: {stateField, initial, states: [{value, name, description, final}], transitions: [{from, to, label, triggers}]}, current, visited, taken: [{transition, count}], recent: [{version, messageType, at, from, to, transition?}], pathFound}`",
+        ),
+    },
+    RouteDoc {
+        method: "get",
         path: "/v1/dead-letters",
         summary: "Dead letters of the key's tenant, newest first.",
         scope: Some("deliveries:read or dead-letters:replay"),

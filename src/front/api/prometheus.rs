@@ -166,6 +166,23 @@ pub fn render(metrics: &Metrics, http: &HttpMetrics, outbox_backlog: Option<u64>
             "# HELP bosun_outbox_backlog Outbox entries not yet sent.\n# TYPE bosun_outbox_backlog gauge\nbosun_outbox_backlog {backlog}"
         );
     }
+    // Sampled by the serving process every few seconds: a scrape makes no
+    // broker or database call for them.
+    let depths = metrics.gauges().queue_depth;
+    if !depths.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP bosun_queue_depth Active messages (scheduled ones included) in a consumer's queue or subscription, as last sampled.\n# TYPE bosun_queue_depth gauge"
+        );
+        for ((consumer, entity), depth) in depths {
+            let _ = writeln!(
+                out,
+                "bosun_queue_depth{{consumer=\"{}\",entity=\"{}\"}} {depth}",
+                label(&consumer),
+                label(&entity)
+            );
+        }
+    }
     let requests = http.snapshot();
     let _ = writeln!(
         out,

@@ -579,6 +579,95 @@ async fn tenants_never_see_each_other() {
 }
 
 #[tokio::test]
+async fn a_saga_diagram_has_its_machine_current_state_and_the_way_its_history_went() {
+    let api = Api::start().await;
+    let contoso = api.key("contoso", &[Scope::DeliveriesRead]).await;
+    let fabrikam = api.key("fabrikam", &[Scope::DeliveriesRead]).await;
+    // Four saves of a release: collected, provisioned, synced.
+    for (version, (message_type, phase)) in [
+        ("BuildCompleted", "collecting"),
+        ("ContainerImageBuilt", "provisioning"),
+        ("InfrastructureProvisioned", "syncing"),
+        ("GitOpsSynced", "completed"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let outcome = api
+            .backends
+            .store
+            .commit_handled(HandledMessage {
+                consumer: "release-orchestration".into(),
+                message_id: Uuid::now_v7().to_string(),
+                message_type: message_type.into(),
+                saga: Some(SagaWrite {
+                    kind: "release".into(),
+                    key: "contoso/rel-9".into(),
+                    expected_version: version as i64,
+                    state: json!({"releaseId": "rel-9", "phase": phase}),
+                    tenant_id: Some("contoso".into()),
+                }),
+                outbox: vec![],
+                timeline: vec![],
+            })
+            .await
+            .unwrap();
+        assert_eq!(outcome, CommitOutcome::Committed);
+    }
+    let response = api
+        .get(&contoso, "/v1/sagas/release/rel-9/diagram")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let diagram: Value = response.json().await.unwrap();
+    assert_eq!(diagram["current"], "completed");
+    assert_eq!(diagram["pathFound"], true);
+    assert_eq!(diagram["machine"]["initial"], "collecting");
+    assert_eq!(diagram["machine"]["states"].as_array().unwrap().len(), 7);
+    assert_eq!(
+        diagram["visited"],
+        json!(["collecting", "provisioning", "syncing", "completed"])
+    );
+    let transitions = diagram["machine"]["transitions"].as_array().unwrap();
+    let taken: Vec<(String, String)> = diagram["taken"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let edge = &transitions[t["transition"].as_u64().unwrap() as usize];
+            (
+                edge["from"].as_str().unwrap().to_owned(),
+                edge["to"].as_str().unwrap().to_owned(),
+            )
+        })
+        .filter(|(from, to)| from != to)
+        .collect();
+    assert_eq!(taken.len(), 3, "{taken:?}");
+    let recent = diagram["recent"].as_array().unwrap();
+    assert_eq!(recent.len(), 4);
+    assert_eq!(recent[3]["messageType"], "GitOpsSynced");
+    assert_eq!(
+        (recent[3]["from"].as_str(), recent[3]["to"].as_str()),
+        (Some("syncing"), Some("completed"))
+    );
+    // Another tenant's saga reads as not found; an unknown kind names the field.
+    let other = api
+        .get(&fabrikam, "/v1/sagas/release/rel-9/diagram")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    let unknown = api
+        .get(&contoso, "/v1/sagas/billing/rel-9/diagram")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(unknown.json::<Value>().await.unwrap()["error"]["field"], "kind");
+}
+
+#[tokio::test]
 async fn dead_letters_group_replay_edit_and_bulk_with_progress() {
     let api = Api::start().await;
     let key = api

@@ -128,4 +128,66 @@ impl Gateway {
         }
         Ok(saga)
     }
+
+    /// A saga's state machine, with where the saga is and the way its
+    /// history went through it (reconstructed from the message type of each
+    /// save: [`bosun_sagas::machine::Machine::path`]).
+    pub async fn saga_diagram(&self, caller: &Caller, kind: &str, key: &str) -> Result<SagaDiagram, GatewayError> {
+        let saga_kind = bosun_sagas::SagaKind::parse(kind).map_err(|err| GatewayError::Invalid {
+            field: Some("kind".into()),
+            message: err.to_string(),
+        })?;
+        let saga = self.saga(caller, kind, key).await?;
+        let machine = saga_kind.machine();
+        let current = saga
+            .state
+            .get(machine.state_field)
+            .and_then(Value::as_str)
+            .unwrap_or(machine.initial)
+            .to_owned();
+        let types: Vec<&str> = saga.history.iter().map(|entry| entry.message_type.as_str()).collect();
+        let path = machine.path(&types, &current);
+        let mut visited: Vec<String> = Vec::new();
+        let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut recent = Vec::new();
+        if let Some(path) = &path {
+            let first = saga.history.len().saturating_sub(SagaDiagram::RECENT);
+            for (index, (step, entry)) in path.iter().zip(&saga.history).enumerate() {
+                for state in [step.from, step.to] {
+                    if !visited.iter().any(|known| known == state) {
+                        visited.push(state.to_owned());
+                    }
+                }
+                if let Some(transition) = step.transition {
+                    *counts.entry(transition).or_default() += 1;
+                }
+                if index >= first {
+                    recent.push(SagaStep {
+                        version: entry.version,
+                        message_type: entry.message_type.clone(),
+                        at: entry.at,
+                        from: step.from.to_owned(),
+                        to: step.to.to_owned(),
+                        transition: step.transition,
+                    });
+                }
+            }
+        }
+        if !visited.contains(&current) {
+            visited.push(current.clone());
+        }
+        Ok(SagaDiagram {
+            kind: saga.kind,
+            key: saga.key,
+            machine,
+            current,
+            visited,
+            taken: counts
+                .into_iter()
+                .map(|(transition, count)| TakenTransition { transition, count })
+                .collect(),
+            recent,
+            path_found: path.is_some(),
+        })
+    }
 }

@@ -127,3 +127,66 @@ pub struct Readiness {
     /// Each check: `ok` or what failed.
     pub checks: BTreeMap<&'static str, Value>,
 }
+
+/// A saga's state machine with where the saga is and the way its history
+/// went, for the console's diagram (`GET /v1/sagas/{kind}/{key}/diagram`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaDiagram {
+    /// `release`, `gitops` or `probe`.
+    pub kind: String,
+    /// The saga key.
+    pub key: String,
+    /// The state machine.
+    pub machine: bosun_sagas::machine::Machine,
+    /// The state the saga is in (a state's `value`).
+    pub current: String,
+    /// The states the saga has been in, by the way its history went
+    /// (`current` included).
+    pub visited: Vec<String>,
+    /// How many saves took each transition (indexes into
+    /// `machine.transitions`; transitions never taken are left out).
+    pub taken: Vec<TakenTransition>,
+    /// The most recent saves ([`SagaDiagram::RECENT`] at most), oldest
+    /// first, with the transition each took.
+    pub recent: Vec<SagaStep>,
+    /// False when no way through the machine explains the history (the
+    /// state was changed by something the machine does not draw): only
+    /// `current` is then known.
+    pub path_found: bool,
+}
+
+impl SagaDiagram {
+    /// How many of the latest saves `recent` lists.
+    pub const RECENT: usize = 50;
+}
+
+/// One transition and how often the saga's history took it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TakenTransition {
+    /// An index into `machine.transitions`.
+    pub transition: usize,
+    /// Saves that took it.
+    pub count: usize,
+}
+
+/// One save of a saga, as the diagram reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SagaStep {
+    /// The version written.
+    pub version: i64,
+    /// The message applied.
+    pub message_type: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The state before.
+    pub from: String,
+    /// The state after.
+    pub to: String,
+    /// The transition taken, if a drawn one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transition: Option<usize>,
+}

@@ -42,9 +42,11 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tracing::Instrument;
 
 use crate::front::access::Caller;
 use crate::front::gateway::Gateway;
+use crate::runtime::telemetry::{self, TraceContext};
 
 pub mod tools;
 
@@ -178,6 +180,17 @@ impl McpHandler {
         Self { tools, caller }
     }
 
+    /// The trace context the client sent with a request: W3C keys in its
+    /// `_meta` (SEP-414), which stdio and HTTP carry alike, else the HTTP
+    /// request's headers.
+    fn caller_trace(&self, context: &RequestContext<RoleServer>) -> Option<TraceContext> {
+        TraceContext::from_headers(context.meta.get_traceparent(), context.meta.get_tracestate()).or_else(|| {
+            let headers = &context.extensions.get::<Parts>()?.headers;
+            let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+            TraceContext::from_headers(header("traceparent"), header("tracestate"))
+        })
+    }
+
     /// The caller a request acts as.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         match &self.caller {
@@ -235,14 +248,40 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&context)?;
+        // The tool call's server span (OpenTelemetry's MCP conventions), in
+        // the caller's trace: `params._meta.traceparent` (SEP-414), else
+        // the HTTP request's `traceparent` header.
+        let caller_trace = self.caller_trace(&context);
+        let span_name = format!("tools/call {}", request.name);
+        let span = tracing::info_span!(
+            "mcp",
+            otel.name = span_name.as_str(),
+            otel.kind = "server",
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %request.name,
+            jsonrpc.request.id = %context.id,
+            network.transport = match self.caller {
+                CallerSource::Key(_) => "pipe",
+                CallerSource::HttpRequest => "tcp",
+            },
+            "error.type" = tracing::field::Empty,
+        );
+        telemetry::continue_trace(&span, caller_trace.as_ref());
+        let trace = telemetry::traceparent_of(&span).or(caller_trace);
         // A cancelled request (the client's `notifications/cancelled`, or an
         // HTTP client gone) stops here, not when a long wait would end.
         let result = tokio::select! {
-            result = self.tools.call(&caller, &request.name, request.arguments) => result,
+            result = self.tools.call(&caller, trace.as_ref(), &request.name, request.arguments).instrument(span.clone()) => result,
             () = context.ct.cancelled() => {
                 return Err(ErrorData::internal_error("the request was cancelled", None));
             }
         };
+        if let Some(result) = &result
+            && result.is_error == Some(true)
+        {
+            span.record("error.type", "tool_error");
+        }
         result.map(CallToolResponse::from).ok_or_else(|| {
             ErrorData::invalid_params(
                 format!("Unknown tool: `{}` (tools: {})", request.name, tools::NAMES.join(", ")),

@@ -641,11 +641,15 @@ fn delivery(correlation_id: &str, tenant: &str, offset_ms: u64) -> DeliveryRecor
         message_type: "CreateCommit".into(),
         message_id: format!("m-{correlation_id}"),
         started_at: at(offset_ms),
+        traceparent: None,
+        tracestate: None,
     }
 }
 
 async fn deliveries_keep_their_first_record<S: Store>(store: &S) {
-    let first = delivery("d-1", "contoso", 0);
+    let mut first = delivery("d-1", "contoso", 0);
+    first.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+    first.tracestate = Some("congo=t61rcWkgMzE".into());
     store.record_delivery(first.clone()).await.unwrap();
     store.record_delivery(delivery("d-2", "fabrikam", 1000)).await.unwrap();
     store.record_delivery(delivery("d-3", "contoso", 2000)).await.unwrap();
@@ -653,6 +657,8 @@ async fn deliveries_keep_their_first_record<S: Store>(store: &S) {
     let mut later = delivery("d-1", "fabrikam", 5000);
     later.started_by = "cli:someone".into();
     later.message_type = "OpenPullRequest".into();
+    later.traceparent = Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+    later.tracestate = None;
     store.record_delivery(later).await.unwrap();
 
     assert_eq!(store.delivery_record("d-1").await.unwrap(), Some(first));
@@ -964,6 +970,8 @@ async fn retention_prunes_what_is_past_it_and_keeps_what_is_needed<S: Store>(sto
                 message_type: "CreateCommit".into(),
                 message_id: format!("{correlation_id}-1"),
                 started_at,
+                traceparent: None,
+                tracestate: None,
             })
             .await
             .unwrap();

@@ -491,6 +491,14 @@ pub struct DeliveryRecord {
     /// When it started.
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
+    /// The W3C `traceparent` of the first command's producer span: the
+    /// delivery's trace, which a command joining the delivery later
+    /// continues. `None` for deliveries recorded before bosun kept it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that came with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// An API key as stored: only a hash of its secret.

@@ -19,7 +19,7 @@ use std::time::Duration;
 mod telemetry;
 mod types;
 
-pub use telemetry::{OtlpTraces, TelemetrySettings, TraceSampler};
+pub use telemetry::{OtlpExport, OtlpMetrics, TelemetrySettings, TraceSampler};
 use types::invalid;
 pub use types::*;
 
@@ -137,6 +137,13 @@ const KNOWN: &[&str] = &[
     "BOSUN_ARGOCD_TOKEN",
     "BOSUN_PULUMI_PROGRAM_DIR",
     "BOSUN_PULUMI_BINARY",
+    "BOSUN_CONTAINER_BUILDER",
+    "BOSUN_BUILDAH_BINARY",
+    "BOSUN_CONTAINER_REGISTRY",
+    "BOSUN_CONTAINER_INSECURE_REGISTRIES",
+    "BOSUN_CONTAINER_REGISTRY_USERNAME",
+    "BOSUN_CONTAINER_REGISTRY_PASSWORD",
+    "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
 ];
 
 /// Reads a TOML settings file into `BOSUN_*` keys.
@@ -550,6 +557,67 @@ impl Settings {
                     .map_err(|_| invalid("BOSUN_RETENTION_BATCH", "is too large"))?,
             }
         };
+        let container = {
+            let builder = match get("BOSUN_CONTAINER_BUILDER").as_deref().map(str::trim) {
+                None | Some("auto") => ContainerBuilderChoice::Auto,
+                Some("buildah") => ContainerBuilderChoice::Buildah,
+                Some("layout") => ContainerBuilderChoice::Layout,
+                Some(other) => {
+                    return Err(invalid(
+                        "BOSUN_CONTAINER_BUILDER",
+                        format!("`{other}` is not auto, buildah or layout"),
+                    ));
+                }
+            };
+            let host = |name: &str, text: &str| -> Result<String, ConfigError> {
+                let text = text.trim();
+                bosun_contracts::validate::registry_host(name, text).map_err(|err| invalid(name, err.reason))?;
+                Ok(text.to_owned())
+            };
+            let registry = get("BOSUN_CONTAINER_REGISTRY")
+                .map(|text| host("BOSUN_CONTAINER_REGISTRY", &text))
+                .transpose()?;
+            let insecure_registries = get("BOSUN_CONTAINER_INSECURE_REGISTRIES")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(|h| host("BOSUN_CONTAINER_INSECURE_REGISTRIES", h))
+                .collect::<Result<Vec<_>, _>>()?;
+            let credential = match (
+                get("BOSUN_CONTAINER_REGISTRY_USERNAME"),
+                get("BOSUN_CONTAINER_REGISTRY_PASSWORD"),
+            ) {
+                (Some(user), Some(password)) => Some((user, Secret::new(password))),
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(invalid(
+                        "BOSUN_CONTAINER_REGISTRY_PASSWORD",
+                        "is required with a username",
+                    ));
+                }
+                (None, Some(_)) => {
+                    return Err(invalid(
+                        "BOSUN_CONTAINER_REGISTRY_USERNAME",
+                        "is required with a password",
+                    ));
+                }
+            };
+            if builder == ContainerBuilderChoice::Buildah && registry.is_none() {
+                return Err(invalid(
+                    "BOSUN_CONTAINER_REGISTRY",
+                    "is required with BOSUN_CONTAINER_BUILDER=buildah (the registry images are pushed to)",
+                ));
+            }
+            ContainerBuilderSettings {
+                builder,
+                buildah_binary: get("BOSUN_BUILDAH_BINARY").map_or_else(|| PathBuf::from("buildah"), PathBuf::from),
+                build_timeout: millis("BOSUN_CONTAINER_BUILD_TIMEOUT_MS", 1_800_000)?,
+                registry,
+                insecure_registries,
+                credential,
+            }
+        };
         let settings = Self {
             data_dir: get("BOSUN_DATA_DIR").map_or_else(|| PathBuf::from(".bosun"), PathBuf::from),
             transport,
@@ -584,6 +652,7 @@ impl Settings {
                 .unwrap_or_else(|| "unknown".to_owned()),
             delivery,
             retention,
+            container,
         };
         if settings.lock_duration < Duration::from_millis(500) {
             return Err(invalid("BOSUN_LOCK_DURATION_MS", "must be at least 500"));

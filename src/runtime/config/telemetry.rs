@@ -7,6 +7,11 @@
 //! `OTEL_TRACES_EXPORTER=otlp` asks for the default `http://localhost:4318`;
 //! `OTEL_TRACES_EXPORTER=none` or `OTEL_SDK_DISABLED=true` turns them off.
 //! With none of these set nothing is exported and no span is recorded.
+//!
+//! Metrics likewise, with the `METRICS` variables (`/v1/metrics`,
+//! `OTEL_METRICS_EXPORTER`, `OTEL_EXPORTER_OTLP_METRICS_*`), every
+//! `OTEL_METRIC_EXPORT_INTERVAL` milliseconds (default 60000). `/metrics`
+//! serves the same instruments to Prometheus whatever these say.
 
 use super::ConfigError;
 use super::types::{Secret, invalid};
@@ -18,7 +23,9 @@ const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
 #[derive(Debug, Clone, PartialEq)]
 pub struct TelemetrySettings {
     /// Where spans go; `None`: traces are off.
-    pub traces: Option<OtlpTraces>,
+    pub traces: Option<OtlpExport>,
+    /// Where metrics go; `None`: not exported over OTLP.
+    pub metrics: Option<OtlpMetrics>,
     /// `OTEL_SERVICE_NAME` (else `service.name` in `OTEL_RESOURCE_ATTRIBUTES`):
     /// the `service.name` of every span. Default `bosun`.
     pub service_name: String,
@@ -34,6 +41,7 @@ impl Default for TelemetrySettings {
     fn default() -> Self {
         Self {
             traces: None,
+            metrics: None,
             service_name: "bosun".to_owned(),
             resource_attributes: Vec::new(),
             sampler: TraceSampler::ParentBased(Box::new(TraceSampler::AlwaysOn)),
@@ -41,15 +49,25 @@ impl Default for TelemetrySettings {
     }
 }
 
-/// The OTLP/HTTP trace exporter's target.
+/// An OTLP/HTTP exporter's target, for one signal.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OtlpTraces {
-    /// The full URL spans are posted to (ends in `/v1/traces` unless
-    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` said otherwise).
+pub struct OtlpExport {
+    /// The full URL the signal is posted to (ends in `/v1/traces` or
+    /// `/v1/metrics` unless `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT` said
+    /// otherwise).
     pub endpoint: String,
-    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (else `OTEL_EXPORTER_OTLP_HEADERS`):
+    /// `OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS` (else `OTEL_EXPORTER_OTLP_HEADERS`):
     /// headers sent with every export, e.g. an API key; values are secrets.
     pub headers: Vec<(String, Secret)>,
+}
+
+/// The OTLP metric exporter: where, and how often.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpMetrics {
+    /// Where.
+    pub export: OtlpExport,
+    /// `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds): how often. Default 60 s.
+    pub interval: std::time::Duration,
 }
 
 /// Which spans are recorded (the `OTEL_TRACES_SAMPLER` values).
@@ -88,61 +106,122 @@ pub(super) fn read(get: &dyn Fn(&str) -> Option<String>) -> Result<TelemetrySett
         Some(v) if v == "false" => false,
         Some(other) => return Err(invalid("OTEL_SDK_DISABLED", format!("`{other}` is not true or false"))),
     };
-    let exporter = get("OTEL_TRACES_EXPORTER").map(|v| v.trim().to_ascii_lowercase());
-    let wanted = match exporter.as_deref() {
+    let traces = export(get, Signal::Traces, disabled)?;
+    let metrics = match export(get, Signal::Metrics, disabled)? {
+        None => None,
+        Some(export) => {
+            let interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
+                None => std::time::Duration::from_secs(60),
+                Some(text) => match text.trim().parse::<u64>() {
+                    Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
+                    _ => {
+                        return Err(invalid(
+                            "OTEL_METRIC_EXPORT_INTERVAL",
+                            format!("`{text}` is not a positive number of milliseconds"),
+                        ));
+                    }
+                },
+            };
+            Some(OtlpMetrics { export, interval })
+        }
+    };
+    Ok(TelemetrySettings {
+        traces,
+        metrics,
+        service_name,
+        resource_attributes,
+        sampler,
+    })
+}
+
+/// A signal OTLP carries.
+#[derive(Debug, Clone, Copy)]
+enum Signal {
+    Traces,
+    Metrics,
+}
+
+impl Signal {
+    /// Its name in the `OTEL_*` variables.
+    fn variable(self) -> &'static str {
+        match self {
+            Self::Traces => "TRACES",
+            Self::Metrics => "METRICS",
+        }
+    }
+
+    /// Its path under a base endpoint.
+    fn path(self) -> &'static str {
+        match self {
+            Self::Traces => "/v1/traces",
+            Self::Metrics => "/v1/metrics",
+        }
+    }
+}
+
+/// The exporter of one signal: on when an endpoint is named or
+/// `OTEL_<SIGNAL>_EXPORTER=otlp`, off with `none` or when the SDK is disabled.
+fn export(
+    get: &dyn Fn(&str) -> Option<String>,
+    signal: Signal,
+    disabled: bool,
+) -> Result<Option<OtlpExport>, ConfigError> {
+    let name = signal.variable();
+    let exporter_variable = format!("OTEL_{name}_EXPORTER");
+    let wanted = match get(&exporter_variable)
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
         None => None,
         Some("otlp") => Some(true),
         Some("none") => Some(false),
         Some(other) => {
             return Err(invalid(
-                "OTEL_TRACES_EXPORTER",
+                &exporter_variable,
                 format!("`{other}` is not otlp or none (bosun exports over OTLP only)"),
             ));
         }
     };
-    let endpoint = match (
-        get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-        get("OTEL_EXPORTER_OTLP_ENDPOINT"),
-    ) {
-        (Some(traces), _) => Some(url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces.trim())?.to_owned()),
+    let endpoint_variable = format!("OTEL_EXPORTER_OTLP_{name}_ENDPOINT");
+    let endpoint = match (get(&endpoint_variable), get("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        (Some(own), _) => Some(url(&endpoint_variable, own.trim())?.to_owned()),
         (None, Some(base)) => Some(format!(
-            "{}/v1/traces",
-            url("OTEL_EXPORTER_OTLP_ENDPOINT", base.trim())?.trim_end_matches('/')
+            "{}{}",
+            url("OTEL_EXPORTER_OTLP_ENDPOINT", base.trim())?.trim_end_matches('/'),
+            signal.path()
         )),
         (None, None) => None,
     };
-    for name in ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"] {
-        if let Some(protocol) = get(name) {
+    for variable in [
+        format!("OTEL_EXPORTER_OTLP_{name}_PROTOCOL"),
+        "OTEL_EXPORTER_OTLP_PROTOCOL".to_owned(),
+    ] {
+        if let Some(protocol) = get(&variable) {
             if protocol.trim() != "http/protobuf" {
                 return Err(invalid(
-                    name,
+                    &variable,
                     format!("`{protocol}` is not supported: bosun exports OTLP over http/protobuf"),
                 ));
             }
             break;
         }
     }
-    let headers = match get("OTEL_EXPORTER_OTLP_TRACES_HEADERS").map(|h| ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", h)) {
-        Some((name, text)) => key_values(name, &text)?,
+    let headers_variable = format!("OTEL_EXPORTER_OTLP_{name}_HEADERS");
+    let headers = match get(&headers_variable) {
+        Some(text) => key_values(&headers_variable, &text)?,
         None => match get("OTEL_EXPORTER_OTLP_HEADERS") {
             Some(text) => key_values("OTEL_EXPORTER_OTLP_HEADERS", &text)?,
             None => Vec::new(),
         },
     };
     let on = !disabled && wanted.unwrap_or(endpoint.is_some());
-    let traces = on.then(|| OtlpTraces {
-        endpoint: endpoint.unwrap_or_else(|| format!("{DEFAULT_ENDPOINT}/v1/traces")),
+    Ok(on.then(|| OtlpExport {
+        endpoint: endpoint.unwrap_or_else(|| format!("{DEFAULT_ENDPOINT}{}", signal.path())),
         headers: headers
             .into_iter()
             .map(|(key, value)| (key, Secret::new(value)))
             .collect(),
-    });
-    Ok(TelemetrySettings {
-        traces,
-        service_name,
-        resource_attributes,
-        sampler,
-    })
+    }))
 }
 
 fn url<'a>(name: &str, text: &'a str) -> Result<&'a str, ConfigError> {
@@ -256,6 +335,43 @@ mod tests {
         ])
         .unwrap();
         assert!(none.traces.is_none());
+    }
+
+    #[test]
+    fn metrics_are_exported_like_traces_with_their_own_variables_and_interval() {
+        assert!(settings(&[]).unwrap().metrics.is_none());
+        let base = settings(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]).unwrap();
+        let metrics = base.metrics.unwrap();
+        assert_eq!(metrics.export.endpoint, "http://c:4318/v1/metrics");
+        assert_eq!(metrics.interval, std::time::Duration::from_secs(60));
+        let own = settings(&[
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "https://prom/api/v1/otlp/v1/metrics",
+            ),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "5000"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-key=m"),
+        ])
+        .unwrap();
+        assert!(own.traces.is_none(), "only the metrics endpoint is named");
+        let metrics = own.metrics.unwrap();
+        assert_eq!(metrics.export.endpoint, "https://prom/api/v1/otlp/v1/metrics");
+        assert_eq!(metrics.interval, std::time::Duration::from_secs(5));
+        assert_eq!(metrics.export.headers[0].1.expose(), "m");
+        let traces_only = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ])
+        .unwrap();
+        assert!(traces_only.metrics.is_none() && traces_only.traces.is_some());
+        let bad = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "soon"),
+        ])
+        .unwrap_err();
+        assert!(bad.to_string().contains("OTEL_METRIC_EXPORT_INTERVAL"), "{bad}");
+        let prometheus = settings(&[("OTEL_METRICS_EXPORTER", "prometheus")]).unwrap_err();
+        assert!(prometheus.to_string().contains("OTEL_METRICS_EXPORTER"), "{prometheus}");
     }
 
     #[test]

@@ -343,3 +343,60 @@ fn azure_devops_and_acr_may_take_tokens_from_an_entra_identity() {
     .unwrap_err();
     assert!(err.to_string().contains("BOSUN_AZURE_DEVOPS_AUTH"), "{err}");
 }
+
+#[test]
+fn container_builder_settings() {
+    let defaults = Settings::from_sources(&map(&[]), &map(&[])).unwrap().container;
+    assert_eq!(defaults.builder, ContainerBuilderChoice::Auto);
+    assert_eq!(defaults.buildah_binary, PathBuf::from("buildah"));
+    assert_eq!((defaults.registry, defaults.credential), (None, None));
+    assert!(defaults.insecure_registries.is_empty());
+
+    let settings = Settings::from_sources(
+        &map(&[
+            ("BOSUN_CONTAINER_BUILDER", "buildah"),
+            ("BOSUN_BUILDAH_BINARY", "/opt/buildah/bin/buildah"),
+            ("BOSUN_CONTAINER_REGISTRY", "registry.contoso.internal:5000"),
+            (
+                "BOSUN_CONTAINER_INSECURE_REGISTRIES",
+                "127.0.0.1:5000, registry.contoso.internal:5000",
+            ),
+            ("BOSUN_CONTAINER_REGISTRY_USERNAME", "ci"),
+            ("BOSUN_CONTAINER_REGISTRY_PASSWORD", "s3cret"),
+        ]),
+        &map(&[]),
+    )
+    .unwrap()
+    .container;
+    assert_eq!(settings.builder, ContainerBuilderChoice::Buildah);
+    assert_eq!(settings.buildah_binary, PathBuf::from("/opt/buildah/bin/buildah"));
+    assert_eq!(settings.registry.as_deref(), Some("registry.contoso.internal:5000"));
+    assert_eq!(
+        settings.insecure_registries,
+        ["127.0.0.1:5000", "registry.contoso.internal:5000"]
+    );
+    assert!(!format!("{settings:?}").contains("s3cret"), "the password is redacted");
+
+    for (pairs, named) in [
+        (&[("BOSUN_CONTAINER_BUILDER", "docker")][..], "BOSUN_CONTAINER_BUILDER"),
+        (
+            &[("BOSUN_CONTAINER_BUILDER", "buildah")][..],
+            "BOSUN_CONTAINER_REGISTRY",
+        ),
+        (
+            &[("BOSUN_CONTAINER_REGISTRY", "https://x")][..],
+            "BOSUN_CONTAINER_REGISTRY",
+        ),
+        (
+            &[("BOSUN_CONTAINER_INSECURE_REGISTRIES", "ok:5000,not a host")][..],
+            "BOSUN_CONTAINER_INSECURE_REGISTRIES",
+        ),
+        (
+            &[("BOSUN_CONTAINER_REGISTRY_USERNAME", "ci")][..],
+            "BOSUN_CONTAINER_REGISTRY_PASSWORD",
+        ),
+    ] {
+        let err = Settings::from_sources(&map(pairs), &map(&[])).unwrap_err();
+        assert!(err.to_string().contains(named), "{pairs:?}: {err}");
+    }
+}

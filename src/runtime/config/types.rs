@@ -469,6 +469,49 @@ pub struct Settings {
     pub delivery: DeliverySettings,
     /// What is pruned when (`BOSUN_RETENTION_*`).
     pub retention: RetentionSettings,
+    /// How container-build builds images with the local adapters
+    /// (`BOSUN_CONTAINER_*`, `BOSUN_BUILDAH_BINARY`).
+    pub container: ContainerBuilderSettings,
+}
+
+/// `BOSUN_CONTAINER_BUILDER`: which builder the local container-build
+/// adapter uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerBuilderChoice {
+    /// `auto` (the default): buildah when it runs and a push registry is
+    /// set (`BOSUN_CONTAINER_REGISTRY`), else the built-in builder into
+    /// the local OCI layouts.
+    Auto,
+    /// `buildah`: always buildah; bosun does not start without it.
+    Buildah,
+    /// `layout`: the built-in reproducible builder (`FROM scratch`, no
+    /// `RUN`) into the local OCI layouts.
+    Layout,
+}
+
+/// The local container builder's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerBuilderSettings {
+    /// `BOSUN_CONTAINER_BUILDER`: `auto` (default), `buildah` or `layout`.
+    pub builder: ContainerBuilderChoice,
+    /// `BOSUN_BUILDAH_BINARY`: the `buildah` executable (default `buildah`
+    /// on `PATH`).
+    pub buildah_binary: PathBuf,
+    /// `BOSUN_CONTAINER_BUILD_TIMEOUT_MS`: the longest one buildah command
+    /// (a build, a push) may run before it is stopped and the build retried
+    /// (default 30 minutes).
+    pub build_timeout: std::time::Duration,
+    /// `BOSUN_CONTAINER_REGISTRY`: the registry buildah pushes to,
+    /// `host[:port]` (modules name it in `container.registry`). Unset by
+    /// default.
+    pub registry: Option<String>,
+    /// `BOSUN_CONTAINER_INSECURE_REGISTRIES`: comma-separated `host[:port]`
+    /// reached over plain HTTP (base images and pushes), e.g. a loopback
+    /// registry. Empty by default.
+    pub insecure_registries: Vec<String>,
+    /// `BOSUN_CONTAINER_REGISTRY_USERNAME` + `BOSUN_CONTAINER_REGISTRY_PASSWORD`:
+    /// the push registry's credential, when it needs one.
+    pub credential: Option<(String, Secret)>,
 }
 
 /// How releases are promoted and how long-running work is followed.

@@ -9,7 +9,9 @@
 //! `main`, commit the module to a feature branch with a pull request into
 //! `main`; from there the consumers carry it (pull request, pipeline,
 //! build, image, package, release, infrastructure, GitOps) as far as this
-//! build's consumers go.
+//! build's consumers go. The image is built with buildah against a
+//! registry the demo starts when the machine has them, else with the
+//! built-in builder (see `images.rs`).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -30,12 +32,15 @@ use crate::runtime::registry::{self, RegistryError};
 use crate::runtime::telemetry::{self, TraceContext};
 use crate::wiring::{Backends, StartError, verify_topology};
 
+mod images;
+
 const SAMPLE: &[(&str, &str, bool)] = &[
     ("bosun.module.json", include_str!("sample/bosun.module.json"), false),
     ("README.md", include_str!("sample/README.md"), false),
     ("build.sh", include_str!("sample/build.sh"), true),
     ("test.sh", include_str!("sample/test.sh"), true),
     ("Dockerfile", include_str!("sample/Dockerfile"), false),
+    ("Dockerfile.scratch", include_str!("sample/Dockerfile.scratch"), false),
 ];
 const CALC: &str = include_str!("sample/src/calc.sh");
 
@@ -140,8 +145,29 @@ pub struct DemoReport {
     pub seconds: f64,
 }
 
+/// The sample module's files with its `container` settings replaced by
+/// `container` (the demo's choice of builder and registry).
+pub fn sample_files_with(failing_test: bool, container: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut files = sample_files(failing_test);
+    for file in &mut files {
+        if file["path"] == "bosun.module.json"
+            && let Some(text) = file["content"].as_str()
+            && let Ok(mut module) = serde_json::from_str::<serde_json::Value>(text)
+        {
+            module["container"] = container.clone();
+            let mut text = serde_json::to_string_pretty(&module).unwrap_or_else(|_| text.to_owned());
+            text.push('\n');
+            file["content"] = serde_json::Value::String(text);
+        }
+    }
+    files
+}
+
 /// The sample module's files the demo commits to its feature branch (with
-/// `failing_test`, one of its unit tests fails).
+/// `failing_test`, one of its unit tests fails). Its `container` settings
+/// name `Dockerfile.scratch`, which the built-in builder makes; the demo
+/// names the multi-stage `Dockerfile` when it builds with buildah
+/// ([`sample_files_with`]).
 pub fn sample_files(failing_test: bool) -> Vec<serde_json::Value> {
     let calc = if failing_test {
         CALC.replace("echo $(( $1 + $2 ))", "echo $(( $1 - $2 ))")
@@ -175,6 +201,9 @@ pub async fn run(
     mut on_line: impl FnMut(f64, &TimelineEntry),
 ) -> Result<DemoReport, DemoError> {
     let started = Instant::now();
+    let mut settings = settings.clone();
+    let images = images::prepare(&mut settings, &options.tenant).await;
+    let settings = &settings;
     verify_topology(settings).await?;
     let backends = Backends::open(settings).await?;
     if let Some(latest) = backends.store.list_deliveries(Some(&options.tenant), 1).await?.pop() {
@@ -211,7 +240,10 @@ pub async fn run(
             message_id: None,
             trace: Some(trace),
         },
-        goal,
+        Goal {
+            message_type: goal,
+            files: sample_files_with(options.failing_test, &images.container),
+        },
         started,
         &mut on_line,
     )
@@ -238,7 +270,9 @@ pub async fn run(
             at_seconds: (message.first_seen - origin).as_seconds_f64(),
         })
         .collect();
-    let results = results(&backends, settings, &options.tenant, correlation_id).await?;
+    let mut results = results(&backends, settings, &options.tenant, correlation_id).await?;
+    results.push(("image builder".to_owned(), images.summary.clone()));
+    drop(images);
     Ok(DemoReport {
         completed: failure.is_none(),
         failure,
@@ -251,6 +285,14 @@ pub async fn run(
     })
 }
 
+/// What a delivery commits and where it ends.
+struct Goal<'a> {
+    /// The message type that completes it.
+    message_type: &'a str,
+    /// The sample module's files.
+    files: Vec<serde_json::Value>,
+}
+
 /// Sends the commands and follows the timeline; `Ok(None)` when the goal
 /// is reached, `Ok(Some(reason))` when the delivery failed.
 async fn drive(
@@ -258,11 +300,16 @@ async fn drive(
     operator: &Operator,
     options: &DemoOptions,
     send: SendOptions,
-    goal: &str,
+    goal: Goal<'_>,
     started: Instant,
     on_line: &mut impl FnMut(f64, &TimelineEntry),
 ) -> Result<Option<String>, DemoError> {
     let correlation = send.correlation_id.map(|id| id.to_string()).unwrap_or_default();
+    let Goal {
+        message_type: goal,
+        files,
+    } = goal;
+    let mut files = Some(files);
     let mut seen = 0;
     let mut step = 0;
     let deadline = started + options.timeout;
@@ -290,7 +337,7 @@ async fn drive(
                 "CreateCommit",
                 json!({
                     "repository": REPOSITORY, "branch": "feature/payments-api", "baseBranch": "main",
-                    "message": "Add the payments service", "files": sample_files(options.failing_test),
+                    "message": "Add the payments service", "files": files.take().unwrap_or_default(),
                     "pullRequestTarget": "main"
                 }),
             )),

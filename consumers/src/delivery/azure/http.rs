@@ -78,40 +78,54 @@ pub fn client(timeout: Timeout, headers: HeaderMap, redirects: Redirects) -> Res
 pub async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, reqwest::Error> {
     let (client, request) = request.build_split();
     let mut request = request?;
-    let method = request.method().clone();
-    let url = request.url();
-    let span = tracing::info_span!(
+    let span = client_span(request.method().as_str(), request.url());
+    inject(&span, &mut Headers(request.headers_mut()));
+    let result = client.execute(request).instrument(span.clone()).await;
+    match &result {
+        Ok(response) => record_status(&span, response.status().as_u16()),
+        Err(err) => record_failure(&span, if err.is_timeout() { "timeout" } else { "transport" }),
+    }
+    result
+}
+
+/// The client span of one request (HTTP semantic conventions: method,
+/// server, path; never the query, which may hold a signature), a child of
+/// the current span.
+pub fn client_span(method: &str, url: &reqwest::Url) -> tracing::Span {
+    tracing::info_span!(
         "http",
-        otel.name = method.as_str(),
+        otel.name = method,
         otel.kind = "client",
         otel.status_code = field::Empty,
-        http.request.method = method.as_str(),
+        http.request.method = method,
         server.address = url.host_str().unwrap_or_default(),
         server.port = url.port_or_known_default(),
         url.path = url.path(),
         http.response.status_code = field::Empty,
         "error.type" = field::Empty,
-    );
+    )
+}
+
+/// Puts `span`'s W3C trace context into a request's headers (nothing with
+/// traces off).
+pub fn inject(span: &tracing::Span, headers: &mut dyn Injector) {
     let context = span.context();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&context, &mut Headers(request.headers_mut()));
-    });
-    let result = client.execute(request).instrument(span.clone()).await;
-    match &result {
-        Ok(response) => {
-            let status = response.status();
-            span.record("http.response.status_code", status.as_u16());
-            if status.is_client_error() || status.is_server_error() {
-                span.record("otel.status_code", "error");
-                span.record("error.type", status.as_str());
-            }
-        }
-        Err(err) => {
-            span.record("otel.status_code", "error");
-            span.record("error.type", if err.is_timeout() { "timeout" } else { "transport" });
-        }
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.inject_context(&context, headers));
+}
+
+/// Records the answer's status on a client span; 4xx and 5xx are errors.
+pub fn record_status(span: &tracing::Span, status: u16) {
+    span.record("http.response.status_code", status);
+    if status >= 400 {
+        span.record("otel.status_code", "error");
+        span.record("error.type", status.to_string());
     }
-    result
+}
+
+/// Records a request that got no answer (`timeout`, `transport`).
+pub fn record_failure(span: &tracing::Span, kind: &'static str) {
+    span.record("otel.status_code", "error");
+    span.record("error.type", kind);
 }
 
 /// Request headers as the propagator's carrier.

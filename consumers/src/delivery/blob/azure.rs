@@ -274,8 +274,10 @@ impl AzureBlobStore {
             }
         };
 
+        // The span first, so the authorization policy signs what is sent.
+        let trace: Arc<dyn Policy> = Arc::new(super::trace::TracePolicy);
         let options = ClientOptions {
-            per_try_policies: policy.into_iter().collect(),
+            per_try_policies: std::iter::once(trace).chain(policy).collect(),
             retry: RetryOptions::exponential(ExponentialRetryOptions {
                 initial_delay: azure_core::time::Duration::milliseconds(200),
                 max_retries: settings.max_retries,

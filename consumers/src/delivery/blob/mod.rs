@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 mod azure;
 mod filesystem;
 mod shared_key;
+mod trace;
 
 pub use azure::{AzureBlobAuth, AzureBlobConfigError, AzureBlobSettings, AzureBlobStore, BLOB_READ_TIMEOUT};
 pub use filesystem::FilesystemBlobStore;

@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 use crate::delivery::blob::sha256_hex;
 
 mod build;
+pub mod distribution;
 pub mod dockerfile;
 
 pub use build::build_image;

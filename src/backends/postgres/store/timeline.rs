@@ -83,7 +83,8 @@ pub(super) fn timeline_from_row(row: &PgRow) -> Result<TimelineEntry, StoreError
     })
 }
 
-pub(super) const DELIVERY_COLUMNS: &str = "correlation_id, tenant_id, started_by, message_type, message_id, started_at";
+pub(super) const DELIVERY_COLUMNS: &str =
+    "correlation_id, tenant_id, started_by, message_type, message_id, started_at, traceparent, tracestate";
 
 pub(super) fn delivery_from_row(row: &PgRow) -> Result<DeliveryRecord, StoreError> {
     Ok(DeliveryRecord {
@@ -93,6 +94,8 @@ pub(super) fn delivery_from_row(row: &PgRow) -> Result<DeliveryRecord, StoreErro
         message_type: row.try_get(3)?,
         message_id: row.try_get(4)?,
         started_at: row.try_get(5)?,
+        traceparent: row.try_get(6)?,
+        tracestate: row.try_get(7)?,
     })
 }
 
@@ -128,8 +131,9 @@ pub(super) async fn timeline(
 
 pub(super) async fn record_delivery(database: &PostgresDatabase, record: DeliveryRecord) -> Result<(), StoreError> {
     query(
-        "INSERT INTO bosun_deliveries (correlation_id, tenant_id, started_by, message_type, message_id, started_at)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        "INSERT INTO bosun_deliveries
+             (correlation_id, tenant_id, started_by, message_type, message_id, started_at, traceparent, tracestate)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
     )
     .bind(&record.correlation_id)
     .bind(&record.tenant_id)
@@ -137,6 +141,8 @@ pub(super) async fn record_delivery(database: &PostgresDatabase, record: Deliver
     .bind(&record.message_type)
     .bind(&record.message_id)
     .bind(record.started_at)
+    .bind(&record.traceparent)
+    .bind(&record.tracestate)
     .execute(database.pool())
     .await?;
     Ok(())

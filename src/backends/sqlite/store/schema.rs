@@ -105,7 +105,9 @@ CREATE TABLE IF NOT EXISTS deliveries (
     started_by TEXT NOT NULL,
     message_type TEXT NOT NULL,
     message_id TEXT NOT NULL,
-    started_at INTEGER NOT NULL
+    started_at INTEGER NOT NULL,
+    traceparent TEXT,
+    tracestate TEXT
 );
 CREATE INDEX IF NOT EXISTS deliveries_recent ON deliveries (started_at);
 CREATE INDEX IF NOT EXISTS deliveries_tenant ON deliveries (tenant_id, started_at);
@@ -140,6 +142,9 @@ pub(super) const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // What an outbox entry is for (`OutboxPurpose`); set for older rows by
     // data migration 2.
     ("outbox", "purpose", "TEXT NOT NULL DEFAULT 'emitted'"),
+    // The delivery's trace (see migrations/postgres/0008_delivery_trace.sql).
+    ("deliveries", "traceparent", "TEXT"),
+    ("deliveries", "tracestate", "TEXT"),
 ];
 
 /// Data migrations of `state.db`, numbered by `PRAGMA user_version` and

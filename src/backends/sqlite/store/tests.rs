@@ -100,7 +100,8 @@ async fn release_sagas_of_an_old_state_db_move_under_their_tenant() {
              INSERT INTO saga_history VALUES ('release', 'rel-2', 1, 'm-2', 'BuildCompleted', 1);
              INSERT INTO timeline (correlation_id, message_id, message_type, status, attempt, at)
                  VALUES ('c-2', 'm-2', 'BuildCompleted', 'completed', 0, 1);
-             INSERT INTO deliveries VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', 1);
+             INSERT INTO deliveries (correlation_id, tenant_id, started_by, message_type, message_id, started_at)
+                 VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', 1);
              INSERT INTO sagas VALUES ('release', 'rel-3', 1, '{}', 1, 1, NULL);
              INSERT INTO sagas VALUES ('gitops', 'contoso/prod', 1, '{}', 1, 1, 'contoso');
              PRAGMA user_version = 0;",

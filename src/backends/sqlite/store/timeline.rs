@@ -26,7 +26,8 @@ pub(super) fn insert_timeline(tx: &Transaction<'_>, entries: &[TimelineEntry]) -
     Ok(())
 }
 
-pub(super) const DELIVERY_COLUMNS: &str = "correlation_id, tenant_id, started_by, message_type, message_id, started_at";
+pub(super) const DELIVERY_COLUMNS: &str =
+    "correlation_id, tenant_id, started_by, message_type, message_id, started_at, traceparent, tracestate";
 
 pub(super) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecord> {
     Ok(DeliveryRecord {
@@ -36,6 +37,8 @@ pub(super) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecor
         message_type: row.get(3)?,
         message_id: row.get(4)?,
         started_at: from_unix_ms(row.get(5)?),
+        traceparent: row.get(6)?,
+        tracestate: row.get(7)?,
     })
 }
 
@@ -83,14 +86,18 @@ pub(super) async fn record_delivery(database: &Database, record: DeliveryRecord)
     database
         .call(move |conn| {
             conn.execute(
-                &format!("INSERT OR IGNORE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                &format!(
+                    "INSERT OR IGNORE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ),
                 params![
                     record.correlation_id,
                     record.tenant_id,
                     record.started_by,
                     record.message_type,
                     record.message_id,
-                    unix_ms(record.started_at)
+                    unix_ms(record.started_at),
+                    record.traceparent,
+                    record.tracestate
                 ],
             )?;
             Ok(())

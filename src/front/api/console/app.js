@@ -89,6 +89,334 @@ function pretty(value) {
   return JSON.stringify(value, null, 2);
 }
 
+// ---------------------------------------------------------------- pictures
+// Drawn by the page itself as inline SVG (no library, nothing fetched).
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** Builds an SVG element; string/number children become text nodes. */
+function svgNode(tag, attrs = {}, ...children) {
+  const element = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    element.setAttribute(name, String(value));
+  }
+  append(element, children);
+  return element;
+}
+
+const millis = (iso) => {
+  const value = new Date(iso).getTime();
+  return Number.isNaN(value) ? null : value;
+};
+
+function duration(ms) {
+  if (ms < 1) return '<1 ms';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+/** What a consumer did with a message: its outcome lines in order. */
+const OUTCOMES = new Set(['completed', 'retry-scheduled', 'dead-lettered', 'duplicate']);
+
+/**
+ * The hops of a delivery as waterfall rows: one per message and consumer,
+ * each a list of segments from when the message was sent (or its last
+ * retry was scheduled) to what the consumer did; a message nobody has
+ * handled yet is an open segment up to now while the delivery runs (once it
+ * is over, such a message had no consumer: a mark where it was sent).
+ */
+function waterfallRows(delivery) {
+  const running = delivery.status === 'in-progress';
+  const rows = [];
+  for (const message of delivery.messages ?? []) {
+    const events = [...(message.events ?? [])].sort((a, b) => String(a.at).localeCompare(String(b.at)));
+    const sent = events.find((event) => event.status === 'sent');
+    const start = millis(sent?.at ?? message.firstSeen ?? events[0]?.at);
+    if (start === null) continue;
+    const consumers = [...new Set(events.filter((event) => event.consumer).map((event) => event.consumer))];
+    if (!consumers.length) {
+      const segment = running
+        ? { from: start, to: null, status: 'waiting', attempt: 0 }
+        : { from: start, to: start, status: 'sent', attempt: 0 };
+      rows.push({ message, consumer: null, segments: [segment] });
+      continue;
+    }
+    for (const consumer of consumers) {
+      let from = start;
+      const segments = [];
+      for (const event of events.filter((event) => event.consumer === consumer && OUTCOMES.has(event.status))) {
+        const at = millis(event.at) ?? from;
+        segments.push({ from, to: at, status: event.status, attempt: event.attempt, detail: event.detail });
+        from = at;
+      }
+      if (!segments.length || segments[segments.length - 1].status === 'retry-scheduled') {
+        segments.push({ from, to: null, status: 'waiting', attempt: segments.length });
+      }
+      rows.push({ message, consumer, segments });
+    }
+  }
+  return rows;
+}
+
+/** A delivery as a waterfall of its hops, `width` pixels wide. */
+function drawWaterfall(delivery, width) {
+  const rows = waterfallRows(delivery);
+  const total = Math.max(480, Math.floor(width || 900));
+  const labelWidth = Math.min(220, Math.floor(total * 0.4));
+  const barWidth = total - labelWidth - 16;
+  const rowHeight = 32;
+  const top = 24;
+  const now = Date.now();
+  const times = rows.flatMap((row) => row.segments.flatMap((segment) => [segment.from, segment.to ?? now]));
+  const t0 = Math.min(...times);
+  const t1 = Math.max(t0 + 1, ...rows.flatMap((row) => row.segments.map((segment) => segment.to ?? segment.from)));
+  const x = (t) => labelWidth + ((Math.min(t, t1) - t0) / (t1 - t0)) * barWidth;
+  const height = top + rows.length * rowHeight + 6;
+  const svg = svgNode('svg', {
+    class: 'waterfall',
+    'data-testid': 'waterfall-svg',
+    viewBox: `0 0 ${total} ${height}`,
+    width: total,
+    height,
+    role: 'img',
+    'aria-label': `the delivery's ${rows.length} hops over ${duration(t1 - t0)}`,
+  });
+  for (let tick = 0; tick <= 4; tick += 1) {
+    const at = labelWidth + (barWidth * tick) / 4;
+    const anchor = tick === 0 ? 'start' : tick === 4 ? 'end' : 'middle';
+    svg.append(
+      svgNode('line', { class: 'wf-grid', x1: at, x2: at, y1: top - 6, y2: height - 4 }),
+      svgNode('text', { class: 'wf-tick', x: at, y: 13, 'text-anchor': anchor }, duration(((t1 - t0) * tick) / 4)),
+    );
+  }
+  rows.forEach((row, index) => {
+    const y = top + index * rowHeight;
+    const failed = row.segments.some((segment) => segment.status === 'dead-lettered');
+    const retried = row.segments.some((segment) => segment.status === 'retry-scheduled');
+    const label = row.consumer ? `${row.message.messageType} → ${row.consumer}` : `${row.message.messageType} (not handled yet)`;
+    const group = svgNode('g', {
+      class: `wf-row${failed ? ' wf-failed' : ''}${retried ? ' wf-retried' : ''}`,
+      'data-testid': 'waterfall-row',
+      'data-message-type': row.message.messageType ?? '',
+      'data-consumer': row.consumer ?? '',
+    });
+    group.append(
+      svgNode('text', { class: 'wf-label', x: labelWidth - 8, y: y + 13, 'text-anchor': 'end' }, text(row.message.messageType)),
+      svgNode(
+        'text',
+        { class: 'wf-consumer', x: labelWidth - 8, y: y + 26, 'text-anchor': 'end' },
+        row.consumer ?? (row.segments[0].status === 'sent' ? 'no consumer' : 'not handled yet'),
+      ),
+    );
+    for (const segment of row.segments) {
+      const left = x(segment.from);
+      const right = segment.to === null ? x(now) : x(segment.to);
+      const spent = (segment.to ?? now) - segment.from;
+      const what =
+        segment.status === 'waiting'
+          ? `waiting for ${duration(spent)}`
+          : segment.status === 'sent'
+            ? 'sent, no consumer receives it'
+            : `${segment.status} after ${duration(spent)}`;
+      group.append(
+        svgNode(
+          'rect',
+          {
+            class: `wf-bar wf-${token(segment.status)}`,
+            'data-testid': 'waterfall-bar',
+            'data-status': segment.status,
+            x: left.toFixed(1),
+            y: y + 7,
+            width: Math.max(3, right - left).toFixed(1),
+            height: rowHeight - 14,
+            rx: 2,
+          },
+          svgNode('title', {}, `${label}: ${what} (attempt ${segment.attempt ?? 0})${segment.detail ? ` — ${segment.detail}` : ''}`),
+        ),
+      );
+    }
+    svg.append(group);
+  });
+  return svg;
+}
+
+/** Rows of a state machine: each state's distance from the initial one. */
+function layers(machine) {
+  const depth = new Map([[machine.initial, 0]]);
+  const queue = [machine.initial];
+  while (queue.length) {
+    const state = queue.shift();
+    for (const edge of machine.transitions) {
+      if (edge.from === state && !depth.has(edge.to)) {
+        depth.set(edge.to, depth.get(state) + 1);
+        queue.push(edge.to);
+      }
+    }
+  }
+  let last = Math.max(0, ...depth.values());
+  for (const state of machine.states) if (!depth.has(state.value)) depth.set(state.value, ++last);
+  return depth;
+}
+
+/**
+ * A saga's state machine, top to bottom from its initial state, with its
+ * current state filled, the states its history went through outlined and
+ * the transitions it took drawn bold with how often.
+ */
+function drawSagaDiagram(diagram) {
+  const { machine } = diagram;
+  const depth = layers(machine);
+  const rows = new Map();
+  for (const state of machine.states) {
+    const row = depth.get(state.value);
+    if (!rows.has(row)) rows.set(row, []);
+    rows.get(row).push(state);
+  }
+  const boxWidth = 124;
+  const boxHeight = 34;
+  const gapX = 22;
+  const gapY = 58;
+  const left = 70;
+  const right = 56;
+  const top = 34;
+  const widest = Math.max(...[...rows.values()].map((states) => states.length));
+  const inner = widest * boxWidth + (widest - 1) * gapX;
+  const width = left + inner + right;
+  const height = top + rows.size * boxHeight + (rows.size - 1) * gapY + 30;
+  const place = new Map();
+  for (const [row, states] of rows) {
+    const rowWidth = states.length * boxWidth + (states.length - 1) * gapX;
+    states.forEach((state, index) => {
+      place.set(state.value, {
+        x: left + (inner - rowWidth) / 2 + index * (boxWidth + gapX),
+        y: top + row * (boxHeight + gapY),
+        row,
+      });
+    });
+  }
+  const taken = new Map((diagram.taken ?? []).map((entry) => [entry.transition, entry.count]));
+  const visited = new Set(diagram.visited ?? []);
+  const svg = svgNode('svg', {
+    class: 'saga-diagram',
+    'data-testid': 'saga-diagram-svg',
+    viewBox: `0 0 ${width} ${height}`,
+    width,
+    height,
+    role: 'img',
+    'aria-label': `state machine of ${diagram.kind}/${diagram.key}, now ${diagram.current}`,
+  });
+  const marker = (id, cls) =>
+    svgNode(
+      'marker',
+      {
+        id,
+        viewBox: '0 0 10 10',
+        refX: 9,
+        refY: 5,
+        markerUnits: 'userSpaceOnUse',
+        markerWidth: 9,
+        markerHeight: 9,
+        orient: 'auto-start-reverse',
+      },
+      svgNode('path', { d: 'M 0 0 L 10 5 L 0 10 z', class: cls }),
+    );
+  svg.append(svgNode('defs', {}, marker('sd-arrow', 'sd-arrow'), marker('sd-arrow-taken', 'sd-arrow-taken')));
+  const edges = svgNode('g', { class: 'sd-edges' });
+  let bends = 0;
+  machine.transitions.forEach((edge, index) => {
+    const from = place.get(edge.from);
+    const to = place.get(edge.to);
+    if (!from || !to) return;
+    const count = taken.get(index) ?? 0;
+    let d;
+    let label;
+    if (edge.from === edge.to) {
+      // A loop on the right of the box.
+      const x0 = from.x + boxWidth;
+      d = `M ${x0} ${from.y + 8} C ${x0 + 36} ${from.y - 6}, ${x0 + 36} ${from.y + boxHeight + 6}, ${x0} ${from.y + boxHeight - 8}`;
+      label = { x: x0 + 30, y: from.y - 2 };
+    } else if (to.row > from.row) {
+      // Down to a later row.
+      const sx = from.x + boxWidth / 2;
+      const sy = from.y + boxHeight;
+      const ex = to.x + boxWidth / 2;
+      const ey = to.y;
+      d = `M ${sx} ${sy} C ${sx} ${sy + 30}, ${ex} ${ey - 30}, ${ex} ${ey}`;
+      label = { x: (sx + ex) / 2 + 10, y: (sy + ey) / 2 };
+    } else if (to.row === from.row) {
+      // Along the row.
+      const rightwards = to.x > from.x;
+      const sx = rightwards ? from.x + boxWidth : from.x;
+      const ex = rightwards ? to.x : to.x + boxWidth;
+      const y = from.y + boxHeight / 2 + (rightwards ? -6 : 6);
+      const lift = Math.abs(ex - sx) > gapX + 2 ? (rightwards ? -28 : 28) : 0;
+      d = `M ${sx} ${y} C ${(sx * 2 + ex) / 3} ${y + lift}, ${(sx + ex * 2) / 3} ${y + lift}, ${ex} ${y}`;
+      label = { x: (sx + ex) / 2, y: y + lift / 2 - 3 };
+    } else {
+      // Back up to an earlier row, bending out to one side.
+      bends += 1;
+      const side = bends % 2 ? -1 : 1;
+      const bend = side * (46 + 8 * bends);
+      const sx = from.x + boxWidth / 2 + side * 24;
+      const sy = from.y;
+      const ex = to.x + boxWidth / 2 + side * 24;
+      const ey = to.y + boxHeight;
+      d = `M ${sx} ${sy} C ${sx + bend} ${sy - 30}, ${ex + bend} ${ey + 30}, ${ex} ${ey}`;
+      label = { x: (sx + ex) / 2 + bend * 0.7, y: (sy + ey) / 2 };
+    }
+    edges.append(
+      svgNode(
+        'path',
+        {
+          d,
+          class: count ? 'sd-edge sd-taken' : 'sd-edge',
+          'marker-end': count ? 'url(#sd-arrow-taken)' : 'url(#sd-arrow)',
+          'data-testid': 'saga-transition',
+          'data-from': edge.from,
+          'data-to': edge.to,
+          'data-taken': count,
+        },
+        svgNode('title', {}, `${edge.label}${count ? ` — taken ${count}×` : ''} (by ${edge.triggers.join(', ')})`),
+      ),
+    );
+    if (count) {
+      edges.append(svgNode('text', { class: 'sd-count', x: label.x, y: label.y, 'text-anchor': 'middle' }, `${count}×`));
+    }
+  });
+  svg.append(edges);
+  for (const state of machine.states) {
+    const at = place.get(state.value);
+    const current = state.value === diagram.current;
+    const seen = visited.has(state.value);
+    svg.append(
+      svgNode(
+        'g',
+        {
+          class: `sd-state${current ? ' sd-current' : ''}${seen ? ' sd-visited' : ''}${state.final ? ' sd-final' : ''}`,
+          'data-testid': 'saga-state-node',
+          'data-state': state.value,
+          'data-current': current,
+          'data-visited': seen,
+        },
+        svgNode('rect', { x: at.x, y: at.y, width: boxWidth, height: boxHeight, rx: state.final ? 17 : 6 }),
+        svgNode('text', { x: at.x + boxWidth / 2, y: at.y + boxHeight / 2 + 4, 'text-anchor': 'middle' }, state.name),
+        svgNode('title', {}, `${state.name}: ${state.description}${current ? ' (now)' : ''}`),
+      ),
+    );
+  }
+  // Where a saga starts.
+  const first = place.get(machine.initial);
+  if (first) {
+    const cx = first.x + boxWidth / 2;
+    svg.append(
+      svgNode('circle', { class: 'sd-start', cx, cy: first.y - 22, r: 6 }),
+      svgNode('line', { class: 'sd-edge', x1: cx, y1: first.y - 16, x2: cx, y2: first.y, 'marker-end': 'url(#sd-arrow)' }),
+    );
+  }
+  return svg;
+}
+
 // ---------------------------------------------------------------- API
 
 /** An error answer of the API: `{"error": {"code", "message", "field"?}}`. */
@@ -354,6 +682,7 @@ function renderDeliveries(deliveries) {
         {
           'data-testid': 'delivery-row',
           'data-correlation-id': id,
+          'data-status': delivery.status ?? '',
           class: id === selectedDelivery ? 'selected' : '',
           'aria-current': id === selectedDelivery ? 'true' : null,
         },
@@ -438,6 +767,12 @@ function renderDelivery() {
   status.className = `badge status-${token(delivery.status)}`;
   status.dataset.status = delivery.status ?? '';
   status.textContent = text(delivery.status);
+  // The trace id, to look the delivery up in the tracing backend.
+  $('delivery-trace').textContent = delivery.traceId ?? '';
+  $('delivery-trace-line').hidden = !delivery.traceId;
+
+  const waterfall = $('delivery-waterfall');
+  clear(waterfall).append(drawWaterfall(delivery, waterfall.clientWidth));
 
   const messages = clear($('delivery-messages'));
   const events = new Map();
@@ -689,6 +1024,17 @@ async function openSaga(kind, key) {
     $('saga-detail').hidden = false;
     $('saga-title').textContent = `${saga.kind}/${saga.key} v${saga.version}`;
     $('saga-state').textContent = pretty(saga.state);
+    const picture = clear($('saga-diagram'));
+    try {
+      const diagram = await api(`/v1/sagas/${encodeURIComponent(kind)}/${encodeURIComponent(key)}/diagram`);
+      if (selectedSaga !== `${kind}/${key}`) return;
+      picture.append(drawSagaDiagram(diagram));
+      $('saga-diagram-note').textContent = diagram.pathFound
+        ? `Now ${diagram.current}. Highlighted: the states it has been in and the transitions its ${saga.history?.length ?? 0} saves took (read from each save's message type).`
+        : `Now ${diagram.current}; its history does not follow the drawn transitions.`;
+    } catch (err) {
+      showError($('sagas-error'), err);
+    }
     const body = clear($('saga-history-body'));
     for (const entry of saga.history ?? []) {
       body.append(

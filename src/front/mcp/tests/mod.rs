@@ -131,7 +131,7 @@ async fn call(tools: &Tools, caller: &Caller, tool: &str, arguments: Value) -> (
         panic!("arguments are an object");
     };
     let result = tools
-        .call(caller, tool, Some(arguments))
+        .call(caller, None, tool, Some(arguments))
         .await
         .unwrap_or_else(|| panic!("{tool} is a tool"));
     let result = serde_json::to_value(result).expect("JSON");

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 
 use crate::front::access::Caller;
 use crate::front::gateway::{Gateway, GatewayError};
+use crate::runtime::telemetry::TraceContext;
 
 mod commands;
 mod describe_command;
@@ -72,6 +73,19 @@ pub trait McpTool {
         caller: &Caller,
         arguments: Self::Arguments,
     ) -> impl Future<Output = Result<Value, GatewayError>> + Send;
+
+    /// [`McpTool::run`] inside the trace of the call (`trace`: the context
+    /// of the tool call's server span, or the caller's when traces are
+    /// off). A tool that sends something passes it on; the others ignore it.
+    fn run_traced(
+        gateway: &Gateway,
+        caller: &Caller,
+        trace: Option<&TraceContext>,
+        arguments: Self::Arguments,
+    ) -> impl Future<Output = Result<Value, GatewayError>> + Send {
+        let _ = trace;
+        Self::run(gateway, caller, arguments)
+    }
 }
 
 /// Declares the tools once: their definitions for `tools/list`, in this
@@ -89,12 +103,13 @@ macro_rules! catalogue {
         async fn dispatch(
             gateway: &Gateway,
             caller: &Caller,
+            trace: Option<&TraceContext>,
             name: &str,
             arguments: Option<JsonObject>,
         ) -> Option<Result<Value, GatewayError>> {
             $(
                 if name == <$tool as McpTool>::NAME {
-                    return Some(run::<$tool>(gateway, caller, arguments).await);
+                    return Some(run::<$tool>(gateway, caller, trace, arguments).await);
                 }
             )+
             None
@@ -151,11 +166,18 @@ impl Tools {
         Self { gateway }
     }
 
-    /// Calls the tool `name` as `caller`: its answer, or the refusal, as a
-    /// tool result; `None` when there is no such tool.
-    pub async fn call(&self, caller: &Caller, name: &str, arguments: Option<JsonObject>) -> Option<CallToolResult> {
+    /// Calls the tool `name` as `caller`, in the trace `trace` names: its
+    /// answer, or the refusal, as a tool result; `None` when there is no
+    /// such tool.
+    pub async fn call(
+        &self,
+        caller: &Caller,
+        trace: Option<&TraceContext>,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Option<CallToolResult> {
         let started = Instant::now();
-        let outcome = dispatch(&self.gateway, caller, name, arguments).await?;
+        let outcome = dispatch(&self.gateway, caller, trace, name, arguments).await?;
         let elapsed_ms = started.elapsed().as_millis() as u64;
         Some(match outcome {
             Ok(value) => {
@@ -180,10 +202,11 @@ impl Tools {
 async fn run<T: McpTool>(
     gateway: &Gateway,
     caller: &Caller,
+    trace: Option<&TraceContext>,
     arguments: Option<JsonObject>,
 ) -> Result<Value, GatewayError> {
     let arguments = read_arguments::<T::Arguments>(T::NAME, arguments)?;
-    T::run(gateway, caller, arguments).await
+    T::run_traced(gateway, caller, trace, arguments).await
 }
 
 /// Reads a call's arguments (absent: none) into the tool's type; a bad one

@@ -10,6 +10,7 @@ use super::McpTool;
 use super::commands::{self, CommandPayload, CommandType};
 use crate::front::access::Caller;
 use crate::front::gateway::{CommandRouting, Gateway, GatewayError};
+use crate::runtime::telemetry::TraceContext;
 
 /// The `send_command` tool.
 pub struct SendCommand;
@@ -54,6 +55,18 @@ impl McpTool for SendCommand {
     }
 
     async fn run(gateway: &Gateway, caller: &Caller, arguments: SendCommandArguments) -> Result<Value, GatewayError> {
+        Self::run_traced(gateway, caller, None, arguments).await
+    }
+
+    /// The command continues the tool call's trace: its producer span is
+    /// the child of the call's server span (whose parent is the caller's
+    /// `_meta.traceparent`), so the delivery is in the agent's trace.
+    async fn run_traced(
+        gateway: &Gateway,
+        caller: &Caller,
+        trace: Option<&TraceContext>,
+        arguments: SendCommandArguments,
+    ) -> Result<Value, GatewayError> {
         let payload = arguments.payload.into_value();
         let accepted = gateway
             .send_command(
@@ -64,7 +77,7 @@ impl McpTool for SendCommand {
                 CommandRouting {
                     correlation_id: arguments.correlation_id,
                     idempotency_key: arguments.idempotency_key.as_deref(),
-                    trace: None,
+                    trace,
                 },
             )
             .await?;
