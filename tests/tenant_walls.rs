@@ -425,7 +425,13 @@ fn finish_demo(child: std::process::Child) -> Value {
             String::from_utf8_lossy(&output.stderr)
         )
     });
-    assert!(output.status.success(), "{report:#}");
+    if !output.status.success() {
+        // What the demo's consumers logged last says where it waited.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+        panic!("{report:#}\n--- the demo's last log lines ---\n{tail}");
+    }
     report
 }
 

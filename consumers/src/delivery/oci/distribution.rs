@@ -131,8 +131,14 @@ impl Distribution {
         } else {
             ClientProtocol::HttpsExcept(insecure.to_vec())
         };
+        // A registry that stops answering fails the call (transiently)
+        // instead of holding the build forever: bosun's connect timeout,
+        // and a minute between reads (blobs stream for longer in total).
         let client = Client::new(ClientConfig {
             protocol,
+            connect_timeout: Some(crate::delivery::azure::http::MAX_CONNECT_TIMEOUT),
+            read_timeout: Some(std::time::Duration::from_secs(60)),
+            user_agent: crate::delivery::azure::http::USER_AGENT,
             ..ClientConfig::default()
         });
         Self { client, auth }
