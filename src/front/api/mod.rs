@@ -39,7 +39,7 @@ use uuid::Uuid;
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::rate_limit::RateLimiter;
 use crate::front::access::Caller;
-use crate::front::gateway::{BulkReplayRequest, CommandRouting, Gateway, GatewayError};
+use crate::front::gateway::{BulkReplayRequest, CommandRouting, Gateway, GatewayError, ReplayJob};
 use crate::front::mcp::McpServer;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
 use crate::runtime::config::HttpLimits;
@@ -671,15 +671,19 @@ async fn replay_group(
             ),
         };
         let job = state.gateway.replay_group(&caller, &fingerprint, rate).await?;
-        let location = format!("/v1/replays/{}", job.id);
-        let mut response = (StatusCode::ACCEPTED, Json(&job)).into_response();
-        if let Ok(location) = HeaderValue::from_str(&location) {
-            response.headers_mut().insert(header::LOCATION, location);
-        }
-        Ok::<_, ApiError>(response)
+        Ok::<_, ApiError>(job_accepted(&job))
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// 202 with a bulk replay job and its `Location` (`/v1/replays/{id}`).
+fn job_accepted(job: &ReplayJob) -> Response {
+    let mut response = (StatusCode::ACCEPTED, Json(job)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/replays/{}", job.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
 }
 
 async fn purge_group(
@@ -742,12 +746,7 @@ async fn bulk_replay(
         let caller = caller(&state, &headers).await?;
         let request = bulk_request(&body)?;
         let job = state.gateway.start_bulk_replay(&caller, request).await?;
-        let location = format!("/v1/replays/{}", job.id);
-        let mut response = (StatusCode::ACCEPTED, Json(&job)).into_response();
-        if let Ok(location) = HeaderValue::from_str(&location) {
-            response.headers_mut().insert(header::LOCATION, location);
-        }
-        Ok::<_, ApiError>(response)
+        Ok::<_, ApiError>(job_accepted(&job))
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
