@@ -11,6 +11,7 @@
 //! what the `RUN` steps wrote.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use bosun_contracts::messages::{ArtifactKind, BuildCompleted};
@@ -150,24 +151,30 @@ async fn image_files(registry: &Distribution, repository: &str, digest: &str) ->
     files
 }
 
+/// A builder with its storage under `dir`, pushing to the test registry
+/// (reached over plain HTTP).
+fn registry_builder(dir: &Path, registry: &str, blobs: &Arc<dyn BlobStore>) -> BuildahBuilder {
+    BuildahBuilder::new(
+        BuildahConfig {
+            binary: "buildah".into(),
+            work_dir: dir.join("buildah"),
+            registry: registry.to_owned(),
+            insecure_registries: vec![registry.to_owned()],
+            credential: None,
+            timeout: std::time::Duration::from_secs(600),
+        },
+        Arc::clone(blobs),
+    )
+    .expect("the builder")
+}
+
 #[tokio::test]
 #[ignore = "needs buildah and docker-registry (scripts/test provides them)"]
 async fn buildah_builds_a_multi_stage_dockerfile_with_run_pushes_it_and_builds_it_once() {
     let registry = test_registry();
     let dir = tempfile::tempdir().unwrap();
     let blobs: Arc<dyn BlobStore> = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
-    let builder = BuildahBuilder::new(
-        BuildahConfig {
-            binary: "buildah".into(),
-            work_dir: dir.path().join("buildah"),
-            registry: registry.clone(),
-            insecure_registries: vec![registry.clone()],
-            credential: None,
-            timeout: std::time::Duration::from_secs(600),
-        },
-        Arc::clone(&blobs),
-    )
-    .expect("the builder");
+    let builder = registry_builder(dir.path(), &registry, &blobs);
     let consumer = ContainerBuild::new(builder);
 
     // 1. The base image, from Debian's busybox-static, through the adapter.
@@ -287,18 +294,7 @@ async fn buildah_a_failing_run_is_a_permanent_error_with_its_log() {
     let registry = test_registry();
     let dir = tempfile::tempdir().unwrap();
     let blobs: Arc<dyn BlobStore> = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
-    let builder = BuildahBuilder::new(
-        BuildahConfig {
-            binary: "buildah".into(),
-            work_dir: dir.path().join("buildah"),
-            registry: registry.clone(),
-            insecure_registries: vec![registry.clone()],
-            credential: None,
-            timeout: std::time::Duration::from_secs(600),
-        },
-        Arc::clone(&blobs),
-    )
-    .expect("the builder");
+    let builder = registry_builder(dir.path(), &registry, &blobs);
     let busybox = std::fs::read("/bin/busybox").unwrap_or_else(|err| panic!("/bin/busybox ({NEEDS}): {err}"));
     let mut context = TarWriter::new();
     context
