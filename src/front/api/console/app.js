@@ -122,24 +122,21 @@ const OUTCOMES = new Set(['completed', 'retry-scheduled', 'dead-lettered', 'dupl
 /**
  * The hops of a delivery as waterfall rows: one per message and consumer,
  * each a list of segments from when the message was sent (or its last
- * retry was scheduled) to what the consumer did; a message nobody has
- * handled yet is an open segment up to now while the delivery runs (once it
- * is over, such a message had no consumer: a mark where it was sent).
+ * retry was scheduled) to what the consumer did. A consumer the message is
+ * routed to (`byConsumer`) that has not handled it yet is an open segment
+ * up to now; a message no consumer receives is a mark where it was sent.
  */
 function waterfallRows(delivery) {
-  const running = delivery.status === 'in-progress';
   const rows = [];
   for (const message of delivery.messages ?? []) {
     const events = [...(message.events ?? [])].sort((a, b) => String(a.at).localeCompare(String(b.at)));
     const sent = events.find((event) => event.status === 'sent');
     const start = millis(sent?.at ?? message.firstSeen ?? events[0]?.at);
     if (start === null) continue;
-    const consumers = [...new Set(events.filter((event) => event.consumer).map((event) => event.consumer))];
+    const routed = (message.byConsumer ?? []).map((hop) => hop.consumer);
+    const consumers = [...new Set([...routed, ...events.filter((event) => event.consumer).map((event) => event.consumer)])];
     if (!consumers.length) {
-      const segment = running
-        ? { from: start, to: null, status: 'waiting', attempt: 0 }
-        : { from: start, to: start, status: 'sent', attempt: 0 };
-      rows.push({ message, consumer: null, segments: [segment] });
+      rows.push({ message, consumer: null, segments: [{ from: start, to: start, status: 'sent', attempt: 0 }] });
       continue;
     }
     for (const consumer of consumers) {
@@ -194,7 +191,7 @@ function drawWaterfall(delivery, width) {
     const y = top + index * rowHeight;
     const failed = row.segments.some((segment) => segment.status === 'dead-lettered');
     const retried = row.segments.some((segment) => segment.status === 'retry-scheduled');
-    const label = row.consumer ? `${row.message.messageType} → ${row.consumer}` : `${row.message.messageType} (not handled yet)`;
+    const label = row.consumer ? `${row.message.messageType} → ${row.consumer}` : `${row.message.messageType} (no consumer)`;
     const group = svgNode('g', {
       class: `wf-row${failed ? ' wf-failed' : ''}${retried ? ' wf-retried' : ''}`,
       'data-testid': 'waterfall-row',
@@ -206,7 +203,7 @@ function drawWaterfall(delivery, width) {
       svgNode(
         'text',
         { class: 'wf-consumer', x: labelWidth - 8, y: y + 26, 'text-anchor': 'end' },
-        row.consumer ?? (row.segments[0].status === 'sent' ? 'no consumer' : 'not handled yet'),
+        row.consumer ?? 'no consumer',
       ),
     );
     for (const segment of row.segments) {
