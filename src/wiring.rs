@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_consumers::Consumer;
+use bosun_contracts::routing::ConsumerRoute;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::postgres::PoolSettings;
@@ -265,9 +266,17 @@ pub async fn serve_with_metrics(
         postgres_store = settings.database_url.is_some(),
         "bosun serving"
     );
+    // Counting a Service Bus entity is a management call: there each
+    // process counts only its own consumers' entities (with a deployment
+    // per consumer, one or two), on bosun's own queues every consumer's.
+    let sampled: Vec<&'static ConsumerRoute> = bosun_contracts::routing::CONSUMERS
+        .iter()
+        .filter(|route| settings.transport != TransportKind::ServiceBus || names.contains(&route.name))
+        .collect();
     let sampler = tokio::spawn(sample_gauges(
         backends.clone(),
         Arc::clone(&metrics),
+        sampled,
         gauge_interval(settings),
         shutdown.clone(),
     ));
@@ -291,11 +300,17 @@ fn gauge_interval(settings: &Settings) -> Duration {
         .map_or(EVERY, |metrics| metrics.interval.min(EVERY))
 }
 
-/// Samples the outbox backlog and the depth of every consumer's queue and
-/// subscription into `metrics` every `interval` until `shutdown`. An
-/// entity the transport cannot count (a Service Bus identity without
+/// Samples the outbox backlog and the depth of the queue and subscription
+/// of each of `routes` into `metrics` every `interval` until `shutdown`.
+/// An entity the transport cannot count (a Service Bus identity without
 /// Manage rights) is left out, logged once.
-async fn sample_gauges(backends: Backends, metrics: Arc<Metrics>, interval: Duration, shutdown: CancellationToken) {
+async fn sample_gauges(
+    backends: Backends,
+    metrics: Arc<Metrics>,
+    routes: Vec<&'static ConsumerRoute>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warned = false;
@@ -308,7 +323,7 @@ async fn sample_gauges(backends: Backends, metrics: Arc<Metrics>, interval: Dura
             outbox_backlog: backends.store.outbox_backlog().await.ok(),
             ..Gauges::default()
         };
-        for route in bosun_contracts::routing::CONSUMERS {
+        for route in &routes {
             let entities = [
                 (!route.commands.is_empty()).then(|| route.queue()),
                 (!route.events.is_empty()).then(|| route.subscription()),
