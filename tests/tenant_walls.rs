@@ -316,6 +316,7 @@ fn scenario(backend: &Backend) {
     let openapi = get(port, "/openapi.json");
     assert!(openapi["paths"]["/v1/commands/ReleaseApprovalTimeout"].is_null());
     assert!(openapi["paths"]["/v1/commands/PollPipelineRun"].is_null());
+    assert!(openapi["paths"]["/v1/commands/PollContainerBuild"].is_null());
     assert!(openapi["paths"]["/v1/commands/ApproveRelease"].is_object());
 
     // A forged timeout put straight on the queue (as only someone with

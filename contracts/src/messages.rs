@@ -157,6 +157,7 @@ catalogue! {
     Command PollPipelineRun version 1 (internal): "The pipeline monitor's self-scheduled check of a run; carries the whole run so no state is held between polls.";
     Event PipelineRunCompleted version 1: "A pipeline run finished (succeeded, failed or canceled); its log and JUnit files are in the blob store.";
     Event BuildCompleted version 1: "A pipeline run's results are ingested: tests counted, logs and artifacts stored (idempotent on buildId).";
+    Command PollContainerBuild version 1 (internal): "The container-build consumer's self-scheduled check of an image build running elsewhere (ACR Tasks); carries the whole build so no state is held between polls.";
     Event ContainerImageBuilt version 1: "An OCI image was built from a build and pushed (idempotent on the image digest).";
     Event PackagePublished version 1: "A NuGet package version is on its feed (idempotent on packageId + version; versions are immutable).";
     Event ReleasePlanned version 1: "A release's artifacts are ready and its promotion path through the environments is set.";

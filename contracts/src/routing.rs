@@ -103,7 +103,7 @@ pub const CONSUMERS: &[ConsumerRoute] = &[
     },
     ConsumerRoute {
         name: "container-build",
-        commands: &[],
+        commands: &["PollContainerBuild"],
         events: &["BuildCompleted"],
     },
     ConsumerRoute {

@@ -60,6 +60,7 @@ pub fn samples() -> Vec<Message> {
         poll_pipeline_run().into(),
         pipeline_run_completed().into(),
         build_completed().into(),
+        poll_container_build().into(),
         container_image_built().into(),
         package_published().into(),
         release_planned().into(),
@@ -392,6 +393,24 @@ pub fn build_completed() -> BuildCompleted {
         ],
         module: module(),
         completed_at: datetime!(2026-11-29 10:10:05 UTC),
+    }
+}
+
+/// `PollContainerBuild` (the second poll of an ACR Tasks run).
+pub fn poll_container_build() -> PollContainerBuild {
+    PollContainerBuild {
+        run_id: "cab7".to_owned(),
+        build_key: "5d41402abc4b2a76b9719d911017c592".repeat(2),
+        release_id: RELEASE_ID.to_owned(),
+        build_id: BUILD_ID.to_owned(),
+        module_id: MODULE_ID.to_owned(),
+        repository: REPOSITORY.to_owned(),
+        commit_sha: COMMIT_SHA.to_owned(),
+        registry: "contoso.azurecr.io".to_owned(),
+        image: MODULE_ID.to_owned(),
+        tag: VERSION.to_owned(),
+        platform: "linux/amd64".to_owned(),
+        poll: 2,
     }
 }
 

@@ -64,6 +64,7 @@ pub fn describe(message: &Message) -> Option<String> {
             m.release_id
         ),
         Message::PollPipelineRun(m) => format!("run {} poll {}", m.pipeline_run_id, m.poll),
+        Message::PollContainerBuild(m) => format!("ACR run {} of {}:{} poll {}", m.run_id, m.image, m.tag, m.poll),
         Message::PipelineRunCompleted(m) => format!(
             "run {} {:?} in {} ms{}",
             m.pipeline_run_id,

@@ -59,7 +59,7 @@ use reqwest::{Method, StatusCode, Url};
 use time::OffsetDateTime;
 
 use super::image::build_from_context;
-use super::port::{BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
+use super::port::{BuildProgress, BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
 use crate::delivery::azure::credential::RefreshingToken;
 use crate::delivery::azure::http::{self, Redirects, Timeout};
 use crate::delivery::azure::retry::{Disposition, retry_after};
@@ -211,6 +211,15 @@ impl From<RegistryError> for ContainerBuildError {
             Disposition::Permanent => Self::Rejected(Box::new(err)),
         }
     }
+}
+
+/// An image as the registry holds it: [`AzureContainerRegistry::manifest_summary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestSummary {
+    /// Manifest digest, `sha256:<hex>`.
+    pub digest: String,
+    /// Manifest, config and layers together, in bytes.
+    pub size_bytes: u64,
 }
 
 /// Pushes images to Azure Container Registry.
@@ -394,6 +403,59 @@ impl AzureContainerRegistry {
         .await
     }
 
+    /// The login server this adapter talks to, e.g. `contoso.azurecr.io`.
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    /// What `reference` (a tag or a digest) names in `repository`, when it
+    /// exists: the manifest's digest, and the image's size (the manifest,
+    /// its config and its layers; for an index, the index and the
+    /// manifests it lists). ACR Tasks reads the digests and sizes of the
+    /// images its runs pushed through this.
+    pub async fn manifest_summary(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<ManifestSummary>, RegistryError> {
+        let bearer = format!("Bearer {}", self.access_token(repository).await?);
+        let url = self.url(&format!("/v2/{repository}/manifests/{reference}"));
+        let (operation, answer) = self
+            .call(Method::GET, url, Some(&bearer), &[(ACCEPT, MANIFEST_ACCEPT)], None)
+            .await?;
+        match answer.status {
+            StatusCode::NOT_FOUND => return Ok(None),
+            status if status.is_success() => {}
+            _ => return Err(failure(operation, &answer)),
+        }
+        let computed = format!("sha256:{}", crate::delivery::blob::sha256_hex(&answer.body));
+        let digest = answer
+            .header("docker-content-digest")
+            .map_or_else(|| computed.clone(), str::to_owned);
+        if digest != computed {
+            return Err(RegistryError::UnexpectedResponse {
+                operation,
+                reason: format!("the manifest's bytes hash to {computed}, the registry says {digest}"),
+            });
+        }
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&answer.body).map_err(|err| RegistryError::UnexpectedResponse {
+                operation: operation.clone(),
+                reason: format!("the manifest is not JSON: {err}"),
+            })?;
+        let size = |value: &serde_json::Value| value["size"].as_u64().unwrap_or(0);
+        let listed: u64 = ["layers", "manifests"]
+            .iter()
+            .filter_map(|field| manifest[*field].as_array())
+            .flatten()
+            .map(size)
+            .sum();
+        Ok(Some(ManifestSummary {
+            digest,
+            size_bytes: answer.body.len() as u64 + size(&manifest["config"]) + listed,
+        }))
+    }
+
     /// The digest the tag names, when it exists.
     async fn tagged_digest(&self, bearer: &str, image: &str, tag: &str) -> Result<Option<String>, RegistryError> {
         let url = self.url(&format!("/v2/{image}/manifests/{tag}"));
@@ -476,9 +538,11 @@ pub fn tenant_repository(tenant: &str, image: &str) -> String {
     }
 }
 
-#[async_trait]
-impl ImageBuilder for AzureContainerRegistry {
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
+impl AzureContainerRegistry {
+    /// Builds `spec`'s image and stores it under its tag, before it
+    /// returns (the port's [`ImageBuilder::build`], which never leaves a
+    /// run going).
+    pub async fn build_image(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
         let invalid =
             |err: validate::FieldError| ContainerBuildError::Invalid(format!("{}: {}", err.field, err.reason));
         validate::tenant_id("tenant", &spec.tenant).map_err(invalid)?;
@@ -546,6 +610,13 @@ impl ImageBuilder for AzureContainerRegistry {
             already_present: false,
             pushed_at: OffsetDateTime::now_utc(),
         })
+    }
+}
+
+#[async_trait]
+impl ImageBuilder for AzureContainerRegistry {
+    async fn build(&self, spec: &ImageSpec) -> Result<BuildProgress, ContainerBuildError> {
+        self.build_image(spec).await.map(BuildProgress::Built)
     }
 }
 

@@ -67,7 +67,7 @@ use time::format_description::well_known::Rfc3339;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::azure::tenant_repository;
-use super::port::{BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
+use super::port::{BuildProgress, BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
 use crate::delivery::archive::tar::{EntryKind, read_archive};
 use crate::delivery::blob::{BlobStore, sha256_hex};
 use crate::delivery::oci::distribution::{Distribution, DistributionError};
@@ -482,15 +482,17 @@ pub(crate) fn unpack(context: &[u8], dir: &Path) -> Result<(), ContainerBuildErr
 }
 
 /// The last lines of a log.
-fn tail(log: &[u8]) -> String {
+pub(super) fn tail(log: &[u8]) -> String {
     let text = String::from_utf8_lossy(log);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
 }
 
-#[async_trait]
-impl ImageBuilder for BuildahBuilder {
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
+impl BuildahBuilder {
+    /// Builds `spec`'s image and stores it under its tag, before it
+    /// returns (the port's [`ImageBuilder::build`], which never leaves a
+    /// run going).
+    pub async fn build_image(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
         let invalid =
             |err: validate::FieldError| ContainerBuildError::Invalid(format!("{}: {}", err.field, err.reason));
         validate::tenant_id("tenant", &spec.tenant).map_err(invalid)?;
@@ -631,5 +633,12 @@ impl ImageBuilder for BuildahBuilder {
             already_present: false,
             pushed_at: OffsetDateTime::now_utc(),
         })
+    }
+}
+
+#[async_trait]
+impl ImageBuilder for BuildahBuilder {
+    async fn build(&self, spec: &ImageSpec) -> Result<BuildProgress, ContainerBuildError> {
+        self.build_image(spec).await.map(BuildProgress::Built)
     }
 }

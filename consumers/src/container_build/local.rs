@@ -51,7 +51,7 @@ use time::OffsetDateTime;
 use tokio::sync::OnceCell;
 
 use super::image::build_from_context;
-use super::port::{BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
+use super::port::{BuildProgress, BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
 use crate::delivery::atomic_file;
 use crate::delivery::blob::BlobStore;
 use crate::delivery::oci::{INDEX_MEDIA_TYPE, OciBlob, OciImage, json_bytes};
@@ -289,9 +289,11 @@ fn check_entry_tenant(entry: &Value, index_path: &Path, tenant: &str) -> Result<
     }
 }
 
-#[async_trait]
-impl ImageBuilder for LocalImageBuilder {
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
+impl LocalImageBuilder {
+    /// Builds `spec`'s image and stores it under its tag, before it
+    /// returns (the port's [`ImageBuilder::build`], which never leaves a
+    /// run going).
+    pub async fn build_image(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
         let invalid =
             |err: validate::FieldError| ContainerBuildError::Invalid(format!("{}: {}", err.field, err.reason));
         validate::registry_host("registry", &spec.registry).map_err(invalid)?;
@@ -316,6 +318,13 @@ impl ImageBuilder for LocalImageBuilder {
             "image stored in the local OCI layout"
         );
         Ok(built)
+    }
+}
+
+#[async_trait]
+impl ImageBuilder for LocalImageBuilder {
+    async fn build(&self, spec: &ImageSpec) -> Result<BuildProgress, ContainerBuildError> {
+        self.build_image(spec).await.map(BuildProgress::Built)
     }
 }
 

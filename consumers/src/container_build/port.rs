@@ -1,6 +1,7 @@
 //! The port the container-build handler needs: something that builds the
 //! image of a build context and puts it in a registry (the local OCI
-//! layout, or Azure Container Registry).
+//! layout, a registry buildah pushes to, or Azure Container Registry), at
+//! once or in a run it is asked about again (ACR Tasks).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -57,13 +58,68 @@ pub struct BuiltImage {
     pub pushed_at: OffsetDateTime,
 }
 
+/// Where a build is: done, or running on a remote builder (ACR Tasks) that
+/// is asked again later ([`ImageBuilder::poll`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildProgress {
+    /// The image is in the registry.
+    Built(BuiltImage),
+    /// The build runs elsewhere and has not finished.
+    Running(RunningBuild),
+}
+
+/// A build still running on a remote builder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningBuild {
+    /// What runs it: `ACR Tasks`.
+    pub builder: &'static str,
+    /// The builder's id of the run (ACR Tasks' `runId`).
+    pub run_id: String,
+    /// The build key the run was started for (see
+    /// [`super::buildah::build_key`]).
+    pub build_key: String,
+    /// The builder's word for where the run is (`Queued`, `Running` ...).
+    pub status: String,
+}
+
+/// A run to ask about again: what a `PollContainerBuild` carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildRun {
+    /// The tenant (from the envelope).
+    pub tenant: String,
+    /// The builder's id of the run.
+    pub run_id: String,
+    /// The build key the run was started for.
+    pub build_key: String,
+    /// Registry host the module names.
+    pub registry: String,
+    /// The module's image name.
+    pub image: String,
+    /// The tag being built.
+    pub tag: String,
+    /// The platform being built.
+    pub platform: String,
+}
+
 /// Builds an image and stores it in a registry. Implementations must be
-/// idempotent on the digest: when the tag already names the digest they
-/// build, they write nothing and report `already_present: true`.
+/// idempotent: when the tag already names the image they would build, they
+/// write nothing and report `already_present: true`; a remote builder
+/// never starts a second run for a build it already ran.
 #[async_trait]
 pub trait ImageBuilder: Send + Sync {
-    /// Builds `spec`'s image and stores it under its tag.
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError>;
+    /// Builds `spec`'s image and stores it under its tag; a remote builder
+    /// may instead start a run and answer [`BuildProgress::Running`].
+    async fn build(&self, spec: &ImageSpec) -> Result<BuildProgress, ContainerBuildError>;
+
+    /// Where a run [`ImageBuilder::build`] started is now. Builders that
+    /// finish before `build` returns have no runs: the default says so (a
+    /// permanent error).
+    async fn poll(&self, run: &BuildRun) -> Result<BuildProgress, ContainerBuildError> {
+        Err(ContainerBuildError::Invalid(format!(
+            "this container builder finishes its builds at once; it has no run `{}` to follow",
+            run.run_id
+        )))
+    }
 }
 
 /// Why an image was not built or stored; each variant says whether a retry
@@ -125,6 +181,17 @@ pub enum ContainerBuildError {
     /// The request names a context or a tag of another tenant. Permanent.
     #[error(transparent)]
     ForeignTenant(#[from] ForeignTenant),
+    /// A remote build did not finish within the consumer's polls.
+    /// Permanent: an operator looks at the run and replays the last poll.
+    #[error("{builder} run `{run_id}` still not finished after {polls} polls; giving up")]
+    GaveUp {
+        /// What runs the build: `ACR Tasks`.
+        builder: &'static str,
+        /// The run id.
+        run_id: String,
+        /// Polls made.
+        polls: u32,
+    },
 }
 
 impl ContainerBuildError {
@@ -134,9 +201,12 @@ impl ContainerBuildError {
             Self::Context(err) => err.is_transient(),
             Self::BuilderFailed { transient, .. } => *transient,
             Self::Storage(_) | Self::Unavailable(_) | Self::Throttled { .. } => true,
-            Self::Invalid(_) | Self::Build(_) | Self::CorruptLayout(_) | Self::Rejected(_) | Self::ForeignTenant(_) => {
-                false
-            }
+            Self::Invalid(_)
+            | Self::Build(_)
+            | Self::CorruptLayout(_)
+            | Self::Rejected(_)
+            | Self::ForeignTenant(_)
+            | Self::GaveUp { .. } => false,
         }
     }
 }

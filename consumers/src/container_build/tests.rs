@@ -79,18 +79,18 @@ struct FakeBuilder {
 
 #[async_trait]
 impl ImageBuilder for FakeBuilder {
-    async fn build(&self, spec: &ImageSpec) -> Result<BuiltImage, ContainerBuildError> {
+    async fn build(&self, spec: &ImageSpec) -> Result<BuildProgress, ContainerBuildError> {
         self.calls.lock().unwrap().push(spec.clone());
         if let Some(fail) = *self.fail.lock().unwrap() {
             return Err(fail());
         }
-        Ok(BuiltImage {
+        Ok(BuildProgress::Built(BuiltImage {
             repository: spec.image.clone(),
             digest: format!("sha256:{}", "ab".repeat(32)),
             size_bytes: 4096,
             already_present: self.calls.lock().unwrap().len() > 1,
             pushed_at: datetime!(2026-11-29 10:12:40 UTC),
-        })
+        }))
     }
 }
 
@@ -187,6 +187,17 @@ async fn port_errors_keep_their_retry_decision() {
     });
     let err = handle(&consumer, samples::build_completed().into()).await.unwrap_err();
     assert!(matches!(err, HandlerError::RetryAfter { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_poll_to_a_builder_without_runs_is_permanent_and_builds_nothing() {
+    let consumer = ContainerBuild::new(FakeBuilder::default());
+    let err = handle(&consumer, samples::poll_container_build().into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+    assert!(err.to_string().contains("no run `cab7`"), "{err}");
+    assert!(consumer.builder().calls.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! Published artifacts: `ContainerImageBuilt` (consumer `container-build`)
-//! and `PackagePublished` (consumer `package-publishing`), and the slim
+//! Published artifacts: `ContainerImageBuilt` (consumer `container-build`,
+//! with its self-scheduled `PollContainerBuild`) and `PackagePublished` (consumer `package-publishing`), and the slim
 //! [`ImageArtifact`] and [`PackageArtifact`] references a release carries.
 
 use schemars::JsonSchema;
@@ -138,6 +138,82 @@ impl Validate for ContainerImageBuilt {
         self.artifact().validate()?;
         validate::text("platform", &self.platform, MAX_PLATFORM_CHARS)?;
         validate::positive("sizeBytes", self.size_bytes)
+    }
+}
+
+/// The container-build consumer's self-scheduled check of an image build
+/// that runs elsewhere (an ACR Tasks run). It carries the whole build so
+/// the consumer holds no lock and no state between polls; while the run
+/// is still going it schedules poll `poll + 1` with backoff, and once it
+/// succeeded it emits `ContainerImageBuilt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PollContainerBuild {
+    /// The builder's id of the run (ACR Tasks' `runId`).
+    #[schemars(transform = rule::identifier)]
+    pub run_id: String,
+    /// The build key: SHA-256 of the context digest, Dockerfile path,
+    /// build arguments and platform (64 lowercase hex).
+    #[schemars(transform = rule::sha256_hex)]
+    pub build_key: String,
+    /// The release the image belongs to.
+    #[schemars(transform = rule::identifier)]
+    pub release_id: String,
+    /// The build the image is made from.
+    #[schemars(transform = rule::identifier)]
+    pub build_id: String,
+    /// The module.
+    #[schemars(transform = rule::identifier)]
+    pub module_id: String,
+    /// Source repository name (Git).
+    #[schemars(transform = rule::repository_name)]
+    pub repository: String,
+    /// Source commit.
+    #[schemars(transform = rule::git_sha)]
+    pub commit_sha: String,
+    /// Registry host, e.g. `contoso.azurecr.io`.
+    #[schemars(transform = rule::registry_host)]
+    pub registry: String,
+    /// The module's image name (the registry holds it under the tenant's
+    /// repository, `<tenant>/<image>`).
+    #[schemars(transform = rule::oci_repository)]
+    pub image: String,
+    /// The tag being built, e.g. `1.4.0`.
+    #[schemars(transform = rule::oci_tag)]
+    pub tag: String,
+    /// Platform being built, e.g. `linux/amd64`.
+    #[schemars(transform = rule::text(MAX_PLATFORM_CHARS))]
+    pub platform: String,
+    /// Number of this poll, 1 for the first. Distinct from the envelope's
+    /// `attempt`, which counts retries of one poll.
+    #[schemars(transform = rule::positive)]
+    pub poll: u32,
+}
+
+impl PollContainerBuild {
+    /// The poll after this one.
+    pub fn next(&self) -> Self {
+        Self {
+            poll: self.poll.saturating_add(1),
+            ..self.clone()
+        }
+    }
+}
+
+impl Validate for PollContainerBuild {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("runId", &self.run_id)?;
+        validate::sha256_hex("buildKey", &self.build_key)?;
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::identifier("buildId", &self.build_id)?;
+        validate::identifier("moduleId", &self.module_id)?;
+        validate::repository_name("repository", &self.repository)?;
+        validate::git_sha("commitSha", &self.commit_sha)?;
+        validate::registry_host("registry", &self.registry)?;
+        validate::oci_repository("image", &self.image)?;
+        validate::oci_tag("tag", &self.tag)?;
+        validate::text("platform", &self.platform, MAX_PLATFORM_CHARS)?;
+        validate::positive("poll", u64::from(self.poll))
     }
 }
 

@@ -442,7 +442,7 @@ mod tests {
             .filter(|p| p.starts_with("/v1/commands/"))
             .count();
         assert_eq!(command_paths, commands);
-        for internal in ["ReleaseApprovalTimeout", "PollPipelineRun"] {
+        for internal in ["ReleaseApprovalTimeout", "PollPipelineRun", "PollContainerBuild"] {
             assert!(
                 doc["paths"][format!("/v1/commands/{internal}")].is_null(),
                 "{internal} is internal"

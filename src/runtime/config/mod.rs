@@ -130,6 +130,12 @@ const KNOWN: &[&str] = &[
     "BOSUN_ACR_ENTRA_TOKEN",
     "BOSUN_ACR_TENANT",
     "BOSUN_ACR_AUTH",
+    "BOSUN_ACR_SUBSCRIPTION",
+    "BOSUN_ACR_RESOURCE_GROUP",
+    "BOSUN_ACR_REGISTRY_NAME",
+    "BOSUN_ACR_ARM_ENDPOINT",
+    "BOSUN_ACR_ARM_AUTH",
+    "BOSUN_ACR_RUN_TIMEOUT_MS",
     "BOSUN_ARTIFACTS_URL",
     "BOSUN_ARTIFACTS_PROJECT",
     "BOSUN_ARTIFACTS_PAT",
@@ -145,6 +151,65 @@ const KNOWN: &[&str] = &[
     "BOSUN_CONTAINER_REGISTRY_PASSWORD",
     "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
 ];
+
+/// The ACR Tasks settings (`BOSUN_CONTAINER_BUILDER=acr-tasks`): the
+/// registry's place in Azure Resource Manager, checked against Azure's
+/// naming rules, and the identity whose ARM tokens schedule the runs
+/// (`BOSUN_ACR_ARM_AUTH`, else the identity of `BOSUN_ACR_AUTH`, else the
+/// default chain).
+fn acr_tasks_settings(
+    get: &dyn Fn(&str) -> Option<String>,
+    registry: &str,
+    credential: &AcrCredential,
+    millis: &dyn Fn(&str, u64) -> Result<Duration, ConfigError>,
+) -> Result<AcrTasksSettings, ConfigError> {
+    use bosun_consumers::container_build::acr_tasks::{AcrTasksConfig, check_config};
+    let required = |name: &str| {
+        get(name).map(|text| text.trim().to_owned()).filter(|text| !text.is_empty()).ok_or_else(|| {
+            invalid(name, "is required with BOSUN_CONTAINER_BUILDER=acr-tasks (the registry's place in Azure Resource Manager)")
+        })
+    };
+    let subscription = required("BOSUN_ACR_SUBSCRIPTION")?;
+    let resource_group = required("BOSUN_ACR_RESOURCE_GROUP")?;
+    let registry_name = get("BOSUN_ACR_REGISTRY_NAME")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|| registry.split('.').next().unwrap_or_default().to_owned());
+    let arm_endpoint = get("BOSUN_ACR_ARM_ENDPOINT").map(|url| url.trim().trim_end_matches('/').to_owned());
+    if let Some(url) = &arm_endpoint
+        && !url.starts_with("https://")
+        && !url.starts_with("http://")
+    {
+        return Err(invalid(
+            "BOSUN_ACR_ARM_ENDPOINT",
+            "must be an http(s) URL such as https://management.azure.com",
+        ));
+    }
+    let identity = match (get("BOSUN_ACR_ARM_AUTH"), credential) {
+        (Some(text), _) => EntraIdentity::parse("BOSUN_ACR_ARM_AUTH", &text)?,
+        (None, AcrCredential::Entra { identity, .. }) => *identity,
+        (None, _) => EntraIdentity::Default,
+    };
+    let run_timeout = millis("BOSUN_ACR_RUN_TIMEOUT_MS", 3_600_000)?;
+    let mut config = AcrTasksConfig::new(subscription.clone(), resource_group.clone(), registry_name.clone());
+    config.run_timeout = run_timeout;
+    check_config(&config).map_err(|err| {
+        let setting = match err.field {
+            "subscription" => "BOSUN_ACR_SUBSCRIPTION",
+            "resourceGroup" => "BOSUN_ACR_RESOURCE_GROUP",
+            "registryName" => "BOSUN_ACR_REGISTRY_NAME",
+            _ => "BOSUN_ACR_RUN_TIMEOUT_MS",
+        };
+        invalid(setting, err.reason)
+    })?;
+    Ok(AcrTasksSettings {
+        subscription,
+        resource_group,
+        registry_name,
+        arm_endpoint,
+        identity,
+        run_timeout,
+    })
+}
 
 /// Reads a TOML settings file into `BOSUN_*` keys.
 pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
@@ -402,7 +467,16 @@ impl Settings {
                                 password: Secret::new(required("BOSUN_ACR_PASSWORD")?),
                             }
                         };
-                        Some(AcrSettings { registry, credential })
+                        let tasks = if get("BOSUN_CONTAINER_BUILDER").as_deref().map(str::trim) == Some("acr-tasks") {
+                            Some(acr_tasks_settings(&get, &registry, &credential, &millis)?)
+                        } else {
+                            None
+                        };
+                        Some(AcrSettings {
+                            registry,
+                            credential,
+                            tasks,
+                        })
                     }
                 };
                 let artifacts = match get("BOSUN_ARTIFACTS_URL") {
@@ -562,13 +636,24 @@ impl Settings {
                 None | Some("auto") => ContainerBuilderChoice::Auto,
                 Some("buildah") => ContainerBuilderChoice::Buildah,
                 Some("layout") => ContainerBuilderChoice::Layout,
+                Some("acr-tasks") => ContainerBuilderChoice::AcrTasks,
                 Some(other) => {
                     return Err(invalid(
                         "BOSUN_CONTAINER_BUILDER",
-                        format!("`{other}` is not auto, buildah or layout"),
+                        format!("`{other}` is not auto, buildah, layout or acr-tasks"),
                     ));
                 }
             };
+            let acr_registry = match &adapters {
+                AdapterKind::Azure(azure) => azure.acr.is_some(),
+                AdapterKind::Local => false,
+            };
+            if builder == ContainerBuilderChoice::AcrTasks && !acr_registry {
+                return Err(invalid(
+                    "BOSUN_CONTAINER_BUILDER",
+                    "acr-tasks builds in Azure Container Registry: it needs BOSUN_ADAPTERS=azure and BOSUN_ACR_REGISTRY",
+                ));
+            }
             let host = |name: &str, text: &str| -> Result<String, ConfigError> {
                 let text = text.trim();
                 bosun_contracts::validate::registry_host(name, text).map_err(|err| invalid(name, err.reason))?;

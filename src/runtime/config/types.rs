@@ -139,6 +139,32 @@ pub struct AcrSettings {
     pub registry: String,
     /// The credential.
     pub credential: AcrCredential,
+    /// ACR Tasks, when `BOSUN_CONTAINER_BUILDER=acr-tasks`: the registry
+    /// builds the images.
+    pub tasks: Option<AcrTasksSettings>,
+}
+
+/// Where ACR Tasks schedules runs (`BOSUN_CONTAINER_BUILDER=acr-tasks` with
+/// `azure` adapters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcrTasksSettings {
+    /// `BOSUN_ACR_SUBSCRIPTION`: the registry's subscription id.
+    pub subscription: String,
+    /// `BOSUN_ACR_RESOURCE_GROUP`: the registry's resource group.
+    pub resource_group: String,
+    /// `BOSUN_ACR_REGISTRY_NAME`: the registry's resource name; by default
+    /// the first label of `BOSUN_ACR_REGISTRY` (`contoso` for
+    /// `contoso.azurecr.io`).
+    pub registry_name: String,
+    /// `BOSUN_ACR_ARM_ENDPOINT`: Azure Resource Manager; by default
+    /// `https://management.azure.com`.
+    pub arm_endpoint: Option<String>,
+    /// `BOSUN_ACR_ARM_AUTH`: the identity whose ARM tokens schedule runs;
+    /// by default the identity of `BOSUN_ACR_AUTH`, else `default`.
+    pub identity: EntraIdentity,
+    /// `BOSUN_ACR_RUN_TIMEOUT_MS`: the longest a run may take before ACR
+    /// stops it (5 min to 8 h; default 1 h).
+    pub run_timeout: Duration,
 }
 
 /// Azure Artifacts settings (package-publishing with `azure` adapters).
@@ -474,8 +500,7 @@ pub struct Settings {
     pub container: ContainerBuilderSettings,
 }
 
-/// `BOSUN_CONTAINER_BUILDER`: which builder the local container-build
-/// adapter uses.
+/// `BOSUN_CONTAINER_BUILDER`: which builder container-build uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerBuilderChoice {
     /// `auto` (the default): buildah when it runs and a push registry is
@@ -487,12 +512,16 @@ pub enum ContainerBuilderChoice {
     /// `layout`: the built-in reproducible builder (`FROM scratch`, no
     /// `RUN`) into the local OCI layouts.
     Layout,
+    /// `acr-tasks`: with `azure` adapters, the registry builds the image
+    /// (ACR Tasks); bosun follows the run without holding a lock.
+    AcrTasks,
 }
 
 /// The local container builder's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerBuilderSettings {
-    /// `BOSUN_CONTAINER_BUILDER`: `auto` (default), `buildah` or `layout`.
+    /// `BOSUN_CONTAINER_BUILDER`: `auto` (default), `buildah`, `layout` or
+    /// `acr-tasks`.
     pub builder: ContainerBuilderChoice,
     /// `BOSUN_BUILDAH_BINARY`: the `buildah` executable (default `buildah`
     /// on `PATH`).

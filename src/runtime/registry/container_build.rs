@@ -3,11 +3,15 @@
 //! Local adapters: buildah ([`buildah::BuildahBuilder`]) when
 //! `BOSUN_CONTAINER_BUILDER` allows it, the executable runs and a push
 //! registry is set; else the built-in builder into the local OCI layouts
-//! ([`local::LocalImageBuilder`]). Azure: Azure Container Registry.
+//! ([`local::LocalImageBuilder`]). Azure: Azure Container Registry, the
+//! image built by bosun and pushed over the OCI distribution API, or, with
+//! `BOSUN_CONTAINER_BUILDER=acr-tasks`, built by the registry itself (ACR
+//! Tasks, [`AcrTasks`]).
 
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
+use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, AcrTasksConfig};
 use bosun_consumers::container_build::azure::{
     ACR_SCOPE, AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig,
 };
@@ -113,7 +117,26 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     let config = AzureContainerRegistryConfig::new(acr.registry.clone(), auth);
     let registry =
         AzureContainerRegistry::new(&config, Arc::clone(&shared.blobs)).map_err(|err| adapter_error(NAME, &err))?;
-    Ok(Arc::new(ContainerBuild::new(registry)))
+    let Some(tasks) = &acr.tasks else {
+        return Ok(Arc::new(ContainerBuild::new(registry)));
+    };
+    let mut config = AcrTasksConfig::new(
+        tasks.subscription.clone(),
+        tasks.resource_group.clone(),
+        tasks.registry_name.clone(),
+    );
+    config.arm_endpoint = tasks.arm_endpoint.clone();
+    config.run_timeout = tasks.run_timeout;
+    let tokens = Arc::new(refreshing_token(NAME, tasks.identity, ARM_SCOPE)?);
+    let builder =
+        AcrTasks::new(&config, tokens, registry, Arc::clone(&shared.blobs)).map_err(|err| adapter_error(NAME, &err))?;
+    tracing::info!(
+        registry = %acr.registry,
+        resource_group = %tasks.resource_group,
+        registry_name = %tasks.registry_name,
+        "container-build uses ACR Tasks"
+    );
+    Ok(Arc::new(ContainerBuild::new(builder)))
 }
 
 #[cfg(test)]
@@ -125,6 +148,76 @@ mod tests {
     fn settings(pairs: &[(&str, &str)]) -> Settings {
         let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         Settings::from_sources(&map, &BTreeMap::new()).unwrap()
+    }
+
+    const AZURE: &[(&str, &str)] = &[
+        ("BOSUN_ADAPTERS", "azure"),
+        ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+        ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+        ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
+        ("BOSUN_ACR_REGISTRY", "contoso.azurecr.io"),
+        ("BOSUN_ACR_AUTH", "workload-identity"),
+    ];
+
+    fn try_settings(pairs: &[(&str, &str)]) -> Result<Settings, crate::runtime::config::ConfigError> {
+        let map: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Settings::from_sources(&map, &BTreeMap::new())
+    }
+
+    #[test]
+    fn acr_tasks_reads_the_registrys_place_in_arm_and_takes_the_acr_identity() {
+        let mut pairs = AZURE.to_vec();
+        pairs.extend([
+            ("BOSUN_CONTAINER_BUILDER", "acr-tasks"),
+            ("BOSUN_ACR_SUBSCRIPTION", "4385cf00-2d3a-425a-832f-f4285b1c9dce"),
+            ("BOSUN_ACR_RESOURCE_GROUP", "delivery-rg"),
+        ]);
+        let settings = try_settings(&pairs).unwrap();
+        assert_eq!(settings.container.builder, ContainerBuilderChoice::AcrTasks);
+        let AdapterKind::Azure(azure) = &settings.adapters else {
+            panic!("azure adapters")
+        };
+        let tasks = azure.acr.as_ref().and_then(|acr| acr.tasks.clone()).unwrap();
+        assert_eq!(tasks.registry_name, "contoso", "the login server's first label");
+        assert_eq!(tasks.identity, crate::runtime::config::EntraIdentity::WorkloadIdentity);
+        assert_eq!(tasks.run_timeout, std::time::Duration::from_secs(3600));
+        assert_eq!(tasks.arm_endpoint, None);
+
+        let without_tasks = try_settings(AZURE).unwrap();
+        let AdapterKind::Azure(azure) = &without_tasks.adapters else {
+            panic!("azure adapters")
+        };
+        assert_eq!(azure.acr.as_ref().and_then(|acr| acr.tasks.clone()), None);
+    }
+
+    #[test]
+    fn bad_acr_tasks_settings_name_the_variable() {
+        let base: Vec<(&str, &str)> = AZURE
+            .iter()
+            .copied()
+            .chain([("BOSUN_CONTAINER_BUILDER", "acr-tasks")])
+            .collect();
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.clone();
+            pairs.extend_from_slice(extra);
+            try_settings(&pairs)
+                .err()
+                .map(|err| err.to_string())
+                .unwrap_or_default()
+        };
+        assert!(with(&[]).contains("BOSUN_ACR_SUBSCRIPTION"));
+        let sub = ("BOSUN_ACR_SUBSCRIPTION", "4385cf00-2d3a-425a-832f-f4285b1c9dce");
+        assert!(with(&[sub]).contains("BOSUN_ACR_RESOURCE_GROUP"));
+        let group = ("BOSUN_ACR_RESOURCE_GROUP", "delivery-rg");
+        assert!(with(&[("BOSUN_ACR_SUBSCRIPTION", "prod"), group]).contains("BOSUN_ACR_SUBSCRIPTION"));
+        assert!(with(&[sub, group, ("BOSUN_ACR_REGISTRY_NAME", "my-registry")]).contains("BOSUN_ACR_REGISTRY_NAME"));
+        assert!(with(&[sub, group, ("BOSUN_ACR_RUN_TIMEOUT_MS", "1000")]).contains("BOSUN_ACR_RUN_TIMEOUT_MS"));
+        assert!(
+            with(&[sub, group, ("BOSUN_ACR_ARM_ENDPOINT", "management.azure.com")]).contains("BOSUN_ACR_ARM_ENDPOINT")
+        );
+        assert!(with(&[sub, group, ("BOSUN_ACR_ARM_AUTH", "token")]).contains("BOSUN_ACR_ARM_AUTH"));
+        let local = try_settings(&[("BOSUN_CONTAINER_BUILDER", "acr-tasks")]).unwrap_err();
+        assert!(local.to_string().contains("BOSUN_ADAPTERS=azure"), "{local}");
     }
 
     #[test]

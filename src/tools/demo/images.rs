@@ -12,7 +12,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_consumers::container_build::ImageBuilder;
 use bosun_consumers::container_build::buildah::{BuildahBuilder, BuildahConfig};
 use bosun_consumers::container_build::port::ImageSpec;
 use bosun_consumers::delivery::archive::tar::TarWriter;
@@ -131,7 +130,7 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
         context,
     };
     let built = base
-        .build(&spec)
+        .build_image(&spec)
         .await
         .map_err(|err| format!("building the busybox base image: {err}"))?;
     let base_image = format!("{registry}/{}:{}", built.repository, spec.tag);

@@ -123,6 +123,12 @@ impl MockAzure {
         Self { addr, state, task }
     }
 
+    /// Appends `replies` to the script: answers that name the server's own
+    /// address (a SAS URL to upload to) are written once it listens.
+    pub(crate) fn script(&self, replies: Vec<Reply>) {
+        self.state.lock().expect("state").script.extend(replies);
+    }
+
     /// An absolute URL on this server.
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
