@@ -13,6 +13,7 @@ use std::time::Duration;
 use bosun_contracts::routing::{command_handler, destination_of, event_subscribers};
 use bosun_contracts::validate::tenant_id;
 use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -64,7 +65,7 @@ pub struct SentMessage {
 }
 
 /// One message of a delivery, summarised from the timeline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryMessage {
     /// The message.
@@ -86,9 +87,11 @@ pub struct DeliveryMessage {
     pub attempts: u32,
     /// First time it appears.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub first_seen: OffsetDateTime,
     /// Last time anything happened to it.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub last_update: OffsetDateTime,
     /// What the message says, in one line (for messages a consumer emitted).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,7 +101,7 @@ pub struct DeliveryMessage {
 }
 
 /// A delivery: every message with one correlation id.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     /// The correlation id.

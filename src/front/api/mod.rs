@@ -36,16 +36,18 @@ use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use self::bodies::{DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, Health, Purged, SagaList};
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::rate_limit::RateLimiter;
 use crate::front::access::Caller;
-use crate::front::gateway::{BulkReplayRequest, CommandRouting, Gateway, GatewayError, ReplayJob};
+use crate::front::gateway::{BulkReplayRequest, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob};
 use crate::front::mcp::McpServer;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
 use crate::runtime::config::HttpLimits;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::telemetry::TraceContext;
 
+pub mod bodies;
 pub mod openapi;
 pub mod origin;
 pub mod prometheus;
@@ -141,7 +143,7 @@ impl IntoResponse for ApiError {
 }
 
 fn error_response(status: StatusCode, code: &str, message: String) -> Response {
-    (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+    (status, Json(ErrorBody::new(code, message, None))).into_response()
 }
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -322,8 +324,8 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 
 // -- health, metrics, documents, console -------------------------------------
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 async fn readyz(State(state): State<ApiState>) -> Response {
@@ -456,7 +458,7 @@ async fn deliveries(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DeliveryList>> {
     let caller = caller(&state, &headers).await?;
     let limit = match query.get("limit") {
         Some(text) => text
@@ -467,7 +469,7 @@ async fn deliveries(
         None => 50,
     };
     let deliveries = state.gateway.deliveries(&caller, limit).await?;
-    Ok(Json(json!({ "deliveries": deliveries })))
+    Ok(Json(DeliveryList { deliveries }))
 }
 
 async fn delivery(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
@@ -548,13 +550,13 @@ async fn sagas(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SagaList>> {
     let caller = caller(&state, &headers).await?;
     let sagas = state
         .gateway
         .sagas(&caller, query.get("kind").map(String::as_str))
         .await?;
-    Ok(Json(json!({ "sagas": sagas })))
+    Ok(Json(SagaList { sagas }))
 }
 
 async fn saga(
@@ -616,22 +618,22 @@ async fn dead_letters(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DeadLetterList>> {
     let caller = caller(&state, &headers).await?;
     let filter = dead_letter_filter(&query)?;
     let records = state.gateway.dead_letters(&caller, filter).await?;
-    Ok(Json(json!({ "deadLetters": records })))
+    Ok(Json(DeadLetterList { dead_letters: records }))
 }
 
 async fn dead_letter_groups(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<FailureGroupList>> {
     let caller = caller(&state, &headers).await?;
     let filter = dead_letter_filter(&query)?;
     let groups = state.gateway.dead_letter_groups(&caller, filter).await?;
-    Ok(Json(json!({ "groups": groups })))
+    Ok(Json(FailureGroupList { groups }))
 }
 
 async fn dead_letter_group(
@@ -690,10 +692,10 @@ async fn purge_group(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path(fingerprint): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<GroupPurged>> {
     let caller = caller(&state, &headers).await?;
     let purged = state.gateway.purge_group(&caller, &fingerprint).await?;
-    Ok(Json(json!({ "fingerprint": fingerprint, "purged": purged })))
+    Ok(Json(GroupPurged { fingerprint, purged }))
 }
 
 async fn dead_letter(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
@@ -795,10 +797,10 @@ async fn replay_job(State(state): State<ApiState>, headers: HeaderMap, Path(id):
     Ok(Json(state.gateway.replay_job(&caller, &id)?).into_response())
 }
 
-async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Purged>> {
     let caller = caller(&state, &headers).await?;
     let purged = state.gateway.purge(&caller, &id).await?;
-    Ok(Json(json!({ "purged": purged })))
+    Ok(Json(Purged { purged }))
 }
 
 // -- MCP ----------------------------------------------------------------------

@@ -1305,3 +1305,5 @@ async fn an_edited_replay_is_audited_and_the_original_bytes_are_kept() {
     assert_eq!(copy.payload["branch"], "hotfix");
     assert_eq!(copy.message_id, envelope.message_id);
 }
+
+mod conformance;

@@ -16,7 +16,7 @@ mod reads;
 mod views;
 
 pub use commands::CommandRouting;
-pub use error::GatewayError;
+pub use error::{ErrorBody, ErrorDetail, GatewayError};
 pub use views::*;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,8 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bosun_contracts::{ContractError, MessageKind, MessageSpec};
+use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;

@@ -18,6 +18,7 @@
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -120,7 +121,7 @@ pub struct SagaWrite {
 }
 
 /// A saga as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaRecord {
     /// `release` or `gitops`.
@@ -135,9 +136,11 @@ pub struct SagaRecord {
     pub state: Value,
     /// First save.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub created_at: OffsetDateTime,
     /// Last save.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub updated_at: OffsetDateTime,
     /// Every save: version, message and time.
     pub history: Vec<SagaHistoryEntry>,
@@ -157,7 +160,7 @@ pub struct SagaState {
 }
 
 /// One save of a saga.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaHistoryEntry {
     /// The version written.
@@ -168,11 +171,12 @@ pub struct SagaHistoryEntry {
     pub message_type: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
 }
 
 /// What happened to a message, for `bosun deliveries show`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TimelineStatus {
     /// Sent by an agent or dispatched from the outbox.
@@ -227,7 +231,7 @@ impl TimelineStatus {
 }
 
 /// One line of a delivery's timeline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineEntry {
     /// The delivery.
@@ -244,6 +248,7 @@ pub struct TimelineEntry {
     pub attempt: u32,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// Free text: the error, the entity, the replay id ...
     pub detail: Option<String>,
@@ -289,20 +294,21 @@ pub enum CommitOutcome {
 }
 
 /// One failed attempt at handling a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptRecord {
     /// Attempt number (0 = first delivery).
     pub attempt: u32,
     /// When it failed.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// The error and its causes, outermost first.
     pub error_chain: Vec<String>,
 }
 
 /// A replay of a dead letter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayRecord {
     /// Id of this replay.
@@ -311,6 +317,7 @@ pub struct ReplayRecord {
     pub by: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// Where it was sent.
     pub destination: String,
@@ -325,7 +332,7 @@ pub struct ReplayRecord {
 }
 
 /// What an edited replay changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayEdit {
     /// The payload as the dead letter held it.
@@ -337,7 +344,7 @@ pub struct ReplayEdit {
 }
 
 /// One field an edit changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FieldChange {
     /// The field, as a JSON Pointer (`/files/0/content`).
@@ -390,7 +397,7 @@ fn field_changes(path: &str, before: Option<&Value>, after: Option<&Value>, out:
 }
 
 /// Where a dead letter stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeadLetterStatus {
     /// Waiting for an operator.
@@ -400,7 +407,7 @@ pub enum DeadLetterStatus {
 }
 
 /// A message that could not be processed, kept whole.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterRecord {
     /// Id of the dead letter.
@@ -434,6 +441,7 @@ pub struct DeadLetterRecord {
     pub attempts: Vec<AttemptRecord>,
     /// When it was dead-lettered.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub dead_lettered_at: OffsetDateTime,
     /// `host` when bosun dead-lettered it, `transport` for a native dead letter.
     pub origin: String,
