@@ -66,10 +66,10 @@ impl Api {
         change(&mut settings);
         let backends = Backends::open(&settings).await.unwrap();
         let draining = CancellationToken::new();
-        let state = ApiState::new(
-            Gateway::new(backends.clone(), draining.clone()),
-            Arc::new(Metrics::new()),
-        );
+        let gateway = Gateway::new(backends.clone(), draining.clone());
+        // As `bosun serve --http` does: stored bulk replay jobs run here.
+        gateway.spawn_replay_runner(CancellationToken::new());
+        let state = ApiState::new(gateway, Arc::new(Metrics::new()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         spawn_server(listener, state);

@@ -12,15 +12,17 @@
 mod commands;
 mod dead_letters;
 mod error;
+mod jobs;
 mod reads;
 mod views;
 
 pub use commands::CommandRouting;
 pub use error::GatewayError;
+pub use jobs::JOB_LEASE;
 pub use views::*;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_contracts::{ContractError, MessageKind, MessageSpec};
@@ -54,7 +56,9 @@ const MAX_BULK_REPLAY: usize = 10_000;
 pub struct Gateway {
     backends: Backends,
     access: Arc<dyn AccessStore>,
-    jobs: Arc<Mutex<HashMap<Uuid, ReplayJob>>>,
+    /// Wakes this process's replay job runner when a job is started or
+    /// resumed here.
+    wake_runner: Arc<tokio::sync::Notify>,
     draining: CancellationToken,
 }
 
@@ -65,7 +69,7 @@ impl Gateway {
         Self {
             access: Arc::clone(&backends.access),
             backends,
-            jobs: Arc::default(),
+            wake_runner: Arc::default(),
             draining,
         }
     }
