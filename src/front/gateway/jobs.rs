@@ -198,11 +198,7 @@ impl Gateway {
                     "replay job {} is {}: it cannot be {}",
                     job.id,
                     job.status.as_str(),
-                    match action {
-                        ReplayJobAction::Pause => "paused",
-                        ReplayJobAction::Resume => "resumed",
-                        ReplayJobAction::Cancel => "cancelled",
-                    }
+                    action.done_word()
                 )));
             }
             Err(StoreError::NotFound { .. }) => return Err(not_found()),
@@ -429,7 +425,14 @@ fn filter_json(filter: &DeadLetterFilter) -> Value {
     Value::Object(object)
 }
 
-/// The view of a job; `items` fills its lists (empty: counts only).
+impl ReplayJob {
+    /// The view of a stored job; `items` fills its lists (empty: counts
+    /// only).
+    pub fn of(job: &ReplayJobRecord, items: &[ReplayJobItem]) -> Self {
+        job_view(job, items)
+    }
+}
+
 fn job_view(job: &ReplayJobRecord, items: &[ReplayJobItem]) -> ReplayJob {
     let mut replayed = Vec::new();
     let mut failed = Vec::new();

@@ -12,13 +12,12 @@
 mod commands;
 mod dead_letters;
 mod error;
-mod jobs;
+pub mod jobs;
 mod reads;
 mod views;
 
 pub use commands::CommandRouting;
 pub use error::GatewayError;
-pub use jobs::JOB_LEASE;
 pub use views::*;
 
 use std::collections::BTreeMap;

@@ -81,6 +81,15 @@ impl ReplayJobAction {
         }
     }
 
+    /// What a job it was done to is: `paused`, `resumed`, `cancelled`.
+    pub fn done_word(self) -> &'static str {
+        match self {
+            Self::Pause => "paused",
+            Self::Resume => "resumed",
+            Self::Cancel => "cancelled",
+        }
+    }
+
     /// From [`ReplayJobAction::as_str`].
     pub fn parse(text: &str) -> Option<Self> {
         [Self::Pause, Self::Resume, Self::Cancel]
