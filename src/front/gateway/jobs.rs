@@ -281,7 +281,10 @@ impl Gateway {
             .map(|rate| Duration::from_secs_f64(1.0 / rate));
         let mut next_at = Instant::now();
         for item in pending {
-            // Wait for the rate's next slot, renewing the lease meanwhile.
+            // Wait for the rate's next slot, renewing the lease meanwhile
+            // and, after every sleep, looking whether the job was paused or
+            // cancelled during it (without a wait, the status the last
+            // record returned is at most one replay old).
             loop {
                 let now = Instant::now();
                 if now >= next_at {
@@ -294,23 +297,21 @@ impl Gateway {
                     }
                     () = tokio::time::sleep((next_at - now).min(JOB_RENEW)) => {}
                 }
-                if Instant::now() < next_at {
-                    match self
-                        .access
-                        .renew_replay_job(job_id, owner, JOB_LEASE, OffsetDateTime::now_utc())
-                        .await
-                    {
-                        Ok(Some(job)) if job.status == ReplayJobStatus::Running => {}
-                        Ok(Some(job)) => {
-                            self.stopped(&job, owner).await;
-                            return;
-                        }
-                        Ok(None) => {
-                            tracing::warn!(job = %job_id, "lost the replay job's lease; another runner has it");
-                            return;
-                        }
-                        Err(err) => tracing::warn!(job = %job_id, error = %err, "cannot renew the replay job's lease"),
+                match self
+                    .access
+                    .renew_replay_job(job_id, owner, JOB_LEASE, OffsetDateTime::now_utc())
+                    .await
+                {
+                    Ok(Some(job)) if job.status == ReplayJobStatus::Running => {}
+                    Ok(Some(job)) => {
+                        self.stopped(&job, owner).await;
+                        return;
                     }
+                    Ok(None) => {
+                        tracing::warn!(job = %job_id, "lost the replay job's lease; another runner has it");
+                        return;
+                    }
+                    Err(err) => tracing::warn!(job = %job_id, error = %err, "cannot renew the replay job's lease"),
                 }
             }
             if stop.is_cancelled() {
