@@ -636,7 +636,29 @@ impl Operator {
     /// of the envelope, messageId and unknown fields included, is kept).
     pub async fn replay_with(&self, id: &str, edited_payload: Option<&Value>) -> Result<ReplayRecord, OperatorError> {
         let record = self.dead_letter(id).await?;
-        let replay_id = Uuid::now_v7();
+        self.replay_record(record, edited_payload, Uuid::now_v7()).await
+    }
+
+    /// [`Operator::replay`] under a replay id fixed beforehand (a stored
+    /// bulk replay job's item): the message is sent as
+    /// `<messageId>.replay-<replay_id>`, so sending it again after a crash
+    /// between the send and the record is dropped by the transport's
+    /// duplicate detection, and a dead letter that already records this
+    /// replay is neither sent nor recorded again.
+    pub async fn replay_as(&self, id: &str, replay_id: Uuid) -> Result<ReplayRecord, OperatorError> {
+        let record = self.dead_letter(id).await?;
+        if let Some(done) = record.replays.iter().find(|replay| replay.replay_id == replay_id) {
+            return Ok(done.clone());
+        }
+        self.replay_record(record, None, replay_id).await
+    }
+
+    async fn replay_record(
+        &self,
+        record: DeadLetterRecord,
+        edited_payload: Option<&Value>,
+        replay_id: Uuid,
+    ) -> Result<ReplayRecord, OperatorError> {
         let destination = Destination::parse(&record.entity);
         let mut edit = None;
         let body = match edited_payload {

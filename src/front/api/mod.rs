@@ -40,8 +40,11 @@ use self::bodies::{DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, 
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::rate_limit::RateLimiter;
 use crate::front::access::Caller;
-use crate::front::gateway::{BulkReplayRequest, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob};
+use crate::front::gateway::{
+    BulkReplayRequest, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs,
+};
 use crate::front::mcp::McpServer;
+use crate::ports::store::ReplayJobAction;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
 use crate::runtime::config::HttpLimits;
 use crate::runtime::metrics::Metrics;
@@ -176,7 +179,11 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/dead-letters/replays", post(bulk_replay))
         .route("/v1/dead-letters/{id}", get(dead_letter).delete(purge))
         .route("/v1/dead-letters/{id}/replay", post(replay))
+        .route("/v1/replays", get(replay_jobs))
         .route("/v1/replays/{id}", get(replay_job))
+        .route("/v1/replays/{id}/pause", post(pause_replay_job))
+        .route("/v1/replays/{id}/resume", post(resume_replay_job))
+        .route("/v1/replays/{id}/cancel", post(cancel_replay_job))
         .merge(mcp_routes(&state, max_body_bytes))
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not-found", "no such route".into()) })
         .layer(middleware::from_fn_with_state(state.clone(), observe))
@@ -794,7 +801,69 @@ fn bulk_request(body: &Value) -> ApiResult<BulkReplayRequest> {
 
 async fn replay_job(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
-    Ok(Json(state.gateway.replay_job(&caller, &id)?).into_response())
+    Ok(Json(state.gateway.replay_job(&caller, &id).await?).into_response())
+}
+
+/// The caller's bulk replay jobs, newest first (`?limit=N`, at most 200).
+async fn replay_jobs(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<ReplayJobs>> {
+    let caller = caller(&state, &headers).await?;
+    if let Some(field) = query.keys().find(|key| *key != "limit") {
+        return Err(invalid(field, "the only query parameter is `limit`"));
+    }
+    let limit = query
+        .get("limit")
+        .map(|limit| {
+            limit
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| *limit > 0)
+                .ok_or_else(|| invalid("limit", "limit must be a positive whole number"))
+        })
+        .transpose()?;
+    let jobs = state.gateway.replay_jobs(&caller, limit).await?;
+    Ok(Json(ReplayJobs { jobs }))
+}
+
+async fn control_replay_job(
+    state: &ApiState,
+    headers: &HeaderMap,
+    id: &str,
+    action: ReplayJobAction,
+) -> ApiResult<Json<ReplayJob>> {
+    let caller = caller(state, headers).await?;
+    Ok(Json(state.gateway.control_replay_job(&caller, id, action).await?))
+}
+
+/// Pauses a running job after the replay in progress.
+async fn pause_replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ReplayJob>> {
+    control_replay_job(&state, &headers, &id, ReplayJobAction::Pause).await
+}
+
+/// Resumes a paused job where it stopped.
+async fn resume_replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ReplayJob>> {
+    control_replay_job(&state, &headers, &id, ReplayJobAction::Resume).await
+}
+
+/// Cancels a running or paused job: what it did not replay stays
+/// dead-lettered.
+async fn cancel_replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ReplayJob>> {
+    control_replay_job(&state, &headers, &id, ReplayJobAction::Cancel).await
 }
 
 async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Purged>> {

@@ -22,7 +22,7 @@ use super::bodies::{
     ReplayBody, SagaList,
 };
 use crate::front::gateway::{
-    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, SagaDiagram,
+    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram,
 };
 use crate::operator::Delivery;
 use crate::ports::store::SagaRecord;
@@ -441,14 +441,65 @@ pub const ROUTES: &[RouteDoc] = &[
     },
     RouteDoc {
         method: "get",
+        path: "/v1/replays",
+        operation_id: "listReplayJobs",
+        summary: "Bulk replay jobs, newest first, with their counts: stored, so every replica shows the same.",
+        scope: Some("deliveries:read or dead-letters:replay"),
+        query: &[query(
+            "limit",
+            QueryType::Integer {
+                minimum: 1,
+                maximum: None,
+            },
+            "at most this many (default 50, at most 200)",
+        )],
+        body: None,
+        replies: &[json_reply(200, "the jobs, newest first", schema::<ReplayJobs>)],
+        errors: &[401, 403, 422, 429, 503],
+    },
+    RouteDoc {
+        method: "get",
         path: "/v1/replays/{id}",
         operation_id: "getReplayJob",
-        summary: "A bulk replay's progress: total, done, replayed, failed.",
+        summary: "A bulk replay job's progress (stored, the same from every replica): status, total, done, replayed, failed, who started, paused, resumed or cancelled it.",
         scope: Some("deliveries:read or dead-letters:replay"),
         query: &[],
         body: None,
         replies: &[json_reply(200, "the replay job", schema::<ReplayJob>)],
-        errors: &[401, 403, 404, 429],
+        errors: &[401, 403, 404, 429, 503],
+    },
+    RouteDoc {
+        method: "post",
+        path: "/v1/replays/{id}/pause",
+        operation_id: "pauseReplayJob",
+        summary: "Pauses a running bulk replay job after the replay in progress (409 when it is not running).",
+        scope: Some("dead-letters:replay"),
+        query: &[],
+        body: None,
+        replies: &[json_reply(200, "the paused job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 409, 429, 503],
+    },
+    RouteDoc {
+        method: "post",
+        path: "/v1/replays/{id}/resume",
+        operation_id: "resumeReplayJob",
+        summary: "Resumes a paused bulk replay job where it stopped (409 when it is not paused).",
+        scope: Some("dead-letters:replay"),
+        query: &[],
+        body: None,
+        replies: &[json_reply(200, "the resumed job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 409, 429, 503],
+    },
+    RouteDoc {
+        method: "post",
+        path: "/v1/replays/{id}/cancel",
+        operation_id: "cancelReplayJob",
+        summary: "Cancels a running or paused bulk replay job; what it did not replay stays dead-lettered (409 when it has ended).",
+        scope: Some("dead-letters:replay"),
+        query: &[],
+        body: None,
+        replies: &[json_reply(200, "the cancelled job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 409, 429, 503],
     },
     RouteDoc {
         method: "post",

@@ -118,37 +118,74 @@ pub struct FailedReplay {
     pub error: String,
 }
 
-/// A bulk replay and how far it got.
+/// A bulk replay job and how far it got, as stored: the same from every
+/// replica.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayJob {
     /// Its id.
     pub id: Uuid,
-    /// `running` or `finished`.
+    /// `running`, `paused`, `cancelled` or `finished`.
     pub status: String,
     /// Dead letters to replay.
     pub total: usize,
     /// Dead letters done (replayed or failed).
     pub done: usize,
-    /// Replayed.
+    /// How many were replayed.
+    pub replayed_count: usize,
+    /// How many failed.
+    pub failed_count: usize,
+    /// Replayed (empty in a listing of jobs).
     pub replayed: Vec<Uuid>,
-    /// Not replayed, with why.
+    /// Not replayed, with why (empty in a listing of jobs).
     pub failed: Vec<FailedReplay>,
     /// Per second, when limited.
     pub rate: Option<f64>,
     /// Who started it.
     pub by: String,
-    /// The tenant it ran for.
+    /// What was asked: `{"filter": {...}}`, `{"ids": [...]}` or
+    /// `{"group": "<fingerprint>"}`.
+    pub request: Value,
+    /// Every pause, resume and cancel, with who did it.
+    pub controls: Vec<JobControl>,
+    /// The runner holding it now (host, process), if any.
+    pub running_on: Option<String>,
+    /// The tenant it runs for.
     #[serde(skip)]
     pub tenant_id: String,
     /// When it started.
     #[serde(with = "time::serde::rfc3339")]
     #[schemars(with = "String", extend("format" = "date-time"))]
     pub started_at: OffsetDateTime,
-    /// When it finished.
+    /// When its progress or status last changed.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub updated_at: OffsetDateTime,
+    /// When it finished or was cancelled.
     #[serde(with = "time::serde::rfc3339::option")]
     #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub finished_at: Option<OffsetDateTime>,
+}
+
+/// A pause, resume or cancel of a bulk replay job.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct JobControl {
+    /// `pause`, `resume` or `cancel`.
+    #[schemars(extend("enum" = ["pause", "resume", "cancel"]))]
+    pub action: String,
+    /// Who.
+    pub by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub at: OffsetDateTime,
+}
+
+/// Bulk replay jobs, newest first (`GET /v1/replays`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ReplayJobs {
+    /// The jobs, with counts (their lists are in each job's own view).
+    pub jobs: Vec<ReplayJob>,
 }
 
 /// `/readyz`: whether this process can serve.

@@ -28,10 +28,16 @@ use crate::ports::transport::OutboundMessage;
 
 pub(crate) mod doing;
 mod error;
+mod jobs;
 mod watch;
 
 pub use error::StoreError;
 pub(crate) use error::{SOME_STORE_OPERATION, schema_mismatch_message};
+pub use jobs::{
+    ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
+    ReplayJobStatus, ReplayJobStore,
+};
+pub(crate) use jobs::{controls_from_json, controls_to_json, outcome_columns, outcome_from_columns, status_from_str};
 pub use watch::{TimelineWait, TimelineWatch, Woken};
 
 /// How long a timeline wait lasts when nothing wakes it, unless the store
@@ -556,10 +562,10 @@ pub enum IdempotencyClaim {
     },
 }
 
-/// API keys and HTTP idempotency: what the front door remembers. In the
-/// same database as the [`Store`].
+/// API keys, HTTP idempotency and bulk replay jobs ([`ReplayJobStore`]):
+/// what the front door remembers. In the same database as the [`Store`].
 #[async_trait]
-pub trait AccessStore: Send + Sync {
+pub trait AccessStore: ReplayJobStore {
     /// Stores a new key.
     async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError>;
 

@@ -321,6 +321,22 @@ async fn every_operation_answers_what_the_openapi_document_says() {
         .await
         .unwrap();
     let job = job["id"].as_str().unwrap().to_owned();
+    // A job slow enough (one replay per 100 s) to be paused, resumed and
+    // cancelled while it runs.
+    let mut slow_ids = Vec::new();
+    for _ in 0..3 {
+        slow_ids.push(api.dead_letter("contoso", "slow-replay").await.0);
+    }
+    let slow: Value = api
+        .post(&admin, "/v1/dead-letters/replays")
+        .json(&json!({"ids": slow_ids, "rate": 0.01}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let slow = slow["id"].as_str().unwrap().to_owned();
 
     let url = |path: &str| format!("{}{path}", api.url);
     let get = |path: &str| api.get(&admin, path);
@@ -425,6 +441,14 @@ async fn every_operation_answers_what_the_openapi_document_says() {
         ),
         case("getReplayJob", 200, get(&format!("/v1/replays/{job}"))),
         case("getReplayJob", 404, get(&format!("/v1/replays/{missing}"))),
+        case("listReplayJobs", 200, get("/v1/replays")),
+        case("listReplayJobs", 422, get("/v1/replays?limit=0")),
+        case("pauseReplayJob", 200, post(&format!("/v1/replays/{slow}/pause"))),
+        case("pauseReplayJob", 409, post(&format!("/v1/replays/{slow}/pause"))),
+        case("resumeReplayJob", 200, post(&format!("/v1/replays/{slow}/resume"))),
+        case("resumeReplayJob", 409, post(&format!("/v1/replays/{slow}/resume"))),
+        case("cancelReplayJob", 200, post(&format!("/v1/replays/{slow}/cancel"))),
+        case("cancelReplayJob", 404, post(&format!("/v1/replays/{missing}/cancel"))),
         case(
             "replayFailureGroup",
             422,
