@@ -274,6 +274,7 @@ impl ReplayJobStore for PostgresStore {
             .await?
             .rows_affected();
             if held == 0 {
+                tx.rollback().await?;
                 return Ok(None);
             }
             let (state, error, at) = outcome_columns(outcome);
@@ -336,14 +337,21 @@ impl ReplayJobStore for PostgresStore {
     ) -> Result<ControlOutcome, StoreError> {
         let run = async {
             let mut tx = self.database.pool().begin().await?;
-            let mut job = load(&mut tx, id, true)
+            // The row stays locked until the transaction ends: every way
+            // out ends it here, not when the pool gets round to it (a claim
+            // meanwhile would skip the locked job).
+            let found = load(&mut tx, id, true)
                 .await?
-                .filter(|job| tenant_id.is_none_or(|t| t == job.tenant_id))
-                .ok_or_else(|| StoreError::NotFound {
+                .filter(|job| tenant_id.is_none_or(|t| t == job.tenant_id));
+            let Some(mut job) = found else {
+                tx.rollback().await?;
+                return Err(StoreError::NotFound {
                     what: "replay job",
                     id: id.to_string(),
-                })?;
+                });
+            };
             let Some(status) = control.action.apply(job.status) else {
+                tx.rollback().await?;
                 return Ok(ControlOutcome::NotApplicable(job));
             };
             job.status = status;
