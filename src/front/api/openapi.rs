@@ -22,7 +22,8 @@ use super::bodies::{
     ReplayBody, SagaList,
 };
 use crate::front::gateway::{
-    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram,
+    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs,
+    SagaDiagram,
 };
 use crate::operator::Delivery;
 use crate::ports::store::SagaRecord;

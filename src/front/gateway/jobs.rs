@@ -13,6 +13,8 @@
 
 use std::time::Instant;
 
+use serde_json::json;
+
 use super::*;
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
