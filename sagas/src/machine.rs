@@ -3,10 +3,11 @@
 //! [`Machine::path`], the way a saga's history most plausibly went through
 //! it (the store keeps each save's message type, not each save's state).
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 /// A state machine as data.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Machine {
     /// The field of the saga's state that names where it is (`phase`).
@@ -20,7 +21,7 @@ pub struct Machine {
 }
 
 /// One state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineState {
     /// Its value in the saga's state (`awaitingApproval`).
@@ -35,7 +36,7 @@ pub struct MachineState {
 }
 
 /// One transition.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineTransition {
     /// The state left (a [`MachineState::value`]).

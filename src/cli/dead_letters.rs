@@ -1,5 +1,6 @@
-//! `bosun dead-letters list|show|replay|purge`: the messages consumers gave
-//! up on, whole, and what operators do with them.
+//! `bosun dead-letters list|groups|show|replay|purge|jobs|job`: the
+//! messages consumers gave up on, whole, what operators do with them, and
+//! the stored bulk replay jobs the API runs.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -10,9 +11,13 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use bosun::front::gateway::ReplayJob;
+use bosun::front::gateway::jobs::MAX_JOBS_LISTED;
 use bosun::operator::Operator;
 use bosun::operator::groups::FailureGroup;
-use bosun::ports::store::{DeadLetterFilter, DeadLetterRecord, DeadLetterStatus};
+use bosun::ports::store::{
+    ControlOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayJobAction, ReplayJobControl,
+};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
@@ -111,6 +116,35 @@ pub enum DeadLettersCommand {
         /// At most N replays per second.
         #[arg(long, value_name = "N")]
         rate: Option<f64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bulk replay jobs started through the API or MCP (stored: the same
+    /// from every replica), newest first.
+    Jobs {
+        /// At most N (at most 200).
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One bulk replay job: progress, what failed and why, who started,
+    /// paused, resumed or cancelled it; or pause, resume or cancel it
+    /// (recorded as the operator's).
+    Job {
+        /// The job's id (or a unique prefix of a recent job's).
+        id: String,
+        /// Pause it after the replay in progress.
+        #[arg(long, conflicts_with_all = ["resume", "cancel"])]
+        pause: bool,
+        /// Resume a paused job where it stopped.
+        #[arg(long, conflicts_with = "cancel")]
+        resume: bool,
+        /// Cancel it: what it did not replay stays dead-lettered.
+        #[arg(long)]
+        cancel: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -253,6 +287,68 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
             }
             if !summary.failed.is_empty() {
                 bail!("{} of {total} replays failed", summary.failed.len());
+            }
+        }
+        DeadLettersCommand::Jobs { limit, json } => {
+            let jobs = backends
+                .access
+                .list_replay_jobs(None, limit.clamp(1, MAX_JOBS_LISTED))
+                .await?;
+            let views: Vec<ReplayJob> = jobs.iter().map(|job| ReplayJob::of(job, &[])).collect();
+            if json {
+                print_json(&views)?;
+            } else {
+                write_jobs(&mut std::io::stdout().lock(), &views)?;
+            }
+        }
+        DeadLettersCommand::Job {
+            id,
+            pause,
+            resume,
+            cancel,
+            json,
+        } => {
+            let id = resolve_job(&backends, &id).await?;
+            let action = [
+                (pause, ReplayJobAction::Pause),
+                (resume, ReplayJobAction::Resume),
+                (cancel, ReplayJobAction::Cancel),
+            ]
+            .into_iter()
+            .find_map(|(asked, action)| asked.then_some(action));
+            let job = match action {
+                None => backends
+                    .access
+                    .replay_job(id, None)
+                    .await?
+                    .with_context(|| format!("no replay job `{id}`"))?,
+                Some(action) => {
+                    let control = ReplayJobControl {
+                        action,
+                        by: settings.operator.clone(),
+                        at: OffsetDateTime::now_utc(),
+                    };
+                    match backends.access.control_replay_job(id, None, control).await? {
+                        ControlOutcome::Applied(job) => {
+                            tracing::info!(by = %settings.operator, job = %id, action = action.as_str(), "bulk replay job changed");
+                            job
+                        }
+                        ControlOutcome::NotApplicable(job) => {
+                            bail!(
+                                "replay job {id} is {}: it cannot be {}",
+                                job.status.as_str(),
+                                action.done_word()
+                            )
+                        }
+                    }
+                }
+            };
+            let items = backends.access.replay_job_items(id).await?;
+            let view = ReplayJob::of(&job, &items);
+            if json {
+                print_json(&view)?;
+            } else {
+                write_job(&mut std::io::stdout().lock(), &view)?;
             }
         }
         DeadLettersCommand::Purge {
@@ -411,6 +507,99 @@ fn write_groups(out: &mut impl Write, groups: &[FailureGroup]) -> Result<()> {
         )?;
         writeln!(out, "  last 24h [{}]", sparkline(&group.trend.counts))?;
         writeln!(out, "  sample   {}  {}", group.sample, group.description)?;
+    }
+    Ok(())
+}
+
+/// A job's full id from the id or a unique prefix of a recent job's.
+async fn resolve_job(backends: &Backends, given: &str) -> Result<Uuid> {
+    if let Ok(id) = Uuid::parse_str(given) {
+        return Ok(id);
+    }
+    let prefix = given.to_ascii_lowercase();
+    if prefix.len() < 4 {
+        bail!("give at least 4 characters of the job's id");
+    }
+    let matching: Vec<Uuid> = backends
+        .access
+        .list_replay_jobs(None, MAX_JOBS_LISTED)
+        .await?
+        .into_iter()
+        .map(|job| job.id)
+        .filter(|id| id.to_string().starts_with(&prefix))
+        .collect();
+    match matching.as_slice() {
+        [id] => Ok(*id),
+        [] => bail!("no replay job `{given}` among the {MAX_JOBS_LISTED} newest: give its whole id"),
+        _ => bail!(
+            "replay job `{given}` is ambiguous: it begins {}; give more of the id",
+            matching.iter().map(Uuid::to_string).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn write_jobs(out: &mut impl Write, jobs: &[ReplayJob]) -> Result<()> {
+    if jobs.is_empty() {
+        writeln!(out, "no replay jobs")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<36}  {:<9}  {:>11}  {:>6}  {:<17}  BY",
+        "ID", "STATUS", "DONE", "FAILED", "STARTED"
+    )?;
+    for job in jobs {
+        writeln!(
+            out,
+            "{:<36}  {:<9}  {:>11}  {:>6}  {:<17}  {}",
+            job.id,
+            job.status,
+            format!("{}/{}", job.done, job.total),
+            job.failed_count,
+            short_time(job.started_at),
+            job.by
+        )?;
+    }
+    Ok(())
+}
+
+fn write_job(out: &mut impl Write, job: &ReplayJob) -> Result<()> {
+    writeln!(out, "replay job {}", job.id)?;
+    writeln!(out, "status:   {}", job.status)?;
+    writeln!(
+        out,
+        "progress: {} of {} done ({} replayed, {} failed)",
+        job.done, job.total, job.replayed_count, job.failed_count
+    )?;
+    writeln!(
+        out,
+        "rate:     {}",
+        job.rate
+            .map_or_else(|| "as fast as they go".to_owned(), |rate| format!("{rate}/s"))
+    )?;
+    writeln!(out, "asked:    {}", job.request)?;
+    writeln!(out, "by:       {}", job.by)?;
+    writeln!(out, "started:  {}", short_time(job.started_at))?;
+    if let Some(finished) = job.finished_at {
+        writeln!(out, "ended:    {}", short_time(finished))?;
+    }
+    if let Some(runner) = &job.running_on {
+        writeln!(out, "runner:   {runner}")?;
+    }
+    for control in &job.controls {
+        writeln!(
+            out,
+            "{:<9} {} by {}",
+            format!("{}:", control.action),
+            short_time(control.at),
+            control.by
+        )?;
+    }
+    if !job.failed.is_empty() {
+        writeln!(out, "failed:")?;
+        for failed in &job.failed {
+            writeln!(out, "  {}  {}", failed.id, failed.error)?;
+        }
     }
     Ok(())
 }

@@ -112,6 +112,13 @@ pub async fn mcp(settings: &Settings) -> Result<()> {
         .context("bosun mcp acts as an API key: set BOSUN_API_KEY (make one with `bosun keys create`)")?;
     let backends = Backends::open(settings).await?;
     let gateway = Gateway::new(backends, CancellationToken::new());
+    // Bulk replays started over stdio run here while the session lasts; a
+    // job left unfinished is carried on by any `bosun serve --http`.
+    let stop_runner = CancellationToken::new();
+    let _runner = (
+        gateway.spawn_replay_runner(stop_runner.clone()),
+        stop_runner.drop_guard(),
+    );
     let caller = gateway
         .authenticate(&key)
         .await
@@ -144,7 +151,8 @@ async fn start_api(
     let bound = listener.local_addr().context("--http: no local address")?;
     // Scripts and tests read the port from here (port 0 picks a free one).
     eprintln!("bosun: HTTP API on http://{bound}");
-    let state = ApiState::new(Gateway::new(backends.clone(), draining.clone()), metrics);
+    let gateway = Gateway::new(backends.clone(), draining.clone());
+    let state = ApiState::new(gateway.clone(), metrics);
     let http = state.http_metrics();
     let stop = CancellationToken::new();
     let max_body = settings.http_max_body_bytes;
@@ -152,9 +160,15 @@ async fn start_api(
     let task = tokio::spawn({
         let stop = stop.clone();
         async move {
-            api::serve(listener, state, max_body, limits, stop)
+            // Stored bulk replay jobs: this process's, and any another
+            // process left behind (it died, or was stopped mid-job).
+            let runner = gateway.spawn_replay_runner(stop.clone());
+            let served = api::serve(listener, state, max_body, limits, stop.clone())
                 .await
-                .context("HTTP API")
+                .context("HTTP API");
+            stop.cancel();
+            runner.await.context("replay job runner")?;
+            served
         }
     });
     Ok((stop, task, http))

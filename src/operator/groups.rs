@@ -9,6 +9,7 @@
 //! lists, so every store groups alike, and a caller sees the groups of the
 //! dead letters it may see (the front door filters by tenant first).
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
@@ -24,7 +25,7 @@ pub const TREND_BUCKETS: usize = 24;
 pub const TREND_BUCKET_SECONDS: i64 = 3600;
 
 /// Dead letters that failed for one cause.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FailureGroup {
     /// The group's id: a hash of its fingerprint (kind, consumer, message
@@ -43,9 +44,11 @@ pub struct FailureGroup {
     pub count: usize,
     /// The oldest.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub first_at: OffsetDateTime,
     /// The newest.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub last_at: OffsetDateTime,
     /// The newest one's description, unmasked: a sample of the cause.
     pub description: String,
@@ -58,11 +61,12 @@ pub struct FailureGroup {
 }
 
 /// Counts per time bucket, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Trend {
     /// When the first bucket starts.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub start: OffsetDateTime,
     /// Each bucket's length.
     pub bucket_seconds: i64,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use bosun_contracts::routing::{command_handler, destination_of, event_subscribers};
 use bosun_contracts::validate::tenant_id;
 use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -64,7 +65,7 @@ pub struct SentMessage {
 }
 
 /// One message of a delivery, summarised from the timeline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryMessage {
     /// The message.
@@ -86,9 +87,11 @@ pub struct DeliveryMessage {
     pub attempts: u32,
     /// First time it appears.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub first_seen: OffsetDateTime,
     /// Last time anything happened to it.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub last_update: OffsetDateTime,
     /// What the message says, in one line (for messages a consumer emitted).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,7 +101,7 @@ pub struct DeliveryMessage {
 }
 
 /// A delivery: every message with one correlation id.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     /// The correlation id.
@@ -633,7 +636,29 @@ impl Operator {
     /// of the envelope, messageId and unknown fields included, is kept).
     pub async fn replay_with(&self, id: &str, edited_payload: Option<&Value>) -> Result<ReplayRecord, OperatorError> {
         let record = self.dead_letter(id).await?;
-        let replay_id = Uuid::now_v7();
+        self.replay_record(record, edited_payload, Uuid::now_v7()).await
+    }
+
+    /// [`Operator::replay`] under a replay id fixed beforehand (a stored
+    /// bulk replay job's item): the message is sent as
+    /// `<messageId>.replay-<replay_id>`, so sending it again after a crash
+    /// between the send and the record is dropped by the transport's
+    /// duplicate detection, and a dead letter that already records this
+    /// replay is neither sent nor recorded again.
+    pub async fn replay_as(&self, id: &str, replay_id: Uuid) -> Result<ReplayRecord, OperatorError> {
+        let record = self.dead_letter(id).await?;
+        if let Some(done) = record.replays.iter().find(|replay| replay.replay_id == replay_id) {
+            return Ok(done.clone());
+        }
+        self.replay_record(record, None, replay_id).await
+    }
+
+    async fn replay_record(
+        &self,
+        record: DeadLetterRecord,
+        edited_payload: Option<&Value>,
+        replay_id: Uuid,
+    ) -> Result<ReplayRecord, OperatorError> {
         let destination = Destination::parse(&record.entity);
         let mut edit = None;
         let body = match edited_payload {

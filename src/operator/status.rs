@@ -25,13 +25,14 @@
 //! `completed`, and `dead-lettered` -> `completed`); the one way back is an
 //! operator's replay of the dead letter, which puts the hop in flight again.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use uuid::Uuid;
 
 use crate::ports::store::{TimelineEntry, TimelineStatus};
 
 /// What became of a message at one consumer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConsumerStatus {
     /// The consumer.

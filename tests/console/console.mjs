@@ -519,12 +519,29 @@ await step('replaying the group at a rate runs the progress bar to the end', asy
   const groupRow = `${byTestId('dead-letter-group')}[data-reason=${cssString(reason)}]`;
   await page.click(`${groupRow} ${byTestId('group-replay')}`);
   await page.waitForSelector(`${byTestId('bulk-replay')}:visible`);
-  await page.getByLabel('Rate (per second)', { exact: true }).fill('4');
+  await page.getByLabel('Rate (per second)', { exact: true }).fill('2');
   const at = Date.now();
   await page.click(byTestId('bulk-start'));
   await page.waitForSelector(`${byTestId('bulk-progress')}:visible`);
+  // The job is stored: paused, it stays where it is and says who paused
+  // it; resumed, it carries on. (With one dead letter it may be done
+  // before the click: then there is nothing to pause.)
+  if (deadIds.length > 1) {
+    await page.click(`${byTestId('bulk-pause')}:visible`, { timeout: 5000 });
+    await page.waitForSelector(`${byTestId('bulk-status')}[data-status="paused"]`);
+    await page.waitForSelector(`${byTestId('bulk-resume')}:visible`);
+    const log = await page.textContent(byTestId('bulk-controls-log'));
+    check(/^pause by key:/.test(log), `the pause is not recorded with the key: ${log}`);
+    const held = await page.textContent(byTestId('bulk-progress-text'));
+    await page.waitForTimeout(1000);
+    const still = await page.textContent(byTestId('bulk-progress-text'));
+    check(held === still, `a paused job moved on: ${held} then ${still}`);
+    await page.click(byTestId('bulk-resume'));
+    await page.waitForSelector(`${byTestId('bulk-status')}:not([data-status="paused"])`);
+    console.log(`  paused at ${held}, resumed`);
+  }
   const seen = new Set();
-  const deadline = Date.now() + Math.max(timeout, (deadIds.length / 4) * 1000 + 30000);
+  const deadline = Date.now() + Math.max(timeout, (deadIds.length / 2) * 1000 + 30000);
   let progress;
   for (;;) {
     progress = await page.evaluate(() => {

@@ -41,7 +41,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +93,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 8,
         name: "delivery_trace",
         sql: include_str!("../../../migrations/postgres/0008_delivery_trace.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "replay_jobs",
+        sql: include_str!("../../../migrations/postgres/0009_replay_jobs.sql"),
     },
 ];
 

@@ -36,16 +36,21 @@ use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use self::bodies::{DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, Health, Purged, SagaList};
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::rate_limit::RateLimiter;
 use crate::front::access::Caller;
-use crate::front::gateway::{BulkReplayRequest, CommandRouting, Gateway, GatewayError, ReplayJob};
+use crate::front::gateway::{
+    BulkReplayRequest, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs,
+};
 use crate::front::mcp::McpServer;
+use crate::ports::store::ReplayJobAction;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
 use crate::runtime::config::HttpLimits;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::telemetry::TraceContext;
 
+pub mod bodies;
 pub mod openapi;
 pub mod origin;
 pub mod prometheus;
@@ -141,7 +146,7 @@ impl IntoResponse for ApiError {
 }
 
 fn error_response(status: StatusCode, code: &str, message: String) -> Response {
-    (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+    (status, Json(ErrorBody::new(code, message, None))).into_response()
 }
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -174,7 +179,11 @@ pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
         .route("/v1/dead-letters/replays", post(bulk_replay))
         .route("/v1/dead-letters/{id}", get(dead_letter).delete(purge))
         .route("/v1/dead-letters/{id}/replay", post(replay))
+        .route("/v1/replays", get(replay_jobs))
         .route("/v1/replays/{id}", get(replay_job))
+        .route("/v1/replays/{id}/pause", post(pause_replay_job))
+        .route("/v1/replays/{id}/resume", post(resume_replay_job))
+        .route("/v1/replays/{id}/cancel", post(cancel_replay_job))
         .merge(mcp_routes(&state, max_body_bytes))
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not-found", "no such route".into()) })
         .layer(middleware::from_fn_with_state(state.clone(), observe))
@@ -322,8 +331,8 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 
 // -- health, metrics, documents, console -------------------------------------
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 async fn readyz(State(state): State<ApiState>) -> Response {
@@ -456,7 +465,7 @@ async fn deliveries(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DeliveryList>> {
     let caller = caller(&state, &headers).await?;
     let limit = match query.get("limit") {
         Some(text) => text
@@ -467,7 +476,7 @@ async fn deliveries(
         None => 50,
     };
     let deliveries = state.gateway.deliveries(&caller, limit).await?;
-    Ok(Json(json!({ "deliveries": deliveries })))
+    Ok(Json(DeliveryList { deliveries }))
 }
 
 async fn delivery(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
@@ -548,13 +557,13 @@ async fn sagas(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SagaList>> {
     let caller = caller(&state, &headers).await?;
     let sagas = state
         .gateway
         .sagas(&caller, query.get("kind").map(String::as_str))
         .await?;
-    Ok(Json(json!({ "sagas": sagas })))
+    Ok(Json(SagaList { sagas }))
 }
 
 async fn saga(
@@ -616,22 +625,22 @@ async fn dead_letters(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DeadLetterList>> {
     let caller = caller(&state, &headers).await?;
     let filter = dead_letter_filter(&query)?;
     let records = state.gateway.dead_letters(&caller, filter).await?;
-    Ok(Json(json!({ "deadLetters": records })))
+    Ok(Json(DeadLetterList { dead_letters: records }))
 }
 
 async fn dead_letter_groups(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<FailureGroupList>> {
     let caller = caller(&state, &headers).await?;
     let filter = dead_letter_filter(&query)?;
     let groups = state.gateway.dead_letter_groups(&caller, filter).await?;
-    Ok(Json(json!({ "groups": groups })))
+    Ok(Json(FailureGroupList { groups }))
 }
 
 async fn dead_letter_group(
@@ -690,10 +699,10 @@ async fn purge_group(
     State(state): State<ApiState>,
     headers: HeaderMap,
     Path(fingerprint): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<GroupPurged>> {
     let caller = caller(&state, &headers).await?;
     let purged = state.gateway.purge_group(&caller, &fingerprint).await?;
-    Ok(Json(json!({ "fingerprint": fingerprint, "purged": purged })))
+    Ok(Json(GroupPurged { fingerprint, purged }))
 }
 
 async fn dead_letter(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
@@ -792,13 +801,75 @@ fn bulk_request(body: &Value) -> ApiResult<BulkReplayRequest> {
 
 async fn replay_job(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
-    Ok(Json(state.gateway.replay_job(&caller, &id)?).into_response())
+    Ok(Json(state.gateway.replay_job(&caller, &id).await?).into_response())
 }
 
-async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+/// The caller's bulk replay jobs, newest first (`?limit=N`, at most 200).
+async fn replay_jobs(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<ReplayJobs>> {
+    let caller = caller(&state, &headers).await?;
+    if let Some(field) = query.keys().find(|key| *key != "limit") {
+        return Err(invalid(field, "the only query parameter is `limit`"));
+    }
+    let limit = query
+        .get("limit")
+        .map(|limit| {
+            limit
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| *limit > 0)
+                .ok_or_else(|| invalid("limit", "limit must be a positive whole number"))
+        })
+        .transpose()?;
+    let jobs = state.gateway.replay_jobs(&caller, limit).await?;
+    Ok(Json(ReplayJobs { jobs }))
+}
+
+async fn control_replay_job(
+    state: &ApiState,
+    headers: &HeaderMap,
+    id: &str,
+    action: ReplayJobAction,
+) -> ApiResult<Json<ReplayJob>> {
+    let caller = caller(state, headers).await?;
+    Ok(Json(state.gateway.control_replay_job(&caller, id, action).await?))
+}
+
+/// Pauses a running job after the replay in progress.
+async fn pause_replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ReplayJob>> {
+    control_replay_job(&state, &headers, &id, ReplayJobAction::Pause).await
+}
+
+/// Resumes a paused job where it stopped.
+async fn resume_replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ReplayJob>> {
+    control_replay_job(&state, &headers, &id, ReplayJobAction::Resume).await
+}
+
+/// Cancels a running or paused job: what it did not replay stays
+/// dead-lettered.
+async fn cancel_replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ReplayJob>> {
+    control_replay_job(&state, &headers, &id, ReplayJobAction::Cancel).await
+}
+
+async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Purged>> {
     let caller = caller(&state, &headers).await?;
     let purged = state.gateway.purge(&caller, &id).await?;
-    Ok(Json(json!({ "purged": purged })))
+    Ok(Json(Purged { purged }))
 }
 
 // -- MCP ----------------------------------------------------------------------

@@ -1,12 +1,107 @@
 //! The OpenAPI 3.1 document served at `/openapi.json`, built from the code:
-//! the route table below (which a test checks against the router, route
-//! by route) and the contracts' JSON Schemas, one `POST
-//! /v1/commands/{Type}` operation per command with its exact payload
-//! schema.
+//! the route table below (which the API's conformance test checks against
+//! the router, route by route, and exercises), the `JsonSchema` of every
+//! type the handlers write or read (`components/schemas`, by `$ref`), and
+//! the contracts' JSON Schemas, one `POST /v1/commands/{Type}` operation per
+//! command with its exact payload schema.
+//!
+//! Every operation has an `operationId`, its success and error responses
+//! with their schemas (errors are always the `Error` schema) and, for JSON
+//! bodies, a typed `requestBody`; the routes that do not answer JSON say
+//! their media type. A new route is one more [`RouteDoc`] here (and one
+//! more case in the conformance test, which fails without it).
 
 use bosun_contracts::messages::{CATALOGUE, payload_schemas};
 use bosun_contracts::routing::command_handler;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
+
+use super::bodies::{
+    BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
+    ReplayBody, SagaList,
+};
+use crate::front::gateway::{
+    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs,
+    SagaDiagram,
+};
+use crate::operator::Delivery;
+use crate::ports::store::SagaRecord;
+
+/// The schema of a body: a `$ref` to its component, which the generator
+/// keeps.
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// What a body is.
+#[derive(Debug, Clone, Copy)]
+pub enum Content {
+    /// JSON of this schema.
+    Json(SchemaFn),
+    /// A JSON object the document does not describe further (a JSON-RPC
+    /// message, this document).
+    AnyJson,
+    /// Not JSON: this media type (`text/html`), with no schema.
+    Media(&'static str),
+    /// No body.
+    Empty,
+}
+
+/// One answer of an operation besides its errors.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply {
+    /// The status.
+    pub status: u16,
+    /// What it means.
+    pub description: &'static str,
+    /// Its body.
+    pub content: Content,
+    /// Headers it carries: (name, description).
+    pub headers: &'static [(&'static str, &'static str)],
+}
+
+/// A query parameter's type.
+#[derive(Debug, Clone, Copy)]
+pub enum QueryType {
+    /// Text.
+    Text,
+    /// A whole number from `minimum` (to `maximum`).
+    Integer {
+        /// The least.
+        minimum: u64,
+        /// The most, if any.
+        maximum: Option<u64>,
+    },
+    /// `true` or `false`.
+    Boolean,
+    /// An RFC 3339 time.
+    DateTime,
+}
+
+/// One query parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryDoc {
+    /// Its name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: QueryType,
+    /// What it does.
+    pub description: &'static str,
+}
+
+/// A request body.
+#[derive(Debug, Clone, Copy)]
+pub struct Body {
+    /// What it is.
+    pub description: &'static str,
+    /// Whether it may be left out (an empty body).
+    pub required: bool,
+    /// Its schema.
+    pub content: Content,
+}
 
 /// One documented operation (besides the per-command ones).
 #[derive(Debug, Clone, Copy)]
@@ -15,272 +110,492 @@ pub struct RouteDoc {
     pub method: &'static str,
     /// Path template, `{name}` for parameters.
     pub path: &'static str,
+    /// The operation's id, a camelCase verb (`listDeliveries`).
+    pub operation_id: &'static str,
     /// One line.
     pub summary: &'static str,
     /// The scope needed (`None`: no key needed).
     pub scope: Option<&'static str>,
-    /// Query parameters: (name, description).
-    pub query: &'static [(&'static str, &'static str)],
-    /// Whether it takes a JSON body, and what it is.
-    pub body: Option<&'static str>,
-    /// The success status and what it returns.
-    pub success: (u16, &'static str),
+    /// Query parameters.
+    pub query: &'static [QueryDoc],
+    /// Its JSON body, if it takes one.
+    pub body: Option<Body>,
+    /// Its answers besides errors.
+    pub replies: &'static [Reply],
+    /// The error statuses it answers, each with the `Error` body.
+    pub errors: &'static [u16],
 }
 
-const DEAD_LETTER_QUERY: &[(&str, &str)] = &[
-    ("consumer", "only this consumer's"),
-    ("type", "only this message type"),
-    ("reason", "only this failure cause"),
-    ("since", "only dead-lettered at or after this RFC 3339 time"),
-    ("includeReplayed", "`true` to include replayed ones"),
-    ("limit", "at most this many, newest first"),
+const fn json_reply(status: u16, description: &'static str, schema: SchemaFn) -> Reply {
+    Reply {
+        status,
+        description,
+        content: Content::Json(schema),
+        headers: &[],
+    }
+}
+
+const fn query(name: &'static str, kind: QueryType, description: &'static str) -> QueryDoc {
+    QueryDoc {
+        name,
+        kind,
+        description,
+    }
+}
+
+const DEAD_LETTER_QUERY: &[QueryDoc] = &[
+    query("consumer", QueryType::Text, "only this consumer's"),
+    query("type", QueryType::Text, "only this message type"),
+    query("reason", QueryType::Text, "only this failure cause"),
+    query(
+        "since",
+        QueryType::DateTime,
+        "only dead-lettered at or after this RFC 3339 time",
+    ),
+    query("includeReplayed", QueryType::Boolean, "`true` to include replayed ones"),
+    query(
+        "limit",
+        QueryType::Integer {
+            minimum: 1,
+            maximum: None,
+        },
+        "at most this many, newest first",
+    ),
 ];
+
+/// The errors of a read by id: no key, no scope, not found, over budget,
+/// store down.
+const READ_ONE: &[u16] = &[401, 403, 404, 429, 503];
+/// The errors of a list with validated query parameters.
+const READ_LIST: &[u16] = &[401, 403, 422, 429, 503];
+/// The 202 of a bulk replay job, with where to follow it.
+const JOB_ACCEPTED: &[Reply] = &[Reply {
+    status: 202,
+    description: "the replay job, started; follow it at `Location`",
+    content: Content::Json(schema::<ReplayJob>),
+    headers: &[("Location", "`/v1/replays/{id}`")],
+}];
 
 /// Every route of the API but the per-command ones.
 pub const ROUTES: &[RouteDoc] = &[
     RouteDoc {
         method: "get",
         path: "/healthz",
+        operation_id: "getHealth",
         summary: "Liveness: the process answers.",
         scope: None,
         query: &[],
         body: None,
-        success: (200, "`{\"status\":\"ok\"}`"),
+        replies: &[json_reply(200, "the process answers", schema::<Health>)],
+        errors: &[],
     },
     RouteDoc {
         method: "get",
         path: "/readyz",
+        operation_id: "getReadiness",
         summary: "Readiness: transport, store and schema version reachable and correct, not draining (503 otherwise).",
         scope: None,
         query: &[],
         body: None,
-        success: (200, "`{\"ready\":true,\"checks\":{...}}`"),
+        replies: &[
+            json_reply(200, "ready", schema::<Readiness>),
+            json_reply(503, "not ready: the failing checks say why", schema::<Readiness>),
+        ],
+        errors: &[],
     },
     RouteDoc {
         method: "get",
         path: "/metrics",
-        summary: "Prometheus metrics (text exposition format).",
+        operation_id: "getMetrics",
+        summary: "Prometheus metrics (text exposition format 0.0.4).",
         scope: None,
         query: &[],
         body: None,
-        success: (200, "Prometheus text"),
+        replies: &[Reply {
+            status: 200,
+            description: "Prometheus text",
+            content: Content::Media("text/plain"),
+            headers: &[],
+        }],
+        errors: &[],
     },
     RouteDoc {
         method: "get",
         path: "/openapi.json",
+        operation_id: "getOpenApiDocument",
         summary: "This document.",
         scope: None,
         query: &[],
         body: None,
-        success: (200, "OpenAPI 3.1 document"),
+        replies: &[Reply {
+            status: 200,
+            description: "OpenAPI 3.1 document",
+            content: Content::AnyJson,
+            headers: &[],
+        }],
+        errors: &[],
     },
     RouteDoc {
         method: "get",
         path: "/console",
+        operation_id: "getConsole",
         summary: "The operator console (HTML).",
         scope: None,
         query: &[],
         body: None,
-        success: (200, "HTML page"),
+        replies: &[Reply {
+            status: 200,
+            description: "HTML page",
+            content: Content::Media("text/html"),
+            headers: &[],
+        }],
+        errors: &[],
     },
     RouteDoc {
         method: "get",
         path: "/v1/deliveries",
+        operation_id: "listDeliveries",
         summary: "Recent deliveries of the key's tenant, newest first, with their status.",
         scope: Some("deliveries:read"),
-        query: &[("limit", "1 to 500, default 50")],
+        query: &[query(
+            "limit",
+            QueryType::Integer {
+                minimum: 1,
+                maximum: Some(500),
+            },
+            "at most this many (default 50)",
+        )],
         body: None,
-        success: (
-            200,
-            "`{\"deliveries\":[{correlationId, tenantId, startedBy, messageType, startedAt, status}]}`",
-        ),
+        replies: &[json_reply(200, "the deliveries", schema::<DeliveryList>)],
+        errors: READ_LIST,
     },
     RouteDoc {
         method: "get",
         path: "/v1/deliveries/{correlationId}",
+        operation_id: "getDelivery",
         summary: "A delivery's timeline, by message, and its status (in-progress, completed, failed).",
         scope: Some("deliveries:read"),
         query: &[],
         body: None,
-        success: (200, "Delivery"),
+        replies: &[json_reply(200, "the delivery", schema::<Delivery>)],
+        errors: READ_ONE,
     },
     RouteDoc {
         method: "get",
         path: "/v1/deliveries/{correlationId}/events",
-        summary: "Server-sent events: `timeline` per timeline line, then `end` with the final status; the stream closes when the delivery completes or fails.",
+        operation_id: "streamDeliveryEvents",
+        summary: "Server-sent events: `timeline` per timeline line (a TimelineEntry), then `end` with the final status (`{\"status\"}`); the stream closes when the delivery completes or fails.",
         scope: Some("deliveries:read"),
         query: &[],
         body: None,
-        success: (200, "text/event-stream"),
+        replies: &[Reply {
+            status: 200,
+            description: "an event stream",
+            content: Content::Media("text/event-stream"),
+            headers: &[],
+        }],
+        errors: READ_ONE,
     },
     RouteDoc {
         method: "get",
         path: "/v1/sagas",
+        operation_id: "listSagas",
         summary: "Sagas of the key's tenant.",
         scope: Some("deliveries:read"),
-        query: &[("kind", "release, gitops or probe")],
+        query: &[query("kind", QueryType::Text, "release, gitops or probe")],
         body: None,
-        success: (200, "`{\"sagas\":[...]}`"),
+        replies: &[json_reply(200, "the sagas", schema::<SagaList>)],
+        errors: &[401, 403, 429, 503],
     },
     RouteDoc {
         method: "get",
         path: "/v1/sagas/{kind}/{key}",
+        operation_id: "getSaga",
         summary: "One saga: state, version and history.",
         scope: Some("deliveries:read"),
         query: &[],
         body: None,
-        success: (200, "Saga"),
+        replies: &[json_reply(200, "the saga", schema::<SagaRecord>)],
+        errors: READ_ONE,
     },
     RouteDoc {
         method: "get",
         path: "/v1/sagas/{kind}/{key}/diagram",
+        operation_id: "getSagaDiagram",
         summary: "A saga's state machine (states, transitions with the message types that take them), the state it is in, the states it has been in and how often each transition was taken, reconstructed from the message type of each save, and its last 50 saves.",
         scope: Some("deliveries:read"),
         query: &[],
         body: None,
-        success: (
-            200,
-            "`{kind, key, machine: {stateField, initial, states: [{value, name, description, final}], transitions: [{from, to, label, triggers}]}, current, visited, taken: [{transition, count}], recent: [{version, messageType, at, from, to, transition?}], pathFound}`",
-        ),
+        replies: &[json_reply(200, "the diagram", schema::<SagaDiagram>)],
+        errors: &[401, 403, 404, 422, 429, 503],
     },
     RouteDoc {
         method: "get",
         path: "/v1/dead-letters",
+        operation_id: "listDeadLetters",
         summary: "Dead letters of the key's tenant, newest first.",
         scope: Some("deliveries:read or dead-letters:replay"),
         query: DEAD_LETTER_QUERY,
         body: None,
-        success: (200, "`{\"deadLetters\":[...]}`"),
+        replies: &[json_reply(200, "the dead letters", schema::<DeadLetterList>)],
+        errors: READ_LIST,
     },
     RouteDoc {
         method: "get",
         path: "/v1/dead-letters/groups",
+        operation_id: "listFailureGroups",
         summary: "Dead letters not yet replayed, grouped by root cause (fingerprint: the error's kind and its message with ids, numbers, hashes, paths and timestamps masked, plus consumer and message type), largest group first.",
         scope: Some("deliveries:read or dead-letters:replay"),
         query: DEAD_LETTER_QUERY,
         body: None,
-        success: (
-            200,
-            "`{\"groups\":[{fingerprint, reason, consumer, messageType, pattern, count, firstAt, lastAt, description, sample, ids, trend: {start, bucketSeconds, counts}}]}`",
-        ),
+        replies: &[json_reply(200, "the groups", schema::<FailureGroupList>)],
+        errors: READ_LIST,
     },
     RouteDoc {
         method: "get",
         path: "/v1/dead-letters/groups/{fingerprint}",
+        operation_id: "getFailureGroup",
         summary: "One failure group of the key's tenant.",
         scope: Some("deliveries:read or dead-letters:replay"),
         query: &[],
         body: None,
-        success: (200, "Failure group"),
+        replies: &[json_reply(200, "the group", schema::<FailureGroup>)],
+        errors: READ_ONE,
     },
     RouteDoc {
         method: "delete",
         path: "/v1/dead-letters/groups/{fingerprint}",
+        operation_id: "purgeFailureGroup",
         summary: "Purges every dead letter of a failure group.",
         scope: Some("admin"),
         query: &[],
         body: None,
-        success: (200, "`{\"fingerprint\": ..., \"purged\": [ids]}`"),
+        replies: &[json_reply(200, "the dead letters purged", schema::<GroupPurged>)],
+        errors: READ_ONE,
     },
     RouteDoc {
         method: "post",
         path: "/v1/dead-letters/groups/{fingerprint}/replay",
+        operation_id: "replayFailureGroup",
         summary: "Replays every dead letter of a failure group as a bulk replay; follow it at the returned Location.",
         scope: Some("dead-letters:replay"),
         query: &[],
-        body: Some("optional `{\"rate\": N}` replays per second"),
-        success: (202, "Replay job"),
+        body: Some(Body {
+            description: "optional: `{\"rate\": N}` replays per second",
+            required: false,
+            content: Content::Json(schema::<GroupReplayBody>),
+        }),
+        replies: JOB_ACCEPTED,
+        errors: &[400, 401, 403, 404, 413, 422, 429, 503],
     },
     RouteDoc {
         method: "get",
         path: "/v1/dead-letters/{id}",
+        operation_id: "getDeadLetter",
         summary: "One dead letter (full id or unique prefix) with its original envelope.",
         scope: Some("deliveries:read or dead-letters:replay"),
         query: &[],
         body: None,
-        success: (200, "Dead letter"),
+        replies: &[json_reply(200, "the dead letter", schema::<DeadLetterDetail>)],
+        errors: &[401, 403, 404, 409, 429, 503],
     },
     RouteDoc {
         method: "delete",
         path: "/v1/dead-letters/{id}",
+        operation_id: "purgeDeadLetter",
         summary: "Purges a dead letter and the transport's copy.",
         scope: Some("admin"),
         query: &[],
         body: None,
-        success: (200, "`{\"purged\": id}`"),
+        replies: &[json_reply(200, "the dead letter purged", schema::<Purged>)],
+        errors: &[401, 403, 404, 409, 429, 503],
     },
     RouteDoc {
         method: "post",
         path: "/v1/dead-letters/{id}/replay",
+        operation_id: "replayDeadLetter",
         summary: "Replays a dead letter to the queue or subscription it came from; with `{\"payload\": ...}` the payload is replaced first (edit-and-replay, validated against the contract).",
         scope: Some("dead-letters:replay"),
         query: &[],
-        body: Some("optional `{\"payload\": {...}}`"),
-        success: (
-            200,
-            "`{replayId, by, at, destination, brokerMessageId, deadLetterId, edited}`",
-        ),
+        body: Some(Body {
+            description: "optional: `{\"payload\": {...}}`, the edited payload",
+            required: false,
+            content: Content::Json(schema::<ReplayBody>),
+        }),
+        replies: &[json_reply(200, "the replay", schema::<ReplayDone>)],
+        errors: &[400, 401, 403, 404, 409, 413, 422, 429, 503],
     },
     RouteDoc {
         method: "post",
         path: "/v1/dead-letters/replays",
+        operation_id: "startBulkReplay",
         summary: "Starts replaying many dead letters at a limited rate; follow it at the returned Location.",
         scope: Some("dead-letters:replay"),
         query: &[],
-        body: Some("`{\"ids\": [...]}` or `{\"filter\": {consumer, type, reason}}`, and `\"rate\"` per second"),
-        success: (202, "Replay job"),
+        body: Some(Body {
+            description: "`{\"ids\": [...]}` or `{\"filter\": {consumer, type, reason, since}}`, and `\"rate\"` per second",
+            required: true,
+            content: Content::Json(schema::<BulkReplayBody>),
+        }),
+        replies: JOB_ACCEPTED,
+        errors: &[400, 401, 403, 404, 413, 422, 429, 503],
+    },
+    RouteDoc {
+        method: "get",
+        path: "/v1/replays",
+        operation_id: "listReplayJobs",
+        summary: "Bulk replay jobs, newest first, with their counts: stored, so every replica shows the same.",
+        scope: Some("deliveries:read or dead-letters:replay"),
+        query: &[query(
+            "limit",
+            QueryType::Integer {
+                minimum: 1,
+                maximum: None,
+            },
+            "at most this many (default 50, at most 200)",
+        )],
+        body: None,
+        replies: &[json_reply(200, "the jobs, newest first", schema::<ReplayJobs>)],
+        errors: &[401, 403, 422, 429, 503],
     },
     RouteDoc {
         method: "get",
         path: "/v1/replays/{id}",
-        summary: "A bulk replay's progress: total, done, replayed, failed.",
+        operation_id: "getReplayJob",
+        summary: "A bulk replay job's progress (stored, the same from every replica): status, total, done, replayed, failed, who started, paused, resumed or cancelled it.",
         scope: Some("deliveries:read or dead-letters:replay"),
         query: &[],
         body: None,
-        success: (200, "Replay job"),
+        replies: &[json_reply(200, "the replay job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 429, 503],
+    },
+    RouteDoc {
+        method: "post",
+        path: "/v1/replays/{id}/pause",
+        operation_id: "pauseReplayJob",
+        summary: "Pauses a running bulk replay job after the replay in progress (409 when it is not running).",
+        scope: Some("dead-letters:replay"),
+        query: &[],
+        body: None,
+        replies: &[json_reply(200, "the paused job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 409, 429, 503],
+    },
+    RouteDoc {
+        method: "post",
+        path: "/v1/replays/{id}/resume",
+        operation_id: "resumeReplayJob",
+        summary: "Resumes a paused bulk replay job where it stopped (409 when it is not paused).",
+        scope: Some("dead-letters:replay"),
+        query: &[],
+        body: None,
+        replies: &[json_reply(200, "the resumed job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 409, 429, 503],
+    },
+    RouteDoc {
+        method: "post",
+        path: "/v1/replays/{id}/cancel",
+        operation_id: "cancelReplayJob",
+        summary: "Cancels a running or paused bulk replay job; what it did not replay stays dead-lettered (409 when it has ended).",
+        scope: Some("dead-letters:replay"),
+        query: &[],
+        body: None,
+        replies: &[json_reply(200, "the cancelled job", schema::<ReplayJob>)],
+        errors: &[401, 403, 404, 409, 429, 503],
     },
     RouteDoc {
         method: "post",
         path: "/mcp",
+        operation_id: "callMcp",
         summary: "Model Context Protocol (Streamable HTTP): JSON-RPC 2.0 requests, JSON answers. Tools: send_command, describe_command, get_delivery, wait_for_delivery, list_failures, get_failure, replay_failure, replay_failure_group, purge_failure_group.",
         scope: Some("per tool"),
         query: &[],
-        body: Some("a JSON-RPC 2.0 message"),
-        success: (200, "a JSON-RPC 2.0 answer (202 for notifications)"),
+        body: Some(Body {
+            description: "a JSON-RPC 2.0 message",
+            required: true,
+            content: Content::AnyJson,
+        }),
+        replies: &[
+            Reply {
+                status: 200,
+                description: "a JSON-RPC 2.0 answer",
+                content: Content::AnyJson,
+                headers: &[],
+            },
+            Reply {
+                status: 202,
+                description: "a notification, accepted",
+                content: Content::Empty,
+                headers: &[],
+            },
+        ],
+        errors: &[401, 403, 429],
     },
 ];
 
-/// A response with the API's error body.
-fn error(description: &str) -> Value {
-    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-}
-
-fn error_responses(scoped: bool) -> Map<String, Value> {
-    let mut responses = Map::new();
-    if scoped {
-        responses.insert("401".into(), error("no valid API key"));
-        responses.insert("403".into(), error("the key lacks the scope"));
-        responses.insert("404".into(), error("not found (or another tenant's)"));
-        let mut limited = error("over the key's request budget (BOSUN_HTTP_RATE_LIMIT_*): retry after `Retry-After`");
-        if let Some(object) = limited.as_object_mut() {
-            object.insert(
-                "headers".into(),
-                json!({"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}}),
-            );
+/// What an error status means, wherever it is answered.
+fn error_description(status: u16) -> &'static str {
+    match status {
+        400 => "the body is not JSON",
+        401 => "no valid API key (`WWW-Authenticate: Bearer`)",
+        403 => "the key lacks the scope (for `/mcp` also: a browser origin that may not call it)",
+        404 => "not found (or another tenant's)",
+        409 => {
+            "a conflict: an id prefix that names several, a concurrent change, or a request with the same Idempotency-Key still in progress"
         }
-        responses.insert("429".into(), limited);
+        413 => "the body is over BOSUN_HTTP_MAX_BODY_BYTES",
+        422 => "an invalid field, named in `error.field`",
+        429 => "over the key's request budget (BOSUN_HTTP_RATE_LIMIT_*): retry after `Retry-After`",
+        503 => "store or transport unavailable",
+        _ => "an error",
     }
-    responses.insert("503".into(), error("store or transport unavailable"));
-    responses
 }
 
-/// Moves a schema's `$defs` into `components.schemas` and points its refs there.
-fn hoist(mut schema: Value, components: &mut Map<String, Value>) -> Value {
+/// A response with the API's error body.
+fn error(status: u16, error_schema: &Value) -> Value {
+    let mut response = json!({
+        "description": error_description(status),
+        "content": {"application/json": {"schema": error_schema}}
+    });
+    let headers = match status {
+        401 => json!({"WWW-Authenticate": {"description": "`Bearer realm=\"bosun\"`", "schema": {"type": "string"}}}),
+        429 => json!({"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}}),
+        _ => return response,
+    };
+    if let Some(object) = response.as_object_mut() {
+        object.insert("headers".into(), headers);
+    }
+    response
+}
+
+/// The `content` of a body, `None` for no body.
+fn content(content: &Content, generator: &mut SchemaGenerator) -> Option<Value> {
+    match content {
+        Content::Json(schema) => Some(json!({"application/json": {"schema": schema(generator)}})),
+        Content::AnyJson => Some(json!({"application/json": {"schema": {"type": "object"}}})),
+        Content::Media(media) => Some(json!({ *media: {"schema": {"type": "string"}} })),
+        Content::Empty => None,
+    }
+}
+
+fn query_schema(kind: QueryType) -> Value {
+    match kind {
+        QueryType::Text => json!({"type": "string"}),
+        QueryType::Integer { minimum, maximum } => match maximum {
+            Some(maximum) => json!({"type": "integer", "minimum": minimum, "maximum": maximum}),
+            None => json!({"type": "integer", "minimum": minimum}),
+        },
+        QueryType::Boolean => json!({"type": "boolean"}),
+        QueryType::DateTime => json!({"type": "string", "format": "date-time"}),
+    }
+}
+
+/// Moves a schema's `$defs` into `components` and points its refs there.
+fn hoist(mut schema: Value, components: &mut Vec<(String, Value)>) -> Value {
     if let Some(defs) = schema.as_object_mut().and_then(|o| o.remove("$defs"))
         && let Value::Object(defs) = defs
     {
         for (name, def) in defs {
-            components.insert(name, relink(def));
+            components.push((name, relink(def)));
         }
     }
     if let Some(object) = schema.as_object_mut() {
@@ -300,39 +615,116 @@ fn relink(value: Value) -> Value {
     }
 }
 
-/// The whole document.
-pub fn document() -> Value {
-    let mut components = Map::new();
-    components.insert(
-        "Error".into(),
-        json!({
-            "type": "object",
-            "required": ["error"],
-            "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
-                "code": {"type": "string", "examples": ["invalid-field"]},
-                "message": {"type": "string"},
-                "field": {"type": "string", "description": "the offending field, e.g. payload.branch"}
-            }}}
-        }),
-    );
-    components.insert(
-        "CommandAccepted".into(),
-        json!({
-            "type": "object",
-            "required": ["messageId", "correlationId", "messageType", "destination", "tenantId", "links"],
-            "properties": {
-                "messageId": {"type": "string", "format": "uuid"},
-                "correlationId": {"type": "string", "format": "uuid"},
-                "messageType": {"type": "string"},
-                "destination": {"type": "string"},
-                "tenantId": {"type": "string"},
-                "links": {"type": "object", "properties": {"delivery": {"type": "string"}, "events": {"type": "string"}}}
-            }
-        }),
-    );
+/// The same schema, with an `anyOf` or `oneOf` that sits beside the
+/// object's `properties` (CreateCommit: `files` or `delete`) moved into an
+/// `allOf` with them: what it accepts is the same, and client generators
+/// make one model of the properties instead of a union of partial ones.
+fn generator_friendly(schema: Value) -> Value {
+    let Value::Object(mut object) = schema else {
+        return schema;
+    };
+    if !object.contains_key("properties") {
+        return Value::Object(object);
+    }
+    let mut alternatives = Vec::new();
+    for combinator in ["anyOf", "oneOf"] {
+        if let Some(choice) = object.remove(combinator) {
+            alternatives.push(json!({ combinator: choice }));
+        }
+    }
+    if alternatives.is_empty() {
+        return Value::Object(object);
+    }
+    let mut outer = Map::new();
+    for annotation in ["title", "description"] {
+        if let Some(value) = object.remove(annotation) {
+            outer.insert(annotation.into(), value);
+        }
+    }
+    let mut all = vec![Value::Object(object)];
+    all.extend(alternatives);
+    outer.insert("allOf".into(), Value::Array(all));
+    Value::Object(outer)
+}
+
+/// A generator whose `$ref`s point into `components/schemas`, with
+/// string enums as `enum` lists.
+fn generator(settings: SchemaSettings) -> SchemaGenerator {
+    settings
+        .with(|settings| settings.definitions_path = "/components/schemas/".into())
+        .with_transform(string_enums)
+        .with_transform(plain_links)
+        .into_generator()
+}
+
+/// Descriptions without rustdoc's link brackets (``[`ReplayRecord::by`]``
+/// reads `` `ReplayRecord::by` ``): the doc comments are for Rust readers
+/// first.
+fn plain_links(schema: &mut Schema) {
+    schemars::transform::transform_subschemas(&mut plain_links, schema);
+    if let Some(Value::String(description)) = schema.get_mut("description") {
+        *description = description.replace("[`", "`").replace("`]", "`");
+    }
+}
+
+/// A `oneOf` of documented string constants (what schemars makes of an
+/// enum whose variants have doc comments) as a string `enum`, each value's
+/// meaning appended to the description: the same values, and a form every
+/// client generator reads as one enum type.
+fn string_enums(schema: &mut Schema) {
+    schemars::transform::transform_subschemas(&mut string_enums, schema);
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Array(choices)) = object.get("oneOf") else {
+        return;
+    };
+    let mut values = Vec::new();
+    let mut meanings = Vec::new();
+    for choice in choices {
+        let Some(choice) = choice.as_object() else {
+            return;
+        };
+        let Some(Value::String(value)) = choice.get("const") else {
+            return;
+        };
+        if choice
+            .keys()
+            .any(|key| !matches!(key.as_str(), "const" | "type" | "description"))
+        {
+            return;
+        }
+        if let Some(Value::String(meaning)) = choice.get("description") {
+            meanings.push(format!("- `{value}`: {}", meaning.replace('\n', " ")));
+        }
+        values.push(Value::String(value.clone()));
+    }
+    object.remove("oneOf");
+    object.insert("type".into(), json!("string"));
+    object.insert("enum".into(), Value::Array(values));
+    if !meanings.is_empty() {
+        let mut description = object
+            .get("description")
+            .and_then(Value::as_str)
+            .map(|text| format!("{text}\n\n"))
+            .unwrap_or_default();
+        description.push_str(&meanings.join("\n"));
+        object.insert("description".into(), json!(description));
+    }
+}
+
+/// The document's paths and its components in the order they were made
+/// (a name made twice with two schemas is a bug the unit test catches).
+fn parts() -> (Map<String, Value>, Vec<(String, Value)>) {
+    // Answers are described as bosun writes them, request bodies as it reads them.
+    let mut answers = generator(SchemaSettings::draft2020_12().for_serialize());
+    let mut requests = generator(SchemaSettings::draft2020_12().for_deserialize());
+    let error_schema = answers.subschema_for::<ErrorBody>().to_value();
+    let mut components = Vec::new();
     let mut paths = Map::new();
     for route in ROUTES {
         let mut operation = Map::new();
+        operation.insert("operationId".into(), json!(route.operation_id));
         operation.insert("summary".into(), json!(route.summary));
         if let Some(scope) = route.scope {
             operation.insert("description".into(), json!(format!("Scope: `{scope}`.")));
@@ -341,24 +733,46 @@ pub fn document() -> Value {
             operation.insert("security".into(), json!([]));
         }
         let mut parameters: Vec<Value> = path_parameters(route.path);
-        for (name, description) in route.query {
-            parameters.push(json!({"name": name, "in": "query", "required": false, "description": description, "schema": {"type": "string"}}));
+        for parameter in route.query {
+            parameters.push(json!({"name": parameter.name, "in": "query", "required": false,
+                "description": parameter.description, "schema": query_schema(parameter.kind)}));
         }
         if !parameters.is_empty() {
             operation.insert("parameters".into(), Value::Array(parameters));
         }
-        if let Some(body) = route.body {
+        if let Some(body) = &route.body
+            && let Some(content) = content(&body.content, &mut requests)
+        {
             operation.insert(
                 "requestBody".into(),
-                json!({"description": body, "content": {"application/json": {"schema": {"type": "object"}}}}),
+                json!({"description": body.description, "required": body.required, "content": content}),
             );
         }
-        let mut responses = error_responses(route.scope.is_some());
-        responses.insert(route.success.0.to_string(), json!({"description": route.success.1}));
-        if route.body.is_some() {
-            for status in ["400", "413", "422"] {
-                responses.insert(status.into(), error("malformed JSON / invalid field"));
+        let mut responses = Map::new();
+        for reply in route.replies {
+            let mut response = json!({"description": reply.description});
+            if let Some(object) = response.as_object_mut() {
+                if let Some(content) = content(&reply.content, &mut answers) {
+                    object.insert("content".into(), content);
+                }
+                if !reply.headers.is_empty() {
+                    let headers: Map<String, Value> = reply
+                        .headers
+                        .iter()
+                        .map(|(name, description)| {
+                            (
+                                (*name).to_owned(),
+                                json!({"description": description, "schema": {"type": "string"}}),
+                            )
+                        })
+                        .collect();
+                    object.insert("headers".into(), Value::Object(headers));
+                }
             }
+            responses.insert(reply.status.to_string(), response);
+        }
+        for status in route.errors {
+            responses.insert(status.to_string(), error(*status, &error_schema));
         }
         operation.insert("responses".into(), Value::Object(responses));
         let entry = paths.entry(route.path.to_owned()).or_insert_with(|| json!({}));
@@ -366,6 +780,7 @@ pub fn document() -> Value {
             entry.insert(route.method.into(), Value::Object(operation));
         }
     }
+    let accepted_schema = answers.subschema_for::<AcceptedCommand>().to_value();
     for (name, schema) in payload_schemas() {
         let Some(spec) = CATALOGUE.iter().find(|spec| spec.message_type == name) else {
             continue;
@@ -373,23 +788,24 @@ pub fn document() -> Value {
         if !spec.is_sendable() {
             continue;
         }
-        let schema = hoist(json!(schema), &mut components);
-        components.insert(name.to_owned(), schema);
+        let schema = generator_friendly(hoist(json!(schema), &mut components));
+        components.push((name.to_owned(), schema));
         let consumer = command_handler(name).map_or("nobody", |c| c.name);
-        let mut responses = error_responses(true);
-        for status in ["400", "409", "413", "422"] {
-            responses.insert(status.into(), error("see the error's code and field"));
-        }
+        let mut responses = Map::new();
         responses.insert(
             "202".into(),
             json!({"description": "accepted (with `Idempotent-Replayed: true` when answering a repeated Idempotency-Key)",
-                   "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CommandAccepted"}}}}),
+                   "headers": {"Location": {"description": "the delivery: `/v1/deliveries/{correlationId}`", "schema": {"type": "string"}}},
+                   "content": {"application/json": {"schema": accepted_schema}}}),
         );
+        for status in COMMAND_ERRORS {
+            responses.insert(status.to_string(), error(*status, &error_schema));
+        }
         paths.insert(
             format!("/v1/commands/{name}"),
             json!({"post": {
                 "summary": spec.description,
-                "description": format!("Scope: `commands:send`. Handled by the `{consumer}` consumer. Schema version {}.", spec.schema_version),
+                "description": format!("Scope: `commands:send` (`releases:approve` for ApproveRelease and RejectRelease). Handled by the `{consumer}` consumer. Schema version {}.", spec.schema_version),
                 "operationId": format!("send{name}"),
                 "security": [{"apiKey": []}],
                 "parameters": [
@@ -405,12 +821,32 @@ pub fn document() -> Value {
             }}),
         );
     }
+    for (name, schema) in answers
+        .take_definitions(true)
+        .into_iter()
+        .chain(requests.take_definitions(true))
+    {
+        components.push((name, schema));
+    }
+    (paths, components)
+}
+
+/// The error statuses of `POST /v1/commands/{Type}`.
+pub const COMMAND_ERRORS: &[u16] = &[400, 401, 403, 409, 413, 422, 429, 503];
+
+/// The whole document.
+pub fn document() -> Value {
+    let (paths, parts) = parts();
+    let mut components = Map::new();
+    for (name, schema) in parts {
+        components.entry(name).or_insert(schema);
+    }
     json!({
         "openapi": "3.1.0",
         "info": {
             "title": "bosun",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Saga orchestration for software delivery: fire delivery commands, follow deliveries, triage and replay failures. Authenticate with `Authorization: Bearer <key>` (keys from `bosun keys create`)."
+            "description": "Saga orchestration for software delivery: fire delivery commands, follow deliveries, triage and replay failures. Authenticate with `Authorization: Bearer <key>` (keys from `bosun keys create`). Every error is the `Error` schema: `{\"error\": {\"code\", \"message\", \"field\"?}}`."
         },
         "paths": paths,
         "components": {
@@ -459,7 +895,43 @@ mod tests {
             "{create}"
         );
         let schema = &doc["components"]["schemas"]["CreateCommit"];
-        assert!(schema["properties"]["branch"].is_object(), "{schema}");
+        assert!(schema["allOf"][0]["properties"]["branch"].is_object(), "{schema}");
+        assert!(schema["allOf"][1]["anyOf"].is_array(), "files or delete: {schema}");
+        // Every operation has a unique operationId, and answers something.
+        let mut ids = std::collections::BTreeSet::new();
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                let id = operation["operationId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{method} {path}"));
+                assert!(ids.insert(id.to_owned()), "operationId {id} twice");
+                assert!(!operation["responses"].as_object().unwrap().is_empty(), "{id}");
+            }
+        }
+        assert_eq!(doc["paths"]["/v1/deliveries"]["get"]["operationId"], "listDeliveries");
+        assert_eq!(
+            doc["paths"]["/v1/deliveries"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/DeliveryList"
+        );
+        // Enums are string enums, their values explained.
+        let status = &doc["components"]["schemas"]["TimelineStatus"];
+        assert_eq!(status["type"], "string", "{status}");
+        assert!(
+            status["enum"].as_array().unwrap().contains(&json!("dead-lettered")),
+            "{status}"
+        );
+        assert!(
+            status["description"].as_str().unwrap().contains("- `sent`: "),
+            "{status}"
+        );
+        // No two schemas were made under one name.
+        let (_, parts) = parts();
+        let mut seen: std::collections::BTreeMap<&str, &Value> = Default::default();
+        for (name, schema) in &parts {
+            if let Some(earlier) = seen.insert(name, schema) {
+                assert_eq!(earlier, schema, "two schemas named {name}");
+            }
+        }
         // Every $ref points at a component that exists.
         let text = doc.to_string();
         for part in text.split("\"$ref\":\"").skip(1) {

@@ -66,10 +66,10 @@ impl Api {
         change(&mut settings);
         let backends = Backends::open(&settings).await.unwrap();
         let draining = CancellationToken::new();
-        let state = ApiState::new(
-            Gateway::new(backends.clone(), draining.clone()),
-            Arc::new(Metrics::new()),
-        );
+        let gateway = Gateway::new(backends.clone(), draining.clone());
+        // As `bosun serve --http` does: stored bulk replay jobs run here.
+        gateway.spawn_replay_runner(CancellationToken::new());
+        let state = ApiState::new(gateway, Arc::new(Metrics::new()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         spawn_server(listener, state);
@@ -1305,3 +1305,191 @@ async fn an_edited_replay_is_audited_and_the_original_bytes_are_kept() {
     assert_eq!(copy.payload["branch"], "hotfix");
     assert_eq!(copy.message_id, envelope.message_id);
 }
+
+#[tokio::test]
+async fn replay_jobs_are_paused_resumed_cancelled_and_listed_with_who_did_it() {
+    let api = Api::start().await;
+    let key = api
+        .key("contoso", &[Scope::DeliveriesRead, Scope::DeadLettersReplay])
+        .await;
+    let reader = api.key("contoso", &[Scope::DeliveriesRead]).await;
+    let other = api.key("fabrikam", &[Scope::DeadLettersReplay]).await;
+    let key_id = access::parse_key(&key).unwrap().0.to_owned();
+    for _ in 0..6 {
+        api.dead_letter("contoso", "invalid-field").await;
+    }
+    // One replay a second: the job is still running when it is paused.
+    let job: Value = api
+        .post(&key, "/v1/dead-letters/replays")
+        .json(&json!({"filter": {"reason": "invalid-field"}, "rate": 1.0}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = job["id"].as_str().unwrap().to_owned();
+    assert_eq!(job["request"], json!({"filter": {"reason": "invalid-field"}}));
+    assert_eq!(job["by"], format!("key:{key_id}"));
+
+    let control = |who: &str, action: &str| api.post(who, &format!("/v1/replays/{id}/{action}")).send();
+    // A reader may look but not pause; another tenant does not find it.
+    assert_eq!(control(&reader, "pause").await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(control(&other, "pause").await.unwrap().status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        api.get(&other, &format!("/v1/replays/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let paused: Value = control(&key, "pause").await.unwrap().json().await.unwrap();
+    assert_eq!(paused["status"], "paused");
+    assert_eq!(paused["controls"][0]["action"], "pause");
+    assert_eq!(paused["controls"][0]["by"], format!("key:{key_id}"));
+    let (status, error) = error_of(control(&key, "pause").await.unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(error["message"].as_str().unwrap().contains("paused"), "{error}");
+    // Paused: nothing more is replayed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let held: Value = api
+        .get(&key, &format!("/v1/replays/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let still: Value = api
+        .get(&key, &format!("/v1/replays/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(held["done"], still["done"], "a paused job replays nothing");
+    assert!(still["done"].as_u64().unwrap() < 6);
+    assert_eq!(still["runningOn"], Value::Null, "a paused job is let go of");
+
+    let resumed: Value = control(&key, "resume").await.unwrap().json().await.unwrap();
+    assert_eq!(resumed["status"], "running");
+    let moved = loop {
+        let job: Value = api
+            .get(&key, &format!("/v1/replays/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if job["done"].as_u64() > still["done"].as_u64() {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(moved["status"], "running");
+    let cancelled: Value = control(&key, "cancel").await.unwrap().json().await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(cancelled["finishedAt"].is_string());
+    let actions: Vec<&str> = cancelled["controls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|control| control["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["pause", "resume", "cancel"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after: Value = api
+        .get(&key, &format!("/v1/replays/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(after["done"].as_u64().unwrap() < 6, "a cancelled job stops: {after}");
+    assert_eq!(
+        api.queue_depth("commit").await,
+        after["replayedCount"].as_u64().unwrap(),
+        "what the job says it replayed is what was sent"
+    );
+    assert_eq!(control(&key, "resume").await.unwrap().status(), StatusCode::CONFLICT);
+
+    let listed: Value = api
+        .get(&reader, "/v1/replays")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["jobs"][0]["id"], id.as_str());
+    assert_eq!(listed["jobs"][0]["status"], "cancelled");
+    let others: Value = api
+        .get(&other, "/v1/replays")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(others["jobs"], json!([]));
+    let (status, error) = error_of(api.get(&key, "/v1/replays?limit=none").send().await.unwrap()).await;
+    assert_eq!(
+        (status, error["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("limit"))
+    );
+}
+
+#[tokio::test]
+async fn a_replay_under_a_fixed_id_is_sent_and_recorded_once_even_when_retried() {
+    let api = Api::start().await;
+    let (dead_letter, _) = api.dead_letter("contoso", "invalid-field").await;
+    let operator = api.backends.operator("alice");
+    let replay_id = Uuid::now_v7();
+    let first = operator.replay_as(&dead_letter.to_string(), replay_id).await.unwrap();
+    // A runner that died after the send and before recording its progress
+    // replays the item again: found recorded, nothing is sent twice.
+    let again = operator.replay_as(&dead_letter.to_string(), replay_id).await.unwrap();
+    assert_eq!(first, again);
+    assert_eq!(api.queue_depth("commit").await, 1);
+    let record = api
+        .backends
+        .store
+        .dead_letter(&dead_letter.to_string(), None)
+        .await
+        .unwrap();
+    assert_eq!(record.replays.len(), 1);
+
+    // Killed between the send and the record: the send is repeated under
+    // the same broker message id and the transport drops the copy.
+    let (crashed, envelope) = api.dead_letter("contoso", "invalid-field").await;
+    let replay_id = Uuid::now_v7();
+    api.backends
+        .transport
+        .send(vec![crate::ports::transport::OutboundMessage {
+            destination: Destination::Queue("commit".into()),
+            broker_message_id: format!("{}.replay-{replay_id}", envelope.message_id),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: Some(envelope.correlation_id.to_string()),
+            body: envelope.to_vec(),
+            scheduled_at: None,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(api.queue_depth("commit").await, 2);
+    operator.replay_as(&crashed.to_string(), replay_id).await.unwrap();
+    assert_eq!(api.queue_depth("commit").await, 2, "the repeated send is dropped");
+    let record = api
+        .backends
+        .store
+        .dead_letter(&crashed.to_string(), None)
+        .await
+        .unwrap();
+    assert_eq!(record.replays.len(), 1);
+}
+
+mod conformance;

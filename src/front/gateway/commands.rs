@@ -191,14 +191,19 @@ impl Gateway {
             "command accepted"
         );
         let delivery = format!("/v1/deliveries/{}", sent.correlation_id);
-        Ok(json!({
-            "messageId": sent.message_id,
-            "correlationId": sent.correlation_id,
-            "messageType": sent.message_type,
-            "destination": sent.destination,
-            "tenantId": tenant,
-            "links": {"delivery": delivery, "events": format!("{delivery}/events")},
-        }))
+        let answer = AcceptedCommand {
+            message_id: sent.message_id,
+            correlation_id: sent.correlation_id,
+            message_type: sent.message_type,
+            destination: sent.destination,
+            tenant_id: tenant.to_owned(),
+            links: CommandLinks {
+                events: format!("{delivery}/events"),
+                delivery,
+            },
+        };
+        serde_json::to_value(&answer)
+            .map_err(|err| GatewayError::Unavailable(format!("answer not serializable: {err}")))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Dead letters: list, group, inspect, replay (one, edited, or in bulk,
-//! throttled) and purge, each with its right.
+//! throttled: [`super::jobs`]) and purge, each with its right.
 
 use super::*;
 
@@ -70,13 +70,14 @@ impl Gateway {
             count = group.count,
             "failure group replay requested"
         );
-        self.start_bulk_replay(
+        self.start_bulk_replay_as(
             caller,
             BulkReplayRequest {
                 ids: group.ids,
                 filter: None,
                 rate,
             },
+            Some(&group.fingerprint),
         )
         .await
     }
@@ -178,123 +179,6 @@ impl Gateway {
             dead_letter_id: record.id,
             edited: edited_payload.is_some(),
         })
-    }
-
-    /// Starts replaying many dead letters in the background; follow it with
-    /// [`Gateway::replay_job`].
-    pub async fn start_bulk_replay(
-        &self,
-        caller: &Caller,
-        request: BulkReplayRequest,
-    ) -> Result<ReplayJob, GatewayError> {
-        Self::require(caller, Scope::DeadLettersReplay)?;
-        if let Some(rate) = request.rate
-            && !(rate > 0.0 && rate.is_finite())
-        {
-            return Err(GatewayError::Invalid {
-                field: Some("rate".into()),
-                message: "rate must be a positive number of replays per second".into(),
-            });
-        }
-        let ids: Vec<Uuid> = match (&request.filter, request.ids.is_empty()) {
-            (Some(filter), true) => {
-                let filter = DeadLetterFilter {
-                    include_replayed: false,
-                    limit: Some(MAX_BULK_REPLAY),
-                    ..filter.clone()
-                };
-                let records = self.dead_letters(caller, filter).await?;
-                for record in &records {
-                    Self::require_decision_right(caller, record, None)?;
-                }
-                records.iter().map(|r| r.id).collect()
-            }
-            (None, false) => {
-                let mut ids = Vec::new();
-                for id in &request.ids {
-                    let record = self.visible_dead_letter(caller, &id.to_string()).await?;
-                    Self::require_decision_right(caller, &record, None)?;
-                    ids.push(record.id);
-                }
-                ids
-            }
-            _ => {
-                return Err(GatewayError::Invalid {
-                    field: Some("ids".into()),
-                    message: "give either `ids` (a non-empty list) or `filter`".into(),
-                });
-            }
-        };
-        if ids.len() > MAX_BULK_REPLAY {
-            return Err(GatewayError::Invalid {
-                field: Some("ids".into()),
-                message: format!("at most {MAX_BULK_REPLAY} dead letters per bulk replay"),
-            });
-        }
-        let job = ReplayJob {
-            id: Uuid::now_v7(),
-            status: if ids.is_empty() { "finished" } else { "running" }.to_owned(),
-            total: ids.len(),
-            done: 0,
-            replayed: Vec::new(),
-            failed: Vec::new(),
-            rate: request.rate,
-            by: caller.identity(),
-            tenant_id: caller.tenant_id.clone(),
-            started_at: OffsetDateTime::now_utc(),
-            finished_at: ids.is_empty().then(OffsetDateTime::now_utc),
-        };
-        self.lock_jobs().insert(job.id, job.clone());
-        if ids.is_empty() {
-            return Ok(job);
-        }
-        let operator = self.operator(caller);
-        let jobs = Arc::clone(&self.jobs);
-        let job_id = job.id;
-        let rate = request.rate;
-        tracing::info!(key_id = %caller.key_id, job = %job_id, total = ids.len(), ?rate, "bulk replay started");
-        tokio::spawn(async move {
-            let update = |f: &mut dyn FnMut(&mut ReplayJob)| {
-                let mut guard = jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(job) = guard.get_mut(&job_id) {
-                    f(job);
-                }
-            };
-            operator
-                .replay_many(&ids, rate, |done, _, id, result| {
-                    update(&mut |job| {
-                        job.done = done;
-                        match result {
-                            Ok(_) => job.replayed.push(*id),
-                            Err(error) => job.failed.push(FailedReplay {
-                                id: *id,
-                                error: error.clone(),
-                            }),
-                        }
-                    });
-                })
-                .await;
-            update(&mut |job| {
-                job.status = "finished".into();
-                job.finished_at = Some(OffsetDateTime::now_utc());
-            });
-            tracing::info!(job = %job_id, "bulk replay finished");
-        });
-        Ok(job)
-    }
-
-    /// A bulk replay's progress.
-    pub fn replay_job(&self, caller: &Caller, id: &str) -> Result<ReplayJob, GatewayError> {
-        Self::require_dead_letter_read(caller)?;
-        let job = Uuid::parse_str(id)
-            .ok()
-            .and_then(|id| self.lock_jobs().get(&id).cloned())
-            .filter(|job| caller.tenant_id == ALL_TENANTS || job.tenant_id == caller.tenant_id);
-        job.ok_or_else(|| GatewayError::not_found("replay", id))
-    }
-
-    pub(super) fn lock_jobs(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, ReplayJob>> {
-        self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Deletes a dead letter (admin only).

@@ -2,6 +2,48 @@
 
 use super::*;
 
+/// Every error the API answers: `{"error": {"code", "message", "field"?}}`
+/// (the OpenAPI document's `Error` schema).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(rename = "Error")]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, in an [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// A short machine-readable code (`invalid-field`, `not-found`,
+    /// `rate-limited` ...).
+    #[schemars(example = "invalid-field")]
+    pub code: String,
+    /// What is wrong, for a person.
+    pub message: String,
+    /// The offending field, when one is to blame (`payload.branch`, `limit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ErrorBody {
+    /// An error body.
+    pub fn new(code: &str, message: String, field: Option<String>) -> Self {
+        Self {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+                field,
+            },
+        }
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> Value {
+        // Strings only: serializing cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
 /// Why the front door said no.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -84,13 +126,14 @@ impl GatewayError {
         }
     }
 
+    /// The error as the API's body.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody::new(self.code(), self.to_string(), self.field().map(str::to_owned))
+    }
+
     /// The error as the API's JSON body.
     pub fn to_json(&self) -> Value {
-        let mut error = json!({"code": self.code(), "message": self.to_string()});
-        if let (Some(field), Some(object)) = (self.field(), error.as_object_mut()) {
-            object.insert("field".into(), json!(field));
-        }
-        json!({ "error": error })
+        self.body().to_json()
     }
 
     pub(super) fn not_found(what: &'static str, id: &str) -> Self {

@@ -12,20 +12,22 @@
 mod commands;
 mod dead_letters;
 mod error;
+pub mod jobs;
 mod reads;
 mod views;
 
 pub use commands::CommandRouting;
-pub use error::GatewayError;
+pub use error::{ErrorBody, ErrorDetail, GatewayError};
 pub use views::*;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_contracts::{ContractError, MessageKind, MessageSpec};
+use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -54,7 +56,9 @@ const MAX_BULK_REPLAY: usize = 10_000;
 pub struct Gateway {
     backends: Backends,
     access: Arc<dyn AccessStore>,
-    jobs: Arc<Mutex<HashMap<Uuid, ReplayJob>>>,
+    /// Wakes this process's replay job runner when a job is started or
+    /// resumed here.
+    wake_runner: Arc<tokio::sync::Notify>,
     draining: CancellationToken,
 }
 
@@ -65,7 +69,7 @@ impl Gateway {
         Self {
             access: Arc::clone(&backends.access),
             backends,
-            jobs: Arc::default(),
+            wake_runner: Arc::default(),
             draining,
         }
     }

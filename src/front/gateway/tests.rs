@@ -2,6 +2,7 @@
 
 use super::commands::{derived_uuid, request_hash};
 use super::*;
+use serde_json::json;
 
 #[test]
 fn request_hash_ignores_key_order_but_not_values() {

@@ -13,8 +13,37 @@ pub struct CommandAccepted {
     pub replayed: bool,
 }
 
+/// The 202 body of an accepted command (kept as JSON in
+/// [`CommandAccepted::body`], as the `Idempotency-Key` record stores it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "CommandAccepted")]
+pub struct AcceptedCommand {
+    /// The command's messageId.
+    pub message_id: Uuid,
+    /// The delivery it started or joined.
+    pub correlation_id: Uuid,
+    /// Its type.
+    pub message_type: String,
+    /// The queue it was sent to.
+    pub destination: String,
+    /// The tenant it was sent for.
+    pub tenant_id: String,
+    /// Where to follow the delivery.
+    pub links: CommandLinks,
+}
+
+/// Where to follow an accepted command's delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct CommandLinks {
+    /// `GET` it: the delivery (`/v1/deliveries/{correlationId}`).
+    pub delivery: String,
+    /// Its server-sent events.
+    pub events: String,
+}
+
 /// A delivery in a list.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliverySummary {
     /// The correlation id.
@@ -29,6 +58,7 @@ pub struct DeliverySummary {
     pub message_id: String,
     /// When it started.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub started_at: OffsetDateTime,
     /// `in-progress`, `completed` or `failed`.
     pub status: String,
@@ -37,7 +67,7 @@ pub struct DeliverySummary {
 pub use crate::operator::groups::{FailureGroup, Trend};
 
 /// A dead letter with its original message.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterDetail {
     /// The record.
@@ -56,7 +86,7 @@ pub struct DeadLetterDetail {
 }
 
 /// A replay answered to the API: the record plus whether the payload was edited.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayDone {
     /// The replay.
@@ -80,7 +110,7 @@ pub struct BulkReplayRequest {
 }
 
 /// A dead letter a bulk replay could not replay.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct FailedReplay {
     /// The dead letter.
     pub id: Uuid,
@@ -88,39 +118,78 @@ pub struct FailedReplay {
     pub error: String,
 }
 
-/// A bulk replay and how far it got.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A bulk replay job and how far it got, as stored: the same from every
+/// replica.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayJob {
     /// Its id.
     pub id: Uuid,
-    /// `running` or `finished`.
+    /// `running`, `paused`, `cancelled` or `finished`.
     pub status: String,
     /// Dead letters to replay.
     pub total: usize,
     /// Dead letters done (replayed or failed).
     pub done: usize,
-    /// Replayed.
+    /// How many were replayed.
+    pub replayed_count: usize,
+    /// How many failed.
+    pub failed_count: usize,
+    /// Replayed (empty in a listing of jobs).
     pub replayed: Vec<Uuid>,
-    /// Not replayed, with why.
+    /// Not replayed, with why (empty in a listing of jobs).
     pub failed: Vec<FailedReplay>,
     /// Per second, when limited.
     pub rate: Option<f64>,
     /// Who started it.
     pub by: String,
-    /// The tenant it ran for.
+    /// What was asked: `{"filter": {...}}`, `{"ids": [...]}` or
+    /// `{"group": "<fingerprint>"}`.
+    pub request: Value,
+    /// Every pause, resume and cancel, with who did it.
+    pub controls: Vec<JobControl>,
+    /// The runner holding it now (host, process), if any.
+    pub running_on: Option<String>,
+    /// The tenant it runs for.
     #[serde(skip)]
     pub tenant_id: String,
     /// When it started.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub started_at: OffsetDateTime,
-    /// When it finished.
+    /// When its progress or status last changed.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub updated_at: OffsetDateTime,
+    /// When it finished or was cancelled.
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub finished_at: Option<OffsetDateTime>,
 }
 
+/// A pause, resume or cancel of a bulk replay job.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct JobControl {
+    /// `pause`, `resume` or `cancel`.
+    #[schemars(extend("enum" = ["pause", "resume", "cancel"]))]
+    pub action: String,
+    /// Who.
+    pub by: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub at: OffsetDateTime,
+}
+
+/// Bulk replay jobs, newest first (`GET /v1/replays`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ReplayJobs {
+    /// The jobs, with counts (their lists are in each job's own view).
+    pub jobs: Vec<ReplayJob>,
+}
+
 /// `/readyz`: whether this process can serve.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Readiness {
     /// All checks pass and the process is not draining.
     pub ready: bool,
@@ -130,7 +199,7 @@ pub struct Readiness {
 
 /// A saga's state machine with where the saga is and the way its history
 /// went, for the console's diagram (`GET /v1/sagas/{kind}/{key}/diagram`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaDiagram {
     /// `release`, `gitops` or `probe`.
@@ -162,7 +231,7 @@ impl SagaDiagram {
 }
 
 /// One transition and how often the saga's history took it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TakenTransition {
     /// An index into `machine.transitions`.
@@ -172,7 +241,7 @@ pub struct TakenTransition {
 }
 
 /// One save of a saga, as the diagram reads it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaStep {
     /// The version written.
@@ -181,6 +250,7 @@ pub struct SagaStep {
     pub message_type: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// The state before.
     pub from: String,

@@ -18,6 +18,10 @@ use crate::ports::store::{
     DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, Pruned, ReplayRecord,
     RetentionPolicy, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
 };
+use crate::ports::store::{
+    ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
+    ReplayJobStatus,
+};
 use crate::ports::transport::OutboundMessage;
 
 fn message(id: &str) -> OutboundMessage {
@@ -112,6 +116,8 @@ where
     retention_prunes_what_is_past_it_and_keeps_what_is_needed(&make().await).await;
     retention_prunes_finished_sagas_only(&make().await).await;
     retention_prunes_in_bounded_batches(&make().await).await;
+    replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
+    replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
 }
 
 async fn idempotency_record_is_written_once<S: Store>(store: &S) {
@@ -1192,4 +1198,238 @@ async fn retention_prunes_in_bounded_batches<S: Store>(store: &S) {
         Pruned::default()
     );
     assert!(store.timeline("c-old").await.unwrap().is_empty());
+}
+
+fn replay_job(tenant: &str, total: u32, created_at: OffsetDateTime) -> (ReplayJobRecord, Vec<ReplayJobItem>) {
+    // Whole milliseconds: what every backend keeps.
+    let at = OffsetDateTime::from_unix_timestamp(created_at.unix_timestamp()).unwrap();
+    let job = ReplayJobRecord {
+        id: Uuid::now_v7(),
+        tenant_id: tenant.into(),
+        requested_by: "key:k1".into(),
+        source: "api:k1".into(),
+        principal: "key:k1".into(),
+        request: json!({"filter": {"reason": "transient-exhausted"}}),
+        rate: Some(2.5),
+        status: ReplayJobStatus::Running,
+        total: u64::from(total),
+        replayed: 0,
+        failed: 0,
+        created_at: at,
+        updated_at: at,
+        finished_at: None,
+        lease_owner: None,
+        lease_until: None,
+        controls: vec![],
+    };
+    let items = (0..total)
+        .map(|position| ReplayJobItem {
+            position,
+            dead_letter_id: Uuid::now_v7(),
+            replay_id: Uuid::now_v7(),
+            outcome: None,
+        })
+        .collect();
+    (job, items)
+}
+
+async fn replay_jobs_are_held_by_one_runner_at_a_time<S: AccessStore>(store: &S) {
+    let lease = Duration::from_secs(10);
+    let now = OffsetDateTime::now_utc();
+    let (job, items) = replay_job("contoso", 3, now - Duration::from_secs(60));
+    store.create_replay_job(&job, &items).await.unwrap();
+    let stored = store.replay_job(job.id, Some("contoso")).await.unwrap().unwrap();
+    assert_eq!(stored, job);
+    assert_eq!(store.replay_job_items(job.id).await.unwrap(), items);
+    // "Not found" for another tenant, found for a platform reader.
+    assert!(store.replay_job(job.id, Some("fabrikam")).await.unwrap().is_none());
+    assert!(store.replay_job(job.id, None).await.unwrap().is_some());
+    assert!(store.list_replay_jobs(Some("fabrikam"), 10).await.unwrap().is_empty());
+    assert_eq!(store.list_replay_jobs(Some("contoso"), 10).await.unwrap().len(), 1);
+
+    let claimed = store.claim_replay_job("runner-a", lease, now).await.unwrap().unwrap();
+    assert_eq!(claimed.id, job.id);
+    assert_eq!(claimed.lease_owner.as_deref(), Some("runner-a"));
+    // Held: no other runner gets it while the lease lasts.
+    assert!(store.claim_replay_job("runner-b", lease, now).await.unwrap().is_none());
+    let done = ReplayItemOutcome::Replayed { at: now };
+    let after_one = store
+        .record_replay_item(job.id, "runner-a", 0, &done, lease, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((after_one.replayed, after_one.failed), (1, 0));
+    // Recording the same item again counts nothing twice.
+    let again = store
+        .record_replay_item(job.id, "runner-a", 0, &done, lease, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.replayed, 1);
+    // A runner that does not hold the job writes nothing.
+    assert!(
+        store
+            .record_replay_item(job.id, "runner-b", 1, &done, lease, now)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .renew_replay_job(job.id, "runner-b", lease, now)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Its process died: once the lease has run out another runner takes it.
+    let later = now + Duration::from_secs(11);
+    let taken = store.claim_replay_job("runner-b", lease, later).await.unwrap().unwrap();
+    assert_eq!(taken.lease_owner.as_deref(), Some("runner-b"));
+    assert_eq!(taken.replayed, 1);
+    assert!(
+        store
+            .renew_replay_job(job.id, "runner-a", lease, later)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let pending: Vec<u32> = store
+        .replay_job_items(job.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|item| item.outcome.is_none())
+        .map(|item| item.position)
+        .collect();
+    assert_eq!(pending, vec![1, 2]);
+    let failed = ReplayItemOutcome::Failed {
+        error: "no dead letter".into(),
+        at: later,
+    };
+    store
+        .record_replay_item(job.id, "runner-b", 1, &failed, lease, later)
+        .await
+        .unwrap()
+        .unwrap();
+    let finished = store
+        .record_replay_item(job.id, "runner-b", 2, &done, lease, later)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(finished.status, ReplayJobStatus::Finished);
+    assert_eq!((finished.replayed, finished.failed), (2, 1));
+    assert!(finished.finished_at.is_some());
+    assert_eq!(finished.lease_owner, None);
+    let items = store.replay_job_items(job.id).await.unwrap();
+    assert!(matches!(&items[1].outcome, Some(ReplayItemOutcome::Failed { error, .. }) if error == "no dead letter"));
+    // A finished job is claimed by no one.
+    assert!(
+        store
+            .claim_replay_job("runner-c", lease, later + Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+async fn replay_jobs_pause_resume_cancel_and_finish<S: AccessStore>(store: &S) {
+    let lease = Duration::from_secs(10);
+    let now = OffsetDateTime::now_utc();
+    let (older, older_items) = replay_job("contoso", 2, now - Duration::from_secs(120));
+    let (newer, newer_items) = replay_job("contoso", 1, now - Duration::from_secs(60));
+    store.create_replay_job(&older, &older_items).await.unwrap();
+    store.create_replay_job(&newer, &newer_items).await.unwrap();
+    let listed: Vec<Uuid> = store
+        .list_replay_jobs(None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(listed, vec![newer.id, older.id], "newest first");
+    let control = |action| ReplayJobControl {
+        action,
+        by: "alice".into(),
+        at: OffsetDateTime::from_unix_timestamp(now.unix_timestamp()).unwrap(),
+    };
+    // Another tenant's key finds no job to pause.
+    let err = store
+        .control_replay_job(older.id, Some("fabrikam"), control(ReplayJobAction::Pause))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    let claimed = store.claim_replay_job("runner-a", lease, now).await.unwrap().unwrap();
+    assert_eq!(claimed.id, older.id, "oldest first");
+    let ControlOutcome::Applied(paused) = store
+        .control_replay_job(older.id, Some("contoso"), control(ReplayJobAction::Pause))
+        .await
+        .unwrap()
+    else {
+        panic!("pausing a running job applies");
+    };
+    assert_eq!(paused.status, ReplayJobStatus::Paused);
+    assert_eq!(paused.controls, vec![control(ReplayJobAction::Pause)]);
+    // The runner sees the pause at its next write and lets go.
+    let seen = store
+        .renew_replay_job(older.id, "runner-a", lease, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.status, ReplayJobStatus::Paused);
+    store.release_replay_job(older.id, "runner-a").await.unwrap();
+    // Paused jobs are not claimed; the next runnable one is.
+    let next = store.claim_replay_job("runner-b", lease, now).await.unwrap().unwrap();
+    assert_eq!(next.id, newer.id);
+    assert!(matches!(
+        store
+            .control_replay_job(older.id, None, control(ReplayJobAction::Pause))
+            .await
+            .unwrap(),
+        ControlOutcome::NotApplicable(job) if job.status == ReplayJobStatus::Paused
+    ));
+    let ControlOutcome::Applied(resumed) = store
+        .control_replay_job(older.id, None, control(ReplayJobAction::Resume))
+        .await
+        .unwrap()
+    else {
+        panic!("resuming a paused job applies");
+    };
+    assert_eq!(resumed.status, ReplayJobStatus::Running);
+    let again = store.claim_replay_job("runner-c", lease, now).await.unwrap().unwrap();
+    assert_eq!(again.id, older.id);
+    let ControlOutcome::Applied(cancelled) = store
+        .control_replay_job(older.id, None, control(ReplayJobAction::Cancel))
+        .await
+        .unwrap()
+    else {
+        panic!("cancelling a running job applies");
+    };
+    assert_eq!(cancelled.status, ReplayJobStatus::Cancelled);
+    assert!(cancelled.finished_at.is_some());
+    assert_eq!(cancelled.controls.len(), 3);
+    // A cancelled job takes no more progress as running and is never resumed.
+    let after = store
+        .record_replay_item(
+            older.id,
+            "runner-c",
+            0,
+            &ReplayItemOutcome::Replayed { at: now },
+            lease,
+            now,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.status, ReplayJobStatus::Cancelled);
+    assert!(matches!(
+        store
+            .control_replay_job(older.id, None, control(ReplayJobAction::Resume))
+            .await
+            .unwrap(),
+        ControlOutcome::NotApplicable(_)
+    ));
+    assert_eq!(
+        store.replay_job(older.id, None).await.unwrap().unwrap().controls.len(),
+        3
+    );
 }

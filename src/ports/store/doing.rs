@@ -162,3 +162,44 @@ pub(crate) fn complete_idempotency(tenant_id: &str, key: &str) -> String {
 pub(crate) fn release_idempotency(tenant_id: &str, key: &str) -> String {
     format!("releasing Idempotency-Key `{key}` of tenant {tenant_id}")
 }
+
+/// [`ReplayJobStore::create_replay_job`](super::ReplayJobStore::create_replay_job).
+pub(crate) fn create_replay_job(id: Uuid) -> String {
+    format!("storing replay job {id}")
+}
+
+/// [`ReplayJobStore::replay_job`](super::ReplayJobStore::replay_job) and
+/// [`ReplayJobStore::replay_job_items`](super::ReplayJobStore::replay_job_items).
+pub(crate) fn replay_job(id: Uuid) -> String {
+    format!("reading replay job {id}")
+}
+
+/// [`ReplayJobStore::list_replay_jobs`](super::ReplayJobStore::list_replay_jobs).
+pub(crate) fn list_replay_jobs() -> String {
+    "listing replay jobs".to_owned()
+}
+
+/// [`ReplayJobStore::claim_replay_job`](super::ReplayJobStore::claim_replay_job).
+pub(crate) fn claim_replay_job() -> String {
+    "claiming a replay job to run".to_owned()
+}
+
+/// [`ReplayJobStore::renew_replay_job`](super::ReplayJobStore::renew_replay_job).
+pub(crate) fn renew_replay_job(id: Uuid) -> String {
+    format!("renewing the lease on replay job {id}")
+}
+
+/// [`ReplayJobStore::record_replay_item`](super::ReplayJobStore::record_replay_item).
+pub(crate) fn record_replay_item(id: Uuid, position: u32) -> String {
+    format!("recording item {position} of replay job {id}")
+}
+
+/// [`ReplayJobStore::release_replay_job`](super::ReplayJobStore::release_replay_job).
+pub(crate) fn release_replay_job(id: Uuid) -> String {
+    format!("releasing replay job {id}")
+}
+
+/// [`ReplayJobStore::control_replay_job`](super::ReplayJobStore::control_replay_job).
+pub(crate) fn control_replay_job(id: Uuid) -> String {
+    format!("changing the status of replay job {id}")
+}

@@ -18,6 +18,7 @@
 
 use async_trait::async_trait;
 use bosun_contracts::Destination;
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -27,10 +28,16 @@ use crate::ports::transport::OutboundMessage;
 
 pub(crate) mod doing;
 mod error;
+mod jobs;
 mod watch;
 
 pub use error::StoreError;
 pub(crate) use error::{SOME_STORE_OPERATION, schema_mismatch_message};
+pub use jobs::{
+    ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
+    ReplayJobStatus, ReplayJobStore,
+};
+pub(crate) use jobs::{controls_from_json, controls_to_json, outcome_columns, outcome_from_columns, status_from_str};
 pub use watch::{TimelineWait, TimelineWatch, Woken};
 
 /// How long a timeline wait lasts when nothing wakes it, unless the store
@@ -120,7 +127,7 @@ pub struct SagaWrite {
 }
 
 /// A saga as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaRecord {
     /// `release` or `gitops`.
@@ -135,9 +142,11 @@ pub struct SagaRecord {
     pub state: Value,
     /// First save.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub created_at: OffsetDateTime,
     /// Last save.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub updated_at: OffsetDateTime,
     /// Every save: version, message and time.
     pub history: Vec<SagaHistoryEntry>,
@@ -157,7 +166,7 @@ pub struct SagaState {
 }
 
 /// One save of a saga.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SagaHistoryEntry {
     /// The version written.
@@ -168,11 +177,12 @@ pub struct SagaHistoryEntry {
     pub message_type: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
 }
 
 /// What happened to a message, for `bosun deliveries show`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TimelineStatus {
     /// Sent by an agent or dispatched from the outbox.
@@ -227,7 +237,7 @@ impl TimelineStatus {
 }
 
 /// One line of a delivery's timeline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimelineEntry {
     /// The delivery.
@@ -244,6 +254,7 @@ pub struct TimelineEntry {
     pub attempt: u32,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// Free text: the error, the entity, the replay id ...
     pub detail: Option<String>,
@@ -289,20 +300,21 @@ pub enum CommitOutcome {
 }
 
 /// One failed attempt at handling a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptRecord {
     /// Attempt number (0 = first delivery).
     pub attempt: u32,
     /// When it failed.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// The error and its causes, outermost first.
     pub error_chain: Vec<String>,
 }
 
 /// A replay of a dead letter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayRecord {
     /// Id of this replay.
@@ -311,6 +323,7 @@ pub struct ReplayRecord {
     pub by: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
     /// Where it was sent.
     pub destination: String,
@@ -325,7 +338,7 @@ pub struct ReplayRecord {
 }
 
 /// What an edited replay changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayEdit {
     /// The payload as the dead letter held it.
@@ -337,7 +350,7 @@ pub struct ReplayEdit {
 }
 
 /// One field an edit changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FieldChange {
     /// The field, as a JSON Pointer (`/files/0/content`).
@@ -390,7 +403,7 @@ fn field_changes(path: &str, before: Option<&Value>, after: Option<&Value>, out:
 }
 
 /// Where a dead letter stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeadLetterStatus {
     /// Waiting for an operator.
@@ -400,7 +413,7 @@ pub enum DeadLetterStatus {
 }
 
 /// A message that could not be processed, kept whole.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterRecord {
     /// Id of the dead letter.
@@ -434,6 +447,7 @@ pub struct DeadLetterRecord {
     pub attempts: Vec<AttemptRecord>,
     /// When it was dead-lettered.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub dead_lettered_at: OffsetDateTime,
     /// `host` when bosun dead-lettered it, `transport` for a native dead letter.
     pub origin: String,
@@ -548,10 +562,10 @@ pub enum IdempotencyClaim {
     },
 }
 
-/// API keys and HTTP idempotency: what the front door remembers. In the
-/// same database as the [`Store`].
+/// API keys, HTTP idempotency and bulk replay jobs ([`ReplayJobStore`]):
+/// what the front door remembers. In the same database as the [`Store`].
 #[async_trait]
-pub trait AccessStore: Send + Sync {
+pub trait AccessStore: ReplayJobStore {
     /// Stores a new key.
     async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError>;
 

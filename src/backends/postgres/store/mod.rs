@@ -44,6 +44,7 @@ pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 mod access;
 mod dead_letters;
 pub(crate) mod handled;
+mod jobs;
 mod listen;
 pub(crate) mod outbox;
 mod retention;

@@ -23,6 +23,12 @@ async fn postgres_store_passes_the_behaviour_suite() {
             if reuse {
                 return PostgresStore::new(schemas.lock().unwrap()[0].database.clone());
             }
+            // The suite runs its behaviours one after another: the schema
+            // (and the connections) of the one before are done with.
+            let done = std::mem::take(&mut *schemas.lock().unwrap());
+            for test in done {
+                test.finish().await;
+            }
             let test = testing::migrated().await;
             let store = PostgresStore::new(test.database.clone());
             schemas.lock().unwrap().push(test);

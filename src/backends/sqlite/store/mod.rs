@@ -3,7 +3,7 @@
 //! One file per concern, each holding the SQL of its tables: `handled`
 //! (idempotency, the atomic commit of a handled message, retries),
 //! `sagas`, `outbox`, `dead_letters`, `timeline` (and deliveries),
-//! `access` (API keys, HTTP idempotency) and `schema` (tables and
+//! `access` (API keys, HTTP idempotency), `jobs` (bulk replay jobs) and `schema` (tables and
 //! upgrades of older files). [`SqliteStore`]'s [`Store`] methods call
 //! those and name what they were doing in their errors with the port's
 //! words (`ports::store::doing`).
@@ -29,6 +29,7 @@ use schema::{SCHEMA, upgrade};
 mod access;
 mod dead_letters;
 mod handled;
+mod jobs;
 mod outbox;
 mod retention;
 mod sagas;

@@ -132,6 +132,40 @@ CREATE TABLE IF NOT EXISTS http_idempotency (
     completed_at INTEGER,
     PRIMARY KEY (tenant_id, key)
 );
+-- Bulk replay jobs (jobs.rs): what was asked, who asked, the progress and
+-- the runner holding the job; each dead letter's item has the replay id it
+-- is sent under, fixed when the job is made.
+CREATE TABLE IF NOT EXISTS replay_jobs (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    source TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    request TEXT NOT NULL,
+    rate REAL,
+    status TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    replayed INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    lease_owner TEXT,
+    lease_until INTEGER,
+    controls TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS replay_jobs_runnable ON replay_jobs (status, created_at);
+CREATE INDEX IF NOT EXISTS replay_jobs_tenant ON replay_jobs (tenant_id, created_at);
+CREATE TABLE IF NOT EXISTS replay_job_items (
+    job_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    dead_letter_id TEXT NOT NULL,
+    replay_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    error TEXT,
+    at INTEGER,
+    PRIMARY KEY (job_id, position)
+);
 ";
 
 /// Columns added to tables after their first release: state.db files made by

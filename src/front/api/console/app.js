@@ -1467,7 +1467,15 @@ function renderProgress(job) {
       h('li', { 'data-testid': 'bulk-failure' }, h('code', {}, text(failure.id)), `: ${text(failure.error)}`),
     );
   }
-  if (job.status === 'finished') {
+  // Pause, resume and cancel: the job is stored, so any replica's console
+  // controls it; each control is recorded with the key that used it.
+  $('bulk-pause').hidden = job.status !== 'running';
+  $('bulk-resume').hidden = job.status !== 'paused';
+  $('bulk-cancel').hidden = !(job.status === 'running' || job.status === 'paused');
+  $('bulk-controls-log').textContent = (job.controls ?? [])
+    .map((control) => `${text(control.action)} by ${text(control.by)} at ${text(control.at)}`)
+    .join(' · ');
+  if (job.status === 'finished' || job.status === 'cancelled') {
     const replayed = (job.replayed ?? []).length;
     $('bulk-progress-text').textContent =
       `${done} of ${total} · ${replayed} replayed` + ((job.failed ?? []).length ? `, ${job.failed.length} failed` : '');
@@ -1508,7 +1516,7 @@ async function pollBulk(job) {
   const controller = new AbortController();
   bulkPoll = controller;
   let current = job;
-  while (current.status !== 'finished' && !controller.signal.aborted) {
+  while (current.status !== 'finished' && current.status !== 'cancelled' && !controller.signal.aborted) {
     await sleep(POLL_MS, controller.signal);
     if (controller.signal.aborted) return;
     try {
@@ -1525,7 +1533,25 @@ async function pollBulk(job) {
   if (selectedDeadLetter) openDeadLetter(selectedDeadLetter, { keepMessages: true });
 }
 
+/** Pauses, resumes or cancels the job shown in the bulk replay panel. */
+async function controlBulk(action) {
+  const id = $('bulk-id').textContent;
+  if (!id) return;
+  const slot = $('bulk-error');
+  showError(slot, null);
+  try {
+    const job = await api(`/v1/replays/${encodeURIComponent(id)}/${action}`, { method: 'POST' });
+    renderProgress(job);
+    if (action === 'resume' && !bulkPoll) pollBulk(job);
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
 function setupDeadLetters() {
+  for (const action of ['pause', 'resume', 'cancel']) {
+    $(`bulk-${action}`).addEventListener('click', () => controlBulk(action));
+  }
   $('dl-filters').addEventListener('submit', (event) => {
     event.preventDefault();
     loadDeadLetters();

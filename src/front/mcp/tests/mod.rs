@@ -56,6 +56,7 @@ async fn fixture_with(change: impl FnOnce(&mut Settings)) -> Fixture {
     change(&mut settings);
     let backends = Backends::open(&settings).await.expect("backends open");
     let gateway = Gateway::new(backends.clone(), CancellationToken::new());
+    gateway.spawn_replay_runner(CancellationToken::new());
     let state = ApiState::new(gateway.clone(), Arc::new(Metrics::new()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let url = format!("http://{}", listener.local_addr().expect("address"));

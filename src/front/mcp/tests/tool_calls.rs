@@ -587,6 +587,41 @@ async fn a_failure_group_is_replayed_or_purged_whole_within_the_callers_tenant()
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    // The job is followed by its id, and a finished job cannot be paused.
+    let job_id = job["id"].as_str().expect("a job id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let followed = loop {
+        let (failed, followed) = call(&f.tools, &reader, "get_replay_job", json!({"id": job_id})).await;
+        assert!(!failed, "{followed}");
+        if followed["status"] == "finished" {
+            break followed;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish: {followed}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(followed["replayedCount"], 2, "{followed}");
+    assert_eq!(followed["request"], json!({"group": fingerprint}));
+    let (failed, error) = call(
+        &f.tools,
+        &replayer,
+        "control_replay_job",
+        json!({"id": job_id, "action": "pause"}),
+    )
+    .await;
+    assert!(failed);
+    assert_eq!(error["error"]["code"], "conflict", "{error}");
+    let (failed, error) = call(
+        &f.tools,
+        &caller("fabrikam", &[Scope::DeadLettersReplay]),
+        "get_replay_job",
+        json!({"id": job_id}),
+    )
+    .await;
+    assert!(failed);
+    assert_eq!(
+        error["error"]["code"], "not-found",
+        "another tenant does not find it: {error}"
+    );
     for untouched in [&other_cause, &theirs] {
         let stored = f
             .backends

@@ -32,6 +32,7 @@ mod get_delivery;
 mod get_failure;
 mod list_failures;
 mod replay_failure;
+mod replay_jobs;
 mod send_command;
 mod wait_for_delivery;
 
@@ -41,6 +42,7 @@ pub use self::get_delivery::GetDelivery;
 pub use self::get_failure::GetFailure;
 pub use self::list_failures::ListFailures;
 pub use self::replay_failure::ReplayFailure;
+pub use self::replay_jobs::{ControlReplayJob, GetReplayJob};
 pub use self::send_command::SendCommand;
 pub use self::wait_for_delivery::WaitForDelivery;
 
@@ -126,6 +128,8 @@ catalogue![
     GetFailure,
     ReplayFailure,
     ReplayFailureGroup,
+    GetReplayJob,
+    ControlReplayJob,
     PurgeFailureGroup,
 ];
 
