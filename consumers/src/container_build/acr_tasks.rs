@@ -23,10 +23,15 @@
 //!    going is followed by its poll message, never started again. ACR runs
 //!    carry no field of the caller's that could be searched while they are
 //!    still running (their `outputImages` appear once they finished), so
-//!    the cases left are an event handled again after a crash between
-//!    `scheduleRun` and the runtime's commit, or after a `scheduleRun`
-//!    whose answer was lost (a timeout, a 5xx): it may start a second run
-//!    of the same build, which pushes the same tags.
+//!    the adapter keeps its own record: right after `scheduleRun` answers,
+//!    the run id goes into the blob store under the build key
+//!    ([`RUNS_CONTAINER`], `<tenant>/container-build/<key>.json`). An event
+//!    handled again after a crash before the runtime's commit finds it, and
+//!    follows that run while it is going or succeeded (a failed one is
+//!    scheduled again, as a replay wants). The one case left is a
+//!    `scheduleRun` whose answer was lost (a timeout, a 5xx) or a crash
+//!    between its answer and the record: the build may run twice, pushing
+//!    the same tags.
 //! 2. The context (the `container-context.tar` artifact) is read from the
 //!    blob store, gzipped ([`crate::delivery::archive::gzip`]) and uploaded
 //!    where `POST …/listBuildSourceUploadUrl` says (`uploadUrl`, a SAS URL:
@@ -107,6 +112,23 @@ const RUN_TIMEOUT_SECONDS: std::ops::RangeInclusive<u64> = 300..=28_800;
 
 /// Longest log text kept when the log cannot be stored.
 const MAX_TAIL_CHARS: usize = 4000;
+
+/// The blob container of the runs this adapter scheduled: one small record
+/// per build key, `<tenant>/container-build/<key>.json` holding the run id.
+pub const RUNS_CONTAINER: &str = "build-runs";
+
+/// What is kept of a scheduled run under its build key.
+#[derive(Debug, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunRecord {
+    run_id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    scheduled_at: OffsetDateTime,
+}
+
+fn run_record_key(tenant: &str, key: &str) -> String {
+    format!("{tenant}/container-build/{key}.json")
+}
 
 /// Where the registry is in Azure Resource Manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,6 +557,79 @@ impl AcrTasks {
         })
     }
 
+    /// The run an earlier handling of the same build scheduled, when it is
+    /// still going or succeeded: the event is handled again after a crash
+    /// between `scheduleRun` and the runtime's commit, and follows that run
+    /// instead of starting a second. A run that failed (or that the
+    /// registry no longer has) is not followed: the build is scheduled
+    /// again, as an operator replaying the event wants.
+    async fn recorded_run(&self, spec: &ImageSpec, key: &str) -> Result<Option<RunningBuild>, ContainerBuildError> {
+        let record_key = run_record_key(&spec.tenant, key);
+        let Some(bytes) = self.blobs.read(RUNS_CONTAINER, &record_key).await.map_err(|err| {
+            ContainerBuildError::Storage(format!("reading the run record {RUNS_CONTAINER}/{record_key}: {err}"))
+        })?
+        else {
+            return Ok(None);
+        };
+        let Some(record) = serde_json::from_slice::<RunRecord>(&bytes)
+            .ok()
+            .filter(|record| validate::identifier("runId", &record.run_id).is_ok())
+        else {
+            tracing::warn!(record = %record_key, "unreadable run record; scheduling the build");
+            return Ok(None);
+        };
+        let resource: RunResource = match self
+            .arm_json(Method::GET, &format!("runs/{}", record.run_id), None)
+            .await
+        {
+            Ok(resource) => resource,
+            Err(err @ RegistryError::Status { status: 404, .. }) => {
+                tracing::warn!(run = %record.run_id, error = %err, "the recorded run is not found; scheduling the build");
+                return Ok(None);
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let status = resource
+            .properties
+            .and_then(|properties| properties.status)
+            .unwrap_or_else(|| "Queued".to_owned());
+        match run_status(&status) {
+            RunStatus::InProgress | RunStatus::Succeeded => Ok(Some(RunningBuild {
+                builder: BUILDER,
+                run_id: record.run_id,
+                build_key: key.to_owned(),
+                status,
+            })),
+            RunStatus::Failed => {
+                tracing::info!(run = %record.run_id, %status, "the recorded run of this build ended without an image; scheduling it again");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Keeps the run id under the build key. A record that cannot be
+    /// written is logged, not an error: the run goes on, and only a crash
+    /// before the commit would then schedule the build twice.
+    async fn record_run(&self, spec: &ImageSpec, key: &str, run_id: &str) {
+        let record = RunRecord {
+            run_id: run_id.to_owned(),
+            scheduled_at: OffsetDateTime::now_utc(),
+        };
+        let record_key = run_record_key(&spec.tenant, key);
+        let stored = match serde_json::to_vec(&record) {
+            Ok(bytes) => self
+                .blobs
+                .put(RUNS_CONTAINER, &record_key, bytes, "application/json")
+                .await
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        if let Err(error) = stored {
+            tracing::warn!(run = %run_id, record = %record_key, %error, "could not record the scheduled run");
+        }
+    }
+
     /// Fetches the run's log (`listLogSasUrl`, then its `logLink`) and
     /// stores it in the blob store.
     async fn store_log(&self, run: &BuildRun) -> Result<(BlobRef, Vec<u8>), ContainerBuildError> {
@@ -720,8 +815,13 @@ impl ImageBuilder for AcrTasks {
                 pushed_at: OffsetDateTime::now_utc(),
             }));
         }
+        if let Some(running) = self.recorded_run(spec, &key).await? {
+            tracing::info!(%repository, tag = %spec.tag, run = %running.run_id, status = %running.status, "this build's run is already scheduled; following it");
+            return Ok(BuildProgress::Running(running));
+        }
         let running = self.schedule(spec, &repository, &key, &platform).await?;
         tracing::info!(%repository, tag = %spec.tag, run = %running.run_id, status = %running.status, "ACR Tasks run scheduled");
+        self.record_run(spec, &key, &running.run_id).await;
         Ok(BuildProgress::Running(running))
     }
 

@@ -576,3 +576,74 @@ async fn an_unreachable_upload_url_is_transient_and_its_signature_is_never_shown
     assert!(text.contains("PUT /source/upload.tar.gz"), "{text}");
     assert!(!requests.iter().any(|r| r.path.ends_with("/scheduleRun")));
 }
+
+#[tokio::test]
+async fn an_event_handled_again_before_its_commit_follows_the_run_it_scheduled() {
+    let fixture = fixture().await;
+    let key = fixture.key();
+    fixture.server.script(scheduling(
+        &fixture.server,
+        &key,
+        Reply::json("POST", &arm("scheduleRun"), 200, &run("Queued", json!({}))),
+    ));
+    // The process died before the runtime committed: the same event comes
+    // again. The run recorded under the build key is still going.
+    fixture.server.script(vec![
+        token(),
+        Reply::bytes("GET", &v2(&format!("manifests/{}", key_tag(&key))), 404, b""),
+        Reply::json("GET", &arm(&format!("runs/{RUN_ID}")), 200, &run("Running", json!({}))),
+    ]);
+    let first = fixture.handle(fixture.event.clone().into()).await.unwrap();
+    let (poll, _) = scheduled_poll(&first);
+    assert_eq!(poll.run_id, RUN_ID);
+    let record = fixture
+        .blobs
+        .read(
+            super::acr_tasks::RUNS_CONTAINER,
+            &format!("contoso/container-build/{key}.json"),
+        )
+        .await
+        .unwrap()
+        .expect("the scheduled run is recorded under the build key");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&record).unwrap()["runId"],
+        RUN_ID
+    );
+
+    let again = fixture.handle(fixture.event.clone().into()).await.unwrap();
+    let (poll, _) = scheduled_poll(&again);
+    assert_eq!(poll.run_id, RUN_ID, "the same run is followed");
+    let requests = fixture.server.finish().await;
+    let schedules = requests.iter().filter(|r| r.path.ends_with("/scheduleRun")).count();
+    assert_eq!(schedules, 1, "one run for one build");
+}
+
+#[tokio::test]
+async fn a_recorded_run_that_failed_is_scheduled_again_when_the_event_is_replayed() {
+    let fixture = fixture().await;
+    let key = fixture.key();
+    fixture.server.script(scheduling(
+        &fixture.server,
+        &key,
+        Reply::json("POST", &arm("scheduleRun"), 200, &run("Queued", json!({}))),
+    ));
+    let first = fixture.handle(fixture.event.clone().into()).await.unwrap();
+    scheduled_poll(&first);
+    // The run failed (a base image registry was down); an operator replays
+    // the event: the build is scheduled again, not the failed run followed.
+    let mut replies = scheduling(
+        &fixture.server,
+        &key,
+        Reply::json("POST", &arm("scheduleRun"), 200, &run("Queued", json!({}))),
+    );
+    replies.insert(
+        2,
+        Reply::json("GET", &arm(&format!("runs/{RUN_ID}")), 200, &run("Failed", json!({}))),
+    );
+    fixture.server.script(replies);
+    let replayed = fixture.handle(fixture.event.clone().into()).await.unwrap();
+    scheduled_poll(&replayed);
+    let requests = fixture.server.finish().await;
+    let schedules = requests.iter().filter(|r| r.path.ends_with("/scheduleRun")).count();
+    assert_eq!(schedules, 2);
+}

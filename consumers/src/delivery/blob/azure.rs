@@ -483,6 +483,17 @@ impl BlobStore for AzureBlobStore {
             Err(err) => Err(self.error(err)),
         }
     }
+
+    async fn read(&self, container: &str, key: &str) -> Result<Option<Vec<u8>>, BlobError> {
+        check_name(container, key)?;
+        match self.blob_client(container, key)?.download(None).await {
+            Ok(download) => Ok(Some(
+                download.body.collect().await.map_err(|err| self.error(err))?.to_vec(),
+            )),
+            Err(err) if is_not_found(&err) || is_container_not_found(&err) => Ok(None),
+            Err(err) => Err(self.error(err)),
+        }
+    }
 }
 
 #[cfg(test)]

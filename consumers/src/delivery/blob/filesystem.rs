@@ -87,6 +87,15 @@ impl BlobStore for FilesystemBlobStore {
             Err(err) => Err(unavailable(err)),
         }
     }
+
+    async fn read(&self, container: &str, key: &str) -> Result<Option<Vec<u8>>, BlobError> {
+        let path = self.path(container, key)?;
+        match tokio::fs::read(&path).await {
+            Ok(content) => Ok(Some(content)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound || path.is_dir() => Ok(None),
+            Err(err) => Err(unavailable(err)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -97,6 +97,10 @@ pub trait BlobStore: Send + Sync {
 
     /// Whether a blob exists.
     async fn exists(&self, container: &str, key: &str) -> Result<bool, BlobError>;
+
+    /// A small record the caller wrote itself under a name it knows (no
+    /// reference to check it against); `None` when there is none.
+    async fn read(&self, container: &str, key: &str) -> Result<Option<Vec<u8>>, BlobError>;
 }
 
 /// Checks a container and a key against the Azure Storage naming rules
