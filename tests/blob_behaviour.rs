@@ -137,6 +137,12 @@ async fn put_get_exists_round_trip(subject: &Subject) {
         "{}: nothing there yet (not even the container)",
         subject.name
     );
+    assert_eq!(
+        store.read(&container, key).await.unwrap(),
+        None,
+        "{}: nothing to read by name yet",
+        subject.name
+    );
     let blob = store
         .put(&container, key, b"hello".to_vec(), "text/plain; charset=utf-8")
         .await
@@ -148,6 +154,18 @@ async fn put_get_exists_round_trip(subject: &Subject) {
     assert_eq!(blob.content_type, "text/plain; charset=utf-8");
     assert_eq!(store.get(&blob).await.unwrap(), b"hello", "{}", subject.name);
     assert!(store.exists(&container, key).await.unwrap(), "{}", subject.name);
+    assert_eq!(
+        store.read(&container, key).await.unwrap().as_deref(),
+        Some(&b"hello"[..]),
+        "{}: read by name",
+        subject.name
+    );
+    assert_eq!(
+        store.read(&container, "contoso/payments-api").await.unwrap(),
+        None,
+        "{}: a prefix of a key is no blob to read",
+        subject.name
+    );
     assert!(
         !store
             .exists(&container, "contoso/payments-api/4711/other.txt")
