@@ -418,22 +418,30 @@ fn spawn_demo(data: &Path, tenant: &str) -> std::process::Child {
         .unwrap()
 }
 
-fn finish_demo(child: std::process::Child) -> Value {
-    let output = child.wait_with_output().unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "demo printed no JSON ({err}): {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    if !output.status.success() {
-        // What the demo's consumers logged last says where it waited.
+/// Waits for the demos and returns their reports; when one failed, panics
+/// with every demo's report and last log lines (one demo's consumers
+/// handle the other's messages too, so where one waited is often in the
+/// other's log).
+fn finish_demos<const N: usize>(children: [(&str, std::process::Child); N]) -> [Value; N] {
+    let outputs = children.map(|(tenant, child)| (tenant.to_owned(), child.wait_with_output().unwrap()));
+    let mut failed = false;
+    let mut story = String::new();
+    for (tenant, output) in &outputs {
+        failed |= !output.status.success();
         let stderr = String::from_utf8_lossy(&output.stderr);
         let lines: Vec<&str> = stderr.lines().collect();
         let tail = lines[lines.len().saturating_sub(80)..].join("\n");
-        panic!("{report:#}\n--- the demo's last log lines ---\n{tail}");
+        story.push_str(&format!(
+            "=== demo of {tenant}: {}\n{}\n--- its last log lines ---\n{tail}\n",
+            output.status,
+            String::from_utf8_lossy(&output.stdout)
+        ));
     }
-    report
+    assert!(!failed, "{story}");
+    outputs.map(|(tenant, output)| {
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|err| panic!("the demo of {tenant} printed no JSON ({err})\n{story}"))
+    })
 }
 
 fn result(report: &Value, label: &str) -> String {
@@ -471,7 +479,7 @@ fn two_tenants_run_the_same_module_side_by_side_and_see_nothing_of_each_other() 
     // environments; both at once on one data directory.
     let contoso = spawn_demo(data, "contoso");
     let fabrikam = spawn_demo(data, "fabrikam");
-    let (contoso, fabrikam) = (finish_demo(contoso), finish_demo(fabrikam));
+    let [contoso, fabrikam] = finish_demos([("contoso", contoso), ("fabrikam", fabrikam)]);
     for (report, tenant) in [(&contoso, "contoso"), (&fabrikam, "fabrikam")] {
         assert_eq!(report["completed"], true, "{report:#}");
         assert!(

@@ -27,6 +27,8 @@ CREATE TABLE bosun_replay_jobs (
 );
 CREATE INDEX bosun_replay_jobs_runnable ON bosun_replay_jobs (status, created_at);
 CREATE INDEX bosun_replay_jobs_tenant ON bosun_replay_jobs (tenant_id, created_at);
+-- Retention deletes ended jobs by when they ended.
+CREATE INDEX bosun_replay_jobs_ended ON bosun_replay_jobs (finished_at) WHERE finished_at IS NOT NULL;
 
 CREATE TABLE bosun_replay_job_items (
     job_id uuid NOT NULL REFERENCES bosun_replay_jobs (id) ON DELETE CASCADE,

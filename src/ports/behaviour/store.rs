@@ -118,6 +118,7 @@ where
     retention_prunes_in_bounded_batches(&make().await).await;
     replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
     replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
+    ended_replay_jobs_go_with_the_timelines_retention(&make().await).await;
 }
 
 async fn idempotency_record_is_written_once<S: Store>(store: &S) {
@@ -1432,4 +1433,40 @@ async fn replay_jobs_pause_resume_cancel_and_finish<S: AccessStore>(store: &S) {
         store.replay_job(older.id, None).await.unwrap().unwrap().controls.len(),
         3
     );
+}
+
+async fn ended_replay_jobs_go_with_the_timelines_retention<S: Store + AccessStore>(store: &S) {
+    let now = OffsetDateTime::now_utc();
+    let lease = Duration::from_secs(10);
+    let long_ago = now - DAY * 40;
+    let (old, old_items) = replay_job("contoso", 1, long_ago);
+    let (recent, recent_items) = replay_job("contoso", 1, now - DAY);
+    let (running, running_items) = replay_job("contoso", 2, long_ago);
+    // The old one finished 40 days ago, the recent one yesterday; the
+    // third, as old, is still running.
+    for (job, items, at) in [(&old, &old_items, long_ago), (&recent, &recent_items, now - DAY)] {
+        store.create_replay_job(job, items).await.unwrap();
+        let claimed = store.claim_replay_job("runner", lease, at).await.unwrap().unwrap();
+        assert_eq!(claimed.id, job.id);
+        let done = store
+            .record_replay_item(job.id, "runner", 0, &ReplayItemOutcome::Replayed { at }, lease, at)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.status, ReplayJobStatus::Finished);
+    }
+    store.create_replay_job(&running, &running_items).await.unwrap();
+    let pruned = store.prune(&retention(100), now).await.unwrap();
+    assert_eq!(pruned.replay_jobs, 1, "{pruned:?}");
+    assert!(store.replay_job(old.id, None).await.unwrap().is_none());
+    assert!(
+        store.replay_job_items(old.id).await.unwrap().is_empty(),
+        "its items went with it"
+    );
+    assert!(store.replay_job(recent.id, None).await.unwrap().is_some());
+    assert!(
+        store.replay_job(running.id, None).await.unwrap().is_some(),
+        "a running job is never pruned"
+    );
+    assert_eq!(store.prune(&retention(100), now).await.unwrap().replay_jobs, 0);
 }

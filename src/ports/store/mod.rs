@@ -683,7 +683,8 @@ pub struct RetentionPolicy {
     pub outbox_sent: Option<std::time::Duration>,
     /// Timeline lines, by their time (the lines of a delivery that has a
     /// dead letter are kept while it exists); a delivery's record goes when
-    /// it is older than this and its lines are gone.
+    /// it is older than this and its lines are gone; a bulk replay job when
+    /// it ended longer ago than this.
     pub timeline: Option<std::time::Duration>,
     /// Finished sagas (with their history), by their last save.
     pub finished_sagas: Option<std::time::Duration>,
@@ -713,6 +714,9 @@ pub struct Pruned {
     pub sagas: u64,
     /// The transport's duplicate-detection records.
     pub duplicates: u64,
+    /// Bulk replay jobs that ended (finished or cancelled) before the
+    /// timeline's retention, with their items.
+    pub replay_jobs: u64,
 }
 
 impl Pruned {
@@ -739,7 +743,7 @@ impl Pruned {
     }
 
     /// Each kind's name and count.
-    pub fn kinds(&self) -> [(&'static str, u64); 7] {
+    pub fn kinds(&self) -> [(&'static str, u64); 8] {
         [
             ("handled", self.handled),
             ("attempts", self.attempts),
@@ -748,6 +752,7 @@ impl Pruned {
             ("deliveries", self.deliveries),
             ("sagas", self.sagas),
             ("duplicates", self.duplicates),
+            ("replay-jobs", self.replay_jobs),
         ]
     }
 }

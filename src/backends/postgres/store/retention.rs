@@ -30,6 +30,13 @@ async fn delete_batch(
         .rows_affected())
 }
 
+/// Bulk replay jobs that ended before the cutoff; their items go by the
+/// foreign key's cascade.
+const REPLAY_JOBS: &str = "DELETE FROM bosun_replay_jobs WHERE finished_at < $1
+    AND status IN ('finished', 'cancelled') AND id IN (
+    SELECT id FROM bosun_replay_jobs WHERE finished_at < $1 AND status IN ('finished', 'cancelled')
+    ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+
 const HANDLED: &str = "DELETE FROM bosun_handled WHERE handled_at < $1 AND (consumer, message_id) IN (
     SELECT consumer, message_id FROM bosun_handled WHERE handled_at < $1
     ORDER BY handled_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
@@ -103,6 +110,7 @@ pub(super) async fn prune(
         deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
         ..Pruned::default()
     };
+    pruned.replay_jobs = delete_batch(database, REPLAY_JOBS, timeline_before, batch).await?;
     if let Some(before) = cutoff(now, policy.finished_sagas) {
         for finished in &policy.finished {
             let left = batch.saturating_sub(i64::try_from(pruned.sagas).unwrap_or(i64::MAX));

@@ -90,6 +90,31 @@ async fn prune_sagas(
         .await
 }
 
+/// Bulk replay jobs that ended before `before`, with their items.
+async fn prune_replay_jobs(database: &Database, before: OffsetDateTime, batch: usize) -> Result<u64, StoreError> {
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+    database
+        .call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let ids: Vec<String> = {
+                let mut statement = tx.prepare_cached(
+                    "SELECT id FROM replay_jobs WHERE finished_at < ?1 AND status IN ('finished', 'cancelled')
+                     ORDER BY finished_at LIMIT ?2",
+                )?;
+                statement
+                    .query_map(params![unix_ms(before), limit], |row| row.get(0))?
+                    .collect::<Result<_, _>>()?
+            };
+            for id in &ids {
+                tx.execute("DELETE FROM replay_job_items WHERE job_id = ?1", [id])?;
+                tx.execute("DELETE FROM replay_jobs WHERE id = ?1", [id])?;
+            }
+            tx.commit()?;
+            Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX))
+        })
+        .await
+}
+
 pub(super) async fn prune(
     database: &Database,
     policy: &RetentionPolicy,
@@ -106,6 +131,9 @@ pub(super) async fn prune(
         deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
         ..Pruned::default()
     };
+    if let Some(before) = timeline_before {
+        pruned.replay_jobs = prune_replay_jobs(database, before, batch).await?;
+    }
     if let Some(before) = cutoff(now, policy.finished_sagas) {
         for finished in &policy.finished {
             let left = batch.saturating_sub(usize::try_from(pruned.sagas).unwrap_or(usize::MAX));

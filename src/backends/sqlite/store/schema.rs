@@ -156,6 +156,7 @@ CREATE TABLE IF NOT EXISTS replay_jobs (
 );
 CREATE INDEX IF NOT EXISTS replay_jobs_runnable ON replay_jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS replay_jobs_tenant ON replay_jobs (tenant_id, created_at);
+CREATE INDEX IF NOT EXISTS replay_jobs_ended ON replay_jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS replay_job_items (
     job_id TEXT NOT NULL,
     position INTEGER NOT NULL,
