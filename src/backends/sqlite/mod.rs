@@ -39,6 +39,17 @@ impl Database {
         Self::configure(Connection::open_in_memory()?, schema)
     }
 
+    /// A weak handle on the connection, for a task that must not keep the
+    /// database open.
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Mutex<Connection>> {
+        Arc::downgrade(&self.connection)
+    }
+
+    /// The database of a connection handle from [`Database::downgrade`].
+    pub(crate) fn from_shared(connection: Arc<Mutex<Connection>>) -> Self {
+        Self { connection }
+    }
+
     fn configure(connection: Connection, schema: &str) -> rusqlite::Result<Self> {
         Ok(Self {
             connection: Arc::new(Mutex::new(configured(connection, schema)?)),

@@ -87,12 +87,30 @@ pub struct EmbeddedTransport {
 /// (`Notify::notify_waiters` keeps no permit): every send bumps a
 /// generation, a receive notes the generation it started at per entity,
 /// and a wait whose entity has seen a newer one returns at once.
+///
+/// Other processes' writes are seen by one watcher per transport, which
+/// asks SQLite every poll interval whether another connection committed
+/// to the file (`PRAGMA data_version`, one statement, no transaction) and
+/// wakes every receiver when one did. A receive that finds nothing notes
+/// when the entity's next message becomes receivable (scheduled, or its
+/// lock runs out); its wait lasts until then, a wake, or
+/// [`IDLE_RECHECK`], whichever is first. So an idle process costs one
+/// statement per poll interval, not a write transaction per entity.
 #[derive(Debug, Default)]
 struct Arrivals {
     notify: Notify,
     generation: AtomicU64,
     seen: std::sync::Mutex<HashMap<String, u64>>,
+    /// Per entity, when (Unix ms) its next message becomes receivable, as
+    /// its last empty receive found (`i64::MAX`: none there).
+    due: std::sync::Mutex<HashMap<String, i64>>,
+    /// Whether the watcher of other processes' writes runs.
+    watching: std::sync::OnceLock<()>,
 }
+
+/// The longest an idle receiver waits without looking again, whatever
+/// it was told: a safety net under the wakes and due times.
+const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 impl Arrivals {
     fn arrived(&self) {
@@ -108,6 +126,13 @@ impl Arrivals {
         }
     }
 
+    /// Notes when `entity`'s next message becomes receivable (Unix ms).
+    fn due(&self, entity: &str, at: i64) {
+        if let Ok(mut due) = self.due.lock() {
+            due.insert(entity.to_owned(), at);
+        }
+    }
+
     async fn wait(&self, entity: &str, timeout: Duration) {
         let notified = self.notify.notified();
         tokio::pin!(notified);
@@ -116,7 +141,49 @@ impl Arrivals {
         if seen.is_some_and(|seen| seen != self.generation.load(Ordering::SeqCst)) {
             return;
         }
-        let _ = tokio::time::timeout(timeout, notified).await;
+        let due = self.due.lock().ok().and_then(|due| due.get(entity).copied());
+        let wait = match due {
+            // Watched: until the next message is due, a wake, or the recheck.
+            Some(at) if self.watching.get().is_some() => {
+                let now = unix_ms(OffsetDateTime::now_utc());
+                let until = u64::try_from(at.saturating_sub(now)).unwrap_or(0);
+                Duration::from_millis(until).min(IDLE_RECHECK).max(timeout)
+            }
+            _ => timeout,
+        };
+        let _ = tokio::time::timeout(wait, notified).await;
+    }
+}
+
+/// Wakes `arrivals`' receivers whenever another connection commits to the
+/// database, looking every `interval`, until the transport is dropped.
+async fn watch_other_writers(
+    database: std::sync::Weak<std::sync::Mutex<rusqlite::Connection>>,
+    arrivals: std::sync::Weak<Arrivals>,
+    interval: Duration,
+) {
+    let mut last: Option<i64> = None;
+    loop {
+        tokio::time::sleep(interval).await;
+        let (Some(connection), Some(arrivals)) = (database.upgrade(), arrivals.upgrade()) else {
+            return;
+        };
+        let version = Database::from_shared(connection)
+            .call(|conn| conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0)))
+            .await;
+        match version {
+            Ok(version) => {
+                if last.is_some_and(|last| last != version) {
+                    arrivals.arrived();
+                }
+                last = Some(version);
+            }
+            // Cannot tell: wake everyone, as a plain poll would have.
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot read the transport's data_version; waking receivers");
+                arrivals.arrived();
+            }
+        }
     }
 }
 
@@ -268,7 +335,9 @@ impl Transport for EmbeddedTransport {
         lock_duration: Duration,
     ) -> Result<Vec<ReceivedMessage>, TransportError> {
         let doing = format!("receiving from {entity}");
-        self.arrivals.receiving(&entity.path());
+        let entity_path = entity.path();
+        self.arrivals.receiving(&entity_path);
+        let arrivals = Arc::clone(&self.arrivals);
         let entity = entity.clone();
         let max_delivery_count = self.max_delivery_count;
         self.database
@@ -327,16 +396,44 @@ impl Transport for EmbeddedTransport {
                     })?);
                 }
                 drop((exhaust, lock));
+                // Nothing to hand out: when is the next message receivable?
+                // (Its wait lasts until then, unless something wakes it.)
+                let due = if received.is_empty() {
+                    Some(
+                        tx.prepare_cached(
+                            "SELECT min(max(visible_at, coalesce(locked_until, 0))) FROM messages
+                             WHERE entity = ?1 AND dead_lettered = 0",
+                        )?
+                        .query_row([&path], |row| row.get::<_, Option<i64>>(0))?
+                        .unwrap_or(i64::MAX),
+                    )
+                } else {
+                    None
+                };
                 tx.commit()?;
-                Ok(received)
+                Ok((received, due))
             })
             .await
+            .map(|(received, due)| {
+                if let Some(due) = due {
+                    arrivals.due(&entity_path, due);
+                }
+                received
+            })
             .map_err(|err: TransportError| err.doing(doing))
     }
 
     async fn wait_for_messages(&self, entity: &Destination, timeout: Duration) {
         // Same-process sends wake us at once (also one made since the last
-        // receive began); other processes' sends are seen at the next poll.
+        // receive began); other processes' writes by the watcher, within
+        // a poll interval.
+        if self.arrivals.watching.get().is_none() && self.arrivals.watching.set(()).is_ok() {
+            tokio::spawn(watch_other_writers(
+                self.database.downgrade(),
+                Arc::downgrade(&self.arrivals),
+                timeout,
+            ));
+        }
         self.arrivals.wait(&entity.path(), timeout).await;
     }
 
