@@ -427,7 +427,7 @@ impl Transport for EmbeddedTransport {
         // Same-process sends wake us at once (also one made since the last
         // receive began); other processes' writes by the watcher, within
         // a poll interval.
-        if self.arrivals.watching.get().is_none() && self.arrivals.watching.set(()).is_ok() {
+        if self.arrivals.watching.set(()).is_ok() {
             tokio::spawn(watch_other_writers(
                 self.database.downgrade(),
                 Arc::downgrade(&self.arrivals),

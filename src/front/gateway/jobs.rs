@@ -146,7 +146,7 @@ impl Gateway {
             "bulk replay started"
         );
         self.wake_runner.notify_one();
-        Ok(job_view(&job, &items))
+        Ok(ReplayJob::of(&job, &items))
     }
 
     /// A bulk replay job and how far it got, from the store: the same from
@@ -162,7 +162,7 @@ impl Gateway {
             .await?
             .ok_or_else(not_found)?;
         let items = self.access.replay_job_items(job.id).await?;
-        Ok(job_view(&job, &items))
+        Ok(ReplayJob::of(&job, &items))
     }
 
     /// The caller's bulk replay jobs, newest first (without their items'
@@ -172,7 +172,7 @@ impl Gateway {
         let limit = limit.unwrap_or(50).clamp(1, MAX_JOBS_LISTED);
         let tenant = caller.tenant_filter();
         let jobs = self.access.list_replay_jobs(tenant.as_deref(), limit).await?;
-        Ok(jobs.iter().map(|job| job_view(job, &[])).collect())
+        Ok(jobs.iter().map(|job| ReplayJob::of(job, &[])).collect())
     }
 
     /// Pauses, resumes or cancels one of the caller's jobs, recorded with
@@ -218,7 +218,7 @@ impl Gateway {
             self.wake_runner.notify_one();
         }
         let items = self.access.replay_job_items(job.id).await?;
-        Ok(job_view(&job, &items))
+        Ok(ReplayJob::of(&job, &items))
     }
 
     /// Runs stored bulk replay jobs, one at a time, until `stop` is
@@ -432,48 +432,44 @@ impl ReplayJob {
     /// The view of a stored job; `items` fills its lists (empty: counts
     /// only).
     pub fn of(job: &ReplayJobRecord, items: &[ReplayJobItem]) -> Self {
-        job_view(job, items)
-    }
-}
-
-fn job_view(job: &ReplayJobRecord, items: &[ReplayJobItem]) -> ReplayJob {
-    let mut replayed = Vec::new();
-    let mut failed = Vec::new();
-    for item in items {
-        match &item.outcome {
-            Some(ReplayItemOutcome::Replayed { .. }) => replayed.push(item.dead_letter_id),
-            Some(ReplayItemOutcome::Failed { error, .. }) => failed.push(FailedReplay {
-                id: item.dead_letter_id,
-                error: error.clone(),
-            }),
-            None => {}
+        let mut replayed = Vec::new();
+        let mut failed = Vec::new();
+        for item in items {
+            match &item.outcome {
+                Some(ReplayItemOutcome::Replayed { .. }) => replayed.push(item.dead_letter_id),
+                Some(ReplayItemOutcome::Failed { error, .. }) => failed.push(FailedReplay {
+                    id: item.dead_letter_id,
+                    error: error.clone(),
+                }),
+                None => {}
+            }
         }
-    }
-    ReplayJob {
-        id: job.id,
-        status: job.status.as_str().to_owned(),
-        total: usize::try_from(job.total).unwrap_or(usize::MAX),
-        done: usize::try_from(job.replayed + job.failed).unwrap_or(usize::MAX),
-        replayed_count: usize::try_from(job.replayed).unwrap_or(usize::MAX),
-        failed_count: usize::try_from(job.failed).unwrap_or(usize::MAX),
-        replayed,
-        failed,
-        rate: job.rate,
-        by: job.requested_by.clone(),
-        request: job.request.clone(),
-        controls: job
-            .controls
-            .iter()
-            .map(|control| JobControl {
-                action: control.action.as_str().to_owned(),
-                by: control.by.clone(),
-                at: control.at,
-            })
-            .collect(),
-        running_on: job.lease_owner.clone(),
-        tenant_id: job.tenant_id.clone(),
-        started_at: job.created_at,
-        updated_at: job.updated_at,
-        finished_at: job.finished_at,
+        ReplayJob {
+            id: job.id,
+            status: job.status.as_str().to_owned(),
+            total: usize::try_from(job.total).unwrap_or(usize::MAX),
+            done: usize::try_from(job.replayed + job.failed).unwrap_or(usize::MAX),
+            replayed_count: usize::try_from(job.replayed).unwrap_or(usize::MAX),
+            failed_count: usize::try_from(job.failed).unwrap_or(usize::MAX),
+            replayed,
+            failed,
+            rate: job.rate,
+            by: job.requested_by.clone(),
+            request: job.request.clone(),
+            controls: job
+                .controls
+                .iter()
+                .map(|control| JobControl {
+                    action: control.action.as_str().to_owned(),
+                    by: control.by.clone(),
+                    at: control.at,
+                })
+                .collect(),
+            running_on: job.lease_owner.clone(),
+            tenant_id: job.tenant_id.clone(),
+            started_at: job.created_at,
+            updated_at: job.updated_at,
+            finished_at: job.finished_at,
+        }
     }
 }

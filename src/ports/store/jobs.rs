@@ -162,6 +162,25 @@ pub struct ReplayJobRecord {
     pub controls: Vec<ReplayJobControl>,
 }
 
+impl ReplayJobRecord {
+    /// Applies a pause, resume or cancel to the job as loaded: its status,
+    /// when it changed (and ended, for a cancel) and the control recorded.
+    /// `false`, and nothing changed, when the action does not apply to where
+    /// the job is. Every backend writes the job as this leaves it.
+    pub fn apply(&mut self, control: ReplayJobControl) -> bool {
+        let Some(status) = control.action.apply(self.status) else {
+            return false;
+        };
+        self.status = status;
+        self.updated_at = control.at;
+        if status == ReplayJobStatus::Cancelled {
+            self.finished_at = Some(control.at);
+        }
+        self.controls.push(control);
+        true
+    }
+}
+
 /// How one dead letter of a job went.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReplayItemOutcome {

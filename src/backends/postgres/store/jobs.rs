@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::PostgresStore;
 use crate::ports::store::{
-    ControlOutcome, ReplayItemOutcome, ReplayJobControl, ReplayJobItem, ReplayJobRecord, ReplayJobStatus,
-    ReplayJobStore, StoreError, doing, outcome_columns, outcome_from_columns, status_from_str,
+    ControlOutcome, ReplayItemOutcome, ReplayJobControl, ReplayJobItem, ReplayJobRecord, ReplayJobStore, StoreError,
+    doing, outcome_columns, outcome_from_columns, status_from_str,
 };
 
 const JOB_COLUMNS: &str = "id, tenant_id, requested_by, source, principal, request, rate, status, total, replayed, \
@@ -350,16 +350,10 @@ impl ReplayJobStore for PostgresStore {
                     id: id.to_string(),
                 });
             };
-            let Some(status) = control.action.apply(job.status) else {
+            if !job.apply(control) {
                 tx.rollback().await?;
                 return Ok(ControlOutcome::NotApplicable(job));
-            };
-            job.status = status;
-            job.updated_at = control.at;
-            if status == ReplayJobStatus::Cancelled {
-                job.finished_at = Some(control.at);
             }
-            job.controls.push(control);
             query(
                 "UPDATE bosun_replay_jobs SET status = $2, updated_at = $3, finished_at = $4, controls = $5 WHERE id = $1",
             )

@@ -12,9 +12,8 @@ use uuid::Uuid;
 use super::{SqliteStore, to_json};
 use crate::backends::sqlite::undecodable;
 use crate::ports::store::{
-    ControlOutcome, ReplayItemOutcome, ReplayJobControl, ReplayJobItem, ReplayJobRecord, ReplayJobStatus,
-    ReplayJobStore, StoreError, controls_from_json, controls_to_json, doing, outcome_columns, outcome_from_columns,
-    status_from_str,
+    ControlOutcome, ReplayItemOutcome, ReplayJobControl, ReplayJobItem, ReplayJobRecord, ReplayJobStore, StoreError,
+    controls_from_json, controls_to_json, doing, outcome_columns, outcome_from_columns, status_from_str,
 };
 use crate::ports::transport::{duration_ms, from_unix_ms, unix_ms};
 
@@ -380,15 +379,9 @@ impl ReplayJobStore for SqliteStore {
                         what: "replay job",
                         id: job_id.clone(),
                     })?;
-                let Some(status) = control.action.apply(job.status) else {
+                if !job.apply(control) {
                     return Ok(ControlOutcome::NotApplicable(job));
-                };
-                job.status = status;
-                job.updated_at = control.at;
-                if status == ReplayJobStatus::Cancelled {
-                    job.finished_at = Some(control.at);
                 }
-                job.controls.push(control);
                 tx.execute(
                     "UPDATE replay_jobs SET status = ?2, updated_at = ?3, finished_at = ?4, controls = ?5 WHERE id = ?1",
                     params![
