@@ -23,6 +23,10 @@ use crate::ports::transport::TransportError;
 const BATCH: usize = 100;
 const LEASE: Duration = Duration::from_secs(30);
 const IDLE_POLL: Duration = Duration::from_millis(500);
+/// The longest an idle dispatcher waits before it looks again (it doubles
+/// from [`IDLE_POLL`] while it finds nothing): well inside the 30 s lease
+/// after which a dead process's entries may be taken over.
+const IDLE_POLL_MAX: Duration = Duration::from_secs(5);
 
 /// Why a dispatch pass failed. Every entry it claimed and did not mark sent
 /// is sent again once its lease has passed.
@@ -51,6 +55,7 @@ pub(crate) enum DispatchError {
 /// Runs until `stop`, then sends what is left once more.
 pub(crate) async fn run(runtime: Arc<Runtime>, stop: CancellationToken) {
     let mut failures = 0u32;
+    let mut idle = IDLE_POLL;
     loop {
         if runtime.frozen.load(Ordering::SeqCst) {
             stop.cancelled().await;
@@ -66,13 +71,19 @@ pub(crate) async fn run(runtime: Arc<Runtime>, stop: CancellationToken) {
                 if stopping {
                     return;
                 }
+                // This process's commits wake it; the poll only finds what
+                // others left (a dead process's entries, after their
+                // lease), so an idle dispatcher asks less and less often.
                 tokio::select! {
-                    () = runtime.outbox_ready.notified() => {},
-                    () = tokio::time::sleep(IDLE_POLL) => {},
+                    () = runtime.outbox_ready.notified() => idle = IDLE_POLL,
+                    () = tokio::time::sleep(idle) => idle = (idle * 2).min(IDLE_POLL_MAX),
                     () = stop.cancelled() => {},
                 }
             }
-            Ok(_) => failures = 0,
+            Ok(_) => {
+                failures = 0;
+                idle = IDLE_POLL;
+            }
             Err(err) => {
                 failures = failures.saturating_add(1);
                 let backoff = Duration::from_millis(100u64.saturating_mul(2u64.saturating_pow(failures.min(7))));

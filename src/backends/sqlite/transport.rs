@@ -158,7 +158,7 @@ impl Arrivals {
 /// Wakes `arrivals`' receivers whenever another connection commits to the
 /// database, looking every `interval`, until the transport is dropped.
 async fn watch_other_writers(
-    database: std::sync::Weak<std::sync::Mutex<rusqlite::Connection>>,
+    database: std::sync::Weak<crate::backends::sqlite::Shared>,
     arrivals: std::sync::Weak<Arrivals>,
     interval: Duration,
 ) {
@@ -169,7 +169,10 @@ async fn watch_other_writers(
             return;
         };
         let version = Database::from_shared(connection)
-            .call(|conn| conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0)))
+            .call(|conn| {
+                conn.prepare_cached("PRAGMA data_version")?
+                    .query_row([], |row| row.get::<_, i64>(0))
+            })
             .await;
         match version {
             Ok(version) => {
@@ -211,21 +214,18 @@ impl EmbeddedTransport {
 fn known_entity(tx: &rusqlite::Transaction<'_>, destination: &Destination) -> Result<bool, rusqlite::Error> {
     match destination {
         Destination::Queue(name) => tx
-            .query_row("SELECT 1 FROM queues WHERE name = ?1", [name], |_| Ok(()))
+            .prepare_cached("SELECT 1 FROM queues WHERE name = ?1")?
+            .query_row([name], |_| Ok(()))
             .optional()
             .map(|found| found.is_some()),
         Destination::Topic(topic) => tx
-            .query_row("SELECT 1 FROM subscriptions WHERE topic = ?1 LIMIT 1", [topic], |_| {
-                Ok(())
-            })
+            .prepare_cached("SELECT 1 FROM subscriptions WHERE topic = ?1 LIMIT 1")?
+            .query_row([topic], |_| Ok(()))
             .optional()
             .map(|found| found.is_some()),
         Destination::Subscription { topic, subscription } => tx
-            .query_row(
-                "SELECT 1 FROM subscriptions WHERE topic = ?1 AND name = ?2",
-                [topic, subscription],
-                |_| Ok(()),
-            )
+            .prepare_cached("SELECT 1 FROM subscriptions WHERE topic = ?1 AND name = ?2")?
+            .query_row([topic, subscription], |_| Ok(()))
             .optional()
             .map(|found| found.is_some()),
     }
@@ -239,14 +239,19 @@ impl Transport for EmbeddedTransport {
             .call(move |conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 for queue in &topology.queues {
-                    tx.execute("INSERT OR IGNORE INTO queues (name) VALUES (?1)", [queue])?;
+                    tx.prepare_cached("INSERT OR IGNORE INTO queues (name) VALUES (?1)")?
+                        .execute([queue])?;
                 }
                 for subscription in &topology.subscriptions {
-                    tx.execute(
+                    tx.prepare_cached(
                         "INSERT INTO subscriptions (topic, name, event_types) VALUES (?1, ?2, ?3)
                          ON CONFLICT (topic, name) DO UPDATE SET event_types = excluded.event_types",
-                        params![topology.topic, subscription.name, subscription.event_types.join(",")],
-                    )?;
+                    )?
+                    .execute(params![
+                        topology.topic,
+                        subscription.name,
+                        subscription.event_types.join(",")
+                    ])?;
                 }
                 tx.commit()?;
                 Ok::<_, TransportError>(())
@@ -271,12 +276,9 @@ impl Transport for EmbeddedTransport {
                     if !known_entity(&tx, &message.destination)? {
                         return Err(TransportError::NoSuchEntity(message.destination.path()));
                     }
-                    let fresh = tx.execute(
-                        "INSERT INTO duplicates (destination, broker_message_id, seen_at) VALUES (?1, ?2, ?3)
+                    let fresh = tx.prepare_cached("INSERT INTO duplicates (destination, broker_message_id, seen_at) VALUES (?1, ?2, ?3)
                          ON CONFLICT (destination, broker_message_id) DO UPDATE SET seen_at = excluded.seen_at
-                            WHERE duplicates.seen_at < ?4",
-                        params![message.destination.path(), message.broker_message_id, now, window_start],
-                    )?;
+                            WHERE duplicates.seen_at < ?4")?.execute(params![message.destination.path(), message.broker_message_id, now, window_start])?;
                     if fresh == 0 {
                         continue;
                     }
@@ -304,10 +306,8 @@ impl Transport for EmbeddedTransport {
                     };
                     let visible_at = message.scheduled_at.map_or(now, unix_ms);
                     for entity in entities {
-                        tx.execute(
-                            "INSERT INTO messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                            params![
+                        tx.prepare_cached("INSERT INTO messages (entity, broker_message_id, message_type, correlation_id, body, enqueued_at, visible_at)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(params![
                                 entity,
                                 message.broker_message_id,
                                 message.message_type,
@@ -315,8 +315,7 @@ impl Transport for EmbeddedTransport {
                                 message.body,
                                 now,
                                 visible_at
-                            ],
-                        )?;
+                            ])?;
                     }
                 }
                 tx.commit()?;
@@ -444,11 +443,12 @@ impl Transport for EmbeddedTransport {
             .call(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
                 let until = now + duration_ms(lock_duration);
-                let changed = conn.execute(
-                    "UPDATE messages SET locked_until = ?1
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE messages SET locked_until = ?1
                      WHERE sequence = ?2 AND lock_token = ?3 AND locked_until > ?4 AND dead_lettered = 0",
-                    params![until, lock.sequence, lock.token.to_string(), now],
-                )?;
+                    )?
+                    .execute(params![until, lock.sequence, lock.token.to_string(), now])?;
                 if changed == 0 {
                     return Err(lock_lost(&lock));
                 }
@@ -465,12 +465,11 @@ impl Transport for EmbeddedTransport {
             .call(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
                 Ok(conn
-                    .query_row(
+                    .prepare_cached(
                         "SELECT 1 FROM messages
                          WHERE sequence = ?1 AND lock_token = ?2 AND locked_until > ?3 AND dead_lettered = 0",
-                        params![lock.sequence, lock.token.to_string(), now],
-                        |_| Ok(()),
-                    )
+                    )?
+                    .query_row(params![lock.sequence, lock.token.to_string(), now], |_| Ok(()))
                     .optional()?
                     .is_some())
             })
@@ -481,13 +480,11 @@ impl Transport for EmbeddedTransport {
     async fn complete(&self, lock: &LockToken) -> Result<(), TransportError> {
         let doing = format!("completing {} message {}", lock.entity, lock.sequence);
         let lock = lock.clone();
+        // Completions at the same moment share one transaction.
         self.database
-            .call(move |conn| {
+            .write(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
-                let changed = conn.execute(
-                    "DELETE FROM messages WHERE sequence = ?1 AND lock_token = ?2 AND locked_until > ?3 AND dead_lettered = 0",
-                    params![lock.sequence, lock.token.to_string(), now],
-                )?;
+                let changed = conn.prepare_cached("DELETE FROM messages WHERE sequence = ?1 AND lock_token = ?2 AND locked_until > ?3 AND dead_lettered = 0")?.execute(params![lock.sequence, lock.token.to_string(), now])?;
                 if changed == 0 {
                     return Err(lock_lost(&lock));
                 }
@@ -502,11 +499,12 @@ impl Transport for EmbeddedTransport {
         let lock = lock.clone();
         self.database
             .call(move |conn| {
-                let changed = conn.execute(
-                    "UPDATE messages SET lock_token = NULL, locked_until = NULL
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE messages SET lock_token = NULL, locked_until = NULL
                      WHERE sequence = ?1 AND lock_token = ?2 AND dead_lettered = 0",
-                    params![lock.sequence, lock.token.to_string()],
-                )?;
+                    )?
+                    .execute(params![lock.sequence, lock.token.to_string()])?;
                 if changed == 0 {
                     return Err(lock_lost(&lock));
                 }
@@ -526,12 +524,13 @@ impl Transport for EmbeddedTransport {
         self.database
             .call(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
-                let changed = conn.execute(
-                    "UPDATE messages SET dead_lettered = 1, dead_letter_reason = ?1, dead_letter_description = ?2,
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE messages SET dead_lettered = 1, dead_letter_reason = ?1, dead_letter_description = ?2,
                         dead_lettered_at = ?3, lock_token = NULL, locked_until = NULL
                      WHERE sequence = ?4 AND lock_token = ?5 AND locked_until > ?3 AND dead_lettered = 0",
-                    params![reason, description, now, lock.sequence, lock.token.to_string()],
-                )?;
+                    )?
+                    .execute(params![reason, description, now, lock.sequence, lock.token.to_string()])?;
                 if changed == 0 {
                     return Err(lock_lost(&lock));
                 }
@@ -580,10 +579,9 @@ impl Transport for EmbeddedTransport {
         let path = entity.path();
         self.database
             .call(move |conn| {
-                let changed = conn.execute(
-                    "DELETE FROM messages WHERE entity = ?1 AND sequence = ?2 AND dead_lettered = 1",
-                    params![path, sequence],
-                )?;
+                let changed = conn
+                    .prepare_cached("DELETE FROM messages WHERE entity = ?1 AND sequence = ?2 AND dead_lettered = 1")?
+                    .execute(params![path, sequence])?;
                 Ok(changed > 0)
             })
             .await
@@ -593,7 +591,7 @@ impl Transport for EmbeddedTransport {
     async fn reachable(&self) -> Result<(), TransportError> {
         self.database
             .call(|conn| {
-                conn.query_row("SELECT 1", [], |_| Ok(()))?;
+                conn.prepare_cached("SELECT 1")?.query_row([], |_| Ok(()))?;
                 Ok(())
             })
             .await
@@ -604,11 +602,9 @@ impl Transport for EmbeddedTransport {
         let path = entity.path();
         self.database
             .call(move |conn| {
-                let count: i64 = conn.query_row(
-                    "SELECT COUNT(*) FROM messages WHERE entity = ?1 AND dead_lettered = 0",
-                    [path],
-                    |row| row.get(0),
-                )?;
+                let count: i64 = conn
+                    .prepare_cached("SELECT COUNT(*) FROM messages WHERE entity = ?1 AND dead_lettered = 0")?
+                    .query_row([path], |row| row.get(0))?;
                 Ok(u64::try_from(count).unwrap_or_default())
             })
             .await

@@ -14,11 +14,8 @@ pub(super) async fn is_handled(database: &Database, consumer: &str, message_id: 
     database
         .call(move |conn| {
             Ok(conn
-                .query_row(
-                    "SELECT 1 FROM handled WHERE consumer = ?1 AND message_id = ?2",
-                    params![consumer, message_id],
-                    |_| Ok(()),
-                )
+                .prepare_cached("SELECT 1 FROM handled WHERE consumer = ?1 AND message_id = ?2")?
+                .query_row(params![consumer, message_id], |_| Ok(()))
                 .optional()?
                 .is_some())
         })
@@ -26,22 +23,18 @@ pub(super) async fn is_handled(database: &Database, consumer: &str, message_id: 
 }
 
 pub(super) async fn commit_handled(database: &Database, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
+    // A write of its own in the shared transaction: handlers committing at
+    // the same moment commit together (one SQLite transaction), each in a
+    // savepoint, so a conflict rolls back only its own.
     database
-        .call(move |conn| {
+        .write(move |tx| {
             let now = now_ms();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let fresh = tx.execute(
-                "INSERT OR IGNORE INTO handled (consumer, message_id, handled_at) VALUES (?1, ?2, ?3)",
-                params![handled.consumer, handled.message_id, now],
-            )?;
+            let fresh = tx.prepare_cached("INSERT OR IGNORE INTO handled (consumer, message_id, handled_at) VALUES (?1, ?2, ?3)")?.execute(params![handled.consumer, handled.message_id, now])?;
             if fresh == 0 {
                 return Ok(CommitOutcome::AlreadyHandled);
             }
             if let Some(saga) = &handled.saga {
-                let found: i64 = tx
-                    .query_row(
-                        "SELECT version FROM sagas WHERE kind = ?1 AND key = ?2",
-                        params![saga.kind, saga.key],
+                let found: i64 = tx.prepare_cached("SELECT version FROM sagas WHERE kind = ?1 AND key = ?2")?.query_row(params![saga.kind, saga.key],
                         |row| row.get(0),
                     )
                     .optional()?
@@ -60,29 +53,22 @@ pub(super) async fn commit_handled(database: &Database, handled: HandledMessage)
                 })?;
                 // The tenant is kept from the first save (one made before
                 // tenants were kept takes the next one's).
-                tx.execute(
-                    "INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+                tx.prepare_cached("INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
                      ON CONFLICT (kind, key) DO UPDATE SET version = excluded.version, state = excluded.state,
-                        updated_at = excluded.updated_at, tenant_id = coalesce(sagas.tenant_id, excluded.tenant_id)",
-                    params![saga.kind, saga.key, version, state, now, saga.tenant_id],
-                )?;
-                tx.execute(
-                    "INSERT INTO saga_history (kind, key, version, message_id, message_type, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![saga.kind, saga.key, version, handled.message_id, handled.message_type, now],
-                )?;
+                        updated_at = excluded.updated_at, tenant_id = coalesce(sagas.tenant_id, excluded.tenant_id)")?.execute(params![saga.kind, saga.key, version, state, now, saga.tenant_id])?;
+                tx.prepare_cached("INSERT INTO saga_history (kind, key, version, message_id, message_type, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?.execute(params![saga.kind, saga.key, version, handled.message_id, handled.message_type, now])?;
             }
             for message in &handled.outbox {
                 insert_outbox(
-                        &tx,
+                        tx,
                         Some(&handled.consumer),
                         Some(&handled.message_id),
                         OutboxPurpose::Emitted,
                         message,
                     )?;
             }
-            insert_timeline(&tx, &handled.timeline)?;
-            tx.commit()?;
+            insert_timeline(tx, &handled.timeline)?;
             Ok(CommitOutcome::Committed)
         })
         .await
@@ -104,18 +90,15 @@ pub(super) async fn record_retry(
             let error_chain = serde_json::to_string(&attempt.error_chain)
                 .map_err(|err| StoreError::unencodable("the error chain of an attempt", err))?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let fresh = tx.execute(
-                "INSERT OR IGNORE INTO attempts (consumer, received_broker_message_id, message_id, attempt, at, error_chain)
-                 VALUES (?1, ?6, ?2, ?3, ?4, ?5)",
-                params![
+            let fresh = tx.prepare_cached("INSERT OR IGNORE INTO attempts (consumer, received_broker_message_id, message_id, attempt, at, error_chain)
+                 VALUES (?1, ?6, ?2, ?3, ?4, ?5)")?.execute(params![
                     consumer,
                     message_id,
                     attempt.attempt,
                     unix_ms(attempt.at),
                     error_chain,
                     received
-                ],
-            )?;
+                ])?;
             // A redelivered attempt that was already recorded already has its retry in the outbox.
             if fresh > 0 {
                 insert_outbox(&tx, Some(&consumer), Some(&message_id), OutboxPurpose::Retry, &retry)?;

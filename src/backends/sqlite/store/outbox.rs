@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bosun_contracts::Destination;
-use rusqlite::{Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::now_ms;
 use super::timeline::insert_timeline;
@@ -12,29 +12,29 @@ use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntr
 use crate::ports::transport::{OutboundMessage, duration_ms, from_unix_ms, unix_ms};
 
 pub(super) fn insert_outbox(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     consumer: Option<&str>,
     message_id: Option<&str>,
     purpose: OutboxPurpose,
     message: &OutboundMessage,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO outbox (source_consumer, source_message_id, destination, broker_message_id, message_type,
                              correlation_id, body, scheduled_at, created_at, purpose)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        params![
-            consumer,
-            message_id,
-            message.destination.path(),
-            message.broker_message_id,
-            message.message_type,
-            message.correlation_id,
-            message.body,
-            message.scheduled_at.map(unix_ms),
-            now_ms(),
-            purpose.as_str()
-        ],
-    )?;
+    )?
+    .execute(params![
+        consumer,
+        message_id,
+        message.destination.path(),
+        message.broker_message_id,
+        message.message_type,
+        message.correlation_id,
+        message.body,
+        message.scheduled_at.map(unix_ms),
+        now_ms(),
+        purpose.as_str()
+    ])?;
     Ok(())
 }
 
@@ -110,7 +110,8 @@ pub(super) async fn mark_dispatched(database: &Database, ids: &[i64]) -> Result<
             let now = now_ms();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             for id in ids {
-                tx.execute("UPDATE outbox SET dispatched_at = ?1 WHERE id = ?2", params![now, id])?;
+                tx.prepare_cached("UPDATE outbox SET dispatched_at = ?1 WHERE id = ?2")?
+                    .execute(params![now, id])?;
             }
             tx.commit()?;
             Ok(())
@@ -121,9 +122,9 @@ pub(super) async fn mark_dispatched(database: &Database, ids: &[i64]) -> Result<
 pub(super) async fn outbox_backlog(database: &Database) -> Result<u64, StoreError> {
     database
         .call(|conn| {
-            let count: i64 = conn.query_row("SELECT COUNT(*) FROM outbox WHERE dispatched_at IS NULL", [], |row| {
-                row.get(0)
-            })?;
+            let count: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM outbox WHERE dispatched_at IS NULL")?
+                .query_row([], |row| row.get(0))?;
             Ok(u64::try_from(count).unwrap_or_default())
         })
         .await

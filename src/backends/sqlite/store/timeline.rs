@@ -1,27 +1,27 @@
 //! The delivery timeline and how each delivery started.
 
-use rusqlite::{OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use crate::backends::sqlite::{Database, undecodable};
 use crate::ports::store::{DeliveryRecord, StoreError, TimelineEntry, TimelineStatus};
 use crate::ports::transport::{from_unix_ms, unix_ms};
 
-pub(super) fn insert_timeline(tx: &Transaction<'_>, entries: &[TimelineEntry]) -> rusqlite::Result<()> {
+pub(super) fn insert_timeline(tx: &Connection, entries: &[TimelineEntry]) -> rusqlite::Result<()> {
     for entry in entries {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO timeline (correlation_id, message_id, message_type, consumer, status, attempt, at, detail)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                entry.correlation_id,
-                entry.message_id,
-                entry.message_type,
-                entry.consumer,
-                entry.status.as_str(),
-                entry.attempt,
-                unix_ms(entry.at),
-                entry.detail
-            ],
-        )?;
+        )?
+        .execute(params![
+            entry.correlation_id,
+            entry.message_id,
+            entry.message_type,
+            entry.consumer,
+            entry.status.as_str(),
+            entry.attempt,
+            unix_ms(entry.at),
+            entry.detail
+        ])?;
     }
     Ok(())
 }
