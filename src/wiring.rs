@@ -161,8 +161,11 @@ impl Backends {
                 )
             }
             (TransportKind::Postgres, Some(url)) => {
+                // One database: the claim can look up the idempotency record too.
                 let transport =
-                    PostgresTransport::connect_with(url.expose(), settings.max_delivery_count, pool(settings)).await?;
+                    PostgresTransport::connect_with(url.expose(), settings.max_delivery_count, pool(settings))
+                        .await?
+                        .checking_handled_in_claim();
                 // One database: a handled message's state, its outgoing
                 // messages and its completion commit in one transaction.
                 let store = Arc::new(PostgresStore::with_transport(&transport));

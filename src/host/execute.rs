@@ -127,7 +127,18 @@ pub(super) async fn handle(
     };
     // Whether it was handled, and the saga as stored now, in one read.
     let saga_ref = saga_key.as_ref().map(|(kind, key)| (*kind, key.as_str()));
-    let mut stored = match runtime.store.handled_and_saga(name, &message_id, saga_ref).await {
+    // Without a saga, the transport may have looked up the idempotency
+    // record in the claim already (one round trip less).
+    let checked = received
+        .handled
+        .as_ref()
+        .filter(|check| saga_ref.is_none() && check.message_id == message_id)
+        .map(|check| Ok((check.handled, None)));
+    let looked_up = match checked {
+        Some(checked) => checked,
+        None => runtime.store.handled_and_saga(name, &message_id, saga_ref).await,
+    };
+    let mut stored = match looked_up {
         Ok((true, _)) => {
             drop(renewal);
             let decision = delivery.decide(Observed::AlreadyHandled);

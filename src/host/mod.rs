@@ -277,7 +277,7 @@ impl Host {
             self.runtime
                 .metrics
                 .register(consumer.name(), route.commands.iter().chain(route.events).copied());
-            let permits = Arc::new(Semaphore::new(self.runtime.options.concurrency));
+            let permits = Permits::for_concurrency(self.runtime.options.concurrency);
             let mut entities = Vec::new();
             if !route.commands.is_empty() {
                 entities.push(route.queue());
@@ -291,7 +291,7 @@ impl Host {
                     Arc::clone(&self.runtime),
                     Arc::clone(consumer),
                     entity,
-                    Arc::clone(&permits),
+                    permits.clone(),
                     shutdown.clone(),
                     hard_stop.clone(),
                     in_flight.clone(),
@@ -351,11 +351,40 @@ impl Host {
     }
 }
 
+/// How many messages of one consumer may be claimed and handled at once.
+#[derive(Clone)]
+struct Permits {
+    /// Claimed and not yet settled: up to twice the concurrency, so a
+    /// handler that finishes finds its next message already claimed
+    /// instead of waiting for a receive (one claim serves many messages).
+    claimed: Arc<Semaphore>,
+    /// Being handled: the consumer's concurrency.
+    handling: Arc<Semaphore>,
+}
+
+impl Permits {
+    fn for_concurrency(concurrency: usize) -> Self {
+        Self {
+            claimed: Arc::new(Semaphore::new(concurrency.saturating_mul(PREFETCH_FACTOR).max(1))),
+            handling: Arc::new(Semaphore::new(concurrency.max(1))),
+        }
+    }
+}
+
+/// Claimed messages per handler slot (see [`Permits::claimed`]).
+const PREFETCH_FACTOR: usize = 2;
+
+/// Most messages one receive claims.
+const RECEIVE_BATCH: usize = 32;
+
+/// Receives from `entity` while there is room among the consumer's
+/// [`Permits`], and hands each message to a task that handles it once a
+/// handler slot is free.
 async fn receive_loop(
     runtime: Arc<Runtime>,
     consumer: Arc<dyn Consumer>,
     entity: Destination,
-    permits: Arc<Semaphore>,
+    permits: Permits,
     shutdown: CancellationToken,
     hard_stop: CancellationToken,
     in_flight: TaskTracker,
@@ -363,15 +392,16 @@ async fn receive_loop(
     let mut failures = 0u32;
     loop {
         let first = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
+            permit = Arc::clone(&permits.claimed).acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => return,
             },
             () = shutdown.cancelled() => return,
         };
+        // Claim as many as there is room for, in one receive.
         let mut held = vec![first];
-        while held.len() < 32 {
-            match Arc::clone(&permits).try_acquire_owned() {
+        while held.len() < RECEIVE_BATCH {
+            match Arc::clone(&permits.claimed).try_acquire_owned() {
                 Ok(permit) => held.push(permit),
                 Err(_) => break,
             }
@@ -418,16 +448,43 @@ async fn receive_loop(
             return;
         }
         held.truncate(received.len());
-        for (message, permit) in received.into_iter().zip(held) {
+        for (message, claimed) in received.into_iter().zip(held) {
             let runtime = Arc::clone(&runtime);
             let consumer = Arc::clone(&consumer);
             let entity = entity.clone();
             let hard_stop = hard_stop.clone();
+            let shutdown = shutdown.clone();
+            let handling = Arc::clone(&permits.handling);
             in_flight.spawn(async move {
+                let Some(permit) = turn_to_handle(&runtime, &message, handling, &shutdown).await else {
+                    // Stopping before its turn came: back to the queue at once.
+                    let _ = runtime.transport.abandon(&message.lock).await;
+                    return;
+                };
                 process(&runtime, consumer.as_ref(), &entity, message, &hard_stop).await;
                 drop(permit);
+                drop(claimed);
             });
         }
+    }
+}
+
+/// Waits for a handler slot for a claimed message, keeping its lock renewed
+/// while it waits (a slot is usually free at once); `None` when the host
+/// stops first.
+async fn turn_to_handle(
+    runtime: &Runtime,
+    message: &ReceivedMessage,
+    handling: Arc<Semaphore>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(permit) = Arc::clone(&handling).try_acquire_owned() {
+        return Some(permit);
+    }
+    let _renewal = lock::LockRenewal::start(runtime, message);
+    tokio::select! {
+        permit = handling.acquire_owned() => permit.ok(),
+        () = shutdown.cancelled() => None,
     }
 }
 

@@ -76,6 +76,21 @@ pub struct ReceivedMessage {
     pub enqueued_at: OffsetDateTime,
     /// When the lock expires unless renewed.
     pub locked_until: OffsetDateTime,
+    /// Whether the store already records the message as handled by the
+    /// entity's consumer, when the transport could tell in the same
+    /// statement that claimed it (the PostgreSQL transport sharing the
+    /// store's database); `None`: the host asks the store.
+    pub handled: Option<HandledAtClaim>,
+}
+
+/// The idempotency record a transport looked up while it claimed a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandledAtClaim {
+    /// The message id it looked up (the envelope's, taken from the broker
+    /// id): the host uses the answer only when the envelope says the same.
+    pub message_id: String,
+    /// Whether a record was there.
+    pub handled: bool,
 }
 
 /// A message in an entity's dead-letter sub-queue.

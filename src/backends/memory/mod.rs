@@ -199,6 +199,7 @@ impl Transport for MemoryTransport {
                     delivery_count: row.delivery_count,
                     enqueued_at: row.enqueued_at,
                     locked_until: until,
+                    handled: None,
                 });
             }
             received

@@ -675,4 +675,47 @@ mod tests {
         );
         test.finish().await;
     }
+
+    #[tokio::test]
+    async fn the_claim_says_whether_the_message_was_handled_when_it_shares_the_store_database() {
+        let test = testing::migrated().await;
+        let (_store, transport, commit) = paired(&test).await;
+        let checking = transport.clone().checking_handled_in_claim();
+        let id = Uuid::now_v7().to_string();
+        let send = |broker_id: String| OutboundMessage {
+            destination: commit_queue(),
+            broker_message_id: broker_id,
+            message_type: Some("CreateCommit".into()),
+            correlation_id: None,
+            body: b"{}".to_vec(),
+            scheduled_at: None,
+        };
+        let lock = Duration::from_secs(30);
+
+        // Not handled yet: the claim says so, for the envelope's id.
+        checking.send(vec![send(id.clone())]).await.unwrap();
+        let first = checking.receive(&commit_queue(), 1, lock).await.unwrap().remove(0);
+        let check = first.handled.clone().expect("the claim looked the record up");
+        assert_eq!((check.message_id.as_str(), check.handled), (id.as_str(), false));
+        let status = commit
+            .commit(handled(&id, Uuid::now_v7(), vec![], None), &first.lock)
+            .await
+            .unwrap();
+        assert_eq!(status, CommitStatus::Written);
+
+        // A retry copy of the same envelope (`<id>.retry-1`) is reported as
+        // handled, under the envelope's id.
+        checking.send(vec![send(format!("{id}.retry-1"))]).await.unwrap();
+        let again = checking.receive(&commit_queue(), 1, lock).await.unwrap().remove(0);
+        let check = again.handled.clone().expect("the claim looked the record up");
+        assert_eq!((check.message_id.as_str(), check.handled), (id.as_str(), true));
+        checking.complete(&again.lock).await.unwrap();
+
+        // Without the option (another store's database), the transport does
+        // not say: the host asks the store.
+        transport.send(vec![send(format!("{id}.retry-2"))]).await.unwrap();
+        let plain = transport.receive(&commit_queue(), 1, lock).await.unwrap().remove(0);
+        assert_eq!(plain.handled, None);
+        test.finish().await;
+    }
 }

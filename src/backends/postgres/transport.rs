@@ -47,7 +47,8 @@ use crate::backends::postgres::notify::Wakes;
 use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::transport::{
-    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
+    DeadLetteredMessage, HandledAtClaim, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport,
+    TransportError, duration_ms,
 };
 
 /// The channel sends and `abandon` notify on; the payload is the entity
@@ -66,6 +67,9 @@ pub struct PostgresTransport {
     database: PostgresDatabase,
     max_delivery_count: u32,
     wakeups: Arc<Wakeups>,
+    /// Whether the claim also looks up each message's idempotency record
+    /// (the store shares this database).
+    handled_in_claim: bool,
 }
 
 impl PostgresTransport {
@@ -76,7 +80,20 @@ impl PostgresTransport {
             database,
             max_delivery_count,
             wakeups: Arc::new(Wakeups::default()),
+            handled_in_claim: false,
         }
+    }
+
+    /// Makes each receive also say whether the store records the claimed
+    /// message as handled by the entity's consumer (its queue's or
+    /// subscription's name), in the same statement: the host then needs no
+    /// second round trip before a handler without a saga runs. Only for a
+    /// transport whose database is also the store's (`bosun_handled` here is
+    /// the store's table; in another database it would say "not handled" of
+    /// everything).
+    pub fn checking_handled_in_claim(mut self) -> Self {
+        self.handled_in_claim = true;
+        self
     }
 
     /// Connects to `url` with the default pool settings.
@@ -277,6 +294,15 @@ impl Transport for PostgresTransport {
     }
 }
 
+/// The consumer that receives from `entity`: a queue and a subscription are
+/// named after their consumer (`bosun_contracts::routing`).
+fn consumer_of(entity: &Destination) -> &str {
+    match entity {
+        Destination::Queue(name) | Destination::Topic(name) => name,
+        Destination::Subscription { subscription, .. } => subscription,
+    }
+}
+
 /// The statements behind each [`Transport`] operation; the trait methods
 /// name the operation in their errors.
 impl PostgresTransport {
@@ -361,13 +387,21 @@ impl PostgresTransport {
              FROM candidates, (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
              WHERE m.sequence = candidates.sequence AND candidates.delivery_count < $2
              RETURNING m.sequence, m.broker_message_id, m.message_type, m.body, m.delivery_count, m.enqueued_at,
-                       m.locked_until",
+                       m.locked_until,
+                       -- The idempotency record of the envelope's id (the broker id up to
+                       -- its first `.`: `<id>`, `<id>.retry-N`, `<id>.replay-<uuid>`),
+                       -- when asked (`$6`: the consumer).
+                       CASE WHEN $6::text IS NULL THEN NULL ELSE EXISTS (
+                           SELECT 1 FROM bosun_handled AS h
+                           WHERE h.consumer = $6 AND h.message_id = split_part(m.broker_message_id, '.', 1)
+                       ) END",
         )
         .bind(&path)
         .bind(i32::try_from(self.max_delivery_count).unwrap_or(i32::MAX))
         .bind(limit(max))
         .bind(token)
         .bind(duration_ms(lock_duration))
+        .bind(self.handled_in_claim.then(|| consumer_of(entity)))
         .fetch_all(self.database.pool())
         .await?;
         let mut received = rows
@@ -385,6 +419,18 @@ impl PostgresTransport {
                     delivery_count: count(i64::from(row.try_get::<i32, _>(4)?)),
                     enqueued_at: row.try_get(5)?,
                     locked_until: row.try_get(6)?,
+                    handled: match row.try_get::<Option<bool>, _>(7)? {
+                        Some(handled) => Some(HandledAtClaim {
+                            message_id: row
+                                .try_get::<String, _>(1)?
+                                .split('.')
+                                .next()
+                                .unwrap_or_default()
+                                .to_owned(),
+                            handled,
+                        }),
+                        None => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, sqlx_core::Error>>()?;

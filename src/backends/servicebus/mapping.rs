@@ -274,6 +274,7 @@ pub(crate) fn received_message(
             delivery_count: prior_deliveries(message).saturating_add(1),
             enqueued_at: timestamp_annotation(message, ENQUEUED_TIME).unwrap_or(now),
             locked_until: broker_locked_until.unwrap_or(now),
+            handled: None,
         },
         broker_locked_until,
     }

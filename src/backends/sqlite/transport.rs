@@ -391,6 +391,7 @@ impl Transport for EmbeddedTransport {
                             delivery_count: row.get(4)?,
                             enqueued_at: from_unix_ms(row.get(5)?),
                             locked_until: from_unix_ms(locked_until),
+                            handled: None,
                         })
                     })?);
                 }
