@@ -39,6 +39,8 @@ pub(crate) struct Shared {
 enum Job {
     /// Runs alone, with the whole connection (it may open its own transaction).
     Plain(Box<dyn FnOnce(&mut Connection) + Send>),
+    /// Only reads; runs with other reads in one read transaction.
+    Read(Box<dyn FnOnce(&Connection) + Send>),
     /// Runs in a shared transaction, inside a savepoint of its own.
     Write(Box<dyn StagedWrite>),
 }
@@ -157,6 +159,28 @@ impl Database {
         self.wait_for(job, answer).await
     }
 
+    /// Runs `f`, which only reads: alone when the connection is free, else
+    /// with the other reads queued meanwhile in one read transaction (one
+    /// set of file locks for all of them; SQLite takes and drops them for
+    /// every statement run outside a transaction).
+    pub async fn read<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<rusqlite::Error> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        if let Ok(guard) = self.shared.connection.try_lock() {
+            let result = f(&guard);
+            self.shared.combine(guard);
+            return result;
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job::Read(Box::new(move |connection: &Connection| {
+            let _ = reply.send(f(connection));
+        }));
+        self.wait_for(job, answer).await
+    }
+
     /// Runs the write `f` inside a transaction that may be shared with other
     /// writes queued at the same time, in a savepoint of its own: when `f`
     /// fails, what it wrote is rolled back and the others are kept. Its
@@ -248,28 +272,64 @@ impl Shared {
     }
 }
 
-/// Runs the plain calls one after another, then the writes in one
-/// transaction with a savepoint each.
+/// Runs the plain calls one after another, then the reads and the writes
+/// in one transaction: the reads first (they see what was committed before
+/// it), then the writes, each in its savepoint.
 fn run_jobs(connection: &mut Connection, jobs: Vec<Job>) {
+    let mut reads: Vec<Box<dyn FnOnce(&Connection) + Send>> = Vec::new();
     let mut writes = Vec::new();
     for job in jobs {
         match job {
             Job::Plain(call) => call(connection),
+            Job::Read(read) => reads.push(read),
             Job::Write(write) => writes.push(write),
         }
     }
-    if writes.is_empty() {
-        return;
-    }
-    let committed = stage_all(connection, &mut writes);
-    for write in writes {
-        write.finish(committed.as_ref().map(|_| ()));
+    match (reads.len(), writes.is_empty()) {
+        (0, true) => {}
+        // One read needs no transaction of its own.
+        (1, true) => {
+            for read in reads {
+                read(connection);
+            }
+        }
+        (_, true) => {
+            let began = connection.execute_batch("BEGIN DEFERRED").is_ok();
+            for read in reads {
+                read(connection);
+            }
+            // A read transaction has nothing to keep: ending it only lets
+            // go of its snapshot.
+            if began {
+                let _ = connection.execute_batch("COMMIT");
+            }
+        }
+        (_, false) => {
+            let committed = stage_all(connection, &mut reads, &mut writes);
+            // The reads need no write lock: those the transaction could not
+            // take are run on their own.
+            for read in reads {
+                read(connection);
+            }
+            for write in writes {
+                write.finish(committed.as_ref().map(|_| ()));
+            }
+        }
     }
 }
 
-/// One `IMMEDIATE` transaction for every write, each in its savepoint.
-fn stage_all(connection: &mut Connection, writes: &mut [Box<dyn StagedWrite>]) -> rusqlite::Result<()> {
+/// One `IMMEDIATE` transaction: the reads (taken from `reads`), then every
+/// write in its savepoint. When the transaction cannot begin, the reads are
+/// left in `reads` for the caller to run.
+fn stage_all(
+    connection: &mut Connection,
+    reads: &mut Vec<Box<dyn FnOnce(&Connection) + Send>>,
+    writes: &mut [Box<dyn StagedWrite>],
+) -> rusqlite::Result<()> {
     let mut tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    for read in reads.drain(..) {
+        read(&tx);
+    }
     for write in writes.iter_mut() {
         let savepoint = tx.savepoint()?;
         if write.stage(&savepoint) {
@@ -538,5 +598,43 @@ mod tests {
             call.await.unwrap().unwrap();
         }
         assert_eq!(stored(&database).await, (0..20).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn reads_queued_with_writes_see_what_was_committed_before_them() {
+        let database = numbers();
+        database.write(insert(7)).await.unwrap();
+        let held = database.shared.connection.lock().unwrap();
+        let count = |database: Database| {
+            tokio::spawn(async move {
+                database
+                    .read(|connection| {
+                        Ok::<i64, StoreError>(
+                            connection
+                                .prepare_cached("SELECT count(*) FROM numbers")?
+                                .query_row([], |row| row.get(0))?,
+                        )
+                    })
+                    .await
+            })
+        };
+        let reads = [count(database.clone()), count(database.clone())];
+        let write = {
+            let database = database.clone();
+            tokio::spawn(async move { database.write(insert(8)).await })
+        };
+        while database.shared.queue.lock().unwrap().len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        database.shared.combine(held);
+        for read in reads {
+            assert_eq!(
+                read.await.unwrap().unwrap(),
+                1,
+                "a read saw what was committed before it"
+            );
+        }
+        assert_eq!(write.await.unwrap().unwrap(), 8);
+        assert_eq!(stored(&database).await, vec![7, 8]);
     }
 }

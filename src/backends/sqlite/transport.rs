@@ -463,7 +463,7 @@ impl Transport for EmbeddedTransport {
         let doing = format!("checking the lock on {} message {}", lock.entity, lock.sequence);
         let lock = lock.clone();
         self.database
-            .call(move |conn| {
+            .read(move |conn| {
                 let now = unix_ms(OffsetDateTime::now_utc());
                 Ok(conn
                     .prepare_cached(

@@ -1,23 +1,50 @@
 //! Idempotency, the atomic commit of a handled message, and retries.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::now_ms;
 use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::sqlite::Database;
-use crate::ports::store::{AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, StoreError, TimelineEntry};
+use crate::ports::store::{
+    AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, SagaState, StoreError, TimelineEntry,
+};
 use crate::ports::transport::{OutboundMessage, from_unix_ms, unix_ms};
 
 pub(super) async fn is_handled(database: &Database, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
     let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
     database
-        .call(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT 1 FROM handled WHERE consumer = ?1 AND message_id = ?2")?
-                .query_row(params![consumer, message_id], |_| Ok(()))
-                .optional()?
-                .is_some())
+        .read(move |conn| handled_on(conn, &consumer, &message_id))
+        .await
+}
+
+fn handled_on(conn: &Connection, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM handled WHERE consumer = ?1 AND message_id = ?2")?
+        .query_row(params![consumer, message_id], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// [`is_handled`] and, when it was not and the message has a saga, the
+/// saga's state: one read (one read transaction when it waits with others).
+pub(super) async fn handled_and_saga(
+    database: &Database,
+    consumer: &str,
+    message_id: &str,
+    saga: Option<(&str, &str)>,
+) -> Result<(bool, Option<SagaState>), StoreError> {
+    let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
+    let saga = saga.map(|(kind, key)| (kind.to_owned(), key.to_owned()));
+    database
+        .read(move |conn| {
+            if handled_on(conn, &consumer, &message_id)? {
+                return Ok((true, None));
+            }
+            match &saga {
+                Some((kind, key)) => Ok((false, super::sagas::saga_state(conn, kind, key)?)),
+                None => Ok((false, None)),
+            }
         })
         .await
 }

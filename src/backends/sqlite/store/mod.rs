@@ -112,6 +112,17 @@ impl Store for SqliteStore {
             .map_err(|err| err.doing(doing::is_handled(consumer, message_id)))
     }
 
+    async fn handled_and_saga(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        saga: Option<(&str, &str)>,
+    ) -> Result<(bool, Option<SagaState>), StoreError> {
+        handled::handled_and_saga(&self.database, consumer, message_id, saga)
+            .await
+            .map_err(|err| err.doing(doing::is_handled(consumer, message_id)))
+    }
+
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError> {
         let doing = doing::commit_handled(&handled);
         let lines = self.waited_on(&handled.timeline);

@@ -1,6 +1,6 @@
 //! Sagas: state with optimistic concurrency, and its history.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::backends::sqlite::Database;
 use crate::ports::store::{SagaHistoryEntry, SagaRecord, SagaState, StoreError};
@@ -67,29 +67,30 @@ pub(super) async fn load_saga_state(
     key: &str,
 ) -> Result<Option<SagaState>, StoreError> {
     let (kind, key) = (kind.to_owned(), key.to_owned());
-    database
-        .call(move |conn| {
-            let Some((version, state, tenant_id)) = conn
-                .prepare_cached("SELECT version, state, tenant_id FROM sagas WHERE kind = ?1 AND key = ?2")?
-                .query_row(params![kind, key], |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, Option<String>>(2)?,
-                    ))
-                })
-                .optional()?
-            else {
-                return Ok(None);
-            };
-            Ok(Some(SagaState {
-                version,
-                tenant_id,
-                state: serde_json::from_str(&state)
-                    .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?,
-            }))
+    database.read(move |conn| saga_state(conn, &kind, &key)).await
+}
+
+/// [`load_saga_state`] on a connection.
+pub(super) fn saga_state(conn: &Connection, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError> {
+    let Some((version, state, tenant_id)) = conn
+        .prepare_cached("SELECT version, state, tenant_id FROM sagas WHERE kind = ?1 AND key = ?2")?
+        .query_row(params![kind, key], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Option<String>>(2)?,
+            ))
         })
-        .await
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(SagaState {
+        version,
+        tenant_id,
+        state: serde_json::from_str(&state)
+            .map_err(|err| StoreError::corrupt(format!("state of saga {kind}/{key}"), err))?,
+    }))
 }
 
 pub(super) async fn list_sagas(database: &Database, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
