@@ -38,6 +38,10 @@ pub struct BenchArgs {
     /// the timed ones (for bosun's rows and the limit's).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub backlog: usize,
+    /// Saga keys the `saga` workload spreads its messages over (1: all in
+    /// one saga, to see whether its history makes later messages cost more).
+    #[arg(long, default_value_t = bench::SAGA_KEYS, value_name = "N")]
+    pub saga_keys: u64,
     /// Give up on one run after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -71,8 +75,8 @@ impl BenchArgs {
                 other => bail!("--scenarios: `{other}` is not noop, saga or latency"),
             })
             .collect::<Result<Vec<_>>>()?;
-        if self.messages == 0 || self.concurrency.contains(&0) {
-            bail!("--messages and --concurrency must be more than 0");
+        if self.messages == 0 || self.concurrency.contains(&0) || self.saga_keys == 0 {
+            bail!("--messages, --concurrency and --saga-keys must be more than 0");
         }
         if self.latency() && self.latency_runs == 0 {
             bail!("--latency-runs must be more than 0");
@@ -83,6 +87,7 @@ impl BenchArgs {
             messages: self.messages,
             backlog: self.backlog,
             timeout: Duration::from_secs(self.timeout),
+            saga_keys: self.saga_keys,
         })
     }
 }
@@ -159,6 +164,7 @@ mod tests {
             scenarios: scenarios.iter().map(|s| (*s).to_owned()).collect(),
             latency_runs: 200,
             backlog: 0,
+            saga_keys: 16,
             timeout: 5,
             database_url: None,
             json: false,
@@ -193,9 +199,14 @@ mod tests {
     fn an_unknown_workload_or_zero_is_refused_by_name() {
         let unknown = args(10, &[1], &["noop", "sleep"]).plan().unwrap_err();
         assert_eq!(unknown.to_string(), "--scenarios: `sleep` is not noop, saga or latency");
-        for zero in [args(0, &[1], &["noop"]), args(10, &[1, 0], &["noop"])] {
+        let mut no_keys = args(10, &[1], &["saga"]);
+        no_keys.saga_keys = 0;
+        for zero in [args(0, &[1], &["noop"]), args(10, &[1, 0], &["noop"]), no_keys] {
             let err = zero.plan().unwrap_err();
-            assert_eq!(err.to_string(), "--messages and --concurrency must be more than 0");
+            assert_eq!(
+                err.to_string(),
+                "--messages, --concurrency and --saga-keys must be more than 0"
+            );
         }
     }
 }

@@ -105,6 +105,14 @@ pub struct BenchRow {
     pub seconds: f64,
     /// Messages per second.
     pub msg_per_sec: f64,
+    /// Messages per second over the first tenth of the timed messages.
+    pub first_tenth_per_sec: f64,
+    /// Messages per second over the last tenth (a cost that grows with the
+    /// work done, a saga's history or the tables' size, shows as a last
+    /// tenth slower than the first).
+    pub last_tenth_per_sec: f64,
+    /// Saga keys the workload's messages were spread over.
+    pub saga_keys: u64,
     /// Processing latency p50 (receive to settle), milliseconds.
     pub p50_ms: f64,
     /// Processing latency p99, milliseconds.
@@ -189,7 +197,9 @@ pub enum BenchError {
     },
 }
 
-const SAGA_KEYS: u64 = 16;
+/// Saga keys the `saga` workload spreads its messages over, unless
+/// `--saga-keys` says otherwise.
+pub const SAGA_KEYS: u64 = 16;
 
 /// The entity the probe consumer receives `scenario`'s messages from.
 pub fn entity_of(scenario: Scenario) -> Destination {
@@ -201,7 +211,8 @@ pub fn entity_of(scenario: Scenario) -> Destination {
     entity.unwrap_or_else(|| Destination::Queue("probe".into()))
 }
 
-fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
+fn envelopes(scenario: Scenario, messages: usize, saga_keys: u64) -> Vec<OutboundMessage> {
+    let saga_keys = saga_keys.max(1);
     let correlation = Uuid::now_v7();
     let destination = entity_of(scenario);
     (0..messages as u64)
@@ -215,7 +226,7 @@ fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
                     relays: 0,
                 }),
                 Scenario::Saga => Message::ProbeEchoed(ProbeEchoed {
-                    group: format!("bench-{}", sequence % SAGA_KEYS),
+                    group: format!("bench-{}", sequence % saga_keys),
                     sequence,
                 }),
             };
@@ -233,13 +244,14 @@ fn envelopes(scenario: Scenario, messages: usize) -> Vec<OutboundMessage> {
 }
 
 /// The limit's messages: bosun's (the same bodies and the same saga keys).
-pub fn limit_messages(scenario: Scenario, messages: usize) -> Vec<LimitMessage> {
-    envelopes(scenario, messages)
+pub fn limit_messages(scenario: Scenario, messages: usize, saga_keys: u64) -> Vec<LimitMessage> {
+    let saga_keys = saga_keys.max(1);
+    envelopes(scenario, messages, saga_keys)
         .into_iter()
         .zip(0u64..)
         .map(|(message, sequence)| LimitMessage {
             message_id: message.broker_message_id,
-            saga_key: format!("bench-{}", sequence % SAGA_KEYS),
+            saga_key: format!("bench-{}", sequence % saga_keys),
             body: message.body,
         })
         .collect()
@@ -251,9 +263,10 @@ pub async fn prefill(
     backends: &Backends,
     scenario: Scenario,
     count: usize,
+    saga_keys: u64,
     progress: Progress<'_>,
 ) -> Result<(), BenchError> {
-    let batch = envelopes(scenario, count);
+    let batch = envelopes(scenario, count, saga_keys);
     let mut sent = 0;
     let mut reported = Instant::now();
     for chunk in batch.chunks(500) {
@@ -272,19 +285,17 @@ pub async fn prefill(
 /// `messages` of them are handled (the first ones: the backlog stays in
 /// the queue under them). The row's limit fields are empty; see
 /// [`BenchRow::beside`].
-#[allow(clippy::too_many_arguments)]
 pub async fn run_one(
     backend: &str,
     backends: &Backends,
     base: &Settings,
+    plan: &BenchPlan,
     scenario: Scenario,
     concurrency: usize,
-    messages: usize,
-    backlog: usize,
-    timeout: Duration,
     progress: Progress<'_>,
 ) -> Result<BenchRow, BenchError> {
-    prefill(backends, scenario, backlog + messages, &mut *progress).await?;
+    let (messages, backlog, timeout) = (plan.messages, plan.backlog, plan.timeout);
+    prefill(backends, scenario, backlog + messages, plan.saga_keys, &mut *progress).await?;
     let mut options = HostOptions::from_settings(base);
     options.concurrency = concurrency;
     options.poll_interval = Duration::from_millis(20);
@@ -296,8 +307,18 @@ pub async fn run_one(
     let running = tokio::spawn(async move { host.run(token).await });
     let deadline = started + timeout;
     let mut reported = started;
+    // When the first tenth was handled and when the last tenth began, for
+    // the rate at the start and at the end of the run.
+    let tenth = (messages as u64 / 10).max(1);
+    let (mut first_tenth, mut last_tenth_from) = (None, None);
     let handled = loop {
         let handled = metrics.consumer("probe").processed;
+        if handled >= tenth {
+            first_tenth.get_or_insert_with(|| started.elapsed());
+        }
+        if handled >= (messages as u64).saturating_sub(tenth) {
+            last_tenth_from.get_or_insert_with(|| (started.elapsed(), handled));
+        }
         if handled >= messages as u64 {
             break handled;
         }
@@ -319,6 +340,11 @@ pub async fn run_one(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let seconds = started.elapsed().as_secs_f64();
+    let rate = |count: u64, time: f64| if time > 0.0 { count as f64 / time } else { 0.0 };
+    let first_tenth_per_sec = rate(tenth.min(handled), first_tenth.map_or(seconds, |t| t.as_secs_f64()));
+    let last_tenth_per_sec = last_tenth_from.map_or(0.0, |(from, at)| {
+        rate(handled.saturating_sub(at), seconds - from.as_secs_f64())
+    });
     shutdown.cancel();
     let _ = running.await;
     let probe = metrics.consumer("probe");
@@ -331,6 +357,9 @@ pub async fn run_one(
         messages: usize::try_from(handled).unwrap_or(messages),
         seconds,
         msg_per_sec: handled as f64 / seconds,
+        first_tenth_per_sec,
+        last_tenth_per_sec,
+        saga_keys: plan.saga_keys,
         p50_ms: ms(probe.processing.percentile(0.5)),
         p99_ms: ms(probe.processing.percentile(0.99)),
         handler_p50_ms: ms(probe.handler.percentile(0.5)),
@@ -360,6 +389,10 @@ pub struct BenchPlan {
     pub backlog: usize,
     /// Longest one run may take.
     pub timeout: Duration,
+    /// Saga keys the `saga` workload's messages are spread over
+    /// ([`SAGA_KEYS`] by default; 1: every message in one saga, to see
+    /// whether a saga's history makes its later messages cost more).
+    pub saga_keys: u64,
 }
 
 impl BenchPlan {
@@ -377,8 +410,10 @@ impl BenchPlan {
 /// The summary line of a finished row.
 fn summary(row: &BenchRow) -> String {
     format!(
-        "  done: bosun {:.0} msg/s (p50 {:.2} ms, p99 {:.2} ms), limit {:.0} msg/s (before {:.0}, after {:.0}): ratio {:.3}",
+        "  done: bosun {:.0} msg/s (first tenth {:.0}, last tenth {:.0}; p50 {:.2} ms, p99 {:.2} ms), limit {:.0} msg/s (before {:.0}, after {:.0}): ratio {:.3}",
         row.msg_per_sec,
+        row.first_tenth_per_sec,
+        row.last_tenth_per_sec,
         row.p50_ms,
         row.p99_ms,
         row.limit_per_sec,
@@ -417,7 +452,13 @@ pub async fn run_embedded(
                 "embedded {name}, {handlers} handlers, backlog {}: the SQLite limit ...",
                 plan.backlog
             ));
-            let before = limit::sqlite::run(scratch, &spec, limit_messages(scenario, count), &mut *progress).await?;
+            let before = limit::sqlite::run(
+                scratch,
+                &spec,
+                limit_messages(scenario, count, plan.saga_keys),
+                &mut *progress,
+            )
+            .await?;
             progress(&limit_done(&before));
             progress(&format!("embedded {name}, {handlers} handlers: bosun ..."));
             let dir: PathBuf = scratch.join(format!("{name}-{handlers}-{}", Uuid::now_v7()));
@@ -428,11 +469,9 @@ pub async fn run_embedded(
                 "embedded",
                 &backends,
                 &settings,
+                plan,
                 scenario,
                 handlers,
-                plan.messages,
-                plan.backlog,
-                plan.timeout,
                 &mut *progress,
             )
             .await;
@@ -442,7 +481,13 @@ pub async fn run_embedded(
             progress(&format!(
                 "embedded {name}, {handlers} handlers: the SQLite limit again ..."
             ));
-            let after = limit::sqlite::run(scratch, &spec, limit_messages(scenario, count), &mut *progress).await?;
+            let after = limit::sqlite::run(
+                scratch,
+                &spec,
+                limit_messages(scenario, count, plan.saga_keys),
+                &mut *progress,
+            )
+            .await?;
             progress(&limit_done(&after));
             let row = row.beside(SQLITE_LIMIT, &before, &after);
             progress(&summary(&row));
@@ -466,7 +511,7 @@ pub async fn run_postgres(
         for &handlers in &plan.concurrency {
             let name = scenario.as_str();
             let spec = plan.limit_spec(scenario, handlers);
-            let limit_messages = limit_messages(scenario, plan.backlog + plan.messages);
+            let limit_messages = limit_messages(scenario, plan.backlog + plan.messages, plan.saga_keys);
             progress(&format!(
                 "postgres {name}, {handlers} handlers, backlog {}: the PostgreSQL limit ...",
                 plan.backlog
@@ -517,18 +562,7 @@ async fn run_postgres_one(
         // connections before it times anything.
         settings.database_pool_min = settings.database_pool_size;
         let backends = Backends::open(&settings).await?;
-        run_one(
-            "postgres",
-            &backends,
-            &settings,
-            scenario,
-            handlers,
-            plan.messages,
-            plan.backlog,
-            plan.timeout,
-            progress,
-        )
-        .await
+        run_one("postgres", &backends, &settings, plan, scenario, handlers, progress).await
     }
     .await;
     crate::backends::postgres::drop_schema(url, &schema).await?;
@@ -599,6 +633,7 @@ mod tests {
             messages: 20,
             backlog,
             timeout: Duration::from_secs(120),
+            saga_keys: SAGA_KEYS,
         }
     }
 
@@ -611,6 +646,9 @@ mod tests {
             messages: 2000,
             seconds: 2000.0 / msg_per_sec,
             msg_per_sec,
+            first_tenth_per_sec: msg_per_sec,
+            last_tenth_per_sec: msg_per_sec,
+            saga_keys: SAGA_KEYS,
             p50_ms: 1.5,
             p99_ms: 9.0,
             handler_p50_ms: 0.1,
@@ -663,6 +701,9 @@ mod tests {
             "limitP50Ms",
             "limitP99Ms",
             "limitConflicts",
+            "firstTenthPerSec",
+            "lastTenthPerSec",
+            "sagaKeys",
         ] {
             assert!(first.get(field).is_some(), "{field} missing from {first}");
         }
@@ -730,8 +771,8 @@ mod tests {
 
     #[test]
     fn limit_messages_are_bosuns_with_the_same_saga_keys() {
-        let bosun = envelopes(Scenario::Saga, 20);
-        let limit = limit_messages(Scenario::Saga, 20);
+        let bosun = envelopes(Scenario::Saga, 20, SAGA_KEYS);
+        let limit = limit_messages(Scenario::Saga, 20, SAGA_KEYS);
         assert_eq!(limit.len(), 20);
         assert_eq!(limit[3].saga_key, "bench-3");
         assert_eq!(limit[19].saga_key, "bench-3");
@@ -755,7 +796,7 @@ mod tests {
         let backends = Backends::open(&settings).await.unwrap();
         let mut lines = Vec::new();
         for (scenario, count) in [(Scenario::Noop, 1234), (Scenario::Saga, 7)] {
-            prefill(&backends, scenario, count, &mut |line: &str| {
+            prefill(&backends, scenario, count, SAGA_KEYS, &mut |line: &str| {
                 lines.push(line.to_owned())
             })
             .await

@@ -380,7 +380,7 @@ mod tests {
 
     use super::*;
     use crate::backends::postgres::testing;
-    use crate::tools::bench::limit_messages;
+    use crate::tools::bench::{SAGA_KEYS, limit_messages};
 
     fn spec(workload: Scenario, messages: usize, backlog: usize) -> LimitSpec {
         LimitSpec {
@@ -401,9 +401,14 @@ mod tests {
             create(&pool, &tables).await.unwrap();
             assert_eq!(existing(&pool, &tables).await.unwrap(), 4);
             // More than one prefill statement.
-            prefill(&pool, &tables, &limit_messages(workload, 1200 + 300), &mut |_: &str| {})
-                .await
-                .unwrap();
+            prefill(
+                &pool,
+                &tables,
+                &limit_messages(workload, 1200 + 300, SAGA_KEYS),
+                &mut |_: &str| {},
+            )
+            .await
+            .unwrap();
             assert_eq!(count(&pool, &tables.queue).await.unwrap(), 1500);
             let run = measure(&pool, &tables, &spec(workload, 300, 1200), &mut |_: &str| {})
                 .await
@@ -440,7 +445,7 @@ mod tests {
         let run = run_on(
             &pool,
             &spec(Scenario::Saga, 50, 10),
-            &limit_messages(Scenario::Saga, 60),
+            &limit_messages(Scenario::Saga, 60, SAGA_KEYS),
             &mut |_: &str| {},
         )
         .await

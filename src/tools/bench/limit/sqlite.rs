@@ -331,7 +331,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::tools::bench::limit_messages;
+    use crate::tools::bench::{SAGA_KEYS, limit_messages};
 
     fn spec(workload: Scenario, messages: usize, backlog: usize) -> LimitSpec {
         LimitSpec {
@@ -349,7 +349,7 @@ mod tests {
         for workload in [Scenario::Noop, Scenario::Saga] {
             let tables = LimitTables::fresh();
             let connection = open(&dir.path().join(format!("{}.db", workload.as_str())), &tables).unwrap();
-            prefill(&connection, &tables, &limit_messages(workload, 40 + 25)).unwrap();
+            prefill(&connection, &tables, &limit_messages(workload, 40 + 25, SAGA_KEYS)).unwrap();
             assert_eq!(count(&connection, &tables.queue).unwrap(), 65);
             let connection = Arc::new(Mutex::new(connection));
             let run = measure(
@@ -390,7 +390,7 @@ mod tests {
         let run = super::run(
             dir.path(),
             &spec(Scenario::Saga, 30, 10),
-            limit_messages(Scenario::Saga, 40),
+            limit_messages(Scenario::Saga, 40, SAGA_KEYS),
             &mut |_: &str| {},
         )
         .await
