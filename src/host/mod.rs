@@ -29,7 +29,7 @@
 //! past its retention in small batches. Shutdown: stop receiving, let
 //! in-flight handlers finish within the grace period, abandon the rest.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -360,6 +360,12 @@ struct Permits {
     claimed: Arc<Semaphore>,
     /// Being handled: the consumer's concurrency.
     handling: Arc<Semaphore>,
+    /// How long the consumer's recent messages took to handle, in
+    /// microseconds (a moving average): a consumer whose messages take
+    /// longer than [`CLAIM_AHEAD_BELOW_MICROS`] claims nothing ahead, so a message
+    /// never waits behind a long build in one replica while another
+    /// replica could take it.
+    recent_micros: Arc<AtomicU64>,
 }
 
 impl Permits {
@@ -367,12 +373,36 @@ impl Permits {
         Self {
             claimed: Arc::new(Semaphore::new(concurrency.saturating_mul(PREFETCH_FACTOR).max(1))),
             handling: Arc::new(Semaphore::new(concurrency.max(1))),
+            // Until its messages prove fast, a consumer claims nothing ahead.
+            recent_micros: Arc::new(AtomicU64::new(CLAIM_AHEAD_BELOW_MICROS)),
         }
+    }
+
+    /// Whether the consumer's messages are handled fast enough to claim
+    /// ahead.
+    fn claims_ahead(&self) -> bool {
+        self.recent_micros.load(Ordering::Relaxed) < CLAIM_AHEAD_BELOW_MICROS
+    }
+
+    /// Notes how long one message took (an exponential moving average
+    /// weighting the newest a quarter).
+    fn handled_in(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let _ = self
+            .recent_micros
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |average| {
+                Some(average - average / 4 + took / 4)
+            });
     }
 }
 
 /// Claimed messages per handler slot (see [`Permits::claimed`]).
 const PREFETCH_FACTOR: usize = 2;
+
+/// A consumer whose messages take longer than this (200 ms, in
+/// microseconds) on average claims none ahead (see
+/// [`Permits::recent_micros`]).
+const CLAIM_AHEAD_BELOW_MICROS: u64 = 200_000;
 
 /// Most messages one receive claims.
 const RECEIVE_BATCH: usize = 32;
@@ -398,12 +428,34 @@ async fn receive_loop(
             },
             () = shutdown.cancelled() => return,
         };
-        // Claim as many as there is room for, in one receive.
         let mut held = vec![first];
+        // A slow consumer claims only for free handler slots, taken now
+        // (waiting for one first); a fast one claims as many as there is
+        // room for, in one receive.
+        let mut slots = Vec::new();
+        if !permits.claims_ahead() {
+            let slot = tokio::select! {
+                permit = Arc::clone(&permits.handling).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+                () = shutdown.cancelled() => return,
+            };
+            slots.push(slot);
+        }
         while held.len() < RECEIVE_BATCH {
+            if !slots.is_empty() {
+                match Arc::clone(&permits.handling).try_acquire_owned() {
+                    Ok(slot) => slots.push(slot),
+                    Err(_) => break,
+                }
+            }
             match Arc::clone(&permits.claimed).try_acquire_owned() {
                 Ok(permit) => held.push(permit),
-                Err(_) => break,
+                Err(_) => {
+                    slots.truncate(held.len());
+                    break;
+                }
             }
         }
         if runtime.frozen.load(Ordering::SeqCst) {
@@ -423,7 +475,7 @@ async fn receive_loop(
                 failures = failures.saturating_add(1);
                 let backoff = Duration::from_millis(100u64.saturating_mul(2u64.saturating_pow(failures.min(8))));
                 tracing::warn!(consumer = consumer.name(), entity = %entity, error = %err, ?backoff, "receive failed");
-                drop(held);
+                drop((held, slots));
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {},
                     () = shutdown.cancelled() => return,
@@ -432,7 +484,7 @@ async fn receive_loop(
             }
         };
         if received.is_empty() {
-            drop(held);
+            drop((held, slots));
             tokio::select! {
                 () = runtime.transport.wait_for_messages(&entity, runtime.options.poll_interval) => {},
                 () = shutdown.cancelled() => return,
@@ -448,20 +500,30 @@ async fn receive_loop(
             return;
         }
         held.truncate(received.len());
+        let mut slots = slots.into_iter();
         for (message, claimed) in received.into_iter().zip(held) {
+            let slot = slots.next();
             let runtime = Arc::clone(&runtime);
             let consumer = Arc::clone(&consumer);
             let entity = entity.clone();
             let hard_stop = hard_stop.clone();
             let shutdown = shutdown.clone();
-            let handling = Arc::clone(&permits.handling);
+            let permits = permits.clone();
             in_flight.spawn(async move {
-                let Some(permit) = turn_to_handle(&runtime, &message, handling, &shutdown).await else {
-                    // Stopping before its turn came: back to the queue at once.
-                    let _ = runtime.transport.abandon(&message.lock).await;
-                    return;
+                let permit = match slot {
+                    Some(slot) => slot,
+                    None => match turn_to_handle(&runtime, &message, Arc::clone(&permits.handling), &shutdown).await {
+                        Some(permit) => permit,
+                        None => {
+                            // Stopping before its turn came: back to the queue at once.
+                            let _ = runtime.transport.abandon(&message.lock).await;
+                            return;
+                        }
+                    },
                 };
+                let started = std::time::Instant::now();
                 process(&runtime, consumer.as_ref(), &entity, message, &hard_stop).await;
+                permits.handled_in(started.elapsed());
                 drop(permit);
                 drop(claimed);
             });

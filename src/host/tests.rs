@@ -968,3 +968,68 @@ async fn retention_runs_in_the_background_and_stops_with_the_host() {
         .await
         .expect("the host stops with its retention task");
 }
+
+#[tokio::test]
+async fn a_slow_consumer_claims_nothing_ahead_so_another_replica_takes_the_next_message() {
+    // Two replicas of a consumer whose messages take 300 ms, one handler
+    // each: had the first claimed the second message ahead, it would wait
+    // there behind the first while the other replica sat idle.
+    struct Slow {
+        handled: AtomicU32,
+    }
+    #[async_trait]
+    impl Consumer for Slow {
+        fn name(&self) -> &'static str {
+            "commit"
+        }
+        fn retry_policy(&self) -> RetryPolicy {
+            RetryPolicy::exponential(5)
+        }
+        async fn handle(&self, _inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.handled.fetch_add(1, Ordering::SeqCst);
+            Ok(Outcome::default())
+        }
+    }
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let mut replicas = Vec::new();
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let slow = Arc::new(Slow {
+            handled: AtomicU32::new(0),
+        });
+        let mut opts = options();
+        opts.concurrency = 1;
+        opts.lock_duration = Duration::from_secs(10);
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        let host = Host::new(transport.clone(), store, vec![slow.clone()], opts);
+        let token = shutdown.clone();
+        running.push(tokio::spawn(async move { host.run(token).await.unwrap() }));
+        replicas.push(slow);
+    }
+    // Both replicas are waiting before the messages arrive.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for round in 0..3 {
+        let messages = (0..2)
+            .map(|i| raw(create_commit().to_vec(), &format!("slow-{round}-{i}")))
+            .collect();
+        transport.send(messages).await.unwrap();
+        let want = (round + 1) * 2;
+        eventually("the pair is handled", || async {
+            replicas.iter().map(|r| r.handled.load(Ordering::SeqCst)).sum::<u32>() == want
+        })
+        .await;
+    }
+    let per_replica: Vec<u32> = replicas.iter().map(|r| r.handled.load(Ordering::SeqCst)).collect();
+    assert_eq!(
+        per_replica,
+        [3, 3],
+        "one replica took a message the other could have handled"
+    );
+    shutdown.cancel();
+    for replica in running {
+        replica.await.unwrap();
+    }
+}
