@@ -3,6 +3,7 @@
 //! says why not `azure_core_amqp` itself), its topology (entities, filter
 //! rules) and the management client that plans and creates them.
 
+pub(crate) mod addressing;
 pub(crate) mod amqp;
 pub mod connection;
 pub mod credential;

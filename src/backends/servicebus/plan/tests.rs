@@ -11,6 +11,7 @@ fn small_topology() -> Topology {
             name: "release-orchestration".into(),
             event_types: vec!["BuildCompleted".into(), "ImagePublished".into()],
         }],
+        sessions: Vec::new(),
     }
 }
 
@@ -85,7 +86,10 @@ fn queue_entry_is_exactly_what_service_bus_takes() {
     let spec = EntitySpec {
         kind: EntityKind::Queue,
         path: "commit".into(),
-        description: Description::Queue(TopologyOptions::default()),
+        description: Description::Queue {
+            options: TopologyOptions::default(),
+            requires_session: false,
+        },
     };
     assert_eq!(
         spec.atom_entry().unwrap(),

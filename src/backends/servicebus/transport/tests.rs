@@ -10,14 +10,17 @@ use bosun_contracts::routing::EVENTS_TOPIC;
 use super::*;
 use crate::ports::behaviour::transport as behaviour;
 
-fn outbound(id: &str, scheduled: bool, size: usize) -> OutboundMessage {
-    OutboundMessage {
-        destination: Destination::Queue("commit".into()),
-        broker_message_id: id.into(),
-        message_type: Some("CreateCommit".into()),
-        correlation_id: None,
-        body: vec![b'x'; size],
-        scheduled_at: scheduled.then(OffsetDateTime::now_utc),
+fn outbound(id: &str, scheduled: bool, size: usize) -> Addressed {
+    Addressed {
+        message: OutboundMessage {
+            destination: Destination::Queue("commit".into()),
+            broker_message_id: id.into(),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: None,
+            body: vec![b'x'; size],
+            scheduled_at: scheduled.then(OffsetDateTime::now_utc),
+        },
+        session_id: None,
     }
 }
 
@@ -44,6 +47,25 @@ fn sends_are_batched_by_size_and_scheduled_messages_go_alone() {
         chunks(&huge, 256 * 1024).unwrap().len(),
         1,
         "sent alone, the broker decides"
+    );
+    let in_session = |id: &str, session: &str| Addressed {
+        session_id: Some(session.into()),
+        ..outbound(id, false, 100)
+    };
+    let sessions = vec![
+        in_session("a", "s1"),
+        in_session("b", "s1"),
+        in_session("c", "s2"),
+        outbound("d", false, 100),
+    ];
+    assert_eq!(
+        chunks(&sessions, 64 * 1024)
+            .unwrap()
+            .iter()
+            .map(Chunk::count)
+            .collect::<Vec<_>>(),
+        [2, 1, 1],
+        "a batch holds one session's messages"
     );
 }
 
@@ -99,7 +121,7 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
         .expect("a management client")
         .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
     let plan = management
-        .plan(&Topology::from_routing(), &options)
+        .plan(&crate::runtime::registry::topology(), &options)
         .await
         .expect("the topology planned on the test broker");
     management
@@ -109,10 +131,13 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
     broker
 }
 
+/// The registry's topology: the saga consumers' entities take sessions,
+/// as `serve` sets it up.
 fn test_options() -> ServiceBusOptions {
     ServiceBusOptions {
         send_timeout: Duration::from_secs(10),
         operation_timeout: Duration::from_secs(10),
+        topology: crate::runtime::registry::topology(),
         ..ServiceBusOptions::default()
     }
 }
