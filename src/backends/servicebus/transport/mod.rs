@@ -193,6 +193,9 @@ struct Inner {
     sessions: SyncMutex<HashMap<String, Arc<SessionReceivers>>>,
     /// Locks taken in a session: where they are held.
     session_locks: SyncMutex<HashMap<Uuid, SessionLock>>,
+    /// The AMQP sessions begun for session receivers on a connection
+    /// (its generation), not yet taken by an acceptor.
+    accept_sessions: Mutex<(u64, HashMap<String, fe2o3_amqp::session::SessionHandle<()>>)>,
     management: SyncMutex<HashMap<String, Arc<ManagementSlot>>>,
     /// The connection generation on which `$management` did not answer (the
     /// emulator keeps the node open and ignores requests); `0` for none.
@@ -241,6 +244,7 @@ impl ServiceBusTransport {
                 receivers: SyncMutex::new(HashMap::new()),
                 sessions: SyncMutex::new(HashMap::new()),
                 session_locks: SyncMutex::new(HashMap::new()),
+                accept_sessions: Mutex::new((0, HashMap::new())),
                 management: SyncMutex::new(HashMap::new()),
                 management_silent: AtomicU64::new(0),
             }),
@@ -276,6 +280,12 @@ impl ServiceBusTransport {
     pub(crate) async fn renew_lock_at_broker(&self, lock: &LockToken) -> Result<OffsetDateTime, TransportError> {
         let unbounded = OffsetDateTime::now_utc() + Duration::from_secs(24 * 3600);
         self.inner.broker_renew(lock, unbounded).await
+    }
+
+    /// The session a lock taken in one belongs to (tests).
+    #[cfg(test)]
+    pub(crate) fn session_of(&self, lock: &LockToken) -> Option<String> {
+        self.inner.session_lock(lock.token).map(|held| held.session_id)
     }
 
     /// Completes every message of an entity path (test setup), session by
@@ -720,5 +730,7 @@ impl Transport for ServiceBusTransport {
     }
 }
 
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod tests;

@@ -74,13 +74,25 @@ pub(super) struct SessionState {
     /// When the session lock ends, as the broker last said (a message's
     /// `x-opt-locked-until`, a renewal).
     pub(super) until: Option<OffsetDateTime>,
-    /// How long the link stays open with no message buffered or out.
+    /// How long the link stays open with no message buffered or out, once
+    /// a message came (before, at least [`FIRST_MESSAGE_WAIT`]: the broker
+    /// locked the session for a message it is sending).
     pub(super) idle: Duration,
+    /// Whether a message came on the link.
+    pub(super) received: bool,
     /// Bumped when this session has a message to take.
     pub(super) entity_ready: watch::Sender<u64>,
     /// Notified when the pump ends (room for another session).
     pub(super) ended: Arc<tokio::sync::Notify>,
 }
+
+/// How long a session's link waits for its first message before it is
+/// given up (the broker granted the session because it has one).
+pub(super) const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a session's link, given up, waits for a delivery already on
+/// its way (to release it rather than leave it locked until its lock ends).
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(100);
 
 /// The handle of a receiver link's pump task.
 pub(super) struct ReceiverPump {
@@ -178,7 +190,11 @@ impl PumpState {
             // A session with nothing buffered or out is given up after its idle time.
             let idle = match &self.session {
                 Some(session) if self.held.is_empty() && self.buffer.is_empty() => {
-                    Some(*idle_since.get_or_insert_with(Instant::now) + session.idle)
+                    let idle = match session.received {
+                        true => session.idle,
+                        false => session.idle.max(FIRST_MESSAGE_WAIT),
+                    };
+                    Some(*idle_since.get_or_insert_with(Instant::now) + idle)
                 }
                 _ => {
                     idle_since = None;
@@ -212,8 +228,15 @@ impl PumpState {
         match self.session.take() {
             None => tracing::info!(path, reason = %reason, held = self.held.len(), "receiver link closed"),
             Some(session) => {
-                // Give the session up: what is buffered goes back uncounted,
-                // and closing the link frees the session for any receiver.
+                // Give the session up: no more credit, then what is buffered
+                // or was already on its way goes back uncounted, and closing
+                // the link frees the session for any receiver.
+                let _ = self.receiver.set_credit(0).await;
+                while let Ok(Ok(delivery)) =
+                    tokio::time::timeout(IN_FLIGHT_WAIT, self.receiver.recv::<Body<Value>>()).await
+                {
+                    self.buffer_delivery(delivery);
+                }
                 let buffered: Vec<Buffered> = self.buffer.drain(..).collect();
                 for buffered in buffered {
                     let _ = self.dispose_released(&buffered.info).await;
@@ -272,10 +295,11 @@ impl PumpState {
         let message = delivery.into_message();
         let token = mapping::lock_token(&message, &tag).unwrap_or_else(Uuid::new_v4);
         let incoming = mapping::received_message(&self.entity, token, &message, OffsetDateTime::now_utc());
-        if let Some(session) = &mut self.session
-            && let Some(until) = incoming.broker_locked_until
-        {
-            session.until = Some(session.until.map_or(until, |known| known.max(until)));
+        if let Some(session) = &mut self.session {
+            session.received = true;
+            if let Some(until) = incoming.broker_locked_until {
+                session.until = Some(session.until.map_or(until, |known| known.max(until)));
+            }
         }
         self.buffer.push_back(Buffered { info, incoming });
         self.publish_ready();

@@ -25,6 +25,7 @@
 
 use std::sync::Weak;
 
+use fe2o3_amqp::session::SessionHandle;
 use tokio::sync::Notify;
 
 use super::*;
@@ -87,6 +88,7 @@ impl Inner {
         {
             return Ok(Arc::clone(existing));
         }
+        let amqp_session = self.accept_session_for(&connection, &path).await;
         let receivers = Arc::new_cyclic(|weak: &Weak<SessionReceivers>| SessionReceivers {
             generation: connection.generation,
             sessions: SyncMutex::new(Vec::new()),
@@ -99,10 +101,41 @@ impl Inner {
                 Arc::clone(&connection),
                 entity.clone(),
                 weak.clone(),
+                amqp_session,
             ))),
         });
         lock(&self.sessions).insert(path, Arc::clone(&receivers));
         Ok(receivers)
+    }
+
+    /// The AMQP session `path`'s acceptor attaches on. The first time on a
+    /// connection, one is begun for every session entity of the topology
+    /// at once: a begin made while another entity's accept waits for a
+    /// session can be held up behind it (the test broker holds it), so
+    /// none is begun once accepts run. `None` when it could not be begun
+    /// (the acceptor begins one itself).
+    async fn accept_session_for(&self, connection: &AmqpConnection, path: &str) -> Option<SessionHandle<()>> {
+        let mut begun = self.accept_sessions.lock().await;
+        if begun.0 != connection.generation {
+            begun.0 = connection.generation;
+            begun.1.clear();
+            let topology = &self.options.topology;
+            for entity in topology.receive_entities() {
+                if !topology.requires_session(&entity) {
+                    continue;
+                }
+                match connection.begin_session().await {
+                    Ok(session) => {
+                        begun.1.insert(entity.path(), session);
+                    }
+                    Err(failure) => {
+                        tracing::warn!(path = %entity, error = %failure, "could not begin an AMQP session for session receivers");
+                        break;
+                    }
+                }
+            }
+        }
+        begun.1.remove(path)
     }
 
     /// Receives up to `max` messages of session entity `entity`, one per
@@ -211,10 +244,10 @@ async fn accept_sessions(
     connection: Arc<AmqpConnection>,
     entity: Destination,
     receivers: Weak<SessionReceivers>,
+    mut amqp_session: Option<SessionHandle<()>>,
 ) {
     let path = entity.path();
     let mut failures = 0u32;
-    let mut amqp_session = None;
     loop {
         let (Some(inner), Some(state)) = (inner.upgrade(), receivers.upgrade()) else {
             return;
@@ -267,6 +300,7 @@ async fn accept_sessions(
                         id: session_id.clone(),
                         until: None,
                         idle,
+                        received: false,
                         entity_ready: ready,
                         ended,
                     }),
@@ -274,6 +308,8 @@ async fn accept_sessions(
                 lock(&state.sessions).push(SessionSlot { id: session_id, pump });
                 lock(&state.failure).take();
                 state.accepts.fetch_add(1, Ordering::SeqCst);
+                // Its first message may have been signalled before it was listed.
+                state.ready.send_modify(|count| *count = count.wrapping_add(1));
             }
             Ok(None) => {
                 failures = 0;

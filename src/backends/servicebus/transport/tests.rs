@@ -83,7 +83,7 @@ fn reconnect_backoff_grows_to_its_cap() {
 }
 
 /// The tests below share the namespace's entities: one at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+pub(super) static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 /// The connection string in `BOSUN_TEST_SERVICEBUS`, if one is set.
 fn external_service_bus() -> Option<String> {
@@ -93,17 +93,26 @@ fn external_service_bus() -> Option<String> {
 }
 
 /// The endpoint and tokens of a connection string.
-fn endpoint_of(text: &str) -> (ServiceBusEndpoint, TokenSource) {
+pub(super) fn endpoint_of(text: &str) -> (ServiceBusEndpoint, TokenSource) {
     let endpoint = ServiceBusEndpoint::from_connection_string(text)
         .unwrap_or_else(|err| panic!("BOSUN_TEST_SERVICEBUS is not a usable connection string: {err}"));
     let tokens = TokenSource::for_endpoint(&endpoint).unwrap_or_else(|err| panic!("BOSUN_TEST_SERVICEBUS: {err}"));
     (endpoint, tokens)
 }
 
-/// The in-process test broker with bosun's topology applied to it the way
+/// The in-process test broker with bosun's topology (the registry's: the
+/// saga consumers' entities require sessions) applied to it the way
 /// `bosun topology apply` does (the management client over the broker's
 /// REST API), every entity's maximum delivery count `max_delivery_count`.
-async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::RunningBroker {
+pub(super) async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::RunningBroker {
+    test_broker_with(max_delivery_count, &crate::runtime::registry::topology()).await
+}
+
+/// [`test_broker`] with the entities of `topology`.
+pub(super) async fn test_broker_with(
+    max_delivery_count: u32,
+    topology: &Topology,
+) -> bosun_servicebus_broker::RunningBroker {
     use bosun_servicebus_broker::{Broker, BrokerConfig};
 
     use crate::backends::servicebus::management::ManagementClient;
@@ -121,7 +130,7 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
         .expect("a management client")
         .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
     let plan = management
-        .plan(&crate::runtime::registry::topology(), &options)
+        .plan(topology, &options)
         .await
         .expect("the topology planned on the test broker");
     management
@@ -133,7 +142,7 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
 
 /// The registry's topology: the saga consumers' entities take sessions,
 /// as `serve` sets it up.
-fn test_options() -> ServiceBusOptions {
+pub(super) fn test_options() -> ServiceBusOptions {
     ServiceBusOptions {
         send_timeout: Duration::from_secs(10),
         operation_timeout: Duration::from_secs(10),
