@@ -10,6 +10,7 @@ pub mod credential;
 pub mod management;
 pub(crate) mod mapping;
 pub mod plan;
+pub(crate) mod requests;
 pub mod transport;
 
 pub use transport::{ServiceBusOptions, ServiceBusTransport};

@@ -295,6 +295,38 @@ mod tests {
     }
 
     #[test]
+    fn a_session_key_is_the_saga_key_its_consumer_computes() {
+        let dir = tempfile::tempdir().unwrap();
+        let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();
+        let keyed: Vec<_> = CONSUMERS
+            .iter()
+            .filter(|registration| registration.session_key.is_some())
+            .map(|registration| registration.name)
+            .collect();
+        assert_eq!(keyed, ["release-orchestration", "gitops-sync", "probe"]);
+        for registration in CONSUMERS {
+            let consumer = consumers.iter().find(|c| c.name() == registration.name).unwrap();
+            for message in bosun_contracts::samples::samples() {
+                let envelope = bosun_contracts::Envelope::new(&message, uuid::Uuid::now_v7(), "acme", "test");
+                let saga = consumer.saga_of(&envelope, &message);
+                match registration.session_key {
+                    Some(key) => assert_eq!(key(&envelope, &message), saga, "{}", registration.name),
+                    None => assert_eq!(
+                        saga, None,
+                        "{} keeps a saga: declare its session key",
+                        registration.name
+                    ),
+                }
+            }
+        }
+        let topology = topology();
+        for name in keyed {
+            assert!(topology.requires_session(&bosun_contracts::Destination::Queue(name.into())));
+        }
+        assert!(!topology.requires_session(&bosun_contracts::Destination::Queue("commit".into())));
+    }
+
+    #[test]
     fn the_default_builds_every_consumer_with_local_adapters() {
         let dir = tempfile::tempdir().unwrap();
         let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();

@@ -45,6 +45,8 @@ pub(super) struct SessionReceivers {
     pub(super) failure: SyncMutex<Option<TransportError>>,
     /// Accepts that came back (with a session or none).
     pub(super) accepts: AtomicU64,
+    /// When a session was last accepted (its first message is on its way).
+    pub(super) accepted_at: SyncMutex<Option<Instant>>,
     pub(super) _acceptor: AbortOnDropHandle<()>,
 }
 
@@ -96,6 +98,7 @@ impl Inner {
             ended: Arc::new(Notify::new()),
             failure: SyncMutex::new(None),
             accepts: AtomicU64::new(0),
+            accepted_at: SyncMutex::new(None),
             _acceptor: AbortOnDropHandle::new(tokio::spawn(accept_sessions(
                 Arc::downgrade(self),
                 Arc::clone(&connection),
@@ -192,6 +195,13 @@ impl Inner {
             if tokio::time::timeout_at(deadline, ready.changed()).await.is_err() {
                 if receivers.accepts.load(Ordering::SeqCst) == 0 && deadline < first_accept {
                     deadline = (deadline + self.options.receive_wait).min(first_accept);
+                    continue;
+                }
+                // A session accepted just now: its first message gets the
+                // receive wait to arrive.
+                let fresh = lock(&receivers.accepted_at).map(|at| at + self.options.receive_wait);
+                if let Some(until) = fresh.filter(|until| *until > deadline) {
+                    deadline = until;
                     continue;
                 }
                 return Ok(Vec::new());
@@ -306,6 +316,7 @@ async fn accept_sessions(
                     }),
                 ));
                 lock(&state.sessions).push(SessionSlot { id: session_id, pump });
+                *lock(&state.accepted_at) = Some(Instant::now());
                 lock(&state.failure).take();
                 state.accepts.fetch_add(1, Ordering::SeqCst);
                 // Its first message may have been signalled before it was listed.
