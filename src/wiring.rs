@@ -22,7 +22,7 @@ use crate::host::{Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::commit::{Commit, StoreThenComplete};
 use crate::ports::store::{AccessStore, Store, StoreError};
-use crate::ports::transport::{Topology, Transport, TransportError};
+use crate::ports::transport::{Transport, TransportError};
 use crate::runtime::config::{Failpoint, ServiceBusSettings, Settings, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
 use crate::runtime::registry;
@@ -200,6 +200,9 @@ impl Backends {
                 let options = ServiceBusOptions {
                     prefetch: servicebus.prefetch,
                     send_timeout: servicebus.send_timeout,
+                    // The session-keyed consumers, from their registrations.
+                    topology: registry::topology(),
+                    max_sessions: settings.concurrency,
                     ..ServiceBusOptions::default()
                 };
                 let transport = ServiceBusTransport::connect(servicebus.endpoint.clone(), tokens, options).await?;
@@ -214,7 +217,7 @@ impl Backends {
                     .halting_after_state_commit(settings.failpoint == Some(Failpoint::HaltAfterStateCommit)),
             )
         });
-        transport.ensure_topology(&Topology::from_routing()).await?;
+        transport.ensure_topology(&registry::topology()).await?;
         let claim_check = ClaimCheck {
             store: registry::blob_store(settings)?,
             settings: ClaimCheckSettings {
@@ -388,10 +391,7 @@ pub async fn verify_topology(settings: &Settings) -> Result<(), StartError> {
         return Ok(());
     };
     let client = management_client(servicebus)?;
-    match client
-        .verify(&Topology::from_routing(), &topology_options(settings)?)
-        .await
-    {
+    match client.verify(&registry::topology(), &topology_options(settings)?).await {
         Ok(()) => {
             tracing::info!(namespace = %servicebus.endpoint.host, "Service Bus topology verified");
             Ok(())

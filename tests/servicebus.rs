@@ -21,7 +21,7 @@ use bosun::backends::servicebus::connection::ServiceBusEndpoint;
 use bosun::backends::servicebus::credential::TokenSource;
 use bosun::backends::servicebus::management::ManagementClient;
 use bosun::backends::servicebus::plan::{Description, TopologyOptions, desired_entities};
-use bosun::ports::topology::Topology;
+use bosun::runtime::registry;
 use bosun_servicebus_broker::{Broker, BrokerConfig, RunningBroker};
 use common::bosun;
 use serde_json::Value;
@@ -40,7 +40,7 @@ async fn test_broker() -> RunningBroker {
         .expect("a management client")
         .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
     let plan = management
-        .plan(&Topology::from_routing(), &TopologyOptions::default())
+        .plan(&registry::topology(), &TopologyOptions::default())
         .await
         .expect("the topology planned on the test broker");
     management
@@ -159,7 +159,7 @@ fn topology_apply_readies_an_empty_namespace_for_a_verified_delivery() {
         .map(|broker| format!("http://127.0.0.1:{}", broker.port()));
     let management_url = management_url.as_deref();
     let data = tempfile::tempdir().unwrap();
-    let specs = desired_entities(&Topology::from_routing(), &TopologyOptions::default());
+    let specs = desired_entities(&registry::topology(), &TopologyOptions::default());
     let created: Vec<&str> = specs
         .iter()
         .filter(|spec| spec.description != Description::Absent)
@@ -191,7 +191,7 @@ fn topology_apply_readies_an_empty_namespace_for_a_verified_delivery() {
         let deleted = entries(&report, "deleted");
         assert_eq!(deleted.len(), defaults.len(), "each $Default goes: {report:#}");
         assert!(entries(&report, "left_differing").is_empty(), "{report:#}");
-        for queue in &Topology::from_routing().queues {
+        for queue in &registry::topology().queues {
             assert_eq!(
                 broker.message_count(queue),
                 Some(0),

@@ -93,7 +93,7 @@ resource queues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = [
       duplicateDetectionHistoryTimeWindow: topology.entity.duplicateDetectionHistoryTimeWindow
       defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: true
-      requiresSession: false
+      requiresSession: contains(topology.sessionQueues, queue)
       enableBatchedOperations: true
     }
   }
@@ -120,13 +120,15 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
       defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: true
       deadLetteringOnFilterEvaluationExceptions: true
-      requiresSession: false
+      requiresSession: contains(topology.sessionSubscriptions, subscription)
       enableBatchedOperations: true
     }
   }
 ]
 
-// Two rules per subscription: its event types, and messages replayed to it alone.
+// Two rules per subscription: its event types, and messages replayed to it alone
+// (a session subscription takes only those: each event is addressed to it with
+// its session id, so its type rule is `1=0`).
 resource rules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2022-10-01-preview' = [
   for rule in topology.rules: {
     parent: subscriptions[rule.subscription]

@@ -6,8 +6,8 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 
 use bosun::backends::servicebus::plan::{self as servicebus_plan, Plan, PlanAction, PlanItem};
-use bosun::ports::transport::Topology;
 use bosun::runtime::config::Settings;
+use bosun::runtime::registry;
 use bosun::wiring;
 
 use super::output::{out, print_json};
@@ -34,7 +34,8 @@ pub enum TopologyCommand {
 
 /// Runs a topology command against the configured namespace.
 pub async fn run(command: TopologyCommand, settings: &Settings) -> Result<()> {
-    let topology = Topology::from_routing();
+    // The registry's: with the session-keyed consumers' entities.
+    let topology = registry::topology();
     let options = wiring::topology_options(settings)?;
     let Some(servicebus) = &settings.servicebus else {
         return match command {

@@ -145,6 +145,19 @@ pub fn desired_state_manifest(promoted: &DeploymentPromoted) -> Result<(String, 
     Ok((path, bytes))
 }
 
+/// The GitOps saga (kind, `<tenant>/<environment>`) a message belongs to:
+/// pure, so the registry computes it without building the consumer or its
+/// adapters (a Service Bus session id); [`Consumer::saga_of`] calls it.
+/// Two tenants' `dev` are two sagas.
+pub fn saga_of(envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
+    bosun_sagas::gitops::environment_of(message).map(|environment| {
+        (
+            SagaKind::Gitops.as_str(),
+            format!("{}/{environment}", envelope.tenant_id),
+        )
+    })
+}
+
 fn saga_error(err: bosun_sagas::SagaError) -> HandlerError {
     HandlerError::permanent(err)
 }
@@ -161,12 +174,7 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
 
     /// Keyed by `<tenant>/<environment>`: two tenants' `dev` are two sagas.
     fn saga_of(&self, envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
-        self.saga.key_of(message).map(|environment| {
-            (
-                SagaKind::Gitops.as_str(),
-                format!("{}/{environment}", envelope.tenant_id),
-            )
-        })
+        saga_of(envelope, message)
     }
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {

@@ -61,6 +61,17 @@ impl ProbeConsumer {
     }
 }
 
+/// The probe saga (kind, `<tenant>/<group>`) an echo belongs to (a
+/// `Probe` command has none): pure, so the registry computes it without
+/// building the consumer (a Service Bus session id); [`Consumer::saga_of`]
+/// calls it.
+pub fn saga_of(envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
+    match message {
+        Message::ProbeEchoed(echo) => Some((SAGA_KIND, format!("{}/{}", envelope.tenant_id, echo.group))),
+        _ => None,
+    }
+}
+
 #[async_trait]
 impl Consumer for ProbeConsumer {
     fn name(&self) -> ConsumerName {
@@ -72,10 +83,7 @@ impl Consumer for ProbeConsumer {
     }
 
     fn saga_of(&self, envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
-        match message {
-            Message::ProbeEchoed(echo) => Some((SAGA_KIND, format!("{}/{}", envelope.tenant_id, echo.group))),
-            _ => None,
-        }
+        saga_of(envelope, message)
     }
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {

@@ -24,8 +24,8 @@
 
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
+use bosun_sagas::Action;
 use bosun_sagas::release::{ReleaseSaga, ReleaseState};
-use bosun_sagas::{Action, StateMachine};
 use time::OffsetDateTime;
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy};
@@ -60,6 +60,13 @@ const DEADLINE_TOLERANCE: time::Duration = time::Duration::seconds(30);
 /// The key of a tenant's release saga: `<tenant>/<releaseId>`.
 pub fn saga_key(tenant: &str, release_id: &str) -> String {
     format!("{tenant}/{release_id}")
+}
+
+/// The release saga (kind, `<tenant>/<releaseId>`) a message belongs to:
+/// pure, so the registry computes it without building the consumer (a
+/// Service Bus session id); [`Consumer::saga_of`] calls it.
+pub fn saga_of(envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
+    bosun_sagas::release::release_of(message).map(|release_id| (SAGA_KIND, saga_key(&envelope.tenant_id, &release_id)))
 }
 
 /// The release an approval or rejection decides on.
@@ -100,9 +107,7 @@ impl Consumer for ReleaseOrchestration {
     }
 
     fn saga_of(&self, envelope: &Envelope, message: &Message) -> Option<(&'static str, String)> {
-        self.saga
-            .key_of(message)
-            .map(|release_id| (SAGA_KIND, saga_key(&envelope.tenant_id, &release_id)))
+        saga_of(envelope, message)
     }
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {

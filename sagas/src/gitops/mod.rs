@@ -205,18 +205,26 @@ fn rejected(message_type: &str, reason: &str) -> SagaError {
     }
 }
 
+/// The environment a message belongs to (the GitOps saga's key within its
+/// tenant): a pure function of the message, so a sender that does not run
+/// the saga (a Service Bus session id) computes the same key as
+/// [`StateMachine::key_of`], which calls it.
+pub fn environment_of(message: &Message) -> Option<String> {
+    match message {
+        Message::DeploymentPromoted(promoted) => Some(promoted.environment.clone()),
+        Message::ReconcileEnvironment(request) => Some(request.environment.clone()),
+        Message::InfrastructureProvisioned(provisioned) => Some(provisioned.environment.clone()),
+        _ => None,
+    }
+}
+
 impl StateMachine for GitOpsSaga {
     type State = GitOpsState;
 
     const KIND: SagaKind = SagaKind::Gitops;
 
     fn key_of(&self, message: &Message) -> Option<String> {
-        match message {
-            Message::DeploymentPromoted(promoted) => Some(promoted.environment.clone()),
-            Message::ReconcileEnvironment(request) => Some(request.environment.clone()),
-            Message::InfrastructureProvisioned(provisioned) => Some(provisioned.environment.clone()),
-            _ => None,
-        }
+        environment_of(message)
     }
 
     /// Applies one message. The work the message asks for (write a

@@ -223,23 +223,31 @@ impl ReleaseSaga {
     }
 }
 
+/// The release a message belongs to (the release saga's key within its
+/// tenant), whatever the policy: a pure function of the message, so a
+/// sender that does not run the saga (a Service Bus session id) computes
+/// the same key as [`StateMachine::key_of`], which calls it.
+pub fn release_of(message: &Message) -> Option<String> {
+    match message {
+        Message::BuildCompleted(m) => Some(m.release_id.clone()),
+        Message::ContainerImageBuilt(m) => Some(m.release_id.clone()),
+        Message::PackagePublished(m) => Some(m.release_id.clone()),
+        Message::ApproveRelease(m) => Some(m.release_id.clone()),
+        Message::RejectRelease(m) => Some(m.release_id.clone()),
+        Message::ReleaseApprovalTimeout(m) => Some(m.release_id.clone()),
+        Message::InfrastructureProvisioned(m) if !m.preview_only => m.release_id.clone(),
+        Message::GitOpsSynced(m) => m.release_id.clone(),
+        _ => None,
+    }
+}
+
 impl StateMachine for ReleaseSaga {
     type State = ReleaseState;
 
     const KIND: SagaKind = SagaKind::Release;
 
     fn key_of(&self, message: &Message) -> Option<String> {
-        match message {
-            Message::BuildCompleted(m) => Some(m.release_id.clone()),
-            Message::ContainerImageBuilt(m) => Some(m.release_id.clone()),
-            Message::PackagePublished(m) => Some(m.release_id.clone()),
-            Message::ApproveRelease(m) => Some(m.release_id.clone()),
-            Message::RejectRelease(m) => Some(m.release_id.clone()),
-            Message::ReleaseApprovalTimeout(m) => Some(m.release_id.clone()),
-            Message::InfrastructureProvisioned(m) if !m.preview_only => m.release_id.clone(),
-            Message::GitOpsSynced(m) => m.release_id.clone(),
-            _ => None,
-        }
+        release_of(message)
     }
 
     fn apply(&self, state: &ReleaseState, message: &Message) -> Result<Transition<ReleaseState>, SagaError> {

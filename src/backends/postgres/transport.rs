@@ -810,6 +810,7 @@ mod tests {
                 name: "watcher".into(),
                 event_types: vec!["BuildCompleted".into()],
             }],
+            sessions: Vec::new(),
         };
         let entity = Destination::Queue(name.clone());
         let receiver = PostgresTransport::new(test.database.clone(), 10);

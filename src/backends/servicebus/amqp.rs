@@ -3,7 +3,8 @@
 //! (`$cbs` put-token per entity audience, refreshed before expiry), link
 //! attach for senders, peek-lock receivers and `$management` clients, and
 //! the Service Bus `$management` requests bosun uses (`renew-lock`,
-//! `peek-message`).
+//! `peek-message`, `renew-session-lock`), and session receivers
+//! (`com.microsoft:session-filter`: the next available session).
 //!
 //! It is written on `fe2o3-amqp`, the AMQP engine Microsoft's
 //! `azure_core_amqp` wraps, and not on `azure_core_amqp` 1.x itself, because
@@ -30,15 +31,13 @@ use fe2o3_amqp::link::{DetachError, LinkStateError, ReceiverAttachError, RecvErr
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::definitions::{self, ErrorCondition, Fields, ReceiverSettleMode, SenderSettleMode};
-use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message, Modified, Rejected};
-use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Timestamp, Value};
+use fe2o3_amqp::types::messaging::{Modified, Rejected, Source};
+use fe2o3_amqp::types::primitives::{Symbol, Timestamp, Value};
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use fe2o3_amqp_cbs::client::CbsClient;
 use fe2o3_amqp_cbs::token::CbsToken;
 use fe2o3_amqp_management::client::MgmtClient;
-use fe2o3_amqp_management::error::{Error as ManagementError, InvalidType, StatusCodeNotFound, StatusError};
-use fe2o3_amqp_management::request::Request;
-use fe2o3_amqp_management::response::Response;
+use fe2o3_amqp_management::error::Error as ManagementError;
 use time::OffsetDateTime;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
@@ -46,7 +45,8 @@ use uuid::Uuid;
 
 use super::connection::ServiceBusEndpoint;
 use super::credential::TokenSource;
-use crate::ports::transport::{from_unix_ms, unix_ms};
+pub(crate) use super::requests::*;
+use crate::ports::transport::unix_ms;
 
 /// A put token is refreshed when it has less than this left.
 const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
@@ -54,6 +54,14 @@ const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
 const TOKEN_REFRESH_EVERY: Duration = Duration::from_secs(60);
 /// Service Bus caps a dead-letter reason and description.
 const DEAD_LETTER_TEXT_MAX: usize = 4096;
+/// The source filter of a session receiver: a session id, or null for the
+/// next available session.
+pub(crate) const SESSION_FILTER: &str = "com.microsoft:session-filter";
+/// The attach property with how long the broker may wait for a session.
+const SESSION_WAIT: &str = "com.microsoft:timeout";
+/// The condition Service Bus closes a next-available-session link with when
+/// no session became available in time.
+const NO_SESSION: &str = "com.microsoft:timeout";
 
 /// A failure of the AMQP layer, sorted by what the transport does next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -475,6 +483,86 @@ impl AmqpConnection {
             .map_err(|err| self.note(from_receiver_attach(&what, &err)))
     }
 
+    /// Begins another AMQP session on the connection: session receivers
+    /// attach on one of their own, since an attach that waits for a session
+    /// holds up the attaches after it on its AMQP session.
+    pub(crate) async fn begin_session(&self) -> Result<SessionHandle<()>, AmqpFailure> {
+        let mut connection = self.connection.lock().await;
+        within(
+            self.settings.operation_timeout,
+            "begin an AMQP session",
+            Session::begin(&mut connection),
+        )
+        .await?
+        .map_err(|err| self.note(AmqpFailure::Connection(format!("begin an AMQP session: {err}"))))
+    }
+
+    /// Attaches a peek-lock receiver to the next available session of
+    /// `path` on `session` (the broker waits up to `wait` for one):
+    /// `Ok(None)` when none became available, else the receiver and the
+    /// session id the broker locked for it.
+    pub(crate) async fn session_receiver(
+        &self,
+        session: &mut SessionHandle<()>,
+        path: &str,
+        wait: Duration,
+    ) -> Result<Option<(Receiver, String)>, AmqpFailure> {
+        self.authorize(path).await?;
+        let name = format!("bosun-session-{}-{}", path.replace('/', "_"), Uuid::new_v4().simple());
+        let what = format!("accept a session of `{path}`");
+        let source = Source::builder()
+            .address(self.address(path))
+            .add_to_filter(Symbol::from(SESSION_FILTER), None)
+            .build();
+        let mut properties = Fields::new();
+        properties.insert(
+            Symbol::from(SESSION_WAIT),
+            Value::Uint(u32::try_from(wait.as_millis()).unwrap_or(u32::MAX)),
+        );
+        let attach = Receiver::builder()
+            .name(name.clone())
+            .source(source)
+            .target(name)
+            .properties(properties)
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .receiver_settle_mode(ReceiverSettleMode::Second)
+            .credit_mode(CreditMode::Manual)
+            .auto_accept(false)
+            // The answer's filter names the session granted, or lacks one
+            // when none was (read below), which is not a refusal.
+            .verify_incoming_source(false)
+            .attach(session);
+        let mut receiver = match within(wait + self.settings.operation_timeout, &what, attach).await? {
+            Ok(receiver) => receiver,
+            Err(ReceiverAttachError::RemoteClosedWithError(error))
+                if condition_symbol(&error.condition) == NO_SESSION =>
+            {
+                return Ok(None);
+            }
+            Err(err) => return Err(self.note(from_receiver_attach(&what, &err))),
+        };
+        if let Some(session_id) = granted_session(&receiver) {
+            return Ok(Some((receiver, session_id)));
+        }
+        // Answered without a session: the broker closes the link, with
+        // `com.microsoft:timeout` when none became available.
+        let closed = within(
+            self.settings.operation_timeout,
+            &what,
+            receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>(),
+        )
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), receiver.close()).await;
+        match closed {
+            Err(timeout) => Err(timeout),
+            Ok(Ok(_)) => Err(AmqpFailure::Link(format!("{what}: a message came without a session"))),
+            Ok(Err(RecvError::LinkStateError(
+                LinkStateError::RemoteDetachedWithError(error) | LinkStateError::RemoteClosedWithError(error),
+            ))) if condition_symbol(&error.condition) == NO_SESSION => Ok(None),
+            Ok(Err(err)) => Err(self.note(from_recv(&what, &err))),
+        }
+    }
+
     /// Attaches a request/response pair to `path/$management`.
     pub(crate) async fn management(&self, path: &str) -> Result<MgmtClient, AmqpFailure> {
         self.authorize(path).await?;
@@ -504,6 +592,26 @@ impl AmqpConnection {
         let limit = Duration::from_secs(5);
         let _ = tokio::time::timeout(limit, async { self.session.lock().await.end().await }).await;
         let _ = tokio::time::timeout(limit, async { self.connection.lock().await.close().await }).await;
+    }
+}
+
+/// The session id a session receiver's attach was answered with (in its
+/// source filter, described or plain).
+fn granted_session(receiver: &Receiver) -> Option<String> {
+    let value = receiver
+        .source()
+        .as_ref()?
+        .filter
+        .as_ref()?
+        .get(&Symbol::from(SESSION_FILTER))?;
+    let value = match value {
+        Value::Described(described) => &described.value,
+        other => other,
+    };
+    match value {
+        Value::String(id) => Some(id.clone()),
+        Value::Symbol(id) => Some(id.0.clone()),
+        _ => None,
     }
 }
 
@@ -542,194 +650,14 @@ fn truncate(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
-/// `com.microsoft:server-timeout` for a `$management` request.
-fn server_timeout(limit: Duration) -> SimpleValue {
-    SimpleValue::Uint(u32::try_from(limit.as_millis()).unwrap_or(u32::MAX))
-}
-
-fn map_body(entries: Vec<(&str, Value)>) -> AmqpValue<Value> {
-    AmqpValue(Value::Map(
-        entries
-            .into_iter()
-            .map(|(key, value)| (Value::String(key.to_owned()), value))
-            .collect::<OrderedMap<Value, Value>>(),
-    ))
-}
-
-fn body_map(body: Body<Value>) -> Option<OrderedMap<Value, Value>> {
-    match body {
-        Body::Value(AmqpValue(Value::Map(map))) => Some(map),
-        _ => None,
-    }
-}
-
-fn list_items(value: Value) -> Vec<Value> {
-    match value {
-        Value::List(items) => items,
-        Value::Array(items) => items.into_inner(),
-        _ => Vec::new(),
-    }
-}
-
-/// Errors a `$management` response can carry.
-#[derive(Debug)]
-pub(crate) struct ResponseError(ManagementError);
-
-impl From<StatusError> for ResponseError {
-    fn from(err: StatusError) -> Self {
-        Self(ManagementError::Status(err))
-    }
-}
-
-impl From<InvalidType> for ResponseError {
-    fn from(err: InvalidType) -> Self {
-        Self(ManagementError::DecodeError(Some(err)))
-    }
-}
-
-impl From<StatusCodeNotFound> for ResponseError {
-    fn from(_: StatusCodeNotFound) -> Self {
-        Self(ManagementError::StatusCodeNotFound)
-    }
-}
-
-impl From<ResponseError> for ManagementError {
-    fn from(err: ResponseError) -> Self {
-        err.0
-    }
-}
-
-/// `com.microsoft:renew-lock`: extends the locks of `lock_tokens`.
-#[derive(Debug)]
-pub(crate) struct RenewLockRequest {
-    /// The locks to renew.
-    pub(crate) lock_tokens: Vec<Uuid>,
-    /// How long the broker may take.
-    pub(crate) server_timeout: Duration,
-}
-
-/// The new lock expiries, in request order.
-#[derive(Debug)]
-pub(crate) struct RenewLockResponse {
-    /// One expiry per lock token.
-    pub(crate) expirations: Vec<OffsetDateTime>,
-}
-
-impl Request for RenewLockRequest {
-    const OPERATION: &'static str = "com.microsoft:renew-lock";
-    type Response = RenewLockResponse;
-    type Body = AmqpValue<Value>;
-
-    fn encode_application_properties(&mut self) -> Option<ApplicationProperties> {
-        Some(
-            ApplicationProperties::builder()
-                .insert("com.microsoft:server-timeout", server_timeout(self.server_timeout))
-                .build(),
-        )
-    }
-
-    fn encode_body(self) -> Self::Body {
-        let tokens = self
-            .lock_tokens
-            .into_iter()
-            .map(|token| Value::Uuid(token.into_bytes().into()))
-            .collect::<Vec<_>>();
-        map_body(vec![("lock-tokens", Value::Array(Array::from(tokens)))])
-    }
-}
-
-impl Response for RenewLockResponse {
-    const STATUS_CODE: u16 = 200;
-    type Body = Body<Value>;
-    type Error = ResponseError;
-
-    fn decode_message(message: Message<Self::Body>) -> Result<Self, Self::Error> {
-        let expirations = body_map(message.body)
-            .and_then(|mut map| map.swap_remove(&Value::String("expirations".into())))
-            .map(list_items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|value| match value {
-                Value::Timestamp(at) => Some(from_unix_ms(at.milliseconds())),
-                _ => None,
-            })
-            .collect();
-        Ok(Self { expirations })
-    }
-}
-
-/// `com.microsoft:peek-message`: up to `count` messages from
-/// `from_sequence` on, without locking them.
-#[derive(Debug)]
-pub(crate) struct PeekRequest {
-    /// The first sequence number to look at.
-    pub(crate) from_sequence: i64,
-    /// How many messages at most.
-    pub(crate) count: i32,
-    /// How long the broker may take.
-    pub(crate) server_timeout: Duration,
-}
-
-/// The peeked messages, encoded.
-#[derive(Debug)]
-pub(crate) struct PeekResponse {
-    /// Each message as the broker encoded it.
-    pub(crate) messages: Vec<Vec<u8>>,
-}
-
-impl Request for PeekRequest {
-    const OPERATION: &'static str = "com.microsoft:peek-message";
-    type Response = PeekResponse;
-    type Body = AmqpValue<Value>;
-
-    fn encode_application_properties(&mut self) -> Option<ApplicationProperties> {
-        Some(
-            ApplicationProperties::builder()
-                .insert("com.microsoft:server-timeout", server_timeout(self.server_timeout))
-                .build(),
-        )
-    }
-
-    fn encode_body(self) -> Self::Body {
-        map_body(vec![
-            ("from-sequence-number", Value::Long(self.from_sequence)),
-            ("message-count", Value::Int(self.count)),
-        ])
-    }
-}
-
-impl Response for PeekResponse {
-    const STATUS_CODE: u16 = 200;
-    type Body = Body<Value>;
-    type Error = ResponseError;
-
-    fn decode_message(message: Message<Self::Body>) -> Result<Self, Self::Error> {
-        let messages = body_map(message.body)
-            .and_then(|mut map| map.swap_remove(&Value::String("messages".into())))
-            .map(list_items)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|entry| match entry {
-                Value::Map(mut fields) => match fields.swap_remove(&Value::String("message".into())) {
-                    Some(Value::Binary(bytes)) => Some(bytes.into_vec()),
-                    _ => None,
-                },
-                _ => None,
-            })
-            .collect();
-        Ok(Self { messages })
-    }
-}
-
-/// Whether a `$management` status error means "nothing there" (204 for an
-/// empty peek).
-pub(crate) fn is_no_content(error: &ManagementError) -> bool {
-    matches!(error, ManagementError::Status(status) if status.code.0.get() == 204)
-}
-
 #[cfg(test)]
 mod tests {
     use fe2o3_amqp::types::definitions::AmqpError as AmqpCondition;
+    use fe2o3_amqp::types::messaging::{AmqpValue, Body, Message};
+    use fe2o3_amqp::types::primitives::{Array, SimpleValue};
+    use fe2o3_amqp_management::error::StatusError;
+    use fe2o3_amqp_management::request::Request;
+    use fe2o3_amqp_management::response::Response;
 
     use super::*;
 

@@ -287,6 +287,12 @@ impl ManagementClient {
                     what,
                     fixed_by_apply: false,
                 } => report.left_differing.push(format!("{label}: {}", what.join("; "))),
+                PlanAction::Recreate { what } => {
+                    tracing::warn!(kind = %item.kind, path = %item.path, differences = %what.join("; "), "must be recreated by hand; apply leaves it");
+                    report
+                        .left_differing
+                        .push(format!("{label}: must be recreated: {}", what.join("; ")));
+                }
                 PlanAction::Create
                 | PlanAction::Differs {
                     fixed_by_apply: true, ..
@@ -772,6 +778,7 @@ mod tests {
                 name: "release-orchestration".into(),
                 event_types: vec!["BuildCompleted".into(), "ImagePublished".into()],
             }],
+            sessions: Vec::new(),
         }
     }
 

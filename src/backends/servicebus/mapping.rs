@@ -7,7 +7,8 @@
 //! `tenantId`, `attempt`, `traceparent` and `tracestate` (read from the
 //! envelope when it parses, never failing a send) and `Diagnostic-Id` (the
 //! same `traceparent`: the property Service Bus's own SDKs and Application
-//! Insights read a message's trace context from), `replayTo` for a send to one subscription
+//! Insights read a message's trace context from), `group-id` = the session
+//! id for an entity that requires sessions, `replayTo` for a send to one subscription
 //! (it goes to the topic, and only that subscription's `bosun-replay` rule
 //! takes it), and the message annotation `x-opt-scheduled-enqueue-time` for
 //! a scheduled message. Several messages to one entity travel as one
@@ -90,13 +91,15 @@ pub(crate) fn dead_letter_path(entity: &Destination) -> String {
 }
 
 /// The AMQP message for `message` (its body: one data section holding the
-/// envelope bytes exactly).
-pub(crate) fn outbound_message(message: &OutboundMessage) -> Message<Data> {
+/// envelope bytes exactly), in the session `session_id` (`group-id`) when
+/// its entity requires sessions.
+pub(crate) fn outbound_message(message: &OutboundMessage, session_id: Option<&str>) -> Message<Data> {
     let properties = Properties {
         message_id: Some(MessageId::String(message.broker_message_id.clone())),
         correlation_id: message.correlation_id.clone().map(MessageId::String),
         subject: message.message_type.clone(),
         content_type: Some(Symbol::from("application/json")),
+        group_id: session_id.map(str::to_owned),
         ..Properties::default()
     };
     let mut application = ApplicationProperties::default();
@@ -201,11 +204,13 @@ pub(crate) fn encode(message: &Message<Data>) -> Result<Vec<u8>, serde_amqp::Err
 }
 
 /// One Service Bus batch holding `encoded` messages (send it with
-/// [`BATCH_MESSAGE_FORMAT`]). The batch's own message id is the first
-/// message's, as the Azure SDKs do.
+/// [`BATCH_MESSAGE_FORMAT`]). The batch's own message id and session id
+/// are the first message's (a batch holds one session's messages), as the
+/// Azure SDKs do.
 pub(crate) fn batch_message(first: &Message<Data>, encoded: Vec<Vec<u8>>) -> Message<Batch<Data>> {
     let properties = first.properties.as_ref().map(|properties| Properties {
         message_id: properties.message_id.clone(),
+        group_id: properties.group_id.clone(),
         ..Properties::default()
     });
     Message {
@@ -401,7 +406,7 @@ mod tests {
 
     #[test]
     fn an_envelope_becomes_a_service_bus_message() {
-        let message = outbound_message(&outbound(Destination::Topic(EVENTS_TOPIC.into()), ENVELOPE));
+        let message = outbound_message(&outbound(Destination::Topic(EVENTS_TOPIC.into()), ENVELOPE), None);
         let properties = message.properties.as_ref().unwrap();
         assert_eq!(properties.message_id, Some(MessageId::String("m-1.retry-2".into())));
         assert_eq!(properties.correlation_id, Some(MessageId::String("c-1".into())));
@@ -443,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_an_envelope_is_still_sent() {
-        let message = outbound_message(&outbound(Destination::Queue("commit".into()), b"\xffnot json"));
+        let message = outbound_message(&outbound(Destination::Queue("commit".into()), b"\xffnot json"), None);
         assert_eq!(message.body.0.as_ref(), b"\xffnot json");
         assert_eq!(
             property(&message, "type"),
@@ -468,7 +473,7 @@ mod tests {
                 replay_to: Some("container-build".into())
             }
         );
-        let message = outbound_message(&outbound(destination, ENVELOPE));
+        let message = outbound_message(&outbound(destination, ENVELOPE), None);
         assert_eq!(
             property(&message, REPLAY_TO),
             Some(&SimpleValue::String("container-build".into()))
@@ -483,11 +488,28 @@ mod tests {
     }
 
     #[test]
+    fn a_session_message_carries_its_session_id_as_group_id() {
+        let message = outbound(Destination::Queue("probe".into()), ENVELOPE);
+        let amqp = outbound_message(&message, Some("acme/canary"));
+        assert_eq!(
+            amqp.properties.as_ref().and_then(|p| p.group_id.as_deref()),
+            Some("acme/canary")
+        );
+        let batch = batch_message(&amqp, vec![encode(&amqp).unwrap()]);
+        assert_eq!(
+            batch.properties.as_ref().and_then(|p| p.group_id.as_deref()),
+            Some("acme/canary"),
+            "a batch is one session's"
+        );
+        assert_eq!(outbound_message(&message, None).properties.unwrap().group_id, None);
+    }
+
+    #[test]
     fn a_scheduled_message_carries_its_enqueue_time() {
         let mut message = outbound(Destination::Queue("commit".into()), ENVELOPE);
         let at = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         message.scheduled_at = Some(at);
-        let amqp = outbound_message(&message);
+        let amqp = outbound_message(&message, None);
         let annotations = amqp.message_annotations.unwrap();
         assert_eq!(
             annotations.0.get(&OwnedKey::from(SCHEDULED_ENQUEUE_TIME)),
@@ -540,7 +562,7 @@ mod tests {
 
     #[test]
     fn a_received_message_reads_the_broker_annotations() {
-        let sent = outbound_message(&outbound(Destination::Queue("commit".into()), ENVELOPE));
+        let sent = outbound_message(&outbound(Destination::Queue("commit".into()), ENVELOPE), None);
         let delivered = as_delivered(
             &sent,
             1,
@@ -576,7 +598,7 @@ mod tests {
 
     #[test]
     fn a_dead_letter_keeps_reason_description_and_bytes() {
-        let mut sent = outbound_message(&outbound(Destination::Queue("commit".into()), ENVELOPE));
+        let mut sent = outbound_message(&outbound(Destination::Queue("commit".into()), ENVELOPE), None);
         let application = sent.application_properties.get_or_insert_with(Default::default);
         application.0.insert(
             DEAD_LETTER_REASON.to_owned(),
@@ -612,10 +634,10 @@ mod tests {
 
     #[test]
     fn a_batch_holds_each_message_encoded_in_its_own_section() {
-        let first = outbound_message(&outbound(Destination::Queue("commit".into()), b"{\"id\":\"a\"}"));
+        let first = outbound_message(&outbound(Destination::Queue("commit".into()), b"{\"id\":\"a\"}"), None);
         let mut second_outbound = outbound(Destination::Queue("commit".into()), b"{\"id\":\"b\"}");
         second_outbound.broker_message_id = "m-2".into();
-        let second = outbound_message(&second_outbound);
+        let second = outbound_message(&second_outbound, None);
         let batch = batch_message(&first, vec![encode(&first).unwrap(), encode(&second).unwrap()]);
         assert_eq!(
             batch.properties.as_ref().and_then(|p| p.message_id.clone()),

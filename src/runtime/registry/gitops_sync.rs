@@ -15,6 +15,8 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    // Its messages are handled one saga key at a time (Service Bus sessions).
+    session_key: Some(bosun_consumers::gitops_sync::saga_of),
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

@@ -25,6 +25,7 @@ use bosun_consumers::delivery::git::LocalGitHost;
 use bosun_consumers::delivery::pipeline::{LocalPipelines, RunnerSettings};
 use bosun_contracts::ConsumerName;
 
+use crate::ports::topology::{SagaKeyFn, SessionKeyed, Topology};
 use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, EntraIdentity, Settings};
 
 mod build_ingestion;
@@ -57,6 +58,13 @@ pub struct Registration {
     /// uses): `bosun infra render` gives only these consumers' identities
     /// blob rights on the whole storage account.
     pub keeps_blobs: bool,
+    /// The saga key its messages are session-keyed by: the pure function
+    /// its `Consumer::saga_of` calls (`None`: not session-keyed). On
+    /// Service Bus its queue and subscription require sessions, and every
+    /// message sent to them carries this key as its session id, so the
+    /// broker hands out one message of a saga at a time. The one place
+    /// this is declared: [`topology`] reads it.
+    pub session_key: Option<SagaKeyFn>,
 }
 
 impl std::fmt::Debug for Registration {
@@ -64,6 +72,7 @@ impl std::fmt::Debug for Registration {
         f.debug_struct("Registration")
             .field("name", &self.name)
             .field("keeps_blobs", &self.keeps_blobs)
+            .field("session_keyed", &self.session_key.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -87,6 +96,18 @@ pub const CONSUMERS: &[Registration] = &[
 /// The names of every consumer this build has, in [`CONSUMERS`]' order.
 pub fn available() -> impl Iterator<Item = ConsumerName> {
     CONSUMERS.iter().map(|registration| registration.name)
+}
+
+/// The entities every consumer needs, with the session-keyed consumers'
+/// ([`Registration::session_key`]): the topology Service Bus is planned,
+/// verified, rendered and sent on with.
+pub fn topology() -> Topology {
+    Topology::from_routing().with_sessions(CONSUMERS.iter().filter_map(|registration| {
+        registration.session_key.map(|key| SessionKeyed {
+            consumer: registration.name,
+            key,
+        })
+    }))
 }
 
 fn available_list() -> String {
@@ -271,6 +292,38 @@ mod tests {
         let mut routed: Vec<_> = bosun_contracts::CONSUMERS.iter().map(|c| c.name).collect();
         routed.sort_unstable();
         assert_eq!(available, routed);
+    }
+
+    #[test]
+    fn a_session_key_is_the_saga_key_its_consumer_computes() {
+        let dir = tempfile::tempdir().unwrap();
+        let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();
+        let keyed: Vec<_> = CONSUMERS
+            .iter()
+            .filter(|registration| registration.session_key.is_some())
+            .map(|registration| registration.name)
+            .collect();
+        assert_eq!(keyed, ["release-orchestration", "gitops-sync", "probe"]);
+        for registration in CONSUMERS {
+            let consumer = consumers.iter().find(|c| c.name() == registration.name).unwrap();
+            for message in bosun_contracts::samples::samples() {
+                let envelope = bosun_contracts::Envelope::new(&message, uuid::Uuid::now_v7(), "acme", "test");
+                let saga = consumer.saga_of(&envelope, &message);
+                match registration.session_key {
+                    Some(key) => assert_eq!(key(&envelope, &message), saga, "{}", registration.name),
+                    None => assert_eq!(
+                        saga, None,
+                        "{} keeps a saga: declare its session key",
+                        registration.name
+                    ),
+                }
+            }
+        }
+        let topology = topology();
+        for name in keyed {
+            assert!(topology.requires_session(&bosun_contracts::Destination::Queue(name.into())));
+        }
+        assert!(!topology.requires_session(&bosun_contracts::Destination::Queue("commit".into())));
     }
 
     #[test]

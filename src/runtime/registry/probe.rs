@@ -13,6 +13,8 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    // Its messages are handled one saga key at a time (Service Bus sessions).
+    session_key: Some(bosun_consumers::probe::saga_of),
 };
 
 fn build(_settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

@@ -12,6 +12,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    session_key: None,
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

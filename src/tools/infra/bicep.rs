@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::{BLOB_CONTAINERS, ConsumerInfra, InfraSettings, RenderedFile, header};
 use crate::backends::servicebus::plan::{self, Description, iso8601_duration};
 use crate::host::claim_check;
-use crate::ports::topology::Topology;
+use crate::runtime::registry;
 
 /// Every file of `bicep/`.
 pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<RenderedFile> {
@@ -48,11 +48,16 @@ pub const KEDA_COMPONENT: &str = "keda";
 /// grants, as indices into those lists (Bicep's resource loops are indexed
 /// by position).
 pub fn topology_json(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Value {
-    let topology = Topology::from_routing();
+    let topology = registry::topology();
     let specs = plan::desired_entities(&topology, &settings.topology);
     let options = settings.topology;
     let queues: Vec<&str> = topology.queues.iter().map(String::as_str).collect();
     let subscriptions: Vec<&str> = topology.subscriptions.iter().map(|s| s.name.as_str()).collect();
+    // The entities that require sessions (RequiresSession is set only when
+    // an entity is created; `bosun topology plan` says what to recreate).
+    let session_keyed = |name: &&str| topology.session_keyed(name).is_some();
+    let session_queues: Vec<&str> = queues.iter().copied().filter(session_keyed).collect();
+    let session_subscriptions: Vec<&str> = subscriptions.iter().copied().filter(session_keyed).collect();
     let mut rules = Vec::new();
     for spec in &specs {
         if let Description::Rule { name, sql_filter } = &spec.description {
@@ -131,6 +136,8 @@ pub fn topology_json(consumers: &[ConsumerInfra], settings: &InfraSettings) -> V
         "queues": queues,
         "topic": topology.topic,
         "subscriptions": subscriptions,
+        "sessionQueues": session_queues,
+        "sessionSubscriptions": session_subscriptions,
         "rules": rules,
         "containers": BLOB_CONTAINERS,
         "claimCheckContainer": claim_check::CONTAINER,
@@ -238,7 +245,7 @@ resource queues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = [
       duplicateDetectionHistoryTimeWindow: topology.entity.duplicateDetectionHistoryTimeWindow
       defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: true
-      requiresSession: false
+      requiresSession: contains(topology.sessionQueues, queue)
       enableBatchedOperations: true
     }
   }
@@ -265,13 +272,15 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
       defaultMessageTimeToLive: topology.entity.defaultMessageTimeToLive
       deadLetteringOnMessageExpiration: true
       deadLetteringOnFilterEvaluationExceptions: true
-      requiresSession: false
+      requiresSession: contains(topology.sessionSubscriptions, subscription)
       enableBatchedOperations: true
     }
   }
 ]
 
-// Two rules per subscription: its event types, and messages replayed to it alone.
+// Two rules per subscription: its event types, and messages replayed to it alone
+// (a session subscription takes only those: each event is addressed to it with
+// its session id, so its type rule is `1=0`).
 resource rules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2022-10-01-preview' = [
   for rule in topology.rules: {
     parent: subscriptions[rule.subscription]

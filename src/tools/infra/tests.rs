@@ -323,6 +323,32 @@ fn identities_get_only_their_own_entities() {
     let topology_file = files.iter().find(|f| f.path == "bicep/topology.json").unwrap();
     let json: Value = serde_json::from_str(&topology_file.text).unwrap();
     let identities = json["identities"].as_array().unwrap();
+    let names = |field: &str| -> Vec<String> {
+        json[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    // The saga consumers' entities require sessions (main.bicep reads these).
+    assert_eq!(
+        names("sessionQueues"),
+        ["release-orchestration", "gitops-sync", "probe"]
+    );
+    assert_eq!(
+        names("sessionSubscriptions"),
+        ["release-orchestration", "gitops-sync", "probe"]
+    );
+    let main = files.iter().find(|f| f.path == "bicep/main.bicep").unwrap();
+    assert!(
+        main.text
+            .contains("requiresSession: contains(topology.sessionQueues, queue)")
+    );
+    assert!(
+        main.text
+            .contains("requiresSession: contains(topology.sessionSubscriptions, subscription)")
+    );
     let queues = json["queues"].as_array().unwrap();
     let subscriptions = json["subscriptions"].as_array().unwrap();
     for grant in json["grants"]["queues"].as_array().unwrap() {

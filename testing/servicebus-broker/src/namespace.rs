@@ -43,7 +43,8 @@ pub struct EntitySettings {
     pub duplicate_detection_window: Option<Duration>,
     /// Sessions (queues, subscriptions): messages carry a session id
     /// (AMQP `group-id`), a receiver locks one session and gets only its
-    /// messages, in order; a receiver without a session is refused.
+    /// messages, in order; a receiver without a session is refused. Its
+    /// dead-letter sub-queue does not require sessions (as on Service Bus).
     pub requires_session: bool,
 }
 
@@ -303,6 +304,16 @@ pub(crate) fn entity_key(address: &str) -> String {
     path.trim_matches('/').to_ascii_lowercase()
 }
 
+/// A dead-letter sub-queue's settings: its entity's, but never requiring
+/// sessions (Service Bus reads the dead letters of a session entity with a
+/// plain receiver).
+fn dead_letter_settings(settings: EntitySettings) -> EntitySettings {
+    EntitySettings {
+        requires_session: false,
+        ..settings
+    }
+}
+
 fn dead_letter_key(key: &str) -> String {
     format!("{key}/{}", DEAD_LETTER_QUEUE.to_ascii_lowercase())
 }
@@ -327,7 +338,8 @@ impl Namespace {
             return Err(Refusal::AlreadyExists(path.to_owned()));
         }
         let dead = dead_letter_key(&key);
-        self.stores.insert(dead.clone(), MessageStore::new(settings, None));
+        self.stores
+            .insert(dead.clone(), MessageStore::new(dead_letter_settings(settings), None));
         self.stores.insert(key.clone(), MessageStore::new(settings, Some(dead)));
         self.queues.insert(
             key,
@@ -377,7 +389,8 @@ impl Namespace {
             .subscriptions
             .insert(name, BTreeMap::from([("$default".to_owned(), RuleFilter::True)]));
         let dead = dead_letter_key(&key);
-        self.stores.insert(dead.clone(), MessageStore::new(settings, None));
+        self.stores
+            .insert(dead.clone(), MessageStore::new(dead_letter_settings(settings), None));
         self.stores.insert(key, MessageStore::new(settings, Some(dead)));
         Ok(())
     }
@@ -1084,10 +1097,11 @@ impl Namespace {
     /// Replaces a queue's or subscription's settings (`key` is its entity
     /// key), its dead-letter sub-queue's with them.
     fn set_store_settings(&mut self, key: &str, settings: EntitySettings) {
-        for key in [key.to_owned(), dead_letter_key(key)] {
-            if let Some(store) = self.stores.get_mut(&key) {
-                store.settings = settings;
-            }
+        if let Some(store) = self.stores.get_mut(key) {
+            store.settings = settings;
+        }
+        if let Some(store) = self.stores.get_mut(&dead_letter_key(key)) {
+            store.settings = dead_letter_settings(settings);
         }
     }
 

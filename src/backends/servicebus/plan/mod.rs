@@ -16,6 +16,21 @@
 //! - `bosun-types`: `sys.Label IN ('A','B') AND NOT EXISTS(replayTo)`
 //! - `bosun-replay`: `replayTo = '<subscription>'`
 //!
+//! The session-keyed consumers' queue and subscription require sessions
+//! ([`Topology::requires_session`]). A message has one session id, but an
+//! event fans out to subscriptions keyed differently (`InfrastructureProvisioned`
+//! is keyed by release for release-orchestration and by environment for
+//! gitops-sync), so the transport sends each session subscription its own
+//! copy, addressed with `replayTo` and carrying that subscription's session
+//! id, beside one untargeted copy for the others; a session subscription's
+//! `bosun-types` rule is therefore `1=0` (it takes no untargeted copy, so it
+//! gets each event exactly once, through `bosun-replay`).
+//!
+//! `RequiresSession` can only be set when an entity is created: an
+//! existing entity whose setting differs is planned as
+//! [`PlanAction::Recreate`] (drain it, delete it, apply creates it again),
+//! which `serve`'s start-up check refuses to run with.
+//!
 //! The ATOM and XML reading of the management API's answers is in `atom`.
 
 use std::collections::HashMap;
@@ -27,8 +42,10 @@ use serde::Serialize;
 use crate::ports::topology::Topology;
 
 mod atom;
+mod iso8601;
 
 pub(crate) use atom::{AtomDocument, AtomEntry, XmlElement, parse_atom, parse_xml};
+pub use iso8601::{iso8601_duration, parse_iso8601_duration};
 
 /// Name of the rule that lets a subscription's event types through.
 pub const TYPES_RULE: &str = "bosun-types";
@@ -133,11 +150,21 @@ impl fmt::Display for EntityKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Description {
     /// A queue with these settings.
-    Queue(TopologyOptions),
+    Queue {
+        /// Its settings.
+        options: TopologyOptions,
+        /// Whether it requires sessions (its consumer is session-keyed).
+        requires_session: bool,
+    },
     /// A topic with these settings.
     Topic(TopologyOptions),
     /// A subscription with these settings.
-    Subscription(TopologyOptions),
+    Subscription {
+        /// Its settings.
+        options: TopologyOptions,
+        /// Whether it requires sessions (its consumer is session-keyed).
+        requires_session: bool,
+    },
     /// A SQL filter rule.
     Rule {
         /// The rule's name.
@@ -193,6 +220,11 @@ pub fn types_filter(event_types: &[String]) -> String {
     format!("sys.Label IN ({}) AND NOT EXISTS({REPLAY_PROPERTY})", list.join(","))
 }
 
+/// The `bosun-types` filter of a session subscription: nothing. It takes
+/// only the copies addressed to it (`bosun-replay`), each with its own
+/// session id; an untargeted copy carries another subscription's.
+pub const SESSION_TYPES_FILTER: &str = "1=0";
+
 /// The `bosun-replay` filter: messages addressed to this subscription.
 pub fn replay_filter(subscription: &str) -> String {
     format!("{REPLAY_PROPERTY} = {}", sql_literal(subscription))
@@ -208,7 +240,10 @@ pub fn desired_entities(topology: &Topology, options: &TopologyOptions) -> Vec<E
         .map(|queue| EntitySpec {
             kind: EntityKind::Queue,
             path: queue.clone(),
-            description: Description::Queue(*options),
+            description: Description::Queue {
+                options: *options,
+                requires_session: topology.session_keyed(queue).is_some(),
+            },
         })
         .collect();
     specs.push(EntitySpec {
@@ -219,7 +254,10 @@ pub fn desired_entities(topology: &Topology, options: &TopologyOptions) -> Vec<E
     specs.extend(topology.subscriptions.iter().map(|subscription| EntitySpec {
         kind: EntityKind::Subscription,
         path: subscription_path(&topology.topic, &subscription.name),
-        description: Description::Subscription(*options),
+        description: Description::Subscription {
+            options: *options,
+            requires_session: topology.session_keyed(&subscription.name).is_some(),
+        },
     }));
     for subscription in &topology.subscriptions {
         let rule = |name: &str, sql_filter: String| EntitySpec {
@@ -230,7 +268,12 @@ pub fn desired_entities(topology: &Topology, options: &TopologyOptions) -> Vec<E
                 sql_filter,
             },
         };
-        specs.push(rule(TYPES_RULE, types_filter(&subscription.event_types)));
+        let types = if topology.session_keyed(&subscription.name).is_some() {
+            SESSION_TYPES_FILTER.to_owned()
+        } else {
+            types_filter(&subscription.event_types)
+        };
+        specs.push(rule(TYPES_RULE, types));
         specs.push(rule(REPLAY_RULE, replay_filter(&subscription.name)));
         specs.push(EntitySpec {
             kind: EntityKind::Rule,
@@ -248,11 +291,14 @@ impl EntitySpec {
     pub fn atom_entry(&self) -> Option<String> {
         let mut xml = String::new();
         match &self.description {
-            Description::Queue(options) => {
+            Description::Queue {
+                options,
+                requires_session,
+            } => {
                 xml.push_str(&format!("<QueueDescription xmlns=\"{SERVICE_BUS_NAMESPACE}\">"));
                 element(&mut xml, "LockDuration", &iso8601_duration(options.lock_duration));
                 element(&mut xml, "RequiresDuplicateDetection", "true");
-                element(&mut xml, "RequiresSession", "false");
+                element(&mut xml, "RequiresSession", &requires_session.to_string());
                 element(
                     &mut xml,
                     "DefaultMessageTimeToLive",
@@ -284,10 +330,13 @@ impl EntitySpec {
                 element(&mut xml, "EnableBatchedOperations", "true");
                 xml.push_str("</TopicDescription>");
             }
-            Description::Subscription(options) => {
+            Description::Subscription {
+                options,
+                requires_session,
+            } => {
                 xml.push_str(&format!("<SubscriptionDescription xmlns=\"{SERVICE_BUS_NAMESPACE}\">"));
                 element(&mut xml, "LockDuration", &iso8601_duration(options.lock_duration));
-                element(&mut xml, "RequiresSession", "false");
+                element(&mut xml, "RequiresSession", &requires_session.to_string());
                 element(
                     &mut xml,
                     "DefaultMessageTimeToLive",
@@ -317,16 +366,36 @@ impl EntitySpec {
         ))
     }
 
+    /// Whether an observed entity's `RequiresSession` is not this spec's:
+    /// Service Bus sets it only when an entity is created, so the entity
+    /// must be drained, deleted and created again. The difference, in words.
+    fn session_mismatch(&self, observed: &XmlElement) -> Option<String> {
+        let wanted = match &self.description {
+            Description::Queue { requires_session, .. } | Description::Subscription { requires_session, .. } => {
+                *requires_session
+            }
+            _ => return None,
+        };
+        let mut out = Vec::new();
+        compare_bool(&mut out, observed, "RequiresSession", wanted);
+        out.pop().map(|what| {
+            format!(
+                "{what} (Service Bus sets RequiresSession only when an entity is created: stop its senders, \
+                 let it drain, delete it, then run bosun topology apply to create it again)"
+            )
+        })
+    }
+
     /// How an observed entity differs from this spec (empty when it
-    /// matches in every property bosun relies on).
+    /// matches in every property bosun relies on), `RequiresSession` aside
+    /// ([`EntitySpec::session_mismatch`]).
     fn differences(&self, observed: &XmlElement) -> Vec<String> {
         let mut out = Vec::new();
         match &self.description {
-            Description::Queue(options) => {
+            Description::Queue { options, .. } => {
                 compare_duration(&mut out, observed, "LockDuration", options.lock_duration);
                 compare_u32(&mut out, observed, "MaxDeliveryCount", options.max_delivery_count);
                 compare_bool(&mut out, observed, "RequiresDuplicateDetection", true);
-                compare_bool(&mut out, observed, "RequiresSession", false);
                 compare_bool(&mut out, observed, "DeadLetteringOnMessageExpiration", true);
                 compare_duration(
                     &mut out,
@@ -358,10 +427,9 @@ impl EntitySpec {
                 );
                 compare_status(&mut out, observed);
             }
-            Description::Subscription(options) => {
+            Description::Subscription { options, .. } => {
                 compare_duration(&mut out, observed, "LockDuration", options.lock_duration);
                 compare_u32(&mut out, observed, "MaxDeliveryCount", options.max_delivery_count);
-                compare_bool(&mut out, observed, "RequiresSession", false);
                 compare_bool(&mut out, observed, "DeadLetteringOnMessageExpiration", true);
                 compare_bool(&mut out, observed, "DeadLetteringOnFilterEvaluationExceptions", true);
                 compare_duration(
@@ -460,69 +528,6 @@ fn compare_status(out: &mut Vec<String>, observed: &XmlElement) {
     }
 }
 
-/// An ISO 8601 duration as Service Bus writes them: `PT1M`, `P14D`, `PT10M`.
-pub fn iso8601_duration(duration: Duration) -> String {
-    let total = duration.as_secs();
-    let (days, hours, minutes, seconds) = (total / 86_400, total / 3600 % 24, total / 60 % 60, total % 60);
-    let nanos = duration.subsec_nanos();
-    let mut out = String::from("P");
-    if days > 0 {
-        out.push_str(&format!("{days}D"));
-    }
-    if hours > 0 || minutes > 0 || seconds > 0 || nanos > 0 || days == 0 {
-        out.push('T');
-        if hours > 0 {
-            out.push_str(&format!("{hours}H"));
-        }
-        if minutes > 0 {
-            out.push_str(&format!("{minutes}M"));
-        }
-        if nanos > 0 {
-            let fraction = format!("{nanos:09}");
-            out.push_str(&format!("{seconds}.{}S", fraction.trim_end_matches('0')));
-        } else if seconds > 0 || (hours == 0 && minutes == 0) {
-            out.push_str(&format!("{seconds}S"));
-        }
-    }
-    out
-}
-
-/// Reads an ISO 8601 duration with days, hours, minutes and (fractional)
-/// seconds (`P10675199DT2H48M5.4775807S`); years, months and weeks are not
-/// used by Service Bus and give `None`.
-pub fn parse_iso8601_duration(text: &str) -> Option<Duration> {
-    let rest = text.trim().strip_prefix('P')?;
-    if rest.is_empty() {
-        return None;
-    }
-    let (date, time) = match rest.split_once('T') {
-        Some((date, time)) => (date, Some(time)),
-        None => (rest, None),
-    };
-    let mut total = Duration::ZERO;
-    if !date.is_empty() {
-        let days: u64 = date.strip_suffix('D')?.parse().ok()?;
-        total += Duration::from_secs(days.checked_mul(86_400)?);
-    }
-    if let Some(mut time) = time {
-        if time.is_empty() {
-            return None;
-        }
-        while !time.is_empty() {
-            let end = time.find(|c: char| c.is_ascii_alphabetic())?;
-            let (number, unit) = (&time[..end], &time[end..=end]);
-            total += match unit {
-                "H" => Duration::from_secs(number.parse::<u64>().ok()?.checked_mul(3600)?),
-                "M" => Duration::from_secs(number.parse::<u64>().ok()?.checked_mul(60)?),
-                "S" => Duration::try_from_secs_f64(number.parse::<f64>().ok()?).ok()?,
-                _ => return None,
-            };
-            time = &time[end + 1..];
-        }
-    }
-    Some(total)
-}
-
 /// What to do about one entity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "lowercase")]
@@ -543,6 +548,14 @@ pub enum PlanAction {
     /// Present but must not be: apply deletes it (only ever a
     /// subscription's `$Default` rule).
     Delete,
+    /// Present with a setting Service Bus cannot change on an existing
+    /// entity (`RequiresSession`): it must be drained, deleted and created
+    /// again (apply then creates it); apply never deletes it, and `serve`
+    /// does not start while it is so.
+    Recreate {
+        /// Each difference, in words (the setting-can-only-be-set-at-creation one first).
+        what: Vec<String>,
+    },
 }
 
 /// One line of a plan.
@@ -568,9 +581,11 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Nothing to create, update or delete.
+    /// Nothing to create, update, delete or recreate.
     pub fn is_up_to_date(&self) -> bool {
-        self.items.iter().all(|item| !item.changes_on_apply())
+        self.items
+            .iter()
+            .all(|item| !item.changes_on_apply() && !matches!(item.action, PlanAction::Recreate { .. }))
     }
 
     /// What keeps bosun from working on this namespace: missing entities,
@@ -581,6 +596,12 @@ impl Plan {
             .iter()
             .filter_map(|item| match &item.action {
                 PlanAction::Create => Some(format!("{} {} is missing", item.kind, item.path)),
+                PlanAction::Recreate { what } => Some(format!(
+                    "{} {} must be recreated: {}",
+                    item.kind,
+                    item.path,
+                    what.join("; ")
+                )),
                 PlanAction::Delete => Some(format!(
                     "{} {} must be removed (it lets every message through)",
                     item.kind, item.path
@@ -620,6 +641,11 @@ impl fmt::Display for PlanAction {
             Self::Create => f.write_str("create"),
             Self::Exists => f.write_str("exists"),
             Self::Delete => f.write_str("delete"),
+            Self::Recreate { what } => write!(
+                f,
+                "recreate (apply leaves it; drain and delete it first): {}",
+                what.join("; ")
+            ),
             Self::Differs {
                 what,
                 fixed_by_apply: true,
@@ -665,7 +691,12 @@ impl fmt::Display for Plan {
             self.count(|a| matches!(a, PlanAction::Create)),
             self.count(|a| matches!(a, PlanAction::Delete)),
             self.count(|a| matches!(a, PlanAction::Exists)),
-        )
+        )?;
+        let recreate = self.count(|a| matches!(a, PlanAction::Recreate { .. }));
+        if recreate > 0 {
+            write!(f, ", {recreate} to recreate by hand")?;
+        }
+        Ok(())
     }
 }
 
@@ -716,7 +747,11 @@ pub(crate) fn diff(specs: &[EntitySpec], observed: &Observed) -> Plan {
             (_, None) => Some(PlanAction::Create),
             (_, Some(description)) => {
                 let what = spec.differences(description);
-                Some(if what.is_empty() {
+                Some(if let Some(session) = spec.session_mismatch(description) {
+                    PlanAction::Recreate {
+                        what: std::iter::once(session).chain(what).collect(),
+                    }
+                } else if what.is_empty() {
                     PlanAction::Exists
                 } else {
                     PlanAction::Differs {

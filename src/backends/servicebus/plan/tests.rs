@@ -11,6 +11,7 @@ fn small_topology() -> Topology {
             name: "release-orchestration".into(),
             event_types: vec!["BuildCompleted".into(), "ImagePublished".into()],
         }],
+        sessions: Vec::new(),
     }
 }
 
@@ -85,7 +86,10 @@ fn queue_entry_is_exactly_what_service_bus_takes() {
     let spec = EntitySpec {
         kind: EntityKind::Queue,
         path: "commit".into(),
-        description: Description::Queue(TopologyOptions::default()),
+        description: Description::Queue {
+            options: TopologyOptions::default(),
+            requires_session: false,
+        },
     };
     assert_eq!(
         spec.atom_entry().unwrap(),
@@ -430,4 +434,128 @@ fn plans_print_as_a_table_and_as_json() {
             "action": "differs", "what": ["filter"], "fixed_by_apply": true})
     );
     assert!(differs.to_string().contains("replace: filter"));
+}
+
+/// The registry's topology: the saga consumers' entities require sessions.
+fn saga_topology() -> Topology {
+    crate::runtime::registry::topology()
+}
+
+#[test]
+fn the_saga_consumers_queues_and_subscriptions_require_sessions() {
+    let specs = desired_entities(&saga_topology(), &TopologyOptions::default());
+    let sessions: Vec<(&str, bool)> = specs
+        .iter()
+        .filter_map(|spec| match &spec.description {
+            Description::Queue { requires_session, .. } | Description::Subscription { requires_session, .. } => {
+                Some((spec.path.as_str(), *requires_session))
+            }
+            _ => None,
+        })
+        .filter(|(_, requires)| *requires)
+        .collect();
+    assert_eq!(
+        sessions.iter().map(|(path, _)| *path).collect::<Vec<_>>(),
+        [
+            "release-orchestration",
+            "gitops-sync",
+            "probe",
+            "bosun-events/Subscriptions/release-orchestration",
+            "bosun-events/Subscriptions/gitops-sync",
+            "bosun-events/Subscriptions/probe",
+        ]
+    );
+    let entry_of = |path: &str| {
+        specs
+            .iter()
+            .find(|spec| spec.path == path)
+            .and_then(EntitySpec::atom_entry)
+            .unwrap()
+    };
+    assert!(entry_of("probe").contains("<RequiresSession>true</RequiresSession>"));
+    assert!(entry_of("bosun-events/Subscriptions/gitops-sync").contains("<RequiresSession>true</RequiresSession>"));
+    assert!(entry_of("commit").contains("<RequiresSession>false</RequiresSession>"));
+    assert!(entry_of("bosun-events/Subscriptions/pull-request").contains("<RequiresSession>false</RequiresSession>"));
+    // A session subscription takes only what is addressed to it.
+    let rule = |subscription: &str, name: &str| {
+        specs
+            .iter()
+            .find(|spec| spec.path == rule_path("bosun-events", subscription, name))
+            .map(|spec| spec.description.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        rule("gitops-sync", TYPES_RULE),
+        Description::Rule {
+            name: TYPES_RULE.into(),
+            sql_filter: SESSION_TYPES_FILTER.into()
+        }
+    );
+    assert_eq!(
+        rule("gitops-sync", REPLAY_RULE),
+        Description::Rule {
+            name: REPLAY_RULE.into(),
+            sql_filter: "replayTo = 'gitops-sync'".into()
+        }
+    );
+}
+
+#[test]
+fn an_entity_made_without_sessions_must_be_recreated_and_blocks_serving() {
+    let specs = desired_entities(&saga_topology(), &TopologyOptions::default());
+    let mut observed = Observed::default();
+    for spec in specs.iter().filter(|spec| spec.kind != EntityKind::Rule) {
+        let Some(entry) = spec.atom_entry() else { continue };
+        let AtomDocument::Entry(mut entry) = parse_atom(&entry).unwrap() else {
+            panic!("an entry")
+        };
+        if spec.path == "gitops-sync" {
+            // Made by an older bosun: no sessions.
+            let xml = spec.atom_entry().unwrap().replace(
+                "<RequiresSession>true</RequiresSession>",
+                "<RequiresSession>false</RequiresSession>",
+            );
+            let AtomDocument::Entry(older) = parse_atom(&xml).unwrap() else {
+                panic!("an entry")
+            };
+            entry = older;
+        }
+        observed.entities.insert(spec.path.clone(), entry);
+    }
+    let plan = diff(&specs, &observed);
+    let gitops = plan.items.iter().find(|item| item.path == "gitops-sync").unwrap();
+    let PlanAction::Recreate { what } = &gitops.action else {
+        panic!("gitops-sync must be recreated: {:?}", gitops.action);
+    };
+    assert!(
+        what[0].contains("RequiresSession is false, bosun wants true"),
+        "{what:?}"
+    );
+    assert!(what[0].contains("only when an entity is created"), "{what:?}");
+    assert!(what[0].contains("drain"), "{what:?}");
+    assert!(gitops.entry.is_none(), "apply never deletes or replaces it");
+    assert!(!gitops.changes_on_apply());
+    assert!(!plan.is_up_to_date());
+    assert!(
+        plan.blocking_problems()
+            .iter()
+            .any(|problem| problem.starts_with("queue gitops-sync must be recreated")),
+        "serve does not start on it: {:?}",
+        plan.blocking_problems()
+    );
+    let text = plan.to_string();
+    assert!(
+        text.contains("recreate (apply leaves it; drain and delete it first)"),
+        "{text}"
+    );
+    assert!(text.contains("1 to recreate by hand"), "{text}");
+    let json = serde_json::to_value(&plan).unwrap();
+    assert!(
+        json["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|item| item["path"] == "gitops-sync" && item["action"] == "recreate"),
+        "{json:#}"
+    );
 }

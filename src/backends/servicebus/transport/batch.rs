@@ -1,5 +1,5 @@
-//! Outgoing messages cut into Service Bus batches of at most a size, and
-//! scheduled messages alone.
+//! Outgoing messages cut into Service Bus batches of at most a size, one
+//! session's messages each, and scheduled messages alone.
 
 use super::*;
 
@@ -39,14 +39,15 @@ impl Chunk {
 }
 
 /// Splits messages to one entity into sends: consecutive unscheduled
-/// messages share a batch up to `limit` bytes.
-pub(super) fn chunks(messages: &[OutboundMessage], limit: usize) -> Result<Vec<Chunk>, serde_amqp::Error> {
+/// messages of one session (or of none) share a batch up to `limit` bytes.
+pub(super) fn chunks(messages: &[Addressed], limit: usize) -> Result<Vec<Chunk>, serde_amqp::Error> {
     // Section overhead per batched message, and room for the envelope.
     const PER_MESSAGE: usize = 16;
     const ENVELOPE: usize = 512;
     let mut out = Vec::new();
     let mut pending: Vec<(Message<fe2o3_amqp::types::messaging::Data>, Vec<u8>)> = Vec::new();
     let mut pending_bytes = 0;
+    let mut pending_session: Option<&str> = None;
     let flush =
         |pending: &mut Vec<(Message<fe2o3_amqp::types::messaging::Data>, Vec<u8>)>, out: &mut Vec<Chunk>| match pending
             .len()
@@ -63,8 +64,13 @@ pub(super) fn chunks(messages: &[OutboundMessage], limit: usize) -> Result<Vec<C
                 out.push(Chunk::Batch(mapping::batch_message(&first, encoded), count));
             }
         };
-    for message in messages {
-        let amqp = mapping::outbound_message(message);
+    for Addressed { message, session_id } in messages {
+        let amqp = mapping::outbound_message(message, session_id.as_deref());
+        if !pending.is_empty() && pending_session != session_id.as_deref() {
+            flush(&mut pending, &mut out);
+            pending_bytes = 0;
+        }
+        pending_session = session_id.as_deref();
         if message.scheduled_at.is_some() {
             flush(&mut pending, &mut out);
             pending_bytes = 0;

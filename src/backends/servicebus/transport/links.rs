@@ -16,6 +16,8 @@ impl Inner {
             state.current = None;
             lock(&self.senders).clear();
             lock(&self.receivers).clear();
+            lock(&self.sessions).clear();
+            lock(&self.session_locks).clear();
             lock(&self.management).clear();
         }
         if let Some(at) = state.retry_at {
@@ -91,6 +93,7 @@ impl Inner {
             receiver,
             self.options.prefetch,
             connection.generation,
+            None,
         ));
         lock(&self.receivers).insert(path, Arc::clone(&pump));
         Ok(pump)
@@ -100,6 +103,10 @@ impl Inner {
     /// (The map holds only pumps of the current connection: a reconnection
     /// clears it, and a pump whose link failed has stopped.)
     pub(super) async fn holder(&self, lock_token: &LockToken) -> Option<Arc<ReceiverPump>> {
+        if self.options.topology.requires_session(&lock_token.entity) {
+            let held = self.session_lock(lock_token.token)?;
+            return (!held.pump.is_closed()).then_some(held.pump);
+        }
         let path = lock_token.entity.path();
         let pump = lock(&self.receivers).get(&path).cloned()?;
         (!pump.is_closed()).then_some(pump)
@@ -216,14 +223,33 @@ impl Inner {
         until: OffsetDateTime,
     ) -> Result<OffsetDateTime, TransportError> {
         let path = lock_token.entity.path();
-        let request = RenewLockRequest {
-            lock_tokens: vec![lock_token.token],
-            server_timeout: self.options.operation_timeout,
+        let renewed = match self.session_lock(lock_token.token) {
+            // A message's lock in a session is the session's.
+            Some(held) => {
+                let request = RenewSessionLockRequest {
+                    session_id: held.session_id,
+                    server_timeout: self.options.operation_timeout,
+                };
+                self.management_call::<_, RenewSessionLockResponse>(&path, request)
+                    .await
+                    .map(|response| response.and_then(|response| response.expiration))
+            }
+            None => {
+                let request = RenewLockRequest {
+                    lock_tokens: vec![lock_token.token],
+                    server_timeout: self.options.operation_timeout,
+                };
+                self.management_call::<_, RenewLockResponse>(&path, request)
+                    .await
+                    .map(|response| response.and_then(|response| response.expirations.first().copied()))
+            }
         };
-        let renewed = match self.management_call::<_, RenewLockResponse>(&path, request).await {
-            Ok(Some(response)) => response.expirations.first().copied(),
-            Ok(None) => None,
-            Err(AmqpFailure::LockLost(_)) => return Err(lock_lost(lock_token)),
+        let renewed = match renewed {
+            Ok(renewed) => renewed,
+            Err(AmqpFailure::LockLost(_)) => {
+                self.forget_session_lock(lock_token.token);
+                return Err(lock_lost(lock_token));
+            }
             Err(AmqpFailure::Unsupported(what)) => {
                 return Err(TransportError::misconfigured(
                     format!("renewing a lock on `{path}` at the broker"),
@@ -235,7 +261,7 @@ impl Inner {
         let Some(broker_until) = renewed else {
             return Err(TransportError::unavailable(
                 format!("renewing a lock on `{path}` at the broker"),
-                "`com.microsoft:renew-lock` returned no expiry",
+                "the broker's renewal returned no expiry",
             ));
         };
         match self.holder(lock_token).await {
@@ -279,7 +305,10 @@ impl Inner {
     }
 
     pub(super) async fn settle(&self, lock_token: &LockToken, settlement: Settlement) -> Result<(), TransportError> {
-        let Some(pump) = self.holder(lock_token).await else {
+        let holder = self.holder(lock_token).await;
+        // Settled or not, a session lock is used once.
+        self.forget_session_lock(lock_token.token);
+        let Some(pump) = holder else {
             return Err(lock_lost(lock_token));
         };
         match pump

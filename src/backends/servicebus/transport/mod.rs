@@ -38,11 +38,18 @@
 //! - Entities are not created here: [`Transport::ensure_topology`] does
 //!   nothing, and `serve` verifies the namespace through the management
 //!   client at start.
+//! - Sessions: the transport is given the topology
+//!   ([`ServiceBusOptions::topology`], the registry's in `serve`) and with
+//!   it the session-keyed consumers. A message to one of their entities
+//!   carries its saga key as its session id, and an event is sent as one
+//!   copy per session subscription beside the untargeted one
+//!   (`super::addressing`); their entities are received session by
+//!   session, one message of a session at a time (`sessions`).
 //!
 //! This file holds the transport and its [`Transport`] operations; `links`
 //! the connection, sender and receiver links and `$management` calls,
-//! `pump` the per-entity receiver pump, `batch` the cutting of sends into
-//! batches.
+//! `pump` the receiver pump of a link, `sessions` the session receivers,
+//! `batch` the cutting of sends into batches.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,10 +71,11 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
+use super::addressing::{self, Addressed};
 use super::amqp::{
     AmqpConnection, AmqpFailure, AmqpSettings, PeekRequest, PeekResponse, RenewLockRequest, RenewLockResponse,
-    ResponseError, abandon_outcome, classify_remote, dead_letter_outcome, from_management, from_recv, from_send,
-    is_no_content,
+    RenewSessionLockRequest, RenewSessionLockResponse, ResponseError, abandon_outcome, classify_remote,
+    dead_letter_outcome, from_management, from_recv, from_send, is_no_content,
 };
 use super::connection::ServiceBusEndpoint;
 use super::credential::TokenSource;
@@ -77,10 +85,12 @@ use crate::ports::transport::{
 };
 use batch::*;
 use pump::*;
+use sessions::*;
 
 mod batch;
 mod links;
 mod pump;
+mod sessions;
 
 /// A buffered message whose broker lock ends within this is not handed out.
 const STALE_LOCK_MARGIN: Duration = Duration::from_secs(1);
@@ -119,6 +129,22 @@ pub struct ServiceBusOptions {
     pub reconnect_min: Duration,
     /// Longest wait between reconnection attempts.
     pub reconnect_max: Duration,
+    /// The entities and the session-keyed consumers: which sends carry a
+    /// session id (and which events are copied per session subscription),
+    /// which entities are received session by session. `serve` passes the
+    /// registry's (`runtime::registry::topology`); the default
+    /// ([`Topology::from_routing`]) has no sessions.
+    pub topology: Topology,
+    /// Sessions of one entity a process holds at once
+    /// (`BOSUN_CONCURRENCY` in `serve`): at most this many of its messages
+    /// are out, one per session.
+    pub max_sessions: usize,
+    /// How long the broker may wait for a session to become available
+    /// before an accept comes back empty (and is made again).
+    pub session_accept_wait: Duration,
+    /// A session with nothing buffered or out for this long is given up,
+    /// so other receivers (and other sessions) get served.
+    pub session_idle: Duration,
 }
 
 impl Default for ServiceBusOptions {
@@ -132,6 +158,10 @@ impl Default for ServiceBusOptions {
             idle_timeout: Duration::from_secs(120),
             reconnect_min: Duration::from_millis(250),
             reconnect_max: Duration::from_secs(30),
+            topology: Topology::from_routing(),
+            max_sessions: 8,
+            session_accept_wait: Duration::from_secs(5),
+            session_idle: Duration::from_millis(500),
         }
     }
 }
@@ -159,6 +189,13 @@ struct Inner {
     state: Mutex<ConnectionState>,
     senders: SyncMutex<HashMap<String, Arc<SenderSlot>>>,
     receivers: SyncMutex<HashMap<String, Arc<ReceiverPump>>>,
+    /// The receivers of each session entity, by path.
+    sessions: SyncMutex<HashMap<String, Arc<SessionReceivers>>>,
+    /// Locks taken in a session: where they are held.
+    session_locks: SyncMutex<HashMap<Uuid, SessionLock>>,
+    /// The AMQP sessions begun for session receivers on a connection
+    /// (its generation), not yet taken by an acceptor.
+    accept_sessions: Mutex<(u64, HashMap<String, fe2o3_amqp::session::SessionHandle<()>>)>,
     management: SyncMutex<HashMap<String, Arc<ManagementSlot>>>,
     /// The connection generation on which `$management` did not answer (the
     /// emulator keeps the node open and ignores requests); `0` for none.
@@ -205,6 +242,9 @@ impl ServiceBusTransport {
                 state: Mutex::new(ConnectionState::default()),
                 senders: SyncMutex::new(HashMap::new()),
                 receivers: SyncMutex::new(HashMap::new()),
+                sessions: SyncMutex::new(HashMap::new()),
+                session_locks: SyncMutex::new(HashMap::new()),
+                accept_sessions: Mutex::new((0, HashMap::new())),
                 management: SyncMutex::new(HashMap::new()),
                 management_silent: AtomicU64::new(0),
             }),
@@ -224,6 +264,7 @@ impl ServiceBusTransport {
             )
             .await;
         }
+        self.inner.release_sessions().await;
         lock(&self.inner.senders).clear();
         lock(&self.inner.management).clear();
         let current = self.inner.state.lock().await.current.take();
@@ -241,10 +282,36 @@ impl ServiceBusTransport {
         self.inner.broker_renew(lock, unbounded).await
     }
 
-    /// Completes every message of an entity path (test setup).
+    /// The session a lock taken in one belongs to (tests).
+    #[cfg(test)]
+    pub(crate) fn session_of(&self, lock: &LockToken) -> Option<String> {
+        self.inner.session_lock(lock.token).map(|held| held.session_id)
+    }
+
+    /// Completes every message of an entity path (test setup), session by
+    /// session on an entity that requires sessions.
     #[cfg(test)]
     pub(crate) async fn drain(&self, path: &str) -> Result<usize, TransportError> {
         let connection = self.inner.connection().await?;
+        if self.inner.options.topology.requires_session(&Destination::parse(path)) {
+            let mut session = connection.begin_session().await.map_err(|f| transport_error(path, f))?;
+            let mut drained = 0;
+            while let Some((mut receiver, _)) = connection
+                .session_receiver(&mut session, path, self.inner.options.receive_wait)
+                .await
+                .map_err(|f| transport_error(path, f))?
+            {
+                let batch = take_deliveries(&mut receiver, 256, self.inner.options.receive_wait)
+                    .await
+                    .map_err(|f| transport_error(path, f))?;
+                for delivery in &batch {
+                    let _ = receiver.accept(delivery).await;
+                }
+                drained += batch.len();
+                let _ = tokio::time::timeout(Duration::from_secs(5), receiver.close()).await;
+            }
+            return Ok(drained);
+        }
         let mut receiver = connection.receiver(path).await.map_err(|f| transport_error(path, f))?;
         let mut drained = 0;
         loop {
@@ -364,9 +431,12 @@ impl Transport for ServiceBusTransport {
         if messages.is_empty() {
             return Ok(());
         }
-        let mut groups: Vec<(String, Vec<OutboundMessage>)> = Vec::new();
-        for message in messages {
-            let path = mapping::send_target(&message.destination).entity_path;
+        let mut groups: Vec<(String, Vec<Addressed>)> = Vec::new();
+        for message in messages
+            .into_iter()
+            .flat_map(|message| addressing::address(&self.inner.options.topology, message))
+        {
+            let path = mapping::send_target(&message.message.destination).entity_path;
             match groups.iter_mut().find(|(existing, _)| *existing == path) {
                 Some((_, group)) => group.push(message),
                 None => groups.push((path, vec![message])),
@@ -438,6 +508,11 @@ impl Transport for ServiceBusTransport {
         if max == 0 {
             return Ok(Vec::new());
         }
+        if self.inner.options.topology.requires_session(entity) {
+            let mut taken = self.inner.receive_sessions(entity, max, lock_duration).await?;
+            self.inner.lengthen_short_locks(&mut taken, lock_duration).await;
+            return Ok(taken);
+        }
         let pump = self.inner.pump(entity).await?;
         let take = |pump: Arc<ReceiverPump>| async move {
             pump.request(|reply| PumpCommand::Take {
@@ -460,6 +535,9 @@ impl Transport for ServiceBusTransport {
     }
 
     async fn wait_for_messages(&self, entity: &Destination, timeout: Duration) {
+        if self.inner.options.topology.requires_session(entity) {
+            return self.inner.wait_for_sessions(entity, timeout).await;
+        }
         match self.inner.pump(entity).await {
             Ok(pump) => {
                 pump.wait_ready(timeout).await;
@@ -652,5 +730,7 @@ impl Transport for ServiceBusTransport {
     }
 }
 
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod tests;

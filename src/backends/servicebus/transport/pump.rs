@@ -1,6 +1,15 @@
-//! The receiver pump: one task per entity that keeps the peek-lock link,
-//! holds what arrives, hands it out, renews and settles it on that same
-//! link, and abandons what its local lock let lapse.
+//! The receiver pump: one task per peek-lock link (an entity's, or one
+//! session's of a session entity) that keeps the link, holds what arrives,
+//! hands it out, renews and settles it on that same link, and abandons
+//! what its local lock let lapse.
+//!
+//! A session's pump ([`SessionState`]) hands out one message at a time (the
+//! next only once the one out is settled: that is what sessions are for),
+//! takes its messages' broker lock to be the session's, gives the session
+//! up (releases what it holds and closes the link) when it has had nothing
+//! to do for its idle time or its session lock is about to end with no
+//! message out, and says on its entity's `ready` signal when it has a
+//! message to take.
 
 use super::*;
 
@@ -58,6 +67,33 @@ pub(super) enum PumpCommand {
     },
 }
 
+/// What a session's pump keeps about its session.
+pub(super) struct SessionState {
+    /// The session id the broker locked for this link.
+    pub(super) id: String,
+    /// When the session lock ends, as the broker last said (a message's
+    /// `x-opt-locked-until`, a renewal).
+    pub(super) until: Option<OffsetDateTime>,
+    /// How long the link stays open with no message buffered or out, once
+    /// a message came (before, at least [`FIRST_MESSAGE_WAIT`]: the broker
+    /// locked the session for a message it is sending).
+    pub(super) idle: Duration,
+    /// Whether a message came on the link.
+    pub(super) received: bool,
+    /// Bumped when this session has a message to take.
+    pub(super) entity_ready: watch::Sender<u64>,
+    /// Notified when the pump ends (room for another session).
+    pub(super) ended: Arc<tokio::sync::Notify>,
+}
+
+/// How long a session's link waits for its first message before it is
+/// given up (the broker granted the session because it has one).
+pub(super) const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a session's link, given up, waits for a delivery already on
+/// its way (to release it rather than leave it locked until its lock ends).
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(100);
+
 /// The handle of a receiver link's pump task.
 pub(super) struct ReceiverPump {
     pub(super) generation: u64,
@@ -67,7 +103,13 @@ pub(super) struct ReceiverPump {
 }
 
 impl ReceiverPump {
-    pub(super) fn start(entity: Destination, receiver: Receiver, prefetch: u32, generation: u64) -> Self {
+    pub(super) fn start(
+        entity: Destination,
+        receiver: Receiver,
+        prefetch: u32,
+        generation: u64,
+        session: Option<SessionState>,
+    ) -> Self {
         let (commands, inbox) = mpsc::channel(64);
         let (ready_tx, ready) = watch::channel(0);
         let state = PumpState {
@@ -77,6 +119,7 @@ impl ReceiverPump {
             buffer: VecDeque::new(),
             held: HashMap::new(),
             ready: ready_tx,
+            session,
         };
         let task = AbortOnDropHandle::new(tokio::spawn(state.run(inbox)));
         Self {
@@ -126,6 +169,8 @@ pub(super) struct PumpState {
     pub(super) buffer: VecDeque<Buffered>,
     pub(super) held: HashMap<Uuid, Held>,
     pub(super) ready: watch::Sender<usize>,
+    /// Set on a session's link.
+    pub(super) session: Option<SessionState>,
 }
 
 pub(super) fn instant_at(at: OffsetDateTime) -> Instant {
@@ -136,11 +181,26 @@ pub(super) fn instant_at(at: OffsetDateTime) -> Instant {
 impl PumpState {
     pub(super) async fn run(mut self, mut inbox: mpsc::Receiver<PumpCommand>) {
         let path = self.entity.path();
+        let mut idle_since: Option<Instant> = None;
         let reason = loop {
             if let Err(failure) = self.top_up_credit().await {
                 break failure;
             }
             let deadline = self.next_deadline();
+            // A session with nothing buffered or out is given up after its idle time.
+            let idle = match &self.session {
+                Some(session) if self.held.is_empty() && self.buffer.is_empty() => {
+                    let idle = match session.received {
+                        true => session.idle,
+                        false => session.idle.max(FIRST_MESSAGE_WAIT),
+                    };
+                    Some(*idle_since.get_or_insert_with(Instant::now) + idle)
+                }
+                _ => {
+                    idle_since = None;
+                    None
+                }
+            };
             tokio::select! {
                 biased;
                 command = inbox.recv() => match command {
@@ -160,9 +220,34 @@ impl PumpState {
                         break failure;
                     }
                 }
+                () = tokio::time::sleep_until(idle.unwrap_or_else(far_future)), if idle.is_some() => {
+                    break AmqpFailure::Link("the session had nothing more to receive; given up".into());
+                }
             }
         };
-        tracing::info!(path, reason = %reason, held = self.held.len(), "receiver link closed");
+        match self.session.take() {
+            None => tracing::info!(path, reason = %reason, held = self.held.len(), "receiver link closed"),
+            Some(session) => {
+                // Give the session up: no more credit, then what is buffered
+                // or was already on its way goes back uncounted, and closing
+                // the link frees the session for any receiver.
+                let _ = self.receiver.set_credit(0).await;
+                while let Ok(Ok(delivery)) =
+                    tokio::time::timeout(IN_FLIGHT_WAIT, self.receiver.recv::<Body<Value>>()).await
+                {
+                    self.buffer_delivery(delivery);
+                }
+                let buffered: Vec<Buffered> = self.buffer.drain(..).collect();
+                for buffered in buffered {
+                    let _ = self.dispose_released(&buffered.info).await;
+                }
+                self.ready.send_replace(0);
+                let _ = tokio::time::timeout(Duration::from_secs(5), self.receiver.close()).await;
+                tracing::debug!(path, session = %session.id, reason = %reason, held = self.held.len(), "session link closed");
+                session.ended.notify_waiters();
+                session.ended.notify_one();
+            }
+        }
     }
 
     /// Gives the link credit up to `prefetch` minus what is buffered or held.
@@ -180,7 +265,28 @@ impl PumpState {
     }
 
     pub(super) fn publish_ready(&self) {
-        self.ready.send_replace(self.buffer.len());
+        match &self.session {
+            None => {
+                self.ready.send_replace(self.buffer.len());
+            }
+            Some(session) => {
+                // One message of a session out at a time.
+                let takeable = self.held.is_empty() && !self.buffer.is_empty();
+                self.ready.send_replace(usize::from(takeable));
+                if takeable {
+                    session.entity_ready.send_modify(|count| *count = count.wrapping_add(1));
+                }
+            }
+        }
+    }
+
+    /// The broker's lock on a buffered message: in a session, the session's.
+    fn broker_until(&self, incoming: &Incoming) -> Option<OffsetDateTime> {
+        let session = self.session.as_ref().and_then(|session| session.until);
+        match (incoming.broker_locked_until, session) {
+            (Some(own), Some(session)) => Some(own.max(session)),
+            (own, session) => own.or(session),
+        }
     }
 
     pub(super) fn buffer_delivery(&mut self, delivery: Delivery<Body<Value>>) {
@@ -189,6 +295,12 @@ impl PumpState {
         let message = delivery.into_message();
         let token = mapping::lock_token(&message, &tag).unwrap_or_else(Uuid::new_v4);
         let incoming = mapping::received_message(&self.entity, token, &message, OffsetDateTime::now_utc());
+        if let Some(session) = &mut self.session {
+            session.received = true;
+            if let Some(until) = incoming.broker_locked_until {
+                session.until = Some(session.until.map_or(until, |known| known.max(until)));
+            }
+        }
         self.buffer.push_back(Buffered { info, incoming });
         self.publish_ready();
     }
@@ -199,7 +311,7 @@ impl PumpState {
         let buffered = self
             .buffer
             .iter()
-            .filter_map(|buffered| buffered.incoming.broker_locked_until)
+            .filter_map(|buffered| self.broker_until(&buffered.incoming))
             .map(|until| until - STALE_LOCK_MARGIN);
         held.chain(buffered).min()
     }
@@ -213,9 +325,15 @@ impl PumpState {
                 reply,
             } => {
                 let mut taken = Vec::new();
+                // A session hands out its next message once the last is settled.
+                let max = match &self.session {
+                    Some(_) if !self.held.is_empty() => 0,
+                    Some(_) => max.min(1),
+                    None => max,
+                };
                 while taken.len() < max {
                     let Some(buffered) = self.buffer.pop_front() else { break };
-                    let broker_until = buffered.incoming.broker_locked_until;
+                    let broker_until = self.broker_until(&buffered.incoming);
                     if broker_until.is_some_and(|until| until <= now + STALE_LOCK_MARGIN) {
                         self.dispose_released(&buffered.info).await?;
                         continue;
@@ -268,6 +386,8 @@ impl PumpState {
                     return Err(failure);
                 }
                 let _ = reply.send(Ok(()));
+                // The session's next message may go now.
+                self.publish_ready();
             }
             PumpCommand::Extend { token, until, reply } => {
                 let answer = match self.held.get_mut(&token) {
@@ -292,6 +412,10 @@ impl PumpState {
                 until,
                 reply,
             } => {
+                if let Some(session) = &mut self.session {
+                    // A session lock renewal renews its every message's lock.
+                    session.until = Some(broker_until);
+                }
                 let answer = match self.held.get_mut(&token) {
                     Some(held) => {
                         held.broker_until = Some(broker_until);
@@ -351,11 +475,25 @@ impl PumpState {
                 self.expire_one(&held, now).await?;
             }
         }
+        if self.session.is_some()
+            && self.held.is_empty()
+            && self
+                .buffer
+                .front()
+                .and_then(|buffered| self.broker_until(&buffered.incoming))
+                .is_some_and(|until| until <= now + STALE_LOCK_MARGIN)
+        {
+            // The session lock ends with no message out: give the session
+            // up (the run loop releases what is buffered) rather than let
+            // its messages' deliveries be counted.
+            return Err(AmqpFailure::Link(
+                "the session lock ends; the session is given up".into(),
+            ));
+        }
         let mut kept = VecDeque::with_capacity(self.buffer.len());
         while let Some(buffered) = self.buffer.pop_front() {
-            if buffered
-                .incoming
-                .broker_locked_until
+            if self
+                .broker_until(&buffered.incoming)
                 .is_some_and(|until| until <= now + STALE_LOCK_MARGIN)
             {
                 self.dispose_released(&buffered.info).await?;

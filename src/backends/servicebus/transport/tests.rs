@@ -10,14 +10,17 @@ use bosun_contracts::routing::EVENTS_TOPIC;
 use super::*;
 use crate::ports::behaviour::transport as behaviour;
 
-fn outbound(id: &str, scheduled: bool, size: usize) -> OutboundMessage {
-    OutboundMessage {
-        destination: Destination::Queue("commit".into()),
-        broker_message_id: id.into(),
-        message_type: Some("CreateCommit".into()),
-        correlation_id: None,
-        body: vec![b'x'; size],
-        scheduled_at: scheduled.then(OffsetDateTime::now_utc),
+fn outbound(id: &str, scheduled: bool, size: usize) -> Addressed {
+    Addressed {
+        message: OutboundMessage {
+            destination: Destination::Queue("commit".into()),
+            broker_message_id: id.into(),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: None,
+            body: vec![b'x'; size],
+            scheduled_at: scheduled.then(OffsetDateTime::now_utc),
+        },
+        session_id: None,
     }
 }
 
@@ -45,6 +48,25 @@ fn sends_are_batched_by_size_and_scheduled_messages_go_alone() {
         1,
         "sent alone, the broker decides"
     );
+    let in_session = |id: &str, session: &str| Addressed {
+        session_id: Some(session.into()),
+        ..outbound(id, false, 100)
+    };
+    let sessions = vec![
+        in_session("a", "s1"),
+        in_session("b", "s1"),
+        in_session("c", "s2"),
+        outbound("d", false, 100),
+    ];
+    assert_eq!(
+        chunks(&sessions, 64 * 1024)
+            .unwrap()
+            .iter()
+            .map(Chunk::count)
+            .collect::<Vec<_>>(),
+        [2, 1, 1],
+        "a batch holds one session's messages"
+    );
 }
 
 #[test]
@@ -61,7 +83,7 @@ fn reconnect_backoff_grows_to_its_cap() {
 }
 
 /// The tests below share the namespace's entities: one at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+pub(super) static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 /// The connection string in `BOSUN_TEST_SERVICEBUS`, if one is set.
 fn external_service_bus() -> Option<String> {
@@ -71,17 +93,26 @@ fn external_service_bus() -> Option<String> {
 }
 
 /// The endpoint and tokens of a connection string.
-fn endpoint_of(text: &str) -> (ServiceBusEndpoint, TokenSource) {
+pub(super) fn endpoint_of(text: &str) -> (ServiceBusEndpoint, TokenSource) {
     let endpoint = ServiceBusEndpoint::from_connection_string(text)
         .unwrap_or_else(|err| panic!("BOSUN_TEST_SERVICEBUS is not a usable connection string: {err}"));
     let tokens = TokenSource::for_endpoint(&endpoint).unwrap_or_else(|err| panic!("BOSUN_TEST_SERVICEBUS: {err}"));
     (endpoint, tokens)
 }
 
-/// The in-process test broker with bosun's topology applied to it the way
+/// The in-process test broker with bosun's topology (the registry's: the
+/// saga consumers' entities require sessions) applied to it the way
 /// `bosun topology apply` does (the management client over the broker's
 /// REST API), every entity's maximum delivery count `max_delivery_count`.
-async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::RunningBroker {
+pub(super) async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::RunningBroker {
+    test_broker_with(max_delivery_count, &crate::runtime::registry::topology()).await
+}
+
+/// [`test_broker`] with the entities of `topology`.
+pub(super) async fn test_broker_with(
+    max_delivery_count: u32,
+    topology: &Topology,
+) -> bosun_servicebus_broker::RunningBroker {
     use bosun_servicebus_broker::{Broker, BrokerConfig};
 
     use crate::backends::servicebus::management::ManagementClient;
@@ -99,7 +130,7 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
         .expect("a management client")
         .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
     let plan = management
-        .plan(&Topology::from_routing(), &options)
+        .plan(topology, &options)
         .await
         .expect("the topology planned on the test broker");
     management
@@ -109,10 +140,13 @@ async fn test_broker(max_delivery_count: u32) -> bosun_servicebus_broker::Runnin
     broker
 }
 
-fn test_options() -> ServiceBusOptions {
+/// The registry's topology: the saga consumers' entities take sessions,
+/// as `serve` sets it up.
+pub(super) fn test_options() -> ServiceBusOptions {
     ServiceBusOptions {
         send_timeout: Duration::from_secs(10),
         operation_timeout: Duration::from_secs(10),
+        topology: crate::runtime::registry::topology(),
         ..ServiceBusOptions::default()
     }
 }
