@@ -47,7 +47,8 @@ pub(super) struct SessionReceivers {
     pub(super) accepts: AtomicU64,
     /// When a session was last accepted (its first message is on its way).
     pub(super) accepted_at: SyncMutex<Option<Instant>>,
-    pub(super) _acceptor: AbortOnDropHandle<()>,
+    /// The task accepting sessions for these receivers (aborted with them).
+    pub(super) acceptor: SyncMutex<Option<AbortOnDropHandle<()>>>,
 }
 
 /// One open session.
@@ -91,7 +92,7 @@ impl Inner {
             return Ok(Arc::clone(existing));
         }
         let amqp_session = self.accept_session_for(&connection, &path).await;
-        let receivers = Arc::new_cyclic(|weak: &Weak<SessionReceivers>| SessionReceivers {
+        let receivers = Arc::new(SessionReceivers {
             generation: connection.generation,
             sessions: SyncMutex::new(Vec::new()),
             ready: watch::channel(0).0,
@@ -99,14 +100,20 @@ impl Inner {
             failure: SyncMutex::new(None),
             accepts: AtomicU64::new(0),
             accepted_at: SyncMutex::new(None),
-            _acceptor: AbortOnDropHandle::new(tokio::spawn(accept_sessions(
-                Arc::downgrade(self),
-                Arc::clone(&connection),
-                entity.clone(),
-                weak.clone(),
-                amqp_session,
-            ))),
+            acceptor: SyncMutex::new(None),
         });
+        // Started once the receivers exist: an acceptor spawned while they
+        // were being made could run at once on another thread, find its
+        // weak handle not yet alive and end, so the entity would never get
+        // a session (seen under load in the session tests).
+        let acceptor = tokio::spawn(accept_sessions(
+            Arc::downgrade(self),
+            Arc::clone(&connection),
+            entity.clone(),
+            Arc::downgrade(&receivers),
+            amqp_session,
+        ));
+        *lock(&receivers.acceptor) = Some(AbortOnDropHandle::new(acceptor));
         lock(&self.sessions).insert(path, Arc::clone(&receivers));
         Ok(receivers)
     }
