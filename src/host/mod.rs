@@ -358,6 +358,9 @@ struct Permits {
     /// handler that finishes finds its next message already claimed
     /// instead of waiting for a receive (one claim serves many messages).
     claimed: Arc<Semaphore>,
+    /// How many claims a fast consumer waits for before it receives: a
+    /// quarter of [`Permits::claimed`].
+    refill: usize,
     /// Being handled: the consumer's concurrency.
     handling: Arc<Semaphore>,
     /// How long the consumer's recent messages took to handle, in
@@ -370,8 +373,10 @@ struct Permits {
 
 impl Permits {
     fn for_concurrency(concurrency: usize) -> Self {
+        let room = concurrency.saturating_mul(PREFETCH_FACTOR).max(1);
         Self {
-            claimed: Arc::new(Semaphore::new(concurrency.saturating_mul(PREFETCH_FACTOR).max(1))),
+            claimed: Arc::new(Semaphore::new(room)),
+            refill: (room / 4).clamp(1, RECEIVE_BATCH),
             handling: Arc::new(Semaphore::new(concurrency.max(1))),
             // Until its messages prove fast, a consumer claims nothing ahead.
             recent_micros: Arc::new(AtomicU64::new(CLAIM_AHEAD_BELOW_MICROS)),
@@ -421,14 +426,25 @@ async fn receive_loop(
 ) {
     let mut failures = 0u32;
     loop {
-        let first = tokio::select! {
-            permit = Arc::clone(&permits.claimed).acquire_owned() => match permit {
+        // A fast consumer waits until a quarter of its room is free and
+        // claims that much at once: taking one message whenever one handler
+        // finishes would cost a claim per message.
+        let refill = if permits.claims_ahead() { permits.refill } else { 1 };
+        let mut first = tokio::select! {
+            permit = Arc::clone(&permits.claimed).acquire_many_owned(u32::try_from(refill).unwrap_or(1)) => match permit {
                 Ok(permit) => permit,
                 Err(_) => return,
             },
             () = shutdown.cancelled() => return,
         };
-        let mut held = vec![first];
+        let mut held = Vec::with_capacity(refill);
+        while first.num_permits() > 1 {
+            match first.split(1) {
+                Some(one) => held.push(one),
+                None => break,
+            }
+        }
+        held.push(first);
         // A slow consumer claims only for free handler slots, taken now
         // (waiting for one first); a fast one claims as many as there is
         // room for, in one receive.
