@@ -809,24 +809,16 @@ pub trait Store: Send + Sync {
     /// Whether `consumer` already handled `message_id`.
     async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError>;
 
-    /// What the runtime reads before running a handler, in one read where
-    /// the store can: whether `consumer` already handled `message_id`,
-    /// and (for a saga message, `saga` = kind and key, when not handled)
-    /// the saga's state as [`Store::load_saga_state`] gives it.
+    /// What the runtime reads before running a handler, in one read:
+    /// whether `consumer` already handled `message_id`, and (for a saga
+    /// message, `saga` = kind and key, when not handled) the saga's state
+    /// as [`Store::load_saga_state`] gives it.
     async fn handled_and_saga(
         &self,
         consumer: &str,
         message_id: &str,
         saga: Option<(&str, &str)>,
-    ) -> Result<(bool, Option<SagaState>), StoreError> {
-        if self.is_handled(consumer, message_id).await? {
-            return Ok((true, None));
-        }
-        match saga {
-            Some((kind, key)) => Ok((false, self.load_saga_state(kind, key).await?)),
-            None => Ok((false, None)),
-        }
-    }
+    ) -> Result<(bool, Option<SagaState>), StoreError>;
 
     /// Waits for saga `kind`/`key`'s turn across processes, where the store
     /// is shared by several (`None`: it has no such lock, and the version
