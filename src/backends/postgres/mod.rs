@@ -41,7 +41,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -98,6 +98,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         name: "replay_jobs",
         sql: include_str!("../../../migrations/postgres/0009_replay_jobs.sql"),
+    },
+    Migration {
+        version: 10,
+        name: "claim_in_index_order",
+        sql: include_str!("../../../migrations/postgres/0010_claim_in_index_order.sql"),
     },
 ];
 

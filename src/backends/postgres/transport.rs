@@ -6,10 +6,15 @@
 //! - Each row of `bosun_messages` is one message in one entity (a queue or a
 //!   subscription); a send to the topic writes one row per subscription
 //!   whose filter lets the message type through.
-//! - A receive claims ready rows in one statement: a materialized CTE picks
-//!   them `FOR UPDATE SKIP LOCKED`, so competing receivers (threads or
-//!   processes) never claim the same row and never wait for each other, and
-//!   the update gives them a lock token, a lock expiry and one more delivery.
+//! - A receive claims ready rows in one statement (`bosun_claim`, migration
+//!   10): a materialized CTE picks them `FOR UPDATE SKIP LOCKED`, so
+//!   competing receivers (threads or processes) never claim the same row and
+//!   never wait for each other, and the update gives them a lock token, a
+//!   lock expiry and one more delivery. Rows come in the order they became
+//!   visible, then by sequence: the order of `bosun_messages_claim`, which
+//!   the claim walks and stops at its limit whatever the table's statistics
+//!   (sorting is off in the function), so its cost is that of the claimed
+//!   rows, whatever the backlog of the entity or of any other.
 //!   An expired lock makes the row receivable again. A row already delivered
 //!   the maximum number of times moves to the dead-letter sub-queue
 //!   (`MaxDeliveryCountExceeded`) instead, in the same statement.
@@ -357,54 +362,23 @@ impl PostgresTransport {
         let path = entity.path();
         self.wakeups.signal(&path).mark_seen();
         let token = Uuid::now_v7();
-        let rows = query(
-            // The first `$3` available rows by sequence (the ready index),
-            // claimed at once; those already delivered the maximum number
-            // of times go to the dead-letter sub-queue, the rest are locked.
-            // The cost is that of the claimed rows, whatever the backlog.
-            // The claim commits without waiting for its WAL flush
-            // (`synchronous_commit` off for this transaction only): a claim
-            // lost to a crash is only a redelivery, and the commit that
-            // settles the message flushes the WAL past it anyway.
-            "WITH candidates AS MATERIALIZED (
-                SELECT sequence, delivery_count FROM bosun_messages
-                WHERE entity = $1 AND NOT dead_lettered AND visible_at <= now()
-                  AND (locked_until IS NULL OR locked_until <= now())
-                ORDER BY sequence
-                LIMIT $3
-                FOR UPDATE SKIP LOCKED
-             ), exhausted AS (
-                UPDATE bosun_messages AS m SET dead_lettered = true, dead_letter_reason = 'MaxDeliveryCountExceeded',
-                    dead_letter_description = 'message was delivered ' || m.delivery_count || ' times without being completed',
-                    dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
-                FROM candidates
-                WHERE m.sequence = candidates.sequence AND candidates.delivery_count >= $2
-                RETURNING m.sequence
-             )
-             UPDATE bosun_messages AS m
-             SET delivery_count = m.delivery_count + 1, lock_token = $4,
-                 locked_until = now() + $5::bigint * interval '1 millisecond'
-             FROM candidates, (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
-             WHERE m.sequence = candidates.sequence AND candidates.delivery_count < $2
-             RETURNING m.sequence, m.broker_message_id, m.message_type, m.body, m.delivery_count, m.enqueued_at,
-                       m.locked_until,
-                       -- The idempotency record of the envelope's id (the broker id up to
-                       -- its first `.`: `<id>`, `<id>.retry-N`, `<id>.replay-<uuid>`),
-                       -- when asked (`$6`: the consumer).
-                       CASE WHEN $6::text IS NULL THEN NULL ELSE EXISTS (
-                           SELECT 1 FROM bosun_handled AS h
-                           WHERE h.consumer = $6 AND h.message_id = split_part(m.broker_message_id, '.', 1)
-                       ) END",
-        )
-        .bind(&path)
-        .bind(i32::try_from(self.max_delivery_count).unwrap_or(i32::MAX))
-        .bind(limit(max))
-        .bind(token)
-        .bind(duration_ms(lock_duration))
-        .bind(self.handled_in_claim.then(|| consumer_of(entity)))
-        .fetch_all(self.database.pool())
-        .await?;
-        let mut received = rows
+        // `bosun_claim` (migration 10): the first `$3` ready rows in
+        // delivery order, claimed at once by walking one index whatever the
+        // table's statistics; those delivered the maximum number of times
+        // go to the dead-letter sub-queue, the rest are locked. The cost is
+        // that of the claimed rows, whatever the backlog of this entity or
+        // any other. The claim does not wait for its WAL flush (a claim lost
+        // to a crash is only a redelivery).
+        let rows = query("SELECT * FROM bosun_claim($1, $2, $3, $4, $5, $6)")
+            .bind(&path)
+            .bind(i32::try_from(self.max_delivery_count).unwrap_or(i32::MAX))
+            .bind(limit(max))
+            .bind(token)
+            .bind(duration_ms(lock_duration))
+            .bind(self.handled_in_claim.then(|| consumer_of(entity)))
+            .fetch_all(self.database.pool())
+            .await?;
+        let received = rows
             .iter()
             .map(|row| {
                 Ok(ReceivedMessage {
@@ -434,7 +408,6 @@ impl PostgresTransport {
                 })
             })
             .collect::<Result<Vec<_>, sqlx_core::Error>>()?;
-        received.sort_by_key(|m| m.lock.sequence);
         Ok(received)
     }
 
@@ -752,6 +725,102 @@ mod tests {
     async fn postgres_transport_prunes_duplicate_records_in_batches() {
         let test = testing::migrated().await;
         behaviour::duplicate_records_are_pruned_in_batches(&transport(&test).await).await;
+        test.finish().await;
+    }
+
+    /// Appends `count` ready messages to `entity`, straight into the table.
+    async fn backlog(test: &TestDatabase, entity: &str, count: i32) {
+        query(
+            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, body, enqueued_at, visible_at)
+             SELECT $1, $1 || '-' || g, 'CreateCommit', '\\x00'::bytea, now(), now() FROM generate_series(1, $2) AS g",
+        )
+        .bind(entity)
+        .bind(count)
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+    }
+
+    /// Claims up to `max` messages of `entity` in a transaction that is
+    /// rolled back, and returns how many it claimed and how many rows and
+    /// index entries of `bosun_messages` the server read for it (its own
+    /// counters for the transaction).
+    async fn claim_reading(test: &TestDatabase, entity: &str, max: i64) -> (usize, i64) {
+        let mut tx = test.database.pool().begin().await.unwrap();
+        let claimed = query("SELECT r_sequence FROM bosun_claim($1, 10, $2, $3, 30000, NULL)")
+            .bind(entity)
+            .bind(max)
+            .bind(Uuid::now_v7())
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap()
+            .len();
+        let read: i64 = sqlx_core::query_scalar::query_scalar(
+            // Index entries returned by every index of the table, and rows
+            // read by sequential scans of it.
+            "SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index
+                     WHERE indrelid = 'bosun_messages'::regclass)::bigint
+                  + pg_stat_get_xact_tuples_returned('bosun_messages'::regclass)",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        (claimed, read)
+    }
+
+    #[tokio::test]
+    async fn a_claim_reads_the_rows_it_claims_whatever_the_backlog_and_the_statistics() {
+        let test = testing::migrated().await;
+        // Written after the table's statistics were taken (none: a burst
+        // after a quiet spell, before autoanalyze).
+        backlog(&test, "commit", 20_000).await;
+        backlog(&test, "pull-request", 5000).await;
+        let (claimed, read) = claim_reading(&test, "commit", 10).await;
+        assert_eq!(claimed, 10);
+        assert!(read <= 40, "10 claimed of 20,000 without statistics read {read} rows");
+        // With statistics, the small queue behind the other one's backlog
+        // (earlier sequences) is not found by walking that backlog.
+        query("ANALYZE bosun_messages")
+            .execute(test.database.pool())
+            .await
+            .unwrap();
+        let (claimed, read) = claim_reading(&test, "pull-request", 10).await;
+        assert_eq!(claimed, 10);
+        assert!(
+            read <= 40,
+            "10 claimed behind 20,000 of another entity read {read} rows"
+        );
+        let (claimed, read) = claim_reading(&test, "commit", 10).await;
+        assert_eq!(claimed, 10);
+        assert!(read <= 40, "10 claimed of 20,000 with statistics read {read} rows");
+        test.finish().await;
+    }
+
+    #[tokio::test]
+    async fn messages_are_delivered_in_the_order_they_became_visible() {
+        let test = testing::migrated().await;
+        let transport = transport(&test).await;
+        let mut later = outbound(queue(), "scheduled-first", "CreateCommit");
+        later.scheduled_at = Some(OffsetDateTime::now_utc() + Duration::from_millis(300));
+        transport.send(vec![later]).await.unwrap();
+        transport
+            .send(vec![outbound(queue(), "sent-second", "CreateCommit")])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        transport
+            .send(vec![outbound(queue(), "sent-third", "CreateCommit")])
+            .await
+            .unwrap();
+        let order: Vec<String> = transport
+            .receive(&queue(), 10, LOCK)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|message| message.broker_message_id)
+            .collect();
+        assert_eq!(order, ["sent-second", "scheduled-first", "sent-third"]);
         test.finish().await;
     }
 
