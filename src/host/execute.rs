@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::dead_letter::{dead_letter, dead_letter_record};
 use super::decision::{self, DeadLetterReason, Decision, Observed};
 use super::lock::LockRenewal;
-use super::{Runtime, TenantMismatch, error_chain, handler_error_chain};
+use super::{Places, Runtime, TenantMismatch, error_chain, handler_error_chain};
 use crate::ports::commit::{CommitError, CommitStatus};
 use crate::ports::store::{
     AttemptRecord, HandledMessage, SagaState, SagaWrite, StoreError, TimelineEntry, TimelineStatus,
@@ -60,7 +60,12 @@ impl Delivery<'_> {
     }
 }
 
-/// Handles a message whose envelope was read and decoded.
+/// Handles a message whose envelope was read and decoded. `places` holds
+/// its claim and handler slot while the handler runs; as soon as the
+/// handler returns they go to the consumer's next message
+/// ([`Places::settle`]), so the next handler runs while this message's
+/// commit waits for its WAL flush.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn handle(
     runtime: &Runtime,
     consumer: &dyn Consumer,
@@ -68,6 +73,7 @@ pub(super) async fn handle(
     received: &ReceivedMessage,
     envelope: &Envelope,
     message: &Message,
+    mut places: Places,
     hard_stop: &CancellationToken,
 ) {
     let delivery = Delivery {
@@ -184,6 +190,11 @@ pub(super) async fn handle(
             result = consumer.handle(inbound) => Some(result),
             () = hard_stop.cancelled() => None,
         };
+        // The handler is done: its slot and claim go to the next message.
+        // A run after a saga conflict (rare: this process holds the saga's
+        // turn) runs without a slot: waiting for one while holding the turn
+        // could wait for a handler that waits for the turn.
+        places.settle().await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         runtime
             .metrics

@@ -363,6 +363,12 @@ struct Permits {
     refill: usize,
     /// Being handled: the consumer's concurrency.
     handling: Arc<Semaphore>,
+    /// Handled and being settled (committed): as many as may be claimed.
+    /// A handled message gives its handler slot and its claim to the next
+    /// one, so the next handler runs and the next receive claims while
+    /// this commit waits for its WAL flush; this bounds the commits in
+    /// flight instead.
+    settling: Arc<Semaphore>,
     /// How long the consumer's recent messages took to handle, in
     /// microseconds (a moving average): a consumer whose messages take
     /// longer than [`CLAIM_AHEAD_BELOW_MICROS`] claims nothing ahead, so a message
@@ -378,6 +384,7 @@ impl Permits {
             claimed: Arc::new(Semaphore::new(room)),
             refill: (room / 4).clamp(1, RECEIVE_BATCH),
             handling: Arc::new(Semaphore::new(concurrency.max(1))),
+            settling: Arc::new(Semaphore::new(room)),
             // Until its messages prove fast, a consumer claims nothing ahead.
             recent_micros: Arc::new(AtomicU64::new(CLAIM_AHEAD_BELOW_MICROS)),
         }
@@ -398,6 +405,35 @@ impl Permits {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |average| {
                 Some(average - average / 4 + took / 4)
             });
+    }
+}
+
+/// One message's places among its consumer's [`Permits`]: its claim and,
+/// once its turn came, its handler slot; once handled, its place among the
+/// messages being settled instead (see [`Places::settle`]).
+pub(super) struct Places {
+    handling: Option<tokio::sync::OwnedSemaphorePermit>,
+    claimed: Option<tokio::sync::OwnedSemaphorePermit>,
+    settling_room: Arc<Semaphore>,
+    settling: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Places {
+    /// The handler returned: takes a place among the messages being
+    /// settled (waiting, with the handler slot still held, while as many
+    /// commits as the consumer may claim are in flight), then gives the
+    /// handler slot and the claim to the next message. The message stays
+    /// locked, its lock renewed and its saga's turn held, until it is
+    /// settled. Called again (a run after a saga conflict) it keeps its
+    /// place.
+    pub(super) async fn settle(&mut self) {
+        if self.settling.is_none() {
+            // Commits in flight never wait for a handler slot, so this
+            // wait always ends.
+            self.settling = Arc::clone(&self.settling_room).acquire_owned().await.ok();
+        }
+        self.handling = None;
+        self.claimed = None;
     }
 }
 
@@ -538,10 +574,14 @@ async fn receive_loop(
                     },
                 };
                 let started = std::time::Instant::now();
-                process(&runtime, consumer.as_ref(), &entity, message, &hard_stop).await;
+                let places = Places {
+                    handling: Some(permit),
+                    claimed: Some(claimed),
+                    settling_room: Arc::clone(&permits.settling),
+                    settling: None,
+                };
+                process(&runtime, consumer.as_ref(), &entity, message, places, &hard_stop).await;
                 permits.handled_in(started.elapsed());
-                drop(permit);
-                drop(claimed);
             });
         }
     }
@@ -600,6 +640,7 @@ async fn process(
     consumer: &dyn Consumer,
     entity: &Destination,
     received: ReceivedMessage,
+    places: Places,
     hard_stop: &CancellationToken,
 ) {
     // The envelope is read before the span exists so that the span can
@@ -691,7 +732,10 @@ async fn process(
             Err(err) => return reject(runtime, consumer, entity, &received, None, &err).await,
         };
         tracing::info!("started");
-        handle(runtime, consumer, entity, &received, &envelope, &message, hard_stop).await;
+        handle(
+            runtime, consumer, entity, &received, &envelope, &message, places, hard_stop,
+        )
+        .await;
         let created = time::OffsetDateTime::now_utc() - envelope.occurred_at;
         runtime.metrics.processing_latency(
             name,

@@ -1033,3 +1033,79 @@ async fn a_slow_consumer_claims_nothing_ahead_so_another_replica_takes_the_next_
         replica.await.unwrap();
     }
 }
+
+/// A commit that holds its first call until told, then commits as the
+/// store and the transport would.
+struct HeldFirstCommit {
+    inner: crate::ports::commit::StoreThenComplete,
+    calls: AtomicU32,
+    release: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl crate::ports::commit::Commit for HeldFirstCommit {
+    async fn commit(
+        &self,
+        handled: HandledMessage,
+        lock: &crate::ports::transport::LockToken,
+    ) -> Result<crate::ports::commit::CommitStatus, crate::ports::commit::CommitError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.release.notified().await;
+        }
+        self.inner.commit(handled, lock).await
+    }
+}
+
+#[tokio::test]
+async fn one_handler_handles_the_next_message_while_the_last_ones_commit_waits() {
+    // One handler slot: had the slot been held through the commit, the
+    // second message's handler could not run while the first commit waits
+    // (on PostgreSQL, for its WAL flush).
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let commit = Arc::new(HeldFirstCommit {
+        inner: crate::ports::commit::StoreThenComplete::new(store.clone(), transport.clone()),
+        calls: AtomicU32::new(0),
+        release: tokio::sync::Notify::new(),
+    });
+    let mut opts = options();
+    opts.concurrency = 1;
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], opts).with_commit(commit.clone());
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    let envelopes = [create_commit(), create_commit()];
+    transport
+        .send(vec![
+            raw(envelopes[0].to_vec(), "first"),
+            raw(envelopes[1].to_vec(), "second"),
+        ])
+        .await
+        .unwrap();
+    eventually("the second message is handled and committing too", || async {
+        consumer.calls.load(Ordering::SeqCst) == 2 && commit.calls.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    assert_eq!(
+        transport.depth(&Destination::Queue("commit".into())).await.unwrap(),
+        1,
+        "the first message is not settled while its commit waits"
+    );
+    commit.release.notify_one();
+    eventually("both are settled", || async {
+        transport.depth(&Destination::Queue("commit".into())).await.unwrap() == 0
+    })
+    .await;
+    for envelope in &envelopes {
+        let lines = store.timeline(&envelope.correlation_id.to_string()).await.unwrap();
+        assert!(
+            lines.iter().any(|line| line.status == TimelineStatus::Completed),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(consumer.effects.load(Ordering::SeqCst), 2, "each handled once");
+    shutdown.cancel();
+    running.await.unwrap();
+}
