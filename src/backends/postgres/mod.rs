@@ -41,7 +41,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -103,6 +103,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 10,
         name: "claim_in_index_order",
         sql: include_str!("../../../migrations/postgres/0010_claim_in_index_order.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "claim_planned_once",
+        sql: include_str!("../../../migrations/postgres/0011_claim_planned_once.sql"),
     },
 ];
 

@@ -6,15 +6,17 @@
 //! - Each row of `bosun_messages` is one message in one entity (a queue or a
 //!   subscription); a send to the topic writes one row per subscription
 //!   whose filter lets the message type through.
-//! - A receive claims ready rows in one statement (`bosun_claim`, migration
-//!   10): a materialized CTE picks them `FOR UPDATE SKIP LOCKED`, so
+//! - A receive claims ready rows in one statement (`bosun_claim`, migrations
+//!   10 and 11): a materialized CTE picks them `FOR UPDATE SKIP LOCKED`, so
 //!   competing receivers (threads or processes) never claim the same row and
 //!   never wait for each other, and the update gives them a lock token, a
 //!   lock expiry and one more delivery. Rows come in the order they became
 //!   visible, then by sequence: the order of `bosun_messages_claim`, which
 //!   the claim walks and stops at its limit whatever the table's statistics
 //!   (sorting is off in the function), so its cost is that of the claimed
-//!   rows, whatever the backlog of the entity or of any other.
+//!   rows, whatever the backlog of the entity or of any other. It is planned
+//!   once per connection (one plan for any values, with the nodes that read
+//!   a whole table or hash disabled), not on every call.
 //!   An expired lock makes the row receivable again. A row already delivered
 //!   the maximum number of times moves to the dead-letter sub-queue
 //!   (`MaxDeliveryCountExceeded`) instead, in the same statement.
@@ -362,13 +364,13 @@ impl PostgresTransport {
         let path = entity.path();
         self.wakeups.signal(&path).mark_seen();
         let token = Uuid::now_v7();
-        // `bosun_claim` (migration 10): the first `$3` ready rows in
+        // `bosun_claim` (migrations 10 and 11): the first `$3` ready rows in
         // delivery order, claimed at once by walking one index whatever the
         // table's statistics; those delivered the maximum number of times
         // go to the dead-letter sub-queue, the rest are locked. The cost is
         // that of the claimed rows, whatever the backlog of this entity or
         // any other. The claim does not wait for its WAL flush (a claim lost
-        // to a crash is only a redelivery).
+        // to a crash is only a redelivery). Planned once per connection.
         let rows = query("SELECT * FROM bosun_claim($1, $2, $3, $4, $5, $6)")
             .bind(&path)
             .bind(i32::try_from(self.max_delivery_count).unwrap_or(i32::MAX))
@@ -746,27 +748,112 @@ mod tests {
     /// index entries of `bosun_messages` the server read for it (its own
     /// counters for the transaction).
     async fn claim_reading(test: &TestDatabase, entity: &str, max: i64) -> (usize, i64) {
+        let (claimed, reads) = claim_reading_tables(test, entity, max, None).await;
+        (claimed.len(), reads.messages)
+    }
+
+    /// Rows and index entries the server read for one claim, per table.
+    struct Reads {
+        messages: i64,
+        handled: i64,
+    }
+
+    /// [`claim_reading`] with the idempotency check of `consumer` in the
+    /// claim: each claimed message's broker id and whether it was handled,
+    /// and what was read of `bosun_messages` and of `bosun_handled`.
+    async fn claim_reading_tables(
+        test: &TestDatabase,
+        entity: &str,
+        max: i64,
+        consumer: Option<&str>,
+    ) -> (Vec<(String, Option<bool>)>, Reads) {
         let mut tx = test.database.pool().begin().await.unwrap();
-        let claimed = query("SELECT r_sequence FROM bosun_claim($1, 10, $2, $3, 30000, NULL)")
+        let claimed = query("SELECT r_broker_message_id, r_handled FROM bosun_claim($1, 10, $2, $3, 30000, $4)")
             .bind(entity)
             .bind(max)
             .bind(Uuid::now_v7())
+            .bind(consumer)
             .fetch_all(&mut *tx)
             .await
             .unwrap()
-            .len();
-        let read: i64 = sqlx_core::query_scalar::query_scalar(
-            // Index entries returned by every index of the table, and rows
-            // read by sequential scans of it.
-            "SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index
-                     WHERE indrelid = 'bosun_messages'::regclass)::bigint
-                  + pg_stat_get_xact_tuples_returned('bosun_messages'::regclass)",
+            .into_iter()
+            .map(|row| (row.get::<String, _>(0), row.get::<Option<bool>, _>(1)))
+            .collect();
+        let mut reads = Vec::new();
+        for table in ["bosun_messages", "bosun_handled"] {
+            let read: i64 = sqlx_core::query_scalar::query_scalar(
+                // Index entries returned by every index of the table, and
+                // rows read by sequential scans of it.
+                "SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index
+                         WHERE indrelid = $1::regclass)::bigint
+                      + pg_stat_get_xact_tuples_returned($1::regclass)",
+            )
+            .bind(table)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+            reads.push(read);
+        }
+        tx.rollback().await.unwrap();
+        (
+            claimed,
+            Reads {
+                messages: reads[0],
+                handled: reads[1],
+            },
         )
-        .fetch_one(&mut *tx)
+    }
+
+    #[tokio::test]
+    async fn the_handled_check_in_a_claim_reads_one_record_per_message_whatever_the_history() {
+        let test = testing::migrated().await;
+        // A consumer with a long history: 20,000 idempotency records, two
+        // of them for messages now in the queue (one under a retry's id).
+        query(
+            "INSERT INTO bosun_handled (consumer, message_id, handled_at)
+             SELECT 'commit', 'old-' || g, now() FROM generate_series(1, 20000) AS g
+             UNION ALL VALUES ('commit', 'commit-2', now()), ('commit', 'commit-4', now())",
+        )
+        .execute(test.database.pool())
         .await
         .unwrap();
-        tx.rollback().await.unwrap();
-        (claimed, read)
+        query(
+            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, body, enqueued_at, visible_at)
+             SELECT 'commit', 'commit-' || g || CASE WHEN g = 4 THEN '.retry-1' ELSE '' END, 'CreateCommit',
+                    '\\x00'::bytea, now(), now() FROM generate_series(1, 5) AS g",
+        )
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+        // And a busy table: a plan made for any values expects many claimed
+        // rows, the case where hashing every record looks cheap.
+        backlog(&test, "pull-request", 20_000).await;
+        for analyzed in [false, true] {
+            if analyzed {
+                query("ANALYZE bosun_handled, bosun_messages")
+                    .execute(test.database.pool())
+                    .await
+                    .unwrap();
+            }
+            let (claimed, reads) = claim_reading_tables(&test, "commit", 5, Some("commit")).await;
+            assert_eq!(
+                claimed,
+                [
+                    ("commit-1".to_owned(), Some(false)),
+                    ("commit-2".to_owned(), Some(true)),
+                    ("commit-3".to_owned(), Some(false)),
+                    ("commit-4.retry-1".to_owned(), Some(true)),
+                    ("commit-5".to_owned(), Some(false)),
+                ]
+            );
+            assert!(
+                reads.handled <= 10,
+                "5 messages checked against 20,000 records (analyzed: {analyzed}) read {} of them",
+                reads.handled
+            );
+            assert!(reads.messages <= 40, "5 claimed read {} rows", reads.messages);
+        }
+        test.finish().await;
     }
 
     #[tokio::test]
