@@ -743,25 +743,19 @@ mod tests {
         .unwrap();
     }
 
-    /// Claims up to `max` messages of `entity` in a transaction that is
-    /// rolled back, and returns how many it claimed and how many rows and
-    /// index entries of `bosun_messages` the server read for it (its own
-    /// counters for the transaction).
-    async fn claim_reading(test: &TestDatabase, entity: &str, max: i64) -> (usize, i64) {
-        let (claimed, reads) = claim_reading_tables(test, entity, max, None).await;
-        (claimed.len(), reads.messages)
-    }
-
     /// Rows and index entries the server read for one claim, per table.
     struct Reads {
         messages: i64,
         handled: i64,
     }
 
-    /// [`claim_reading`] with the idempotency check of `consumer` in the
-    /// claim: each claimed message's broker id and whether it was handled,
-    /// and what was read of `bosun_messages` and of `bosun_handled`.
-    async fn claim_reading_tables(
+    /// Claims up to `max` messages of `entity` (with the idempotency check
+    /// of `consumer`, if any) in a transaction that is rolled back, and
+    /// returns each claimed message's broker id and whether it was handled,
+    /// and how many rows and index entries of `bosun_messages` and of
+    /// `bosun_handled` the server read for it (its own counters for the
+    /// transaction).
+    async fn claim_reading(
         test: &TestDatabase,
         entity: &str,
         max: i64,
@@ -779,29 +773,26 @@ mod tests {
             .into_iter()
             .map(|row| (row.get::<String, _>(0), row.get::<Option<bool>, _>(1)))
             .collect();
-        let mut reads = Vec::new();
-        for table in ["bosun_messages", "bosun_handled"] {
-            let read: i64 = sqlx_core::query_scalar::query_scalar(
-                // Index entries returned by every index of the table, and
-                // rows read by sequential scans of it.
-                "SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index
-                         WHERE indrelid = $1::regclass)::bigint
-                      + pg_stat_get_xact_tuples_returned($1::regclass)",
-            )
-            .bind(table)
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-            reads.push(read);
-        }
+        let reads = Reads {
+            messages: read_in(&mut tx, "bosun_messages").await,
+            handled: read_in(&mut tx, "bosun_handled").await,
+        };
         tx.rollback().await.unwrap();
-        (
-            claimed,
-            Reads {
-                messages: reads[0],
-                handled: reads[1],
-            },
+        (claimed, reads)
+    }
+
+    /// Index entries returned by every index of `table`, and rows read by
+    /// sequential scans of it, in this transaction so far.
+    async fn read_in(tx: &mut sqlx_core::transaction::Transaction<'_, sqlx_postgres::Postgres>, table: &str) -> i64 {
+        sqlx_core::query_scalar::query_scalar(
+            "SELECT (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index
+                     WHERE indrelid = $1::regclass)::bigint
+                  + pg_stat_get_xact_tuples_returned($1::regclass)",
         )
+        .bind(table)
+        .fetch_one(&mut **tx)
+        .await
+        .unwrap()
     }
 
     #[tokio::test]
@@ -817,14 +808,11 @@ mod tests {
         .execute(test.database.pool())
         .await
         .unwrap();
-        query(
-            "INSERT INTO bosun_messages (entity, broker_message_id, message_type, body, enqueued_at, visible_at)
-             SELECT 'commit', 'commit-' || g || CASE WHEN g = 4 THEN '.retry-1' ELSE '' END, 'CreateCommit',
-                    '\\x00'::bytea, now(), now() FROM generate_series(1, 5) AS g",
-        )
-        .execute(test.database.pool())
-        .await
-        .unwrap();
+        backlog(&test, "commit", 5).await;
+        query("UPDATE bosun_messages SET broker_message_id = 'commit-4.retry-1' WHERE broker_message_id = 'commit-4'")
+            .execute(test.database.pool())
+            .await
+            .unwrap();
         // And a busy table: a plan made for any values expects many claimed
         // rows, the case where hashing every record looks cheap.
         backlog(&test, "pull-request", 20_000).await;
@@ -835,7 +823,7 @@ mod tests {
                     .await
                     .unwrap();
             }
-            let (claimed, reads) = claim_reading_tables(&test, "commit", 5, Some("commit")).await;
+            let (claimed, reads) = claim_reading(&test, "commit", 5, Some("commit")).await;
             assert_eq!(
                 claimed,
                 [
@@ -863,8 +851,8 @@ mod tests {
         // after a quiet spell, before autoanalyze).
         backlog(&test, "commit", 20_000).await;
         backlog(&test, "pull-request", 5000).await;
-        let (claimed, read) = claim_reading(&test, "commit", 10).await;
-        assert_eq!(claimed, 10);
+        let (claimed, Reads { messages: read, .. }) = claim_reading(&test, "commit", 10, None).await;
+        assert_eq!(claimed.len(), 10);
         assert!(read <= 40, "10 claimed of 20,000 without statistics read {read} rows");
         // With statistics, the small queue behind the other one's backlog
         // (earlier sequences) is not found by walking that backlog.
@@ -872,14 +860,14 @@ mod tests {
             .execute(test.database.pool())
             .await
             .unwrap();
-        let (claimed, read) = claim_reading(&test, "pull-request", 10).await;
-        assert_eq!(claimed, 10);
+        let (claimed, Reads { messages: read, .. }) = claim_reading(&test, "pull-request", 10, None).await;
+        assert_eq!(claimed.len(), 10);
         assert!(
             read <= 40,
             "10 claimed behind 20,000 of another entity read {read} rows"
         );
-        let (claimed, read) = claim_reading(&test, "commit", 10).await;
-        assert_eq!(claimed, 10);
+        let (claimed, Reads { messages: read, .. }) = claim_reading(&test, "commit", 10, None).await;
+        assert_eq!(claimed.len(), 10);
         assert!(read <= 40, "10 claimed of 20,000 with statistics read {read} rows");
         test.finish().await;
     }
