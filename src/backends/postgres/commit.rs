@@ -19,6 +19,8 @@ use crate::ports::commit::{Commit, CommitError, CommitStatus};
 use crate::ports::store::{HandledMessage, StoreError, TimelineEntry, TimelineStatus, doing};
 use crate::ports::transport::{LockToken, OutboundMessage};
 
+mod batch;
+
 /// The commit for the PostgreSQL store with the PostgreSQL transport on the
 /// same database. In one transaction: completes the received message
 /// (deletes it, if its lock is still held; the row lock keeps competing
@@ -34,9 +36,19 @@ use crate::ports::transport::{LockToken, OutboundMessage};
 /// [`CommitError::Store`]. An outgoing message to an entity the transport
 /// does not have is left in the outbox for the dispatcher, which reports
 /// it.
+///
+/// **Commits that meet are batched.** A commit goes to the database at
+/// once while fewer than [`batch::IN_FLIGHT`] calls are on their way;
+/// commits that arrive meanwhile wait and go together in the next call
+/// (`bosun_commit_many`, migration 12: one round trip, one transaction, one
+/// WAL flush for all of them), each written as its own call would have
+/// been, a saga conflict undoing only its own message. So one handler's
+/// commits cost what they did, and under load the server stops paying a
+/// round trip, a parameter bind and a transaction per message.
 #[derive(Debug, Clone)]
 pub struct PostgresCommit {
     database: PostgresDatabase,
+    batches: std::sync::Arc<batch::Batches>,
 }
 
 impl PostgresCommit {
@@ -44,31 +56,42 @@ impl PostgresCommit {
     /// both use (the store's tables and the transport's are written in one
     /// transaction).
     pub fn new(database: PostgresDatabase) -> Self {
-        Self { database }
+        Self {
+            database,
+            batches: std::sync::Arc::default(),
+        }
     }
 }
 
 #[async_trait]
 impl Commit for PostgresCommit {
     async fn commit(&self, handled: HandledMessage, lock: &LockToken) -> Result<CommitStatus, CommitError> {
-        let doing = || doing::commit_handled(&handled);
-        let mut conn = self
-            .database
-            .pool()
-            .acquire()
-            .await
-            .map_err(|err| StoreError::from(err).doing(doing()))?;
-        let (status, wakes) =
-            commit_in_one_statement(&mut conn, &handled, Some(lock))
-                .await
-                .map_err(|err| match err {
-                    CommitError::Store(err) => CommitError::Store(err.doing(doing())),
-                    other => other,
-                })?;
-        drop(conn);
-        self.database.wake(wakes);
-        Ok(status)
+        batch::commit(&self.database, &self.batches, handled, lock.clone()).await
     }
+}
+
+/// One commit alone: one `bosun_commit` call on a connection of its own,
+/// and its wake-ups sent after it.
+async fn commit_alone(
+    database: &PostgresDatabase,
+    handled: &HandledMessage,
+    lock: &LockToken,
+) -> Result<CommitStatus, CommitError> {
+    let doing = || doing::commit_handled(handled);
+    let mut conn = database
+        .pool()
+        .acquire()
+        .await
+        .map_err(|err| StoreError::from(err).doing(doing()))?;
+    let (status, wakes) = commit_in_one_statement(&mut conn, handled, Some(lock))
+        .await
+        .map_err(|err| match err {
+            CommitError::Store(err) => CommitError::Store(err.doing(doing())),
+            other => other,
+        })?;
+    drop(conn);
+    database.wake(wakes);
+    Ok(status)
 }
 
 /// The SQLSTATE `bosun_commit` raises on a saga version mismatch (its
@@ -164,19 +187,26 @@ pub(crate) async fn commit_in_one_statement(
         }
         "already_handled" => CommitStatus::AlreadyHandled,
         _ => {
-            for entity in woken {
-                wakes.entity(entity);
-            }
-            for line in &handled.timeline {
-                wakes.timeline(line.correlation_id.as_str());
-            }
-            for correlation_id in outbox.sent_correlation_ids.iter().flatten() {
-                wakes.timeline(correlation_id.as_str());
-            }
+            written_wakes(&mut wakes, woken, &handled.timeline, &outbox.sent_correlation_ids);
             CommitStatus::Written
         }
     };
     Ok((status, wakes))
+}
+
+/// What a written commit woke: the entities `bosun_commit` wrote a message
+/// visible now into, and the deliveries that got a timeline line (its own
+/// lines, and the `sent` lines of what it sent).
+fn written_wakes(wakes: &mut Wakes, woken: Vec<String>, timeline: &[TimelineEntry], sent: &[Option<String>]) {
+    for entity in woken {
+        wakes.entity(entity);
+    }
+    for line in timeline {
+        wakes.timeline(line.correlation_id.as_str());
+    }
+    for correlation_id in sent.iter().flatten() {
+        wakes.timeline(correlation_id.as_str());
+    }
 }
 
 /// The stored version a `bosun_commit` saga conflict names, if `err` is one.
@@ -209,22 +239,26 @@ struct OutboxColumns<'a> {
 }
 
 impl<'a> OutboxColumns<'a> {
-    fn of(messages: &'a [OutboundMessage], now: OffsetDateTime) -> Self {
+    /// The columns of `messages`, in order (those of several commits, one
+    /// after the other, for a batch).
+    fn of(messages: impl IntoIterator<Item = &'a OutboundMessage>, now: OffsetDateTime) -> Self {
+        let messages = messages.into_iter();
+        let count = messages.size_hint().0;
         let mut columns = Self {
-            paths: Vec::with_capacity(messages.len()),
-            kinds: Vec::with_capacity(messages.len()),
-            names: Vec::with_capacity(messages.len()),
-            subscriptions: Vec::with_capacity(messages.len()),
-            broker_message_ids: Vec::with_capacity(messages.len()),
-            message_types: Vec::with_capacity(messages.len()),
-            correlation_ids: Vec::with_capacity(messages.len()),
-            bodies: Vec::with_capacity(messages.len()),
-            scheduled_at: Vec::with_capacity(messages.len()),
-            sent_correlation_ids: Vec::with_capacity(messages.len()),
-            sent_message_ids: Vec::with_capacity(messages.len()),
-            sent_message_types: Vec::with_capacity(messages.len()),
-            sent_attempts: Vec::with_capacity(messages.len()),
-            sent_details: Vec::with_capacity(messages.len()),
+            paths: Vec::with_capacity(count),
+            kinds: Vec::with_capacity(count),
+            names: Vec::with_capacity(count),
+            subscriptions: Vec::with_capacity(count),
+            broker_message_ids: Vec::with_capacity(count),
+            message_types: Vec::with_capacity(count),
+            correlation_ids: Vec::with_capacity(count),
+            bodies: Vec::with_capacity(count),
+            scheduled_at: Vec::with_capacity(count),
+            sent_correlation_ids: Vec::with_capacity(count),
+            sent_message_ids: Vec::with_capacity(count),
+            sent_message_types: Vec::with_capacity(count),
+            sent_attempts: Vec::with_capacity(count),
+            sent_details: Vec::with_capacity(count),
         };
         for message in messages {
             let (kind, name, subscription) = match &message.destination {
@@ -639,6 +673,194 @@ mod tests {
         assert_eq!(outcome, CommitStatus::Written);
         assert_eq!(store.load_saga("release", "r-1").await.unwrap().unwrap().version, 2);
         test.finish().await;
+    }
+
+    /// Messages sent to the commit queue and received, one lock each.
+    async fn received(transport: &PostgresTransport, count: usize) -> Vec<crate::ports::transport::ReceivedMessage> {
+        let sends = (0..count)
+            .map(|n| OutboundMessage {
+                destination: commit_queue(),
+                broker_message_id: format!("in-{n}"),
+                message_type: Some("CreateCommit".into()),
+                correlation_id: None,
+                body: b"{}".to_vec(),
+                scheduled_at: None,
+            })
+            .collect();
+        transport.send(sends).await.unwrap();
+        let received = transport.receive(&commit_queue(), count, LOCK).await.unwrap();
+        assert_eq!(received.len(), count);
+        received
+    }
+
+    #[tokio::test]
+    async fn commits_that_meet_go_in_one_call_and_each_gets_its_own_answer() {
+        let test = testing::migrated().await;
+        let (store, transport, commit) = paired(&test).await;
+        let correlation = Uuid::now_v7();
+        let saga = |key: &str, version| SagaWrite {
+            kind: "release".into(),
+            key: key.into(),
+            expected_version: version,
+            state: json!({"version": version}),
+            tenant_id: None,
+        };
+        store
+            .commit_handled(handled("m-0", correlation, vec![], Some(saga("r-1", 0))))
+            .await
+            .unwrap();
+        let messages = received(&transport, 7).await;
+
+        // Writers of idempotency records wait behind this lock, so the
+        // first two commits stay on their way and the others queue.
+        let mut blocker = test.database.pool().begin().await.unwrap();
+        query("LOCK TABLE bosun_handled IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut *blocker)
+            .await
+            .unwrap();
+        let blocker_pid: i32 = query("SELECT pg_backend_pid()")
+            .fetch_one(&mut *blocker)
+            .await
+            .unwrap()
+            .get(0);
+        let run = |handled: HandledMessage, lock: LockToken| {
+            let commit = commit.clone();
+            tokio::spawn(async move { commit.commit(handled, &lock).await })
+        };
+        let blocked = |count: i64| {
+            let pool = test.database.pool().clone();
+            move || {
+                let pool = pool.clone();
+                async move {
+                    query("SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))")
+                        .bind(blocker_pid)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap()
+                        .get::<i64, _>(0)
+                        == count
+                }
+            }
+        };
+        let first = run(handled("m-1", correlation, vec![], None), messages[0].lock.clone());
+        wait_until(blocked(1)).await;
+        let second = run(handled("m-2", correlation, vec![], None), messages[1].lock.clone());
+        wait_until(blocked(2)).await;
+        let pull_request = Destination::Queue("pull-request".into());
+        let event = envelope_message(pull_request.clone(), "OpenPullRequest", correlation);
+        let stale_lock = LockToken {
+            token: Uuid::now_v7(),
+            ..messages[6].lock.clone()
+        };
+        let queued = [
+            // A saga conflict: undone alone, the message stays locked.
+            run(
+                handled("m-3", correlation, vec![event.clone()], Some(saga("r-1", 0))),
+                messages[2].lock.clone(),
+            ),
+            // A saga and an outgoing message, written.
+            run(
+                handled("m-4", correlation, vec![event.clone()], Some(saga("r-2", 0))),
+                messages[3].lock.clone(),
+            ),
+            // The same envelope again in the same call: already handled.
+            run(
+                handled("m-4", correlation, vec![event.clone()], None),
+                messages[4].lock.clone(),
+            ),
+            // A plain message.
+            run(handled("m-5", correlation, vec![], None), messages[5].lock.clone()),
+            // A lock that is not the message's: nothing written.
+            run(handled("m-6", correlation, vec![], None), stale_lock),
+        ];
+        wait_until(|| async { commit.batches.waiting() == 5 }).await;
+        blocker.commit().await.unwrap();
+
+        assert_eq!(first.await.unwrap().unwrap(), CommitStatus::Written);
+        assert_eq!(second.await.unwrap().unwrap(), CommitStatus::Written);
+        let mut answers = Vec::new();
+        for queued in queued {
+            answers.push(queued.await.unwrap());
+        }
+        assert_eq!(
+            commit.batches.largest_call(),
+            5,
+            "the five queued commits went in one call"
+        );
+        assert!(
+            matches!(&answers[0], Ok(CommitStatus::SagaConflict { key, expected: 0, found: 1, .. }) if key == "r-1"),
+            "{answers:?}"
+        );
+        assert_eq!(answers[1].as_ref().unwrap(), &CommitStatus::Written);
+        assert_eq!(answers[2].as_ref().unwrap(), &CommitStatus::AlreadyHandled);
+        assert_eq!(answers[3].as_ref().unwrap(), &CommitStatus::Written);
+        assert!(
+            matches!(&answers[4], Err(CommitError::LockLost { sequence, .. }) if *sequence == messages[6].lock.sequence),
+            "{answers:?}"
+        );
+
+        // What each wrote, and only that.
+        for (consumer_message, handled) in [
+            ("m-1", true),
+            ("m-2", true),
+            ("m-3", false),
+            ("m-4", true),
+            ("m-5", true),
+            ("m-6", false),
+        ] {
+            assert_eq!(
+                store.is_handled("commit", consumer_message).await.unwrap(),
+                handled,
+                "{consumer_message}"
+            );
+        }
+        assert_eq!(
+            store.load_saga("release", "r-1").await.unwrap().unwrap().version,
+            1,
+            "the conflict wrote nothing"
+        );
+        assert_eq!(store.load_saga("release", "r-2").await.unwrap().unwrap().version, 1);
+        assert_eq!(transport.depth(&pull_request).await.unwrap(), 1, "m-4's event, once");
+        let lines: Vec<_> = store
+            .timeline(&correlation.to_string())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|line| (line.message_id, line.status))
+            .collect();
+        let event_id = Envelope::from_slice(&event.body).unwrap().message_id.to_string();
+        for (message_id, status) in [
+            ("m-0", TimelineStatus::Completed),
+            ("m-1", TimelineStatus::Completed),
+            ("m-2", TimelineStatus::Completed),
+            ("m-4", TimelineStatus::Completed),
+            (event_id.as_str(), TimelineStatus::Sent),
+            ("m-5", TimelineStatus::Completed),
+        ] {
+            assert!(
+                lines.contains(&(message_id.to_owned(), status)),
+                "{message_id}: {lines:?}"
+            );
+        }
+        assert_eq!(lines.len(), 6, "{lines:?}");
+        // Settled: the ones written or already handled; still locked by us:
+        // the conflict (to run again) and the one whose lock was not ours.
+        assert_eq!(transport.depth(&commit_queue()).await.unwrap(), 2);
+        transport.renew_lock(&messages[2].lock, LOCK).await.unwrap();
+        test.finish().await;
+    }
+
+    /// Waits (up to 10 s) until `done` says so.
+    async fn wait_until<F, Fut>(mut done: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done().await {
+            assert!(tokio::time::Instant::now() < deadline, "not reached in 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     #[tokio::test]

@@ -55,17 +55,30 @@ pub(crate) struct TimelineColumns<'a> {
 }
 
 impl<'a> TimelineColumns<'a> {
-    pub(crate) fn of(entries: &'a [TimelineEntry]) -> Self {
-        Self {
-            correlation_ids: entries.iter().map(|line| line.correlation_id.as_str()).collect(),
-            message_ids: entries.iter().map(|line| line.message_id.as_str()).collect(),
-            message_types: entries.iter().map(|line| line.message_type.as_str()).collect(),
-            consumers: entries.iter().map(|line| line.consumer.as_deref()).collect(),
-            statuses: entries.iter().map(|line| line.status.as_str()).collect(),
-            attempts: entries.iter().map(|line| i64::from(line.attempt)).collect(),
-            at: entries.iter().map(|line| line.at).collect(),
-            details: entries.iter().map(|line| line.detail.as_deref()).collect(),
+    /// The columns of `entries`, in order (those of several commits, one
+    /// after the other, for a batch).
+    pub(crate) fn of(entries: impl IntoIterator<Item = &'a TimelineEntry>) -> Self {
+        let mut columns = Self {
+            correlation_ids: Vec::new(),
+            message_ids: Vec::new(),
+            message_types: Vec::new(),
+            consumers: Vec::new(),
+            statuses: Vec::new(),
+            attempts: Vec::new(),
+            at: Vec::new(),
+            details: Vec::new(),
+        };
+        for line in entries {
+            columns.correlation_ids.push(line.correlation_id.as_str());
+            columns.message_ids.push(line.message_id.as_str());
+            columns.message_types.push(line.message_type.as_str());
+            columns.consumers.push(line.consumer.as_deref());
+            columns.statuses.push(line.status.as_str());
+            columns.attempts.push(i64::from(line.attempt));
+            columns.at.push(line.at);
+            columns.details.push(line.detail.as_deref());
         }
+        columns
     }
 }
 
