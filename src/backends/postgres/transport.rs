@@ -866,9 +866,12 @@ mod tests {
             read <= 40,
             "10 claimed behind 20,000 of another entity read {read} rows"
         );
+        // Behind the ten claimed before: their index entries (two each
+        // when an update was not HOT) are walked past too, so the bound is
+        // looser here; a walk of the backlog reads 20,000.
         let (claimed, Reads { messages: read, .. }) = claim_reading(&test, "commit", 10, None).await;
         assert_eq!(claimed.len(), 10);
-        assert!(read <= 40, "10 claimed of 20,000 with statistics read {read} rows");
+        assert!(read <= 100, "10 claimed of 20,000 with statistics read {read} rows");
         test.finish().await;
     }
 
