@@ -747,33 +747,43 @@ mod tests {
         let second = run(handled("m-2", correlation, vec![], None), messages[1].lock.clone());
         wait_until(blocked(2)).await;
         let pull_request = Destination::Queue("pull-request".into());
-        let event = envelope_message(pull_request.clone(), "OpenPullRequest", correlation);
+        let event = || envelope_message(pull_request.clone(), "OpenPullRequest", correlation);
+        let (sent_first, sent_second) = (event(), event());
         let stale_lock = LockToken {
             token: Uuid::now_v7(),
             ..messages[6].lock.clone()
         };
-        let queued = [
+        let commits = [
             // A saga conflict: undone alone, the message stays locked.
-            run(
-                handled("m-3", correlation, vec![event.clone()], Some(saga("r-1", 0))),
+            (
+                handled("m-3", correlation, vec![event()], Some(saga("r-1", 0))),
                 messages[2].lock.clone(),
             ),
-            // A saga and an outgoing message, written.
-            run(
-                handled("m-4", correlation, vec![event.clone()], Some(saga("r-2", 0))),
+            // A saga, written.
+            (
+                handled("m-4", correlation, vec![], Some(saga("r-2", 0))),
                 messages[3].lock.clone(),
             ),
             // The same envelope again in the same call: already handled.
-            run(
-                handled("m-4", correlation, vec![event.clone()], None),
+            (
+                handled("m-4", correlation, vec![event()], None),
                 messages[4].lock.clone(),
             ),
-            // A plain message.
-            run(handled("m-5", correlation, vec![], None), messages[5].lock.clone()),
+            // Two outgoing messages after commits that sent none or were
+            // undone: sent, and recorded as this message's only.
+            (
+                handled("m-5", correlation, vec![sent_first.clone(), sent_second.clone()], None),
+                messages[5].lock.clone(),
+            ),
             // A lock that is not the message's: nothing written.
-            run(handled("m-6", correlation, vec![], None), stale_lock),
+            (handled("m-6", correlation, vec![event()], None), stale_lock),
         ];
-        wait_until(|| async { commit.batches.waiting() == 5 }).await;
+        let mut queued = Vec::new();
+        for (handled, lock) in commits {
+            queued.push(run(handled, lock));
+            let count = queued.len();
+            wait_until(|| async { commit.batches.waiting() == count }).await;
+        }
         blocker.commit().await.unwrap();
 
         assert_eq!(first.await.unwrap().unwrap(), CommitStatus::Written);
@@ -787,6 +797,7 @@ mod tests {
             5,
             "the five queued commits went in one call"
         );
+        assert_eq!(commit.batches.calls(), (1, 0), "bosun_commit_many answered that call");
         assert!(
             matches!(&answers[0], Ok(CommitStatus::SagaConflict { key, expected: 0, found: 1, .. }) if key == "r-1"),
             "{answers:?}"
@@ -820,7 +831,25 @@ mod tests {
             "the conflict wrote nothing"
         );
         assert_eq!(store.load_saga("release", "r-2").await.unwrap().unwrap().version, 1);
-        assert_eq!(transport.depth(&pull_request).await.unwrap(), 1, "m-4's event, once");
+        let recorded: Vec<(String, String)> =
+            query("SELECT source_message_id, broker_message_id FROM bosun_outbox ORDER BY broker_message_id")
+                .fetch_all(test.database.pool())
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect();
+        let mut expected = vec![
+            ("m-5".to_owned(), sent_first.broker_message_id.clone()),
+            ("m-5".to_owned(), sent_second.broker_message_id.clone()),
+        ];
+        expected.sort_by(|a, b| a.1.cmp(&b.1));
+        assert_eq!(recorded, expected, "m-5's two messages, recorded as its own");
+        assert_eq!(
+            transport.depth(&pull_request).await.unwrap(),
+            2,
+            "m-5's two messages, sent"
+        );
         let lines: Vec<_> = store
             .timeline(&correlation.to_string())
             .await
@@ -828,21 +857,23 @@ mod tests {
             .into_iter()
             .map(|line| (line.message_id, line.status))
             .collect();
-        let event_id = Envelope::from_slice(&event.body).unwrap().message_id.to_string();
+        let sent_ids =
+            [&sent_first, &sent_second].map(|sent| Envelope::from_slice(&sent.body).unwrap().message_id.to_string());
         for (message_id, status) in [
             ("m-0", TimelineStatus::Completed),
             ("m-1", TimelineStatus::Completed),
             ("m-2", TimelineStatus::Completed),
             ("m-4", TimelineStatus::Completed),
-            (event_id.as_str(), TimelineStatus::Sent),
             ("m-5", TimelineStatus::Completed),
+            (sent_ids[0].as_str(), TimelineStatus::Sent),
+            (sent_ids[1].as_str(), TimelineStatus::Sent),
         ] {
             assert!(
                 lines.contains(&(message_id.to_owned(), status)),
                 "{message_id}: {lines:?}"
             );
         }
-        assert_eq!(lines.len(), 6, "{lines:?}");
+        assert_eq!(lines.len(), 7, "{lines:?}");
         // Settled: the ones written or already handled; still locked by us:
         // the conflict (to run again) and the one whose lock was not ours.
         assert_eq!(transport.depth(&commit_queue()).await.unwrap(), 2);

@@ -4,10 +4,14 @@
 //! (migration 12): one round trip, one transaction, one WAL flush.
 //!
 //! Each commit in a call is written exactly as its own `bosun_commit` would
-//! have been, in arrival order; a saga conflict rolls back its own message
-//! only (a subtransaction), a lost lock writes nothing of its own. Any other
-//! error rolls the whole call back, and then each commit of it runs alone,
-//! so one message's failure never becomes another's.
+//! have been; a saga conflict rolls back its own message only (a
+//! subtransaction), a lost lock writes nothing of its own. Any other error
+//! the server reports rolls the whole call back, and then each commit of it
+//! runs alone, so one message's failure never becomes another's (a
+//! deadlock between two calls is one such error). An error that is not
+//! the server's (the pool timed out, the connection dropped: whether the
+//! call committed is unknown) is every commit's answer: each message is
+//! delivered again, and what was written is found handled.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -34,8 +38,11 @@ use crate::ports::transport::LockToken;
 /// would only make the batches smaller.
 pub(super) const IN_FLIGHT: usize = 2;
 
-/// The most commits one call takes (the rest wait for the next call).
-pub(super) const MOST_PER_CALL: usize = 64;
+/// The most commits one call takes (the rest wait for the next call). Each
+/// saga message in a call is a subtransaction; PostgreSQL keeps up to 64 of
+/// a transaction's subtransaction ids in shared memory and past that makes
+/// every backend's snapshots dearer, so a call stays well under it.
+pub(super) const MOST_PER_CALL: usize = 32;
 
 type Answer = Result<CommitStatus, CommitError>;
 
@@ -61,6 +68,12 @@ struct State {
     /// The most commits one call has taken so far.
     #[cfg(test)]
     largest_call: usize,
+    /// Calls of several commits that the server answered.
+    #[cfg(test)]
+    answered_calls: usize,
+    /// Calls of several commits that failed as a whole.
+    #[cfg(test)]
+    failed_calls: usize,
 }
 
 #[cfg(test)]
@@ -73,6 +86,22 @@ impl Batches {
     /// The most commits one call has taken so far.
     pub(super) fn largest_call(&self) -> usize {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).largest_call
+    }
+
+    /// Calls of several commits the server answered, and those that failed
+    /// as a whole.
+    pub(super) fn calls(&self) -> (usize, usize) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (state.answered_calls, state.failed_calls)
+    }
+
+    fn count_call(&self, answered: bool) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if answered {
+            state.answered_calls += 1;
+        } else {
+            state.failed_calls += 1;
+        }
     }
 }
 
@@ -94,8 +123,8 @@ pub(super) async fn commit(
     handled: HandledMessage,
     lock: LockToken,
 ) -> Answer {
-    let doing = doing::commit_handled(&handled);
     let (answer, answered) = oneshot::channel();
+    let what = (handled.consumer.clone(), handled.message_id.clone());
     let start = {
         let mut state = batches.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.waiting.push_back(Waiting { handled, lock, answer });
@@ -111,8 +140,9 @@ pub(super) async fn commit(
         tokio::spawn(send_calls(database.clone(), Arc::clone(batches)));
     }
     answered.await.unwrap_or_else(|_| {
+        let (consumer, message_id) = what;
         Err(StoreError::unavailable(
-            doing,
+            format!("committing message {message_id} handled by {consumer}"),
             "the task sending commits ended before answering (the process is stopping); the message will be delivered again",
         )
         .into())
@@ -121,11 +151,13 @@ pub(super) async fn commit(
 
 /// Sends calls until nothing waits.
 async fn send_calls(database: PostgresDatabase, batches: Arc<Batches>) {
+    let mut sender = Sender { batches, ended: false };
     loop {
         let call: Vec<Waiting> = {
-            let mut state = batches.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = sender.batches.state.lock().unwrap_or_else(PoisonError::into_inner);
             if state.waiting.is_empty() {
                 state.senders -= 1;
+                sender.ended = true;
                 return;
             }
             let take = state.waiting.len().min(MOST_PER_CALL);
@@ -135,13 +167,41 @@ async fn send_calls(database: PostgresDatabase, batches: Arc<Batches>) {
             }
             state.waiting.drain(..take).collect()
         };
-        send(&database, call).await;
+        send(&database, &sender.batches, call).await;
     }
 }
 
-/// One call: alone for one commit, else `bosun_commit_many`, falling back
-/// to each commit alone if the call as a whole failed.
-async fn send(database: &PostgresDatabase, call: Vec<Waiting>) {
+/// A task sending calls. Should it stop without having found the queue
+/// empty (a panic, or its runtime shutting down mid-call), it gives its
+/// place back and, if no other sender is left, answers every waiting commit
+/// with an error (their senders dropped) rather than leave them waiting
+/// for a sender that never comes.
+struct Sender {
+    batches: Arc<Batches>,
+    ended: bool,
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let stranded = {
+            let mut state = self.batches.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.senders = state.senders.saturating_sub(1);
+            if state.senders == 0 {
+                std::mem::take(&mut state.waiting)
+            } else {
+                VecDeque::new()
+            }
+        };
+        drop(stranded);
+    }
+}
+
+/// One call: alone for one commit, else `bosun_commit_many`; if the server
+/// rolled that back, each commit alone.
+async fn send(database: &PostgresDatabase, batches: &Batches, mut call: Vec<Waiting>) {
     if let [only] = call.as_slice() {
         let answer = commit_alone(database, &only.handled, &only.lock).await;
         if let Some(only) = call.into_iter().next() {
@@ -149,9 +209,19 @@ async fn send(database: &PostgresDatabase, call: Vec<Waiting>) {
         }
         return;
     }
+    // Two calls that write the same idempotency records write them in the
+    // same order, so they queue instead of deadlocking.
+    call.sort_by(|a, b| {
+        (&a.handled.consumer, &a.handled.message_id).cmp(&(&b.handled.consumer, &b.handled.message_id))
+    });
     let now = OffsetDateTime::now_utc();
     let outbox = OutboxColumns::of(call.iter().flat_map(|waiting| &waiting.handled.outbox), now);
-    match commit_many(database, &call, &outbox, now).await {
+    let result = commit_many(database, &call, &outbox, now).await;
+    #[cfg(test)]
+    batches.count_call(result.is_ok());
+    #[cfg(not(test))]
+    let _ = batches;
+    match result {
         Ok(rows) => {
             let (answers, wakes) = answers(&call, rows, &outbox.sent_correlation_ids);
             drop(outbox);
@@ -160,18 +230,51 @@ async fn send(database: &PostgresDatabase, call: Vec<Waiting>) {
                 let _ = waiting.answer.send(answer);
             }
         }
-        Err(err) => {
+        Err(err) if err.as_database_error().is_some() => {
+            // The server refused the call and rolled it back: nothing of
+            // it was written.
             drop(outbox);
             tracing::warn!(
                 error = %err,
                 commits = call.len(),
-                "a batch of commits failed as a whole; committing each alone"
+                "the server rolled back a batch of commits; committing each alone"
             );
             for waiting in call {
                 let answer = commit_alone(database, &waiting.handled, &waiting.lock).await;
                 let _ = waiting.answer.send(answer);
             }
         }
+        Err(err) => {
+            // No connection, or it broke: whether the call committed is
+            // unknown, and trying each commit alone would only wait as
+            // long again for each. Every message is delivered again; what
+            // was written is found handled then.
+            drop(outbox);
+            let doing = format!("committing {} handled messages in one call", call.len());
+            let err = Arc::new(err);
+            for waiting in call {
+                let cause = Arc::clone(&err);
+                let _ = waiting
+                    .answer
+                    .send(Err(StoreError::unavailable(doing.clone(), SharedError(cause)).into()));
+            }
+        }
+    }
+}
+
+/// One database error given as the cause of several commits' errors.
+#[derive(Debug)]
+struct SharedError(Arc<sqlx_core::Error>);
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 
@@ -183,8 +286,7 @@ async fn commit_many(
     call: &[Waiting],
     outbox: &OutboxColumns<'_>,
     now: OffsetDateTime,
-) -> Result<Vec<PgRow>, StoreError> {
-    let doing = || format!("committing {} handled messages in one call", call.len());
+) -> Result<Vec<PgRow>, sqlx_core::Error> {
     let messages = MessageColumns::of(call);
     let lines = TimelineColumns::of(call.iter().flat_map(|waiting| &waiting.handled.timeline));
     let rows = query(
@@ -230,8 +332,7 @@ async fn commit_many(
     .bind(&lines.at)
     .bind(&lines.details)
     .fetch_all(database.pool())
-    .await
-    .map_err(|err| StoreError::from(err).doing(doing()))?;
+    .await?;
     Ok(rows)
 }
 
@@ -347,5 +448,75 @@ impl<'a> MessageColumns<'a> {
             columns.timeline_ends.push(timeline_end);
         }
         columns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_contracts::Destination;
+
+    use super::*;
+
+    fn waiting() -> (Waiting, oneshot::Receiver<Answer>) {
+        let (answer, answered) = oneshot::channel();
+        let waiting = Waiting {
+            handled: HandledMessage {
+                consumer: "commit".into(),
+                message_id: "m-1".into(),
+                message_type: "CreateCommit".into(),
+                saga: None,
+                outbox: Vec::new(),
+                timeline: Vec::new(),
+            },
+            lock: LockToken {
+                entity: Destination::Queue("commit".into()),
+                sequence: 1,
+                token: Uuid::now_v7(),
+            },
+            answer,
+        };
+        (waiting, answered)
+    }
+
+    #[test]
+    fn a_sender_that_stops_mid_call_answers_the_commits_no_sender_is_left_for() {
+        let batches = Arc::new(Batches::default());
+        let (first, mut first_answer) = waiting();
+        let (second, mut second_answer) = waiting();
+        {
+            let mut state = batches.state.lock().unwrap();
+            state.senders = 2;
+            state.waiting.extend([first, second]);
+        }
+
+        // One of two senders stops: the other will take the waiting ones.
+        drop(Sender {
+            batches: Arc::clone(&batches),
+            ended: false,
+        });
+        assert_eq!(batches.waiting(), 2);
+        assert!(
+            first_answer
+                .try_recv()
+                .is_err_and(|err| err == oneshot::error::TryRecvError::Empty)
+        );
+
+        // The last one stops: nobody would, so they are answered (an error).
+        drop(Sender {
+            batches: Arc::clone(&batches),
+            ended: false,
+        });
+        assert_eq!(batches.waiting(), 0);
+        assert_eq!(batches.state.lock().unwrap().senders, 0, "no place leaked");
+        for answer in [&mut first_answer, &mut second_answer] {
+            assert!(matches!(answer.try_recv(), Err(oneshot::error::TryRecvError::Closed)));
+        }
+
+        // A sender that found the queue empty has given its place back already.
+        drop(Sender {
+            batches: Arc::clone(&batches),
+            ended: true,
+        });
+        assert_eq!(batches.state.lock().unwrap().senders, 0);
     }
 }
