@@ -114,48 +114,30 @@ pub(crate) async fn commit_in_one_statement(
     let outbox = OutboxColumns::of(&handled.outbox, now);
     let lines = TimelineColumns::of(&handled.timeline);
     let saga = handled.saga.as_ref();
-    let result = query(
-        "SELECT outcome, woken FROM bosun_commit(
+    let result = bind_outbox_and_lines(
+        query(
+            "SELECT outcome, woken FROM bosun_commit(
             $1, $2, $3, $4, $5, $6,
             $7, $8, $9, $10, $11,
             $12, $13, $14, $15, $16, $17, $18, $19, $20,
             $21, $22, $23, $24, $25, $26,
             $27, $28, $29, $30, $31, $32, $33, $34)",
+        )
+        .bind(settle.map(|lock| lock.sequence))
+        .bind(settle.map(|lock| lock.token))
+        .bind(settle.is_some())
+        .bind(&handled.consumer)
+        .bind(&handled.message_id)
+        .bind(&handled.message_type)
+        .bind(saga.map(|saga| saga.kind.as_str()))
+        .bind(saga.map(|saga| saga.key.as_str()))
+        .bind(saga.map(|saga| saga.expected_version))
+        .bind(saga.map(|saga| Json(&saga.state)))
+        .bind(saga.and_then(|saga| saga.tenant_id.as_deref())),
+        &outbox,
+        now,
+        &lines,
     )
-    .bind(settle.map(|lock| lock.sequence))
-    .bind(settle.map(|lock| lock.token))
-    .bind(settle.is_some())
-    .bind(&handled.consumer)
-    .bind(&handled.message_id)
-    .bind(&handled.message_type)
-    .bind(saga.map(|saga| saga.kind.as_str()))
-    .bind(saga.map(|saga| saga.key.as_str()))
-    .bind(saga.map(|saga| saga.expected_version))
-    .bind(saga.map(|saga| Json(&saga.state)))
-    .bind(saga.and_then(|saga| saga.tenant_id.as_deref()))
-    .bind(&outbox.paths)
-    .bind(&outbox.kinds)
-    .bind(&outbox.names)
-    .bind(&outbox.subscriptions)
-    .bind(&outbox.broker_message_ids)
-    .bind(&outbox.message_types)
-    .bind(&outbox.correlation_ids)
-    .bind(&outbox.bodies)
-    .bind(&outbox.scheduled_at)
-    .bind(&outbox.sent_correlation_ids)
-    .bind(&outbox.sent_message_ids)
-    .bind(&outbox.sent_message_types)
-    .bind(&outbox.sent_attempts)
-    .bind(&outbox.sent_details)
-    .bind(now)
-    .bind(&lines.correlation_ids)
-    .bind(&lines.message_ids)
-    .bind(&lines.message_types)
-    .bind(&lines.consumers)
-    .bind(&lines.statuses)
-    .bind(&lines.attempts)
-    .bind(&lines.at)
-    .bind(&lines.details)
     .fetch_one(&mut *conn)
     .await;
     let row = match result {
@@ -207,6 +189,44 @@ fn written_wakes(wakes: &mut Wakes, woken: Vec<String>, timeline: &[TimelineEntr
     for correlation_id in sent.iter().flatten() {
         wakes.timeline(correlation_id.as_str());
     }
+}
+
+/// A statement on the PostgreSQL connection, with its arguments.
+type PgQuery<'q> = sqlx_core::query::Query<'q, sqlx_postgres::Postgres, sqlx_postgres::PgArguments>;
+
+/// Binds what `bosun_commit` and `bosun_commit_many` both end with: the
+/// outgoing messages' columns, the time of their `sent` lines, and the
+/// timeline lines' columns.
+fn bind_outbox_and_lines<'q>(
+    query: PgQuery<'q>,
+    outbox: &OutboxColumns<'_>,
+    now: OffsetDateTime,
+    lines: &TimelineColumns<'_>,
+) -> PgQuery<'q> {
+    query
+        .bind(&outbox.paths)
+        .bind(&outbox.kinds)
+        .bind(&outbox.names)
+        .bind(&outbox.subscriptions)
+        .bind(&outbox.broker_message_ids)
+        .bind(&outbox.message_types)
+        .bind(&outbox.correlation_ids)
+        .bind(&outbox.bodies)
+        .bind(&outbox.scheduled_at)
+        .bind(&outbox.sent_correlation_ids)
+        .bind(&outbox.sent_message_ids)
+        .bind(&outbox.sent_message_types)
+        .bind(&outbox.sent_attempts)
+        .bind(&outbox.sent_details)
+        .bind(now)
+        .bind(&lines.correlation_ids)
+        .bind(&lines.message_ids)
+        .bind(&lines.message_types)
+        .bind(&lines.consumers)
+        .bind(&lines.statuses)
+        .bind(&lines.attempts)
+        .bind(&lines.at)
+        .bind(&lines.details)
 }
 
 /// The stored version a `bosun_commit` saga conflict names, if `err` is one.

@@ -25,7 +25,7 @@ use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{OutboxColumns, commit_alone, written_wakes};
+use super::{OutboxColumns, bind_outbox_and_lines, commit_alone, written_wakes};
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
 use crate::backends::postgres::store::timeline::TimelineColumns;
@@ -289,48 +289,30 @@ async fn commit_many(
 ) -> Result<Vec<PgRow>, sqlx_core::Error> {
     let messages = MessageColumns::of(call);
     let lines = TimelineColumns::of(call.iter().flat_map(|waiting| &waiting.handled.timeline));
-    let rows = query(
-        "SELECT outcome, woken, found_version FROM bosun_commit_many(
+    let rows = bind_outbox_and_lines(
+        query(
+            "SELECT outcome, woken, found_version FROM bosun_commit_many(
             true, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
             $13, $14, $15, $16, $17, $18, $19, $20, $21,
             $22, $23, $24, $25, $26, $27,
             $28, $29, $30, $31, $32, $33, $34, $35)",
+        )
+        .bind(&messages.sequences)
+        .bind(&messages.tokens)
+        .bind(&messages.consumers)
+        .bind(&messages.message_ids)
+        .bind(&messages.message_types)
+        .bind(&messages.saga_kinds)
+        .bind(&messages.saga_keys)
+        .bind(&messages.saga_expected)
+        .bind(&messages.saga_states)
+        .bind(&messages.saga_tenants)
+        .bind(&messages.outbox_ends)
+        .bind(&messages.timeline_ends),
+        outbox,
+        now,
+        &lines,
     )
-    .bind(&messages.sequences)
-    .bind(&messages.tokens)
-    .bind(&messages.consumers)
-    .bind(&messages.message_ids)
-    .bind(&messages.message_types)
-    .bind(&messages.saga_kinds)
-    .bind(&messages.saga_keys)
-    .bind(&messages.saga_expected)
-    .bind(&messages.saga_states)
-    .bind(&messages.saga_tenants)
-    .bind(&messages.outbox_ends)
-    .bind(&messages.timeline_ends)
-    .bind(&outbox.paths)
-    .bind(&outbox.kinds)
-    .bind(&outbox.names)
-    .bind(&outbox.subscriptions)
-    .bind(&outbox.broker_message_ids)
-    .bind(&outbox.message_types)
-    .bind(&outbox.correlation_ids)
-    .bind(&outbox.bodies)
-    .bind(&outbox.scheduled_at)
-    .bind(&outbox.sent_correlation_ids)
-    .bind(&outbox.sent_message_ids)
-    .bind(&outbox.sent_message_types)
-    .bind(&outbox.sent_attempts)
-    .bind(&outbox.sent_details)
-    .bind(now)
-    .bind(&lines.correlation_ids)
-    .bind(&lines.message_ids)
-    .bind(&lines.message_types)
-    .bind(&lines.consumers)
-    .bind(&lines.statuses)
-    .bind(&lines.attempts)
-    .bind(&lines.at)
-    .bind(&lines.details)
     .fetch_all(database.pool())
     .await?;
     Ok(rows)
