@@ -16,7 +16,7 @@ use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
 use crate::backends::postgres::store::timeline::TimelineColumns;
 use crate::ports::commit::{Commit, CommitError, CommitStatus};
-use crate::ports::store::{HandledMessage, StoreError, TimelineEntry, TimelineStatus, doing};
+use crate::ports::store::{HandledMessage, SagaWrite, StoreError, TimelineEntry, TimelineStatus, doing};
 use crate::ports::transport::{LockToken, OutboundMessage};
 
 mod batch;
@@ -146,15 +146,7 @@ pub(crate) async fn commit_in_one_statement(
             if let Some(found) = saga_conflict(&err)
                 && let Some(saga) = saga
             {
-                return Ok((
-                    CommitStatus::SagaConflict {
-                        kind: saga.kind.clone(),
-                        key: saga.key.clone(),
-                        expected: saga.expected_version,
-                        found,
-                    },
-                    Wakes::default(),
-                ));
+                return Ok((saga_conflict_status(saga, found), Wakes::default()));
             }
             return Err(StoreError::from(err).into());
         }
@@ -227,6 +219,16 @@ fn bind_outbox_and_lines<'q>(
         .bind(&lines.attempts)
         .bind(&lines.at)
         .bind(&lines.details)
+}
+
+/// The answer to a commit whose saga write found the saga at `found`.
+fn saga_conflict_status(saga: &SagaWrite, found: i64) -> CommitStatus {
+    CommitStatus::SagaConflict {
+        kind: saga.kind.clone(),
+        key: saga.key.clone(),
+        expected: saga.expected_version,
+        found,
+    }
 }
 
 /// The stored version a `bosun_commit` saga conflict names, if `err` is one.

@@ -25,7 +25,7 @@ use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{OutboxColumns, bind_outbox_and_lines, commit_alone, written_wakes};
+use super::{OutboxColumns, bind_outbox_and_lines, commit_alone, saga_conflict_status, written_wakes};
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
 use crate::backends::postgres::store::timeline::TimelineColumns;
@@ -167,7 +167,11 @@ async fn send_calls(database: PostgresDatabase, batches: Arc<Batches>) {
             }
             state.waiting.drain(..take).collect()
         };
-        send(&database, &sender.batches, call).await;
+        let _answered = send(&database, call).await;
+        #[cfg(test)]
+        if let Some(answered) = _answered {
+            sender.batches.count_call(answered);
+        }
     }
 }
 
@@ -200,14 +204,16 @@ impl Drop for Sender {
 }
 
 /// One call: alone for one commit, else `bosun_commit_many`; if the server
-/// rolled that back, each commit alone.
-async fn send(database: &PostgresDatabase, batches: &Batches, mut call: Vec<Waiting>) {
-    if let [only] = call.as_slice() {
-        let answer = commit_alone(database, &only.handled, &only.lock).await;
-        if let Some(only) = call.into_iter().next() {
-            let _ = only.answer.send(answer);
-        }
-        return;
+/// rolled that back, each commit alone. Returns, for a call of several,
+/// whether `bosun_commit_many` answered it.
+async fn send(database: &PostgresDatabase, mut call: Vec<Waiting>) -> Option<bool> {
+    if call.len() == 1
+        && let Some(only) = call.pop()
+    {
+        let _ = only
+            .answer
+            .send(commit_alone(database, &only.handled, &only.lock).await);
+        return None;
     }
     // Two calls that write the same idempotency records write them in the
     // same order, so they queue instead of deadlocking.
@@ -216,48 +222,44 @@ async fn send(database: &PostgresDatabase, batches: &Batches, mut call: Vec<Wait
     });
     let now = OffsetDateTime::now_utc();
     let outbox = OutboxColumns::of(call.iter().flat_map(|waiting| &waiting.handled.outbox), now);
-    let result = commit_many(database, &call, &outbox, now).await;
-    #[cfg(test)]
-    batches.count_call(result.is_ok());
-    #[cfg(not(test))]
-    let _ = batches;
-    match result {
+    match commit_many(database, &call, &outbox, now).await {
         Ok(rows) => {
             let (answers, wakes) = answers(&call, rows, &outbox.sent_correlation_ids);
-            drop(outbox);
             database.wake(wakes);
             for (waiting, answer) in call.into_iter().zip(answers) {
                 let _ = waiting.answer.send(answer);
             }
+            Some(true)
         }
         Err(err) if err.as_database_error().is_some() => {
             // The server refused the call and rolled it back: nothing of
             // it was written.
-            drop(outbox);
             tracing::warn!(
                 error = %err,
                 commits = call.len(),
                 "the server rolled back a batch of commits; committing each alone"
             );
             for waiting in call {
-                let answer = commit_alone(database, &waiting.handled, &waiting.lock).await;
-                let _ = waiting.answer.send(answer);
+                let _ = waiting
+                    .answer
+                    .send(commit_alone(database, &waiting.handled, &waiting.lock).await);
             }
+            Some(false)
         }
         Err(err) => {
             // No connection, or it broke: whether the call committed is
             // unknown, and trying each commit alone would only wait as
             // long again for each. Every message is delivered again; what
             // was written is found handled then.
-            drop(outbox);
             let doing = format!("committing {} handled messages in one call", call.len());
             let err = Arc::new(err);
             for waiting in call {
-                let cause = Arc::clone(&err);
+                let cause = SharedError(Arc::clone(&err));
                 let _ = waiting
                     .answer
-                    .send(Err(StoreError::unavailable(doing.clone(), SharedError(cause)).into()));
+                    .send(Err(StoreError::unavailable(doing.clone(), cause).into()));
             }
+            Some(false)
         }
     }
 }
@@ -353,12 +355,7 @@ fn answers(call: &[Waiting], rows: Vec<PgRow>, sent: &[Option<String>]) -> (Vec<
                     sequence: waiting.lock.sequence,
                 }),
                 ("already_handled", _) => Ok(CommitStatus::AlreadyHandled),
-                ("saga_conflict", Some(saga)) => Ok(CommitStatus::SagaConflict {
-                    kind: saga.kind.clone(),
-                    key: saga.key.clone(),
-                    expected: saga.expected_version,
-                    found: found.unwrap_or_default(),
-                }),
+                ("saga_conflict", Some(saga)) => Ok(saga_conflict_status(saga, found.unwrap_or_default())),
                 ("written", _) => {
                     written_wakes(&mut wakes, woken, &handled.timeline, its_sent);
                     Ok(CommitStatus::Written)
