@@ -327,6 +327,7 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                         action,
                         by: settings.operator.clone(),
                         at: OffsetDateTime::now_utc(),
+                        reason: None,
                     };
                     match backends.access.control_replay_job(id, None, control).await? {
                         ControlOutcome::Applied(job) => {

@@ -92,7 +92,10 @@ fn every_command_parses_into_its_variant_and_fields() {
                 config: Some("c.toml".into()),
                 data_dir: Some("d".into()),
                 command: Command::Keys {
-                    command: KeysCommand::List { json: false },
+                    command: KeysCommand::List {
+                        expiring: None,
+                        json: false,
+                    },
                 },
             },
         ),
@@ -144,6 +147,7 @@ fn every_command_parses_into_its_variant_and_fields() {
                     tenant: "contoso".to_owned(),
                     scopes: "admin".to_owned(),
                     description: None,
+                    expires_in: None,
                     json: false,
                 },
             }),
@@ -158,6 +162,8 @@ fn every_command_parses_into_its_variant_and_fields() {
                 "deliveries:read,releases:approve:prod",
                 "--description",
                 "the CI pipeline",
+                "--expires-in",
+                "30d",
                 "--json",
             ],
             plain(Command::Keys {
@@ -165,7 +171,28 @@ fn every_command_parses_into_its_variant_and_fields() {
                     tenant: "*".to_owned(),
                     scopes: "deliveries:read,releases:approve:prod".to_owned(),
                     description: some("the CI pipeline"),
+                    expires_in: Some(std::time::Duration::from_secs(30 * 86_400)),
                     json: true,
+                },
+            }),
+        ),
+        (
+            vec!["keys", "rotate", "0123456789ab", "--grace", "2h"],
+            plain(Command::Keys {
+                command: KeysCommand::Rotate {
+                    id: "0123456789ab".to_owned(),
+                    grace: std::time::Duration::from_secs(2 * 3600),
+                    expires_in: None,
+                    json: false,
+                },
+            }),
+        ),
+        (
+            vec!["keys", "list", "--expiring", "14d"],
+            plain(Command::Keys {
+                command: KeysCommand::List {
+                    expiring: Some(std::time::Duration::from_secs(14 * 86_400)),
+                    json: false,
                 },
             }),
         ),

@@ -9,6 +9,7 @@
 //! there is nothing to guess from a dictionary.
 
 use std::fmt;
+use std::time::Duration;
 
 use bosun_consumers::delivery::blob::sha256_hex;
 use serde::Serialize;
@@ -236,6 +237,49 @@ impl Caller {
     }
 }
 
+/// Why the front door refused a presented key. The answer a client gets
+/// does not tell an unknown key from a wrong secret; the reason is the
+/// label of `bosun_api_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Refusal {
+    /// No key was presented.
+    Missing,
+    /// Text that is not a bosun key.
+    Malformed,
+    /// No key with that id, or not its secret.
+    Invalid,
+    /// The key was revoked.
+    Revoked,
+    /// The key's expiry has passed (a rotated key's grace period included).
+    Expired,
+}
+
+impl Refusal {
+    /// The metric label: `missing`, `malformed`, `invalid`, `revoked`,
+    /// `expired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Malformed => "malformed",
+            Self::Invalid => "invalid",
+            Self::Revoked => "revoked",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Missing => "missing API key: send `Authorization: Bearer <key>` or `X-Api-Key`",
+            Self::Malformed => "not a bosun API key (expected `bsn_<id>_<secret>`)",
+            Self::Invalid => "invalid API key",
+            Self::Revoked => "this API key was revoked",
+            Self::Expired => "this API key has expired: ask for a new one (`bosun keys rotate`)",
+        })
+    }
+}
+
 /// A new key: its record (to store) and its full text (to show once).
 pub struct NewKey {
     /// What the store keeps.
@@ -269,12 +313,18 @@ pub fn parse_scopes(text: &str) -> Result<Vec<Grant>, KeyError> {
     Ok(grants)
 }
 
-/// Makes a key for `tenant` with `grants` (a [`Scope`] converts into one).
+/// The longest a key lives when a deployment sets no maximum
+/// (`BOSUN_KEY_MAX_LIFETIME`): 90 days.
+pub const DEFAULT_MAX_KEY_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// Makes a key for `tenant` with `grants` (a [`Scope`] converts into one)
+/// that expires `lifetime` from now.
 pub fn generate<G: Clone + Into<Grant>>(
     tenant: &str,
     grants: &[G],
     created_by: &str,
     description: Option<String>,
+    lifetime: Duration,
 ) -> Result<NewKey, KeyError> {
     if tenant != ALL_TENANTS {
         bosun_contracts::validate::tenant_id("tenant", tenant).map_err(|err| KeyError::InvalidTenant(err.reason))?;
@@ -289,6 +339,7 @@ pub fn generate<G: Clone + Into<Grant>>(
     let mut grants: Vec<Grant> = grants.iter().cloned().map(Into::into).collect();
     grants.sort();
     grants.dedup();
+    let now = OffsetDateTime::now_utc();
     Ok(NewKey {
         record: ApiKeyRecord {
             id,
@@ -297,11 +348,29 @@ pub fn generate<G: Clone + Into<Grant>>(
             secret_hash: hash_secret(&secret),
             description,
             created_by: created_by.to_owned(),
-            created_at: OffsetDateTime::now_utc(),
+            created_at: now,
             revoked_at: None,
+            expires_at: Some(now.saturating_add(time::Duration::try_from(lifetime).unwrap_or(time::Duration::MAX))),
+            last_used_at: None,
+            rotated_from: None,
+            rotated_to: None,
         },
         key,
     })
+}
+
+/// A successor of `old` (`bosun keys rotate`): the same tenant, scopes and
+/// description, a new secret and a new lifetime; recorded as rotated from
+/// `old`.
+pub fn successor(old: &ApiKeyRecord, created_by: &str, lifetime: Duration) -> Result<NewKey, KeyError> {
+    let grants = old
+        .scopes
+        .iter()
+        .map(|scope| Grant::parse(scope))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut made = generate(&old.tenant_id, &grants, created_by, old.description.clone(), lifetime)?;
+    made.record.rotated_from = Some(old.id.clone());
+    Ok(made)
 }
 
 /// Splits a presented key into its id and secret.
@@ -321,8 +390,9 @@ pub fn hash_secret(secret: &str) -> String {
 }
 
 /// Whether `secret` matches the stored record (in time independent of
-/// where the hashes differ) and the key is not revoked. Returns the caller.
-pub fn verify(record: &ApiKeyRecord, secret: &str) -> Option<Caller> {
+/// where the hashes differ) and the key is neither revoked nor expired at
+/// `now`. Returns the caller, or why it is refused.
+pub fn verify(record: &ApiKeyRecord, secret: &str, now: OffsetDateTime) -> Result<Caller, Refusal> {
     let presented = hash_secret(secret);
     let same = presented.len() == record.secret_hash.len()
         && presented
@@ -330,8 +400,21 @@ pub fn verify(record: &ApiKeyRecord, secret: &str) -> Option<Caller> {
             .zip(record.secret_hash.bytes())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0;
-    if !same || record.revoked_at.is_some() {
-        return None;
+    if !same {
+        return Err(Refusal::Invalid);
+    }
+    check(record, now)
+}
+
+/// Whether the key of `record` still holds at `now` (not revoked, not
+/// expired), and the caller it is: what long-running work started by a key
+/// asks again before each of its effects.
+pub fn check(record: &ApiKeyRecord, now: OffsetDateTime) -> Result<Caller, Refusal> {
+    if record.revoked_at.is_some_and(|at| at <= now) {
+        return Err(Refusal::Revoked);
+    }
+    if record.expires_at.is_some_and(|at| at <= now) {
+        return Err(Refusal::Expired);
     }
     // Scopes unknown to this build (written by a newer one) give nothing.
     let grants: Vec<Grant> = record.scopes.iter().filter_map(|s| Grant::parse(s).ok()).collect();
@@ -344,7 +427,7 @@ pub fn verify(record: &ApiKeyRecord, secret: &str) -> Option<Caller> {
     } else {
         Some(approvals().filter_map(|grant| grant.environment.clone()).collect())
     };
-    Some(Caller {
+    Ok(Caller {
         key_id: record.id.clone(),
         tenant_id: record.tenant_id.clone(),
         scopes,
@@ -357,27 +440,92 @@ pub fn verify(record: &ApiKeyRecord, secret: &str) -> Option<Caller> {
 mod tests {
     use super::*;
 
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+
+    #[test]
+    fn a_key_expires_and_a_successor_keeps_its_rights() {
+        let made = generate(
+            "contoso",
+            &parse_scopes("releases:approve:prod,deliveries:read").unwrap(),
+            "alice",
+            Some("ci".into()),
+            DAY,
+        )
+        .unwrap();
+        let expires = made.record.expires_at.unwrap();
+        assert!(expires > now() + time::Duration::hours(23) && expires <= now() + time::Duration::days(1));
+        let secret = parse_key(&made.key).unwrap().1;
+        assert!(verify(&made.record, secret, expires - time::Duration::seconds(1)).is_ok());
+        assert_eq!(verify(&made.record, secret, expires), Err(Refusal::Expired));
+        assert_eq!(
+            verify(&made.record, &"f".repeat(64), expires),
+            Err(Refusal::Invalid),
+            "a wrong secret never learns that the key expired"
+        );
+        assert_eq!(
+            check(&made.record, expires + time::Duration::days(1)),
+            Err(Refusal::Expired)
+        );
+
+        let next = successor(&made.record, "bob", DAY * 30).unwrap();
+        assert_ne!(next.record.id, made.record.id);
+        assert_ne!(next.record.secret_hash, made.record.secret_hash);
+        assert_eq!(next.record.rotated_from.as_deref(), Some(made.record.id.as_str()));
+        assert_eq!(next.record.scopes, made.record.scopes);
+        assert_eq!(next.record.tenant_id, "contoso");
+        assert_eq!(next.record.description.as_deref(), Some("ci"));
+        assert_eq!(next.record.created_by, "bob");
+        let caller = verify(&next.record, parse_key(&next.key).unwrap().1, now()).unwrap();
+        assert!(caller.may_approve(Some("prod")) && !caller.may_approve(Some("dev")));
+
+        // A key made before keys expired has none, and still works.
+        let mut old = made.record.clone();
+        old.expires_at = None;
+        assert!(verify(&old, secret, now() + time::Duration::days(3650)).is_ok());
+        // Refusals say why, and name no secret.
+        for refusal in [
+            Refusal::Missing,
+            Refusal::Malformed,
+            Refusal::Invalid,
+            Refusal::Revoked,
+            Refusal::Expired,
+        ] {
+            assert!(!refusal.to_string().is_empty() && !refusal.as_str().is_empty());
+        }
+    }
+
     #[test]
     fn a_new_key_verifies_and_its_secret_is_not_stored() {
-        let made = generate("contoso", &[Scope::DeliveriesRead, Scope::CommandsSend], "alice", None).unwrap();
+        let made = generate(
+            "contoso",
+            &[Scope::DeliveriesRead, Scope::CommandsSend],
+            "alice",
+            None,
+            DAY,
+        )
+        .unwrap();
         let (id, secret) = parse_key(&made.key).unwrap();
         assert_eq!(id, made.record.id);
         assert!(!made.record.secret_hash.contains(secret));
         assert!(!format!("{made:?}").contains(secret), "Debug redacts the key");
-        let caller = verify(&made.record, secret).unwrap();
+        let caller = verify(&made.record, secret, now()).unwrap();
         assert_eq!(caller.tenant_id, "contoso");
         assert_eq!(caller.scopes, [Scope::CommandsSend, Scope::DeliveriesRead]);
         assert!(caller.has(Scope::DeliveriesRead));
         assert!(!caller.has(Scope::DeadLettersReplay));
-        assert!(verify(&made.record, &"0".repeat(64)).is_none());
+        assert_eq!(verify(&made.record, &"0".repeat(64), now()), Err(Refusal::Invalid));
     }
 
     #[test]
     fn revoked_keys_and_malformed_text_are_refused() {
-        let mut made = generate("contoso", &[Scope::Admin], "alice", None).unwrap();
+        let mut made = generate("contoso", &[Scope::Admin], "alice", None, DAY).unwrap();
         let secret = parse_key(&made.key).unwrap().1.to_owned();
         made.record.revoked_at = Some(OffsetDateTime::now_utc());
-        assert!(verify(&made.record, &secret).is_none());
+        assert_eq!(verify(&made.record, &secret, now()), Err(Refusal::Revoked));
         for text in [
             "",
             "bsn_",
@@ -398,10 +546,10 @@ mod tests {
         assert_eq!(parse_scopes(" , "), Err(KeyError::NoScopes));
         let err = parse_scopes("commands:send,root").unwrap_err();
         assert!(err.to_string().contains("`root`"), "{err}");
-        let err = generate("Not A Tenant", &[Scope::Admin], "alice", None).unwrap_err();
+        let err = generate("Not A Tenant", &[Scope::Admin], "alice", None, DAY).unwrap_err();
         assert!(err.to_string().contains("tenant"), "{err}");
-        let platform = generate(ALL_TENANTS, &[Scope::DeliveriesRead], "alice", None).unwrap();
-        let caller = verify(&platform.record, parse_key(&platform.key).unwrap().1).unwrap();
+        let platform = generate(ALL_TENANTS, &[Scope::DeliveriesRead], "alice", None, DAY).unwrap();
+        let caller = verify(&platform.record, parse_key(&platform.key).unwrap().1, now()).unwrap();
         assert!(caller.sees(Some("contoso")) && caller.sees(None));
         assert_eq!(caller.tenant_filter(), None);
         let admin = Caller::new("k", "contoso", vec![Scope::Admin]);
@@ -417,9 +565,10 @@ mod tests {
                 &parse_scopes(scopes).unwrap(),
                 "alice",
                 Some("release board".into()),
+                DAY,
             )
             .unwrap();
-            let caller = verify(&made.record, parse_key(&made.key).unwrap().1).unwrap();
+            let caller = verify(&made.record, parse_key(&made.key).unwrap().1, now()).unwrap();
             (made.record, caller)
         };
         let (_, sender) = key("commands:send");

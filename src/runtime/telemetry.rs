@@ -31,6 +31,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -91,8 +92,30 @@ impl Telemetry {
 /// the trace exporter. `RUST_LOG` overrides the default log level
 /// (`info`; the MCP SDK's own lines, one set per HTTP request and with the
 /// client's details, only from `warn`: bosun logs each tool call itself).
+/// Whatever `RUST_LOG` says, dependencies log no more than
+/// [`dependency_cap`] lets through: their debug and trace lines print
+/// requests, frames and bodies, payloads and their secrets included.
 pub fn init(format: LogFormat, settings: &TelemetrySettings) -> Telemetry {
     init_with_filter(format, "info,rmcp=warn", settings)
+}
+
+/// Whether a span or event of `metadata` may be logged at all: bosun's own
+/// (targets `bosun`, `bosun_consumers`, ...) at any level; a dependency's
+/// at `info` and above, the MCP SDK's at `warn` and above (its `info`
+/// lines carry the client's details, its `debug` ones whole requests).
+/// bosun's own lines never carry a payload: they name messages by id,
+/// type and correlation id.
+pub fn dependency_cap(metadata: &tracing::Metadata<'_>) -> bool {
+    let target = metadata.target();
+    if target.starts_with("bosun") {
+        return true;
+    }
+    let ceiling = if target.starts_with("rmcp") {
+        tracing::Level::WARN
+    } else {
+        tracing::Level::INFO
+    };
+    *metadata.level() <= ceiling
 }
 
 /// [`init`] with `default` as the log level filter when `RUST_LOG` is not
@@ -119,10 +142,14 @@ pub fn init_with_filter(format: LogFormat, default: &str, settings: &TelemetrySe
     let otel = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("bosun"))
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_filter(
+                tracing_subscriber::filter::LevelFilter::INFO
+                    .and(tracing_subscriber::filter::filter_fn(dependency_cap)),
+            )
     });
+    let cap = tracing_subscriber::filter::filter_fn(dependency_cap);
     let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+        .with(fmt.with_filter(filter.and(cap)))
         .with(otel)
         .try_init();
     if let Some(err) = problem {

@@ -41,7 +41,7 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 
 /// The schema version this build of bosun works with: the number of the
 /// last migration in `migrations/postgres/`.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// One migration: a version, a name, and its SQL.
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +113,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 12,
         name: "commit_in_batches",
         sql: include_str!("../../../migrations/postgres/0012_commit_in_batches.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "key_lifecycle",
+        sql: include_str!("../../../migrations/postgres/0013_key_lifecycle.sql"),
     },
 ];
 

@@ -39,7 +39,7 @@ use uuid::Uuid;
 use self::bodies::{DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, Health, Purged, SagaList};
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::rate_limit::RateLimiter;
-use crate::front::access::Caller;
+use crate::front::access::{Caller, Refusal};
 use crate::front::gateway::{
     BulkReplayRequest, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs,
 };
@@ -130,11 +130,15 @@ impl IntoResponse for ApiError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                response.extensions_mut().insert(Refused("rate-limited"));
                 return response;
             }
         };
         let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, Json(err.to_json())).into_response();
+        if let Some(reason) = err.refusal() {
+            response.extensions_mut().insert(Refused(reason));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -144,6 +148,12 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// Why a response refused its caller (`bosun_api_refusals_total`'s
+/// `reason`), carried from the error to [`observe`] in the response's
+/// extensions.
+#[derive(Debug, Clone, Copy)]
+struct Refused(&'static str);
 
 fn error_response(status: StatusCode, code: &str, message: String) -> Response {
     (status, Json(ErrorBody::new(code, message, None))).into_response()
@@ -242,15 +252,16 @@ async fn observe(State(state): State<ApiState>, request: Request, next: Next) ->
     let response = next.run(request).await;
     let status = response.status().as_u16();
     state.http.record(method.as_str(), &route, status, started.elapsed());
+    if let Some(Refused(reason)) = response.extensions().get::<Refused>() {
+        state.http.record_refusal(reason);
+    }
     tracing::debug!(%method, route, status, elapsed_ms = started.elapsed().as_millis() as u64, "http request");
     response
 }
 
 /// The caller behind the request's key, if it is within its budget.
 async fn caller(state: &ApiState, headers: &HeaderMap) -> ApiResult<Caller> {
-    let presented = presented_key(headers).ok_or_else(|| {
-        GatewayError::Unauthorized("missing API key: send `Authorization: Bearer <key>` or `X-Api-Key`".into())
-    })?;
+    let presented = presented_key(headers).ok_or(GatewayError::Unauthorized(Refusal::Missing))?;
     let caller = state.gateway.authenticate(&presented).await?;
     if let Err(over) = state.limiter.check(&caller.key_id) {
         state.http.record_rate_limited(&caller.key_id);
@@ -263,12 +274,21 @@ async fn caller(state: &ApiState, headers: &HeaderMap) -> ApiResult<Caller> {
 fn refuse_origin(state: &ApiState, headers: &HeaderMap) -> Option<Response> {
     match state.origins.check(headers) {
         OriginVerdict::Allowed => None,
-        OriginVerdict::Refused(origin) => Some(error_response(
-            StatusCode::FORBIDDEN,
-            "origin-not-allowed",
-            format!("Origin `{origin}` may not call /mcp (allowed: BOSUN_HTTP_ALLOWED_ORIGINS)"),
+        OriginVerdict::Refused(origin) => Some(refused_for(
+            "origin",
+            error_response(
+                StatusCode::FORBIDDEN,
+                "origin-not-allowed",
+                format!("Origin `{origin}` may not call /mcp (allowed: BOSUN_HTTP_ALLOWED_ORIGINS)"),
+            ),
         )),
     }
+}
+
+/// `response`, marked as refusing its caller for `reason`.
+fn refused_for(reason: &'static str, mut response: Response) -> Response {
+    response.extensions_mut().insert(Refused(reason));
+    response
 }
 
 /// The key in `Authorization: Bearer` or `X-Api-Key`.
@@ -879,6 +899,10 @@ async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path
 fn mcp_routes(state: &ApiState, max_body_bytes: usize) -> Router<ApiState> {
     Router::new()
         .route_service("/mcp", state.mcp.http_service(max_body_bytes))
+        // After the key: nothing is read of an unauthenticated body.
+        .layer(middleware::from_fn(move |request, next| {
+            crate::front::mcp::jsonrpc::checked(max_body_bytes, request, next)
+        }))
         .layer(middleware::from_fn_with_state(state.clone(), mcp_front_door))
 }
 

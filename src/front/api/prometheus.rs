@@ -2,8 +2,10 @@
 //! the host's counters and latency histograms (seconds) per consumer and
 //! message type, the outbox
 //! backlog, the HTTP API's requests by route and status, and what the
-//! front door refused: requests over a key's budget, connections shed at
-//! the connection cap or closed for taking too long.
+//! front door refused: requests by the reason they were refused (no key,
+//! a bad, revoked or expired one, a missing scope, an origin, a budget),
+//! requests over a key's budget, connections shed at the connection cap or
+//! closed for taking too long.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -22,6 +24,18 @@ type Counter = (&'static str, &'static str, fn(&Series) -> u64);
 /// A latency histogram: name, help, and which of a series' histograms.
 type Latency = (&'static str, &'static str, fn(&Series) -> &Histogram);
 
+/// Every reason `bosun_api_refusals_total` counts.
+const REFUSAL_REASONS: [&str; 8] = [
+    "missing",
+    "malformed",
+    "invalid",
+    "revoked",
+    "expired",
+    "scope",
+    "origin",
+    "rate-limited",
+];
+
 /// Requests the API answered, by method, route template and status, and
 /// what the front door refused.
 #[derive(Debug, Default)]
@@ -29,6 +43,8 @@ pub struct HttpMetrics {
     requests: Mutex<RequestCounts>,
     /// key id -> requests refused with 429.
     rate_limited: Mutex<BTreeMap<String, u64>>,
+    /// reason -> requests refused for who the caller is or what it may do.
+    refusals: Mutex<BTreeMap<&'static str, u64>>,
     connections_open: AtomicU64,
     connections_shed: AtomicU64,
     connections_timed_out: AtomicU64,
@@ -52,6 +68,14 @@ impl HttpMetrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *guard.entry(key_id.to_owned()).or_insert(0) += 1;
+    }
+
+    /// Counts one request refused for `reason`: `missing`, `malformed`,
+    /// `invalid`, `revoked` or `expired` (401), `scope` or `origin` (403),
+    /// `rate-limited` (429).
+    pub fn record_refusal(&self, reason: &'static str) {
+        let mut guard = self.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *guard.entry(reason).or_insert(0) += 1;
     }
 
     /// Sets how many HTTP connections are open.
@@ -221,6 +245,21 @@ pub fn render(metrics: &Metrics, http: &HttpMetrics, outbox_backlog: Option<u64>
     for (key, count) in &rate_limited {
         let _ = writeln!(out, "bosun_http_rate_limited_total{{key=\"{}\"}} {count}", label(key));
     }
+    let refusals = http
+        .refusals
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let _ = writeln!(
+        out,
+        "# HELP bosun_api_refusals_total Requests refused for who the caller is or what it may do, by reason.\n# TYPE bosun_api_refusals_total counter"
+    );
+    // Every reason from zero, so a rate over it exists before the first
+    // refusal.
+    for reason in REFUSAL_REASONS {
+        let count = refusals.get(reason).copied().unwrap_or(0);
+        let _ = writeln!(out, "bosun_api_refusals_total{{reason=\"{reason}\"}} {count}");
+    }
     for (name, kind, help, value) in [
         (
             "bosun_http_connections_open",
@@ -270,6 +309,9 @@ mod tests {
         http.record("POST", "/v1/commands/{type}", 202, Duration::from_millis(3));
         http.record_rate_limited("k1");
         http.record_rate_limited("k1");
+        http.record_refusal("expired");
+        http.record_refusal("expired");
+        http.record_refusal("scope");
         http.record_connection_shed();
         http.set_connections_open(3);
         let text = render(&metrics, &http, Some(4));
@@ -300,6 +342,15 @@ mod tests {
             text.contains("bosun_http_requests_total{method=\"POST\",route=\"/v1/commands/{type}\",status=\"202\"} 1")
         );
         assert!(text.contains("bosun_http_rate_limited_total{key=\"k1\"} 2"), "{text}");
+        assert!(
+            text.contains("bosun_api_refusals_total{reason=\"expired\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("bosun_api_refusals_total{reason=\"scope\"} 1"), "{text}");
+        assert!(
+            text.contains("bosun_api_refusals_total{reason=\"revoked\"} 0"),
+            "{text}"
+        );
         assert!(text.contains("bosun_http_connections_open 3"), "{text}");
         assert!(text.contains("bosun_http_connections_shed_total 1"), "{text}");
         assert!(text.contains("bosun_http_connections_timed_out_total 0"), "{text}");

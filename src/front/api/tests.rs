@@ -89,7 +89,7 @@ impl Api {
     }
 
     async fn key(&self, tenant: &str, scopes: &[Scope]) -> String {
-        let made = access::generate(tenant, scopes, "test", None).unwrap();
+        let made = access::generate(tenant, scopes, "test", None, access::DEFAULT_MAX_KEY_LIFETIME).unwrap();
         self.backends.access.insert_api_key(made.record).await.unwrap();
         made.key
     }

@@ -73,9 +73,13 @@ impl Gateway {
             }
             (own, _) => own.to_owned(),
         };
+        // A command joins a delivery of its tenant that exists: one that does
+        // not, and one of another tenant, read the same, byte for byte (no
+        // oracle of other tenants' correlation ids). A new delivery's id is
+        // bosun's to choose.
         if let Some(correlation_id) = correlation_id {
             let existing = self.backends.store.delivery_record(&correlation_id.to_string()).await?;
-            if existing.is_some_and(|record| record.tenant_id != tenant) {
+            if !existing.is_some_and(|record| record.tenant_id == tenant) {
                 return Err(GatewayError::not_found("delivery", &correlation_id.to_string()));
             }
         }

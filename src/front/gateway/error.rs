@@ -1,6 +1,7 @@
 //! Why the front door said no, as an HTTP status, a code and a field.
 
 use super::*;
+use crate::front::access::Refusal;
 
 /// Every error the API answers: `{"error": {"code", "message", "field"?}}`
 /// (the OpenAPI document's `Error` schema).
@@ -47,9 +48,9 @@ impl ErrorBody {
 /// Why the front door said no.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
-    /// No key, or a key that is unknown, malformed or revoked.
+    /// No key, or a key that is unknown, malformed, revoked or expired.
     #[error("{0}")]
-    Unauthorized(String),
+    Unauthorized(Refusal),
     /// The key lacks the scope.
     #[error("this key lacks the `{scope}` scope")]
     Forbidden {
@@ -114,6 +115,17 @@ impl GatewayError {
             Self::IdempotencyInProgress(_) => "idempotency-in-progress",
             Self::Conflict(_) => "conflict",
             Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// Why the caller was refused, when it was for who it is or what it
+    /// may do (the `reason` label of `bosun_api_refusals_total`): a
+    /// [`Refusal`]'s name, or `scope` for a key without the right.
+    pub fn refusal(&self) -> Option<&'static str> {
+        match self {
+            Self::Unauthorized(refusal) => Some(refusal.as_str()),
+            Self::Forbidden { .. } => Some("scope"),
+            _ => None,
         }
     }
 

@@ -16,6 +16,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::*;
+use crate::front::access::Refusal;
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
     ReplayJobStatus,
@@ -192,6 +193,7 @@ impl Gateway {
             action,
             by: caller.identity(),
             at: OffsetDateTime::now_utc(),
+            reason: None,
         };
         let job = match self.access.control_replay_job(job_id, tenant.as_deref(), control).await {
             Ok(ControlOutcome::Applied(job)) => job,
@@ -320,6 +322,21 @@ impl Gateway {
                 self.release(job_id, owner).await;
                 return;
             }
+            // The job acts with the rights of the key that started it, as
+            // they are now: revoked, expired or narrowed, it pauses before
+            // this replay, saying why.
+            match self.job_may_replay(&job, item.dead_letter_id).await {
+                Ok(()) => {}
+                Err(JobRefusal::Refused(reason)) => {
+                    self.pause_refused(&job, owner, reason).await;
+                    return;
+                }
+                Err(JobRefusal::Unavailable(err)) => {
+                    tracing::warn!(job = %job_id, error = %err, "cannot check the replay job's key; trying again later");
+                    self.release(job_id, owner).await;
+                    return;
+                }
+            }
             let outcome = match operator
                 .replay_as(&item.dead_letter_id.to_string(), item.replay_id)
                 .await
@@ -369,6 +386,67 @@ impl Gateway {
         }
     }
 
+    /// Whether the key that started `job` may, now, replay dead letter
+    /// `dead_letter_id` (an approval needs the approval right for its
+    /// environment). A job that no key started (none today) is not checked.
+    async fn job_may_replay(&self, job: &ReplayJobRecord, dead_letter_id: Uuid) -> Result<(), JobRefusal> {
+        let Some(key_id) = job.requested_by.strip_prefix("key:") else {
+            return Ok(());
+        };
+        let started_by = Caller::new(key_id, job.tenant_id.clone(), Vec::new());
+        let caller = match self.recheck(&started_by).await {
+            Ok(caller) => caller,
+            Err(GatewayError::Unauthorized(refusal)) => {
+                return Err(JobRefusal::Refused(format!(
+                    "key {key_id} that started the job is {}",
+                    match refusal {
+                        Refusal::Revoked => "revoked",
+                        Refusal::Expired => "expired",
+                        _ => "gone",
+                    }
+                )));
+            }
+            Err(err) => return Err(JobRefusal::Unavailable(err)),
+        };
+        if caller.tenant_id != job.tenant_id || !caller.has(Scope::DeadLettersReplay) {
+            return Err(JobRefusal::Refused(format!(
+                "key {key_id} that started the job no longer has the `{}` scope",
+                Scope::DeadLettersReplay
+            )));
+        }
+        let record = match self.visible_dead_letter(&caller, &dead_letter_id.to_string()).await {
+            Ok(record) => record,
+            // Gone (purged) or not the tenant's: the replay itself fails
+            // and says so, as an item of the job.
+            Err(GatewayError::NotFound { .. }) => return Ok(()),
+            Err(err) => return Err(JobRefusal::Unavailable(err)),
+        };
+        match Self::require_decision_right(&caller, &record, None) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(JobRefusal::Refused(format!(
+                "key {key_id} that started the job may not decide on this release (`{}`): dead letter {dead_letter_id}",
+                Scope::ReleasesApprove
+            ))),
+        }
+    }
+
+    /// Pauses `job` because its key no longer allows it, recorded as done
+    /// by bosun with the reason, and lets go of it. Someone resumes it once
+    /// the key holds again, or cancels it.
+    async fn pause_refused(&self, job: &ReplayJobRecord, owner: &str, reason: String) {
+        tracing::warn!(job = %job.id, by = %job.requested_by, %reason, "replay job paused: its key no longer allows it");
+        let control = ReplayJobControl {
+            action: ReplayJobAction::Pause,
+            by: "bosun".to_owned(),
+            at: OffsetDateTime::now_utc(),
+            reason: Some(reason),
+        };
+        if let Err(err) = self.access.control_replay_job(job.id, None, control).await {
+            tracing::warn!(job = %job.id, error = %err, "cannot pause the replay job; it is checked again when next claimed");
+        }
+        self.release(job.id, owner).await;
+    }
+
     /// The job is no longer running: finished (the store let go of it),
     /// paused or cancelled (let go of it here).
     async fn stopped(&self, job: &ReplayJobRecord, owner: &str) {
@@ -390,6 +468,14 @@ impl Gateway {
     pub fn spawn_replay_runner(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(self.clone().run_replay_jobs(stop))
     }
+}
+
+/// Why a job may not go on.
+enum JobRefusal {
+    /// Its key no longer allows the next replay: the job pauses, saying so.
+    Refused(String),
+    /// The key could not be checked: the job is let go and tried again.
+    Unavailable(GatewayError),
 }
 
 /// The host name, for naming a runner in logs and leases.
@@ -463,6 +549,7 @@ impl ReplayJob {
                     action: control.action.as_str().to_owned(),
                     by: control.by.clone(),
                     at: control.at,
+                    reason: control.reason.clone(),
                 })
                 .collect(),
             running_on: job.lease_owner.clone(),

@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use bosun_consumers::delivery::blob::sha256_hex;
 
-use crate::front::access::{self, ALL_TENANTS, Caller, Scope};
+use crate::front::access::{self, ALL_TENANTS, Caller, Refusal, Scope};
 use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
 use crate::ports::store::{
     AccessStore, DeadLetterFilter, DeadLetterRecord, IdempotencyClaim, ReplayRecord, SagaRecord, StoreError,
@@ -48,6 +48,9 @@ use crate::wiring::Backends;
 const IDEMPOTENCY_STALE_AFTER: Duration = Duration::from_secs(60);
 /// How long a request waits for a concurrent request with the same key.
 const IDEMPOTENCY_WAIT: Duration = Duration::from_secs(10);
+/// How often a key's last use is recorded: a busy key costs one write a
+/// minute, not one a request.
+const LAST_USED_RESOLUTION: time::Duration = time::Duration::minutes(1);
 /// The most dead letters one bulk replay takes.
 const MAX_BULK_REPLAY: usize = 10_000;
 
@@ -89,12 +92,41 @@ impl Gateway {
         }
     }
 
-    /// Checks a presented key (the text after `Bearer `).
+    /// Checks a presented key (the text after `Bearer `): its secret, and
+    /// that it is neither revoked nor expired. Records when it was last
+    /// used (at most once a minute per key).
     pub async fn authenticate(&self, presented: &str) -> Result<Caller, GatewayError> {
-        let refused = || GatewayError::Unauthorized("invalid or revoked API key".into());
-        let (id, secret) = access::parse_key(presented).map_err(|_| refused())?;
-        let record = self.access.api_key(id).await?.ok_or_else(refused)?;
-        access::verify(&record, secret).ok_or_else(refused)
+        let (id, secret) = access::parse_key(presented).map_err(|_| GatewayError::Unauthorized(Refusal::Malformed))?;
+        let record = self
+            .access
+            .api_key(id)
+            .await?
+            .ok_or(GatewayError::Unauthorized(Refusal::Invalid))?;
+        let now = OffsetDateTime::now_utc();
+        let caller = access::verify(&record, secret, now).map_err(GatewayError::Unauthorized)?;
+        if record
+            .last_used_at
+            .is_none_or(|last| now - last >= LAST_USED_RESOLUTION)
+            && let Err(err) = self.access.touch_api_key(&record.id, now).await
+        {
+            // The request goes on: when a key was last used is a record for
+            // people, not a condition of access.
+            tracing::warn!(key_id = %record.id, error = %err, "cannot record when the API key was last used");
+        }
+        Ok(caller)
+    }
+
+    /// Checks again, before an effect of long-running work it started (a
+    /// replay job's next replay, a stdio MCP session's next call), that
+    /// `caller`'s key still holds: not revoked, not expired, not removed.
+    /// Returns the key's rights as they are now.
+    pub async fn recheck(&self, caller: &Caller) -> Result<Caller, GatewayError> {
+        let record = self
+            .access
+            .api_key(&caller.key_id)
+            .await?
+            .ok_or(GatewayError::Unauthorized(Refusal::Invalid))?;
+        access::check(&record, OffsetDateTime::now_utc()).map_err(GatewayError::Unauthorized)
     }
 
     // -- health -------------------------------------------------------------

@@ -179,6 +179,10 @@ pub struct JobControl {
     #[serde(with = "time::serde::rfc3339")]
     #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: OffsetDateTime,
+    /// Why, when bosun paused the job itself (the key that started it was
+    /// revoked, expired or lost the right).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Bulk replay jobs, newest first (`GET /v1/replays`).

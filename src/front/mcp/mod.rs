@@ -32,6 +32,7 @@ use std::io;
 use std::sync::Arc;
 
 use axum::http::request::Parts;
+use rmcp::model::ErrorCode;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams, InitializeResult,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -44,10 +45,11 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
-use crate::front::access::Caller;
-use crate::front::gateway::Gateway;
+use crate::front::access::{Caller, Refusal};
+use crate::front::gateway::{Gateway, GatewayError};
 use crate::runtime::telemetry::{self, TraceContext};
 
+pub mod jsonrpc;
 pub mod tools;
 
 #[cfg(test)]
@@ -191,10 +193,15 @@ impl McpHandler {
         })
     }
 
-    /// The caller a request acts as.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+    /// The caller a request acts as. On stdio the key the server was
+    /// started with is checked again for every call, so a key revoked or
+    /// expired meanwhile is refused at the session's next call.
+    async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         match &self.caller {
-            CallerSource::Key(caller) => Ok(caller.clone()),
+            CallerSource::Key(caller) => self.tools.gateway().recheck(caller).await.map_err(|err| match err {
+                GatewayError::Unauthorized(refusal) => unauthorized(refusal),
+                other => ErrorData::internal_error(format!("cannot check the API key: {other}"), None),
+            }),
             CallerSource::HttpRequest => context
                 .extensions
                 .get::<Parts>()
@@ -204,6 +211,20 @@ impl McpHandler {
         }
     }
 }
+
+/// The JSON-RPC error of a call whose key no longer holds: the stdio
+/// equivalent of HTTP's 401, with the API's error body as its data.
+fn unauthorized(refusal: Refusal) -> ErrorData {
+    ErrorData::new(
+        UNAUTHORIZED,
+        refusal.to_string(),
+        Some(GatewayError::Unauthorized(refusal).to_json()),
+    )
+}
+
+/// The JSON-RPC error code of a refused key (an implementation-defined
+/// server error, -32000 to -32099).
+pub const UNAUTHORIZED: ErrorCode = ErrorCode(-32001);
 
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
@@ -247,7 +268,7 @@ impl ServerHandler for McpHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = self.caller(&context)?;
+        let caller = self.caller(&context).await?;
         // The tool call's server span (OpenTelemetry's MCP conventions), in
         // the caller's trace: `params._meta.traceparent` (SEP-414), else
         // the HTTP request's `traceparent` header.

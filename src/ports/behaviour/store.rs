@@ -110,6 +110,7 @@ where
     timeline_keeps_order(&make().await).await;
     deliveries_keep_their_first_record(&make().await).await;
     api_keys_round_trip_and_revoke_once(&make().await).await;
+    api_keys_rotate_and_record_their_use(&make().await).await;
     idempotency_keys_claim_complete_and_release(&make().await).await;
     stale_idempotency_claims_are_taken_over(&make().await).await;
     concurrent_idempotency_claims_have_one_winner(make().await).await;
@@ -698,6 +699,10 @@ fn api_key(id: &str, tenant: &str, offset_ms: u64) -> ApiKeyRecord {
         created_by: "cli:operator".into(),
         created_at: at(offset_ms),
         revoked_at: None,
+        expires_at: Some(at(offset_ms + 90_000)),
+        last_used_at: None,
+        rotated_from: None,
+        rotated_to: None,
     }
 }
 
@@ -737,6 +742,55 @@ async fn api_keys_round_trip_and_revoke_once<S: AccessStore>(store: &S) {
         store.revoke_api_key("nope", at(3000)).await,
         Err(StoreError::NotFound { .. })
     ));
+}
+
+async fn api_keys_rotate_and_record_their_use<S: AccessStore>(store: &S) {
+    let mut before_expiry = api_key("k0", "contoso", 0);
+    before_expiry.expires_at = None;
+    store.insert_api_key(before_expiry).await.unwrap();
+    store.insert_api_key(api_key("k1", "contoso", 0)).await.unwrap();
+
+    // The successor is stored and linked; the old key ends at the grace
+    // period's end, or at its own expiry when that is sooner.
+    let mut successor = api_key("k2", "contoso", 5000);
+    successor.rotated_from = Some("k1".into());
+    let old = store.rotate_api_key("k1", successor.clone(), at(20_000)).await.unwrap();
+    assert_eq!(old.rotated_to.as_deref(), Some("k2"));
+    assert_eq!(old.expires_at, Some(at(20_000)));
+    assert_eq!(store.api_key("k2").await.unwrap(), Some(successor));
+    let mut again = api_key("k3", "contoso", 6000);
+    again.rotated_from = Some("k1".into());
+    let old = store.rotate_api_key("k1", again, at(500_000)).await.unwrap();
+    assert_eq!(
+        old.expires_at,
+        Some(at(20_000)),
+        "a grace period never lengthens a key's life"
+    );
+    // A key made before keys expired gets the grace period's end.
+    let mut of_old = api_key("k4", "contoso", 7000);
+    of_old.rotated_from = Some("k0".into());
+    let old = store.rotate_api_key("k0", of_old, at(30_000)).await.unwrap();
+    assert_eq!(old.expires_at, Some(at(30_000)));
+    let mut orphan = api_key("k5", "contoso", 8000);
+    orphan.rotated_from = Some("nope".into());
+    assert!(matches!(
+        store.rotate_api_key("nope", orphan, at(30_000)).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(
+        store.api_key("k5").await.unwrap(),
+        None,
+        "nothing stored for a key that is not there"
+    );
+
+    store.touch_api_key("k2", at(40_000)).await.unwrap();
+    store.touch_api_key("k2", at(35_000)).await.unwrap();
+    assert_eq!(
+        store.api_key("k2").await.unwrap().and_then(|key| key.last_used_at),
+        Some(at(40_000)),
+        "last used never goes back"
+    );
+    store.touch_api_key("nope", at(40_000)).await.unwrap();
 }
 
 const LONG: Duration = Duration::from_secs(600);
@@ -1352,6 +1406,7 @@ async fn replay_jobs_pause_resume_cancel_and_finish<S: AccessStore>(store: &S) {
         action,
         by: "alice".into(),
         at: OffsetDateTime::from_unix_timestamp(now.unix_timestamp()).unwrap(),
+        reason: None,
     };
     // Another tenant's key finds no job to pause.
     let err = store

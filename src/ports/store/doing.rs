@@ -148,6 +148,16 @@ pub(crate) fn revoke_api_key(id: &str) -> String {
     format!("revoking API key {id}")
 }
 
+/// [`AccessStore::rotate_api_key`](super::AccessStore::rotate_api_key).
+pub(crate) fn rotate_api_key(id: &str) -> String {
+    format!("rotating API key {id}")
+}
+
+/// [`AccessStore::touch_api_key`](super::AccessStore::touch_api_key).
+pub(crate) fn touch_api_key(id: &str) -> String {
+    format!("recording when API key {id} was last used")
+}
+
 /// [`AccessStore::claim_idempotency`](super::AccessStore::claim_idempotency).
 pub(crate) fn claim_idempotency(tenant_id: &str, key: &str) -> String {
     format!("claiming Idempotency-Key `{key}` of tenant {tenant_id}")

@@ -120,6 +120,10 @@ pub struct ReplayJobControl {
     /// When.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
+    /// Why, when bosun did it itself (a job paused because the key that
+    /// started it was revoked, expired or lost the right).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A stored bulk replay job.
@@ -302,6 +306,8 @@ pub(crate) fn controls_from_json(text: &str) -> Result<Vec<ReplayJobControl>, St
         by: String,
         #[serde(with = "time::serde::rfc3339")]
         at: OffsetDateTime,
+        #[serde(default)]
+        reason: Option<String>,
     }
     let corrupt = |detail: String| StoreError::Corrupt {
         what: "controls of a replay job".into(),
@@ -316,6 +322,7 @@ pub(crate) fn controls_from_json(text: &str) -> Result<Vec<ReplayJobControl>, St
                     .ok_or_else(|| corrupt(format!("unknown action `{}`", control.action)))?,
                 by: control.by,
                 at: control.at,
+                reason: control.reason,
             })
         })
         .collect()
@@ -384,13 +391,25 @@ mod tests {
 
     #[test]
     fn controls_round_trip_and_corrupt_ones_say_what() {
-        let controls = vec![ReplayJobControl {
-            action: ReplayJobAction::Pause,
-            by: "key:abc".into(),
-            at: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
-        }];
+        let controls = vec![
+            ReplayJobControl {
+                action: ReplayJobAction::Pause,
+                by: "key:abc".into(),
+                at: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+                reason: None,
+            },
+            ReplayJobControl {
+                action: ReplayJobAction::Pause,
+                by: "bosun".into(),
+                at: OffsetDateTime::from_unix_timestamp(1_700_000_001).unwrap(),
+                reason: Some("key abc was revoked".into()),
+            },
+        ];
         let text = controls_to_json(&controls).unwrap();
         assert_eq!(controls_from_json(&text).unwrap(), controls);
+        // What the release before reasons wrote still reads.
+        let before = r#"[{"action":"pause","by":"alice","at":"2026-01-01T00:00:00Z"}]"#;
+        assert_eq!(controls_from_json(before).unwrap()[0].reason, None);
         let err = controls_from_json(r#"[{"action":"explode","by":"x","at":"2026-01-01T00:00:00Z"}]"#).unwrap_err();
         assert!(err.to_string().contains("explode"), "{err}");
     }

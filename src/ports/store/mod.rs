@@ -538,6 +538,18 @@ pub struct ApiKeyRecord {
     /// When it was revoked, if it was.
     #[serde(with = "time::serde::rfc3339::option")]
     pub revoked_at: Option<OffsetDateTime>,
+    /// When it stops working; `None` for a key made before keys expired
+    /// (`bosun keys list --expiring` lists those too: rotate them).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
+    /// When it was last accepted, to the minute.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_used_at: Option<OffsetDateTime>,
+    /// The key this one succeeds (`bosun keys rotate`).
+    pub rotated_from: Option<String>,
+    /// The key that succeeds this one, which ends this one's life at the
+    /// end of the grace period.
+    pub rotated_to: Option<String>,
 }
 
 /// The outcome of claiming an `Idempotency-Key`.
@@ -578,6 +590,20 @@ pub trait AccessStore: ReplayJobStore {
     /// Revokes a key. [`StoreError::NotFound`] when there is none; revoking
     /// twice keeps the first time.
     async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError>;
+
+    /// Rotates key `id`: stores `successor` and, in the same transaction,
+    /// records it on the old key and ends the old key's life at
+    /// `old_expires_at` (or its own expiry, if sooner). Returns the old key
+    /// as it is now. [`StoreError::NotFound`] when there is no key `id`.
+    async fn rotate_api_key(
+        &self,
+        id: &str,
+        successor: ApiKeyRecord,
+        old_expires_at: OffsetDateTime,
+    ) -> Result<ApiKeyRecord, StoreError>;
+
+    /// Records that key `id` was accepted at `at`.
+    async fn touch_api_key(&self, id: &str, at: OffsetDateTime) -> Result<(), StoreError>;
 
     /// Claims `(tenant, key)` for a request with hash `request_hash`. A claim
     /// left in progress longer than `stale_after` (its process died) is taken

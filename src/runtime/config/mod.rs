@@ -107,6 +107,7 @@ const KNOWN: &[&str] = &[
     "BOSUN_RETENTION_COMPLETED_SAGAS_DAYS",
     "BOSUN_RETENTION_INTERVAL_MS",
     "BOSUN_RETENTION_BATCH",
+    "BOSUN_KEY_MAX_LIFETIME_DAYS",
     "BOSUN_LOG_FORMAT",
     "BOSUN_FAILPOINT",
     "BOSUN_OPERATOR",
@@ -631,6 +632,13 @@ impl Settings {
                     .map_err(|_| invalid("BOSUN_RETENTION_BATCH", "is too large"))?,
             }
         };
+        let key_max_lifetime = match number("BOSUN_KEY_MAX_LIFETIME_DAYS", 90, 1)? {
+            n if n > 3650 => return Err(invalid("BOSUN_KEY_MAX_LIFETIME_DAYS", "must be at most 3650")),
+            n => u32::try_from(n)
+                .ok()
+                .and_then(|n| DAY.checked_mul(n))
+                .ok_or_else(|| invalid("BOSUN_KEY_MAX_LIFETIME_DAYS", "is too large"))?,
+        };
         let container = {
             let builder = match get("BOSUN_CONTAINER_BUILDER").as_deref().map(str::trim) {
                 None | Some("auto") => ContainerBuilderChoice::Auto,
@@ -738,6 +746,7 @@ impl Settings {
             delivery,
             retention,
             container,
+            key_max_lifetime,
         };
         if settings.lock_duration < Duration::from_millis(500) {
             return Err(invalid("BOSUN_LOCK_DURATION_MS", "must be at least 500"));

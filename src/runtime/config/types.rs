@@ -498,6 +498,9 @@ pub struct Settings {
     /// How container-build builds images with the local adapters
     /// (`BOSUN_CONTAINER_*`, `BOSUN_BUILDAH_BINARY`).
     pub container: ContainerBuilderSettings,
+    /// `BOSUN_KEY_MAX_LIFETIME_DAYS`: the longest an API key made by
+    /// `bosun keys create` or `rotate` lives. Default 90; 1 to 3650.
+    pub key_max_lifetime: Duration,
 }
 
 /// `BOSUN_CONTAINER_BUILDER`: which builder container-build uses.

@@ -130,8 +130,14 @@ async fn measure(
     let token = shutdown.clone();
     let running = tokio::spawn(async move { host.run(token).await });
     let result = async {
-        let made =
-            access::generate("bench", &[Scope::CommandsSend, Scope::DeliveriesRead], "bench", None).map_err(api)?;
+        let made = access::generate(
+            "bench",
+            &[Scope::CommandsSend, Scope::DeliveriesRead],
+            "bench",
+            None,
+            access::DEFAULT_MAX_KEY_LIFETIME,
+        )
+        .map_err(api)?;
         backends.access.insert_api_key(made.record).await.map_err(api)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(api)?;
         let url = format!("http://{}", listener.local_addr().map_err(api)?);

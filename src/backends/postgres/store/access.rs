@@ -17,7 +17,8 @@ use crate::backends::postgres::PostgresDatabase;
 use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError, doing};
 use crate::ports::transport::duration_ms;
 
-const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
+const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at, \
+                               expires_at, last_used_at, rotated_from, rotated_to";
 
 fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
     let Json(scopes): Json<Vec<String>> = row.try_get(2)?;
@@ -30,6 +31,10 @@ fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
         created_by: row.try_get(5)?,
         created_at: row.try_get(6)?,
         revoked_at: row.try_get(7)?,
+        expires_at: row.try_get(8)?,
+        last_used_at: row.try_get(9)?,
+        rotated_from: row.try_get(10)?,
+        rotated_to: row.try_get(11)?,
     })
 }
 
@@ -64,6 +69,23 @@ impl AccessStore for PostgresStore {
             .map_err(|err| err.doing(doing::revoke_api_key(id)))
     }
 
+    async fn rotate_api_key(
+        &self,
+        id: &str,
+        successor: ApiKeyRecord,
+        old_expires_at: OffsetDateTime,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        self::rotate_api_key(&self.database, id, successor, old_expires_at)
+            .await
+            .map_err(|err| err.doing(doing::rotate_api_key(id)))
+    }
+
+    async fn touch_api_key(&self, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
+        self::touch_api_key(&self.database, id, at)
+            .await
+            .map_err(|err| err.doing(doing::touch_api_key(id)))
+    }
+
     async fn claim_idempotency(
         &self,
         tenant_id: &str,
@@ -95,9 +117,12 @@ impl AccessStore for PostgresStore {
     }
 }
 
-async fn insert_api_key(database: &PostgresDatabase, key: ApiKeyRecord) -> Result<(), StoreError> {
+/// The statement that inserts one key row.
+fn insert_key_row(
+    key: &ApiKeyRecord,
+) -> sqlx_core::query::Query<'_, sqlx_postgres::Postgres, sqlx_postgres::PgArguments> {
     query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "INSERT INTO bosun_api_keys ({API_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        "INSERT INTO bosun_api_keys ({API_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
     )))
     .bind(&key.id)
     .bind(&key.tenant_id)
@@ -107,8 +132,51 @@ async fn insert_api_key(database: &PostgresDatabase, key: ApiKeyRecord) -> Resul
     .bind(&key.created_by)
     .bind(key.created_at)
     .bind(key.revoked_at)
-    .execute(database.pool())
+    .bind(key.expires_at)
+    .bind(key.last_used_at)
+    .bind(&key.rotated_from)
+    .bind(&key.rotated_to)
+}
+
+async fn insert_api_key(database: &PostgresDatabase, key: ApiKeyRecord) -> Result<(), StoreError> {
+    insert_key_row(&key).execute(database.pool()).await?;
+    Ok(())
+}
+
+async fn rotate_api_key(
+    database: &PostgresDatabase,
+    id: &str,
+    successor: ApiKeyRecord,
+    old_expires_at: OffsetDateTime,
+) -> Result<ApiKeyRecord, StoreError> {
+    let mut tx = database.pool().begin().await?;
+    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+        "UPDATE bosun_api_keys SET rotated_to = $2, expires_at = least(coalesce(expires_at, $3), $3)
+         WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(&successor.id)
+    .bind(old_expires_at)
+    .fetch_optional(&mut *tx)
     .await?;
+    let Some(row) = row else {
+        return Err(StoreError::NotFound {
+            what: "API key",
+            id: id.to_owned(),
+        });
+    };
+    let old = api_key_from_row(&row)?;
+    insert_key_row(&successor).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(old)
+}
+
+async fn touch_api_key(database: &PostgresDatabase, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
+    query("UPDATE bosun_api_keys SET last_used_at = greatest(last_used_at, $2) WHERE id = $1")
+        .bind(id)
+        .bind(at)
+        .execute(database.pool())
+        .await?;
     Ok(())
 }
 

@@ -12,7 +12,8 @@ use crate::backends::sqlite::{Database, undecodable};
 use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError, doing};
 use crate::ports::transport::{duration_ms, from_unix_ms, unix_ms};
 
-const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at";
+const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at, \
+                               expires_at, last_used_at, rotated_from, rotated_to";
 
 fn api_key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
     let scopes: String = row.get(2)?;
@@ -25,6 +26,10 @@ fn api_key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
         created_by: row.get(5)?,
         created_at: from_unix_ms(row.get(6)?),
         revoked_at: row.get::<_, Option<i64>>(7)?.map(from_unix_ms),
+        expires_at: row.get::<_, Option<i64>>(8)?.map(from_unix_ms),
+        last_used_at: row.get::<_, Option<i64>>(9)?.map(from_unix_ms),
+        rotated_from: row.get(10)?,
+        rotated_to: row.get(11)?,
     })
 }
 
@@ -64,6 +69,23 @@ impl AccessStore for SqliteStore {
             .map_err(|err| err.doing(doing::revoke_api_key(id)))
     }
 
+    async fn rotate_api_key(
+        &self,
+        id: &str,
+        successor: ApiKeyRecord,
+        old_expires_at: OffsetDateTime,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        self::rotate_api_key(&self.database, id, successor, old_expires_at)
+            .await
+            .map_err(|err| err.doing(doing::rotate_api_key(id)))
+    }
+
+    async fn touch_api_key(&self, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
+        self::touch_api_key(&self.database, id, at)
+            .await
+            .map_err(|err| err.doing(doing::touch_api_key(id)))
+    }
+
     async fn claim_idempotency(
         &self,
         tenant_id: &str,
@@ -95,21 +117,68 @@ impl AccessStore for SqliteStore {
     }
 }
 
+/// Inserts one key row.
+fn insert_key_row(conn: &rusqlite::Connection, key: &ApiKeyRecord) -> Result<(), StoreError> {
+    conn.execute(
+        &format!("INSERT INTO api_keys ({API_KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+        params![
+            key.id,
+            key.tenant_id,
+            to_json(&key.scopes, "the scopes of an API key")?,
+            key.secret_hash,
+            key.description,
+            key.created_by,
+            unix_ms(key.created_at),
+            key.revoked_at.map(unix_ms),
+            key.expires_at.map(unix_ms),
+            key.last_used_at.map(unix_ms),
+            key.rotated_from,
+            key.rotated_to,
+        ],
+    )?;
+    Ok(())
+}
+
 async fn insert_api_key(database: &Database, key: ApiKeyRecord) -> Result<(), StoreError> {
+    database.call(move |conn| insert_key_row(conn, &key)).await
+}
+
+async fn rotate_api_key(
+    database: &Database,
+    id: &str,
+    successor: ApiKeyRecord,
+    old_expires_at: OffsetDateTime,
+) -> Result<ApiKeyRecord, StoreError> {
+    let id = id.to_owned();
+    database
+        .call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let old = tx
+                .query_row(
+                    &format!(
+                        "UPDATE api_keys SET rotated_to = ?2,
+                             expires_at = min(coalesce(expires_at, ?3), ?3)
+                         WHERE id = ?1 RETURNING {API_KEY_COLUMNS}"
+                    ),
+                    params![id, successor.id, unix_ms(old_expires_at)],
+                    api_key_from_row,
+                )
+                .optional()?
+                .ok_or(StoreError::NotFound { what: "API key", id })?;
+            insert_key_row(&tx, &successor)?;
+            tx.commit()?;
+            Ok(old)
+        })
+        .await
+}
+
+async fn touch_api_key(database: &Database, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
+    let id = id.to_owned();
     database
         .call(move |conn| {
             conn.execute(
-                &format!("INSERT INTO api_keys ({API_KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-                params![
-                    key.id,
-                    key.tenant_id,
-                    to_json(&key.scopes, "the scopes of an API key")?,
-                    key.secret_hash,
-                    key.description,
-                    key.created_by,
-                    unix_ms(key.created_at),
-                    key.revoked_at.map(unix_ms)
-                ],
+                "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
+                params![id, unix_ms(at)],
             )?;
             Ok(())
         })

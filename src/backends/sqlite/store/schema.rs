@@ -119,7 +119,11 @@ CREATE TABLE IF NOT EXISTS api_keys (
     description TEXT,
     created_by TEXT NOT NULL,
     created_at INTEGER NOT NULL,
-    revoked_at INTEGER
+    revoked_at INTEGER,
+    expires_at INTEGER,
+    last_used_at INTEGER,
+    rotated_from TEXT,
+    rotated_to TEXT
 );
 CREATE TABLE IF NOT EXISTS http_idempotency (
     tenant_id TEXT NOT NULL,
@@ -180,6 +184,11 @@ pub(super) const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // The delivery's trace (see migrations/postgres/0008_delivery_trace.sql).
     ("deliveries", "traceparent", "TEXT"),
     ("deliveries", "tracestate", "TEXT"),
+    // A key's lifecycle (see migrations/postgres/0013_key_lifecycle.sql).
+    ("api_keys", "expires_at", "INTEGER"),
+    ("api_keys", "last_used_at", "INTEGER"),
+    ("api_keys", "rotated_from", "TEXT"),
+    ("api_keys", "rotated_to", "TEXT"),
 ];
 
 /// Data migrations of `state.db`, numbered by `PRAGMA user_version` and

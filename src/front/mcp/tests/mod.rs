@@ -74,7 +74,7 @@ async fn fixture_with(change: impl FnOnce(&mut Settings)) -> Fixture {
 impl Fixture {
     /// A new API key of `tenant` with `scopes`.
     async fn key(&self, tenant: &str, scopes: &[Scope]) -> String {
-        let made = access::generate(tenant, scopes, "test", None).expect("a key");
+        let made = access::generate(tenant, scopes, "test", None, access::DEFAULT_MAX_KEY_LIFETIME).expect("a key");
         self.backends.access.insert_api_key(made.record).await.expect("stored");
         made.key
     }

@@ -170,6 +170,11 @@ impl Tools {
         Self { gateway }
     }
 
+    /// The gateway the tools act through.
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
     /// Calls the tool `name` as `caller`, in the trace `trace` names: its
     /// answer, or the refusal, as a tool result; `None` when there is no
     /// such tool.

@@ -1,0 +1,276 @@
+//! The JSON-RPC check in front of `/mcp`: a POST whose body is not one
+//! JSON-RPC 2.0 message is answered as the protocol says, with a JSON-RPC
+//! error body, before the MCP SDK sees it (the SDK answers any body it
+//! cannot read with `415` and plain text).
+//!
+//! - a body that is not JSON (or nested deeper than JSON parsers take):
+//!   `-32700` parse error;
+//! - JSON that is not a JSON-RPC 2.0 request, notification or response, and
+//!   a batch (an array: MCP since 2025-06-18 has none): `-32600` invalid
+//!   request;
+//! - a request whose `params` do not fit its method: `-32602` invalid
+//!   params, with the request's id.
+//!
+//! Each is HTTP 400, as the Streamable HTTP transport says ("an HTTP error
+//! status, and a JSON-RPC error response that has no id" when the id cannot
+//! be read). Wrong `Accept` and `Content-Type` headers get the SDK's
+//! statuses (406, 415) with a JSON-RPC body too, and a body over the limit
+//! 413. The body the SDK then reads is the same bytes.
+
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::ClientJsonRpcMessage;
+use serde_json::{Value, json};
+
+/// Parse error: the body is not JSON.
+pub const PARSE_ERROR: i64 = -32700;
+/// Invalid request: JSON, but not one JSON-RPC 2.0 message.
+pub const INVALID_REQUEST: i64 = -32600;
+/// Invalid params: a known method whose `params` do not fit it.
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// The middleware: checks a POST's headers and body (at most
+/// `max_body_bytes`) and passes it on unchanged, or answers the JSON-RPC
+/// error. Other methods go straight to the SDK (which answers GET and
+/// DELETE with 405).
+pub async fn checked(max_body_bytes: usize, request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    if let Some(refused) = refuse_headers(request.headers()) {
+        return refused;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::Null,
+                INVALID_REQUEST,
+                format!("the request body is over {max_body_bytes} bytes (BOSUN_HTTP_MAX_BODY_BYTES)"),
+            );
+        }
+    };
+    if let Err(refused) = check_body(&bytes) {
+        return refused;
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The SDK's header rules, answered in JSON-RPC: a POST accepts both JSON
+/// and an event stream, and sends JSON.
+fn refuse_headers(headers: &HeaderMap) -> Option<Response> {
+    let accepted: Vec<String> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|media| media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .collect();
+    let accepts = |media: &str| accepted.iter().any(|accepted| accepted == media);
+    if !accepts("application/json") || !accepts("text/event-stream") {
+        return Some(error(
+            StatusCode::NOT_ACCEPTABLE,
+            Value::Null,
+            INVALID_REQUEST,
+            "Accept must list both application/json and text/event-stream".to_owned(),
+        ));
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+    if !json {
+        return Some(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Value::Null,
+            INVALID_REQUEST,
+            "Content-Type must be application/json".to_owned(),
+        ));
+    }
+    None
+}
+
+/// Whether `bytes` are one JSON-RPC 2.0 message the SDK can read; the
+/// error response when not.
+pub fn check_body(bytes: &Bytes) -> Result<(), Response> {
+    let bad = |code, id, message: String| Err(error(StatusCode::BAD_REQUEST, id, code, message));
+    // serde_json refuses nesting deeper than 128 levels, so a 10,000-deep
+    // body is a parse error, not a stack overflow.
+    let value: Value = match serde_json::from_slice(bytes) {
+        Ok(value) => value,
+        Err(err) => return bad(PARSE_ERROR, Value::Null, format!("Parse error: {err}")),
+    };
+    let object = match value {
+        Value::Object(object) => object,
+        Value::Array(_) => {
+            return bad(
+                INVALID_REQUEST,
+                Value::Null,
+                "Invalid Request: batches are not supported; send one JSON-RPC message per request".to_owned(),
+            );
+        }
+        _ => {
+            return bad(
+                INVALID_REQUEST,
+                Value::Null,
+                "Invalid Request: the body must be a JSON-RPC 2.0 object".to_owned(),
+            );
+        }
+    };
+    // The id to answer with: a string or a number; anything else is no id.
+    let id = match object.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        _ => Value::Null,
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return bad(
+            INVALID_REQUEST,
+            id,
+            "Invalid Request: field `jsonrpc` must be \"2.0\"".to_owned(),
+        );
+    }
+    if let Some(bad_id) = object
+        .get("id")
+        .filter(|given| !matches!(given, Value::String(_) | Value::Number(_)))
+    {
+        return bad(
+            INVALID_REQUEST,
+            Value::Null,
+            format!("Invalid Request: field `id` must be a string or a number, not {bad_id}"),
+        );
+    }
+    let is_response = object.contains_key("result") || object.contains_key("error");
+    match object.get("method") {
+        Some(Value::String(_)) if !is_response => {}
+        Some(Value::String(_)) => {
+            return bad(
+                INVALID_REQUEST,
+                id,
+                "Invalid Request: a message has a `method` or a `result`/`error`, not both".to_owned(),
+            );
+        }
+        Some(_) => {
+            return bad(
+                INVALID_REQUEST,
+                id,
+                "Invalid Request: field `method` must be a string".to_owned(),
+            );
+        }
+        None if is_response && object.contains_key("id") => {}
+        None => {
+            return bad(
+                INVALID_REQUEST,
+                id,
+                "Invalid Request: field `method` is missing (or, for a response, `id` with `result` or `error`)"
+                    .to_owned(),
+            );
+        }
+    }
+    let has_id = object.contains_key("id");
+    if let Err(err) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(object)) {
+        return match has_id && !is_response {
+            true => bad(INVALID_PARAMS, id, format!("Invalid params: {err}")),
+            false => bad(INVALID_REQUEST, id, format!("Invalid Request: {err}")),
+        };
+    }
+    Ok(())
+}
+
+/// A JSON-RPC error response with `status`.
+fn error(status: StatusCode, id: Value, code: i64, message: String) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    });
+    (status, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(body: &[u8]) -> Option<(u16, Value)> {
+        let response = check_body(&Bytes::copy_from_slice(body)).err()?;
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.ok()?;
+        Some((status, serde_json::from_slice(&bytes).ok()?))
+    }
+
+    async fn code_of(body: &[u8]) -> (u16, i64, Value) {
+        let (status, answer) = answer(body)
+            .await
+            .unwrap_or_else(|| panic!("{} was accepted", String::from_utf8_lossy(body)));
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert!(answer["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        (
+            status,
+            answer["error"]["code"].as_i64().unwrap_or_default(),
+            answer["id"].clone(),
+        )
+    }
+
+    #[tokio::test]
+    async fn malformed_json_and_deep_nesting_are_parse_errors() {
+        for body in [b"{".to_vec(), b"not json".to_vec(), b"".to_vec(), {
+            let mut deep = "[".repeat(10_000);
+            deep.push_str(&"]".repeat(10_000));
+            deep.into_bytes()
+        }] {
+            assert_eq!(code_of(&body).await, (400, PARSE_ERROR, Value::Null));
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_and_non_jsonrpc_objects_are_invalid_requests() {
+        for (body, id) in [
+            (json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]), Value::Null),
+            (json!({"hello": "world"}), Value::Null),
+            (json!("ping"), Value::Null),
+            (json!({"jsonrpc": "1.0", "id": 7, "method": "ping"}), json!(7)),
+            (json!({"jsonrpc": "2.0", "id": "a", "method": 3}), json!("a")),
+            (json!({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}), Value::Null),
+            (json!({"jsonrpc": "2.0", "id": 2}), json!(2)),
+            (
+                json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "result": {}}),
+                json!(2),
+            ),
+        ] {
+            let bytes = serde_json::to_vec(&body).unwrap();
+            assert_eq!(code_of(&bytes).await, (400, INVALID_REQUEST, id), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_known_method_with_wrong_params_is_invalid_params_with_its_id() {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}});
+        assert_eq!(
+            code_of(&serde_json::to_vec(&body).unwrap()).await,
+            (400, INVALID_PARAMS, json!(9))
+        );
+    }
+
+    #[tokio::test]
+    async fn messages_the_sdk_reads_pass() {
+        for body in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_delivery", "arguments": {}}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "some/custom"}),
+        ] {
+            assert!(answer(&serde_json::to_vec(&body).unwrap()).await.is_none(), "{body}");
+        }
+    }
+}
