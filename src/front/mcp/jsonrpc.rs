@@ -8,8 +8,10 @@
 //! - JSON that is not a JSON-RPC 2.0 request, notification or response, and
 //!   a batch (an array: MCP since 2025-06-18 has none): `-32600` invalid
 //!   request;
-//! - a request whose `params` do not fit its method: `-32602` invalid
-//!   params, with the request's id.
+//! - a message the SDK's message type cannot read: `-32600`, with its id.
+//!
+//! A request of a known method whose `params` do not fit it reads as a
+//! custom request and goes on: the SDK answers it with a JSON-RPC error.
 //!
 //! Each is HTTP 400, as the Streamable HTTP transport says ("an HTTP error
 //! status, and a JSON-RPC error response that has no id" when the id cannot
@@ -29,8 +31,6 @@ use serde_json::{Value, json};
 pub const PARSE_ERROR: i64 = -32700;
 /// Invalid request: JSON, but not one JSON-RPC 2.0 message.
 pub const INVALID_REQUEST: i64 = -32600;
-/// Invalid params: a known method whose `params` do not fit it.
-pub const INVALID_PARAMS: i64 = -32602;
 
 /// The middleware: checks a POST's headers and body (at most
 /// `max_body_bytes`) and passes it on unchanged, or answers the JSON-RPC
@@ -178,12 +178,8 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Response> {
             );
         }
     }
-    let has_id = object.contains_key("id");
     if let Err(err) = serde_json::from_value::<ClientJsonRpcMessage>(Value::Object(object)) {
-        return match has_id && !is_response {
-            true => bad(INVALID_PARAMS, id, format!("Invalid params: {err}")),
-            false => bad(INVALID_REQUEST, id, format!("Invalid Request: {err}")),
-        };
+        return bad(INVALID_REQUEST, id, format!("Invalid Request: {err}"));
     }
     Ok(())
 }
@@ -254,21 +250,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_known_method_with_wrong_params_is_invalid_params_with_its_id() {
-        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}});
-        assert_eq!(
-            code_of(&serde_json::to_vec(&body).unwrap()).await,
-            (400, INVALID_PARAMS, json!(9))
-        );
-    }
-
-    #[tokio::test]
     async fn messages_the_sdk_reads_pass() {
         for body in [
             json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
             json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_delivery", "arguments": {}}}),
             json!({"jsonrpc": "2.0", "id": 1, "method": "some/custom"}),
+            // The SDK answers these itself, with a JSON-RPC error.
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}}),
         ] {
             assert!(answer(&serde_json::to_vec(&body).unwrap()).await.is_none(), "{body}");
         }

@@ -55,6 +55,14 @@ async fn fixture_with(change: impl FnOnce(&mut Settings)) -> Fixture {
     let mut settings = Settings::with_data_dir(dir.path());
     change(&mut settings);
     let backends = Backends::open(&settings).await.expect("backends open");
+    // The keys [`caller`] names, stored: work a caller starts (a replay
+    // job) is checked against its key's record before each effect.
+    for tenant in ["contoso", "fabrikam"] {
+        let mut made =
+            access::generate(tenant, &[Scope::Admin], "test", None, access::DEFAULT_MAX_KEY_LIFETIME).expect("a key");
+        made.record.id = format!("{tenant}-key");
+        backends.access.insert_api_key(made.record).await.expect("stored");
+    }
     let gateway = Gateway::new(backends.clone(), CancellationToken::new());
     gateway.spawn_replay_runner(CancellationToken::new());
     let state = ApiState::new(gateway.clone(), Arc::new(Metrics::new()));
@@ -77,6 +85,13 @@ impl Fixture {
         let made = access::generate(tenant, scopes, "test", None, access::DEFAULT_MAX_KEY_LIFETIME).expect("a key");
         self.backends.access.insert_api_key(made.record).await.expect("stored");
         made.key
+    }
+
+    /// The caller of a new, stored key of `tenant` with `scopes` (a stdio
+    /// session checks its key's record before every call).
+    async fn stored_caller(&self, tenant: &str, scopes: &[Scope]) -> Caller {
+        let key = self.key(tenant, scopes).await;
+        f_authenticate(&self.tools, &key).await
     }
 
     /// POSTs one JSON-RPC message to `/mcp` as `key`.
@@ -111,6 +126,10 @@ impl Fixture {
         assert_eq!(answer["id"], 7, "{answer}");
         answer
     }
+}
+
+async fn f_authenticate(tools: &Tools, key: &str) -> Caller {
+    tools.gateway().authenticate(key).await.expect("a valid key")
 }
 
 fn caller(tenant: &str, scopes: &[Scope]) -> Caller {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use super::{call, caller, contoso, fixture, probe};
+use super::{call, contoso, fixture, probe};
 use crate::front::access::{Caller, Scope};
 use crate::front::mcp::{McpServer, tools};
 
@@ -69,7 +69,7 @@ impl StdioClient {
 #[tokio::test]
 async fn stdio_initializes_lists_and_calls_tools_as_its_key() {
     let f = fixture().await;
-    let mut client = StdioClient::start(&f.server, caller("contoso", &[Scope::CommandsSend]));
+    let mut client = StdioClient::start(&f.server, f.stored_caller("contoso", &[Scope::CommandsSend]).await);
     let initialized = client.initialize("2025-03-26").await;
     assert_eq!(initialized["result"]["protocolVersion"], "2025-03-26", "{initialized}");
     assert_eq!(initialized["result"]["serverInfo"]["name"], "bosun");
