@@ -119,6 +119,18 @@ impl Server {
         );
     }
 
+    /// Keeps the stderr lines that come within `duration` (in `seen`).
+    pub fn collect_lines(&mut self, duration: Duration) {
+        let deadline = Instant::now() + duration;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(line) => self.seen.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+
     /// SIGKILL.
     pub fn kill(mut self) {
         let _ = self.child.kill();
