@@ -79,7 +79,7 @@ impl Gateway {
         // bosun's to choose.
         if let Some(correlation_id) = correlation_id {
             let existing = self.backends.store.delivery_record(&correlation_id.to_string()).await?;
-            if !existing.is_some_and(|record| record.tenant_id == tenant) {
+            if existing.is_none_or(|record| record.tenant_id != tenant) {
                 return Err(GatewayError::not_found("delivery", &correlation_id.to_string()));
             }
         }

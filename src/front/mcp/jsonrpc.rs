@@ -55,8 +55,8 @@ pub async fn checked(max_body_bytes: usize, request: Request, next: Next) -> Res
             );
         }
     };
-    if let Err(refused) = check_body(&bytes) {
-        return refused;
+    if let Err(rejection) = check_body(&bytes) {
+        return rejection.into_response();
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
@@ -102,10 +102,27 @@ fn refuse_headers(headers: &HeaderMap) -> Option<Response> {
     None
 }
 
-/// Whether `bytes` are one JSON-RPC 2.0 message the SDK can read; the
-/// error response when not.
-pub fn check_body(bytes: &Bytes) -> Result<(), Response> {
-    let bad = |code, id, message: String| Err(error(StatusCode::BAD_REQUEST, id, code, message));
+/// Why a body is not one JSON-RPC 2.0 message: answered with HTTP 400.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The JSON-RPC error code ([`PARSE_ERROR`], [`INVALID_REQUEST`]).
+    pub code: i64,
+    /// The request's id when it could be read, else `null`.
+    pub id: Value,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        error(StatusCode::BAD_REQUEST, self.id, self.code, self.message)
+    }
+}
+
+/// Whether `bytes` are one JSON-RPC 2.0 message the SDK can read; why not
+/// when not.
+pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
+    let bad = |code, id, message: String| Err(Rejection { code, id, message });
     // serde_json refuses nesting deeper than 128 levels, so a 10,000-deep
     // body is a parse error, not a stack overflow.
     let value: Value = match serde_json::from_slice(bytes) {
@@ -199,7 +216,7 @@ mod tests {
     use super::*;
 
     async fn answer(body: &[u8]) -> Option<(u16, Value)> {
-        let response = check_body(&Bytes::copy_from_slice(body)).err()?;
+        let response = check_body(&Bytes::copy_from_slice(body)).err()?.into_response();
         let status = response.status().as_u16();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.ok()?;
         Some((status, serde_json::from_slice(&bytes).ok()?))
