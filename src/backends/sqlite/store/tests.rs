@@ -307,3 +307,61 @@ async fn a_timeline_write_wakes_the_waits_of_its_delivery_in_process() {
     drop((wait, other));
     assert_eq!(store.watch.waited_on(), 0, "dropped waits are forgotten");
 }
+
+#[tokio::test]
+async fn a_key_of_an_old_state_db_keeps_working_without_an_expiry_and_can_be_rotated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    // The key table as bosun made it before keys expired.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE api_keys (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL,
+                scopes TEXT NOT NULL,
+                secret_hash TEXT NOT NULL,
+                description TEXT,
+                created_by TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                revoked_at INTEGER
+             );
+             INSERT INTO api_keys VALUES ('0123456789ab', 'contoso', '[\"deliveries:read\"]', 'h', 'ci', 'alice', 1000, NULL);",
+        )
+        .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store.api_key("0123456789ab").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            old.expires_at,
+            old.last_used_at,
+            old.rotated_from.as_deref(),
+            old.rotated_to.as_deref()
+        ),
+        (None, None, None, None)
+    );
+    let now = time::OffsetDateTime::now_utc();
+    let caller = crate::front::access::check(&old, now).unwrap();
+    assert_eq!(caller.tenant_id, "contoso");
+    let successor = crate::front::access::successor(&old, "bob", Duration::from_secs(86_400)).unwrap();
+    let grace_end = now + time::Duration::hours(1);
+    let old = store
+        .rotate_api_key(&old.id, successor.record.clone(), grace_end)
+        .await
+        .unwrap();
+    assert_eq!(old.rotated_to, Some(successor.record.id.clone()));
+    assert_eq!(
+        old.expires_at.map(|at| at.unix_timestamp()),
+        Some(grace_end.unix_timestamp())
+    );
+    // What this release wrote, the previous one's columns still read.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let scopes: String = conn
+        .query_row(
+            "SELECT scopes FROM api_keys WHERE id = ?1",
+            [&successor.record.id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(scopes, "[\"deliveries:read\"]");
+}
