@@ -8,7 +8,8 @@
 //! - a bulk replay job started by a key that is then revoked pauses before
 //!   its next replay, saying why, and the approval it would have replayed
 //!   is not sent;
-//! - a `bosun mcp` session refuses its next call once its key is revoked;
+//! - a `bosun mcp` session refuses its next call once its key is revoked,
+//!   and a delivery's event stream ends with an `error` event;
 //! - a correlation id of another tenant reads exactly as one that does not
 //!   exist, over HTTP and MCP;
 //! - `/mcp` answers bodies that are not JSON-RPC with JSON-RPC errors;
@@ -288,6 +289,51 @@ fn a_revoked_keys_replay_job_pauses_before_its_next_replay() {
         (json!("paused"), json!(1)),
         "{job}"
     );
+}
+
+#[test]
+fn a_revoked_keys_event_stream_ends_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    // Only commit runs: a ProvisionRepository stays in progress.
+    let (_server, url) = serve(data, &[], Some("commit"));
+    let (key, key_id) = create_key(data, "contoso", "commands:send,deliveries:read", &[]);
+    let (status, sent) = call(
+        reqwest::Method::POST,
+        &format!("{url}/v1/commands/ProvisionRepository"),
+        &key,
+        Some(json!({"name": "payments-api"})),
+    );
+    assert_eq!(status, 202, "{sent}");
+    let events = format!("{url}/v1/deliveries/{}/events", sent["correlationId"].as_str().unwrap());
+    let text = block_on(async {
+        let mut response = reqwest::Client::new()
+            .get(&events)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut text = String::new();
+        let first = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&first.unwrap_or_default()));
+        assert!(text.contains("event: timeline"), "{text}");
+        let revoke = common::bosun(data).args(["keys", "revoke", &key_id]).output().unwrap();
+        assert!(revoke.status.success());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, response.chunk()).await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        text
+    });
+    assert!(
+        text.contains("event: error"),
+        "the stream ends with an error event: {text}"
+    );
+    assert!(text.contains("unauthorized") && text.contains("revoked"), "{text}");
 }
 
 /// A `bosun mcp` process and its output lines.

@@ -60,6 +60,9 @@ impl Gateway {
         caller: &Caller,
         correlation_id: &str,
     ) -> Result<(Vec<TimelineEntry>, String), GatewayError> {
+        // The event stream reads through here at every wake: a stream whose
+        // key was revoked or expired since it opened ends at its next read.
+        self.recheck(caller).await?;
         let (delivery, lines) = self.visible_delivery(caller, correlation_id).await?;
         Ok((lines, delivery.status))
     }
@@ -75,7 +78,13 @@ impl Gateway {
         let deadline = tokio::time::Instant::now() + timeout;
         // Made before the first read, so a line written after it wakes us.
         let mut changed = self.watch_delivery(correlation_id);
+        let mut first = true;
         loop {
+            // A long wait acts with the key as it is now: revoked or expired
+            // meanwhile, the wait ends refused.
+            if !std::mem::take(&mut first) {
+                self.recheck(caller).await?;
+            }
             let delivery = self.delivery(caller, correlation_id).await?;
             if delivery.status != "in-progress" || tokio::time::Instant::now() >= deadline {
                 return Ok(delivery);
