@@ -324,24 +324,6 @@ impl Http {
     }
 }
 
-/// `bosun serve --http` on a free port (with only `consumers`, when
-/// given), once it receives: the server and the API's URL.
-fn serve_with_http(data: &Path, env: &[(&str, &str)], consumers: Option<&str>) -> (Server, String) {
-    let mut args = vec!["--http", "127.0.0.1:0"];
-    if let Some(consumers) = consumers {
-        args.extend(["--consumers", consumers]);
-    }
-    let mut server = Server::start(data, env, &args);
-    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
-    let url = line[line.find("http://").unwrap()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    server.wait_for_line("receiving", Duration::from_secs(30));
-    (server, url)
-}
-
 /// The consumers' series of a scrape (names and labels, not values).
 fn consumer_series(text: &str) -> Vec<String> {
     text.lines()
@@ -372,7 +354,7 @@ fn a_whole_delivery_over_http_is_one_trace_under_the_callers_span() {
         // its repository is created.
         ("BOSUN_RETRY_BASE_DELAY_MS", "3000"),
     ]);
-    let (server, url) = serve_with_http(data, &env, None);
+    let (server, url) = common::serve_with_http(data, &env, None);
     let http = Http {
         client: reqwest::Client::new(),
         url,
@@ -665,7 +647,7 @@ fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_cont
         ("OTEL_SERVICE_NAME", "bosun-test"),
         ("OTEL_METRIC_EXPORT_INTERVAL", "300"),
     ]);
-    let (server, url) = serve_with_http(data, &env, Some("repository-provisioning,commit"));
+    let (server, url) = common::serve_with_http(data, &env, Some("repository-provisioning,commit"));
     let client = reqwest::Client::new();
     progress.phase("bosun serve is exporting to the test's OTLP receiver");
 
@@ -891,7 +873,7 @@ fn a_replayed_dead_letter_stays_in_the_deliverys_trace() {
         ("OTEL_SERVICE_NAME", "bosun-test"),
         ("OTEL_METRICS_EXPORTER", "none"),
     ];
-    let (server, url) = serve_with_http(data, &env, Some("repository-provisioning,commit"));
+    let (server, url) = common::serve_with_http(data, &env, Some("repository-provisioning,commit"));
     let http = Http {
         client: reqwest::Client::new(),
         url: url.clone(),

@@ -30,28 +30,10 @@ use std::time::{Duration, Instant};
 
 use bosun::ports::store::{DeadLetterRecord, DeadLetterStatus};
 use bosun_contracts::{Envelope, Message};
-use common::{Server, backends, block_on, eventually, run, run_json};
+use common::{backends, block_on, eventually, run, run_json};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-/// `bosun serve --http` on a free port with `consumers` (all when `None`)
-/// and `env`; its API's base URL.
-fn serve(data: &Path, env: &[(&str, &str)], consumers: Option<&str>) -> (Server, String) {
-    let mut args = vec!["--http", "127.0.0.1:0"];
-    if let Some(consumers) = consumers {
-        args.extend(["--consumers", consumers]);
-    }
-    let mut server = Server::start(data, env, &args);
-    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
-    let url = line[line.find("http://").unwrap()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    server.wait_for_line("receiving", Duration::from_secs(30));
-    (server, url)
-}
 
 /// A request; its status, headers' content type and body bytes.
 fn request(
@@ -119,7 +101,7 @@ fn refusals(url: &str, reason: &str) -> u64 {
 fn an_expired_key_is_refused_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (_server, url) = serve(data, &[], Some("commit"));
+    let (_server, url) = common::serve_with_http(data, &[], Some("commit"));
     let (key, _) = create_key(data, "contoso", "deliveries:read", &["--expires-in", "3s"]);
     let made = Instant::now();
     let (status, body) = call(reqwest::Method::GET, &format!("{url}/v1/deliveries"), &key, None);
@@ -154,7 +136,7 @@ fn an_expired_key_is_refused_and_counted() {
 fn a_rotated_key_works_beside_its_successor_until_the_grace_period_ends() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (_server, url) = serve(data, &[], Some("commit"));
+    let (_server, url) = common::serve_with_http(data, &[], Some("commit"));
     let (old_key, old_id) = create_key(data, "contoso", "deliveries:read", &["--description", "ci"]);
     let rotated = run_json(data, &["keys", "rotate", &old_id, "--grace", "3s"]);
     let rotated_at = Instant::now();
@@ -234,7 +216,7 @@ fn a_revoked_keys_replay_job_pauses_before_its_next_replay() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     // No release consumer runs: a replayed approval stays on its queue.
-    let (_server, url) = serve(data, &[], Some("commit"));
+    let (_server, url) = common::serve_with_http(data, &[], Some("commit"));
     let ids = record_approvals(data, 3, "prod");
     let (key, key_id) = create_key(
         data,
@@ -296,7 +278,7 @@ fn a_revoked_keys_event_stream_ends_refused() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     // Only commit runs: a ProvisionRepository stays in progress.
-    let (_server, url) = serve(data, &[], Some("commit"));
+    let (_server, url) = common::serve_with_http(data, &[], Some("commit"));
     let (key, key_id) = create_key(data, "contoso", "commands:send,deliveries:read", &[]);
     let (status, sent) = call(
         reqwest::Method::POST,
@@ -415,7 +397,7 @@ fn a_stdio_mcp_session_refuses_its_next_call_after_revocation() {
 fn another_tenants_correlation_id_reads_as_one_that_does_not_exist() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (_server, url) = serve(data, &[], Some("commit"));
+    let (_server, url) = common::serve_with_http(data, &[], Some("commit"));
     let (contoso, _) = create_key(data, "contoso", "commands:send", &[]);
     let (fabrikam, _) = create_key(data, "fabrikam", "commands:send", &[]);
     let payload = json!({"repository": "payments-api", "branch": "main", "message": "m",
@@ -476,7 +458,7 @@ fn another_tenants_correlation_id_reads_as_one_that_does_not_exist() {
 fn mcp_answers_bodies_that_are_not_json_rpc_with_json_rpc_errors() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (_server, url) = serve(data, &[], Some("commit"));
+    let (_server, url) = common::serve_with_http(data, &[], Some("commit"));
     let (key, _) = create_key(data, "contoso", "deliveries:read", &[]);
     let headers = [("accept", "application/json, text/event-stream")];
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
@@ -549,7 +531,7 @@ fn without_named_identifiers(line: &str) -> String {
 fn no_payload_reaches_the_logs_at_trace_level() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
-    let (mut server, url) = serve(data, &[("RUST_LOG", "trace")], None);
+    let (mut server, url) = common::serve_with_http(data, &[("RUST_LOG", "trace")], None);
     let (key, _) = create_key(data, "contoso", "commands:send,deliveries:read", &[]);
     let repository = format!("repo-{NAME}");
     let send = |message_type: &str, payload: Value, correlation: Option<&str>| {

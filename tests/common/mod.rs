@@ -162,6 +162,21 @@ impl Drop for Server {
     }
 }
 
+/// `bosun serve --http` on a free port (with only `consumers`, when
+/// given, and `env`), once it receives: the server and the API's URL.
+pub fn serve_with_http(data: &Path, env: &[(&str, &str)], consumers: Option<&str>) -> (Server, String) {
+    let mut args = vec!["--http", "127.0.0.1:0"];
+    if let Some(consumers) = consumers {
+        args.extend(["--consumers", consumers]);
+    }
+    let mut server = Server::start(data, env, &args);
+    let line = server.wait_for_line("HTTP API on http://", Duration::from_secs(60));
+    let start = line.find("http://").expect("the line names the URL");
+    let url = line[start..].split_whitespace().next().unwrap_or_default().to_owned();
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    (server, url)
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics.
 pub fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
