@@ -360,14 +360,18 @@ fn typed_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiRe
     // Syntax first, so that a body that is not JSON is a 400 wherever the
     // type would have stopped reading it.
     serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(malformed)?;
+    // An object: serde would read a struct from a list too, by position.
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("body", "the body must be a JSON object"));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(&mut deserializer)
         .map(Some)
         .map_err(|err| body_field_error(&err).into())
 }
 
-/// A body's refusal as a 422 naming the field: serde's path to it, plus
-/// the name of an unknown field (which serde reports at its parent).
+/// A body's refusal as a 422 naming the field: serde's path to it (a
+/// missing field's name added), `body` for the body as a whole.
 fn body_field_error(err: &serde_path_to_error::Error<serde_json::Error>) -> GatewayError {
     let message = err.inner().to_string();
     let parent = err.path().to_string();
@@ -376,11 +380,12 @@ fn body_field_error(err: &serde_path_to_error::Error<serde_json::Error>) -> Gate
         .iter()
         .find_map(|prefix| message.strip_prefix(prefix))
         .and_then(|rest| rest.split('`').next());
-    let field = match (parent.is_empty(), unknown) {
-        (true, Some(name)) => name.to_owned(),
-        (false, Some(name)) => format!("{parent}.{name}"),
-        (true, None) => "body".to_owned(),
-        (false, None) => parent,
+    // An unknown field is in the path already; a missing one is not.
+    let field = match unknown {
+        Some(name) if parent.is_empty() => name.to_owned(),
+        Some(name) if parent != name && !parent.ends_with(&format!(".{name}")) => format!("{parent}.{name}"),
+        _ if parent.is_empty() => "body".to_owned(),
+        _ => parent,
     };
     // serde_json appends " at line L column C"; the field says where.
     let message = match message.rfind(" at line ") {
@@ -390,6 +395,28 @@ fn body_field_error(err: &serde_path_to_error::Error<serde_json::Error>) -> Gate
     GatewayError::Invalid {
         message: format!("{field}: {message}"),
         field: Some(field),
+    }
+}
+
+/// The payload with every whole number written as a float (`5.0`) written
+/// as an integer: JSON Schema's `integer` takes `5.0`, as the document
+/// promises, and the contracts' integer fields then read it.
+fn whole_numbers_as_integers(value: Value) -> Value {
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            match number.as_f64().filter(|float| float.fract() == 0.0) {
+                Some(float) if float >= i64::MIN as f64 && float < i64::MAX as f64 => json!(float as i64),
+                Some(float) if float >= 0.0 && float < u64::MAX as f64 => json!(float as u64),
+                _ => Value::Number(number),
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(whole_numbers_as_integers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (key, whole_numbers_as_integers(value)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -477,12 +504,9 @@ async fn send_command(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
-    let payload = json_body(body)?.ok_or_else(|| {
-        invalid(
-            "payload",
-            "request body is empty: send the command's payload as JSON",
-        )
-    })?;
+    let payload = json_body(body)?
+        .ok_or_else(|| invalid("payload", "request body is empty: send the command's payload as JSON"))?;
+    let payload = whole_numbers_as_integers(payload);
     send_command_inner(&state, caller, &message_type, &uri, &headers, &payload).await
 }
 
@@ -495,7 +519,8 @@ fn named_tenant<'a>(caller: &Caller, headers: &'a HeaderMap) -> ApiResult<Option
     let Some(tenant) = header_text(headers, "x-bosun-tenant")? else {
         return Ok(None);
     };
-    bosun_contracts::validate::tenant_id("X-Bosun-Tenant", tenant).map_err(|err| invalid("X-Bosun-Tenant", err.reason))?;
+    bosun_contracts::validate::tenant_id("X-Bosun-Tenant", tenant)
+        .map_err(|err| invalid("X-Bosun-Tenant", err.reason))?;
     if caller.tenant_id != ALL_TENANTS && tenant != caller.tenant_id {
         return Err(ApiError::OtherTenant {
             own: caller.tenant_id.clone(),
@@ -799,7 +824,7 @@ async fn replay(
     no_query(&uri)?;
     let payload = typed_body::<ReplayBody>(body)?
         .and_then(|body| body.payload)
-        .map(Value::Object);
+        .map(|payload| whole_numbers_as_integers(Value::Object(payload)));
     Ok(Json(state.gateway.replay(&caller, &id, payload.as_ref()).await?).into_response())
 }
 
@@ -916,7 +941,16 @@ async fn mcp_front_door(State(state): State<ApiState>, mut request: Request, nex
     match caller(&state, request.headers()).await {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
-            next.run(request).await
+            let mut response = next.run(request).await;
+            // The MCP SDK answers a wrong Accept or Content-Type (406, 415)
+            // with a line of text and no Content-Type: say what it is.
+            if !response.headers().contains_key(header::CONTENT_TYPE) && response.status().is_client_error() {
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+            }
+            response
         }
         Err(err) => err.into_response(),
     }

@@ -21,11 +21,11 @@ use super::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
     ReplayBody, SagaList,
 };
+use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{
     AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs,
     SagaDiagram,
 };
-use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::operator::Delivery;
 use crate::ports::store::{SagaRecord, TimelineEntry};
 
@@ -969,7 +969,7 @@ fn json_rpc_message(_: &mut SchemaGenerator) -> Schema {
             "jsonrpc": {"const": "2.0"},
             "id": {"type": ["string", "integer"]},
             "method": {"type": "string"},
-            "params": {"type": "object"}
+            "params": {"type": ["object", "null"]}
         }
     });
     Schema::try_from(schema).unwrap_or_default()

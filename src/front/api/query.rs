@@ -106,7 +106,10 @@ fn parse(doc: &QueryDoc, text: &str) -> Result<QueryValue, GatewayError> {
     match doc.kind {
         QueryType::Text => {
             if text.is_empty() {
-                return Err(invalid(name, format!("`{name}` must not be empty (leave it out instead)")));
+                return Err(invalid(
+                    name,
+                    format!("`{name}` must not be empty (leave it out instead)"),
+                ));
             }
             Ok(QueryValue::Text(text.to_owned()))
         }
@@ -135,9 +138,12 @@ fn parse(doc: &QueryDoc, text: &str) -> Result<QueryValue, GatewayError> {
             "false" => Ok(QueryValue::Boolean(false)),
             _ => Err(invalid(name, format!("`{name}` must be true or false"))),
         },
-        QueryType::DateTime => parse_time(text)
-            .map(QueryValue::Time)
-            .ok_or_else(|| invalid(name, format!("`{name}` must be an RFC 3339 time, e.g. 2026-11-29T10:00:00Z"))),
+        QueryType::DateTime => parse_time(text).map(QueryValue::Time).ok_or_else(|| {
+            invalid(
+                name,
+                format!("`{name}` must be an RFC 3339 time, e.g. 2026-11-29T10:00:00Z"),
+            )
+        }),
     }
 }
 
@@ -182,7 +188,9 @@ mod tests {
     ];
 
     fn read(query: &str) -> Result<QueryValues, GatewayError> {
-        let uri: Uri = format!("/v1/x?{query}").parse().unwrap_or_else(|err| panic!("{query}: {err}"));
+        let uri: Uri = format!("/v1/x?{query}")
+            .parse()
+            .unwrap_or_else(|err| panic!("{query}: {err}"));
         QueryValues::read(&uri, DOCS)
     }
 
@@ -211,7 +219,17 @@ mod tests {
         assert_eq!(refused_field("limit=1&limit=2"), "limit");
         assert_eq!(refused_field("consumer="), "consumer");
         assert_eq!(refused_field("kind=billing"), "kind");
-        for limit in ["0", "501", "+5", "-1", "1.5", "1e2", "", "ten", "99999999999999999999999"] {
+        for limit in [
+            "0",
+            "501",
+            "+5",
+            "-1",
+            "1.5",
+            "1e2",
+            "",
+            "ten",
+            "99999999999999999999999",
+        ] {
             assert_eq!(refused_field(&format!("limit={limit}")), "limit", "{limit}");
         }
         for flag in ["", "yes", "1", "TRUE"] {

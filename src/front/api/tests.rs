@@ -498,7 +498,11 @@ async fn tenants_never_see_each_other() {
     .await;
     assert_eq!(
         (status, error["code"].as_str(), error["field"].as_str()),
-        (StatusCode::FORBIDDEN, Some("tenant-not-allowed"), Some("X-Bosun-Tenant"))
+        (
+            StatusCode::FORBIDDEN,
+            Some("tenant-not-allowed"),
+            Some("X-Bosun-Tenant")
+        )
     );
     let response = api
         .post(&platform, "/v1/commands/CreateCommit")
@@ -840,7 +844,10 @@ async fn bodies_queries_and_headers_are_strict_and_name_what_they_refuse() {
     // A filter with a wrong type and a misspelt key replayed every dead
     // letter of the tenant before; now each is refused by name.
     for (body, field) in [
-        (json!({"filter": {"consumer": ["commit"], "consumr": "x"}}), "filter.consumer"),
+        (
+            json!({"filter": {"consumer": ["commit"], "consumr": "x"}}),
+            "filter.consumer",
+        ),
         (json!({"filter": {"consumr": "x"}}), "filter.consumr"),
         (json!({"filter": {"consumer": null}}), "filter.consumer"),
         (json!({"filter": {"consumer": ""}}), "filter.consumer"),
@@ -875,16 +882,32 @@ async fn bodies_queries_and_headers_are_strict_and_name_what_they_refuse() {
             .unwrap(),
     )
     .await;
-    assert_eq!((status, error["code"].as_str()), (StatusCode::BAD_REQUEST, Some("malformed-json")));
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("malformed-json"))
+    );
     assert_eq!(api.queue_depth("commit").await, 0, "nothing was replayed");
-    let job: Value = bulk(json!({"all": true, "rate": 50})).send().await.unwrap().json().await.unwrap();
-    assert_eq!((job["total"].as_u64(), &job["request"]), (Some(2), &json!({"all": true})), "{job}");
+    let job: Value = bulk(json!({"all": true, "rate": 50}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (job["total"].as_u64(), &job["request"]),
+        (Some(2), &json!({"all": true})),
+        "{job}"
+    );
 
     // One replay: only `payload`, an object.
     let replay = format!("/v1/dead-letters/{other}/replay");
     for (body, field) in [
         (json!({"tenantId": "evil"}), "tenantId"),
-        (json!({"payload": commit("r"), "messageType": "CreateCommit"}), "messageType"),
+        (
+            json!({"payload": commit("r"), "messageType": "CreateCommit"}),
+            "messageType",
+        ),
         (json!({"payload": null}), "payload"),
         (json!({"payload": "text"}), "payload"),
     ] {
@@ -917,7 +940,11 @@ async fn bodies_queries_and_headers_are_strict_and_name_what_they_refuse() {
         ("/v1/replays?limit=201", "limit"),
         (&format!("{delivery}?verbose=true"), "verbose"),
     ] {
-        assert_eq!(refusal(api.get(&key, path)).await, (invalid, field.to_owned()), "{path}");
+        assert_eq!(
+            refusal(api.get(&key, path)).await,
+            (invalid, field.to_owned()),
+            "{path}"
+        );
     }
 
     // Command headers, as the document describes them.

@@ -69,7 +69,10 @@ impl Gateway {
         // filter that names nothing would take every dead letter of the
         // tenant, which must be asked for as such.
         let narrows = |filter: &DeadLetterFilter| {
-            filter.consumer.is_some() || filter.message_type.is_some() || filter.reason.is_some() || filter.since.is_some()
+            filter.consumer.is_some()
+                || filter.message_type.is_some()
+                || filter.reason.is_some()
+                || filter.since.is_some()
         };
         if request.all && (!request.ids.is_empty() || request.filter.is_some()) {
             return Err(invalid(
