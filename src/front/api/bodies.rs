@@ -75,6 +75,7 @@ pub struct Purged {
 /// `POST /v1/dead-letters/{id}/replay` (the body is optional).
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = no_null_defaults)]
 pub struct ReplayBody {
     /// The payload to send instead of the dead letter's (edit-and-replay),
     /// validated against the message type's contract.
@@ -86,6 +87,7 @@ pub struct ReplayBody {
 /// `POST /v1/dead-letters/groups/{fingerprint}/replay` (the body is optional).
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = no_null_defaults)]
 pub struct GroupReplayBody {
     /// At most this many replays per second (at least one every 1,000 s).
     #[serde(default, deserialize_with = "rate")]
@@ -124,7 +126,7 @@ pub struct BulkReplayBody {
 /// `GET /v1/dead-letters`): at least one of them.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(extend("minProperties" = 1))]
+#[schemars(extend("minProperties" = 1), transform = no_null_defaults)]
 pub struct BulkReplayFilter {
     /// Only this consumer's.
     #[serde(default, deserialize_with = "text")]
@@ -162,16 +164,42 @@ impl From<BulkReplayBody> for BulkReplayRequest {
 }
 
 /// `BulkReplayBody`'s rule as schema: exactly one of `ids`, `filter` and
-/// `"all": true` (`"all": false` may stand beside the other two).
+/// `"all": true` (`"all": false` may stand beside the other two). The
+/// choice goes in an `allOf` beside the properties, so client generators
+/// make one model of them (as `openapi::generator_friendly` does for the
+/// contracts), and a field left out is `{"not": {}}` rather than `false`,
+/// which some of them cannot read.
 fn exactly_one_selection(schema: &mut Schema) {
-    schema.insert(
-        "oneOf".into(),
-        json!([
-            {"required": ["ids"], "properties": {"filter": false, "all": {"const": false}}},
-            {"required": ["filter"], "properties": {"ids": false, "all": {"const": false}}},
-            {"required": ["all"], "properties": {"ids": false, "filter": false, "all": {"const": true}}},
-        ]),
-    );
+    no_null_defaults(schema);
+    let absent = json!({"not": {}});
+    let choice = json!({"oneOf": [
+        {"required": ["ids"], "properties": {"filter": absent, "all": {"const": false}}},
+        {"required": ["filter"], "properties": {"ids": absent, "all": {"const": false}}},
+        {"required": ["all"], "properties": {"ids": absent, "filter": absent, "all": {"const": true}}},
+    ]});
+    let mut outer = Map::new();
+    for annotation in ["title", "description"] {
+        if let Some(value) = schema.remove(annotation) {
+            outer.insert(annotation.to_owned(), value);
+        }
+    }
+    let properties = std::mem::take(schema).to_value();
+    outer.insert("allOf".to_owned(), json!([properties, choice]));
+    *schema = Schema::from(outer);
+}
+
+/// No `"default": null` on fields that never take `null` (what schemars
+/// writes for an optional field read with `#[serde(default)]`).
+fn no_null_defaults(schema: &mut Schema) {
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        for property in properties.values_mut() {
+            if let Some(property) = property.as_object_mut()
+                && property.get("default") == Some(&Value::Null)
+            {
+                property.remove("default");
+            }
+        }
+    }
 }
 
 /// A field that, when given, is not `null`.

@@ -980,6 +980,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_bulk_replay_body_says_ids_a_narrowing_filter_or_all_alone() {
+        let doc = document();
+        let mut schema = doc["components"]["schemas"]["BulkReplayBody"].clone();
+        schema["components"] = doc["components"].clone();
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&schema)
+            .unwrap();
+        let id = "0193a0c2-7c1e-7d2a-9b5e-3f1d2c4b5a69";
+        for (body, valid) in [
+            (json!({"ids": [id], "rate": 5}), true),
+            (json!({"ids": [id], "all": false}), true),
+            (json!({"filter": {"consumer": "commit"}}), true),
+            (
+                json!({"filter": {"since": "2026-11-29T10:00:00Z"}, "rate": 0.001}),
+                true,
+            ),
+            (json!({"all": true, "rate": 1}), true),
+            (json!({}), false),
+            (json!({"all": false}), false),
+            (json!({"ids": []}), false),
+            (json!({"ids": [id], "filter": {"consumer": "commit"}}), false),
+            (json!({"filter": {}}), false),
+            (json!({"filter": {"consumer": ""}}), false),
+            (json!({"filter": {"consumr": "commit"}}), false),
+            (json!({"filter": {"consumer": null}}), false),
+            (json!({"all": true, "filter": {"consumer": "commit"}}), false),
+            (json!({"all": true, "ids": [id]}), false),
+            (json!({"ids": [id], "rate": 0.0001}), false),
+            (json!({"ids": [id], "tenantId": "evil"}), false),
+        ] {
+            assert_eq!(validator.is_valid(&body), valid, "{body}");
+        }
+    }
+
+    #[test]
     fn every_command_has_an_operation_with_its_schema_and_refs_resolve() {
         let doc = document();
         let commands = CATALOGUE.iter().filter(|s| s.is_sendable()).count();
