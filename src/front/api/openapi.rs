@@ -74,8 +74,8 @@ pub struct Reply {
 pub enum QueryType {
     /// A text, not empty.
     Text,
-    /// One of these words.
-    Enum(&'static [&'static str]),
+    /// One of these words, the document's component of this name.
+    Enum(&'static str, &'static [&'static str]),
     /// A whole number from `minimum` (to `maximum`).
     Integer {
         /// The least.
@@ -189,7 +189,11 @@ pub const DELIVERIES_QUERY: &[QueryDoc] = &[query(
 )];
 
 /// `GET /v1/sagas`.
-pub const SAGAS_QUERY: &[QueryDoc] = &[query("kind", QueryType::Enum(SAGA_KINDS), "only sagas of this kind")];
+pub const SAGAS_QUERY: &[QueryDoc] = &[query(
+    "kind",
+    QueryType::Enum("SagaKind", SAGA_KINDS),
+    "only sagas of this kind",
+)];
 
 /// `GET /v1/replays`.
 pub const REPLAY_JOBS_QUERY: &[QueryDoc] = &[query(
@@ -617,7 +621,7 @@ fn content(content: &Content, generator: &mut SchemaGenerator) -> Option<Value> 
 fn query_schema(kind: QueryType) -> Value {
     match kind {
         QueryType::Text => json!({"type": "string", "minLength": 1}),
-        QueryType::Enum(words) => json!({"type": "string", "enum": words}),
+        QueryType::Enum(name, _) => json!({"$ref": format!("#/components/schemas/{name}")}),
         QueryType::Integer { minimum, maximum } => match maximum {
             Some(maximum) => json!({"type": "integer", "minimum": minimum, "maximum": maximum}),
             None => json!({"type": "integer", "minimum": minimum}),
@@ -852,6 +856,10 @@ fn parts() -> (Map<String, Value>, Vec<(String, Value)>) {
             }}),
         );
     }
+    components.push((
+        "SagaKind".to_owned(),
+        json!({"type": "string", "enum": SAGA_KINDS, "description": "A kind of saga: `release` (keyed by releaseId), `gitops` (by environment) or `probe` (by probe group)."}),
+    ));
     for (name, schema) in answers
         .take_definitions(true)
         .into_iter()
@@ -917,7 +925,7 @@ fn path_parameters(path: &str) -> Vec<Value> {
 /// or 422 for a saga's kind: none names anything.
 fn path_schema(path: &str, name: &str) -> Value {
     match name {
-        "kind" => json!({"type": "string", "enum": SAGA_KINDS}),
+        "kind" => json!({"$ref": "#/components/schemas/SagaKind"}),
         // A full dead letter id or a unique prefix of at least 4 characters.
         "id" if path.starts_with("/v1/dead-letters/") => json!({"type": "string", "pattern": "^[0-9a-fA-F-]{4,}$"}),
         "id" => json!({"type": "string", "format": "uuid"}),
@@ -978,6 +986,16 @@ fn json_rpc_message(_: &mut SchemaGenerator) -> Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_saga_kinds_are_the_sagas_crates() {
+        let kinds: Vec<&str> = bosun_sagas::SagaKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(kinds, SAGA_KINDS);
+        assert_eq!(
+            document()["components"]["schemas"]["SagaKind"]["enum"],
+            json!(SAGA_KINDS)
+        );
+    }
 
     #[test]
     fn the_bulk_replay_body_says_ids_a_narrowing_filter_or_all_alone() {

@@ -113,7 +113,7 @@ fn parse(doc: &QueryDoc, text: &str) -> Result<QueryValue, GatewayError> {
             }
             Ok(QueryValue::Text(text.to_owned()))
         }
-        QueryType::Enum(words) => {
+        QueryType::Enum(_, words) => {
             if words.contains(&text) {
                 Ok(QueryValue::Text(text.to_owned()))
             } else {
@@ -164,7 +164,7 @@ mod tests {
         },
         QueryDoc {
             name: "kind",
-            kind: QueryType::Enum(&["release", "gitops"]),
+            kind: QueryType::Enum("SagaKind", &["release", "gitops"]),
             description: "",
         },
         QueryDoc {
