@@ -7,9 +7,15 @@
 //!
 //! Every operation has an `operationId`, its success and error responses
 //! with their schemas (errors are always the `Error` schema) and, for JSON
-//! bodies, a typed `requestBody`; the routes that do not answer JSON say
-//! their media type. A new route is one more [`RouteDoc`] here (and one
-//! more case in the conformance test, which fails without it).
+//! bodies, a typed `requestBody` (`additionalProperties: false`: the
+//! handlers read the same types and refuse what they do not list); the
+//! routes that do not answer JSON say their media type. The handlers read
+//! query strings by the same [`QueryDoc`] tables ([`super::query`]), so a
+//! parameter's documented type is the one the server takes. A new route is
+//! one more [`RouteDoc`] here (and one more case in the conformance test,
+//! which fails without it); `tests/schemathesis.rs` sends generated
+//! requests to a live server and fails on any answer the document does
+//! not describe.
 
 use bosun_contracts::messages::{CATALOGUE, payload_schemas};
 use bosun_contracts::routing::command_handler;
@@ -577,13 +583,15 @@ fn error_description(status: u16) -> &'static str {
     match status {
         400 => "the body is not JSON",
         401 => "no valid API key (`WWW-Authenticate: Bearer`)",
-        403 => "the key lacks the scope (for `/mcp` also: a browser origin that may not call it)",
+        403 => {
+            "the key lacks the scope (for a command also: a tenant's key naming another tenant in `X-Bosun-Tenant`; for `/mcp`: a browser origin that may not call it)"
+        }
         404 => "not found (or another tenant's)",
         409 => {
             "a conflict: an id prefix that names several, a concurrent change, or a request with the same Idempotency-Key still in progress"
         }
         413 => "the body is over BOSUN_HTTP_MAX_BODY_BYTES",
-        422 => "an invalid field, named in `error.field`",
+        422 => "an invalid field, query parameter or header, named in `error.field` (unknown ones too)",
         429 => "over the key's request budget (BOSUN_HTTP_RATE_LIMIT_*): retry after `Retry-After`",
         503 => "store or transport unavailable",
         _ => "an error",
