@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 /// Generated cases per operation and phase: every operation is covered,
 /// and the run stays within a few minutes on two cores.
-const MAX_EXAMPLES: &str = "5";
+const MAX_EXAMPLES: &str = "20";
 
 /// The venv's bin directory `scripts/schemathesis install` printed.
 fn schemathesis_bin() -> PathBuf {
@@ -150,6 +150,22 @@ fn schemathesis_finds_nothing_the_openapi_document_does_not_say() {
     assert!(
         !report.contains("Failures:"),
         "schemathesis reported failures: {report}"
+    );
+    // Every operation of the document was tested.
+    let after = |label: &str| {
+        report
+            .lines()
+            .map(str::trim)
+            .find_map(|line| line.strip_prefix(label))
+            .map(|rest| rest.trim().to_owned())
+            .unwrap_or_else(|| panic!("no `{label}` in the report: {report}"))
+    };
+    let selected = after("Selected:");
+    let total = selected.split('/').nth(1).unwrap_or_default().to_owned();
+    assert_eq!(
+        (selected.clone(), after("Tested:")),
+        (format!("{total}/{total}"), total),
+        "not every operation was tested: {report}"
     );
     server.terminate();
 }
