@@ -38,7 +38,24 @@ pub struct DeadLetterFilterArgs {
 }
 
 impl DeadLetterFilterArgs {
+    /// The flags given, by name.
+    fn given(&self) -> Vec<&'static str> {
+        [
+            ("--consumer", self.consumer.is_some()),
+            ("--type", self.message_type.is_some()),
+            ("--since", self.since.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
     fn to_filter(&self, include_replayed: bool) -> Result<DeadLetterFilter> {
+        for (flag, value) in [("--consumer", &self.consumer), ("--type", &self.message_type)] {
+            if value.as_deref().is_some_and(|value| value.trim().is_empty()) {
+                bail!("{flag} must not be empty (leave it out instead)");
+            }
+        }
         Ok(DeadLetterFilter {
             consumer: self.consumer.clone(),
             message_type: self.message_type.clone(),
@@ -185,6 +202,32 @@ fn check_rate(rate: Option<f64>) -> Result<()> {
     Ok(())
 }
 
+/// Checks what a bulk replay or purge names before anything is read: ids,
+/// `--group` (narrowed by the filters, if any) or `--all` (every dead
+/// letter, narrowed by the filters, if any: taking all of them is asked
+/// for explicitly, never implied by an empty filter). Filters that would
+/// be ignored (beside ids) and an empty `--group` are refused, naming them.
+fn check_selection(ids: &[String], all: bool, group: Option<&str>, filter: &DeadLetterFilterArgs) -> Result<()> {
+    if group.is_some_and(|group| group.trim().is_empty()) {
+        bail!("--group must not be empty: give a fingerprint from `dead-letters groups`");
+    }
+    let flags = filter.given();
+    if !flags.is_empty() && !all && group.is_none() {
+        bail!(
+            "{} narrow(s) --all or --group: add one of them, or drop {} to name ids",
+            flags.join(", "),
+            if flags.len() == 1 { "it" } else { "them" }
+        );
+    }
+    if ids.is_empty() && !all && group.is_none() {
+        bail!("name at least one dead letter id, or use --group, or --all (with filters to narrow it)");
+    }
+    if let Some(id) = ids.iter().find(|id| id.trim().is_empty()) {
+        bail!("dead letter id `{id}` is empty");
+    }
+    Ok(())
+}
+
 /// Runs a dead-letter command as the settings' operator.
 pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()> {
     let backends = Backends::open_existing(settings).await?;
@@ -232,6 +275,12 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                 let [id] = ids.as_slice() else {
                     bail!("--edit and --payload replay one dead letter: name exactly one id");
                 };
+                if let Some(flag) = filter.given().first() {
+                    bail!("{flag} does not apply to --edit or --payload, which replay one named dead letter");
+                }
+                if rate.is_some() {
+                    bail!("--rate does not apply to --edit or --payload, which replay one named dead letter");
+                }
                 let record = operator.dead_letter(id).await?;
                 let edited = match payload {
                     Some(payload) => super::send::read_payload(&payload, std::io::stdin())?,
@@ -272,6 +321,7 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                 return Ok(());
             }
             check_rate(rate)?;
+            check_selection(&ids, all, group.as_deref(), &filter)?;
             let ids = select_ids(&operator, ids, all, group.as_deref(), &filter).await?;
             let total = ids.len();
             let summary = operator
@@ -360,6 +410,7 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
             yes,
             json,
         } => {
+            check_selection(&ids, all, group.as_deref(), &filter)?;
             let ids = select_ids(&operator, ids, all, group.as_deref(), &filter).await?;
             if ids.is_empty() {
                 outln!("nothing to purge")?;
@@ -402,9 +453,6 @@ async fn select_ids(
     if all {
         let records = operator.dead_letters(&filter.to_filter(false)?).await?;
         return Ok(records.into_iter().rev().map(|r| r.id).collect());
-    }
-    if ids.is_empty() {
-        bail!("name at least one dead letter id, or use --all or --group");
     }
     let mut resolved = Vec::new();
     for id in ids {
@@ -825,6 +873,39 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.to_filter(false).is_err());
+    }
+
+    #[test]
+    fn a_bulk_selection_is_explicit_and_refuses_what_it_would_ignore() {
+        let none = DeadLetterFilterArgs::default();
+        let commit = DeadLetterFilterArgs {
+            consumer: Some("commit".to_owned()),
+            ..Default::default()
+        };
+        let id = vec!["0191".to_owned()];
+        // Ids, --group, --all (narrowed or not): each is explicit.
+        assert!(check_selection(&id, false, None, &none).is_ok());
+        assert!(check_selection(&[], false, Some("0123456789abcdef"), &commit).is_ok());
+        assert!(check_selection(&[], true, None, &none).is_ok());
+        assert!(check_selection(&[], true, None, &commit).is_ok());
+        // Nothing named: every dead letter is never implied.
+        let err = check_selection(&[], false, None, &none).unwrap_err().to_string();
+        assert!(err.contains("--all"), "{err}");
+        // A filter alone, or beside ids, would be ignored or mean all: refused by name.
+        for ids in [&[][..], &id[..]] {
+            let err = check_selection(ids, false, None, &commit).unwrap_err().to_string();
+            assert!(err.starts_with("--consumer narrow(s) --all or --group"), "{err}");
+        }
+        let err = check_selection(&[], false, Some(" "), &none).unwrap_err().to_string();
+        assert!(err.starts_with("--group must not be empty"), "{err}");
+        let empty = DeadLetterFilterArgs {
+            message_type: Some(String::new()),
+            ..Default::default()
+        };
+        assert_eq!(
+            empty.to_filter(false).unwrap_err().to_string(),
+            "--type must not be empty (leave it out instead)"
+        );
     }
 
     #[test]

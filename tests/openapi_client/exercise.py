@@ -47,6 +47,7 @@ from bosun_client.models import (
     Readiness,
     ReplayJob,
     SagaDiagram,
+    SagaKind,
     SagaList,
     SagaRecord,
 )
@@ -123,12 +124,12 @@ check(types[:1] == ["Probe"] and "ProbeEchoed" in types, f"its messages are Prob
 check(all(message.status.value == "completed" for message in delivery.messages), "every message completed")
 
 # Its saga.
-sagas = list_sagas.sync(client=client, kind="probe")
+sagas = list_sagas.sync(client=client, kind=SagaKind.PROBE)
 check(isinstance(sagas, SagaList) and len(sagas.sagas) >= 1, "GET /v1/sagas is a SagaList with the probe saga")
-saga = get_saga.sync(kind="probe", key="openapi", client=client)
+saga = get_saga.sync(kind=SagaKind.PROBE, key="openapi", client=client)
 check(isinstance(saga, SagaRecord) and saga.version >= 1, "GET /v1/sagas/probe/openapi is a SagaRecord")
 check(isinstance(saga.updated_at, datetime.datetime), "its updatedAt is a datetime")
-diagram = get_saga_diagram.sync(kind="probe", key="openapi", client=client)
+diagram = get_saga_diagram.sync(kind=SagaKind.PROBE, key="openapi", client=client)
 check(isinstance(diagram, SagaDiagram) and len(diagram.machine.states) >= 1, "its diagram is a SagaDiagram")
 
 # A commit for a repository that does not exist: retried, then dead-lettered.

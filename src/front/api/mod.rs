@@ -15,7 +15,6 @@
 //! [`origin`] refuses `/mcp` requests from browser origins that are not
 //! allowed (403 `origin-not-allowed`), as the MCP specification requires.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,26 +22,28 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use self::bodies::{DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, Health, Purged, SagaList};
-use self::origin::{OriginPolicy, OriginVerdict};
-use self::rate_limit::RateLimiter;
-use crate::front::access::{Caller, Refusal};
-use crate::front::gateway::{
-    BulkReplayRequest, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs,
+use self::bodies::{
+    BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
+    ReplayBody, SagaList,
 };
+use self::openapi::{DEAD_LETTER_QUERY, DELIVERIES_QUERY, REPLAY_JOBS_QUERY, SAGAS_QUERY};
+use self::origin::{OriginPolicy, OriginVerdict};
+use self::query::QueryValues;
+use self::rate_limit::RateLimiter;
+use crate::front::access::{ALL_TENANTS, Caller, Refusal};
+use crate::front::gateway::{CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs};
 use crate::front::mcp::McpServer;
 use crate::ports::store::ReplayJobAction;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
@@ -54,6 +55,7 @@ pub mod bodies;
 pub mod openapi;
 pub mod origin;
 pub mod prometheus;
+pub mod query;
 pub mod rate_limit;
 pub mod server;
 
@@ -105,6 +107,9 @@ pub enum ApiError {
     Gateway(GatewayError),
     /// The key is over its request budget: 429 with `Retry-After`.
     RateLimited(rate_limit::OverBudget),
+    /// A body that could not be read (over the limit: 413) or is not JSON
+    /// (400), answered as it is.
+    Body(Box<Response>),
 }
 
 impl From<GatewayError> for ApiError {
@@ -133,6 +138,7 @@ impl IntoResponse for ApiError {
                 response.extensions_mut().insert(Refused("rate-limited"));
                 return response;
             }
+            Self::Body(response) => return *response,
         };
         let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, Json(err.to_json())).into_response();
@@ -316,10 +322,11 @@ fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> ApiResult<Option<&'a s
     }
 }
 
-/// Reads a JSON body; an empty body is `None`.
-fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Option<Value>, Box<Response>> {
-    let bytes = body.map_err(|rejection| {
-        Box::new(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+/// The bytes of a body, or the 413 (or 400) answer for a body that could
+/// not be read.
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(|rejection| {
+        ApiError::Body(Box::new(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             error_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
@@ -327,18 +334,102 @@ fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Option<Value>, Box<R
             )
         } else {
             error_response(rejection.status(), "bad-request", rejection.body_text())
-        })
-    })?;
+        }))
+    })
+}
+
+fn malformed(err: impl std::fmt::Display) -> ApiError {
+    ApiError::Body(Box::new(error_response(
+        StatusCode::BAD_REQUEST,
+        "malformed-json",
+        format!("request body is not valid JSON: {err}"),
+    )))
+}
+
+/// Reads a JSON body; an empty body is `None`.
+fn json_body(body: Result<Bytes, BytesRejection>) -> ApiResult<Option<Value>> {
+    let bytes = body_bytes(body)?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|err| {
-        Box::new(error_response(
-            StatusCode::BAD_REQUEST,
-            "malformed-json",
-            format!("request body is not valid JSON: {err}"),
-        ))
-    })
+    serde_json::from_slice(&bytes).map(Some).map_err(malformed)
+}
+
+/// Reads a JSON body into its type in `bodies` (an empty body is `None`):
+/// 400 when it is not JSON, 422 naming the field (`filter.since`,
+/// `ids[2]`, an unknown `tenantId`) when it is JSON the type refuses.
+fn typed_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<Option<T>> {
+    let bytes = body_bytes(body)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    // Syntax first, so that a body that is not JSON is a 400 wherever the
+    // type would have stopped reading it.
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(malformed)?;
+    // An object: serde would read a struct from a list too, by position.
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("body", "the body must be a JSON object"));
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(&mut deserializer)
+        .map(Some)
+        .map_err(|err| body_field_error(&err).into())
+}
+
+/// A body's refusal as a 422 naming the field: serde's path to it (a
+/// missing field's name added), `body` for the body as a whole.
+fn body_field_error(err: &serde_path_to_error::Error<serde_json::Error>) -> GatewayError {
+    let message = err.inner().to_string();
+    let parent = err.path().to_string();
+    let parent = if parent == "." { String::new() } else { parent };
+    let unknown = ["unknown field `", "duplicate field `", "missing field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
+        .and_then(|rest| rest.split('`').next());
+    // An unknown field is in the path already; a missing one is not.
+    let field = match unknown {
+        Some(name) if parent.is_empty() => name.to_owned(),
+        Some(name) if parent != name && !parent.ends_with(&format!(".{name}")) => format!("{parent}.{name}"),
+        _ if parent.is_empty() => "body".to_owned(),
+        _ => parent,
+    };
+    // serde_json appends " at line L column C"; the field says where.
+    let message = match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message,
+    };
+    GatewayError::Invalid {
+        message: format!("{field}: {message}"),
+        field: Some(field),
+    }
+}
+
+/// The payload with every whole number written as a float (`5.0`) written
+/// as an integer: JSON Schema's `integer` takes `5.0`, as the document
+/// promises, and the contracts' integer fields then read it.
+fn whole_numbers_as_integers(value: Value) -> Value {
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            match number.as_f64().filter(|float| float.fract() == 0.0) {
+                Some(float) if float >= i64::MIN as f64 && float < i64::MAX as f64 => json!(float as i64),
+                Some(float) if float >= 0.0 && float < u64::MAX as f64 => json!(float as u64),
+                _ => Value::Number(number),
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(whole_numbers_as_integers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (key, whole_numbers_as_integers(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Refuses any query parameter on a route that documents none.
+fn no_query(uri: &Uri) -> ApiResult<()> {
+    QueryValues::read(uri, &[])?;
+    Ok(())
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
@@ -414,41 +505,77 @@ async fn console_style() -> Response {
 async fn send_command(
     State(state): State<ApiState>,
     Path(message_type): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let payload = match json_body(body) {
-        Ok(Some(payload)) => payload,
-        Ok(None) => {
-            return ApiError::from(GatewayError::Invalid {
-                field: Some("payload".into()),
-                message: "request body is empty: send the command's payload as JSON".into(),
-            })
-            .into_response();
-        }
-        Err(response) => return *response,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    let payload = json_body(body)?
+        .ok_or_else(|| invalid("payload", "request body is empty: send the command's payload as JSON"))?;
+    let payload = whole_numbers_as_integers(payload);
+    send_command_inner(&state, caller, &message_type, &uri, &headers, &payload).await
+}
+
+/// The most characters of an `Idempotency-Key`.
+pub const IDEMPOTENCY_KEY_MAX_CHARS: usize = 255;
+
+/// `X-Bosun-Tenant`: a tenant id, and for a tenant's key its own (403
+/// otherwise); a platform key may name any.
+fn named_tenant<'a>(caller: &Caller, headers: &'a HeaderMap) -> ApiResult<Option<&'a str>> {
+    let Some(tenant) = header_text(headers, "x-bosun-tenant")? else {
+        return Ok(None);
     };
-    match send_command_inner(&state, &message_type, &headers, &payload).await {
-        Ok(response) => response,
-        Err(err) => err.into_response(),
+    bosun_contracts::validate::tenant_id("X-Bosun-Tenant", tenant)
+        .map_err(|err| invalid("X-Bosun-Tenant", err.reason))?;
+    if caller.tenant_id != ALL_TENANTS && tenant != caller.tenant_id {
+        return Err(GatewayError::OtherTenant {
+            own: caller.tenant_id.clone(),
+        }
+        .into());
+    }
+    Ok(Some(tenant))
+}
+
+/// `Idempotency-Key`: 1 to 255 visible ASCII characters (no spaces).
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<&str>> {
+    let Some(key) = header_text(headers, "idempotency-key")? else {
+        return Ok(None);
+    };
+    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX_CHARS || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid(
+            "Idempotency-Key",
+            format!("Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} visible ASCII characters, no spaces"),
+        ));
+    }
+    Ok(Some(key))
+}
+
+/// `X-Correlation-Id`: a UUID in its hyphenated form.
+fn correlation_id(headers: &HeaderMap) -> ApiResult<Option<Uuid>> {
+    let Some(text) = header_text(headers, "x-correlation-id")? else {
+        return Ok(None);
+    };
+    match Uuid::try_parse(text) {
+        Ok(id) if text.len() == 36 => Ok(Some(id)),
+        _ => Err(invalid(
+            "X-Correlation-Id",
+            "X-Correlation-Id is not a UUID (e.g. 0193a0c2-7c1e-7d2a-9b5e-3f1d2c4b5a69)",
+        )),
     }
 }
 
 async fn send_command_inner(
     state: &ApiState,
+    caller: Caller,
     message_type: &str,
+    uri: &Uri,
     headers: &HeaderMap,
     payload: &Value,
 ) -> ApiResult<Response> {
-    let caller = caller(state, headers).await?;
-    let tenant = header_text(headers, "x-bosun-tenant")?;
-    let correlation_id = match header_text(headers, "x-correlation-id")? {
-        Some(text) => Some(
-            Uuid::parse_str(text.trim()).map_err(|_| invalid("X-Correlation-Id", "X-Correlation-Id is not a UUID"))?,
-        ),
-        None => None,
-    };
-    let idempotency_key = header_text(headers, "idempotency-key")?;
+    no_query(uri)?;
+    let tenant = named_tenant(&caller, headers)?;
+    let correlation_id = correlation_id(headers)?;
+    let idempotency_key = idempotency_key(headers)?;
     // W3C trace context: the delivery's trace continues the caller's.
     let trace = TraceContext::from_headers(
         header_text(headers, "traceparent")?,
@@ -481,26 +608,22 @@ async fn send_command_inner(
 
 // -- deliveries ---------------------------------------------------------------
 
-async fn deliveries(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<DeliveryList>> {
+async fn deliveries(State(state): State<ApiState>, headers: HeaderMap, uri: Uri) -> ApiResult<Json<DeliveryList>> {
     let caller = caller(&state, &headers).await?;
-    let limit = match query.get("limit") {
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=500).contains(n))
-            .ok_or_else(|| invalid("limit", "limit must be a number from 1 to 500"))?,
-        None => 50,
-    };
+    let query = QueryValues::read(&uri, DELIVERIES_QUERY)?;
+    let limit = query.integer("limit").unwrap_or(50);
     let deliveries = state.gateway.deliveries(&caller, limit).await?;
     Ok(Json(DeliveryList { deliveries }))
 }
 
-async fn delivery(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
+async fn delivery(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     Ok(Json(state.gateway.delivery(&caller, &id).await?).into_response())
 }
 
@@ -509,9 +632,11 @@ async fn delivery(State(state): State<ApiState>, headers: HeaderMap, Path(id): P
 async fn delivery_events(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     // Not found (or another tenant's) answers 404 before the stream starts.
     state.gateway.delivery(&caller, &id).await?;
     struct Cursor {
@@ -573,81 +698,54 @@ async fn delivery_events(
 
 // -- sagas --------------------------------------------------------------------
 
-async fn sagas(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<SagaList>> {
+async fn sagas(State(state): State<ApiState>, headers: HeaderMap, uri: Uri) -> ApiResult<Json<SagaList>> {
     let caller = caller(&state, &headers).await?;
-    let sagas = state
-        .gateway
-        .sagas(&caller, query.get("kind").map(String::as_str))
-        .await?;
+    let query = QueryValues::read(&uri, SAGAS_QUERY)?;
+    let sagas = state.gateway.sagas(&caller, query.text("kind").as_deref()).await?;
     Ok(Json(SagaList { sagas }))
 }
 
 async fn saga(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path((kind, key)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     Ok(Json(state.gateway.saga(&caller, &kind, &key).await?).into_response())
 }
 
 async fn saga_diagram(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path((kind, key)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     Ok(Json(state.gateway.saga_diagram(&caller, &kind, &key).await?).into_response())
 }
 
 // -- dead letters -------------------------------------------------------------
 
-fn dead_letter_filter(query: &HashMap<String, String>) -> ApiResult<DeadLetterFilter> {
-    let text = |name: &str| query.get(name).filter(|v| !v.is_empty()).cloned();
-    let since = match text("since") {
-        Some(since) => Some(
-            OffsetDateTime::parse(&since, &Rfc3339)
-                .map_err(|_| invalid("since", "since must be an RFC 3339 time, e.g. 2026-11-29T10:00:00Z"))?,
-        ),
-        None => None,
-    };
-    let include_replayed = match text("includeReplayed").as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(_) => return Err(invalid("includeReplayed", "includeReplayed must be true or false")),
-    };
-    let limit = match text("limit") {
-        Some(limit) => Some(
-            limit
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| invalid("limit", "limit must be a positive number"))?,
-        ),
-        None => None,
-    };
+/// The dead-letter filter of `GET /v1/dead-letters` and its groups.
+fn dead_letter_filter(uri: &Uri) -> ApiResult<DeadLetterFilter> {
+    let query = QueryValues::read(uri, DEAD_LETTER_QUERY)?;
     Ok(DeadLetterFilter {
-        consumer: text("consumer"),
-        message_type: text("type"),
-        since,
-        include_replayed,
+        consumer: query.text("consumer"),
+        message_type: query.text("type"),
+        since: query.time("since"),
+        include_replayed: query.boolean("includeReplayed").unwrap_or(false),
         tenant_id: None,
-        reason: text("reason"),
-        limit,
+        reason: query.text("reason"),
+        limit: query.integer("limit"),
     })
 }
 
-async fn dead_letters(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<DeadLetterList>> {
+async fn dead_letters(State(state): State<ApiState>, headers: HeaderMap, uri: Uri) -> ApiResult<Json<DeadLetterList>> {
     let caller = caller(&state, &headers).await?;
-    let filter = dead_letter_filter(&query)?;
+    let filter = dead_letter_filter(&uri)?;
     let records = state.gateway.dead_letters(&caller, filter).await?;
     Ok(Json(DeadLetterList { dead_letters: records }))
 }
@@ -655,10 +753,10 @@ async fn dead_letters(
 async fn dead_letter_groups(
     State(state): State<ApiState>,
     headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
+    uri: Uri,
 ) -> ApiResult<Json<FailureGroupList>> {
     let caller = caller(&state, &headers).await?;
-    let filter = dead_letter_filter(&query)?;
+    let filter = dead_letter_filter(&uri)?;
     let groups = state.gateway.dead_letter_groups(&caller, filter).await?;
     Ok(Json(FailureGroupList { groups }))
 }
@@ -666,9 +764,11 @@ async fn dead_letter_groups(
 async fn dead_letter_group(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(fingerprint): Path<String>,
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     Ok(Json(state.gateway.dead_letter_group(&caller, &fingerprint).await?).into_response())
 }
 
@@ -677,33 +777,15 @@ async fn dead_letter_group(
 async fn replay_group(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(fingerprint): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let body = match json_body(body) {
-        Ok(body) => body.unwrap_or_else(|| json!({})),
-        Err(response) => return *response,
-    };
-    let result = async {
-        let caller = caller(&state, &headers).await?;
-        let object = body
-            .as_object()
-            .ok_or_else(|| invalid("rate", "the body must be an object: {\"rate\": N} or {}"))?;
-        if let Some(field) = object.keys().find(|key| *key != "rate") {
-            return Err(invalid(field, "the body may only hold `rate` (replays per second)"));
-        }
-        let rate = match object.get("rate") {
-            None | Some(Value::Null) => None,
-            Some(rate) => Some(
-                rate.as_f64()
-                    .ok_or_else(|| invalid("rate", "rate must be a number of replays per second"))?,
-            ),
-        };
-        let job = state.gateway.replay_group(&caller, &fingerprint, rate).await?;
-        Ok::<_, ApiError>(job_accepted(&job))
-    }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let rate = typed_body::<GroupReplayBody>(body)?.and_then(|body| body.rate);
+    let job = state.gateway.replay_group(&caller, &fingerprint, rate).await?;
+    Ok(job_accepted(&job))
 }
 
 /// 202 with a bulk replay job and its `Location` (`/v1/replays/{id}`).
@@ -718,143 +800,87 @@ fn job_accepted(job: &ReplayJob) -> Response {
 async fn purge_group(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(fingerprint): Path<String>,
 ) -> ApiResult<Json<GroupPurged>> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     let purged = state.gateway.purge_group(&caller, &fingerprint).await?;
     Ok(Json(GroupPurged { fingerprint, purged }))
 }
 
-async fn dead_letter(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
+async fn dead_letter(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     Ok(Json(state.gateway.dead_letter(&caller, &id).await?).into_response())
 }
 
 async fn replay(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let body = match json_body(body) {
-        Ok(body) => body,
-        Err(response) => return *response,
-    };
-    let result = async {
-        let caller = caller(&state, &headers).await?;
-        let payload = match &body {
-            None => None,
-            Some(Value::Object(map)) => match map.get("payload") {
-                Some(payload) => Some(payload),
-                None if map.is_empty() => None,
-                None => {
-                    return Err(invalid(
-                        "payload",
-                        "the body may only hold `payload` (the edited payload)",
-                    ));
-                }
-            },
-            Some(_) => return Err(invalid("payload", "the body must be an object: {\"payload\": {...}}")),
-        };
-        Ok(Json(state.gateway.replay(&caller, &id, payload).await?).into_response())
-    }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let payload = typed_body::<ReplayBody>(body)?
+        .and_then(|body| body.payload)
+        .map(|payload| whole_numbers_as_integers(Value::Object(payload)));
+    Ok(Json(state.gateway.replay(&caller, &id, payload.as_ref()).await?).into_response())
 }
 
 async fn bulk_replay(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let body = match json_body(body) {
-        Ok(body) => body.unwrap_or_else(|| json!({})),
-        Err(response) => return *response,
-    };
-    let result = async {
-        let caller = caller(&state, &headers).await?;
-        let request = bulk_request(&body)?;
-        let job = state.gateway.start_bulk_replay(&caller, request).await?;
-        Ok::<_, ApiError>(job_accepted(&job))
-    }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
-}
-
-fn bulk_request(body: &Value) -> ApiResult<BulkReplayRequest> {
-    let object = body
-        .as_object()
-        .ok_or_else(|| invalid("ids", "the body must be an object with `ids` or `filter`"))?;
-    let mut ids = Vec::new();
-    if let Some(list) = object.get("ids") {
-        let list = list
-            .as_array()
-            .ok_or_else(|| invalid("ids", "ids must be a list of dead letter ids"))?;
-        for (index, id) in list.iter().enumerate() {
-            let id = id
-                .as_str()
-                .and_then(|text| Uuid::parse_str(text).ok())
-                .ok_or_else(|| invalid(&format!("ids[{index}]"), "not a dead letter id (a UUID)"))?;
-            ids.push(id);
-        }
-    }
-    let filter = match object.get("filter") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(filter)) => {
-            let query: HashMap<String, String> = filter
-                .iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                .collect();
-            Some(dead_letter_filter(&query)?)
-        }
-        Some(_) => return Err(invalid("filter", "filter must be an object {consumer, type, reason}")),
-    };
-    let rate = match object.get("rate") {
-        None | Some(Value::Null) => None,
-        Some(rate) => Some(
-            rate.as_f64()
-                .ok_or_else(|| invalid("rate", "rate must be a number of replays per second"))?,
-        ),
-    };
-    Ok(BulkReplayRequest { ids, filter, rate })
-}
-
-async fn replay_job(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Response> {
+) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let body = typed_body::<BulkReplayBody>(body)?.ok_or_else(|| {
+        invalid(
+            "body",
+            "the body is required: `{\"ids\": [...]}`, `{\"filter\": {...}}` or `{\"all\": true}`",
+        )
+    })?;
+    let job = state.gateway.start_bulk_replay(&caller, body.into()).await?;
+    Ok(job_accepted(&job))
+}
+
+async fn replay_job(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     Ok(Json(state.gateway.replay_job(&caller, &id).await?).into_response())
 }
 
 /// The caller's bulk replay jobs, newest first (`?limit=N`, at most 200).
-async fn replay_jobs(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
-) -> ApiResult<Json<ReplayJobs>> {
+async fn replay_jobs(State(state): State<ApiState>, headers: HeaderMap, uri: Uri) -> ApiResult<Json<ReplayJobs>> {
     let caller = caller(&state, &headers).await?;
-    if let Some(field) = query.keys().find(|key| *key != "limit") {
-        return Err(invalid(field, "the only query parameter is `limit`"));
-    }
-    let limit = query
-        .get("limit")
-        .map(|limit| {
-            limit
-                .parse::<usize>()
-                .ok()
-                .filter(|limit| *limit > 0)
-                .ok_or_else(|| invalid("limit", "limit must be a positive whole number"))
-        })
-        .transpose()?;
-    let jobs = state.gateway.replay_jobs(&caller, limit).await?;
+    let query = QueryValues::read(&uri, REPLAY_JOBS_QUERY)?;
+    let jobs = state.gateway.replay_jobs(&caller, query.integer("limit")).await?;
     Ok(Json(ReplayJobs { jobs }))
 }
 
 async fn control_replay_job(
     state: &ApiState,
     headers: &HeaderMap,
+    uri: &Uri,
     id: &str,
     action: ReplayJobAction,
 ) -> ApiResult<Json<ReplayJob>> {
     let caller = caller(state, headers).await?;
+    no_query(uri)?;
     Ok(Json(state.gateway.control_replay_job(&caller, id, action).await?))
 }
 
@@ -862,18 +888,20 @@ async fn control_replay_job(
 async fn pause_replay_job(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ReplayJob>> {
-    control_replay_job(&state, &headers, &id, ReplayJobAction::Pause).await
+    control_replay_job(&state, &headers, &uri, &id, ReplayJobAction::Pause).await
 }
 
 /// Resumes a paused job where it stopped.
 async fn resume_replay_job(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ReplayJob>> {
-    control_replay_job(&state, &headers, &id, ReplayJobAction::Resume).await
+    control_replay_job(&state, &headers, &uri, &id, ReplayJobAction::Resume).await
 }
 
 /// Cancels a running or paused job: what it did not replay stays
@@ -881,13 +909,20 @@ async fn resume_replay_job(
 async fn cancel_replay_job(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    uri: Uri,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ReplayJob>> {
-    control_replay_job(&state, &headers, &id, ReplayJobAction::Cancel).await
+    control_replay_job(&state, &headers, &uri, &id, ReplayJobAction::Cancel).await
 }
 
-async fn purge(State(state): State<ApiState>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Json<Purged>> {
+async fn purge(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Purged>> {
     let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
     let purged = state.gateway.purge(&caller, &id).await?;
     Ok(Json(Purged { purged }))
 }
@@ -917,7 +952,18 @@ async fn mcp_front_door(State(state): State<ApiState>, mut request: Request, nex
     match caller(&state, request.headers()).await {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
-            next.run(request).await
+            let mut response = next.run(request).await;
+            // A wrong Accept or Content-Type is refused before the SDK, in
+            // JSON-RPC (`mcp::jsonrpc`); what the SDK itself refuses (a GET
+            // or DELETE: 405) is a line of text with no Content-Type: say
+            // what it is.
+            if !response.headers().contains_key(header::CONTENT_TYPE) && response.status().is_client_error() {
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+            }
+            response
         }
         Err(err) => err.into_response(),
     }

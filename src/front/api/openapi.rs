@@ -7,9 +7,15 @@
 //!
 //! Every operation has an `operationId`, its success and error responses
 //! with their schemas (errors are always the `Error` schema) and, for JSON
-//! bodies, a typed `requestBody`; the routes that do not answer JSON say
-//! their media type. A new route is one more [`RouteDoc`] here (and one
-//! more case in the conformance test, which fails without it).
+//! bodies, a typed `requestBody` (`additionalProperties: false`: the
+//! handlers read the same types and refuse what they do not list); the
+//! routes that do not answer JSON say their media type. The handlers read
+//! query strings by the same [`QueryDoc`] tables ([`super::query`]), so a
+//! parameter's documented type is the one the server takes. A new route is
+//! one more [`RouteDoc`] here (and one more case in the conformance test,
+//! which fails without it); `tests/schemathesis.rs` sends generated
+//! requests to a live server and fails on any answer the document does
+//! not describe.
 
 use bosun_contracts::messages::{CATALOGUE, payload_schemas};
 use bosun_contracts::routing::command_handler;
@@ -21,12 +27,13 @@ use super::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
     ReplayBody, SagaList,
 };
+use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{
     AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs,
     SagaDiagram,
 };
 use crate::operator::Delivery;
-use crate::ports::store::SagaRecord;
+use crate::ports::store::{SagaRecord, TimelineEntry};
 
 /// The schema of a body: a `$ref` to its component, which the generator
 /// keeps.
@@ -46,6 +53,10 @@ pub enum Content {
     AnyJson,
     /// Not JSON: this media type (`text/html`), with no schema.
     Media(&'static str),
+    /// Server-sent events (`text/event-stream`), each event as this
+    /// schema describes it (`{event, data}`, `data` as JSON by
+    /// `contentSchema`).
+    Events(SchemaFn),
     /// No body.
     Empty,
 }
@@ -63,11 +74,14 @@ pub struct Reply {
     pub headers: &'static [(&'static str, &'static str)],
 }
 
-/// A query parameter's type.
+/// A query parameter's type: what the document says and what the
+/// handlers take ([`super::query`] reads a query string by it).
 #[derive(Debug, Clone, Copy)]
 pub enum QueryType {
-    /// Text.
+    /// A text, not empty.
     Text,
+    /// One of these words, the document's component of this name.
+    Enum(&'static str, &'static [&'static str]),
     /// A whole number from `minimum` (to `maximum`).
     Integer {
         /// The least.
@@ -143,7 +157,14 @@ const fn query(name: &'static str, kind: QueryType, description: &'static str) -
     }
 }
 
-const DEAD_LETTER_QUERY: &[QueryDoc] = &[
+/// The kinds of saga (`bosun_sagas::SagaKind::ALL`).
+pub const SAGA_KINDS: &[&str] = &["release", "gitops", "probe"];
+
+/// The most a list of deliveries or dead letters shows at once.
+pub const MAX_LISTED: u64 = 500;
+
+/// `GET /v1/dead-letters` and `GET /v1/dead-letters/groups`.
+pub const DEAD_LETTER_QUERY: &[QueryDoc] = &[
     query("consumer", QueryType::Text, "only this consumer's"),
     query("type", QueryType::Text, "only this message type"),
     query("reason", QueryType::Text, "only this failure cause"),
@@ -157,15 +178,42 @@ const DEAD_LETTER_QUERY: &[QueryDoc] = &[
         "limit",
         QueryType::Integer {
             minimum: 1,
-            maximum: None,
+            maximum: Some(MAX_LISTED),
         },
         "at most this many, newest first",
     ),
 ];
 
-/// The errors of a read by id: no key, no scope, not found, over budget,
-/// store down.
-const READ_ONE: &[u16] = &[401, 403, 404, 429, 503];
+/// `GET /v1/deliveries`.
+pub const DELIVERIES_QUERY: &[QueryDoc] = &[query(
+    "limit",
+    QueryType::Integer {
+        minimum: 1,
+        maximum: Some(MAX_LISTED),
+    },
+    "at most this many (default 50)",
+)];
+
+/// `GET /v1/sagas`.
+pub const SAGAS_QUERY: &[QueryDoc] = &[query(
+    "kind",
+    QueryType::Enum("SagaKind", SAGA_KINDS),
+    "only sagas of this kind",
+)];
+
+/// `GET /v1/replays`.
+pub const REPLAY_JOBS_QUERY: &[QueryDoc] = &[query(
+    "limit",
+    QueryType::Integer {
+        minimum: 1,
+        maximum: Some(MAX_JOBS_LISTED as u64),
+    },
+    "at most this many (default 50)",
+)];
+
+/// The errors of a read by id: no key, no scope, not found, a query
+/// parameter (it takes none), over budget, store down.
+const READ_ONE: &[u16] = &[401, 403, 404, 422, 429, 503];
 /// The errors of a list with validated query parameters.
 const READ_LIST: &[u16] = &[401, 403, 422, 429, 503];
 /// The 202 of a bulk replay job, with where to follow it.
@@ -257,14 +305,7 @@ pub const ROUTES: &[RouteDoc] = &[
         operation_id: "listDeliveries",
         summary: "Recent deliveries of the key's tenant, newest first, with their status.",
         scope: Some("deliveries:read"),
-        query: &[query(
-            "limit",
-            QueryType::Integer {
-                minimum: 1,
-                maximum: Some(500),
-            },
-            "at most this many (default 50)",
-        )],
+        query: DELIVERIES_QUERY,
         body: None,
         replies: &[json_reply(200, "the deliveries", schema::<DeliveryList>)],
         errors: READ_LIST,
@@ -290,8 +331,8 @@ pub const ROUTES: &[RouteDoc] = &[
         body: None,
         replies: &[Reply {
             status: 200,
-            description: "an event stream",
-            content: Content::Media("text/event-stream"),
+            description: "an event stream; each event is one of `DeliveryEvent`",
+            content: Content::Events(delivery_event),
             headers: &[],
         }],
         errors: READ_ONE,
@@ -302,10 +343,10 @@ pub const ROUTES: &[RouteDoc] = &[
         operation_id: "listSagas",
         summary: "Sagas of the key's tenant.",
         scope: Some("deliveries:read"),
-        query: &[query("kind", QueryType::Text, "release, gitops or probe")],
+        query: SAGAS_QUERY,
         body: None,
         replies: &[json_reply(200, "the sagas", schema::<SagaList>)],
-        errors: &[401, 403, 429, 503],
+        errors: READ_LIST,
     },
     RouteDoc {
         method: "get",
@@ -397,7 +438,7 @@ pub const ROUTES: &[RouteDoc] = &[
         query: &[],
         body: None,
         replies: &[json_reply(200, "the dead letter", schema::<DeadLetterDetail>)],
-        errors: &[401, 403, 404, 409, 429, 503],
+        errors: &[401, 403, 404, 409, 422, 429, 503],
     },
     RouteDoc {
         method: "delete",
@@ -408,7 +449,7 @@ pub const ROUTES: &[RouteDoc] = &[
         query: &[],
         body: None,
         replies: &[json_reply(200, "the dead letter purged", schema::<Purged>)],
-        errors: &[401, 403, 404, 409, 429, 503],
+        errors: &[401, 403, 404, 409, 422, 429, 503],
     },
     RouteDoc {
         method: "post",
@@ -446,14 +487,7 @@ pub const ROUTES: &[RouteDoc] = &[
         operation_id: "listReplayJobs",
         summary: "Bulk replay jobs, newest first, with their counts: stored, so every replica shows the same.",
         scope: Some("deliveries:read or dead-letters:replay"),
-        query: &[query(
-            "limit",
-            QueryType::Integer {
-                minimum: 1,
-                maximum: None,
-            },
-            "at most this many (default 50, at most 200)",
-        )],
+        query: REPLAY_JOBS_QUERY,
         body: None,
         replies: &[json_reply(200, "the jobs, newest first", schema::<ReplayJobs>)],
         errors: &[401, 403, 422, 429, 503],
@@ -467,7 +501,7 @@ pub const ROUTES: &[RouteDoc] = &[
         query: &[],
         body: None,
         replies: &[json_reply(200, "the replay job", schema::<ReplayJob>)],
-        errors: &[401, 403, 404, 429, 503],
+        errors: READ_ONE,
     },
     RouteDoc {
         method: "post",
@@ -478,7 +512,7 @@ pub const ROUTES: &[RouteDoc] = &[
         query: &[],
         body: None,
         replies: &[json_reply(200, "the paused job", schema::<ReplayJob>)],
-        errors: &[401, 403, 404, 409, 429, 503],
+        errors: &[401, 403, 404, 409, 422, 429, 503],
     },
     RouteDoc {
         method: "post",
@@ -489,7 +523,7 @@ pub const ROUTES: &[RouteDoc] = &[
         query: &[],
         body: None,
         replies: &[json_reply(200, "the resumed job", schema::<ReplayJob>)],
-        errors: &[401, 403, 404, 409, 429, 503],
+        errors: &[401, 403, 404, 409, 422, 429, 503],
     },
     RouteDoc {
         method: "post",
@@ -500,7 +534,7 @@ pub const ROUTES: &[RouteDoc] = &[
         query: &[],
         body: None,
         replies: &[json_reply(200, "the cancelled job", schema::<ReplayJob>)],
-        errors: &[401, 403, 404, 409, 429, 503],
+        errors: &[401, 403, 404, 409, 422, 429, 503],
     },
     RouteDoc {
         method: "post",
@@ -510,9 +544,9 @@ pub const ROUTES: &[RouteDoc] = &[
         scope: Some("per tool"),
         query: &[],
         body: Some(Body {
-            description: "a JSON-RPC 2.0 message",
+            description: "a JSON-RPC 2.0 message (send `Accept: application/json, text/event-stream` and `Content-Type: application/json`, as the MCP specification asks)",
             required: true,
-            content: Content::AnyJson,
+            content: Content::Json(json_rpc_message),
         }),
         replies: &[
             Reply {
@@ -527,6 +561,30 @@ pub const ROUTES: &[RouteDoc] = &[
                 content: Content::Empty,
                 headers: &[],
             },
+            Reply {
+                status: 400,
+                description: "the body is not one JSON-RPC 2.0 message: -32700 (not JSON, or nested deeper than 128 levels) or -32600 (not a request, notification or response; a batch), as a JSON-RPC error",
+                content: Content::Json(json_rpc_error),
+                headers: &[],
+            },
+            Reply {
+                status: 406,
+                description: "the request's `Accept` does not list both application/json and text/event-stream (-32600, as a JSON-RPC error)",
+                content: Content::Json(json_rpc_error),
+                headers: &[],
+            },
+            Reply {
+                status: 413,
+                description: "the body is over BOSUN_HTTP_MAX_BODY_BYTES (-32600, as a JSON-RPC error)",
+                content: Content::Json(json_rpc_error),
+                headers: &[],
+            },
+            Reply {
+                status: 415,
+                description: "the request's `Content-Type` is not application/json (-32600, as a JSON-RPC error)",
+                content: Content::Json(json_rpc_error),
+                headers: &[],
+            },
         ],
         errors: &[401, 403, 429],
     },
@@ -537,13 +595,15 @@ fn error_description(status: u16) -> &'static str {
     match status {
         400 => "the body is not JSON",
         401 => "no valid API key (`WWW-Authenticate: Bearer`)",
-        403 => "the key lacks the scope (for `/mcp` also: a browser origin that may not call it)",
+        403 => {
+            "the key lacks the scope (for a command also: a tenant's key naming another tenant in `X-Bosun-Tenant`; for `/mcp`: a browser origin that may not call it)"
+        }
         404 => "not found (or another tenant's)",
         409 => {
             "a conflict: an id prefix that names several, a concurrent change, or a request with the same Idempotency-Key still in progress"
         }
         413 => "the body is over BOSUN_HTTP_MAX_BODY_BYTES",
-        422 => "an invalid field, named in `error.field`",
+        422 => "an invalid field, query parameter or header, named in `error.field` (unknown ones too)",
         429 => "over the key's request budget (BOSUN_HTTP_RATE_LIMIT_*): retry after `Retry-After`",
         503 => "store or transport unavailable",
         _ => "an error",
@@ -573,13 +633,15 @@ fn content(content: &Content, generator: &mut SchemaGenerator) -> Option<Value> 
         Content::Json(schema) => Some(json!({"application/json": {"schema": schema(generator)}})),
         Content::AnyJson => Some(json!({"application/json": {"schema": {"type": "object"}}})),
         Content::Media(media) => Some(json!({ *media: {"schema": {"type": "string"}} })),
+        Content::Events(schema) => Some(json!({"text/event-stream": {"schema": schema(generator)}})),
         Content::Empty => None,
     }
 }
 
 fn query_schema(kind: QueryType) -> Value {
     match kind {
-        QueryType::Text => json!({"type": "string"}),
+        QueryType::Text => json!({"type": "string", "minLength": 1}),
+        QueryType::Enum(name, _) => json!({"$ref": format!("#/components/schemas/{name}")}),
         QueryType::Integer { minimum, maximum } => match maximum {
             Some(maximum) => json!({"type": "integer", "minimum": minimum, "maximum": maximum}),
             None => json!({"type": "integer", "minimum": minimum}),
@@ -808,19 +870,16 @@ fn parts() -> (Map<String, Value>, Vec<(String, Value)>) {
                 "description": format!("Scope: `commands:send` (`releases:approve` for ApproveRelease and RejectRelease). Handled by the `{consumer}` consumer. Schema version {}.", spec.schema_version),
                 "operationId": format!("send{name}"),
                 "security": [{"apiKey": []}],
-                "parameters": [
-                    {"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 255},
-                     "description": "a retried request with the same key and body gets the first answer; another body gets 422"},
-                    {"name": "X-Correlation-Id", "in": "header", "required": false, "schema": {"type": "string", "format": "uuid"},
-                     "description": "join this delivery instead of starting one"},
-                    {"name": "X-Bosun-Tenant", "in": "header", "required": false, "schema": {"type": "string"},
-                     "description": "the tenant, for platform keys (tenant `*`)"}
-                ],
+                "parameters": command_headers(),
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}}},
                 "responses": responses
             }}),
         );
     }
+    components.push((
+        "SagaKind".to_owned(),
+        json!({"type": "string", "enum": SAGA_KINDS, "description": "A kind of saga: `release` (keyed by releaseId), `gitops` (by environment) or `probe` (by probe group)."}),
+    ));
     for (name, schema) in answers
         .take_definitions(true)
         .into_iter()
@@ -831,8 +890,27 @@ fn parts() -> (Map<String, Value>, Vec<(String, Value)>) {
     (paths, components)
 }
 
+/// The headers a command takes, as `send_command` in `mod.rs` reads them.
+fn command_headers() -> Value {
+    let mut tenant = Schema::from(Map::from_iter([("type".to_owned(), json!("string"))]));
+    bosun_contracts::schema_rules::tenant_id(&mut tenant);
+    let mut tenant = tenant.to_value();
+    if let Some(object) = tenant.as_object_mut() {
+        object.insert("minLength".into(), json!(1));
+    }
+    json!([
+        {"name": "Idempotency-Key", "in": "header", "required": false,
+         "schema": {"type": "string", "minLength": 1, "maxLength": super::IDEMPOTENCY_KEY_MAX_CHARS, "pattern": "^[!-~]+$"},
+         "description": "a retried request with the same key and body gets the first answer; another body gets 422 (visible ASCII, no spaces)"},
+        {"name": "X-Correlation-Id", "in": "header", "required": false, "schema": {"type": "string", "format": "uuid"},
+         "description": "join this delivery instead of starting one"},
+        {"name": "X-Bosun-Tenant", "in": "header", "required": false, "schema": tenant,
+         "description": "the tenant: a platform key's (tenant `*`) must name it; a tenant's key may name only its own (403 otherwise)"}
+    ])
+}
+
 /// The error statuses of `POST /v1/commands/{Type}`.
-pub const COMMAND_ERRORS: &[u16] = &[400, 401, 403, 409, 413, 422, 429, 503];
+pub const COMMAND_ERRORS: &[u16] = &[400, 401, 403, 404, 409, 413, 422, 429, 503];
 
 /// The whole document.
 pub fn document() -> Value {
@@ -859,13 +937,145 @@ pub fn document() -> Value {
 fn path_parameters(path: &str) -> Vec<Value> {
     path.split('/')
         .filter_map(|segment| segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": path_schema(path, name)}))
         .collect()
+}
+
+/// What a path parameter takes. A value outside it is "not found" (404),
+/// or 422 for a saga's kind: none names anything.
+fn path_schema(path: &str, name: &str) -> Value {
+    match name {
+        "kind" => json!({"$ref": "#/components/schemas/SagaKind"}),
+        // A full dead letter id or a unique prefix of at least 4 characters.
+        "id" if path.starts_with("/v1/dead-letters/") => json!({"type": "string", "pattern": "^[0-9a-fA-F-]{4,}$"}),
+        "id" => json!({"type": "string", "format": "uuid"}),
+        // The first 16 hex digits of a SHA-256.
+        "fingerprint" => json!({"type": "string", "pattern": "^[0-9a-f]{16}$"}),
+        _ => json!({"type": "string", "minLength": 1}),
+    }
+}
+
+/// One server-sent event of `GET /v1/deliveries/{correlationId}/events`:
+/// `timeline` (a `TimelineEntry`), then `end` (the final status), or
+/// `error` (the `Error` body) when the delivery can no longer be read.
+fn delivery_event(generator: &mut SchemaGenerator) -> Schema {
+    let line = generator.subschema_for::<TimelineEntry>().to_value();
+    let error = generator.subschema_for::<ErrorBody>().to_value();
+    let event = |name: &str, data: Value| {
+        json!({
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"const": name},
+                "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+                "id": {"type": "string"},
+                "retry": {"type": "integer"}
+            }
+        })
+    };
+    let end = json!({
+        "type": "object",
+        "required": ["status"],
+        "additionalProperties": false,
+        "properties": {"status": {"type": "string", "enum": ["completed", "failed"]}}
+    });
+    let schema = json!({
+        "title": "DeliveryEvent",
+        "oneOf": [event("timeline", line), event("end", end), event("error", error)]
+    });
+    Schema::try_from(schema).unwrap_or_default()
+}
+
+/// The JSON-RPC 2.0 error `/mcp` answers a body it cannot take with
+/// (`src/front/mcp/jsonrpc.rs`).
+fn json_rpc_error(_: &mut SchemaGenerator) -> Schema {
+    let schema = json!({
+        "title": "JsonRpcError",
+        "type": "object",
+        "required": ["jsonrpc", "id", "error"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "integer", "enum": [-32700, -32600]},
+                    "message": {"type": "string"}
+                }
+            }
+        }
+    });
+    Schema::try_from(schema).unwrap_or_default()
+}
+
+/// A JSON-RPC 2.0 message to `/mcp`: a request (with an `id`) or a
+/// notification (without).
+fn json_rpc_message(_: &mut SchemaGenerator) -> Schema {
+    let schema = json!({
+        "title": "JsonRpcMessage",
+        "type": "object",
+        "required": ["jsonrpc", "method"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer"]},
+            "method": {"type": "string"},
+            "params": {"type": ["object", "null"]}
+        }
+    });
+    Schema::try_from(schema).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_saga_kinds_are_the_sagas_crates() {
+        let kinds: Vec<&str> = bosun_sagas::SagaKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(kinds, SAGA_KINDS);
+        assert_eq!(
+            document()["components"]["schemas"]["SagaKind"]["enum"],
+            json!(SAGA_KINDS)
+        );
+    }
+
+    #[test]
+    fn the_bulk_replay_body_says_ids_a_narrowing_filter_or_all_alone() {
+        let doc = document();
+        let mut schema = doc["components"]["schemas"]["BulkReplayBody"].clone();
+        schema["components"] = doc["components"].clone();
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&schema)
+            .unwrap();
+        let id = "0193a0c2-7c1e-7d2a-9b5e-3f1d2c4b5a69";
+        for (body, valid) in [
+            (json!({"ids": [id], "rate": 5}), true),
+            (json!({"ids": [id], "all": false}), true),
+            (json!({"filter": {"consumer": "commit"}}), true),
+            (
+                json!({"filter": {"since": "2026-11-29T10:00:00Z"}, "rate": 0.001}),
+                true,
+            ),
+            (json!({"all": true, "rate": 1}), true),
+            (json!({}), false),
+            (json!({"all": false}), false),
+            (json!({"ids": []}), false),
+            (json!({"ids": [id], "filter": {"consumer": "commit"}}), false),
+            (json!({"filter": {}}), false),
+            (json!({"filter": {"consumer": ""}}), false),
+            (json!({"filter": {"consumr": "commit"}}), false),
+            (json!({"filter": {"consumer": null}}), false),
+            (json!({"all": true, "filter": {"consumer": "commit"}}), false),
+            (json!({"all": true, "ids": [id]}), false),
+            (json!({"ids": [id], "rate": 0.0001}), false),
+            (json!({"ids": [id], "tenantId": "evil"}), false),
+        ] {
+            assert_eq!(validator.is_valid(&body), valid, "{body}");
+        }
+    }
 
     #[test]
     fn every_command_has_an_operation_with_its_schema_and_refs_resolve() {

@@ -25,13 +25,14 @@ type Counter = (&'static str, &'static str, fn(&Series) -> u64);
 type Latency = (&'static str, &'static str, fn(&Series) -> &Histogram);
 
 /// Every reason `bosun_api_refusals_total` counts.
-const REFUSAL_REASONS: [&str; 8] = [
+const REFUSAL_REASONS: [&str; 9] = [
     "missing",
     "malformed",
     "invalid",
     "revoked",
     "expired",
     "scope",
+    "tenant",
     "origin",
     "rate-limited",
 ];
@@ -71,7 +72,8 @@ impl HttpMetrics {
     }
 
     /// Counts one request refused for `reason`: `missing`, `malformed`,
-    /// `invalid`, `revoked` or `expired` (401), `scope` or `origin` (403),
+    /// `invalid`, `revoked` or `expired` (401), `scope`, `tenant` (a
+    /// tenant's key naming another) or `origin` (403),
     /// `rate-limited` (429).
     pub fn record_refusal(&self, reason: &'static str) {
         let mut guard = self.refusals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

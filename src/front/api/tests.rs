@@ -485,7 +485,8 @@ async fn tenants_never_see_each_other() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    // A tenant key cannot act for another tenant; a platform key must name one.
+    // A tenant key cannot act for another tenant (403: it is a matter of
+    // authority, whichever tenant is named); a platform key must name one.
     let (status, error) = error_of(
         api.post(&contoso, "/v1/commands/CreateCommit")
             .header("x-bosun-tenant", "fabrikam")
@@ -496,8 +497,12 @@ async fn tenants_never_see_each_other() {
     )
     .await;
     assert_eq!(
-        (status, error["field"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("X-Bosun-Tenant"))
+        (status, error["code"].as_str(), error["field"].as_str()),
+        (
+            StatusCode::FORBIDDEN,
+            Some("tenant-not-allowed"),
+            Some("X-Bosun-Tenant")
+        )
     );
     let response = api
         .post(&platform, "/v1/commands/CreateCommit")
@@ -818,6 +823,149 @@ async fn dead_letters_group_replay_edit_and_bulk_with_progress() {
     assert_eq!(
         (status, error["field"].as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, Some("ids[0]"))
+    );
+}
+
+/// The status and `error.field` of an answer.
+async fn refusal(request: reqwest::RequestBuilder) -> (StatusCode, String) {
+    let (status, error) = error_of(request.send().await.unwrap()).await;
+    (status, error["field"].as_str().unwrap_or("(none)").to_owned())
+}
+
+#[tokio::test]
+async fn bodies_queries_and_headers_are_strict_and_name_what_they_refuse() {
+    let api = Api::start().await;
+    let key = api.key("contoso", &[Scope::Admin]).await;
+    let (dead, _) = api.dead_letter("contoso", "invalid-field").await;
+    let (other, _) = api.dead_letter("contoso", "transient-exhausted").await;
+    let invalid = StatusCode::UNPROCESSABLE_ENTITY;
+    let bulk = |body: Value| api.post(&key, "/v1/dead-letters/replays").json(&body);
+
+    // A filter with a wrong type and a misspelt key replayed every dead
+    // letter of the tenant before; now each is refused by name.
+    for (body, field) in [
+        (
+            json!({"filter": {"consumer": ["commit"], "consumr": "x"}}),
+            "filter.consumer",
+        ),
+        (json!({"filter": {"consumr": "x"}}), "filter.consumr"),
+        (json!({"filter": {"consumer": null}}), "filter.consumer"),
+        (json!({"filter": {"consumer": ""}}), "filter.consumer"),
+        (json!({"filter": {"since": ""}}), "filter.since"),
+        (json!({"filter": {"since": "yesterday"}}), "filter.since"),
+        (json!({"filter": "commit"}), "filter"),
+        (json!({"ids": [dead], "tenantId": "evil"}), "tenantId"),
+        (json!({"ids": ["not-a-uuid"]}), "ids[0]"),
+        (json!({"ids": [dead.simple().to_string()]}), "ids[0]"),
+        (json!({"ids": []}), "ids"),
+        (json!({"ids": [dead], "rate": 0.0001}), "rate"),
+        (json!({"ids": [dead], "rate": "fast"}), "rate"),
+        (json!({"ids": [dead], "filter": {"reason": "invalid-field"}}), "ids"),
+        (json!([dead]), "body"),
+        (json!({}), "ids"),
+        // Everything is asked for explicitly, and only alone.
+        (json!({"filter": {}}), "all"),
+        (json!({"all": false}), "ids"),
+        (json!({"all": true, "filter": {"reason": "invalid-field"}}), "all"),
+        (json!({"all": true, "filter": {}}), "all"),
+        (json!({"all": true, "ids": [dead]}), "all"),
+        (json!({"all": "yes"}), "all"),
+    ] {
+        assert_eq!(refusal(bulk(body.clone())).await, (invalid, field.to_owned()), "{body}");
+    }
+    let (status, error) = error_of(
+        api.post(&key, "/v1/dead-letters/replays")
+            .header("content-type", "application/json")
+            .body("{\"ids\": [")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("malformed-json"))
+    );
+    assert_eq!(api.queue_depth("commit").await, 0, "nothing was replayed");
+    let job: Value = bulk(json!({"all": true, "rate": 50}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (job["total"].as_u64(), &job["request"]),
+        (Some(2), &json!({"all": true})),
+        "{job}"
+    );
+
+    // One replay: only `payload`, an object.
+    let replay = format!("/v1/dead-letters/{other}/replay");
+    for (body, field) in [
+        (json!({"tenantId": "evil"}), "tenantId"),
+        (
+            json!({"payload": commit("r"), "messageType": "CreateCommit"}),
+            "messageType",
+        ),
+        (json!({"payload": null}), "payload"),
+        (json!({"payload": "text"}), "payload"),
+    ] {
+        assert_eq!(
+            refusal(api.post(&key, &replay).json(&body)).await,
+            (invalid, field.to_owned()),
+            "{body}"
+        );
+    }
+    let group = "/v1/dead-letters/groups/0123456789abcdef/replay";
+    for (body, field) in [(json!({"rate": 1, "all": true}), "all"), (json!({"rate": 0}), "rate")] {
+        assert_eq!(
+            refusal(api.post(&key, group).json(&body)).await,
+            (invalid, field.to_owned()),
+            "{body}"
+        );
+    }
+
+    // Query strings: unknown, repeated, empty or out-of-range parameters.
+    let delivery = format!("/v1/deliveries/{}", Uuid::now_v7());
+    for (path, field) in [
+        ("/v1/dead-letters?consumr=commit", "consumr"),
+        ("/v1/dead-letters?consumer=", "consumer"),
+        ("/v1/dead-letters?since=", "since"),
+        ("/v1/dead-letters?limit=501", "limit"),
+        ("/v1/dead-letters/groups?limit=1&limit=2", "limit"),
+        ("/v1/deliveries?limit=501", "limit"),
+        ("/v1/deliveries?tenant=fabrikam", "tenant"),
+        ("/v1/sagas?kind=billing", "kind"),
+        ("/v1/replays?limit=201", "limit"),
+        (&format!("{delivery}?verbose=true"), "verbose"),
+    ] {
+        assert_eq!(
+            refusal(api.get(&key, path)).await,
+            (invalid, field.to_owned()),
+            "{path}"
+        );
+    }
+
+    // Command headers, as the document describes them.
+    let send = |name: &str, value: &str| {
+        api.post(&key, "/v1/commands/CreateCommit")
+            .header(name, value)
+            .json(&commit("r"))
+    };
+    for (name, value) in [
+        ("x-bosun-tenant", ""),
+        ("x-bosun-tenant", "Contoso"),
+        ("idempotency-key", "two words"),
+        ("x-correlation-id", "0193a0c27c1e7d2a9b5e3f1d2c4b5a69"),
+    ] {
+        let (status, field) = refusal(send(name, value)).await;
+        assert_eq!(status, invalid, "{name}: {value}");
+        assert!(field.eq_ignore_ascii_case(name), "{name}: {field}");
+    }
+    assert_eq!(
+        send("x-bosun-tenant", "contoso").send().await.unwrap().status(),
+        StatusCode::ACCEPTED
     );
 }
 

@@ -66,10 +66,7 @@ impl Gateway {
                 });
             }
             (own, Some(named)) if named != own => {
-                return Err(GatewayError::Invalid {
-                    field: Some("X-Bosun-Tenant".into()),
-                    message: format!("this key acts for tenant `{own}` only"),
-                });
+                return Err(GatewayError::OtherTenant { own: own.to_owned() });
             }
             (own, _) => own.to_owned(),
         };

@@ -75,6 +75,7 @@ impl Gateway {
             BulkReplayRequest {
                 ids: group.ids,
                 filter: None,
+                all: false,
                 rate,
             },
             Some(&group.fingerprint),

@@ -57,6 +57,13 @@ pub enum GatewayError {
         /// The scope needed.
         scope: Scope,
     },
+    /// A tenant's key named another tenant (`X-Bosun-Tenant`, MCP's
+    /// `tenant`): a tenant's key acts for its own tenant only.
+    #[error("this key acts for tenant `{own}` only: leave X-Bosun-Tenant out or name `{own}`")]
+    OtherTenant {
+        /// The key's own tenant.
+        own: String,
+    },
     /// Nothing with that id (for this tenant).
     #[error("no {what} `{id}`")]
     NotFound {
@@ -95,7 +102,7 @@ impl GatewayError {
     pub fn status(&self) -> u16 {
         match self {
             Self::Unauthorized(_) => 401,
-            Self::Forbidden { .. } => 403,
+            Self::Forbidden { .. } | Self::OtherTenant { .. } => 403,
             Self::NotFound { .. } | Self::UnknownType(_) => 404,
             Self::Invalid { .. } | Self::IdempotencyReused(_) => 422,
             Self::IdempotencyInProgress(_) | Self::Conflict(_) => 409,
@@ -108,6 +115,7 @@ impl GatewayError {
         match self {
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden { .. } => "forbidden",
+            Self::OtherTenant { .. } => "tenant-not-allowed",
             Self::NotFound { .. } => "not-found",
             Self::UnknownType(_) => "unknown-type",
             Self::Invalid { .. } => "invalid-field",
@@ -125,6 +133,7 @@ impl GatewayError {
         match self {
             Self::Unauthorized(refusal) => Some(refusal.as_str()),
             Self::Forbidden { .. } => Some("scope"),
+            Self::OtherTenant { .. } => Some("tenant"),
             _ => None,
         }
     }
@@ -134,6 +143,7 @@ impl GatewayError {
         match self {
             Self::Invalid { field, .. } => field.as_deref(),
             Self::UnknownType(_) => Some("type"),
+            Self::OtherTenant { .. } => Some("X-Bosun-Tenant"),
             _ => None,
         }
     }

@@ -54,15 +54,49 @@ impl Gateway {
         group: Option<&str>,
     ) -> Result<ReplayJob, GatewayError> {
         Self::require(caller, Scope::DeadLettersReplay)?;
+        let invalid = |field: &str, message: String| GatewayError::Invalid {
+            field: Some(field.to_owned()),
+            message,
+        };
         if let Some(rate) = request.rate
-            && !(rate > 0.0 && rate.is_finite())
+            && !(rate >= MIN_REPLAY_RATE && rate.is_finite())
         {
-            return Err(GatewayError::Invalid {
-                field: Some("rate".into()),
-                message: "rate must be a positive number of replays per second".into(),
-            });
+            return Err(invalid(
+                "rate",
+                format!("rate must be a number of replays per second of at least {MIN_REPLAY_RATE}"),
+            ));
         }
-        let ids: Vec<Uuid> = match (&request.filter, request.ids.is_empty()) {
+        // Exactly one of ids, a narrowing filter, or an explicit `all`: a
+        // filter that names nothing would take every dead letter of the
+        // tenant, which must be asked for as such.
+        let narrows = |filter: &DeadLetterFilter| {
+            filter.consumer.is_some()
+                || filter.message_type.is_some()
+                || filter.reason.is_some()
+                || filter.since.is_some()
+        };
+        if request.all && (!request.ids.is_empty() || request.filter.is_some()) {
+            return Err(invalid(
+                "all",
+                "`all: true` takes every dead letter of the tenant: give it alone, without `ids` or `filter`".into(),
+            ));
+        }
+        if let Some(filter) = &request.filter
+            && !narrows(filter)
+        {
+            return Err(invalid(
+                "all",
+                "the filter names nothing to narrow by (consumer, type, reason, since): to replay every dead \
+                 letter of the tenant, send `\"all\": true` instead"
+                    .into(),
+            ));
+        }
+        let filter = match (&request.filter, request.all) {
+            (Some(filter), _) => Some(filter.clone()),
+            (None, true) => Some(DeadLetterFilter::default()),
+            (None, false) => None,
+        };
+        let ids: Vec<Uuid> = match (&filter, request.ids.is_empty()) {
             (Some(filter), true) => {
                 let filter = DeadLetterFilter {
                     include_replayed: false,
@@ -84,11 +118,14 @@ impl Gateway {
                 }
                 ids
             }
-            _ => {
-                return Err(GatewayError::Invalid {
-                    field: Some("ids".into()),
-                    message: "give either `ids` (a non-empty list) or `filter`".into(),
-                });
+            (Some(_), false) => {
+                return Err(invalid("ids", "give either `ids` or `filter`, not both".into()));
+            }
+            (None, true) => {
+                return Err(invalid(
+                    "ids",
+                    "give `ids` (a non-empty list), a `filter`, or `\"all\": true`".into(),
+                ));
             }
         };
         if ids.len() > MAX_BULK_REPLAY {
@@ -101,6 +138,7 @@ impl Gateway {
         let asked = match (group, &request.filter) {
             (Some(fingerprint), _) => json!({ "group": fingerprint }),
             (None, Some(filter)) => json!({ "filter": filter_json(filter) }),
+            (None, None) if request.all => json!({ "all": true }),
             (None, None) => json!({ "ids": ids }),
         };
         let empty = ids.is_empty();

@@ -98,16 +98,26 @@ pub struct ReplayDone {
     pub edited: bool,
 }
 
-/// What a bulk replay should take.
+/// What a bulk replay should take: exactly one of `ids`, a `filter` that
+/// narrows (names a consumer, type, reason or time), or `all`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BulkReplayRequest {
     /// These dead letters ...
     pub ids: Vec<Uuid>,
-    /// ... or every dead (not yet replayed) one matching this filter.
+    /// ... or every dead (not yet replayed) one matching this filter ...
     pub filter: Option<DeadLetterFilter>,
+    /// ... or, explicitly, every dead (not yet replayed) one of the tenant.
+    pub all: bool,
     /// At most this many per second.
     pub rate: Option<f64>,
 }
+
+/// The least rate of a bulk replay, per second (one replay every 1,000 s):
+/// below it the wait between two replays is longer than a job is worth.
+pub const MIN_REPLAY_RATE: f64 = 0.001;
+
+/// The most dead letters one bulk replay takes.
+pub const BULK_REPLAY_MAX_IDS: usize = MAX_BULK_REPLAY;
 
 /// A dead letter a bulk replay could not replay.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

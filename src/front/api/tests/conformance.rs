@@ -477,6 +477,35 @@ async fn every_operation_answers_what_the_openapi_document_says() {
                 .json(&ping),
         ),
         case("callMcp", 401, api.client.post(url("/mcp")).json(&ping)),
+        // Refused before the MCP SDK, as JSON-RPC errors.
+        case("callMcp", 406, post("/mcp").json(&ping)),
+        case(
+            "callMcp",
+            400,
+            post("/mcp")
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body("{\"jsonrpc\": "),
+        ),
+        case(
+            "callMcp",
+            415,
+            post("/mcp")
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "text/plain")
+                .body(ping.to_string()),
+        ),
+        case(
+            "startBulkReplay",
+            202,
+            post("/v1/dead-letters/replays").json(&json!({"all": true, "rate": 1000})),
+        ),
+        case(
+            "startBulkReplay",
+            422,
+            post("/v1/dead-letters/replays").json(&json!({"filter": {}})),
+        ),
+        case("listSagas", 422, get("/v1/sagas?kind=billing")),
     ];
     // Over the body limit (64 KiB here).
     let mut oversized = commit("payments-api");
