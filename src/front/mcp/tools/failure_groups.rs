@@ -21,7 +21,9 @@ pub struct ReplayFailureGroupArguments {
     /// The group's fingerprint (from list_failures with grouped: true).
     #[schemars(length(min = 1))]
     fingerprint: String,
-    /// At most this many replays per second (default: as fast as they go).
+    /// At most this many replays per second, at least 0.001 (default: as
+    /// fast as they go).
+    #[schemars(range(min = crate::front::gateway::MIN_REPLAY_RATE))]
     rate: Option<f64>,
 }
 
@@ -47,9 +49,12 @@ impl McpTool for ReplayFailureGroup {
     ) -> Result<Value, GatewayError> {
         let fingerprint = required("fingerprint", &arguments.fingerprint)?;
         if let Some(rate) = arguments.rate
-            && !(rate > 0.0 && rate.is_finite())
+            && !(rate >= crate::front::gateway::MIN_REPLAY_RATE && rate.is_finite())
         {
-            return Err(invalid("rate", "rate must be a positive number of replays per second"));
+            return Err(invalid(
+                "rate",
+                "rate must be a number of replays per second of at least 0.001",
+            ));
         }
         to_json(&gateway.replay_group(caller, fingerprint, arguments.rate).await?)
     }
