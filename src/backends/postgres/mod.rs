@@ -829,6 +829,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn keys_made_before_keys_expired_keep_working_after_migration_13() {
+        let test = testing::fresh().await;
+        let database = &test.database;
+        database.migrate_to(12).await.unwrap();
+        // A key as schema 12 stored it: no expiry, no last use.
+        query(
+            "INSERT INTO bosun_api_keys (id, tenant_id, scopes, secret_hash, description, created_by, created_at)
+             VALUES ('0123456789ab', 'contoso', '[\"deliveries:read\"]', 'h', 'ci', 'alice', now())",
+        )
+        .execute(database.pool())
+        .await
+        .unwrap();
+        assert_eq!(database.migrate().await.unwrap().applied, vec![13]);
+        let store = crate::backends::postgres::store::PostgresStore::new(database.clone());
+        let key = crate::ports::store::AccessStore::api_key(&store, "0123456789ab")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (key.expires_at, key.last_used_at, key.rotated_to.as_deref()),
+            (None, None, None)
+        );
+        assert!(crate::front::access::check(&key, time::OffsetDateTime::now_utc()).is_ok());
+        test.finish().await;
+    }
+
+    #[tokio::test]
     async fn a_changed_migration_is_refused() {
         let test = testing::migrated().await;
         query("UPDATE bosun_schema_migrations SET checksum = 'edited' WHERE version = 1")
