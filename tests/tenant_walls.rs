@@ -218,13 +218,18 @@ fn scenario(backend: &Backend) {
     let release_id = saga["state"]["releaseId"].as_str().unwrap().to_owned();
     assert_eq!(saga["key"], format!("demo/{release_id}"), "keyed by tenant");
     assert_eq!(saga["tenantId"], "demo");
-    assert_eq!(saga["state"]["phase"], "awaitingApproval", "{saga:#}");
 
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
     let mut server = Server::start(data, &env, &["--http", &address]);
     server.wait_for_line("receiving", Duration::from_secs(60));
     wait_for_http(port);
+    // The demo ends when dev's GitOpsSynced is sent; the release saga takes
+    // it (and then waits for prod) once a release consumer runs again.
+    eventually("the release waits for prod's approval", Duration::from_secs(60), || {
+        let saga = release_saga(data, backend);
+        (saga["state"]["phase"] == "awaitingApproval").then_some(())
+    });
 
     let (evil_sender, _) = key(data, backend, "evil", "commands:send", "evil sender");
     let (evil_approver, _) = key(data, backend, "evil", "releases:approve", "evil approver");

@@ -139,7 +139,7 @@ macro_rules! catalogue {
 
         /// The JSON Schema of every payload, keyed by type name.
         pub fn payload_schemas() -> Vec<(&'static str, schemars::Schema)> {
-            vec![ $( (stringify!($name), schemars::schema_for!($name)), )* ]
+            vec![ $( (stringify!($name), crate::schema::generator().into_root_schema_for::<$name>()), )* ]
         }
     };
 }

@@ -14,7 +14,7 @@ pub fn schema_files() -> Vec<(String, String)> {
     let mut files = Vec::new();
     files.push((
         "envelope.schema.json".to_owned(),
-        pretty(&json!(schemars::schema_for!(Envelope))),
+        pretty(&json!(generator().into_root_schema_for::<Envelope>())),
     ));
     for (message_type, schema) in payload_schemas() {
         let version = MessageSpec::find(message_type).map_or(1, |spec| spec.schema_version);
@@ -47,6 +47,17 @@ pub fn schema_files() -> Vec<(String, String)> {
         .collect();
     files.push(("index.json".to_owned(), pretty(&json!(index))));
     files
+}
+
+/// The generator of every contract schema: JSON Schema 2020-12, with the
+/// bounds of fixed-width integers ([`crate::schema_rules::integer_bounds`])
+/// added to every subschema.
+pub fn generator() -> schemars::SchemaGenerator {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(schemars::transform::RecursiveTransform(
+            crate::schema_rules::integer_bounds,
+        ))
+        .into_generator()
 }
 
 fn pretty(value: &Value) -> String {

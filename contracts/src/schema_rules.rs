@@ -194,6 +194,36 @@ fn literal(text: &str) -> String {
     pattern
 }
 
+/// The bounds of a fixed-width integer (`"format": "uint32"` and the like,
+/// as schemars writes a Rust `u32`): schemars gives `minimum: 0` for an
+/// unsigned one and no `maximum`, so a schema would let through a number
+/// serde refuses (`4294967296` for a `u32`). Applied to every subschema by
+/// [`crate::schema::generator`].
+pub fn integer_bounds(schema: &mut Schema) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let (minimum, maximum): (i128, i128) = match object.get("format").and_then(Value::as_str) {
+        Some("uint8") => (0, u8::MAX.into()),
+        Some("uint16") => (0, u16::MAX.into()),
+        Some("uint32") => (0, u32::MAX.into()),
+        Some("uint64") => (0, u64::MAX.into()),
+        Some("int8") => (i8::MIN.into(), i8::MAX.into()),
+        Some("int16") => (i16::MIN.into(), i16::MAX.into()),
+        Some("int32") => (i32::MIN.into(), i32::MAX.into()),
+        Some("int64") => (i64::MIN.into(), i64::MAX.into()),
+        _ => return,
+    };
+    let number = |value: i128| {
+        u64::try_from(value)
+            .map(Value::from)
+            .or_else(|_| i64::try_from(value).map(Value::from))
+            .unwrap_or(Value::Null)
+    };
+    object.entry("minimum").or_insert_with(|| number(minimum));
+    object.entry("maximum").or_insert_with(|| number(maximum));
+}
+
 /// Appends what bosun checks beyond the schema to the field's description,
 /// after [`BEYOND_SCHEMA`].
 pub fn also_checked(text: &str) -> impl FnMut(&mut Schema) + '_ {

@@ -564,25 +564,25 @@ pub const ROUTES: &[RouteDoc] = &[
             Reply {
                 status: 400,
                 description: "the body is not one JSON-RPC 2.0 message: -32700 (not JSON, or nested deeper than 128 levels) or -32600 (not a request, notification or response; a batch), as a JSON-RPC error",
-                content: Content::Json(json_rpc_error),
+                content: Content::Json(schema::<crate::front::mcp::jsonrpc::ErrorResponse>),
                 headers: &[],
             },
             Reply {
                 status: 406,
                 description: "the request's `Accept` does not list both application/json and text/event-stream (-32600, as a JSON-RPC error)",
-                content: Content::Json(json_rpc_error),
+                content: Content::Json(schema::<crate::front::mcp::jsonrpc::ErrorResponse>),
                 headers: &[],
             },
             Reply {
                 status: 413,
                 description: "the body is over BOSUN_HTTP_MAX_BODY_BYTES (-32600, as a JSON-RPC error)",
-                content: Content::Json(json_rpc_error),
+                content: Content::Json(schema::<crate::front::mcp::jsonrpc::ErrorResponse>),
                 headers: &[],
             },
             Reply {
                 status: 415,
                 description: "the request's `Content-Type` is not application/json (-32600, as a JSON-RPC error)",
-                content: Content::Json(json_rpc_error),
+                content: Content::Json(schema::<crate::front::mcp::jsonrpc::ErrorResponse>),
                 headers: &[],
             },
         ],
@@ -982,29 +982,6 @@ fn delivery_event(generator: &mut SchemaGenerator) -> Schema {
     let schema = json!({
         "title": "DeliveryEvent",
         "oneOf": [event("timeline", line), event("end", end), event("error", error)]
-    });
-    Schema::try_from(schema).unwrap_or_default()
-}
-
-/// The JSON-RPC 2.0 error `/mcp` answers a body it cannot take with
-/// (`src/front/mcp/jsonrpc.rs`).
-fn json_rpc_error(_: &mut SchemaGenerator) -> Schema {
-    let schema = json!({
-        "title": "JsonRpcError",
-        "type": "object",
-        "required": ["jsonrpc", "id", "error"],
-        "properties": {
-            "jsonrpc": {"const": "2.0"},
-            "id": {"type": ["string", "integer", "null"]},
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {
-                    "code": {"type": "integer", "enum": [-32700, -32600]},
-                    "message": {"type": "string"}
-                }
-            }
-        }
     });
     Schema::try_from(schema).unwrap_or_default()
 }

@@ -25,7 +25,9 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::ClientJsonRpcMessage;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
 /// Parse error: the body is not JSON.
 pub const PARSE_ERROR: i64 = -32700;
@@ -146,11 +148,14 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
             );
         }
     };
-    // The id to answer with: a string or a number; anything else is no id.
-    let id = match object.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-        _ => Value::Null,
+    // The id to answer with: a string or an integer; anything else (a
+    // fraction, which JSON-RPC ids should not have) is no id.
+    let usable = |id: &Value| match id {
+        Value::String(_) => true,
+        Value::Number(number) => number.is_i64() || number.is_u64(),
+        _ => false,
     };
+    let id = object.get("id").filter(|id| usable(id)).cloned().unwrap_or(Value::Null);
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return bad(
             INVALID_REQUEST,
@@ -158,14 +163,11 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
             "Invalid Request: field `jsonrpc` must be \"2.0\"".to_owned(),
         );
     }
-    if let Some(bad_id) = object
-        .get("id")
-        .filter(|given| !matches!(given, Value::String(_) | Value::Number(_)))
-    {
+    if let Some(bad_id) = object.get("id").filter(|given| !usable(given)) {
         return bad(
             INVALID_REQUEST,
             Value::Null,
-            format!("Invalid Request: field `id` must be a string or a number, not {bad_id}"),
+            format!("Invalid Request: field `id` must be a string or an integer, not {bad_id}"),
         );
     }
     let is_response = object.contains_key("result") || object.contains_key("error");
@@ -201,18 +203,51 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The JSON-RPC 2.0 error response `/mcp` answers a body it cannot take
+/// with (and the OpenAPI document's `JsonRpcError`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(rename = "JsonRpcError")]
+pub struct ErrorResponse {
+    /// Always `2.0`.
+    #[schemars(extend("const" = "2.0"))]
+    pub jsonrpc: &'static str,
+    /// The request's id when it could be read (a string or an integer),
+    /// else `null`.
+    #[schemars(schema_with = "id_schema")]
+    pub id: Value,
+    /// What went wrong.
+    pub error: ErrorObject,
+}
+
+/// The `error` of an [`ErrorResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(rename = "JsonRpcErrorObject")]
+pub struct ErrorObject {
+    /// [`PARSE_ERROR`] or [`INVALID_REQUEST`].
+    #[schemars(extend("enum" = [-32700, -32600]))]
+    pub code: i64,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+fn id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": ["string", "integer", "null"]})
+}
+
 /// A JSON-RPC error response with `status`.
 fn error(status: StatusCode, id: Value, code: i64, message: String) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message},
-    });
+    let body = ErrorResponse {
+        jsonrpc: "2.0",
+        id,
+        error: ErrorObject { code, message },
+    };
     (status, axum::Json(body)).into_response()
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     async fn answer(body: &[u8]) -> Option<(u16, Value)> {
@@ -255,6 +290,7 @@ mod tests {
             (json!({"jsonrpc": "1.0", "id": 7, "method": "ping"}), json!(7)),
             (json!({"jsonrpc": "2.0", "id": "a", "method": 3}), json!("a")),
             (json!({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}), Value::Null),
+            (json!({"jsonrpc": "2.0", "id": 2.5e-42, "method": "ping"}), Value::Null),
             (json!({"jsonrpc": "2.0", "id": 2}), json!(2)),
             (
                 json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "result": {}}),
