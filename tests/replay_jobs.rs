@@ -11,11 +11,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bosun::ports::store::{DeadLetterFilter, DeadLetterRecord, DeadLetterStatus};
+use bosun::ports::store::DeadLetterFilter;
 use bosun_contracts::{Destination, Envelope, Message};
 use common::{Progress, Server, backends, block_on, eventually, run_json};
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 const DEAD_LETTERS: usize = 500;
@@ -64,26 +63,13 @@ fn record_dead_letters(data: &Path) -> BTreeSet<Uuid> {
     block_on(async {
         for _ in 0..DEAD_LETTERS {
             let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
-            let record = DeadLetterRecord {
-                id: Uuid::now_v7(),
-                consumer: Some("commit".into()),
-                entity: "commit".into(),
-                transport_sequence: None,
-                broker_message_id: envelope.message_id.to_string(),
-                message_id: Some(envelope.message_id.to_string()),
-                message_type: Some("CreateCommit".into()),
-                correlation_id: Some(envelope.correlation_id.to_string()),
-                tenant_id: Some("contoso".into()),
-                body: envelope.to_vec(),
-                reason: "transient-exhausted".into(),
-                description: "the Git host did not answer".into(),
-                error_chain: vec!["the Git host did not answer".into()],
-                attempts: vec![],
-                dead_lettered_at: OffsetDateTime::now_utc(),
-                origin: "transport".into(),
-                status: DeadLetterStatus::Dead,
-                replays: vec![],
-            };
+            let record = common::dead_letter(
+                &envelope,
+                "commit",
+                "transient-exhausted",
+                "the Git host did not answer",
+                "transport",
+            );
             ids.insert(record.id);
             backends.store.record_dead_letter(record, None).await.unwrap();
         }

@@ -29,10 +29,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use bosun::ports::store::{DeadLetterRecord, DeadLetterStatus};
 use bosun_contracts::Envelope;
 use common::{Server, backends, block_on, run_json};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// Generated cases per operation and phase: every operation is covered,
@@ -66,26 +64,14 @@ fn record_dead_letters(data: &Path, count: usize) {
             "message": "m", "files": [{"path": "README.md", "content": "x"}]});
         let message = bosun_contracts::Message::from_type_and_payload("CreateCommit", &payload).unwrap();
         let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "schemathesis");
-        let record = DeadLetterRecord {
-            id: Uuid::now_v7(),
-            consumer: Some("commit".into()),
-            entity: "commit".into(),
-            transport_sequence: None,
-            broker_message_id: envelope.message_id.to_string(),
-            message_id: Some(envelope.message_id.to_string()),
-            message_type: Some("CreateCommit".into()),
-            correlation_id: Some(envelope.correlation_id.to_string()),
-            tenant_id: Some("contoso".into()),
-            body: envelope.to_vec(),
-            reason: "repository-missing".into(),
-            description: format!("repository-missing: missing-{index} does not exist"),
-            error_chain: vec!["repository-missing".into()],
-            attempts: vec![],
-            dead_lettered_at: OffsetDateTime::now_utc(),
-            origin: "host".into(),
-            status: DeadLetterStatus::Dead,
-            replays: vec![],
-        };
+        let mut record = common::dead_letter(
+            &envelope,
+            "commit",
+            "repository-missing",
+            &format!("repository-missing: missing-{index} does not exist"),
+            "host",
+        );
+        record.error_chain = vec!["repository-missing".into()];
         block_on(backends.store.record_dead_letter(record, None)).unwrap();
     }
 }

@@ -28,11 +28,9 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bosun::ports::store::{DeadLetterRecord, DeadLetterStatus};
 use bosun_contracts::{Envelope, Message};
 use common::{backends, block_on, eventually, run, run_json};
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// A request; its status, headers' content type and body bytes.
@@ -184,26 +182,13 @@ fn record_approvals(data: &Path, count: usize, environment: &str) -> Vec<Uuid> {
             let payload = json!({"releaseId": format!("rel-{n}"), "environment": environment});
             let message = Message::from_type_and_payload("ApproveRelease", &payload).unwrap();
             let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
-            let record = DeadLetterRecord {
-                id: Uuid::now_v7(),
-                consumer: Some("release-orchestration".into()),
-                entity: "release-orchestration".into(),
-                transport_sequence: None,
-                broker_message_id: envelope.message_id.to_string(),
-                message_id: Some(envelope.message_id.to_string()),
-                message_type: Some("ApproveRelease".into()),
-                correlation_id: Some(envelope.correlation_id.to_string()),
-                tenant_id: Some("contoso".into()),
-                body: envelope.to_vec(),
-                reason: "transient-exhausted".into(),
-                description: "the store did not answer".into(),
-                error_chain: vec!["the store did not answer".into()],
-                attempts: vec![],
-                dead_lettered_at: OffsetDateTime::now_utc(),
-                origin: "host".into(),
-                status: DeadLetterStatus::Dead,
-                replays: vec![],
-            };
+            let record = common::dead_letter(
+                &envelope,
+                "release-orchestration",
+                "transient-exhausted",
+                "the store did not answer",
+                "host",
+            );
             ids.push(record.id);
             backends.store.record_dead_letter(record, None).await.unwrap();
         }

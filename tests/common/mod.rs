@@ -10,10 +10,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use bosun::ports::store::{DeadLetterRecord, DeadLetterStatus};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
-use bosun_contracts::Destination;
 use bosun_contracts::routing::EVENTS_TOPIC;
+use bosun_contracts::{Destination, Envelope};
 
 /// The `bosun` binary with a clean environment (no `BOSUN_*`, `OTEL_*`,
 /// `TRACEPARENT`) pointing at `data_dir`.
@@ -175,6 +176,38 @@ pub fn serve_with_http(data: &Path, env: &[(&str, &str)], consumers: Option<&str
     let url = line[start..].split_whitespace().next().unwrap_or_default().to_owned();
     server.wait_for_line("receiving", Duration::from_secs(30));
     (server, url)
+}
+
+/// The dead letter of `envelope` as `consumer` records one after giving up
+/// (`origin`: `host` or `transport`) for `reason`, saying `description`:
+/// dead, never replayed, its type, tenant and ids the envelope's.
+pub fn dead_letter(
+    envelope: &Envelope,
+    consumer: &str,
+    reason: &str,
+    description: &str,
+    origin: &str,
+) -> DeadLetterRecord {
+    DeadLetterRecord {
+        id: uuid::Uuid::now_v7(),
+        consumer: Some(consumer.into()),
+        entity: consumer.into(),
+        transport_sequence: None,
+        broker_message_id: envelope.message_id.to_string(),
+        message_id: Some(envelope.message_id.to_string()),
+        message_type: Some(envelope.message_type.clone()),
+        correlation_id: Some(envelope.correlation_id.to_string()),
+        tenant_id: Some(envelope.tenant_id.clone()),
+        body: envelope.to_vec(),
+        reason: reason.into(),
+        description: description.into(),
+        error_chain: vec![description.into()],
+        attempts: vec![],
+        dead_lettered_at: time::OffsetDateTime::now_utc(),
+        origin: origin.into(),
+        status: DeadLetterStatus::Dead,
+        replays: vec![],
+    }
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics.
