@@ -995,7 +995,11 @@ fn json_rpc_message(_: &mut SchemaGenerator) -> Schema {
         "required": ["jsonrpc", "method"],
         "properties": {
             "jsonrpc": {"const": "2.0"},
-            "id": {"type": ["string", "integer"]},
+            // The MCP SDK holds a numeric id in an `i64`.
+            "id": {"oneOf": [
+                {"type": "string"},
+                {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX}
+            ]},
             "method": {"type": "string"},
             "params": {"type": ["object", "null"]}
         }

@@ -148,11 +148,12 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
             );
         }
     };
-    // The id to answer with: a string or an integer; anything else (a
-    // fraction, which JSON-RPC ids should not have) is no id.
+    // The id to answer with: a string or an integer the MCP SDK holds (a
+    // signed 64-bit one, `1.0` included); anything else (a fraction, which
+    // JSON-RPC ids should not have, or 2^70) is no id.
     let usable = |id: &Value| match id {
         Value::String(_) => true,
-        Value::Number(number) => number.is_i64() || number.is_u64(),
+        Value::Number(number) => number.is_i64() || number.as_f64().is_some_and(integral_i64),
         _ => false,
     };
     let id = object.get("id").filter(|id| usable(id)).cloned().unwrap_or(Value::Null);
@@ -167,7 +168,11 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
         return bad(
             INVALID_REQUEST,
             Value::Null,
-            format!("Invalid Request: field `id` must be a string or an integer, not {bad_id}"),
+            format!(
+                "Invalid Request: field `id` must be a string or an integer from {} to {}, not {bad_id}",
+                i64::MIN,
+                i64::MAX
+            ),
         );
     }
     let is_response = object.contains_key("result") || object.contains_key("error");
@@ -203,6 +208,14 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Whether `number`, a JSON number in float form (`1.0`, `1e3`), is a
+/// whole number inside `i64`'s range, as the MCP SDK reads request ids.
+fn integral_i64(number: f64) -> bool {
+    // -2^63 is an `i64`; 2^63 is not, and the cast below would saturate.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    number.fract() == 0.0 && (-LIMIT..LIMIT).contains(&number)
+}
+
 /// The JSON-RPC 2.0 error response `/mcp` answers a body it cannot take
 /// with (and the OpenAPI document's `JsonRpcError`).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -231,7 +244,11 @@ pub struct ErrorObject {
 }
 
 fn id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({"type": ["string", "integer", "null"]})
+    schemars::json_schema!({"oneOf": [
+        {"type": "string"},
+        {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
+        {"type": "null"}
+    ]})
 }
 
 /// A JSON-RPC error response with `status`.
@@ -291,6 +308,11 @@ mod tests {
             (json!({"jsonrpc": "2.0", "id": "a", "method": 3}), json!("a")),
             (json!({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}), Value::Null),
             (json!({"jsonrpc": "2.0", "id": 2.5e-42, "method": "ping"}), Value::Null),
+            (
+                json!({"jsonrpc": "2.0", "id": 2.148_991_078_434_976e33, "method": "ping"}),
+                Value::Null,
+            ),
+            (json!({"jsonrpc": "2.0", "id": u64::MAX, "method": "ping"}), Value::Null),
             (json!({"jsonrpc": "2.0", "id": 2}), json!(2)),
             (
                 json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "result": {}}),
@@ -309,6 +331,9 @@ mod tests {
             json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_delivery", "arguments": {}}}),
             json!({"jsonrpc": "2.0", "id": 1, "method": "some/custom"}),
+            json!({"jsonrpc": "2.0", "id": i64::MIN, "method": "ping"}),
+            json!({"jsonrpc": "2.0", "id": i64::MAX, "method": "ping"}),
+            json!({"jsonrpc": "2.0", "id": 1e3, "method": "ping"}),
             // The SDK answers these itself, with a JSON-RPC error.
             json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}}),
         ] {
