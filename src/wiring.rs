@@ -8,7 +8,7 @@ use bosun_contracts::routing::ConsumerRoute;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::postgres::PoolSettings;
-use crate::backends::postgres::commit::PostgresCommit;
+use crate::backends::postgres::settle::PostgresSettle;
 use crate::backends::postgres::store::PostgresStore;
 use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::servicebus::credential::{CredentialError, TokenSource};
@@ -18,12 +18,12 @@ use crate::backends::servicebus::{ServiceBusOptions, ServiceBusTransport};
 use crate::backends::sqlite::store::SqliteStore;
 use crate::backends::sqlite::transport::EmbeddedTransport;
 use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
-use crate::host::{Host, HostError, HostOptions};
+use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
-use crate::ports::commit::{Commit, StoreThenComplete};
+use crate::ports::settle::{Settle, StoreThenSettle};
 use crate::ports::store::{AccessStore, Store, StoreError};
 use crate::ports::transport::{Transport, TransportError};
-use crate::runtime::config::{Failpoint, ServiceBusSettings, Settings, TransportKind};
+use crate::runtime::config::{ServiceBusSettings, Settings, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
 use crate::runtime::registry;
 use crate::runtime::telemetry;
@@ -83,10 +83,11 @@ pub struct Backends {
     pub transport: Arc<dyn Transport>,
     /// The store.
     pub store: Arc<dyn Store>,
-    /// How a handled message is recorded and settled: in one transaction
-    /// where the store and the transport share a PostgreSQL database, store
-    /// then transport (at least once) otherwise.
-    pub commit: Arc<dyn Commit>,
+    /// How what becomes of a received message is recorded and the message
+    /// settled: in one transaction where the store and the transport share
+    /// a PostgreSQL database, store then transport (at least once)
+    /// otherwise.
+    pub settle: Arc<dyn Settle>,
     /// API keys and HTTP idempotency (same database as the store).
     pub access: Arc<dyn AccessStore>,
     /// The blob store and when payloads go there.
@@ -131,9 +132,9 @@ impl Backends {
             Arc<dyn Transport>,
             Arc<dyn Store>,
             Arc<dyn AccessStore>,
-            Option<Arc<dyn Commit>>,
+            Option<Arc<dyn Settle>>,
         );
-        let (transport, store, access, atomic_commit): Opened = match (settings.transport, &settings.database_url) {
+        let (transport, store, access, atomic_settle): Opened = match (settings.transport, &settings.database_url) {
             (TransportKind::Embedded, None) => {
                 let store =
                     Arc::new(SqliteStore::open(&settings.store_path())?.with_timeline_fallback(settings.poll_interval));
@@ -169,10 +170,11 @@ impl Backends {
                 // One database: a handled message's state, its outgoing
                 // messages and its completion commit in one transaction.
                 let store = Arc::new(PostgresStore::with_transport(&transport));
-                let commit: Arc<dyn Commit> = Arc::new(PostgresCommit::new(transport.database().clone()));
+                let settle: Arc<dyn Settle> =
+                    Arc::new(PostgresSettle::new(&transport).halting(host::halts(settings.failpoint)));
                 store.check_schema().await?;
                 transport.start_listening().await?;
-                (Arc::new(transport), store.clone(), store, Some(commit))
+                (Arc::new(transport), store.clone(), store, Some(settle))
             }
             (TransportKind::Postgres, None) => {
                 return Err(StartError::Config(
@@ -209,12 +211,12 @@ impl Backends {
                 (Arc::new(transport), store, access, None)
             }
         };
-        // Every other pair commits in the store, then completes on the
-        // transport (at least once; see `StoreThenComplete`).
-        let commit = atomic_commit.unwrap_or_else(|| {
+        // Every other pair writes in the store, then settles on the
+        // transport (at least once; see `StoreThenSettle`).
+        let settle = atomic_settle.unwrap_or_else(|| {
             Arc::new(
-                StoreThenComplete::new(Arc::clone(&store), Arc::clone(&transport))
-                    .halting_after_state_commit(settings.failpoint == Some(Failpoint::HaltAfterStateCommit)),
+                StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport))
+                    .halting(host::halts(settings.failpoint)),
             )
         });
         transport.ensure_topology(&registry::topology()).await?;
@@ -227,18 +229,18 @@ impl Backends {
         Ok(Self {
             transport,
             store,
-            commit,
+            settle,
             access,
             claim_check,
             messaging_system: telemetry::messaging_system(settings.transport),
         })
     }
 
-    /// A host running `consumers` over these backends, committing through
-    /// [`Backends::commit`] and using their claim check.
+    /// A host running `consumers` over these backends, settling through
+    /// [`Backends::settle`] and using their claim check.
     pub fn host(&self, consumers: Vec<Arc<dyn Consumer>>, options: HostOptions) -> Host {
         Host::new(Arc::clone(&self.transport), Arc::clone(&self.store), consumers, options)
-            .with_commit(Arc::clone(&self.commit))
+            .with_settle(Arc::clone(&self.settle))
             .with_claim_check(self.claim_check.clone())
     }
 

@@ -2,6 +2,12 @@
 //! message's state and outbox but before it dispatched the outbox or
 //! acknowledged the message. After a restart the outgoing message is sent
 //! exactly once and the command is not handled again.
+//!
+//! On PostgreSQL a retry and a dead letter are each one transaction with
+//! the settlement of the message: bosun killed after their writes and
+//! before the transaction ends leaves nothing half-done (no attempt, no
+//! dead letter, the message still on its queue), and a restart settles
+//! each once.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,7 +16,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Progress, Server, eventually, queue_depth, run_json, subscription_depth};
+use bosun::ports::store::{DeadLetterFilter, TimelineStatus};
+use bosun::ports::transport::OutboundMessage;
+use bosun::runtime::config::{Secret, Settings, TransportKind};
+use bosun::wiring::Backends;
+use bosun_contracts::Destination;
+use common::{Progress, Server, eventually, queue_depth, run, run_json, subscription_depth};
+use uuid::Uuid;
 
 #[test]
 fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing() {
@@ -101,4 +113,129 @@ fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing
     assert_eq!(events[0]["status"], "sent");
     server.terminate();
     progress.phase("checked: sent once, handled once, the redelivery recognised");
+}
+
+#[test]
+fn on_postgres_a_kill_inside_a_retry_or_a_dead_letter_leaves_nothing_half_done() {
+    let base_url = common::postgres_url();
+    let progress = Progress::start("crash_safety postgres");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let schema = format!("bosun_crash_{}", Uuid::now_v7().simple());
+    let separator = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
+    runtime
+        .block_on(bosun::backends::postgres::create_schema(&base_url, &schema))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    run(data, &["migrate", "--database-url", &url]);
+    let env = [
+        ("BOSUN_DATABASE_URL", url.as_str()),
+        ("BOSUN_TRANSPORT", "postgres"),
+        ("BOSUN_LOCK_DURATION_MS", "1000"),
+        // The retry is due long after the test ends: it stays scheduled.
+        ("BOSUN_RETRY_BASE_DELAY_MS", "600000"),
+    ];
+    let halting = [env[0], env[1], env[2], env[3], ("BOSUN_FAILPOINT", "halt-in-failure-settle")];
+    let args = ["--consumers", "commit"];
+    let mut settings = Settings::with_data_dir(data);
+    settings.database_url = Some(Secret::new(url.clone()));
+    settings.transport = TransportKind::Postgres;
+    let backends = runtime.block_on(Backends::open(&settings)).unwrap();
+    let queue = Destination::Queue("commit".into());
+    let depth = || runtime.block_on(backends.transport.depth(&queue)).unwrap();
+    let dead_letters = || {
+        runtime
+            .block_on(backends.store.dead_letters(&DeadLetterFilter::default()))
+            .unwrap()
+    };
+
+    // A dead letter: a message whose envelope cannot be read.
+    runtime
+        .block_on(backends.transport.send(vec![OutboundMessage {
+            destination: queue.clone(),
+            broker_message_id: "unreadable-1".into(),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: None,
+            body: b"{not json".to_vec(),
+            scheduled_at: None,
+        }]))
+        .unwrap();
+    let mut doomed = Server::start(data, &halting, &args);
+    doomed.wait_for_line("FAILPOINT halt-in-failure-settle dead-letter", Duration::from_secs(60));
+    doomed.kill();
+    progress.phase("killed inside the dead letter's transaction");
+    assert!(dead_letters().is_empty(), "a dead letter was recorded: {:?}", dead_letters());
+    assert!(
+        runtime
+            .block_on(backends.transport.peek_dead_letters(&queue, 10))
+            .unwrap()
+            .is_empty(),
+        "the message was dead-lettered on the transport without its record"
+    );
+    assert_eq!(depth(), 1, "the message is still on its queue");
+    let server = Server::start(data, &env, &args);
+    eventually("the message is dead-lettered", Duration::from_secs(30), || {
+        (depth() == 0).then_some(())
+    });
+    server.terminate();
+    let recorded = dead_letters();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].broker_message_id, "unreadable-1");
+    let native = runtime
+        .block_on(backends.transport.peek_dead_letters(&queue, 10))
+        .unwrap();
+    assert_eq!(native.len(), 1, "dead-lettered once on the transport");
+    progress.phase("restarted: one dead letter, recorded and on the transport");
+
+    // A retry: a commit to a repository that does not exist.
+    let payload = serde_json::json!({
+        "repository": "nowhere", "branch": "main", "message": "m",
+        "files": [{"path": "README.md", "content": "x"}]
+    });
+    let sent = runtime
+        .block_on(backends.operator("cli:test").send("CreateCommit", &payload, None, "contoso"))
+        .unwrap();
+    let message_id = sent.message_id.to_string();
+    let correlation = sent.correlation_id.to_string();
+    let attempts = || runtime.block_on(backends.store.attempts("commit", &message_id)).unwrap();
+    let retries_scheduled = || {
+        runtime
+            .block_on(backends.store.timeline(&correlation))
+            .unwrap()
+            .iter()
+            .filter(|line| line.status == TimelineStatus::RetryScheduled)
+            .count()
+    };
+    let mut doomed = Server::start(data, &halting, &args);
+    doomed.wait_for_line("FAILPOINT halt-in-failure-settle retry", Duration::from_secs(60));
+    doomed.kill();
+    progress.phase("killed inside the retry's transaction");
+    assert!(attempts().is_empty(), "an attempt was recorded: {:?}", attempts());
+    assert_eq!(retries_scheduled(), 0, "a retry is on the timeline");
+    assert_eq!(
+        runtime.block_on(backends.store.outbox_backlog()).unwrap(),
+        0,
+        "a retry is in the outbox"
+    );
+    assert_eq!(depth(), 1, "the command is still on its queue, not completed");
+    let server = Server::start(data, &env, &args);
+    eventually("the retry is scheduled", Duration::from_secs(30), || {
+        (retries_scheduled() == 1).then_some(())
+    });
+    // Give a second settle every chance to happen.
+    std::thread::sleep(Duration::from_secs(2));
+    server.terminate();
+    assert_eq!(attempts().len(), 1, "{:?}", attempts());
+    assert_eq!(retries_scheduled(), 1);
+    assert_eq!(depth(), 1, "only the scheduled retry is on the queue");
+    progress.phase("restarted: one attempt, one retry scheduled");
+    drop(backends);
+    runtime
+        .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
+        .unwrap();
 }

@@ -8,6 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::Runtime;
+use crate::ports::settle::{SettleError, Settlement};
 use crate::ports::store::{AttemptRecord, DeadLetterRecord, DeadLetterStatus, TimelineEntry, TimelineStatus};
 use crate::ports::transport::ReceivedMessage;
 use crate::runtime::metrics::Event;
@@ -40,7 +41,7 @@ pub(super) async fn reject(
         vec![err.to_string()],
         Vec::new(),
     );
-    dead_letter(runtime, received, record, envelope, 0).await;
+    settle_dead_letter(runtime, received, record, envelope, 0).await;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -78,7 +79,10 @@ pub(super) fn dead_letter_record(
     }
 }
 
-pub(super) async fn dead_letter(
+/// Dead-letters the message received as `received`: records `record` (and
+/// its timeline line, when the envelope could be read) and dead-letters
+/// the message on the transport, through the one settle.
+pub(super) async fn settle_dead_letter(
     runtime: &Runtime,
     received: &ReceivedMessage,
     record: DeadLetterRecord,
@@ -98,27 +102,16 @@ pub(super) async fn dead_letter(
             record.reason, record.description, record.id
         )),
     });
-    let reason = record.reason.clone();
-    let mut description = record.description.clone();
-    if description.len() > 1024 {
-        let mut cut = 1024;
-        while !description.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        description.truncate(cut);
-    }
-    let id = record.id;
-    if let Err(err) = runtime.store.record_dead_letter(record, timeline).await {
-        // Without the record the transport's dead-letter queue still keeps
-        // the message; abandoning would loop. Dead-letter natively anyway.
-        tracing::error!(error = %err, "could not record the dead letter; it stays in the transport's dead-letter queue");
-    }
+    let (id, reason) = (record.id, record.reason.clone());
     match runtime
-        .transport
-        .dead_letter(&received.lock, &reason, &description)
+        .settle
+        .settle(Settlement::DeadLetter { record, timeline }, &received.lock)
         .await
     {
-        Ok(()) => tracing::warn!(dead_letter_id = %id, reason, "dead-lettered"),
-        Err(err) => tracing::error!(error = %err, "could not dead-letter on the transport; it will be redelivered"),
+        Ok(_) => tracing::warn!(dead_letter_id = %id, reason, "dead-lettered"),
+        Err(err @ SettleError::LockLost { .. }) => {
+            tracing::warn!(error = %err, "lock lost before the dead letter was recorded; it will be delivered again")
+        }
+        Err(err) => tracing::error!(error = %err, "could not dead-letter; it will be delivered again"),
     }
 }

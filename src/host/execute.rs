@@ -3,9 +3,15 @@
 //!
 //! Each step (the idempotency check, loading the saga, the handler, the
 //! commit) ends in an [`Observed`]; the decision for it is taken by the
-//! pure function, and this module only performs it: commit and complete,
-//! reload and re-run, schedule a retry, dead-letter, abandon, stop, or let
-//! a lost lock go.
+//! pure function, and this module only performs it. Every decision that
+//! writes or tells the transport anything becomes one [`Settlement`] and
+//! goes through the one settle port ([`Runtime::settle`]): commit and
+//! complete, acknowledge a duplicate, schedule a retry, dead-letter,
+//! abandon. Only reloading and re-running (a saga conflict), stopping and
+//! letting a lost lock go happen here.
+//!
+//! The message's lock is renewed while the message is handled, by a guard
+//! whose scope is [`run`]: it ends, by itself, before a failure is settled.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,13 +23,13 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::dead_letter::{dead_letter, dead_letter_record};
+use super::dead_letter::dead_letter_record;
 use super::decision::{self, DeadLetterReason, Decision, Observed};
 use super::lock::LockRenewal;
 use super::{Places, Runtime, TenantMismatch, error_chain, handler_error_chain};
-use crate::ports::commit::{CommitError, CommitStatus};
+use crate::ports::settle::{SettleError, Settled, Settlement};
 use crate::ports::store::{
-    AttemptRecord, HandledMessage, SagaState, SagaWrite, StoreError, TimelineEntry, TimelineStatus,
+    AttemptRecord, HandledMessage, RetryWrite, SagaState, SagaWrite, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::transport::{OutboundMessage, ReceivedMessage};
 use crate::runtime::config::Failpoint;
@@ -40,15 +46,55 @@ struct Delivery<'a> {
     policy: RetryPolicy,
 }
 
-/// Why a delivery failed, for the decision and for the dead letter.
-enum Failure<'a> {
-    Handler(&'a HandlerError),
-    Runtime(&'a (dyn std::error::Error + Send + Sync + 'static)),
+/// Why a delivery failed: the error and its causes, outermost first (for
+/// the log, the attempt and the dead letter).
+struct Failure {
+    chain: Vec<String>,
+}
+
+impl Failure {
+    fn handler(err: &HandlerError) -> Self {
+        Self {
+            chain: handler_error_chain(err),
+        }
+    }
+
+    fn runtime(err: &(dyn std::error::Error + 'static)) -> Self {
+        Self {
+            chain: error_chain(err),
+        }
+    }
+
+    fn text(&self) -> String {
+        self.chain.join(": ")
+    }
+}
+
+/// How the run of a delivery ended.
+enum Ending {
+    /// The handling went through the settle: written with the message's
+    /// completion, or found handled by another host meanwhile.
+    Committed {
+        /// What the settle did.
+        status: Settled,
+        /// The handler's time.
+        elapsed_ms: u64,
+        /// Messages the handling sends.
+        sends: usize,
+    },
+    /// A decision still to carry out (and settle), with the failure that
+    /// led to it, if any.
+    Decided(Decision, Option<Failure>),
 }
 
 impl Delivery<'_> {
     fn decide(&self, observed: Observed<'_>) -> Decision {
         decision::decide(observed, &self.policy, self.envelope.attempt, fastrand::f64())
+    }
+
+    /// The decision for `observed`, with the failure behind it.
+    fn failed(&self, observed: Observed<'_>, failure: Failure) -> Ending {
+        Ending::Decided(self.decide(observed), Some(failure))
     }
 
     fn name(&self) -> &'static str {
@@ -57,6 +103,11 @@ impl Delivery<'_> {
 
     fn timeline(&self, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
         timeline(self.envelope, self.name(), status, detail)
+    }
+
+    /// Settles the received message with `settlement`.
+    async fn settle(&self, settlement: Settlement) -> Result<Settled, SettleError> {
+        self.runtime.settle.settle(settlement, &self.received.lock).await
     }
 }
 
@@ -73,7 +124,7 @@ pub(super) async fn handle(
     received: &ReceivedMessage,
     envelope: &Envelope,
     message: &Message,
-    mut places: Places,
+    places: Places,
     hard_stop: &CancellationToken,
 ) {
     let delivery = Delivery {
@@ -84,6 +135,16 @@ pub(super) async fn handle(
         envelope,
         policy: runtime.options.scaled(consumer.retry_policy()),
     };
+    let ending = run(&delivery, message, places, hard_stop).await;
+    finish(&delivery, ending).await;
+}
+
+/// Runs the delivery up to its ending, its lock renewed meanwhile. A
+/// handling is committed here, holding the saga's turns; every other
+/// ending is settled by [`finish`], after the renewal stopped.
+async fn run(delivery: &Delivery<'_>, message: &Message, mut places: Places, hard_stop: &CancellationToken) -> Ending {
+    let (runtime, consumer, envelope) = (delivery.runtime, delivery.consumer, delivery.envelope);
+    let _renewal = LockRenewal::start(runtime, delivery.received);
     let name = consumer.name();
     let message_id = envelope.message_id.to_string();
     let saga_key = consumer.saga_of(envelope, message);
@@ -92,7 +153,10 @@ pub(super) async fn handle(
         span.record("saga_kind", *kind);
         span.record("saga_key", key.as_str());
     }
-    let renewal = LockRenewal::start(runtime, received);
+    let interrupted = || {
+        tracing::warn!("shutdown grace period over while waiting for the saga's turn; abandoning");
+        Ending::Decided(delivery.decide(Observed::Interrupted), None)
+    };
     // The saga key's turn (its lock renewed meanwhile), kept until the
     // commit: messages of one saga never conflict with each other here.
     let _turn = match &saga_key {
@@ -100,11 +164,7 @@ pub(super) async fn handle(
             let turn = runtime.saga_turns.turn(format!("{kind}/{key}"));
             tokio::select! {
                 turn = turn => Some(turn),
-                () = hard_stop.cancelled() => {
-                    drop(renewal);
-                    tracing::warn!("shutdown grace period over while waiting for the saga's turn; abandoning");
-                    return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
-                }
+                () = hard_stop.cancelled() => return interrupted(),
             }
         }
         None => None,
@@ -116,17 +176,9 @@ pub(super) async fn handle(
             tokio::select! {
                 turn = runtime.store.saga_turn(kind, key) => match turn {
                     Ok(turn) => turn,
-                    Err(err) => {
-                        drop(renewal);
-                        let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
-                        return execute(&delivery, decision, Failure::Runtime(&err)).await;
-                    }
+                    Err(err) => return delivery.failed(Observed::RuntimeFailed(err.next_step()), Failure::runtime(&err)),
                 },
-                () = hard_stop.cancelled() => {
-                    drop(renewal);
-                    tracing::warn!("shutdown grace period over while waiting for the saga's turn; abandoning");
-                    return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
-                }
+                () = hard_stop.cancelled() => return interrupted(),
             }
         }
         None => None,
@@ -135,7 +187,8 @@ pub(super) async fn handle(
     let saga_ref = saga_key.as_ref().map(|(kind, key)| (*kind, key.as_str()));
     // Without a saga, the transport may have looked up the idempotency
     // record in the claim already (one round trip less).
-    let checked = received
+    let checked = delivery
+        .received
         .handled
         .as_ref()
         .filter(|check| saga_ref.is_none() && check.message_id == message_id)
@@ -145,17 +198,9 @@ pub(super) async fn handle(
         None => runtime.store.handled_and_saga(name, &message_id, saga_ref).await,
     };
     let mut stored = match looked_up {
-        Ok((true, _)) => {
-            drop(renewal);
-            let decision = delivery.decide(Observed::AlreadyHandled);
-            return acknowledge(&delivery, decision).await;
-        }
+        Ok((true, _)) => return Ending::Decided(delivery.decide(Observed::AlreadyHandled), None),
         Ok((false, saga)) => Some(saga),
-        Err(err) => {
-            drop(renewal);
-            let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
-            return execute(&delivery, decision, Failure::Runtime(&err)).await;
-        }
+        Err(err) => return delivery.failed(Observed::RuntimeFailed(err.next_step()), Failure::runtime(&err)),
     };
     let mut conflicts = 0u32;
     loop {
@@ -164,19 +209,15 @@ pub(super) async fn handle(
         // time); on a version conflict at commit the saga is loaded again
         // and the handler re-run.
         let saga = match &saga_key {
-            Some((kind, key)) => match admit_saga(&delivery, kind, key, stored.take()).await {
+            Some((kind, key)) => match admit_saga(delivery, kind, key, stored.take()).await {
                 Ok(saga) => Some(saga),
                 Err(Refused::Handler(err)) => {
-                    drop(renewal);
                     tracing::warn!(error = %err, "message refused: it names another tenant's saga");
-                    let decision = delivery.decide(Observed::HandlerFailed(&err));
-                    return execute(&delivery, decision, Failure::Handler(&err)).await;
+                    return delivery.failed(Observed::HandlerFailed(&err), Failure::handler(&err));
                 }
                 Err(Refused::Store(err)) => {
-                    drop(renewal);
                     tracing::warn!(error = %err, "could not load the saga");
-                    let decision = delivery.decide(Observed::RuntimeFailed(err.next_step()));
-                    return execute(&delivery, decision, Failure::Runtime(&err)).await;
+                    return delivery.failed(Observed::RuntimeFailed(err.next_step()), Failure::runtime(&err));
                 }
             },
             None => None,
@@ -200,9 +241,8 @@ pub(super) async fn handle(
             .metrics
             .handler_latency(name, &envelope.message_type, started.elapsed());
         let Some(result) = result else {
-            drop(renewal);
             tracing::warn!("shutdown grace period over; abandoning");
-            return execute_plain(&delivery, delivery.decide(Observed::Interrupted)).await;
+            return Ending::Decided(delivery.decide(Observed::Interrupted), None);
         };
         let outputs = result.and_then(|outcome| {
             outgoing_messages(envelope, name, runtime.options.messaging_system, &outcome)
@@ -210,16 +250,12 @@ pub(super) async fn handle(
         });
         let (outbox, saga_state) = match outputs {
             Ok(outputs) => outputs,
-            Err(err) => {
-                drop(renewal);
-                let decision = delivery.decide(Observed::HandlerFailed(&err));
-                return execute(&delivery, decision, Failure::Handler(&err)).await;
-            }
+            Err(err) => return delivery.failed(Observed::HandlerFailed(&err), Failure::handler(&err)),
         };
-        debug_assert_eq!(
-            delivery.decide(Observed::Succeeded),
-            Decision::Complete { outputs: true }
-        );
+        let decision = delivery.decide(Observed::Succeeded);
+        if decision != (Decision::Complete { outputs: true }) {
+            return Ending::Decided(decision, None);
+        }
         let sends = outbox.len();
         let handled = HandledMessage {
             consumer: name.to_owned(),
@@ -237,33 +273,8 @@ pub(super) async fn handle(
         }
         // Writes the handling and settles the message, in one transaction
         // where the backends share one database.
-        let (decision, failure) = match runtime.commit.commit(handled, &received.lock).await {
-            Ok(CommitStatus::Written) => {
-                if runtime.options.failpoint == Some(Failpoint::HaltAfterStateCommit) {
-                    tracing::error!("failpoint halt-after-state-commit reached; halting");
-                    eprintln!("FAILPOINT halt-after-state-commit {message_id}");
-                    std::future::pending::<()>().await;
-                }
-                outcome("completed", false);
-                tracing::info!(elapsed_ms, sends, "finished");
-                runtime.metrics.count(name, &envelope.message_type, Event::Processed);
-                drop(renewal);
-                // The dispatcher is woken only when there is something to
-                // send (an empty claim per message was a third of the
-                // queries of a message that emits nothing).
-                if sends > 0 {
-                    runtime.outbox_ready.notify_one();
-                }
-                return;
-            }
-            Ok(CommitStatus::AlreadyHandled) => {
-                outcome("duplicate", false);
-                tracing::info!("another host handled it first; acknowledging");
-                drop(renewal);
-                runtime.outbox_ready.notify_one();
-                return;
-            }
-            Ok(CommitStatus::SagaConflict { expected, found, .. }) => {
+        match delivery.settle(Settlement::Handled(handled)).await {
+            Ok(Settled::SagaConflict { expected, found, .. }) => {
                 conflicts += 1;
                 let decision = delivery.decide(Observed::SagaConflict { conflicts });
                 if decision == Decision::Reapply {
@@ -277,16 +288,94 @@ pub(super) async fn handle(
                     continue;
                 }
                 tracing::warn!(conflicts, "saga kept changing; abandoning for redelivery");
-                (decision, None)
+                return Ending::Decided(decision, None);
             }
-            Err(err @ CommitError::LockLost { .. }) => (delivery.decide(Observed::LockLost), Some(err)),
-            Err(err) => (delivery.decide(Observed::RuntimeFailed(err.next_step())), Some(err)),
-        };
-        drop(renewal);
-        return match &failure {
-            Some(err) => execute(&delivery, decision, Failure::Runtime(err)).await,
-            None => execute_plain(&delivery, decision).await,
-        };
+            Ok(status) => {
+                return Ending::Committed {
+                    status,
+                    elapsed_ms,
+                    sends,
+                };
+            }
+            Err(err @ SettleError::LockLost { .. }) => {
+                return delivery.failed(Observed::LockLost, Failure::runtime(&err));
+            }
+            Err(err) => return delivery.failed(Observed::RuntimeFailed(err.next_step()), Failure::runtime(&err)),
+        }
+    }
+}
+
+/// Reports a committed handling, or carries out (and settles) the decision
+/// the run ended with.
+async fn finish(delivery: &Delivery<'_>, ending: Ending) {
+    let (runtime, envelope) = (delivery.runtime, delivery.envelope);
+    let name = delivery.name();
+    match ending {
+        Ending::Committed {
+            status: Settled::AlreadyHandled,
+            ..
+        } => {
+            outcome("duplicate", false);
+            tracing::info!("another host handled it first; acknowledging");
+            runtime.outbox_ready.notify_one();
+        }
+        Ending::Committed { elapsed_ms, sends, .. } => {
+            outcome("completed", false);
+            tracing::info!(elapsed_ms, sends, "finished");
+            runtime.metrics.count(name, &envelope.message_type, Event::Processed);
+            // The dispatcher is woken only when there is something to send
+            // (an empty claim per message was a third of the queries of a
+            // message that emits nothing).
+            if sends > 0 {
+                runtime.outbox_ready.notify_one();
+            }
+        }
+        Ending::Decided(decision, failure) => carry_out(delivery, decision, failure).await,
+    }
+}
+
+/// Carries out a decision that is not a commit.
+async fn carry_out(delivery: &Delivery<'_>, decision: Decision, failure: Option<Failure>) {
+    let runtime = delivery.runtime;
+    let why = failure.as_ref().map(Failure::text);
+    match (decision, failure) {
+        (Decision::Complete { outputs: false }, _) => acknowledge(delivery).await,
+        (Decision::Retry { attempt, delay }, Some(failure)) => schedule_retry(delivery, attempt, delay, failure).await,
+        (Decision::DeadLetter(reason), Some(failure)) => dead_letter_failure(delivery, reason, failure).await,
+        (Decision::LetGo, _) => {
+            outcome("lock_lost", true);
+            tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
+        }
+        (Decision::Stop, _) => {
+            let why = why.unwrap_or_else(|| "stopped".to_owned());
+            tracing::error!(
+                error = why,
+                "this process cannot handle messages; stopping and abandoning"
+            );
+            outcome("abandoned", true);
+            // Stop receiving first, so the abandoned message goes to another
+            // process rather than back to this one.
+            runtime.halt(why);
+            abandon(delivery).await;
+        }
+        (Decision::Abandon, _) => {
+            outcome("abandoned", why.is_some());
+            if let Some(why) = why {
+                tracing::warn!(error = why, "abandoning for redelivery");
+            }
+            abandon(delivery).await;
+        }
+        (other, _) => {
+            tracing::error!(decision = ?other, "this decision cannot end a delivery here; abandoning");
+            abandon(delivery).await;
+        }
+    }
+}
+
+/// Gives the message back for redelivery now.
+async fn abandon(delivery: &Delivery<'_>) {
+    if let Err(err) = delivery.settle(Settlement::Abandon).await {
+        tracing::debug!(error = %err, "could not abandon; the message is delivered again when its lock expires");
     }
 }
 
@@ -355,74 +444,18 @@ fn saga_write(envelope: &Envelope, state: Option<Value>, saga: Option<&SagaInsta
 }
 
 /// Acknowledges a message handled before, without running the handler.
-async fn acknowledge(delivery: &Delivery<'_>, decision: Decision) {
-    debug_assert_eq!(decision, Decision::Complete { outputs: false });
+async fn acknowledge(delivery: &Delivery<'_>) {
     let runtime = delivery.runtime;
     outcome("duplicate", false);
     tracing::info!("already handled; acknowledging without running the handler again");
     runtime
         .metrics
         .count(delivery.name(), &delivery.envelope.message_type, Event::Duplicate);
-    let _ = runtime
-        .store
-        .append_timeline(vec![delivery.timeline(TimelineStatus::Duplicate, None)])
-        .await;
+    let line = delivery.timeline(TimelineStatus::Duplicate, None);
+    if let Err(err) = delivery.settle(Settlement::Duplicate(line)).await {
+        tracing::warn!(error = %err, "could not acknowledge; a redelivery will be recognised as handled");
+    }
     runtime.outbox_ready.notify_one();
-    settle_complete(runtime, delivery.received).await;
-}
-
-/// Carries out a decision that needs no failure: abandon, stop, let go.
-async fn execute_plain(delivery: &Delivery<'_>, decision: Decision) {
-    let runtime = delivery.runtime;
-    match decision {
-        Decision::Abandon => {
-            outcome("abandoned", false);
-            let _ = runtime.transport.abandon(&delivery.received.lock).await;
-        }
-        Decision::LetGo => {
-            outcome("lock_lost", true);
-            tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
-        }
-        other => tracing::error!(?other, "decision needs a failure to carry out; abandoning"),
-    }
-}
-
-/// Carries out the decision taken for a failure.
-async fn execute(delivery: &Delivery<'_>, decision: Decision, failure: Failure<'_>) {
-    let runtime = delivery.runtime;
-    let chain = match failure {
-        Failure::Handler(err) => handler_error_chain(err),
-        Failure::Runtime(err) => error_chain(err),
-    };
-    match decision {
-        Decision::Retry { attempt, delay } => schedule_retry(delivery, attempt, delay, chain, failure).await,
-        Decision::DeadLetter(reason) => dead_letter_failure(delivery, reason, chain).await,
-        Decision::Abandon => {
-            outcome("abandoned", true);
-            tracing::warn!(error = chain.join(": "), "abandoning for redelivery");
-            let _ = runtime.transport.abandon(&delivery.received.lock).await;
-        }
-        Decision::Stop => {
-            let why = chain.join(": ");
-            tracing::error!(
-                error = why,
-                "this process cannot handle messages; stopping and abandoning"
-            );
-            outcome("abandoned", true);
-            // Stop receiving first, so the abandoned message goes to another
-            // process rather than back to this one.
-            runtime.halt(why);
-            let _ = runtime.transport.abandon(&delivery.received.lock).await;
-        }
-        Decision::LetGo => {
-            outcome("lock_lost", true);
-            tracing::warn!("lock lost before the commit; nothing was written, the message will be delivered again");
-        }
-        Decision::Complete { .. } | Decision::Reapply => {
-            tracing::error!(?decision, "a failure cannot complete or reapply; abandoning");
-            let _ = runtime.transport.abandon(&delivery.received.lock).await;
-        }
-    }
 }
 
 fn attempt_record(delivery: &Delivery<'_>, chain: &[String]) -> AttemptRecord {
@@ -433,25 +466,18 @@ fn attempt_record(delivery: &Delivery<'_>, chain: &[String]) -> AttemptRecord {
     }
 }
 
-async fn schedule_retry(
-    delivery: &Delivery<'_>,
-    attempt: u32,
-    delay: Duration,
-    chain: Vec<String>,
-    failure: Failure<'_>,
-) {
+async fn schedule_retry(delivery: &Delivery<'_>, attempt: u32, delay: Duration, failure: Failure) {
     let (runtime, envelope, received) = (delivery.runtime, delivery.envelope, delivery.received);
     let name = delivery.name();
-    let message_id = envelope.message_id.to_string();
     let Some(body) = with_attempt(&received.body, attempt) else {
         tracing::error!("cannot rewrite the attempt of a message that parsed before; abandoning");
-        let _ = runtime.transport.abandon(&received.lock).await;
-        return;
+        return abandon(delivery).await;
     };
     // A retry's broker id is unique per delivery of the message: a replayed
     // copy (`<id>.replay-<replay id>`) keeps its suffix, so its retries are
     // not taken for the first delivery's retries by duplicate detection
     // (which would drop them, and the replayed message with them).
+    let message_id = envelope.message_id.to_string();
     let received_id = received.broker_message_id.as_str();
     let base = match received_id.rsplit_once(".retry-") {
         Some((base, _)) => base,
@@ -468,46 +494,47 @@ async fn schedule_retry(
         body,
         scheduled_at: Some(OffsetDateTime::now_utc() + delay),
     };
+    let error = failure.text();
     let line = delivery.timeline(
         TimelineStatus::RetryScheduled,
         Some(format!(
-            "retry {attempt} of {} in {} ms: {}",
+            "retry {attempt} of {} in {} ms: {error}",
             delivery.policy.max_retries,
             delay.as_millis(),
-            chain.join(": ")
         )),
     );
-    let record = attempt_record(delivery, &chain);
-    match runtime
-        .store
-        .record_retry(name, &message_id, &received.broker_message_id, record, retry, line)
-        .await
-    {
-        Ok(()) => {
+    let write = RetryWrite {
+        consumer: name.to_owned(),
+        message_id: message_id.clone(),
+        received_broker_message_id: received.broker_message_id.clone(),
+        attempt: attempt_record(delivery, &failure.chain),
+        retry,
+        timeline: line,
+    };
+    match delivery.settle(Settlement::Retry(write)).await {
+        Ok(_) => {
             outcome("retry_scheduled", true);
             runtime.metrics.count(name, &envelope.message_type, Event::Retried);
             let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            match failure {
-                Failure::Handler(err) => {
-                    tracing::warn!(error = %err, retry = attempt, delay_ms, "failed; retry scheduled")
-                }
-                Failure::Runtime(err) => {
-                    tracing::warn!(error = %err, retry = attempt, delay_ms, "failed; retry scheduled")
-                }
-            }
+            tracing::warn!(error, retry = attempt, delay_ms, "failed; retry scheduled");
             runtime.outbox_ready.notify_one();
-            settle_complete(runtime, received).await;
         }
-        Err(store_err) => {
-            tracing::warn!(error = %store_err, "could not record the retry; abandoning for redelivery");
-            let _ = runtime.transport.abandon(&received.lock).await;
+        Err(err @ SettleError::LockLost { .. }) => {
+            outcome("lock_lost", true);
+            tracing::warn!(error = %err, "lock lost before the retry was recorded; it will be delivered again");
+        }
+        Err(err) => {
+            outcome("abandoned", true);
+            tracing::warn!(error = %err, "could not record the retry; abandoning for redelivery");
+            abandon(delivery).await;
         }
     }
 }
 
-async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, chain: Vec<String>) {
+async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, failure: Failure) {
     let (runtime, envelope) = (delivery.runtime, delivery.envelope);
     let name = delivery.name();
+    let chain = failure.chain;
     let description = match reason {
         DeadLetterReason::RetriesExhausted => format!(
             "failed {} times; last error: {}",
@@ -516,15 +543,17 @@ async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, 
         ),
         DeadLetterReason::PermanentFailure | DeadLetterReason::CorruptState => chain.join(": "),
     };
-    let mut attempts = runtime
-        .store
-        .attempts(name, &envelope.message_id.to_string())
-        .await
-        .unwrap_or_default();
+    let mut attempts = match runtime.store.attempts(name, &envelope.message_id.to_string()).await {
+        Ok(attempts) => attempts,
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read the earlier attempts; the dead letter lists this one only");
+            Vec::new()
+        }
+    };
     attempts.push(attempt_record(delivery, &chain));
     outcome("dead_lettered", true);
     runtime.metrics.count(name, &envelope.message_type, Event::DeadLettered);
-    let dead = dead_letter_record(
+    let record = dead_letter_record(
         name,
         delivery.entity,
         delivery.received,
@@ -534,13 +563,7 @@ async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, 
         chain,
         attempts,
     );
-    dead_letter(runtime, delivery.received, dead, Some(envelope), envelope.attempt).await;
-}
-
-async fn settle_complete(runtime: &Runtime, received: &ReceivedMessage) {
-    if let Err(err) = runtime.transport.complete(&received.lock).await {
-        tracing::warn!(error = %err, "could not complete; a redelivery will be recognised as handled");
-    }
+    super::dead_letter::settle_dead_letter(runtime, delivery.received, record, Some(envelope), envelope.attempt).await;
 }
 
 /// Records what became of the message on its span (`outcome`), and an

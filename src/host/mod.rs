@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 
-use crate::ports::commit::{Commit, StoreThenComplete};
+use crate::ports::settle::{Halts, Settle, StoreThenSettle};
 use crate::ports::store::{RetentionPolicy, Store, StoreError};
 use crate::ports::transport::{ReceivedMessage, Transport, TransportError};
 use crate::runtime::config::{Failpoint, Settings};
@@ -144,12 +144,21 @@ pub enum HostError {
     Stopped(String),
 }
 
+/// The halts of the settle for `failpoint` (crash tests).
+pub fn halts(failpoint: Option<Failpoint>) -> Halts {
+    Halts {
+        after_state_commit: failpoint == Some(Failpoint::HaltAfterStateCommit),
+        in_failure_settle: failpoint == Some(Failpoint::HaltInFailureSettle),
+    }
+}
+
 /// Shared state of a running host.
 pub(crate) struct Runtime {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) store: Arc<dyn Store>,
-    /// Records a handled message and settles it, as the backends allow.
-    pub(crate) commit: Arc<dyn Commit>,
+    /// Writes what becomes of a received message and settles it, as the
+    /// backends allow: the one way a message is settled.
+    pub(crate) settle: Arc<dyn Settle>,
     pub(crate) options: HostOptions,
     pub(crate) outbox_ready: Notify,
     /// Set when a failpoint halted the process: nothing more is sent.
@@ -192,14 +201,13 @@ impl Host {
         options: HostOptions,
     ) -> Self {
         // Correct for every pair of backends; `wiring` passes the atomic
-        // one where the backends have it (`with_commit`).
-        let commit = StoreThenComplete::new(Arc::clone(&store), Arc::clone(&transport))
-            .halting_after_state_commit(options.failpoint == Some(Failpoint::HaltAfterStateCommit));
+        // one where the backends have it (`with_settle`).
+        let settle = StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport)).halting(halts(options.failpoint));
         Self {
             runtime: Arc::new(Runtime {
                 transport,
                 store,
-                commit: Arc::new(commit),
+                settle: Arc::new(settle),
                 options,
                 outbox_ready: Notify::new(),
                 frozen: AtomicBool::new(false),
@@ -222,12 +230,11 @@ impl Host {
         self
     }
 
-    /// Commits handled messages with `commit` (chosen by
-    /// [`crate::wiring`] for the pair of backends) instead of the
-    /// store-then-complete default.
-    pub fn with_commit(mut self, commit: Arc<dyn Commit>) -> Self {
+    /// Settles messages with `settle` (chosen by [`crate::wiring`] for the
+    /// pair of backends) instead of the store-then-settle default.
+    pub fn with_settle(mut self, settle: Arc<dyn Settle>) -> Self {
         if let Some(runtime) = Arc::get_mut(&mut self.runtime) {
-            runtime.commit = commit;
+            runtime.settle = settle;
         }
         self
     }

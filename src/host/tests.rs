@@ -623,7 +623,7 @@ async fn concurrent_saga_updates_across_processes_are_never_lost() {
 /// [`count_24_with`] on PostgreSQL: `hosts` hosts, each with a database
 /// pool of its own (as separate processes have), over one schema.
 async fn count_24_on_postgres(hosts: usize) -> u32 {
-    use crate::backends::postgres::commit::PostgresCommit;
+    use crate::backends::postgres::settle::PostgresSettle;
     use crate::backends::postgres::store::PostgresStore;
     use crate::backends::postgres::testing;
     use crate::backends::postgres::transport::PostgresTransport;
@@ -647,13 +647,14 @@ async fn count_24_on_postgres(hosts: usize) -> u32 {
         // enough that a loaded machine never loses one while it waits (a
         // lost lock is a redelivery, which this test would count).
         opts.lock_duration = Duration::from_secs(20);
+        let settle = Arc::new(PostgresSettle::new(&transport));
         let host = Host::new(
             Arc::new(transport),
             Arc::new(PostgresStore::new(database.clone())),
             vec![consumer.clone()],
             opts,
         )
-        .with_commit(Arc::new(PostgresCommit::new(database)));
+        .with_settle(settle);
         metrics.push(host.metrics());
         let token = shutdown.clone();
         running.push(tokio::spawn(async move { host.run(token).await.unwrap() }));
@@ -859,18 +860,23 @@ async fn a_message_for_a_corrupt_saga_is_dead_lettered_on_its_first_delivery_nam
     running.await.unwrap();
 }
 
-/// A commit that finds the database at a schema this build does not know,
-/// as when a newer bosun migrated it while this one runs.
-struct SchemaMovedOn;
+/// A settle that finds the database at a schema this build does not know,
+/// as when a newer bosun migrated it while this one runs: every write
+/// fails; giving a message back still works.
+struct SchemaMovedOn(Arc<dyn Transport>);
 
 #[async_trait]
-impl crate::ports::commit::Commit for SchemaMovedOn {
-    async fn commit(
+impl crate::ports::settle::Settle for SchemaMovedOn {
+    async fn settle(
         &self,
-        _handled: HandledMessage,
-        _lock: &crate::ports::transport::LockToken,
-    ) -> Result<crate::ports::commit::CommitStatus, crate::ports::commit::CommitError> {
-        Err(crate::ports::commit::CommitError::Store(
+        settlement: crate::ports::settle::Settlement,
+        lock: &crate::ports::transport::LockToken,
+    ) -> Result<crate::ports::settle::Settled, crate::ports::settle::SettleError> {
+        if settlement == crate::ports::settle::Settlement::Abandon {
+            self.0.abandon(lock).await?;
+            return Ok(crate::ports::settle::Settled::Written);
+        }
+        Err(crate::ports::settle::SettleError::Store(
             crate::ports::store::StoreError::SchemaMismatch { found: 6, expected: 5 },
         ))
     }
@@ -883,7 +889,7 @@ async fn a_schema_this_build_does_not_know_stops_the_host_and_keeps_the_message(
     transport.ensure_topology(&Topology::from_routing()).await.unwrap();
     let store = Arc::new(SqliteStore::in_memory().unwrap());
     let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], options())
-        .with_commit(Arc::new(SchemaMovedOn));
+        .with_settle(Arc::new(SchemaMovedOn(transport.clone())));
     let never = CancellationToken::new();
     let running = tokio::spawn(async move { host.run(never).await });
     transport
@@ -1037,22 +1043,22 @@ async fn a_slow_consumer_claims_nothing_ahead_so_another_replica_takes_the_next_
 /// A commit that holds its first call until told, then commits as the
 /// store and the transport would.
 struct HeldFirstCommit {
-    inner: crate::ports::commit::StoreThenComplete,
+    inner: crate::ports::settle::StoreThenSettle,
     calls: AtomicU32,
     release: tokio::sync::Notify,
 }
 
 #[async_trait]
-impl crate::ports::commit::Commit for HeldFirstCommit {
-    async fn commit(
+impl crate::ports::settle::Settle for HeldFirstCommit {
+    async fn settle(
         &self,
-        handled: HandledMessage,
+        settlement: crate::ports::settle::Settlement,
         lock: &crate::ports::transport::LockToken,
-    ) -> Result<crate::ports::commit::CommitStatus, crate::ports::commit::CommitError> {
+    ) -> Result<crate::ports::settle::Settled, crate::ports::settle::SettleError> {
         if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
             self.release.notified().await;
         }
-        self.inner.commit(handled, lock).await
+        self.inner.settle(settlement, lock).await
     }
 }
 
@@ -1066,13 +1072,13 @@ async fn one_handler_handles_the_next_message_while_the_last_ones_commit_waits()
     transport.ensure_topology(&Topology::from_routing()).await.unwrap();
     let store = Arc::new(SqliteStore::in_memory().unwrap());
     let commit = Arc::new(HeldFirstCommit {
-        inner: crate::ports::commit::StoreThenComplete::new(store.clone(), transport.clone()),
+        inner: crate::ports::settle::StoreThenSettle::new(store.clone(), transport.clone()),
         calls: AtomicU32::new(0),
         release: tokio::sync::Notify::new(),
     });
     let mut opts = options();
     opts.concurrency = 1;
-    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], opts).with_commit(commit.clone());
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer.clone()], opts).with_settle(commit.clone());
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let running = tokio::spawn(async move { host.run(token).await.unwrap() });

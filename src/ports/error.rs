@@ -1,7 +1,7 @@
 //! What a failure means for the work that met it: [`NextStep`], shared by
 //! the [`StoreError`](crate::ports::store::StoreError),
 //! [`TransportError`](crate::ports::transport::TransportError) and
-//! [`CommitError`](crate::ports::commit::CommitError) of the ports.
+//! [`SettleError`](crate::ports::settle::SettleError) of the ports.
 
 /// The cause a port error carries: the backend's own error (a SQLite,
 /// PostgreSQL, JSON or AMQP error), kept whole so its chain can be walked.

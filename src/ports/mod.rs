@@ -4,8 +4,8 @@
 //! [`topology`] of entities, what an [`error`] means for the work that met
 //! it, and the behaviour suites every backend passes.
 
-pub mod commit;
 pub mod error;
+pub mod settle;
 pub mod store;
 pub mod topology;
 pub mod transport;

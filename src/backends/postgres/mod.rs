@@ -6,7 +6,7 @@
 //! ([`crate::backends::postgres::transport`]) live in one database and one schema
 //! (the connection's `search_path`, `public` unless the URL says otherwise),
 //! every table prefixed `bosun_`. Sharing one [`PostgresDatabase`] lets
-//! [`commit::PostgresCommit`] settle a received message in the same
+//! [`commit::PostgresSettle`] settle a received message in the same
 //! transaction that records its handling; the SQL of the transport's queue
 //! rows that both use is in `queue`.
 //!
@@ -20,10 +20,10 @@
 //! TLS follows the URL's `sslmode` (`?sslmode=require` for Azure Database
 //! for PostgreSQL); certificates are checked by the platform's native TLS.
 
-pub mod commit;
 mod listen;
 mod notify;
 mod queue;
+pub mod settle;
 pub mod store;
 pub mod transport;
 

@@ -1,5 +1,5 @@
 //! The SQL of the transport's queue rows that the PostgreSQL transport and
-//! [`PostgresCommit`](super::commit::PostgresCommit) share: writing a
+//! [`PostgresSettle`](super::commit::PostgresSettle) share: writing a
 //! message into its queue or subscriptions (with duplicate detection) and
 //! completing a locked message, each within the caller's transaction.
 
@@ -143,4 +143,30 @@ where
     .await?
     .rows_affected();
     Ok(deleted > 0)
+}
+
+/// Dead-letters a message held under `lock`, with `reason` and
+/// `description`. Returns whether the lock was still held.
+pub(crate) async fn dead_letter_locked<'c, E>(
+    executor: E,
+    lock: &LockToken,
+    reason: &str,
+    description: &str,
+) -> Result<bool, sqlx_core::Error>
+where
+    E: Executor<'c, Database = Postgres>,
+{
+    let changed = query(
+        "UPDATE bosun_messages SET dead_lettered = true, dead_letter_reason = $3, dead_letter_description = $4,
+            dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
+         WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
+    )
+    .bind(lock.sequence)
+    .bind(lock.token)
+    .bind(reason)
+    .bind(description)
+    .execute(executor)
+    .await?
+    .rows_affected();
+    Ok(changed > 0)
 }

@@ -51,7 +51,7 @@ use uuid::Uuid;
 
 use crate::backends::postgres::listen::{Listener, listen};
 use crate::backends::postgres::notify::Wakes;
-use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, enqueue};
+use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked, dead_letter_locked, enqueue};
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::transport::{
     DeadLetteredMessage, HandledAtClaim, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport,
@@ -463,22 +463,11 @@ impl PostgresTransport {
     }
 
     async fn dead_letter_rows(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
-        let changed = query(
-            "UPDATE bosun_messages SET dead_lettered = true, dead_letter_reason = $3, dead_letter_description = $4,
-                dead_lettered_at = now(), lock_token = NULL, locked_until = NULL
-             WHERE sequence = $1 AND lock_token = $2 AND locked_until > now() AND NOT dead_lettered",
-        )
-        .bind(lock.sequence)
-        .bind(lock.token)
-        .bind(reason)
-        .bind(description)
-        .execute(self.database.pool())
-        .await?
-        .rows_affected();
-        if changed == 0 {
-            return Err(lock_lost(lock));
+        if dead_letter_locked(self.database.pool(), lock, reason, description).await? {
+            Ok(())
+        } else {
+            Err(lock_lost(lock))
         }
-        Ok(())
     }
 
     async fn peek_dead_letters_rows(

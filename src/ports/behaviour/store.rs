@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::ports::store::{
     AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
     DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, Pruned, ReplayRecord,
-    RetentionPolicy, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
+    RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
@@ -328,14 +328,14 @@ async fn outbox_entries_keep_their_purpose<S: Store>(store: &S) {
     };
     // A retry whose broker message id does not follow the `.retry-` form.
     store
-        .record_retry(
-            "commit",
-            "m-2",
-            "m-2",
+        .record_retry(RetryWrite {
+            consumer: "commit".into(),
+            message_id: "m-2".into(),
+            received_broker_message_id: "m-2".into(),
             attempt,
-            with_body("again-1"),
-            line("m-2", TimelineStatus::RetryScheduled),
-        )
+            retry: with_body("again-1"),
+            timeline: line("m-2", TimelineStatus::RetryScheduled),
+        })
         .await
         .unwrap();
     let claimed = store.claim_outbox(10, Duration::from_secs(30)).await.unwrap();
@@ -367,14 +367,14 @@ async fn retries_are_recorded_once_per_attempt<S: Store>(store: &S) {
     };
     for _ in 0..2 {
         store
-            .record_retry(
-                "commit",
-                "m-1",
-                "m-1",
-                attempt.clone(),
-                message("m-1.retry-1"),
-                line("m-1", TimelineStatus::RetryScheduled),
-            )
+            .record_retry(RetryWrite {
+                consumer: "commit".into(),
+                message_id: "m-1".into(),
+                received_broker_message_id: "m-1".into(),
+                attempt: attempt.clone(),
+                retry: message("m-1.retry-1"),
+                timeline: line("m-1", TimelineStatus::RetryScheduled),
+            })
             .await
             .unwrap();
     }
@@ -1007,14 +1007,14 @@ async fn retention_prunes_what_is_past_it_and_keeps_what_is_needed<S: Store>(sto
         error_chain: vec!["boom".into()],
     };
     store
-        .record_retry(
-            "commit",
-            "m-2",
-            "m-2",
-            old_attempt,
-            message("again-1"),
-            line("m-2", TimelineStatus::RetryScheduled),
-        )
+        .record_retry(RetryWrite {
+            consumer: "commit".into(),
+            message_id: "m-2".into(),
+            received_broker_message_id: "m-2".into(),
+            attempt: old_attempt,
+            retry: message("again-1"),
+            timeline: line("m-2", TimelineStatus::RetryScheduled),
+        })
         .await
         .unwrap();
     // An old delivery, a recent one, and an old one with a dead letter.

@@ -15,7 +15,7 @@ pub(crate) fn is_handled(consumer: &str, message_id: &str) -> String {
 }
 
 /// [`Store::commit_handled`](super::Store::commit_handled), and a
-/// [`Commit`](crate::ports::commit::Commit) of the same message.
+/// [`Commit`](crate::ports::settle::Commit) of the same message.
 pub(crate) fn commit_handled(handled: &HandledMessage) -> String {
     format!(
         "committing the handling of message {} by {}",

@@ -9,7 +9,7 @@
 //! The atomic unit is [`Store::commit_handled`]: the idempotency record, the
 //! saga state and the outbox entries of one message are written in one
 //! transaction, or not at all. The host does not call it directly: it
-//! commits through [`crate::ports::commit::Commit`], which also settles the
+//! commits through [`crate::ports::settle::Commit`], which also settles the
 //! received message.
 //!
 //! The implementations live with their technology under
@@ -288,6 +288,27 @@ pub struct HandledMessage {
     pub outbox: Vec<OutboundMessage>,
     /// Timeline lines.
     pub timeline: Vec<TimelineEntry>,
+}
+
+/// Everything one failed attempt that will be retried writes, atomically:
+/// the attempt, the retry to send (a scheduled copy of the message with the
+/// next attempt number) and its timeline line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryWrite {
+    /// The consumer.
+    pub consumer: String,
+    /// The envelope's messageId.
+    pub message_id: String,
+    /// The broker id of the delivery that failed: a redelivery of the same
+    /// failed copy does not schedule a second retry, while a replayed copy
+    /// starts afresh.
+    pub received_broker_message_id: String,
+    /// The failed attempt.
+    pub attempt: AttemptRecord,
+    /// The copy to send.
+    pub retry: OutboundMessage,
+    /// The `retry-scheduled` line.
+    pub timeline: TimelineEntry,
 }
 
 /// Whether [`Store::commit_handled`] wrote anything.
@@ -861,20 +882,11 @@ pub trait Store: Send + Sync {
 
     // -- retries ------------------------------------------------------------
 
-    /// Records a failed attempt and, atomically, the retry to send (a
-    /// scheduled copy of the message with `attempt + 1`). Keyed by the
-    /// delivery that failed (`received_broker_message_id`), so a redelivery
-    /// of the same failed copy does not schedule a second retry, while a
-    /// replayed copy starts afresh.
-    async fn record_retry(
-        &self,
-        consumer: &str,
-        message_id: &str,
-        received_broker_message_id: &str,
-        attempt: AttemptRecord,
-        retry: OutboundMessage,
-        timeline: TimelineEntry,
-    ) -> Result<(), StoreError>;
+    /// Records a failed attempt and, atomically, the retry to send and its
+    /// timeline line. Keyed by the delivery that failed
+    /// ([`RetryWrite::received_broker_message_id`]), so a redelivery of the
+    /// same failed copy does not schedule a second retry.
+    async fn record_retry(&self, retry: RetryWrite) -> Result<(), StoreError>;
 
     /// Every failed attempt of a message at a consumer, oldest first (replays
     /// included).

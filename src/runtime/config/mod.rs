@@ -528,6 +528,7 @@ impl Settings {
         let failpoint = match get("BOSUN_FAILPOINT").as_deref() {
             None => None,
             Some("halt-after-state-commit") => Some(Failpoint::HaltAfterStateCommit),
+            Some("halt-in-failure-settle") => Some(Failpoint::HaltInFailureSettle),
             Some(other) => return Err(invalid("BOSUN_FAILPOINT", format!("unknown failpoint `{other}`"))),
         };
         let environment_list = |name: &str, default: &str| -> Result<Vec<String>, ConfigError> {

@@ -318,6 +318,11 @@ pub enum Failpoint {
     /// committed and before its outbox is dispatched or the message is
     /// completed, the process stops doing work and waits to be killed.
     HaltAfterStateCommit,
+    /// In the settle of a retry or a dead letter, after the store's writes
+    /// and before the settle is finished (before the transaction commits
+    /// where the backends share one; before the transport is told where
+    /// not), the process stops doing work and waits to be killed.
+    HaltInFailureSettle,
 }
 
 /// How the HTTP front door holds under abuse: how long a connection may

@@ -4,7 +4,7 @@ use bosun_contracts::Destination;
 use sqlx_core::query::query;
 use sqlx_core::row::Row;
 use sqlx_core::types::Json;
-use sqlx_postgres::PgRow;
+use sqlx_postgres::{PgConnection, PgRow};
 use uuid::Uuid;
 
 use super::timeline::insert_timeline;
@@ -61,6 +61,21 @@ pub(super) async fn record_dead_letter(
 ) -> Result<(), StoreError> {
     let mut tx = database.pool().begin().await?;
     let mut wakes = Wakes::default();
+    record_dead_letter_in(&mut tx, &record, timeline.as_ref(), &mut wakes).await?;
+    tx.commit().await?;
+    database.wake(wakes);
+    Ok(())
+}
+
+/// [`record_dead_letter`]'s writes on `conn`, inside a transaction the
+/// caller commits (with the received message's dead-lettering, for the
+/// settle of the PostgreSQL backends); what they wake goes to `wakes`.
+pub(crate) async fn record_dead_letter_in(
+    conn: &mut PgConnection,
+    record: &DeadLetterRecord,
+    timeline: Option<&TimelineEntry>,
+    wakes: &mut Wakes,
+) -> Result<(), StoreError> {
     let inserted = query(
         "INSERT INTO bosun_dead_letters (id, consumer, entity, transport_sequence, broker_message_id, message_id,
             message_type, correlation_id, tenant_id, body, reason, description, error_chain, attempts,
@@ -85,14 +100,12 @@ pub(super) async fn record_dead_letter(
     .bind(record.dead_lettered_at)
     .bind(&record.origin)
     .bind(Json(&record.replays))
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?
     .rows_affected();
-    if let Some(entry) = timeline.as_ref().filter(|_| inserted > 0) {
-        insert_timeline(&mut tx, std::slice::from_ref(entry), &mut wakes).await?;
+    if let Some(entry) = timeline.filter(|_| inserted > 0) {
+        insert_timeline(conn, std::slice::from_ref(entry), wakes).await?;
     }
-    tx.commit().await?;
-    database.wake(wakes);
     Ok(())
 }
 

@@ -3,18 +3,18 @@
 use sqlx_core::query::query;
 use sqlx_core::row::Row;
 use sqlx_core::types::Json;
+use sqlx_postgres::PgConnection;
 
 use super::attempt_number;
 use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
-use crate::backends::postgres::commit::commit_in_one_statement;
 use crate::backends::postgres::notify::Wakes;
-use crate::ports::commit::{CommitError, CommitStatus};
+use crate::backends::postgres::settle::commit_in_one_statement;
+use crate::ports::settle::{SettleError, Settled};
 use crate::ports::store::{
-    AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, SagaState, StoreError, TimelineEntry,
+    AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, RetryWrite, SagaState, StoreError,
 };
-use crate::ports::transport::OutboundMessage;
 
 pub(super) async fn is_handled(
     database: &PostgresDatabase,
@@ -68,16 +68,16 @@ pub(super) async fn commit_handled(
     let mut conn = database.pool().acquire().await?;
     let (status, wakes) = match commit_in_one_statement(&mut conn, &handled, None).await {
         Ok(done) => done,
-        Err(CommitError::Store(err)) => return Err(err),
+        Err(SettleError::Store(err)) => return Err(err),
         // Only a settling commit can lose a lock.
         Err(other) => return Err(StoreError::unavailable("committing a handled message", other)),
     };
     drop(conn);
     database.wake(wakes);
     match status {
-        CommitStatus::Written => Ok(CommitOutcome::Committed),
-        CommitStatus::AlreadyHandled => Ok(CommitOutcome::AlreadyHandled),
-        CommitStatus::SagaConflict {
+        Settled::Written => Ok(CommitOutcome::Committed),
+        Settled::AlreadyHandled => Ok(CommitOutcome::AlreadyHandled),
+        Settled::SagaConflict {
             kind,
             key,
             expected,
@@ -91,45 +91,50 @@ pub(super) async fn commit_handled(
     }
 }
 
-pub(super) async fn record_retry(
-    database: &PostgresDatabase,
-    consumer: &str,
-    message_id: &str,
-    received_broker_message_id: &str,
-    attempt: AttemptRecord,
-    retry: OutboundMessage,
-    timeline: TimelineEntry,
-) -> Result<(), StoreError> {
+pub(super) async fn record_retry(database: &PostgresDatabase, write: RetryWrite) -> Result<(), StoreError> {
     let mut tx = database.pool().begin().await?;
     let mut wakes = Wakes::default();
+    record_retry_in(&mut tx, &write, &mut wakes).await?;
+    tx.commit().await?;
+    database.wake(wakes);
+    Ok(())
+}
+
+/// [`record_retry`]'s writes on `conn`, inside a transaction the caller
+/// commits (with the received message's settlement, for the settle of the
+/// PostgreSQL backends); what they wake goes to `wakes`.
+pub(crate) async fn record_retry_in(
+    conn: &mut PgConnection,
+    write: &RetryWrite,
+    wakes: &mut Wakes,
+) -> Result<(), StoreError> {
+    let attempt = &write.attempt;
     let fresh = query(
         "INSERT INTO bosun_attempts (consumer, received_broker_message_id, message_id, attempt, at, error_chain)
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
     )
-    .bind(consumer)
-    .bind(received_broker_message_id)
-    .bind(message_id)
+    .bind(&write.consumer)
+    .bind(&write.received_broker_message_id)
+    .bind(&write.message_id)
     .bind(i64::from(attempt.attempt))
     .bind(attempt.at)
     .bind(Json(&attempt.error_chain))
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?
     .rows_affected();
     // A redelivered attempt that was already recorded already has its retry in the outbox.
     if fresh > 0 {
         insert_outbox(
-            &mut tx,
-            Some(consumer),
-            Some(message_id),
+            conn,
+            Some(&write.consumer),
+            Some(&write.message_id),
             OutboxPurpose::Retry,
-            &retry,
+            &write.retry,
             false,
         )
         .await?;
-        insert_timeline(&mut tx, std::slice::from_ref(&timeline), &mut wakes).await?;
+        insert_timeline(conn, std::slice::from_ref(&write.timeline), wakes).await?;
     }
-    tx.commit().await?;
-    database.wake(wakes);
     Ok(())
 }
 

@@ -11,7 +11,7 @@
 //!
 //! With the [PostgreSQL transport](crate::backends::postgres::transport) on
 //! the same database, receiving, handling and sending are one transaction:
-//! [`PostgresCommit`](crate::backends::postgres::commit::PostgresCommit)
+//! [`PostgresSettle`](crate::backends::postgres::settle::PostgresSettle)
 //! writes what this store writes and also settles the received message.
 //!
 //! One file per concern, each holding the SQL of its tables: `handled`
@@ -33,8 +33,8 @@ use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, SagaTurn, Store, StoreError, TimelineEntry,
-    TimelineWait, doing,
+    Pruned, ReplayRecord, RetentionPolicy, RetryWrite, SagaRecord, SagaState, SagaTurn, Store, StoreError,
+    TimelineEntry, TimelineWait, doing,
 };
 use crate::ports::transport::OutboundMessage;
 
@@ -42,7 +42,7 @@ pub use crate::backends::postgres::SCHEMA_VERSION;
 pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 
 mod access;
-mod dead_letters;
+pub(crate) mod dead_letters;
 pub(crate) mod handled;
 mod jobs;
 mod listen;
@@ -157,26 +157,11 @@ impl Store for PostgresStore {
             .map_err(|err| err.doing(doing))
     }
 
-    async fn record_retry(
-        &self,
-        consumer: &str,
-        message_id: &str,
-        received_broker_message_id: &str,
-        attempt: AttemptRecord,
-        retry: OutboundMessage,
-        timeline: TimelineEntry,
-    ) -> Result<(), StoreError> {
-        handled::record_retry(
-            &self.database,
-            consumer,
-            message_id,
-            received_broker_message_id,
-            attempt,
-            retry,
-            timeline,
-        )
-        .await
-        .map_err(|err| err.doing(doing::record_retry(consumer, message_id)))
+    async fn record_retry(&self, retry: RetryWrite) -> Result<(), StoreError> {
+        let doing = doing::record_retry(&retry.consumer, &retry.message_id);
+        handled::record_retry(&self.database, retry)
+            .await
+            .map_err(|err| err.doing(doing))
     }
 
     async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {

@@ -7,9 +7,9 @@ use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::sqlite::Database;
 use crate::ports::store::{
-    AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, SagaState, StoreError, TimelineEntry,
+    AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, RetryWrite, SagaState, StoreError,
 };
-use crate::ports::transport::{OutboundMessage, from_unix_ms, unix_ms};
+use crate::ports::transport::{from_unix_ms, unix_ms};
 
 pub(super) async fn is_handled(database: &Database, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
     let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
@@ -101,19 +101,17 @@ pub(super) async fn commit_handled(database: &Database, handled: HandledMessage)
         .await
 }
 
-pub(super) async fn record_retry(
-    database: &Database,
-    consumer: &str,
-    message_id: &str,
-    received_broker_message_id: &str,
-    attempt: AttemptRecord,
-    retry: OutboundMessage,
-    timeline: TimelineEntry,
-) -> Result<(), StoreError> {
-    let (consumer, message_id) = (consumer.to_owned(), message_id.to_owned());
-    let received = received_broker_message_id.to_owned();
+pub(super) async fn record_retry(database: &Database, write: RetryWrite) -> Result<(), StoreError> {
     database
         .call(move |conn| {
+            let RetryWrite {
+                consumer,
+                message_id,
+                received_broker_message_id,
+                attempt,
+                retry,
+                timeline,
+            } = write;
             let error_chain = serde_json::to_string(&attempt.error_chain)
                 .map_err(|err| StoreError::unencodable("the error chain of an attempt", err))?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -124,7 +122,7 @@ pub(super) async fn record_retry(
                     attempt.attempt,
                     unix_ms(attempt.at),
                     error_chain,
-                    received
+                    received_broker_message_id
                 ])?;
             // A redelivered attempt that was already recorded already has its retry in the outbox.
             if fresh > 0 {

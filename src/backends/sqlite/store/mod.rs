@@ -20,8 +20,8 @@ use uuid::Uuid;
 use crate::backends::sqlite::Database;
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, DEFAULT_TIMELINE_FALLBACK, DeadLetterFilter, DeadLetterRecord, DeliveryRecord,
-    HandledMessage, PendingOutbox, Pruned, ReplayRecord, RetentionPolicy, SagaRecord, SagaState, Store, StoreError,
-    TimelineEntry, TimelineWait, TimelineWatch, doing,
+    HandledMessage, PendingOutbox, Pruned, ReplayRecord, RetentionPolicy, RetryWrite, SagaRecord, SagaState, Store,
+    StoreError, TimelineEntry, TimelineWait, TimelineWatch, doing,
 };
 use crate::ports::transport::{OutboundMessage, unix_ms};
 use schema::{SCHEMA, upgrade};
@@ -133,27 +133,12 @@ impl Store for SqliteStore {
         Ok(outcome)
     }
 
-    async fn record_retry(
-        &self,
-        consumer: &str,
-        message_id: &str,
-        received_broker_message_id: &str,
-        attempt: AttemptRecord,
-        retry: OutboundMessage,
-        timeline: TimelineEntry,
-    ) -> Result<(), StoreError> {
-        let line = self.waited_on([&timeline]);
-        handled::record_retry(
-            &self.database,
-            consumer,
-            message_id,
-            received_broker_message_id,
-            attempt,
-            retry,
-            timeline,
-        )
-        .await
-        .map_err(|err| err.doing(doing::record_retry(consumer, message_id)))?;
+    async fn record_retry(&self, retry: RetryWrite) -> Result<(), StoreError> {
+        let doing = doing::record_retry(&retry.consumer, &retry.message_id);
+        let line = self.waited_on([&retry.timeline]);
+        handled::record_retry(&self.database, retry)
+            .await
+            .map_err(|err| err.doing(doing))?;
         self.written(&line);
         Ok(())
     }

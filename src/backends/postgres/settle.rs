@@ -1,5 +1,5 @@
-//! [`PostgresCommit`]: the [`Commit`] of a store and a transport in one
-//! PostgreSQL database, in one transaction.
+//! [`PostgresSettle`]: the [`Settle`] of a store and a transport in one
+//! PostgreSQL database, each settlement in one transaction.
 
 use async_trait::async_trait;
 use bosun_contracts::Envelope;
@@ -14,59 +14,144 @@ use sqlx_postgres::PgDatabaseError;
 
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
-use crate::backends::postgres::store::timeline::TimelineColumns;
-use crate::ports::commit::{Commit, CommitError, CommitStatus};
+use crate::backends::postgres::queue::{complete_locked, dead_letter_locked};
+use crate::backends::postgres::store::dead_letters::record_dead_letter_in;
+use crate::backends::postgres::store::handled::record_retry_in;
+use crate::backends::postgres::store::timeline::{TimelineColumns, insert_timeline};
+use crate::backends::postgres::transport::PostgresTransport;
+use crate::ports::settle::{Halts, Settle, SettleError, Settled, Settlement, transport_description};
 use crate::ports::store::{HandledMessage, SagaWrite, StoreError, TimelineEntry, TimelineStatus, doing};
-use crate::ports::transport::{LockToken, OutboundMessage};
+use crate::ports::transport::{LockToken, OutboundMessage, Transport};
 
 mod batch;
 
-/// The commit for the PostgreSQL store with the PostgreSQL transport on the
-/// same database. In one transaction: completes the received message
-/// (deletes it, if its lock is still held; the row lock keeps competing
-/// receivers away until the end), writes the idempotency record, the saga
-/// (version checked), the outgoing messages straight into their queues or
-/// subscriptions (with duplicate detection; recorded in the outbox as
-/// already dispatched, with their `sent` timeline lines) and the timeline.
+/// The settle for the PostgreSQL store with the PostgreSQL transport on the
+/// same database: every settlement is one transaction.
+///
+/// - **A handling** ([`Settlement::Handled`]) completes the received
+///   message (deletes it, if its lock is still held; the row lock keeps
+///   competing receivers away until the end), writes the idempotency
+///   record, the saga (version checked), the outgoing messages straight
+///   into their queues or subscriptions (with duplicate detection; recorded
+///   in the outbox as already dispatched, with their `sent` timeline lines)
+///   and the timeline.
+/// - **A retry** completes the received message and writes the attempt,
+///   the retry (in the outbox, for the dispatcher) and its timeline line.
+/// - **A dead letter** marks the received message dead-lettered and writes
+///   the dead letter and its timeline line.
+/// - **A duplicate** completes the message and writes its timeline line.
 ///
 /// **Guarantee: exactly once per delivery.** Either all of it is written
-/// and the message is gone, or nothing is: [`CommitError::LockLost`] (the
-/// lock expired or another receiver took it; the message will be delivered
-/// again), [`CommitStatus::SagaConflict`] (the message stays locked),
-/// [`CommitError::Store`]. An outgoing message to an entity the transport
-/// does not have is left in the outbox for the dispatcher, which reports
-/// it.
+/// and the message is settled, or nothing is: [`SettleError::LockLost`]
+/// (the lock expired or another receiver took it; the message will be
+/// delivered again), [`Settled::SagaConflict`] (the message stays
+/// locked), [`SettleError::Store`]. An outgoing message to an entity the
+/// transport does not have is left in the outbox for the dispatcher, which
+/// reports it.
 ///
-/// **Commits that meet are batched.** A commit goes to the database at
-/// once while fewer than [`batch::IN_FLIGHT`] calls are on their way;
-/// commits that arrive meanwhile wait and go together in the next call
-/// (`bosun_commit_many`, migration 12: one round trip, one transaction, one
-/// WAL flush for all of them), each written as its own call would have
-/// been, a saga conflict undoing only its own message. So one handler's
-/// commits cost what they did, and under load the server stops paying a
-/// round trip, a parameter bind and a transaction per message.
+/// **Commits of handlings that meet are batched.** A commit goes to the
+/// database at once while fewer than [`batch::IN_FLIGHT`] calls are on
+/// their way; commits that arrive meanwhile wait and go together in the
+/// next call (`bosun_commit_many`, migration 12: one round trip, one
+/// transaction, one WAL flush for all of them), each written as its own
+/// call would have been, a saga conflict undoing only its own message. So
+/// one handler's commits cost what they did, and under load the server
+/// stops paying a round trip, a parameter bind and a transaction per
+/// message. Failures (retries, dead letters) are rare and go alone.
 #[derive(Debug, Clone)]
-pub struct PostgresCommit {
-    database: PostgresDatabase,
+pub struct PostgresSettle {
+    transport: PostgresTransport,
     batches: std::sync::Arc<batch::Batches>,
+    halts: Halts,
 }
 
-impl PostgresCommit {
-    /// The commit over `database`, which the store and the transport must
-    /// both use (the store's tables and the transport's are written in one
+impl PostgresSettle {
+    /// The settle over `transport`'s database, which the store must use
+    /// too (the store's tables and the transport's are written in one
     /// transaction).
-    pub fn new(database: PostgresDatabase) -> Self {
+    pub fn new(transport: &PostgresTransport) -> Self {
         Self {
-            database,
+            transport: transport.clone(),
             batches: std::sync::Arc::default(),
+            halts: Halts::default(),
         }
+    }
+
+    /// Stops at `halts` (crash tests).
+    pub fn halting(mut self, halts: Halts) -> Self {
+        self.halts = halts;
+        self
+    }
+
+    fn database(&self) -> &PostgresDatabase {
+        self.transport.database()
+    }
+
+    /// A retry, a dead letter or a duplicate: the message settled and the
+    /// settlement's rows written, in one transaction.
+    async fn settle_alone(&self, settlement: &Settlement, lock: &LockToken) -> Result<Settled, SettleError> {
+        let database = self.database();
+        let doing = || {
+            format!(
+                "settling ({}) {} message {}",
+                settlement.kind(),
+                lock.entity,
+                lock.sequence
+            )
+        };
+        let store = |err: sqlx_core::Error| SettleError::Store(StoreError::from(err).doing(doing()));
+        let mut tx = database.pool().begin().await.map_err(store)?;
+        let mut wakes = Wakes::default();
+        let settled = match settlement {
+            Settlement::DeadLetter { record, .. } => {
+                dead_letter_locked(&mut *tx, lock, &record.reason, transport_description(record)).await
+            }
+            _ => complete_locked(&mut *tx, lock).await,
+        }
+        .map_err(store)?;
+        if !settled {
+            // Nothing written: the transaction rolls back when dropped.
+            return Err(SettleError::lock_lost(lock));
+        }
+        let written = match settlement {
+            Settlement::Retry(retry) => record_retry_in(&mut tx, retry, &mut wakes).await,
+            Settlement::DeadLetter { record, timeline } => {
+                record_dead_letter_in(&mut tx, record, timeline.as_ref(), &mut wakes).await
+            }
+            Settlement::Duplicate(line) => insert_timeline(&mut tx, std::slice::from_ref(line), &mut wakes)
+                .await
+                .map_err(StoreError::from),
+            Settlement::Handled(_) | Settlement::Abandon => Ok(()),
+        };
+        written.map_err(|err| SettleError::Store(err.doing(doing())))?;
+        self.halts.after_store_writes(settlement).await;
+        tx.commit().await.map_err(store)?;
+        database.wake(wakes);
+        Ok(match settlement {
+            Settlement::Duplicate(_) => Settled::AlreadyHandled,
+            _ => Settled::Written,
+        })
     }
 }
 
 #[async_trait]
-impl Commit for PostgresCommit {
-    async fn commit(&self, handled: HandledMessage, lock: &LockToken) -> Result<CommitStatus, CommitError> {
-        batch::commit(&self.database, &self.batches, handled, lock.clone()).await
+impl Settle for PostgresSettle {
+    async fn settle(&self, settlement: Settlement, lock: &LockToken) -> Result<Settled, SettleError> {
+        match settlement {
+            Settlement::Handled(handled) => {
+                let message_id = self.halts.after_state_commit.then(|| handled.message_id.clone());
+                let status = batch::commit(self.database(), &self.batches, handled, lock.clone()).await?;
+                if let Some(message_id) = message_id.filter(|_| status == Settled::Written) {
+                    self.halts.after_handling_written(&message_id).await;
+                }
+                Ok(status)
+            }
+            Settlement::Abandon => {
+                self.transport.abandon(lock).await?;
+                Ok(Settled::Written)
+            }
+            other => self.settle_alone(&other, lock).await,
+        }
     }
 }
 
@@ -76,7 +161,7 @@ async fn commit_alone(
     database: &PostgresDatabase,
     handled: &HandledMessage,
     lock: &LockToken,
-) -> Result<CommitStatus, CommitError> {
+) -> Result<Settled, SettleError> {
     let doing = || doing::commit_handled(handled);
     let mut conn = database
         .pool()
@@ -86,7 +171,7 @@ async fn commit_alone(
     let (status, wakes) = commit_in_one_statement(&mut conn, handled, Some(lock))
         .await
         .map_err(|err| match err {
-            CommitError::Store(err) => CommitError::Store(err.doing(doing())),
+            SettleError::Store(err) => SettleError::Store(err.doing(doing())),
             other => other,
         })?;
     drop(conn);
@@ -109,7 +194,7 @@ pub(crate) async fn commit_in_one_statement(
     conn: &mut PgConnection,
     handled: &HandledMessage,
     settle: Option<&LockToken>,
-) -> Result<(CommitStatus, Wakes), CommitError> {
+) -> Result<(Settled, Wakes), SettleError> {
     let now = OffsetDateTime::now_utc();
     let outbox = OutboxColumns::of(&handled.outbox, now);
     let lines = TimelineColumns::of(&handled.timeline);
@@ -157,12 +242,12 @@ pub(crate) async fn commit_in_one_statement(
     let status = match outcome.as_str() {
         "lock_lost" => {
             let (entity, sequence) = settle.map_or((String::new(), 0), |lock| (lock.entity.path(), lock.sequence));
-            return Err(CommitError::LockLost { entity, sequence });
+            return Err(SettleError::LockLost { entity, sequence });
         }
-        "already_handled" => CommitStatus::AlreadyHandled,
+        "already_handled" => Settled::AlreadyHandled,
         _ => {
             written_wakes(&mut wakes, woken, &handled.timeline, &outbox.sent_correlation_ids);
-            CommitStatus::Written
+            Settled::Written
         }
     };
     Ok((status, wakes))
@@ -222,8 +307,8 @@ fn bind_outbox_and_lines<'q>(
 }
 
 /// The answer to a commit whose saga write found the saga at `found`.
-fn saga_conflict_status(saga: &SagaWrite, found: i64) -> CommitStatus {
-    CommitStatus::SagaConflict {
+fn saga_conflict_status(saga: &SagaWrite, found: i64) -> Settled {
+    Settled::SagaConflict {
         kind: saga.kind.clone(),
         key: saga.key.clone(),
         expected: saga.expected_version,
@@ -354,8 +439,8 @@ mod tests {
     use crate::backends::postgres::testing::{self, TestDatabase};
     use crate::backends::postgres::transport::PostgresTransport;
     use crate::backends::sqlite::transport::EmbeddedTransport;
-    use crate::ports::behaviour::commit::{Pairing, run_all};
-    use crate::ports::commit::StoreThenComplete;
+    use crate::ports::behaviour::settle::{Pairing, run_all};
+    use crate::ports::settle::StoreThenSettle;
     use crate::ports::store::{SagaWrite, Store};
     use crate::ports::transport::{Topology, Transport};
 
@@ -371,7 +456,7 @@ mod tests {
                 let transport = PostgresTransport::new(test.database.clone(), 10);
                 let pairing = Pairing {
                     store: Arc::new(PostgresStore::with_transport(&transport)),
-                    commit: Arc::new(PostgresCommit::new(transport.database().clone())),
+                    settle: Arc::new(PostgresSettle::new(&transport)),
                     transport: Arc::new(transport),
                 };
                 schemas.lock().unwrap().push(test);
@@ -401,7 +486,7 @@ mod tests {
                 let transport: Arc<dyn Transport> = Arc::new(EmbeddedTransport::open(&messages, 10).unwrap());
                 schemas.lock().unwrap().push(test);
                 Pairing {
-                    commit: Arc::new(StoreThenComplete::new(Arc::clone(&store), Arc::clone(&transport))),
+                    settle: Arc::new(StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport))),
                     store,
                     transport,
                 }
@@ -415,10 +500,10 @@ mod tests {
     }
 
     /// A store, a transport and their commit sharing one migrated schema.
-    async fn paired(test: &TestDatabase) -> (PostgresStore, PostgresTransport, PostgresCommit) {
+    async fn paired(test: &TestDatabase) -> (PostgresStore, PostgresTransport, PostgresSettle) {
         let transport = PostgresTransport::new(test.database.clone(), 10);
         transport.ensure_topology(&Topology::from_routing()).await.unwrap();
-        let commit = PostgresCommit::new(transport.database().clone());
+        let commit = PostgresSettle::new(&transport);
         (PostgresStore::with_transport(&transport), transport, commit)
     }
 
@@ -509,13 +594,13 @@ mod tests {
             tenant_id: None,
         };
         let outcome = commit
-            .commit(
-                handled("m-1", correlation, vec![event.clone()], Some(saga)),
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![event.clone()], Some(saga))),
                 &received.lock,
             )
             .await
             .unwrap();
-        assert_eq!(outcome, CommitStatus::Written);
+        assert_eq!(outcome, Settled::Written);
 
         // The received message is gone, the event is on its subscription
         // already, and there is nothing left for the dispatcher.
@@ -557,10 +642,13 @@ mod tests {
             .unwrap();
         let again = receive_one(&transport, LOCK).await;
         let outcome = commit
-            .commit(handled("m-1", correlation, vec![event], None), &again.lock)
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![event], None)),
+                &again.lock,
+            )
             .await
             .unwrap();
-        assert_eq!(outcome, CommitStatus::AlreadyHandled);
+        assert_eq!(outcome, Settled::AlreadyHandled);
         assert_eq!(transport.depth(&commit_queue()).await.unwrap(), 0, "completed");
         assert_eq!(transport.depth(&pull_request).await.unwrap(), 1, "not sent twice");
         test.finish().await;
@@ -601,13 +689,13 @@ mod tests {
             tenant_id: None,
         };
         let result = commit
-            .commit(
-                handled("m-1", correlation, vec![event.clone()], Some(saga)),
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![event.clone()], Some(saga))),
                 &stale.lock,
             )
             .await;
         assert!(
-            matches!(result, Err(CommitError::LockLost { sequence, .. }) if sequence == stale.lock.sequence),
+            matches!(result, Err(SettleError::LockLost { sequence, .. }) if sequence == stale.lock.sequence),
             "{result:?}"
         );
         assert!(
@@ -626,10 +714,13 @@ mod tests {
         // The current holder's lock is untouched and it can settle.
         assert_eq!(transport.depth(&commit_queue()).await.unwrap(), 1);
         let outcome = commit
-            .commit(handled("m-1", correlation, vec![event], None), &current.lock)
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![event], None)),
+                &current.lock,
+            )
             .await
             .unwrap();
-        assert_eq!(outcome, CommitStatus::Written);
+        assert_eq!(outcome, Settled::Written);
         assert_eq!(transport.depth(&commit_queue()).await.unwrap(), 0);
         assert_eq!(transport.depth(&pull_request).await.unwrap(), 1);
         test.finish().await;
@@ -669,15 +760,12 @@ mod tests {
             correlation,
         );
         let stale = commit
-            .commit(
-                handled("m-1", correlation, vec![event.clone()], Some(write(0))),
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![event.clone()], Some(write(0)))),
                 &received.lock,
             )
             .await;
-        assert!(
-            matches!(stale, Ok(CommitStatus::SagaConflict { found: 1, .. })),
-            "{stale:?}"
-        );
+        assert!(matches!(stale, Ok(Settled::SagaConflict { found: 1, .. })), "{stale:?}");
         assert!(!store.is_handled("commit", "m-1").await.unwrap());
         assert_eq!(
             transport
@@ -689,10 +777,13 @@ mod tests {
         // Still locked by us: renewable, and the retry with the fresh version settles it.
         transport.renew_lock(&received.lock, LOCK).await.unwrap();
         let outcome = commit
-            .commit(handled("m-1", correlation, vec![event], Some(write(1))), &received.lock)
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![event], Some(write(1)))),
+                &received.lock,
+            )
             .await
             .unwrap();
-        assert_eq!(outcome, CommitStatus::Written);
+        assert_eq!(outcome, Settled::Written);
         assert_eq!(store.load_saga("release", "r-1").await.unwrap().unwrap().version, 2);
         test.finish().await;
     }
@@ -747,7 +838,7 @@ mod tests {
             .get(0);
         let run = |handled: HandledMessage, lock: LockToken| {
             let commit = commit.clone();
-            tokio::spawn(async move { commit.commit(handled, &lock).await })
+            tokio::spawn(async move { commit.settle(Settlement::Handled(handled), &lock).await })
         };
         let blocked = |count: i64| {
             let pool = test.database.pool().clone();
@@ -808,8 +899,8 @@ mod tests {
         }
         blocker.commit().await.unwrap();
 
-        assert_eq!(first.await.unwrap().unwrap(), CommitStatus::Written);
-        assert_eq!(second.await.unwrap().unwrap(), CommitStatus::Written);
+        assert_eq!(first.await.unwrap().unwrap(), Settled::Written);
+        assert_eq!(second.await.unwrap().unwrap(), Settled::Written);
         let mut answers = Vec::new();
         for queued in queued {
             answers.push(queued.await.unwrap());
@@ -821,14 +912,14 @@ mod tests {
         );
         assert_eq!(commit.batches.calls(), (1, 0), "bosun_commit_many answered that call");
         assert!(
-            matches!(&answers[0], Ok(CommitStatus::SagaConflict { key, expected: 0, found: 1, .. }) if key == "r-1"),
+            matches!(&answers[0], Ok(Settled::SagaConflict { key, expected: 0, found: 1, .. }) if key == "r-1"),
             "{answers:?}"
         );
-        assert_eq!(answers[1].as_ref().unwrap(), &CommitStatus::Written);
-        assert_eq!(answers[2].as_ref().unwrap(), &CommitStatus::AlreadyHandled);
-        assert_eq!(answers[3].as_ref().unwrap(), &CommitStatus::Written);
+        assert_eq!(answers[1].as_ref().unwrap(), &Settled::Written);
+        assert_eq!(answers[2].as_ref().unwrap(), &Settled::AlreadyHandled);
+        assert_eq!(answers[3].as_ref().unwrap(), &Settled::Written);
         assert!(
-            matches!(&answers[4], Err(CommitError::LockLost { sequence, .. }) if *sequence == messages[6].lock.sequence),
+            matches!(&answers[4], Err(SettleError::LockLost { sequence, .. }) if *sequence == messages[6].lock.sequence),
             "{answers:?}"
         );
 
@@ -939,10 +1030,13 @@ mod tests {
             correlation,
         );
         let outcome = commit
-            .commit(handled("m-1", correlation, vec![lost], None), &received.lock)
+            .settle(
+                Settlement::Handled(handled("m-1", correlation, vec![lost], None)),
+                &received.lock,
+            )
             .await
             .unwrap();
-        assert_eq!(outcome, CommitStatus::Written);
+        assert_eq!(outcome, Settled::Written);
         assert_eq!(
             store.outbox_backlog().await.unwrap(),
             1,
@@ -973,10 +1067,13 @@ mod tests {
         let check = first.handled.clone().expect("the claim looked the record up");
         assert_eq!((check.message_id.as_str(), check.handled), (id.as_str(), false));
         let status = commit
-            .commit(handled(&id, Uuid::now_v7(), vec![], None), &first.lock)
+            .settle(
+                Settlement::Handled(handled(&id, Uuid::now_v7(), vec![], None)),
+                &first.lock,
+            )
             .await
             .unwrap();
-        assert_eq!(status, CommitStatus::Written);
+        assert_eq!(status, Settled::Written);
 
         // A retry copy of the same envelope (`<id>.retry-1`) is reported as
         // handled, under the envelope's id.

@@ -29,7 +29,7 @@ use super::{OutboxColumns, bind_outbox_and_lines, commit_alone, saga_conflict_st
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
 use crate::backends::postgres::store::timeline::TimelineColumns;
-use crate::ports::commit::{CommitError, CommitStatus};
+use crate::ports::settle::{SettleError, Settled};
 use crate::ports::store::{HandledMessage, StoreError, doing};
 use crate::ports::transport::LockToken;
 
@@ -44,7 +44,7 @@ pub(super) const IN_FLIGHT: usize = 2;
 /// every backend's snapshots dearer, so a call stays well under it.
 pub(super) const MOST_PER_CALL: usize = 32;
 
-type Answer = Result<CommitStatus, CommitError>;
+type Answer = Result<Settled, SettleError>;
 
 /// One commit waiting for its call.
 struct Waiting {
@@ -53,7 +53,7 @@ struct Waiting {
     answer: oneshot::Sender<Answer>,
 }
 
-/// The commits waiting and the calls on their way, per [`super::PostgresCommit`].
+/// The commits waiting and the calls on their way, per [`super::PostgresSettle`].
 #[derive(Default)]
 pub(super) struct Batches {
     state: Mutex<State>,
@@ -350,15 +350,15 @@ fn answers(call: &[Waiting], rows: Vec<PgRow>, sent: &[Option<String>]) -> (Vec<
             .into()),
             (Some(Err(err)), _) => Err(err.doing(doing::commit_handled(handled)).into()),
             (Some(Ok((outcome, woken, found))), saga) => match (outcome.as_str(), saga) {
-                ("lock_lost", _) => Err(CommitError::LockLost {
+                ("lock_lost", _) => Err(SettleError::LockLost {
                     entity: waiting.lock.entity.path(),
                     sequence: waiting.lock.sequence,
                 }),
-                ("already_handled", _) => Ok(CommitStatus::AlreadyHandled),
+                ("already_handled", _) => Ok(Settled::AlreadyHandled),
                 ("saga_conflict", Some(saga)) => Ok(saga_conflict_status(saga, found.unwrap_or_default())),
                 ("written", _) => {
                     written_wakes(&mut wakes, woken, &handled.timeline, its_sent);
-                    Ok(CommitStatus::Written)
+                    Ok(Settled::Written)
                 }
                 (other, _) => Err(StoreError::unavailable(
                     doing::commit_handled(handled),
