@@ -148,15 +148,12 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
             );
         }
     };
-    // The id to answer with: a string or an integer the MCP SDK holds (a
-    // signed 64-bit one, `1.0` included); anything else (a fraction, which
-    // JSON-RPC ids should not have, or 2^70) is no id.
-    let usable = |id: &Value| match id {
-        Value::String(_) => true,
-        Value::Number(number) => number.is_i64() || number.as_f64().is_some_and(integral_i64),
-        _ => false,
-    };
-    let id = object.get("id").filter(|id| usable(id)).cloned().unwrap_or(Value::Null);
+    // The id to answer with: a string or an integer, as the MCP SDK reads
+    // it (a signed 64-bit integer, or one in float form such as `1e3` below
+    // 2^53); anything else (a fraction, which JSON-RPC ids should not have,
+    // or 2^70) is no id.
+    let usable = |id: &Value| request_id(id).is_some();
+    let id = object.get("id").and_then(request_id).unwrap_or(Value::Null);
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return bad(
             INVALID_REQUEST,
@@ -208,12 +205,24 @@ pub fn check_body(bytes: &Bytes) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// Whether `number`, a JSON number in float form (`1.0`, `1e3`), is a
-/// whole number inside `i64`'s range, as the MCP SDK reads request ids.
-fn integral_i64(number: f64) -> bool {
-    // -2^63 is an `i64`; 2^63 is not, and the cast below would saturate.
-    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
-    number.fract() == 0.0 && (-LIMIT..LIMIT).contains(&number)
+/// A request id as the MCP SDK reads it, to answer with: a string, or an
+/// integer (`1e3` is 1000); `None` for what the SDK refuses.
+fn request_id(id: &Value) -> Option<Value> {
+    // Float forms of integers are read below 2^53 only: above, one float
+    // stands for several integers.
+    const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+    match id {
+        Value::String(_) => Some(id.clone()),
+        Value::Number(number) => match number.as_i64() {
+            Some(integer) => Some(Value::from(integer)),
+            None => number
+                .as_f64()
+                .filter(|float| float.fract() == 0.0 && float.abs() < MAX_EXACT)
+                // Exact: a whole number below 2^53 in magnitude.
+                .map(|float| Value::from(float as i64)),
+        },
+        _ => None,
+    }
 }
 
 /// The JSON-RPC 2.0 error response `/mcp` answers a body it cannot take
@@ -313,6 +322,12 @@ mod tests {
                 Value::Null,
             ),
             (json!({"jsonrpc": "2.0", "id": u64::MAX, "method": "ping"}), Value::Null),
+            // -2^63 - 1 reads as the float -2^63: not an id the SDK takes.
+            (
+                json!({"jsonrpc": "2.0", "id": -9.223_372_036_854_776e18, "method": "ping"}),
+                Value::Null,
+            ),
+            (json!({"jsonrpc": "1.0", "id": 1e3, "method": "ping"}), json!(1000)),
             (json!({"jsonrpc": "2.0", "id": 2}), json!(2)),
             (
                 json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "result": {}}),
@@ -334,6 +349,7 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": i64::MIN, "method": "ping"}),
             json!({"jsonrpc": "2.0", "id": i64::MAX, "method": "ping"}),
             json!({"jsonrpc": "2.0", "id": 1e3, "method": "ping"}),
+            json!({"jsonrpc": "2.0", "id": -9_007_199_254_740_991.0, "method": "ping"}),
             // The SDK answers these itself, with a JSON-RPC error.
             json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}}),
         ] {
