@@ -166,8 +166,9 @@ async fn record_sent<'a>(runtime: &Runtime, sent: impl Iterator<Item = &'a Pendi
                 Some(at) if at > now => format!("to {} (scheduled for {at})", entry.message.destination),
                 _ => format!("to {}", entry.message.destination),
             };
-            // Retries are already on the timeline as `retry-scheduled`.
-            if entry.purpose == OutboxPurpose::Retry {
+            // Retries are already on the timeline as `retry-scheduled`, and
+            // commands accepted at the front door as `sent`.
+            if matches!(entry.purpose, OutboxPurpose::Retry | OutboxPurpose::Sent) {
                 return None;
             }
             Some(TimelineEntry {

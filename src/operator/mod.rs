@@ -24,8 +24,8 @@ use crate::host::with_attempt;
 use crate::operator::groups::FailureGroup;
 use crate::operator::status::ConsumerStatus;
 use crate::ports::store::{
-    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, ReplayEdit, ReplayRecord, SagaRecord, Store,
-    StoreError, TimelineEntry, TimelineStatus,
+    AcceptedCommand, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, ReplayEdit, ReplayRecord,
+    SagaRecord, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportError};
 use crate::runtime::telemetry::{self, TraceContext};
@@ -146,6 +146,10 @@ pub struct SendOptions {
     /// it (else the command starts the delivery's trace).
     pub trace: Option<TraceContext>,
 }
+
+/// How long a command accepted at the front door is left to the process
+/// that accepted it to send, before any outbox dispatcher may.
+pub const ACCEPTED_LEASE: Duration = Duration::from_secs(30);
 
 /// Operator actions over a transport and a store.
 #[derive(Clone)]
@@ -301,10 +305,21 @@ impl Operator {
         let context = telemetry::outgoing_context(&span, parent);
         envelope.traceparent = Some(context.traceparent.clone());
         envelope.tracestate = context.tracestate.clone();
-        // Ownership first: a delivery belongs to its tenant before any
-        // consumer emits anything for it.
-        self.store
-            .record_delivery(DeliveryRecord {
+        // One write: the delivery (ownership first: a delivery belongs to
+        // its tenant before any consumer emits anything for it), the
+        // command in the outbox and its `sent` line. Then it is sent at
+        // once; if that fails, or this process ends first, an outbox
+        // dispatcher sends it when the claim's lease is over.
+        let message = OutboundMessage {
+            destination: destination.clone(),
+            broker_message_id: envelope.message_id.to_string(),
+            message_type: Some(envelope.message_type.clone()),
+            correlation_id: Some(correlation_id.to_string()),
+            body: envelope.to_vec(),
+            scheduled_at: None,
+        };
+        let accepted = AcceptedCommand {
+            delivery: DeliveryRecord {
                 correlation_id: correlation_id.to_string(),
                 tenant_id: tenant.to_owned(),
                 started_by: source.clone(),
@@ -313,27 +328,9 @@ impl Operator {
                 started_at: OffsetDateTime::now_utc(),
                 traceparent: Some(context.traceparent),
                 tracestate: context.tracestate,
-            })
-            .await?;
-        let body = match &self.claim_check {
-            Some(claim_check) => claim_check
-                .offload(envelope.to_vec())
-                .await
-                .map_err(|err| OperatorError::Invalid(format!("claim check: {err}")))?,
-            None => envelope.to_vec(),
-        };
-        self.transport
-            .send(vec![OutboundMessage {
-                destination: destination.clone(),
-                broker_message_id: envelope.message_id.to_string(),
-                message_type: Some(envelope.message_type.clone()),
-                correlation_id: Some(correlation_id.to_string()),
-                body,
-                scheduled_at: None,
-            }])
-            .await?;
-        self.store
-            .append_timeline(vec![TimelineEntry {
+            },
+            message: message.clone(),
+            timeline: TimelineEntry {
                 correlation_id: correlation_id.to_string(),
                 message_id: envelope.message_id.to_string(),
                 message_type: envelope.message_type.clone(),
@@ -342,14 +339,40 @@ impl Operator {
                 attempt: 0,
                 at: OffsetDateTime::now_utc(),
                 detail: Some(format!("to {destination} by {source}")),
-            }])
-            .await?;
+            },
+        };
+        let outbox_id = self.store.accept_command(accepted, ACCEPTED_LEASE).await?;
+        self.dispatch_accepted(outbox_id, message).await;
         Ok(SentMessage {
             message_id: envelope.message_id,
             correlation_id,
             message_type: envelope.message_type,
             destination: destination.path(),
         })
+    }
+
+    /// Sends a command accepted into the outbox as entry `outbox_id` and
+    /// marks the entry sent. A failure is not the caller's: the command is
+    /// accepted, and an outbox dispatcher sends it once the entry's lease
+    /// ([`ACCEPTED_LEASE`]) is over (the transport's duplicate detection
+    /// drops a second send).
+    async fn dispatch_accepted(&self, outbox_id: i64, mut message: OutboundMessage) {
+        if let Some(claim_check) = &self.claim_check {
+            match claim_check.offload(std::mem::take(&mut message.body)).await {
+                Ok(body) => message.body = body,
+                Err(err) => {
+                    tracing::warn!(error = %err, outbox_id, "accepted, not sent: the payload could not be offloaded; the outbox dispatcher will send it");
+                    return;
+                }
+            }
+        }
+        if let Err(err) = self.transport.send(vec![message]).await {
+            tracing::warn!(error = %err, outbox_id, "accepted, not sent yet; the outbox dispatcher will send it");
+            return;
+        }
+        if let Err(err) = self.store.mark_dispatched(&[outbox_id]).await {
+            tracing::warn!(error = %err, outbox_id, "sent, not marked sent; a second send will be dropped as a duplicate");
+        }
     }
 
     /// The timeline of a delivery, grouped by message.
@@ -873,6 +896,46 @@ mod tests {
             "repository": "payments-api", "branch": "main", "message": "m",
             "files": [{"path": "README.md", "content": "x"}]
         })
+    }
+
+    /// The front door is one write (delivery, outbox entry, `sent` line),
+    /// then a send: a command whose send fails is still accepted, left in
+    /// the outbox for a dispatcher once its lease is over.
+    #[tokio::test]
+    async fn a_command_is_accepted_in_one_write_then_sent() {
+        let (operator, transport, store) = operator(10).await;
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        assert_eq!(store.outbox_backlog().await.unwrap(), 0, "sent at once and marked sent");
+        assert_eq!(transport.depth(&Destination::Queue("commit".into())).await.unwrap(), 1);
+        let record = store
+            .delivery_record(&sent.correlation_id.to_string())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.tenant_id, "contoso");
+
+        // A transport without the queue: the send fails, the command stays
+        // accepted and waits in the outbox, leased to this process.
+        let bare = Arc::new(MemoryTransport::new(10));
+        let operator = Operator::new(bare.clone(), store.clone(), "alice");
+        let sent = operator
+            .send("CreateCommit", &commit_payload(), None, "contoso")
+            .await
+            .unwrap();
+        assert_eq!(store.outbox_backlog().await.unwrap(), 1, "kept for a dispatcher");
+        assert!(
+            store
+                .claim_outbox(10, Duration::from_secs(30))
+                .await
+                .unwrap()
+                .is_empty(),
+            "leased to the process that accepted it"
+        );
+        let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+        assert_eq!(delivery.messages[0].status, TimelineStatus::Sent);
     }
 
     #[tokio::test]

@@ -14,9 +14,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::ports::store::{
-    AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus,
-    DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, Pruned, ReplayRecord,
-    RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
+    AcceptedCommand, AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord,
+    DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, Pruned,
+    ReplayRecord, RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
@@ -45,6 +45,27 @@ fn line(message_id: &str, status: TimelineStatus) -> TimelineEntry {
         attempt: 0,
         at: OffsetDateTime::now_utc(),
         detail: None,
+    }
+}
+
+/// A command accepted at the front door: delivery `c-1` of contoso.
+fn accepted(message: OutboundMessage) -> AcceptedCommand {
+    AcceptedCommand {
+        delivery: DeliveryRecord {
+            correlation_id: "c-1".into(),
+            tenant_id: "contoso".into(),
+            started_by: "cli:test".into(),
+            message_type: "CreateCommit".into(),
+            message_id: message.broker_message_id.clone(),
+            started_at: OffsetDateTime::now_utc(),
+            traceparent: None,
+            tracestate: None,
+        },
+        timeline: TimelineEntry {
+            consumer: None,
+            ..line(&message.broker_message_id, TimelineStatus::Sent)
+        },
+        message,
     }
 }
 
@@ -103,6 +124,7 @@ where
     saga_tenant_is_kept_from_the_first_save(&make().await).await;
     outbox_claims_are_leased(&make().await).await;
     outbox_entries_keep_their_purpose(&make().await).await;
+    a_command_is_accepted_in_one_write(&make().await).await;
     retries_are_recorded_once_per_attempt(&make().await).await;
     dead_letters_round_trip(&make().await).await;
     dead_letter_lookups_stay_in_their_tenant(&make().await).await;
@@ -284,7 +306,7 @@ async fn saga_tenant_is_kept_from_the_first_save<S: Store>(store: &S) {
 
 async fn outbox_claims_are_leased<S: Store>(store: &S) {
     store
-        .enqueue_outbox(vec![message("a"), message("b")], vec![])
+        .commit_handled(handled("m-1", None, vec![message("a"), message("b")]))
         .await
         .unwrap();
     let claimed = store.claim_outbox(10, Duration::from_secs(30)).await.unwrap();
@@ -309,6 +331,57 @@ async fn outbox_claims_are_leased<S: Store>(store: &S) {
     assert!(short.is_empty());
 }
 
+/// A command accepted at the front door: its delivery, its `sent` line and
+/// its outbox entry, leased to the process that accepted it; a delivery
+/// joined again keeps its first record.
+async fn a_command_is_accepted_in_one_write<S: Store>(store: &S) {
+    let id = store
+        .accept_command(accepted(message("cmd-1")), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let delivery = store.delivery_record("c-1").await.unwrap().unwrap();
+    assert_eq!(
+        (delivery.tenant_id.as_str(), delivery.message_id.as_str()),
+        ("contoso", "cmd-1")
+    );
+    let lines = store.timeline("c-1").await.unwrap();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(
+        (lines[0].status, lines[0].consumer.as_deref()),
+        (TimelineStatus::Sent, None)
+    );
+    assert_eq!(store.outbox_backlog().await.unwrap(), 1);
+    assert!(
+        store
+            .claim_outbox(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the entry is leased to the process that accepted it"
+    );
+    store.mark_dispatched(&[id]).await.unwrap();
+    assert_eq!(store.outbox_backlog().await.unwrap(), 0);
+    // A second command joins the delivery; the first record stays, and an
+    // entry whose lease is over goes to any dispatcher.
+    let mut second = accepted(message("cmd-2"));
+    second.delivery.started_by = "cli:other".into();
+    let second_id = store.accept_command(second, Duration::ZERO).await.unwrap();
+    assert_ne!(second_id, id);
+    assert_eq!(
+        store.delivery_record("c-1").await.unwrap().unwrap().started_by,
+        "cli:test"
+    );
+    let claimed = store.claim_outbox(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|entry| (entry.id, entry.purpose))
+            .collect::<Vec<_>>(),
+        [(second_id, OutboxPurpose::Sent)]
+    );
+    assert_eq!(store.timeline("c-1").await.unwrap().len(), 2);
+}
+
 /// What an outbox entry is for is stored with it, whatever its broker
 /// message id looks like.
 async fn outbox_entries_keep_their_purpose<S: Store>(store: &S) {
@@ -316,7 +389,10 @@ async fn outbox_entries_keep_their_purpose<S: Store>(store: &S) {
         body: id.as_bytes().to_vec(),
         ..message(id)
     };
-    store.enqueue_outbox(vec![with_body("sent-1")], vec![]).await.unwrap();
+    store
+        .accept_command(accepted(with_body("sent-1")), Duration::ZERO)
+        .await
+        .unwrap();
     store
         .commit_handled(handled("m-1", None, vec![with_body("emitted-1")]))
         .await

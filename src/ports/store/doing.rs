@@ -6,8 +6,7 @@
 use bosun_contracts::Destination;
 use uuid::Uuid;
 
-use super::{ApiKeyRecord, DeadLetterRecord, DeliveryRecord, HandledMessage};
-use crate::ports::transport::OutboundMessage;
+use super::{AcceptedCommand, ApiKeyRecord, DeadLetterRecord, DeliveryRecord, HandledMessage};
 
 /// [`Store::is_handled`](super::Store::is_handled).
 pub(crate) fn is_handled(consumer: &str, message_id: &str) -> String {
@@ -64,8 +63,11 @@ pub(crate) fn purge_dead_letter(id: Uuid) -> String {
 }
 
 /// [`Store::enqueue_outbox`](super::Store::enqueue_outbox).
-pub(crate) fn enqueue_outbox(messages: &[OutboundMessage]) -> String {
-    format!("adding {} message(s) to the outbox", messages.len())
+pub(crate) fn accept_command(accepted: &AcceptedCommand) -> String {
+    format!(
+        "accepting command {} of delivery {}",
+        accepted.timeline.message_id, accepted.delivery.correlation_id
+    )
 }
 
 /// [`Store::claim_outbox`](super::Store::claim_outbox).

@@ -311,6 +311,18 @@ pub struct RetryWrite {
     pub timeline: TimelineEntry,
 }
 
+/// A command accepted at the front door: everything
+/// [`Store::accept_command`] writes, atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceptedCommand {
+    /// The delivery it starts or joins.
+    pub delivery: DeliveryRecord,
+    /// The message to send.
+    pub message: OutboundMessage,
+    /// Its `sent` line.
+    pub timeline: TimelineEntry,
+}
+
 /// Whether [`Store::commit_handled`] wrote anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitOutcome {
@@ -929,12 +941,13 @@ pub trait Store: Send + Sync {
 
     // -- outbox -------------------------------------------------------------
 
-    /// Adds messages to the outbox on their own (e.g. `bosun send`).
-    async fn enqueue_outbox(
-        &self,
-        messages: Vec<OutboundMessage>,
-        timeline: Vec<TimelineEntry>,
-    ) -> Result<(), StoreError>;
+    /// Accepts a command at the front door (the API, MCP, `bosun send`) in
+    /// one transaction: its delivery (kept as it is when the command joins
+    /// one), its outbox entry (purpose [`OutboxPurpose::Sent`], claimed for
+    /// `lease` so the caller can send it at once while other dispatchers
+    /// leave it alone) and its `sent` timeline line. Returns the outbox
+    /// entry's id, for [`Store::mark_dispatched`].
+    async fn accept_command(&self, accepted: AcceptedCommand, lease: std::time::Duration) -> Result<i64, StoreError>;
 
     /// Claims up to `limit` undispatched entries for `lease` so other
     /// processes leave them alone meanwhile.

@@ -32,11 +32,10 @@ use uuid::Uuid;
 use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::store::{
-    AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage, PendingOutbox,
-    Pruned, ReplayRecord, RetentionPolicy, RetryWrite, SagaRecord, SagaState, SagaTurn, Store, StoreError,
-    TimelineEntry, TimelineWait, doing,
+    AcceptedCommand, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord, DeliveryRecord, HandledMessage,
+    PendingOutbox, Pruned, ReplayRecord, RetentionPolicy, RetryWrite, SagaRecord, SagaState, SagaTurn, Store,
+    StoreError, TimelineEntry, TimelineWait, doing,
 };
-use crate::ports::transport::OutboundMessage;
 
 pub use crate::backends::postgres::SCHEMA_VERSION;
 pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
@@ -220,13 +219,9 @@ impl Store for PostgresStore {
             .map_err(|err| err.doing(doing::purge_dead_letter(id)))
     }
 
-    async fn enqueue_outbox(
-        &self,
-        messages: Vec<OutboundMessage>,
-        timeline: Vec<TimelineEntry>,
-    ) -> Result<(), StoreError> {
-        let doing = doing::enqueue_outbox(&messages);
-        outbox::enqueue_outbox(&self.database, messages, timeline)
+    async fn accept_command(&self, accepted: AcceptedCommand, lease: Duration) -> Result<i64, StoreError> {
+        let doing = doing::accept_command(&accepted);
+        outbox::accept_command(&self.database, accepted, lease)
             .await
             .map_err(|err| err.doing(doing))
     }

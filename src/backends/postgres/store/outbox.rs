@@ -8,10 +8,10 @@ use sqlx_core::query_scalar::query_scalar;
 use sqlx_core::row::Row;
 use sqlx_postgres::PgConnection;
 
-use super::timeline::insert_timeline;
+use super::timeline::{insert_delivery, insert_timeline};
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
-use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntry};
+use crate::ports::store::{AcceptedCommand, OutboxPurpose, PendingOutbox, StoreError};
 use crate::ports::transport::{OutboundMessage, duration_ms};
 
 pub(crate) async fn insert_outbox(
@@ -42,20 +42,35 @@ pub(crate) async fn insert_outbox(
     Ok(())
 }
 
-pub(super) async fn enqueue_outbox(
+pub(super) async fn accept_command(
     database: &PostgresDatabase,
-    messages: Vec<OutboundMessage>,
-    timeline: Vec<TimelineEntry>,
-) -> Result<(), StoreError> {
+    accepted: AcceptedCommand,
+    lease: Duration,
+) -> Result<i64, StoreError> {
     let mut tx = database.pool().begin().await?;
-    for message in &messages {
-        insert_outbox(&mut tx, None, None, OutboxPurpose::Sent, message, false).await?;
-    }
+    insert_delivery(&mut tx, &accepted.delivery).await?;
+    let message = &accepted.message;
+    let id: i64 = query_scalar(
+        "INSERT INTO bosun_outbox (source_consumer, source_message_id, destination, broker_message_id, message_type,
+                                   correlation_id, body, scheduled_at, claimed_until, purpose)
+         VALUES (NULL, NULL, $1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 millisecond', $8)
+         RETURNING id",
+    )
+    .bind(message.destination.path())
+    .bind(&message.broker_message_id)
+    .bind(&message.message_type)
+    .bind(&message.correlation_id)
+    .bind(&message.body)
+    .bind(message.scheduled_at)
+    .bind(duration_ms(lease))
+    .bind(OutboxPurpose::Sent.as_str())
+    .fetch_one(&mut *tx)
+    .await?;
     let mut wakes = Wakes::default();
-    insert_timeline(&mut tx, &timeline, &mut wakes).await?;
+    insert_timeline(&mut tx, std::slice::from_ref(&accepted.timeline), &mut wakes).await?;
     tx.commit().await?;
     database.wake(wakes);
-    Ok(())
+    Ok(id)
 }
 
 pub(super) async fn claim_outbox(

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::*;
 use crate::backends::postgres::testing;
 use crate::ports::store::{OutboxPurpose, SagaWrite, TimelineStatus};
+use crate::ports::transport::OutboundMessage;
 
 #[tokio::test]
 async fn postgres_store_passes_the_behaviour_suite() {

@@ -143,6 +143,13 @@ pub(super) async fn timeline(
 }
 
 pub(super) async fn record_delivery(database: &PostgresDatabase, record: DeliveryRecord) -> Result<(), StoreError> {
+    let mut conn = database.pool().acquire().await?;
+    insert_delivery(&mut conn, &record).await?;
+    Ok(())
+}
+
+/// Records a delivery, kept as it is when it exists.
+pub(super) async fn insert_delivery(conn: &mut PgConnection, record: &DeliveryRecord) -> Result<(), sqlx_core::Error> {
     query(
         "INSERT INTO bosun_deliveries
              (correlation_id, tenant_id, started_by, message_type, message_id, started_at, traceparent, tracestate)
@@ -156,7 +163,7 @@ pub(super) async fn record_delivery(database: &PostgresDatabase, record: Deliver
     .bind(record.started_at)
     .bind(&record.traceparent)
     .bind(&record.tracestate)
-    .execute(database.pool())
+    .execute(conn)
     .await?;
     Ok(())
 }

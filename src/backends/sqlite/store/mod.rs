@@ -19,11 +19,11 @@ use uuid::Uuid;
 
 use crate::backends::sqlite::Database;
 use crate::ports::store::{
-    AttemptRecord, CommitOutcome, DEFAULT_TIMELINE_FALLBACK, DeadLetterFilter, DeadLetterRecord, DeliveryRecord,
-    HandledMessage, PendingOutbox, Pruned, ReplayRecord, RetentionPolicy, RetryWrite, SagaRecord, SagaState, Store,
-    StoreError, TimelineEntry, TimelineWait, TimelineWatch, doing,
+    AcceptedCommand, AttemptRecord, CommitOutcome, DEFAULT_TIMELINE_FALLBACK, DeadLetterFilter, DeadLetterRecord,
+    DeliveryRecord, HandledMessage, PendingOutbox, Pruned, ReplayRecord, RetentionPolicy, RetryWrite, SagaRecord,
+    SagaState, Store, StoreError, TimelineEntry, TimelineWait, TimelineWatch, doing,
 };
-use crate::ports::transport::{OutboundMessage, unix_ms};
+use crate::ports::transport::unix_ms;
 use schema::{SCHEMA, upgrade};
 
 mod access;
@@ -205,18 +205,14 @@ impl Store for SqliteStore {
             .map_err(|err| err.doing(doing::purge_dead_letter(id)))
     }
 
-    async fn enqueue_outbox(
-        &self,
-        messages: Vec<OutboundMessage>,
-        timeline: Vec<TimelineEntry>,
-    ) -> Result<(), StoreError> {
-        let doing = doing::enqueue_outbox(&messages);
-        let lines = self.waited_on(&timeline);
-        outbox::enqueue_outbox(&self.database, messages, timeline)
+    async fn accept_command(&self, accepted: AcceptedCommand, lease: Duration) -> Result<i64, StoreError> {
+        let doing = doing::accept_command(&accepted);
+        let lines = self.waited_on([&accepted.timeline]);
+        let id = outbox::accept_command(&self.database, accepted, lease)
             .await
             .map_err(|err| err.doing(doing))?;
         self.written(&lines);
-        Ok(())
+        Ok(id)
     }
 
     async fn claim_outbox(&self, limit: usize, lease: Duration) -> Result<Vec<PendingOutbox>, StoreError> {

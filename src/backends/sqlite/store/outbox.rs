@@ -6,9 +6,9 @@ use bosun_contracts::Destination;
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::now_ms;
-use super::timeline::insert_timeline;
+use super::timeline::{insert_delivery, insert_timeline};
 use crate::backends::sqlite::{Database, undecodable};
-use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntry};
+use crate::ports::store::{AcceptedCommand, OutboxPurpose, PendingOutbox, StoreError};
 use crate::ports::transport::{OutboundMessage, duration_ms, from_unix_ms, unix_ms};
 
 pub(super) fn insert_outbox(
@@ -38,20 +38,22 @@ pub(super) fn insert_outbox(
     Ok(())
 }
 
-pub(super) async fn enqueue_outbox(
+pub(super) async fn accept_command(
     database: &Database,
-    messages: Vec<OutboundMessage>,
-    timeline: Vec<TimelineEntry>,
-) -> Result<(), StoreError> {
+    accepted: AcceptedCommand,
+    lease: Duration,
+) -> Result<i64, StoreError> {
     database
         .call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            for message in &messages {
-                insert_outbox(&tx, None, None, OutboxPurpose::Sent, message)?;
-            }
-            insert_timeline(&tx, &timeline)?;
+            insert_delivery(&tx, &accepted.delivery)?;
+            insert_outbox(&tx, None, None, OutboxPurpose::Sent, &accepted.message)?;
+            let id = tx.last_insert_rowid();
+            tx.prepare_cached("UPDATE outbox SET claimed_until = ?1 WHERE id = ?2")?
+                .execute(params![now_ms() + duration_ms(lease), id])?;
+            insert_timeline(&tx, std::slice::from_ref(&accepted.timeline))?;
             tx.commit()?;
-            Ok(())
+            Ok(id)
         })
         .await
 }

@@ -285,9 +285,33 @@ async fn a_timeline_write_wakes_the_waits_of_its_delivery_in_process() {
     };
     store.commit_handled(handled).await.unwrap();
     assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));
-    // enqueue_outbox (what a send writes)
+    // accept_command (what a send writes)
+    let line = timeline_line("delivery-1", "m-3");
     store
-        .enqueue_outbox(vec![], vec![timeline_line("delivery-1", "m-3")])
+        .accept_command(
+            AcceptedCommand {
+                delivery: crate::ports::store::DeliveryRecord {
+                    correlation_id: "delivery-1".into(),
+                    tenant_id: "contoso".into(),
+                    started_by: "cli:test".into(),
+                    message_type: "Probe".into(),
+                    message_id: "m-3".into(),
+                    started_at: line.at,
+                    traceparent: None,
+                    tracestate: None,
+                },
+                message: crate::ports::transport::OutboundMessage {
+                    destination: bosun_contracts::Destination::Queue("probe".into()),
+                    broker_message_id: "m-3".into(),
+                    message_type: Some("Probe".into()),
+                    correlation_id: Some("delivery-1".into()),
+                    body: b"{}".to_vec(),
+                    scheduled_at: None,
+                },
+                timeline: line,
+            },
+            Duration::ZERO,
+        )
         .await
         .unwrap();
     assert_eq!(tokio::time::timeout(within, wait.changed()).await, Ok(Woken::Notified));

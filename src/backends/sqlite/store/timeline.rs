@@ -85,24 +85,28 @@ pub(super) async fn timeline(database: &Database, correlation_id: &str) -> Resul
 pub(super) async fn record_delivery(database: &Database, record: DeliveryRecord) -> Result<(), StoreError> {
     database
         .call(move |conn| {
-            conn.execute(
-                &format!(
-                    "INSERT OR IGNORE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
-                ),
-                params![
-                    record.correlation_id,
-                    record.tenant_id,
-                    record.started_by,
-                    record.message_type,
-                    record.message_id,
-                    unix_ms(record.started_at),
-                    record.traceparent,
-                    record.tracestate
-                ],
-            )?;
+            insert_delivery(conn, &record)?;
             Ok(())
         })
         .await
+}
+
+/// Records a delivery, kept as it is when it exists.
+pub(super) fn insert_delivery(conn: &Connection, record: &DeliveryRecord) -> rusqlite::Result<()> {
+    conn.prepare_cached(&format!(
+        "INSERT OR IGNORE INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+    ))?
+    .execute(params![
+        record.correlation_id,
+        record.tenant_id,
+        record.started_by,
+        record.message_type,
+        record.message_id,
+        unix_ms(record.started_at),
+        record.traceparent,
+        record.tracestate
+    ])?;
+    Ok(())
 }
 
 pub(super) async fn delivery_record(
