@@ -1,0 +1,221 @@
+//! Tests of `src/backends/postgres/mod.rs`.
+
+use sqlx_core::query::query;
+
+use super::*;
+
+#[tokio::test]
+async fn migrations_apply_once_and_are_idempotent() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    assert_eq!(database.schema_version().await.unwrap(), 0);
+    let first = database.migrate().await.unwrap();
+    assert_eq!(first.applied, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    assert_eq!(first.version, SCHEMA_VERSION);
+    let second = database.migrate().await.unwrap();
+    assert!(second.applied.is_empty(), "{second:?}");
+    assert_eq!(second.version, SCHEMA_VERSION);
+    database.check_schema().await.unwrap();
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn concurrent_migrations_apply_each_version_once() {
+    let test = testing::fresh().await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let database = test.connect_again().await;
+        runs.push(tokio::spawn(async move { database.migrate().await }));
+    }
+    let mut applied = Vec::new();
+    for run in runs {
+        let report = run.await.unwrap().unwrap();
+        assert_eq!(report.version, SCHEMA_VERSION);
+        applied.extend(report.applied);
+    }
+    applied.sort_unstable();
+    assert_eq!(
+        applied,
+        (1..=SCHEMA_VERSION).collect::<Vec<_>>(),
+        "each version applied exactly once"
+    );
+    let recorded: Vec<i64> =
+        sqlx_core::query_scalar::query_scalar("SELECT version FROM bosun_schema_migrations ORDER BY version")
+            .fetch_all(test.database.pool())
+            .await
+            .unwrap();
+    assert_eq!(recorded, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn check_schema_refuses_another_version() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    let never = database.check_schema().await.unwrap_err();
+    assert!(matches!(
+        never,
+        DatabaseError::SchemaMismatch {
+            found: 0,
+            expected: SCHEMA_VERSION
+        }
+    ));
+
+    database.migrate_to(1).await.unwrap();
+    let old = database.check_schema().await.unwrap_err();
+    assert_eq!(
+        old.to_string(),
+        format!("database schema is at version 1, this bosun needs {SCHEMA_VERSION}; run `bosun migrate`")
+    );
+    let as_store = StoreError::from(old);
+    assert!(
+        matches!(as_store, StoreError::SchemaMismatch { found: 1, .. }),
+        "{as_store:?}"
+    );
+
+    assert_eq!(
+        database.migrate().await.unwrap().applied,
+        (2..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    database.check_schema().await.unwrap();
+
+    // A newer bosun migrated this database: refuse to serve and to migrate.
+    query("INSERT INTO bosun_schema_migrations (version, name, checksum) VALUES ($1, 'future', '')")
+        .bind(SCHEMA_VERSION + 1)
+        .execute(database.pool())
+        .await
+        .unwrap();
+    let newer = database.check_schema().await.unwrap_err();
+    assert!(newer.to_string().contains("newer"), "{newer}");
+    assert!(matches!(
+        database.migrate().await,
+        Err(DatabaseError::SchemaMismatch { found, .. }) if found == SCHEMA_VERSION + 1
+    ));
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn release_sagas_move_under_their_tenant() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    database.migrate_to(3).await.unwrap();
+    let pool = database.pool();
+    // Schema 3 data: a release saga with its tenant, one saved before
+    // tenants were kept (its delivery says whose it is), one whose
+    // tenant nothing records, and a GitOps saga already keyed by tenant.
+    for (kind, key, tenant) in [
+        ("release", "rel-1", Some("contoso")),
+        ("release", "rel-2", None),
+        ("release", "rel-3", None),
+        ("gitops", "contoso/prod", Some("contoso")),
+    ] {
+        query(
+            "INSERT INTO bosun_sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+             VALUES ($1, $2, 1, '{}', now(), now(), $3)",
+        )
+        .bind(kind)
+        .bind(key)
+        .bind(tenant)
+        .execute(pool)
+        .await
+        .unwrap();
+        query(
+            "INSERT INTO bosun_saga_history (kind, key, version, message_id, message_type, at)
+             VALUES ($1, $2, 1, $3, 'BuildCompleted', now())",
+        )
+        .bind(kind)
+        .bind(key)
+        .bind(format!("m-{key}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    query(
+        "INSERT INTO bosun_timeline (correlation_id, message_id, message_type, status, attempt, at)
+         VALUES ('c-2', 'm-rel-2', 'BuildCompleted', 'completed', 0, now())",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    query(
+        "INSERT INTO bosun_deliveries (correlation_id, tenant_id, started_by, message_type, message_id, started_at)
+         VALUES ('c-2', 'fabrikam', 'cli:test', 'ProvisionRepository', 'm-0', now())",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+
+    assert_eq!(
+        database.migrate().await.unwrap().applied,
+        (4..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    let keys: Vec<(String, String, Option<String>)> =
+        sqlx_core::query_as::query_as("SELECT kind, key, tenant_id FROM bosun_sagas ORDER BY kind, key")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let owned =
+        |kind: &str, key: &str, tenant: Option<&str>| (kind.to_owned(), key.to_owned(), tenant.map(str::to_owned));
+    assert_eq!(
+        keys,
+        [
+            owned("gitops", "contoso/prod", Some("contoso")),
+            owned("release", "contoso/rel-1", Some("contoso")),
+            owned("release", "fabrikam/rel-2", Some("fabrikam")),
+            owned("release", "rel-3", None),
+        ]
+    );
+    let history: Vec<String> = sqlx_core::query_scalar::query_scalar("SELECT key FROM bosun_saga_history ORDER BY key")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert_eq!(history, ["contoso/prod", "contoso/rel-1", "fabrikam/rel-2", "rel-3"]);
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn keys_made_before_keys_expired_keep_working_after_migration_13() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    database.migrate_to(12).await.unwrap();
+    // A key as schema 12 stored it: no expiry, no last use.
+    query(
+        "INSERT INTO bosun_api_keys (id, tenant_id, scopes, secret_hash, description, created_by, created_at)
+         VALUES ('0123456789ab', 'contoso', '[\"deliveries:read\"]', 'h', 'ci', 'alice', now())",
+    )
+    .execute(database.pool())
+    .await
+    .unwrap();
+    assert_eq!(database.migrate().await.unwrap().applied, vec![13]);
+    let store = crate::backends::postgres::store::PostgresStore::new(database.clone());
+    let key = crate::ports::store::AccessStore::api_key(&store, "0123456789ab")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (key.expires_at, key.last_used_at, key.rotated_to.as_deref()),
+        (None, None, None)
+    );
+    assert!(crate::front::access::check(&key, time::OffsetDateTime::now_utc()).is_ok());
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn a_changed_migration_is_refused() {
+    let test = testing::migrated().await;
+    query("UPDATE bosun_schema_migrations SET checksum = 'edited' WHERE version = 1")
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+    assert!(matches!(
+        test.database.migrate().await,
+        Err(DatabaseError::MigrationChanged { version: 1, .. })
+    ));
+    test.finish().await;
+}
+
+#[test]
+fn migrations_are_numbered_in_order_up_to_the_schema_version() {
+    let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+}
