@@ -28,7 +28,7 @@ pub enum InfraCommand {
 pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
     match command {
         InfraCommand::Render { dir } => {
-            let rendered = infra::render(&InfraSettings::from_settings(settings)?);
+            let rendered = infra::render(&InfraSettings::from_settings(settings)?)?;
             let report =
                 infra::write(&dir, &rendered).with_context(|| format!("bosun infra render {}", dir.display()))?;
             for path in &report.written {

@@ -467,7 +467,8 @@ impl AcrTasks {
         let context = self.blobs.get(&spec.context).await?;
         let compressed = tokio::task::spawn_blocking(move || gzip(&context))
             .await
-            .map_err(|err| ContainerBuildError::Storage(format!("the compression task failed: {err}")))?;
+            .map_err(|err| ContainerBuildError::Storage(format!("the compression task failed: {err}")))?
+            .map_err(|err| ContainerBuildError::Storage(format!("compressing the context failed: {err}")))?;
         let upload: SourceUpload = self.arm_json(Method::POST, "listBuildSourceUploadUrl", None).await?;
         let operation = "POST listBuildSourceUploadUrl";
         let (Some(upload_url), Some(relative_path)) = (upload.upload_url, upload.relative_path) else {

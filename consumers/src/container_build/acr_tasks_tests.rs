@@ -72,7 +72,7 @@ fn context_tar() -> Vec<u8> {
         )
         .unwrap();
     writer.file("app/server.dll", 0o644, 0, 0, b"server").unwrap();
-    writer.finish()
+    writer.finish().unwrap()
 }
 
 /// A scripted server standing in for ARM, the registry and the SAS URLs,
@@ -337,7 +337,8 @@ async fn a_build_is_scheduled_once_and_followed_by_polls_to_the_digest_acr_repor
     assert_eq!(upload.header("authorization"), None);
     assert_eq!(upload.query("sig"), Some("secret-signature"));
     assert_eq!(&upload.body[..2], &[0x1f, 0x8b], "a gzip stream");
-    let inflated = miniz_oxide::inflate::decompress_to_vec(&upload.body[10..upload.body.len() - 8]).unwrap();
+    let mut inflated = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(upload.body.as_slice()), &mut inflated).unwrap();
     assert_eq!(inflated, fixture.context);
     // The run request is a DockerBuildRequest of the module's build.
     let schedules: Vec<_> = requests.iter().filter(|r| r.path.ends_with("/scheduleRun")).collect();

@@ -104,28 +104,15 @@ async fn handle(consumer: &ContainerBuild<BuildahBuilder>, event: &BuildComplete
     }
 }
 
-/// Decompresses a gzip member (RFC 1952) whose header may carry a name,
-/// comment, extra field and header CRC.
+/// Decompresses a gzip stream (a layer buildah pushed).
 fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
     assert_eq!(&bytes[..3], &[0x1f, 0x8b, 8], "not a gzip stream");
-    let flags = bytes[3];
-    let mut at = 10;
-    if flags & 4 != 0 {
-        let extra = usize::from(u16::from_le_bytes([bytes[at], bytes[at + 1]]));
-        at += 2 + extra;
-    }
-    for flag in [8, 16] {
-        if flags & flag != 0 {
-            while bytes[at] != 0 {
-                at += 1;
-            }
-            at += 1;
-        }
-    }
-    if flags & 2 != 0 {
-        at += 2;
-    }
-    miniz_oxide::inflate::decompress_to_vec(&bytes[at..bytes.len() - 8]).expect("inflating a layer")
+    let mut inflated = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes)
+        .read_to_end(&mut inflated)
+        .expect("inflating a layer");
+    inflated
 }
 
 /// Every file of the image's layers, later layers over earlier ones.
@@ -188,7 +175,7 @@ async fn buildah_builds_a_multi_stage_dockerfile_with_run_pushes_it_and_builds_i
         &registry,
         "busybox",
         "contoso/busybox/container-context.tar",
-        base.finish(),
+        base.finish().unwrap(),
         BTreeMap::new(),
     )
     .await;
@@ -212,7 +199,7 @@ async fn buildah_builds_a_multi_stage_dockerfile_with_run_pushes_it_and_builds_i
         &registry,
         "payments-api",
         "contoso/payments-api/container-context.tar",
-        app.finish(),
+        app.finish().unwrap(),
         build_args,
     )
     .await;
@@ -312,7 +299,7 @@ async fn buildah_a_failing_run_is_a_permanent_error_with_its_log() {
         &registry,
         "broken",
         "contoso/broken/container-context.tar",
-        context.finish(),
+        context.finish().unwrap(),
         BTreeMap::new(),
     )
     .await;
@@ -376,7 +363,7 @@ fn unpacking_a_context_refuses_to_write_through_a_symbolic_link() {
         .symlink("escape", &outside.path().display().to_string(), 0, 0)
         .unwrap();
     context.file("escape/owned.txt", 0o644, 0, 0, b"x").unwrap();
-    let err = super::buildah::unpack(&context.finish(), dir.path()).unwrap_err();
+    let err = super::buildah::unpack(&context.finish().unwrap(), dir.path()).unwrap_err();
     assert!(err.to_string().contains("escape/owned.txt"), "{err}");
     assert!(!outside.path().join("owned.txt").exists());
 
@@ -384,7 +371,7 @@ fn unpacking_a_context_refuses_to_write_through_a_symbolic_link() {
     good.file("Dockerfile", 0o644, 0, 0, b"FROM scratch\n").unwrap();
     good.file("bin/run", 0o755, 0, 0, b"#!/bin/sh\n").unwrap();
     good.symlink("bin/start", "run", 0, 0).unwrap();
-    super::buildah::unpack(&good.finish(), dir.path()).unwrap();
+    super::buildah::unpack(&good.finish().unwrap(), dir.path()).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(dir.path().join("bin/run"))
         .unwrap()

@@ -29,7 +29,7 @@ fn context_tar(server: &[u8]) -> Vec<u8> {
     writer.file("Dockerfile", 0o644, 0, 0, DOCKERFILE.as_bytes()).unwrap();
     writer.file("app/server", 0o755, 0, 0, server).unwrap();
     writer.file("app/appsettings.json", 0o644, 0, 0, b"{}").unwrap();
-    writer.finish()
+    writer.finish().unwrap()
 }
 
 /// The sample build, with its container context stored in `blobs`.
@@ -408,7 +408,7 @@ async fn an_unsupported_base_image_is_a_permanent_error_naming_the_line() {
             b"ARG DOTNET_VERSION\nFROM mcr.microsoft.com/dotnet/aspnet:${DOTNET_VERSION}\nCOPY . /app\n",
         )
         .unwrap();
-    let event = build_event(&*fixture.blobs, writer.finish()).await;
+    let event = build_event(&*fixture.blobs, writer.finish().unwrap()).await;
     let err = handle(&fixture.consumer, event.into()).await.unwrap_err();
     let HandlerError::Permanent(source) = &err else {
         panic!("expected a permanent error, got {err}");

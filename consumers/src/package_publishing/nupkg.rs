@@ -415,7 +415,7 @@ mod tests {
         for (path, data) in files {
             writer.file(path, 0o644, 0, 0, data).unwrap();
         }
-        tar::read_archive(&writer.finish()).unwrap()
+        tar::read_archive(&writer.finish().unwrap()).unwrap()
     }
 
     fn names(nupkg: &Nupkg) -> Vec<String> {

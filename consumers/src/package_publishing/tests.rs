@@ -28,7 +28,7 @@ fn content_tar(files: &[(&str, &[u8])]) -> Vec<u8> {
     for (path, data) in files {
         writer.file(path, 0o644, 0, 0, data).unwrap();
     }
-    writer.finish()
+    writer.finish().unwrap()
 }
 
 fn default_content() -> Vec<u8> {

@@ -1,21 +1,29 @@
-//! Per-key request budgets: one token bucket per API key, checked right
-//! after the key is authenticated (so only real keys get a bucket).
+//! Per-key request budgets, checked right after the key is authenticated
+//! (so only real keys get a budget), by `governor`'s keyed GCRA limiter.
 //!
-//! A bucket holds up to `burst` tokens and refills at `per_second`; every
-//! request takes one. An empty bucket refuses with the time until the next
-//! token, rounded up to whole seconds (at least 1), which the API sends as
-//! `Retry-After` with a 429. Keys do not share buckets, so one busy key
+//! GCRA is a token bucket kept as one timestamp per key: a key may make
+//! `burst` requests at once and then `per_second` a second; every request
+//! takes one. A refused request gets the time until the next one would be
+//! allowed, rounded up to whole seconds (at least 1), which the API sends
+//! as `Retry-After` with a 429. Keys do not share budgets, so one busy key
 //! never slows another.
 //!
-//! Memory stays bounded: a bucket that has refilled completely is the same
-//! as no bucket, so such buckets are dropped by a sweep that runs at most
-//! once per refill period (`burst / per_second`, at least a second). What
-//! remains is one small entry per key that made a request within roughly
-//! the last two refill periods, and only authenticated keys get one.
+//! Memory stays bounded: a key whose budget is full again is the same as
+//! an unknown key, so such keys are dropped (`retain_recent`) by a sweep
+//! that runs at most once per refill period (`burst / per_second`, at least
+//! a second). What remains is one small entry per key that made a request
+//! within roughly the last two refill periods, and only authenticated keys
+//! get one.
 
-use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock, Reference};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::HashMapStateStore;
+use governor::{NotUntil, Quota};
 
 /// A refusal: the key has spent its budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -25,30 +33,31 @@ pub struct OverBudget {
     pub retry_after: Duration,
 }
 
-/// The budget: `per_second` sustained, `burst` at once.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Budget {
-    per_second: f64,
-    burst: f64,
+/// governor's limiter with one state per key id.
+type KeyedLimiter<C> =
+    governor::RateLimiter<String, HashMapStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// Request budgets by key id, on `C`'s time (the monotonic clock; tests
+/// pass a fake one).
+pub struct RateLimiter<C: Clock = DefaultClock> {
+    /// `None` when rate limiting is off.
+    limit: Option<Limit<C>>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    updated: Instant,
+struct Limit<C: Clock> {
+    keys: KeyedLimiter<C>,
+    /// How often keys whose budget is full again are dropped.
+    sweep_every: Duration,
+    last_sweep: Mutex<C::Instant>,
 }
 
-#[derive(Debug)]
-struct Buckets {
-    by_key: HashMap<String, Bucket>,
-    last_sweep: Instant,
-}
-
-/// Token buckets by key id.
-#[derive(Debug)]
-pub struct RateLimiter {
-    budget: Option<Budget>,
-    buckets: Mutex<Buckets>,
+impl<C: Clock> fmt::Debug for RateLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("on", &self.limit.is_some())
+            .field("tracked_keys", &self.tracked_keys())
+            .finish()
+    }
 }
 
 impl RateLimiter {
@@ -56,161 +65,173 @@ impl RateLimiter {
     /// `burst` at once; `per_second == 0` turns it off. A `burst` of 0 is
     /// taken as 1.
     pub fn new(per_second: u32, burst: u32) -> Self {
+        Self::with_clock(per_second, burst, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> RateLimiter<C> {
+    /// [`RateLimiter::new`] on the time of `clock`.
+    pub fn with_clock(per_second: u32, burst: u32, clock: C) -> Self {
+        let Some(per_second) = NonZeroU32::new(per_second) else {
+            return Self { limit: None };
+        };
+        let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::per_second(per_second).allow_burst(burst);
+        let sweep_every =
+            Duration::from_secs_f64(f64::from(burst.get()) / f64::from(per_second.get())).max(Duration::from_secs(1));
+        let last_sweep = Mutex::new(clock.now());
         Self {
-            budget: (per_second > 0).then(|| Budget {
-                per_second: f64::from(per_second),
-                burst: f64::from(burst.max(1)),
-            }),
-            buckets: Mutex::new(Buckets {
-                by_key: HashMap::new(),
-                last_sweep: Instant::now(),
+            limit: Some(Limit {
+                keys: governor::RateLimiter::hashmap_with_clock(quota, clock),
+                sweep_every,
+                last_sweep,
             }),
         }
     }
 
     /// Takes one request from `key`'s budget now.
     pub fn check(&self, key: &str) -> Result<(), OverBudget> {
-        self.check_at(key, Instant::now())
-    }
-
-    /// Takes one request from `key`'s budget at `now` (tests pass the time).
-    pub fn check_at(&self, key: &str, now: Instant) -> Result<(), OverBudget> {
-        let Some(budget) = self.budget else {
+        let Some(limit) = &self.limit else {
             return Ok(());
         };
-        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
-        let refill_period = Duration::from_secs_f64(budget.burst / budget.per_second).max(Duration::from_secs(1));
-        if now.saturating_duration_since(buckets.last_sweep) >= refill_period {
-            buckets
-                .by_key
-                .retain(|_, bucket| refilled(bucket, budget, now) < budget.burst);
-            buckets.last_sweep = now;
-        }
-        let bucket = match buckets.by_key.get_mut(key) {
-            Some(bucket) => bucket,
-            None => buckets.by_key.entry(key.to_owned()).or_insert(Bucket {
-                tokens: budget.burst,
-                updated: now,
-            }),
-        };
-        bucket.tokens = refilled(bucket, budget, now);
-        bucket.updated = bucket.updated.max(now);
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            return Ok(());
-        }
-        let wait = (1.0 - bucket.tokens) / budget.per_second;
-        Err(OverBudget {
-            retry_after: Duration::from_secs((wait.ceil() as u64).max(1)),
-        })
+        limit.sweep();
+        limit
+            .keys
+            .check_key(&key.to_owned())
+            .map_err(|refusal| limit.over_budget(&refusal))
     }
 
-    /// How many keys hold a bucket now.
+    /// How many keys hold a budget now.
     pub fn tracked_keys(&self) -> usize {
-        self.buckets.lock().unwrap_or_else(PoisonError::into_inner).by_key.len()
+        self.limit.as_ref().map_or(0, |limit| limit.keys.len())
     }
 }
 
-/// The bucket's tokens at `now`.
-fn refilled(bucket: &Bucket, budget: Budget, now: Instant) -> f64 {
-    let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
-    (bucket.tokens + elapsed * budget.per_second).min(budget.burst)
+impl<C: Clock> Limit<C> {
+    /// Drops the keys whose budget is full again, at most once per refill
+    /// period.
+    fn sweep(&self) {
+        let now = self.keys.clock().now();
+        let mut last_sweep = self.last_sweep.lock().unwrap_or_else(PoisonError::into_inner);
+        if Duration::from(now.duration_since(*last_sweep)) >= self.sweep_every {
+            self.keys.retain_recent();
+            self.keys.shrink_to_fit();
+            *last_sweep = now;
+        }
+    }
+
+    /// The refusal with the wait until the next allowed request, in whole
+    /// seconds rounded up, at least one.
+    fn over_budget(&self, refusal: &NotUntil<C::Instant>) -> OverBudget {
+        let wait = refusal.wait_time_from(self.keys.clock().now());
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        OverBudget {
+            retry_after: Duration::from_secs(seconds.max(1)),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use governor::clock::FakeRelativeClock;
+
     use super::*;
+
+    /// A limiter on a fake clock the test moves.
+    fn limiter(per_second: u32, burst: u32) -> (RateLimiter<FakeRelativeClock>, FakeRelativeClock) {
+        let clock = FakeRelativeClock::default();
+        (RateLimiter::with_clock(per_second, burst, clock.clone()), clock)
+    }
 
     #[test]
     fn a_burst_is_allowed_then_refused_with_retry_after() {
-        let limiter = RateLimiter::new(2, 5);
-        let start = Instant::now();
+        let (limiter, clock) = limiter(2, 5);
         for n in 0..5 {
-            assert_eq!(limiter.check_at("a", start), Ok(()), "request {n}");
+            assert_eq!(limiter.check("a"), Ok(()), "request {n}");
         }
-        let refused = limiter.check_at("a", start).unwrap_err();
+        let refused = limiter.check("a").unwrap_err();
         assert_eq!(refused.retry_after, Duration::from_secs(1));
-        // Half a second later one token (at 2 per second) is back.
-        assert_eq!(limiter.check_at("a", start + Duration::from_millis(500)), Ok(()));
-        assert!(limiter.check_at("a", start + Duration::from_millis(500)).is_err());
+        // Half a second later one request (at 2 per second) is back.
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(limiter.check("a"), Ok(()));
+        assert!(limiter.check("a").is_err());
     }
 
     #[test]
     fn retry_after_is_whole_seconds_and_at_least_one() {
-        let start = Instant::now();
-        // One request per second, burst 1: 0.9 s short of a token rounds up to 1 s.
-        let slow = RateLimiter::new(1, 1);
-        assert_eq!(slow.check_at("k", start), Ok(()));
-        assert_eq!(
-            slow.check_at("k", start + Duration::from_millis(100))
-                .unwrap_err()
-                .retry_after,
-            Duration::from_secs(1)
-        );
-        // A millisecond short of a token still says 1 s, never 0.
-        let fast = RateLimiter::new(1000, 1);
-        assert_eq!(fast.check_at("k", start), Ok(()));
-        assert_eq!(
-            fast.check_at("k", start).unwrap_err().retry_after,
-            Duration::from_secs(1)
-        );
+        // One request per second, burst 1: 0.9 s short of the next rounds up to 1 s.
+        let (slow, clock) = limiter(1, 1);
+        assert_eq!(slow.check("k"), Ok(()));
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(slow.check("k").unwrap_err().retry_after, Duration::from_secs(1));
+        // A millisecond short of the next still says 1 s, never 0.
+        let (fast, _clock) = limiter(1000, 1);
+        assert_eq!(fast.check("k"), Ok(()));
+        assert_eq!(fast.check("k").unwrap_err().retry_after, Duration::from_secs(1));
     }
 
     #[test]
     fn keys_do_not_share_a_budget() {
-        let limiter = RateLimiter::new(1, 2);
-        let now = Instant::now();
-        assert!(limiter.check_at("busy", now).is_ok());
-        assert!(limiter.check_at("busy", now).is_ok());
-        assert!(limiter.check_at("busy", now).is_err());
-        assert!(limiter.check_at("quiet", now).is_ok());
-        assert!(limiter.check_at("quiet", now).is_ok());
+        let (limiter, _clock) = limiter(1, 2);
+        assert!(limiter.check("busy").is_ok());
+        assert!(limiter.check("busy").is_ok());
+        assert!(limiter.check("busy").is_err());
+        assert!(limiter.check("quiet").is_ok());
+        assert!(limiter.check("quiet").is_ok());
     }
 
     #[test]
     fn zero_per_second_is_off() {
-        let limiter = RateLimiter::new(0, 1);
-        let now = Instant::now();
+        let (limiter, _clock) = limiter(0, 1);
         for _ in 0..10_000 {
-            assert!(limiter.check_at("k", now).is_ok());
+            assert!(limiter.check("k").is_ok());
         }
         assert_eq!(limiter.tracked_keys(), 0);
     }
 
     #[test]
-    fn buckets_of_quiet_keys_are_dropped() {
-        let limiter = RateLimiter::new(10, 20);
-        let start = Instant::now();
+    fn a_zero_burst_is_one() {
+        let (limiter, clock) = limiter(1, 0);
+        assert!(limiter.check("k").is_ok());
+        assert!(limiter.check("k").is_err());
+        clock.advance(Duration::from_secs(1));
+        assert!(limiter.check("k").is_ok());
+    }
+
+    #[test]
+    fn budgets_of_quiet_keys_are_dropped() {
+        let (limiter, clock) = limiter(10, 20);
         for key in 0..1000 {
-            assert!(limiter.check_at(&format!("key-{key}"), start).is_ok());
+            assert!(limiter.check(&format!("key-{key}")).is_ok());
         }
         assert_eq!(limiter.tracked_keys(), 1000);
         // After a refill period (2 s) every one of them is full again: the
         // next check sweeps them and only the active key remains.
-        let later = start + Duration::from_secs(3);
-        assert!(limiter.check_at("active", later).is_ok());
+        clock.advance(Duration::from_secs(3));
+        assert!(limiter.check("active").is_ok());
         assert_eq!(limiter.tracked_keys(), 1);
         for _ in 0..19 {
-            assert!(limiter.check_at("active", later).is_ok());
+            assert!(limiter.check("active").is_ok());
         }
-        assert!(limiter.check_at("active", later).is_err());
-        let sweep = later + Duration::from_millis(2100);
-        assert!(limiter.check_at("other", sweep).is_ok());
+        assert!(limiter.check("active").is_err());
+        clock.advance(Duration::from_millis(2100));
+        assert!(limiter.check("other").is_ok());
         assert_eq!(limiter.tracked_keys(), 1, "`active` was full again and swept");
     }
 
     #[test]
-    fn a_key_still_recovering_keeps_its_bucket() {
+    fn a_key_still_recovering_keeps_its_budget() {
         // Swept while not yet full, a key would get a fresh burst.
-        let limiter = RateLimiter::new(1, 10);
-        let t0 = Instant::now();
+        let (limiter, clock) = limiter(1, 10);
+        clock.advance(Duration::from_secs(9));
         for _ in 0..10 {
-            assert!(limiter.check_at("drained", t0 + Duration::from_secs(9)).is_ok());
+            assert!(limiter.check("drained").is_ok());
         }
-        // The sweep at 10.5 s finds `drained` at 1.5 of 10 tokens: kept.
-        assert!(limiter.check_at("other", t0 + Duration::from_millis(10_500)).is_ok());
+        // The sweep at 10.5 s finds `drained` at 1.5 of 10 requests: kept.
+        clock.advance(Duration::from_millis(1500));
+        assert!(limiter.check("other").is_ok());
         assert_eq!(limiter.tracked_keys(), 2);
-        assert!(limiter.check_at("drained", t0 + Duration::from_millis(10_500)).is_ok());
-        assert!(limiter.check_at("drained", t0 + Duration::from_millis(10_500)).is_err());
+        assert!(limiter.check("drained").is_ok());
+        assert!(limiter.check("drained").is_err());
     }
 }

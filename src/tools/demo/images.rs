@@ -105,16 +105,17 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
         Arc::clone(&blobs),
     )
     .map_err(|err| err.to_string())?;
-    let mut context = TarWriter::new();
-    context
+    let mut writer = TarWriter::new();
+    let context = writer
         .file("Dockerfile", 0o644, 0, 0, BASE_DOCKERFILE.as_bytes())
-        .and_then(|()| context.file("busybox", 0o755, 0, 0, &busybox))
+        .and_then(|()| writer.file("busybox", 0o755, 0, 0, &busybox))
+        .and_then(|()| writer.finish())
         .map_err(|err| err.to_string())?;
     let context = blobs
         .put(
             "artifacts",
             &format!("{tenant}/demo-base/container-context.tar"),
-            context.finish(),
+            context,
             "application/x-tar",
         )
         .await

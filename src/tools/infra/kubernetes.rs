@@ -12,7 +12,8 @@
 
 use serde_json::{Value, json};
 
-use super::{API_PORT, ConsumerInfra, InfraSettings, OPS_PORT, RenderedFile, events_topic, header, yaml};
+use super::yaml::{self, YamlError};
+use super::{API_PORT, ConsumerInfra, InfraSettings, OPS_PORT, RenderedFile, events_topic, header};
 
 /// Seconds the kubelet waits beyond bosun's own shutdown grace before it
 /// kills a pod (closing connections, giving prefetched messages back).
@@ -39,7 +40,7 @@ pub const DATA_DIR: &str = "/var/lib/bosun/data";
 pub const RUN_AS: u32 = 10001;
 
 /// Every file of `kubernetes/`.
-pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<RenderedFile> {
+pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
     let mut files = Vec::new();
     let mut resources = vec![
         "config.yaml".to_owned(),
@@ -57,27 +58,27 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<Rend
             "labels": [{"pairs": {"app.kubernetes.io/part-of": "bosun"}, "includeSelectors": false}],
             "resources": resources,
         })],
-    ));
-    files.push(base_file("kubernetes/base/config.yaml", &[config_map()]));
-    files.push(base_file("kubernetes/base/network.yaml", &network_policies()));
-    files.push(base_file("kubernetes/base/keda.yaml", &[trigger_authentication()]));
-    files.push(base_file("kubernetes/base/api.yaml", &api(settings)));
-    files.push(base_file("kubernetes/base/migrate.yaml", &migrate(settings)));
+    )?);
+    files.push(base_file("kubernetes/base/config.yaml", &[config_map()])?);
+    files.push(base_file("kubernetes/base/network.yaml", &network_policies())?);
+    files.push(base_file("kubernetes/base/keda.yaml", &[trigger_authentication()])?);
+    files.push(base_file("kubernetes/base/api.yaml", &api(settings))?);
+    files.push(base_file("kubernetes/base/migrate.yaml", &migrate(settings))?);
     for consumer in consumers {
         files.push(base_file(
             &format!("kubernetes/base/consumers/{}.yaml", consumer.name),
             &consumer_objects(consumer, settings),
-        ));
+        )?);
     }
-    files.extend(overlay(consumers, settings));
-    files
+    files.extend(overlay(consumers, settings)?);
+    Ok(files)
 }
 
-fn yaml_file(path: &str, documents: &[Value]) -> RenderedFile {
-    RenderedFile {
+fn yaml_file(path: &str, documents: &[Value]) -> Result<RenderedFile, YamlError> {
+    Ok(RenderedFile {
         path: path.to_owned(),
-        text: format!("{}{}", header("#"), yaml::documents(documents)),
-    }
+        text: format!("{}{}", header("#"), yaml::documents(documents)?),
+    })
 }
 
 /// The checkov checks the base does not meet by design, each with why
@@ -102,7 +103,7 @@ const CHECKOV_SKIPS: &[(&str, &str, bool)] = &[
 
 /// A file of the base, or a patch of the overlay (which checkov reads as
 /// objects too): its objects with the checkov skips that apply.
-fn base_file(path: &str, documents: &[Value]) -> RenderedFile {
+fn base_file(path: &str, documents: &[Value]) -> Result<RenderedFile, YamlError> {
     let documents: Vec<Value> = documents
         .iter()
         .cloned()
@@ -416,13 +417,13 @@ fn migrate(settings: &InfraSettings) -> Vec<Value> {
 /// `overlays/example/`: a namespace, the image, the identities' client ids
 /// and the Service Bus namespace and storage account, copied into every
 /// ScaledObject trigger by a kustomize replacement.
-fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<RenderedFile> {
+fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
     let mut identities: Vec<Value> = consumers
         .iter()
         .map(|consumer| identity_patch(&consumer.object_name(), &consumer.name))
         .collect();
     identities.push(identity_patch("bosun-api", "api"));
-    vec![
+    Ok(vec![
         yaml_file(
             "kubernetes/overlays/example/kustomization.yaml",
             &[json!({
@@ -444,7 +445,7 @@ fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<Rendere
                     }],
                 }],
             })],
-        ),
+        )?,
         yaml_file(
             "kubernetes/overlays/example/namespace.yaml",
             &[json!({
@@ -452,7 +453,7 @@ fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<Rendere
                 "kind": "Namespace",
                 "metadata": {"name": "bosun"},
             })],
-        ),
+        )?,
         base_file(
             "kubernetes/overlays/example/config.yaml",
             &[json!({
@@ -469,9 +470,9 @@ fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<Rendere
                     "BOSUN_ACR_AUTH": "workload-identity",
                 },
             })],
-        ),
-        base_file("kubernetes/overlays/example/identities.yaml", &identities),
-    ]
+        )?,
+        base_file("kubernetes/overlays/example/identities.yaml", &identities)?,
+    ])
 }
 
 fn identity_patch(name: &str, component: &str) -> Value {

@@ -29,6 +29,8 @@ pub mod bicep;
 pub mod kubernetes;
 pub mod yaml;
 
+pub use yaml::YamlError;
+
 #[cfg(test)]
 mod tests;
 
@@ -127,11 +129,11 @@ impl InfraSettings {
 }
 
 /// Every file of `infra/`, in a fixed order.
-pub fn render(settings: &InfraSettings) -> Vec<RenderedFile> {
+pub fn render(settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
     let consumers = consumers();
-    let mut files = kubernetes::render(&consumers, settings);
+    let mut files = kubernetes::render(&consumers, settings)?;
     files.extend(bicep::render(&consumers, settings));
-    files
+    Ok(files)
 }
 
 /// What [`write`] did.

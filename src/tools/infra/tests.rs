@@ -10,7 +10,7 @@ use super::*;
 use crate::ports::topology::Topology;
 
 fn default_files() -> Vec<RenderedFile> {
-    render(&InfraSettings::from_settings(&Settings::with_data_dir(".bosun")).unwrap())
+    render(&InfraSettings::from_settings(&Settings::with_data_dir(".bosun")).unwrap()).unwrap()
 }
 
 /// The checked-in `infra/` must equal what the code renders with the

@@ -1,124 +1,43 @@
-//! A small, deterministic YAML writer for the manifests `bosun infra
-//! render` writes: block mappings and sequences in the order they were
-//! built, every string double-quoted (a JSON string literal is a valid YAML
-//! double-quoted scalar, so `"true"`, `"0"` or `"on"` never turn into a
-//! boolean or a number), and keys plain only when YAML reads them back as
-//! the same string.
+//! The YAML of the manifests `bosun infra render` writes, by `serde-saphyr`:
+//! block mappings and sequences in the order the values were built (the
+//! workspace's `serde_json` keeps insertion order), so the same values
+//! always give the same text.
+//!
+//! The serializer quotes a string whenever a YAML reader could take it for
+//! something else, including YAML 1.1's words and forms (`on`, `yes`, `y`,
+//! `1_000`, `0b1`, dates) that Kubernetes tooling built on YAML 1.1 parsers
+//! still reads as booleans, numbers or timestamps; other strings are plain.
+//! Block scalars (`|`, `>`) are turned off: a multi-line or long string is
+//! one double-quoted line, which every reader reads back the same.
 
 use serde_json::Value;
 
-/// One YAML document (no `---`).
-pub fn document(value: &Value) -> String {
-    let mut out = String::new();
-    match value {
-        Value::Object(map) if !map.is_empty() => mapping(&mut out, map, 0),
-        Value::Array(items) if !items.is_empty() => sequence(&mut out, items, 0),
-        other => {
-            out.push_str(&scalar(other));
-            out.push('\n');
-        }
-    }
-    out
-}
+/// Why the manifests could not be written as YAML. It does not happen for
+/// JSON values (string keys, finite numbers); if it does, nothing is
+/// written and the command fails with the serializer's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the manifests as YAML: {0}")]
+pub struct YamlError(#[source] serde_saphyr::SerializeError);
 
 /// Several documents, each after a `---` line.
-pub fn documents(values: &[Value]) -> String {
-    values.iter().map(|value| format!("---\n{}", document(value))).collect()
-}
-
-fn indent(out: &mut String, level: usize) {
-    out.extend(std::iter::repeat_n(' ', level * 2));
-}
-
-fn mapping(out: &mut String, map: &serde_json::Map<String, Value>, level: usize) {
-    for (key, value) in map {
-        indent(out, level);
-        out.push_str(&key_text(key));
-        out.push(':');
-        nested(out, value, level);
+pub fn documents(values: &[Value]) -> Result<String, YamlError> {
+    let mut out = String::new();
+    for value in values {
+        out.push_str("---\n");
+        out.push_str(&document(value)?);
     }
+    Ok(out)
 }
 
-fn sequence(out: &mut String, items: &[Value], level: usize) {
-    for item in items {
-        indent(out, level);
-        out.push('-');
-        match item {
-            Value::Object(map) if !map.is_empty() => {
-                // The first key goes on the dash's line, the rest under it.
-                let mut first = true;
-                for (key, value) in map {
-                    if first {
-                        out.push(' ');
-                        first = false;
-                    } else {
-                        indent(out, level + 1);
-                    }
-                    out.push_str(&key_text(key));
-                    out.push(':');
-                    nested(out, value, level + 1);
-                }
-            }
-            Value::Array(inner) if !inner.is_empty() => {
-                out.push('\n');
-                sequence(out, inner, level + 1);
-            }
-            other => {
-                out.push(' ');
-                out.push_str(&scalar(other));
-                out.push('\n');
-            }
-        }
-    }
-}
-
-/// What follows `key:`: a scalar on the same line, or a block below it.
-fn nested(out: &mut String, value: &Value, level: usize) {
-    match value {
-        Value::Object(map) if !map.is_empty() => {
-            out.push('\n');
-            mapping(out, map, level + 1);
-        }
-        Value::Array(items) if !items.is_empty() => {
-            out.push('\n');
-            sequence(out, items, level + 1);
-        }
-        other => {
-            out.push(' ');
-            out.push_str(&scalar(other));
-            out.push('\n');
-        }
-    }
-}
-
-fn scalar(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_owned(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => quoted(s),
-        Value::Array(_) => "[]".to_owned(),
-        Value::Object(_) => "{}".to_owned(),
-    }
-}
-
-fn quoted(text: &str) -> String {
-    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
-}
-
-/// A key is written plain when it is made of letters, digits and `._/-`,
-/// starts with a letter, and is not a word YAML 1.1 reads as a boolean or
-/// null; anything else is quoted.
-fn key_text(key: &str) -> String {
-    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
-        && !matches!(
-            key.to_ascii_lowercase().as_str(),
-            "y" | "n" | "yes" | "no" | "on" | "off" | "true" | "false" | "null"
-        );
-    if plain { key.to_owned() } else { quoted(key) }
+/// One document (no `---`), ending with a newline.
+fn document(value: &Value) -> Result<String, YamlError> {
+    let options = serde_saphyr::ser_options! {
+        // `key:` then its items indented below it, as kubectl and the
+        // Kubernetes documentation write them.
+        compact_list_indent: false,
+        prefer_block_scalars: false,
+    };
+    serde_saphyr::to_string_with_options(value, options).map_err(YamlError)
 }
 
 #[cfg(test)]
@@ -128,7 +47,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_block_yaml_with_every_string_quoted() {
+    fn writes_block_yaml_quoting_only_what_needs_it() {
         let value = json!({
             "apiVersion": "v1",
             "metadata": {"labels": {"azure.workload.identity/use": "true"}, "annotations": {}},
@@ -142,48 +61,99 @@ mod tests {
             }
         });
         assert_eq!(
-            document(&value),
-            "apiVersion: \"v1\"\n\
+            document(&value).unwrap(),
+            "apiVersion: v1\n\
              metadata:\n  labels:\n    azure.workload.identity/use: \"true\"\n  annotations: {}\n\
-             spec:\n  replicas: 2\n  \"on\": false\n  args:\n    - \"serve\"\n    - \"--consumers\"\n    - \"commit\"\n\
-             \x20 containers:\n    - name: \"bosun\"\n      ports:\n        - containerPort: 9090\n          name: \"ops\"\n\
-             \x20 empty: []\n  matrix:\n    -\n      - 1\n      - 2\n    - []\n"
+             spec:\n  replicas: 2\n  \"on\": false\n  args:\n    - serve\n    - --consumers\n    - commit\n\
+             \x20 containers:\n    - name: bosun\n      ports:\n        - containerPort: 9090\n          name: ops\n\
+             \x20 empty: []\n  matrix:\n    - - 1\n      - 2\n    - []\n"
         );
         assert_eq!(
-            documents(&[json!({"a": 1}), json!({"b": "x\"y"})]),
-            "---\na: 1\n---\nb: \"x\\\"y\"\n"
+            documents(&[json!({"a": 1}), json!({"b": "x\"y"})]).unwrap(),
+            "---\na: 1\n---\nb: x\"y\n"
+        );
+        assert_eq!(
+            documents(&[json!({"a": 1})]).unwrap(),
+            documents(&[json!({"a": 1})]).unwrap()
         );
     }
 
     #[test]
     fn strings_that_look_like_other_things_read_back_as_strings() {
-        let tricky = [
+        // YAML 1.1 reads these as booleans, null, numbers or timestamps.
+        let yaml_1_1 = [
             "true",
             "on",
-            "0",
-            "1.5",
+            "Off",
+            "yes",
+            "NO",
+            "y",
+            "n",
             "null",
             "~",
+            "0",
+            "1.5",
+            "1_000",
+            "0b101",
+            "0o17",
+            "012",
+            "0x1F",
+            "+12",
+            "1e3",
+            "1:20",
+            ".inf",
+            "+.inf",
+            "-.inf",
+            ".NaN",
+            "2001-12-14",
+            "<<",
+            "=",
+        ];
+        let other = [
             "a: b",
             "#x",
+            "x #c",
             "- y",
+            "--consumers",
             "multi\nline",
+            "line\n",
             "tab\t",
+            "a\r\nb",
             "ünïcode",
+            "\u{feff}bom",
+            "a\u{2028}b",
+            " lead",
+            "trail ",
+            "'q",
+            "\"q",
+            "*a",
+            "&a",
+            "!t",
+            "%x",
+            "@x",
+            "`x",
+            "|",
+            ">",
+            "?",
+            "---",
             "",
         ];
         let mut map = serde_json::Map::new();
-        for text in tricky {
-            map.insert(text.to_owned(), json!(text));
+        for text in yaml_1_1.iter().chain(&other) {
+            map.insert((*text).to_owned(), json!(text));
         }
-        let text = document(&Value::Object(map));
+        let text = document(&Value::Object(map)).unwrap();
         let parsed = &yaml_rust2::YamlLoader::load_from_str(&text).unwrap()[0];
-        for text in tricky {
-            assert_eq!(
-                parsed[text].as_str(),
-                Some(text),
-                "{text:?} in:\n{}",
-                document(&json!({text: text}))
+        for word in yaml_1_1.iter().chain(&other) {
+            assert_eq!(parsed[*word].as_str(), Some(*word), "{word:?} in:\n{text}");
+        }
+        // yaml-rust2 reads YAML 1.2: that YAML 1.1's forms are quoted is
+        // checked on the text.
+        for word in yaml_1_1 {
+            let quoted = [format!("\"{word}\": \"{word}\""), format!("'{word}': '{word}'")];
+            assert!(
+                text.lines().any(|line| quoted.iter().any(|q| line == q.as_str())),
+                "{word:?} is not quoted in:\n{text}"
             );
         }
     }

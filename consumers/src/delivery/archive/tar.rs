@@ -1,31 +1,37 @@
-//! Tar archives, both ways: a reader for the artifacts a build stores (the
-//! container build context, the package content) and a deterministic ustar
-//! writer for image layers.
+//! Tar archives, both ways, by the `tar` crate: a reader for the artifacts
+//! a build stores (the container build context, the package content),
+//! which are untrusted input, and a deterministic ustar writer for image
+//! layers.
 //!
-//! The reader understands what common writers produce: POSIX ustar (with
-//! the `prefix` field), GNU long names and long link targets (`L`/`K`
-//! entries), PAX extended headers (`path`, `linkpath`, `size`), base-256
-//! sizes, hard links (resolved to the earlier file's content) and archives
-//! that end without the two zero blocks. Paths are normalized (`./` and
-//! trailing `/` removed); an absolute path or one that climbs out with `..`
-//! is refused, so nothing in an archive can name a file outside it.
+//! The reader takes what the `tar` crate reads: POSIX ustar (with the
+//! `prefix` field), GNU long names and long link targets, PAX extended
+//! headers (`path`, `linkpath`, `size`), base-256 numbers, and archives
+//! that end without the two zero blocks; a header whose checksum does not
+//! match is refused. On top of it, bosun resolves hard links to the earlier
+//! file's content, normalizes paths (`./` and trailing `/` removed) and
+//! refuses an absolute path or one that climbs out with `..`, so nothing in
+//! an archive can name a file outside it; an entry whose data is cut short
+//! is refused too. Device nodes, FIFOs and GNU sparse files are skipped.
 //!
 //! The writer produces the same bytes for the same input: the caller adds
-//! entries in the order it wants (image layers sort them), every header has
-//! mtime 0, empty user and group names, and the uid, gid and mode it is
-//! given. Paths longer than ustar's 100 + 155 bytes get a PAX `path` record.
+//! entries in the order it wants (image layers sort them), every header is
+//! ustar with mtime 0, empty user and group names, device numbers 0, and
+//! the uid, gid and mode it is given. A path ustar cannot hold (over 100
+//! bytes and not splittable into its 155-byte prefix and 100-byte name)
+//! gets a PAX `path` record, and a link target over 100 bytes a PAX
+//! `linkpath` record.
 //!
 //! The package content tar of package publishing is read with the same
 //! reader.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::{self, Read as _};
+
+use tar::{Builder, EntryType, Header};
 
 /// Size of a tar block.
 pub const BLOCK: usize = 512;
-
-/// Largest size an octal ustar size field holds (11 octal digits).
-const MAX_OCTAL_SIZE: u64 = 0o777_7777_7777;
 
 /// What an archive entry is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,124 +77,114 @@ impl TarEntry {
     }
 }
 
-/// Why an archive could not be read or written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why an archive could not be read or written. Every variant is
+/// permanent: the same bytes or entries fail the same way again.
+#[derive(Debug, thiserror::Error)]
 pub enum TarError {
-    /// The bytes are not a tar archive, or it is cut short.
-    #[error("malformed tar archive: {0}")]
-    Malformed(String),
+    /// The bytes are not a tar archive, or a damaged one, as the `tar`
+    /// crate reads them (a bad checksum, a header cut short, ...).
+    #[error("malformed tar archive: {source}")]
+    Malformed {
+        /// What the reader found.
+        #[source]
+        source: io::Error,
+    },
+    /// An entry's data ends before the size its header says: the archive
+    /// is cut short.
+    #[error("malformed tar archive: `{path}` is cut short ({read} of {size} bytes)")]
+    CutShort {
+        /// The entry.
+        path: String,
+        /// Bytes there.
+        read: u64,
+        /// Bytes its header says.
+        size: u64,
+    },
+    /// A hard link that does not name an earlier file of the archive.
+    #[error("malformed tar archive: hard link `{path}` points to `{target}`, not an earlier file")]
+    DanglingHardLink {
+        /// The link.
+        path: String,
+        /// What it names.
+        target: String,
+    },
     /// An entry names a path outside the archive (absolute, or with `..`).
     #[error("tar entry `{0}` has an unsafe path (absolute or with '..')")]
     UnsafePath(String),
     /// An entry cannot be written as asked.
-    #[error("cannot write tar entry `{path}`: {reason}")]
+    #[error("cannot write tar entry `{path}`: {source}")]
     Unwritable {
         /// The entry.
         path: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: io::Error,
     },
 }
 
-/// Reads every entry of an archive, in archive order. Device nodes and
-/// FIFOs are skipped; the root entry (`.` or `./`) is skipped.
+fn malformed(source: io::Error) -> TarError {
+    TarError::Malformed { source }
+}
+
+/// Reads every entry of an archive, in archive order. Device nodes, FIFOs
+/// and GNU sparse files are skipped; the root entry (`.` or `./`) is
+/// skipped.
 pub fn read_archive(bytes: &[u8]) -> Result<Vec<TarEntry>, TarError> {
     let mut entries: Vec<TarEntry> = Vec::new();
     let mut files: HashMap<String, usize> = HashMap::new();
-    let mut offset = 0usize;
-    let mut long_name: Option<String> = None;
-    let mut long_link: Option<String> = None;
-    let mut pax = PaxOverrides::default();
-    while offset < bytes.len() {
-        let header = bytes
-            .get(offset..offset + BLOCK)
-            .ok_or_else(|| TarError::Malformed(format!("truncated header at byte {offset}")))?;
-        if header.iter().all(|b| *b == 0) {
-            break;
+    let mut archive = tar::Archive::new(bytes);
+    for entry in archive.entries().map_err(malformed)? {
+        let mut entry = entry.map_err(malformed)?;
+        let header = entry.header();
+        let entry_type = header.entry_type();
+        if entry_type.is_pax_global_extensions() {
+            continue;
         }
-        verify_checksum(header, offset)?;
-        let typeflag = header[156];
-        let is_extension = matches!(typeflag, b'x' | b'g' | b'L' | b'K');
-        let mut size = parse_numeric(&header[124..136])
-            .ok_or_else(|| TarError::Malformed(format!("bad size field in the header at byte {offset}")))?;
-        if !is_extension && let Some(pax_size) = pax.size.take() {
-            size = pax_size;
-        }
-        let size = usize::try_from(size).map_err(|_| TarError::Malformed("entry too large".to_owned()))?;
-        let data_start = offset + BLOCK;
-        let data_end = data_start
-            .checked_add(size)
-            .filter(|end| *end <= bytes.len())
-            .ok_or_else(|| TarError::Malformed(format!("entry at byte {offset} is cut short")))?;
-        let data = &bytes[data_start..data_end];
-        offset = data_start + size.div_ceil(BLOCK) * BLOCK;
-
-        match typeflag {
-            b'x' => {
-                pax.parse(data)?;
-                continue;
-            }
-            b'g' => continue,
-            b'L' => {
-                long_name = Some(c_string(data));
-                continue;
-            }
-            b'K' => {
-                long_link = Some(c_string(data));
-                continue;
-            }
-            _ => {}
-        }
-
-        let raw_name = pax.path.take().or_else(|| long_name.take()).unwrap_or_else(|| {
-            let name = c_string(&header[0..100]);
-            let prefix = if &header[257..263] == b"ustar\0" {
-                c_string(&header[345..500])
-            } else {
-                String::new()
-            };
-            if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
-            }
-        });
-        let link = pax
-            .linkpath
-            .take()
-            .or_else(|| long_link.take())
-            .unwrap_or_else(|| c_string(&header[157..257]));
-        let mode = u32::try_from(parse_numeric(&header[100..108]).unwrap_or(0o644) & 0o7777).unwrap_or(0o644);
+        let raw_name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let link = entry
+            .link_name_bytes()
+            .map(|link| String::from_utf8_lossy(&link).into_owned())
+            .unwrap_or_default();
+        let mode = header.mode().map_or(0o644, |mode| mode & 0o7777);
         let Some(path) = normalize_path(&raw_name)? else {
             continue;
         };
-        let entry = match typeflag {
-            b'0' | 0 | b'7' => TarEntry {
-                path,
-                kind: EntryKind::File,
-                mode,
-                data: data.to_vec(),
-            },
-            b'5' => TarEntry {
+        let entry = match entry_type {
+            EntryType::Regular | EntryType::Continuous => {
+                let size = entry.size();
+                let mut data = Vec::new();
+                entry.read_to_end(&mut data).map_err(malformed)?;
+                if data.len() as u64 != size {
+                    return Err(TarError::CutShort {
+                        path,
+                        read: data.len() as u64,
+                        size,
+                    });
+                }
+                TarEntry {
+                    path,
+                    kind: EntryKind::File,
+                    mode,
+                    data,
+                }
+            }
+            EntryType::Directory => TarEntry {
                 path,
                 kind: EntryKind::Directory,
                 mode,
                 data: Vec::new(),
             },
-            b'2' => TarEntry {
+            EntryType::Symlink => TarEntry {
                 path,
                 kind: EntryKind::Symlink(link),
                 mode,
                 data: Vec::new(),
             },
-            b'1' => {
+            EntryType::Link => {
                 let target = normalize_path(&link)?.unwrap_or_default();
-                let source = files
-                    .get(&target)
-                    .and_then(|index| entries.get(*index))
-                    .ok_or_else(|| {
-                        TarError::Malformed(format!("hard link `{path}` points to `{target}`, not an earlier file"))
-                    })?;
+                let Some(source) = files.get(&target).and_then(|index| entries.get(*index)) else {
+                    return Err(TarError::DanglingHardLink { path, target });
+                };
                 TarEntry {
                     path,
                     kind: EntryKind::File,
@@ -196,8 +192,8 @@ pub fn read_archive(bytes: &[u8]) -> Result<Vec<TarEntry>, TarError> {
                     data: source.data.clone(),
                 }
             }
-            // Character and block devices, FIFOs, and vendor extensions:
-            // nothing a build context or a package needs.
+            // Character and block devices, FIFOs, sparse files and vendor
+            // extensions: nothing a build context or a package needs.
             _ => continue,
         };
         if entry.kind == EntryKind::File {
@@ -206,102 +202,6 @@ pub fn read_archive(bytes: &[u8]) -> Result<Vec<TarEntry>, TarError> {
         entries.push(entry);
     }
     Ok(entries)
-}
-
-/// PAX values that apply to the next entry.
-#[derive(Debug, Default)]
-struct PaxOverrides {
-    path: Option<String>,
-    linkpath: Option<String>,
-    size: Option<u64>,
-}
-
-impl PaxOverrides {
-    /// Parses `"<len> <key>=<value>\n"` records.
-    fn parse(&mut self, mut data: &[u8]) -> Result<(), TarError> {
-        let bad = || TarError::Malformed("bad PAX extended header".to_owned());
-        while !data.is_empty() {
-            if data.iter().all(|b| *b == 0) {
-                break;
-            }
-            let space = data.iter().position(|b| *b == b' ').ok_or_else(bad)?;
-            let length: usize = std::str::from_utf8(&data[..space])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(bad)?;
-            if length <= space + 1 || length > data.len() {
-                return Err(bad());
-            }
-            let record = &data[space + 1..length];
-            let record = record.strip_suffix(b"\n").unwrap_or(record);
-            let equals = record.iter().position(|b| *b == b'=').ok_or_else(bad)?;
-            let key = &record[..equals];
-            let value = String::from_utf8_lossy(&record[equals + 1..]).into_owned();
-            match key {
-                b"path" => self.path = Some(value),
-                b"linkpath" => self.linkpath = Some(value),
-                b"size" => self.size = Some(value.parse().map_err(|_| bad())?),
-                _ => {}
-            }
-            data = &data[length..];
-        }
-        Ok(())
-    }
-}
-
-fn verify_checksum(header: &[u8], offset: usize) -> Result<(), TarError> {
-    let stored = parse_numeric(&header[148..156])
-        .ok_or_else(|| TarError::Malformed(format!("bad checksum field in the header at byte {offset}")))?;
-    let unsigned: u64 = header
-        .iter()
-        .enumerate()
-        .map(|(i, b)| if (148..156).contains(&i) { 32 } else { u64::from(*b) })
-        .sum();
-    // Some old writers summed signed bytes.
-    let signed: i64 = header
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            if (148..156).contains(&i) {
-                32
-            } else {
-                i64::from(*b as i8)
-            }
-        })
-        .sum();
-    if stored == unsigned || i64::try_from(stored).is_ok_and(|s| s == signed) {
-        Ok(())
-    } else {
-        Err(TarError::Malformed(format!(
-            "header checksum mismatch at byte {offset}: not a tar archive, or a damaged one"
-        )))
-    }
-}
-
-/// An octal field (NUL or space terminated) or a GNU base-256 field.
-fn parse_numeric(field: &[u8]) -> Option<u64> {
-    if field.first().is_some_and(|b| b & 0x80 != 0) {
-        let mut value: u64 = u64::from(field[0] & 0x7f);
-        for byte in &field[1..] {
-            value = value.checked_mul(256)?.checked_add(u64::from(*byte))?;
-        }
-        return Some(value);
-    }
-    let text: String = field
-        .iter()
-        .map(|b| char::from(*b))
-        .skip_while(|c| *c == ' ')
-        .take_while(|c| c.is_digit(8))
-        .collect();
-    if text.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(&text, 8).ok()
-}
-
-fn c_string(field: &[u8]) -> String {
-    let end = field.iter().position(|b| *b == 0).unwrap_or(field.len());
-    String::from_utf8_lossy(&field[..end]).into_owned()
 }
 
 /// Normalizes an archive path: `None` for the root, an error for a path
@@ -326,195 +226,205 @@ fn normalize_path(raw: &str) -> Result<Option<String>, TarError> {
 
 /// Writes a tar archive with fixed metadata, so the same entries in the
 /// same order always give the same bytes.
-#[derive(Debug, Default)]
 pub struct TarWriter {
-    out: Vec<u8>,
+    builder: Builder<Vec<u8>>,
+}
+
+impl fmt::Debug for TarWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TarWriter")
+            .field("bytes", &self.builder.get_ref().len())
+            .finish()
+    }
+}
+
+impl Default for TarWriter {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl TarWriter {
     /// An empty archive.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            builder: Builder::new(Vec::new()),
+        }
     }
 
     /// Adds a directory (`path` without a trailing `/`).
     pub fn directory(&mut self, path: &str, mode: u32, uid: u32, gid: u32) -> Result<(), TarError> {
-        self.entry(&format!("{path}/"), b'5', mode, (uid, gid), "", &[])
+        self.entry(&format!("{path}/"), EntryType::Directory, mode, (uid, gid), None, &[])
     }
 
     /// Adds a regular file.
     pub fn file(&mut self, path: &str, mode: u32, uid: u32, gid: u32, data: &[u8]) -> Result<(), TarError> {
-        self.entry(path, b'0', mode, (uid, gid), "", data)
+        self.entry(path, EntryType::Regular, mode, (uid, gid), None, data)
     }
 
     /// Adds a symbolic link.
     pub fn symlink(&mut self, path: &str, target: &str, uid: u32, gid: u32) -> Result<(), TarError> {
-        self.entry(path, b'2', 0o777, (uid, gid), target, &[])
+        self.entry(path, EntryType::Symlink, 0o777, (uid, gid), Some(target), &[])
     }
 
     /// Ends the archive (two zero blocks) and returns its bytes.
-    pub fn finish(mut self) -> Vec<u8> {
-        self.out.extend_from_slice(&[0u8; BLOCK * 2]);
-        self.out
+    pub fn finish(self) -> Result<Vec<u8>, TarError> {
+        self.builder.into_inner().map_err(|source| TarError::Unwritable {
+            path: "(the end of the archive)".to_owned(),
+            source,
+        })
     }
 
     fn entry(
         &mut self,
         path: &str,
-        typeflag: u8,
+        entry_type: EntryType,
         mode: u32,
         (uid, gid): (u32, u32),
-        link: &str,
+        link: Option<&str>,
         data: &[u8],
     ) -> Result<(), TarError> {
-        let unwritable = |reason: &str| TarError::Unwritable {
+        let unwritable = |source: io::Error| TarError::Unwritable {
             path: path.to_owned(),
-            reason: reason.to_owned(),
+            source,
         };
-        if path.is_empty() || path.starts_with('/') || path.contains('\0') || link.contains('\0') {
-            return Err(unwritable("empty, absolute, or containing NUL"));
+        let invalid = |reason: &str| unwritable(io::Error::new(io::ErrorKind::InvalidInput, reason.to_owned()));
+        if path.is_empty() || path.starts_with('/') || path.split('/').any(|part| part == "..") {
+            return Err(invalid("a path must be relative and stay inside the archive"));
         }
-        let size = data.len() as u64;
-        if size > MAX_OCTAL_SIZE {
-            return Err(unwritable("larger than 8 GiB"));
+        if path.contains('\0') || link.is_some_and(|link| link.contains('\0')) {
+            return Err(invalid("a path or link target must not contain NUL"));
         }
-        if uid > 0o777_7777 || gid > 0o777_7777 {
-            return Err(unwritable("uid or gid too large"));
+        // What ustar cannot hold goes in PAX records: the full path or link
+        // target there, a stand-in in the header for readers without PAX.
+        let path_fits = Header::new_ustar().set_path(path).is_ok();
+        let link_fits = link.is_none_or(|link| Header::new_ustar().set_link_name(link).is_ok());
+        let mut header = Header::new_ustar();
+        header.set_entry_type(entry_type);
+        header.set_mode(mode & 0o7777);
+        header.set_uid(u64::from(uid));
+        header.set_gid(u64::from(gid));
+        header.set_mtime(0);
+        header.set_size(data.len() as u64);
+        header.set_device_major(0).map_err(unwritable)?;
+        header.set_device_minor(0).map_err(unwritable)?;
+        let mut pax: Vec<(&str, &[u8])> = Vec::new();
+        if path_fits {
+            header.set_path(path).map_err(unwritable)?;
+        } else {
+            pax.push(("path", path.as_bytes()));
+            header.set_path(fallback_name(path)).map_err(unwritable)?;
         }
-        let (name, prefix) = split_ustar_name(path);
-        let mut pax = Vec::new();
-        if name.is_none() {
-            pax_record(&mut pax, "path", path);
-        }
-        if link.len() > 100 {
-            pax_record(&mut pax, "linkpath", link);
+        if let Some(link) = link {
+            if link_fits {
+                header.set_link_name(link).map_err(unwritable)?;
+            } else {
+                pax.push(("linkpath", link.as_bytes()));
+                header.set_link_name(truncated(link, 100)).map_err(unwritable)?;
+            }
         }
         if !pax.is_empty() {
-            let short = format!("PaxHeaders/{}", fallback_name(path));
-            let header = ustar_header(short.as_bytes(), b"", 0o644, 0, 0, pax.len() as u64, b'x', b"");
-            self.out.extend_from_slice(&header);
-            self.push_data(&pax);
+            self.builder.append_pax_extensions(pax).map_err(unwritable)?;
         }
-        let (name, prefix) = match name {
-            Some(name) => (name, prefix),
-            None => (fallback_name(path).as_bytes().to_vec(), Vec::new()),
-        };
-        let link_field = if link.len() > 100 {
-            &link.as_bytes()[..100]
-        } else {
-            link.as_bytes()
-        };
-        let header = ustar_header(&name, &prefix, mode & 0o7777, uid, gid, size, typeflag, link_field);
-        self.out.extend_from_slice(&header);
-        self.push_data(data);
-        Ok(())
-    }
-
-    fn push_data(&mut self, data: &[u8]) {
-        self.out.extend_from_slice(data);
-        let padding = data.len().div_ceil(BLOCK) * BLOCK - data.len();
-        self.out.extend(std::iter::repeat_n(0u8, padding));
+        set_checksum(&mut header).map_err(unwritable)?;
+        self.builder.append(&header, data).map_err(unwritable)
     }
 }
 
-/// Splits a path into ustar `name` (≤ 100 bytes) and `prefix` (≤ 155
-/// bytes); `None` when it cannot be split.
-fn split_ustar_name(path: &str) -> (Option<Vec<u8>>, Vec<u8>) {
-    let bytes = path.as_bytes();
-    if bytes.len() <= 100 {
-        return (Some(bytes.to_vec()), Vec::new());
-    }
-    // The name part keeps a trailing '/' of a directory, so split at a '/'
-    // before the last byte.
-    for (index, byte) in bytes.iter().enumerate().take(bytes.len().saturating_sub(1)) {
-        if *byte == b'/' && index <= 155 && bytes.len() - index - 1 <= 100 && index > 0 {
-            return (Some(bytes[index + 1..].to_vec()), bytes[..index].to_vec());
-        }
-    }
-    (None, Vec::new())
+/// Sets the header's checksum as bosun has always written it: six octal
+/// digits, NUL, space (GNU tar's form; the `tar` crate writes seven digits
+/// and NUL, which readers take alike). Same value, same bytes as earlier
+/// releases, so a layer built again keeps its digest.
+fn set_checksum(header: &mut Header) -> io::Result<()> {
+    header.set_cksum();
+    let checksum = header.cksum()?;
+    header
+        .as_old_mut()
+        .cksum
+        .copy_from_slice(format!("{checksum:06o}\0 ").as_bytes());
+    Ok(())
 }
 
-/// A stand-in name for readers without PAX support: the last 99 bytes, cut
-/// at a character boundary.
+/// A stand-in name for readers without PAX support: the last component of
+/// `path`, cut to its last 99 bytes at a character boundary, with the
+/// trailing `/` of a directory.
 fn fallback_name(path: &str) -> String {
-    let mut start = path.len().saturating_sub(99);
-    while !path.is_char_boundary(start) {
+    let (trimmed, slash) = match path.strip_suffix('/') {
+        Some(trimmed) => (trimmed, "/"),
+        None => (path, ""),
+    };
+    let last = trimmed.rsplit('/').next().unwrap_or(trimmed);
+    let mut start = last.len().saturating_sub(99);
+    while !last.is_char_boundary(start) {
         start += 1;
     }
-    path[start..].to_owned()
+    format!("{}{slash}", &last[start..])
 }
 
-fn pax_record(out: &mut Vec<u8>, key: &str, value: &str) {
-    let base = key.len() + value.len() + 3;
-    let mut length = base + 1;
-    while length != base + length.to_string().len() {
-        length = base + length.to_string().len();
+/// The first `limit` bytes of `text` at most, cut at a character boundary.
+fn truncated(text: &str, limit: usize) -> &str {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
-    out.extend_from_slice(format!("{length} {key}={value}\n").as_bytes());
-}
-
-#[allow(clippy::too_many_arguments)]
-fn ustar_header(
-    name: &[u8],
-    prefix: &[u8],
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    typeflag: u8,
-    link: &[u8],
-) -> [u8; BLOCK] {
-    let mut header = [0u8; BLOCK];
-    let put = |header: &mut [u8; BLOCK], at: usize, value: &[u8]| {
-        header[at..at + value.len()].copy_from_slice(value);
-    };
-    put(&mut header, 0, &name[..name.len().min(100)]);
-    put(&mut header, 100, format!("{mode:07o}\0").as_bytes());
-    put(&mut header, 108, format!("{uid:07o}\0").as_bytes());
-    put(&mut header, 116, format!("{gid:07o}\0").as_bytes());
-    put(&mut header, 124, format!("{size:011o}\0").as_bytes());
-    put(&mut header, 136, b"00000000000\0");
-    put(&mut header, 148, b"        ");
-    header[156] = typeflag;
-    put(&mut header, 157, &link[..link.len().min(100)]);
-    put(&mut header, 257, b"ustar\0");
-    put(&mut header, 263, b"00");
-    put(&mut header, 329, b"0000000\0");
-    put(&mut header, 337, b"0000000\0");
-    put(&mut header, 345, &prefix[..prefix.len().min(155)]);
-    let checksum: u32 = header.iter().map(|b| u32::from(*b)).sum();
-    put(&mut header, 148, format!("{checksum:06o}\0 ").as_bytes());
-    header
+    &text[..end]
 }
 
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
+
+    /// A one-entry archive with exactly this name in its header, as a
+    /// hostile writer would make it (the writer here refuses such names).
+    fn raw_archive(name: &[u8], entry_type: EntryType, link: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut header = Header::new_ustar();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name);
+        header.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+        header.set_entry_type(entry_type);
+        header.set_mode(0o644);
+        header.set_size(data.len() as u64);
+        header.set_cksum();
+        let mut builder = Builder::new(Vec::new());
+        builder.append(&header, data).unwrap();
+        builder.into_inner().unwrap()
+    }
 
     #[test]
     fn written_archives_read_back() {
         let long = format!("{}/{}", "d".repeat(120), "f".repeat(90));
         let very_long = "x/".repeat(200) + "file.txt";
+        let long_dir = "y".repeat(130);
         let mut writer = TarWriter::new();
         writer.directory("app", 0o755, 0, 0).unwrap();
         writer.file("app/run.sh", 0o755, 0, 0, b"#!/bin/sh\necho hi\n").unwrap();
         writer.file(&long, 0o644, 1000, 1000, b"long").unwrap();
         writer.file(&very_long, 0o644, 0, 0, &[7u8; 1000]).unwrap();
         writer.symlink("app/link", &"t".repeat(150), 0, 0).unwrap();
-        let bytes = writer.finish();
+        writer.directory(&long_dir, 0o755, 0, 0).unwrap();
+        let bytes = writer.finish().unwrap();
         assert_eq!(bytes.len() % BLOCK, 0);
 
         let entries = read_archive(&bytes).unwrap();
         let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,
-            vec!["app", "app/run.sh", long.as_str(), very_long.as_str(), "app/link"]
+            vec![
+                "app",
+                "app/run.sh",
+                long.as_str(),
+                very_long.as_str(),
+                "app/link",
+                long_dir.as_str()
+            ]
         );
         assert_eq!(entries[0].kind, EntryKind::Directory);
         assert!(entries[1].is_executable());
         assert_eq!(entries[1].data, b"#!/bin/sh\necho hi\n");
         assert_eq!(entries[3].data.len(), 1000);
         assert_eq!(entries[4].kind, EntryKind::Symlink("t".repeat(150)));
+        assert_eq!(entries[5].kind, EntryKind::Directory);
     }
 
     #[test]
@@ -522,28 +432,127 @@ mod tests {
         let build = || {
             let mut writer = TarWriter::new();
             writer.file("a.txt", 0o644, 0, 0, b"a").unwrap();
-            writer.finish()
+            writer.file(&"p/".repeat(200), 0o644, 0, 0, b"b").unwrap();
+            writer.finish().unwrap()
         };
         assert_eq!(build(), build());
     }
 
+    /// What earlier releases wrote, byte for byte, for paths and link
+    /// targets that fit ustar: an image built again from the same context
+    /// after an upgrade keeps its layer digests.
     #[test]
-    fn unsafe_and_broken_archives_are_refused() {
+    fn written_archives_are_byte_for_byte_what_earlier_releases_wrote() {
         let mut writer = TarWriter::new();
-        writer.file("ok/../../etc/passwd", 0o644, 0, 0, b"x").unwrap();
-        assert!(matches!(read_archive(&writer.finish()), Err(TarError::UnsafePath(_))));
+        writer.directory("app", 0o755, 0, 0).unwrap();
+        writer.file("app/run.sh", 0o755, 0, 0, b"#!/bin/sh\necho hi\n").unwrap();
+        writer.file("app/config.json", 0o600, 1000, 1000, b"{}").unwrap();
+        writer.symlink("app/link", "run.sh", 0, 0).unwrap();
+        writer.file("empty", 0o644, 0, 0, b"").unwrap();
+        let bytes = writer.finish().unwrap();
+        let hex: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "275441eddf7c88d41267c1b4be62d134eea77e8a3898b1c6deeef9847a3a1468");
+    }
+
+    #[test]
+    fn unsafe_paths_are_refused_both_ways() {
+        for name in [&b"ok/../../etc/passwd"[..], b"/etc/passwd", b".."] {
+            let archive = raw_archive(name, EntryType::Regular, b"", b"x");
+            assert!(
+                matches!(read_archive(&archive), Err(TarError::UnsafePath(_))),
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        // A hard link cannot reach outside either.
+        let mut archive = raw_archive(b"a.txt", EntryType::Regular, b"", b"x");
+        archive.truncate(archive.len() - 2 * BLOCK);
+        archive.extend(raw_archive(b"b.txt", EntryType::Link, b"../a.txt", b""));
+        assert!(matches!(read_archive(&archive), Err(TarError::UnsafePath(_))));
 
         let mut writer = TarWriter::new();
-        writer.file("a.txt", 0o644, 0, 0, b"hello").unwrap();
-        let mut bytes = writer.finish();
-        bytes[10] ^= 0x55;
-        assert!(matches!(read_archive(&bytes), Err(TarError::Malformed(_))));
-        assert!(matches!(read_archive(&[1u8; 100]), Err(TarError::Malformed(_))));
+        for path in ["../x", "a/../../x", "/etc/passwd", "", "a\0b"] {
+            assert!(
+                matches!(writer.file(path, 0o644, 0, 0, b"x"), Err(TarError::Unwritable { .. })),
+                "{path:?}"
+            );
+        }
+        assert!(writer.symlink("l", "a\0b", 0, 0).is_err());
+        assert!(
+            read_archive(&writer.finish().unwrap()).unwrap().is_empty(),
+            "nothing was written"
+        );
+    }
+
+    #[test]
+    fn hard_links_are_resolved_to_an_earlier_file_or_refused() {
+        let mut archive = raw_archive(b"a.txt", EntryType::Regular, b"", b"content");
+        archive.truncate(archive.len() - 2 * BLOCK);
+        archive.extend(raw_archive(b"b.txt", EntryType::Link, b"./a.txt", b""));
+        let entries = read_archive(&archive).unwrap();
+        assert_eq!(entries[1].path, "b.txt");
+        assert_eq!(
+            (&entries[1].kind, entries[1].data.as_slice()),
+            (&EntryKind::File, &b"content"[..])
+        );
+
+        let dangling = raw_archive(b"b.txt", EntryType::Link, b"a.txt", b"");
+        assert!(matches!(
+            read_archive(&dangling),
+            Err(TarError::DanglingHardLink { .. })
+        ));
+    }
+
+    #[test]
+    fn broken_truncated_and_oversized_archives_are_refused() {
+        let mut writer = TarWriter::new();
+        writer.file("a.txt", 0o644, 0, 0, &[7u8; 2000]).unwrap();
+        writer.file("b.txt", 0o644, 0, 0, b"hello").unwrap();
+        let bytes = writer.finish().unwrap();
+
+        let mut damaged = bytes.clone();
+        damaged[10] ^= 0x55;
+        assert!(matches!(read_archive(&damaged), Err(TarError::Malformed { .. })));
+        // Cut in the first entry's data, in the second header, and in the
+        // second entry's data.
+        assert!(matches!(
+            read_archive(&bytes[..BLOCK + 1000]),
+            Err(TarError::CutShort {
+                read: 1000,
+                size: 2000,
+                ..
+            })
+        ));
+        assert!(matches!(
+            read_archive(&bytes[..5 * BLOCK + 100]),
+            Err(TarError::Malformed { .. })
+        ));
+        assert!(matches!(
+            read_archive(&bytes[..6 * BLOCK + 2]),
+            Err(TarError::CutShort { read: 2, size: 5, .. })
+        ));
+        // An archive without its two zero blocks is whole.
+        assert_eq!(read_archive(&bytes[..7 * BLOCK]).unwrap().len(), 2);
+
+        // A header claiming 8 GiB over 10 bytes: refused, nothing that size
+        // is allocated.
+        let mut oversized = raw_archive(b"big.bin", EntryType::Regular, b"", &[1u8; 10]);
+        let mut header = Header::new_ustar();
+        header.as_mut_bytes().copy_from_slice(&oversized[..BLOCK]);
+        header.set_size(8 << 30);
+        header.set_cksum();
+        oversized[..BLOCK].copy_from_slice(header.as_bytes());
+        assert!(matches!(
+            read_archive(&oversized),
+            Err(TarError::CutShort { size, .. }) if size == 8 << 30
+        ));
+
+        assert!(matches!(read_archive(&[1u8; 100]), Err(TarError::Malformed { .. })));
         assert!(read_archive(&[]).unwrap().is_empty());
     }
 
     #[test]
-    fn gnu_tar_archives_are_read() {
+    fn gnu_tar_archives_are_read_and_written_ones_are_listed_by_gnu_tar() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let long = "n".repeat(130);
         std::fs::create_dir_all(dir.path().join("ctx/sub")).unwrap();
@@ -576,5 +585,25 @@ mod tests {
                     .any(|e| e.path == "sub" && e.kind == EntryKind::Directory)
             );
         }
+
+        // What the writer makes, GNU tar lists with the full paths.
+        let very_long = "x/".repeat(200) + "file.txt";
+        let mut writer = TarWriter::new();
+        writer.file("short.txt", 0o644, 0, 0, b"a").unwrap();
+        writer.file(&very_long, 0o644, 0, 0, b"b").unwrap();
+        writer.symlink("link", &"t".repeat(150), 0, 0).unwrap();
+        let archive = dir.path().join("written.tar");
+        std::fs::write(&archive, writer.finish().unwrap()).unwrap();
+        let listing = std::process::Command::new("tar")
+            .arg("-tf")
+            .arg(&archive)
+            .output()
+            .unwrap();
+        assert!(listing.status.success(), "{}", String::from_utf8_lossy(&listing.stderr));
+        let names: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(names, ["short.txt", very_long.as_str(), "link"]);
     }
 }

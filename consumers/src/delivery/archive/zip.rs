@@ -8,12 +8,21 @@
 //! its content, which the feed's immutability check relies on. NuGet reads
 //! stored entries like deflated ones.
 //!
+//! The writer stays bosun's own, on purpose: the `zip` crate writes a
+//! stored entry as "version needed 1.0" made by Unix 4.5, where bosun has
+//! always written 2.0 made by MS-DOS; with it, every package packed again
+//! after an upgrade would get another SHA-512, and a feed that already has
+//! that version (a retried or replayed publish) would refuse it as a
+//! version conflict. The bytes are pinned by a test.
+//!
 //! [`read_central_directory`] and [`extract`] read ready-made packages
-//! (`dotnet pack` output): stored and deflated entries, CRC-checked, with
-//! a size limit against decompression bombs. ZIP64 archives (over 4 GiB or
-//! 65,535 entries) are refused.
+//! (`dotnet pack` output), which are untrusted input, with the `zip` crate:
+//! stored and deflated entries (ZIP64 included), CRC-checked, and never
+//! more than [`MAX_ENTRY_BYTES`] inflated per entry, whatever the archive
+//! declares, against decompression bombs.
 
 use std::fmt;
+use std::io::{Cursor, Read as _};
 
 /// Largest entry [`extract`] inflates.
 pub const MAX_ENTRY_BYTES: usize = 256 * 1024 * 1024;
@@ -25,45 +34,57 @@ const LOCAL_HEADER: u32 = 0x0403_4b50;
 const CENTRAL_HEADER: u32 = 0x0201_4b50;
 const END_OF_CENTRAL_DIRECTORY: u32 = 0x0605_4b50;
 
-/// Why an archive could not be written or read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why an archive could not be written or read. Every variant is
+/// permanent: the same bytes fail the same way again.
+#[derive(Debug, thiserror::Error)]
 pub enum ZipError {
-    /// Too large for a plain ZIP (4 GiB, 65,535 entries).
+    /// Too large: to write as a plain ZIP (4 GiB, 65,535 entries), or an
+    /// entry to extract (over [`MAX_ENTRY_BYTES`]).
     #[error("zip archive too large: {0}")]
     TooLarge(String),
-    /// Not a ZIP, or a damaged one.
-    #[error("malformed zip archive: {0}")]
-    Malformed(String),
-    /// A compression method other than stored or deflate, or ZIP64.
-    #[error("unsupported zip archive: {0}")]
-    Unsupported(String),
+    /// Not a ZIP, or a damaged one, as the `zip` crate reads it.
+    #[error("malformed zip archive ({what}): {source}")]
+    Malformed {
+        /// What was being read.
+        what: String,
+        /// What the reader found.
+        #[source]
+        source: zip::result::ZipError,
+    },
+    /// A compression method other than stored or deflate, or encryption.
+    #[error("unsupported zip archive ({what}): {source}")]
+    Unsupported {
+        /// What was being read.
+        what: String,
+        /// What the reader found.
+        #[source]
+        source: zip::result::ZipError,
+    },
+    /// An entry inflates to another size than the archive says.
+    #[error("malformed zip archive: `{name}` does not inflate to the {size} bytes its header says")]
+    WrongSize {
+        /// The entry.
+        name: String,
+        /// The size its header declares.
+        size: u64,
+    },
 }
 
-/// CRC-32 (IEEE, as ZIP uses it).
-pub fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for byte in bytes {
-        crc = CRC_TABLE[usize::from((crc as u8) ^ byte)] ^ (crc >> 8);
-    }
-    !crc
-}
-
-const CRC_TABLE: [u32; 256] = crc_table();
-
-const fn crc_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
-    let mut n = 0;
-    while n < 256 {
-        let mut c = n as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
-            k += 1;
+impl ZipError {
+    /// A reading error of the `zip` crate, by kind.
+    fn reading(what: impl Into<String>, source: zip::result::ZipError) -> Self {
+        let what = what.into();
+        match &source {
+            zip::result::ZipError::UnsupportedArchive(_)
+            | zip::result::ZipError::CompressionMethodNotSupported(_)
+            | zip::result::ZipError::InvalidPassword => Self::Unsupported { what, source },
+            // A method it cannot inflate shows when the entry is read.
+            zip::result::ZipError::Io(err) if err.kind() == std::io::ErrorKind::Unsupported => {
+                Self::Unsupported { what, source }
+            }
+            _ => Self::Malformed { what, source },
         }
-        table[n] = c;
-        n += 1;
     }
-    table
 }
 
 /// Writes a ZIP of stored entries, deterministically.
@@ -100,7 +121,7 @@ impl ZipWriter {
         }
         // Bit 11: the name is UTF-8.
         let flags: u16 = if name.is_ascii() { 0 } else { 0x0800 };
-        let crc = crc32(data);
+        let crc = crc32fast::hash(data);
 
         let local = &mut self.out;
         local.extend_from_slice(&LOCAL_HEADER.to_le_bytes());
@@ -163,132 +184,113 @@ impl ZipWriter {
 /// One entry of a central directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZipEntry {
-    /// The entry's name.
+    /// The entry's name, as written (UTF-8, invalid bytes replaced).
     pub name: String,
-    /// 0 (stored) or 8 (deflate).
-    method: u16,
-    crc: u32,
-    compressed_size: usize,
-    /// Size of the content.
-    pub size: usize,
-    local_offset: usize,
+    /// Size of the content, as the archive declares it.
+    pub size: u64,
+    /// Its place in the central directory.
+    index: usize,
 }
 
-fn u16_at(bytes: &[u8], at: usize) -> Result<u16, ZipError> {
-    bytes
-        .get(at..at + 2)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .ok_or_else(|| ZipError::Malformed("cut short".to_owned()))
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Result<u32, ZipError> {
-    bytes
-        .get(at..at + 4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .ok_or_else(|| ZipError::Malformed("cut short".to_owned()))
-}
-
-fn usize_of(value: u32) -> usize {
-    usize::try_from(value).unwrap_or(usize::MAX)
+fn open(bytes: &[u8]) -> Result<zip::ZipArchive<Cursor<&[u8]>>, ZipError> {
+    zip::ZipArchive::new(Cursor::new(bytes)).map_err(|err| ZipError::reading("central directory", err))
 }
 
 /// Lists the entries of an archive.
 pub fn read_central_directory(bytes: &[u8]) -> Result<Vec<ZipEntry>, ZipError> {
-    if bytes.len() < 22 {
-        return Err(ZipError::Malformed("too short for a zip archive".to_owned()));
-    }
-    // The end record is in the last 22 + 65,535 (comment) bytes.
-    let earliest = bytes.len().saturating_sub(22 + usize::from(u16::MAX));
-    let end = (earliest..=bytes.len() - 22)
-        .rev()
-        .find(|at| u32_at(bytes, *at).is_ok_and(|sig| sig == END_OF_CENTRAL_DIRECTORY))
-        .ok_or_else(|| ZipError::Malformed("no end of central directory: not a zip archive".to_owned()))?;
-    let count = usize::from(u16_at(bytes, end + 10)?);
-    let size = u32_at(bytes, end + 12)?;
-    let offset = u32_at(bytes, end + 16)?;
-    if count == usize::from(u16::MAX) || size == u32::MAX || offset == u32::MAX {
-        return Err(ZipError::Unsupported("ZIP64 archives are not supported".to_owned()));
-    }
-    let mut at = usize_of(offset);
-    let mut entries = Vec::with_capacity(count);
-    for _ in 0..count {
-        if u32_at(bytes, at)? != CENTRAL_HEADER {
-            return Err(ZipError::Malformed("bad central directory entry".to_owned()));
-        }
-        let method = u16_at(bytes, at + 10)?;
-        let crc = u32_at(bytes, at + 16)?;
-        let compressed_size = u32_at(bytes, at + 20)?;
-        let size = u32_at(bytes, at + 24)?;
-        let name_len = usize::from(u16_at(bytes, at + 28)?);
-        let extra_len = usize::from(u16_at(bytes, at + 30)?);
-        let comment_len = usize::from(u16_at(bytes, at + 32)?);
-        let local_offset = u32_at(bytes, at + 42)?;
-        if compressed_size == u32::MAX || size == u32::MAX || local_offset == u32::MAX {
-            return Err(ZipError::Unsupported("ZIP64 entries are not supported".to_owned()));
-        }
-        let name = bytes
-            .get(at + 46..at + 46 + name_len)
-            .ok_or_else(|| ZipError::Malformed("entry name cut short".to_owned()))?;
-        entries.push(ZipEntry {
-            name: String::from_utf8_lossy(name).into_owned(),
-            method,
-            crc,
-            compressed_size: usize_of(compressed_size),
-            size: usize_of(size),
-            local_offset: usize_of(local_offset),
-        });
-        at += 46 + name_len + extra_len + comment_len;
-    }
-    Ok(entries)
+    let mut archive = open(bytes)?;
+    (0..archive.len())
+        .map(|index| {
+            let file = archive
+                .by_index_raw(index)
+                .map_err(|err| ZipError::reading(format!("entry {index}"), err))?;
+            Ok(ZipEntry {
+                name: String::from_utf8_lossy(file.name_raw()).into_owned(),
+                size: file.size(),
+                index,
+            })
+        })
+        .collect()
 }
 
-/// The content of one entry, inflated and CRC-checked.
+/// The content of one entry, inflated and CRC-checked; never more than
+/// [`MAX_ENTRY_BYTES`], whatever the archive declares.
 pub fn extract(bytes: &[u8], entry: &ZipEntry) -> Result<Vec<u8>, ZipError> {
-    let at = entry.local_offset;
-    if u32_at(bytes, at)? != LOCAL_HEADER {
-        return Err(ZipError::Malformed(format!("bad local header of `{}`", entry.name)));
+    let too_large = || ZipError::TooLarge(format!("`{}` is over {MAX_ENTRY_BYTES} bytes", entry.name));
+    if entry.size > MAX_ENTRY_BYTES as u64 {
+        return Err(too_large());
     }
-    let name_len = usize::from(u16_at(bytes, at + 26)?);
-    let extra_len = usize::from(u16_at(bytes, at + 28)?);
-    let start = at + 30 + name_len + extra_len;
-    let data = start
-        .checked_add(entry.compressed_size)
-        .and_then(|end| bytes.get(start..end))
-        .ok_or_else(|| ZipError::Malformed(format!("`{}` is cut short", entry.name)))?;
-    if entry.size > MAX_ENTRY_BYTES {
-        return Err(ZipError::TooLarge(format!(
-            "`{}` is over {MAX_ENTRY_BYTES} bytes",
-            entry.name
-        )));
+    let mut archive = open(bytes)?;
+    let file = archive
+        .by_index(entry.index)
+        .map_err(|err| ZipError::reading(format!("`{}`", entry.name), err))?;
+    let declared = file.size();
+    if declared != entry.size {
+        return Err(ZipError::WrongSize {
+            name: entry.name.clone(),
+            size: entry.size,
+        });
     }
-    let content = match entry.method {
-        0 => data.to_vec(),
-        8 => miniz_oxide::inflate::decompress_to_vec_with_limit(data, entry.size.max(1))
-            .map_err(|err| ZipError::Malformed(format!("`{}` does not inflate: {err:?}", entry.name)))?,
-        other => {
-            return Err(ZipError::Unsupported(format!(
-                "`{}` uses compression method {other} (only stored and deflate are read)",
-                entry.name
-            )));
-        }
-    };
-    if content.len() != entry.size || crc32(&content) != entry.crc {
-        return Err(ZipError::Malformed(format!(
-            "`{}` fails its size or CRC check",
-            entry.name
-        )));
+    // One byte more than declared tells a lying header without inflating
+    // further; the CRC is checked when the entry is read to its end.
+    let mut content = Vec::new();
+    file.take(declared + 1)
+        .read_to_end(&mut content)
+        .map_err(|err| ZipError::reading(format!("`{}`", entry.name), err.into()))?;
+    if content.len() as u64 != declared {
+        return Err(ZipError::WrongSize {
+            name: entry.name.clone(),
+            size: declared,
+        });
     }
     Ok(content)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
-    #[test]
-    fn crc32_matches_the_reference_value() {
-        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
-        assert_eq!(crc32(b""), 0);
+    /// A one-entry archive built by hand: `method` 0 (stored) or 8
+    /// (deflate), with the CRC and sizes its headers declare.
+    fn one_entry(name: &[u8], method: u16, stored: &[u8], crc: u32, declared_size: u32) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let fields = |b: &mut Vec<u8>| {
+            b.extend_from_slice(&method.to_le_bytes());
+            b.extend_from_slice(&[0, 0, 0x21, 0]); // time, date
+            b.extend_from_slice(&crc.to_le_bytes());
+            b.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+            b.extend_from_slice(&declared_size.to_le_bytes());
+            b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        };
+        bytes.extend_from_slice(&LOCAL_HEADER.to_le_bytes());
+        bytes.extend_from_slice(&[20, 0, 0, 0]); // version, flags
+        fields(&mut bytes);
+        bytes.extend_from_slice(&[0, 0]);
+        bytes.extend_from_slice(name);
+        bytes.extend_from_slice(stored);
+        let central_at = bytes.len() as u32;
+        bytes.extend_from_slice(&CENTRAL_HEADER.to_le_bytes());
+        bytes.extend_from_slice(&[20, 0, 20, 0, 0, 0]); // made by, version, flags
+        fields(&mut bytes);
+        bytes.extend_from_slice(&[0; 16]); // extra, comment, disk, attributes, offset 0
+        bytes.extend_from_slice(name);
+        let central_size = bytes.len() as u32 - central_at;
+        bytes.extend_from_slice(&END_OF_CENTRAL_DIRECTORY.to_le_bytes());
+        bytes.extend_from_slice(&[0, 0, 0, 0, 1, 0, 1, 0]);
+        bytes.extend_from_slice(&central_size.to_le_bytes());
+        bytes.extend_from_slice(&central_at.to_le_bytes());
+        bytes.extend_from_slice(&[0, 0]);
+        bytes
+    }
+
+    fn deflate(content: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
+        encoder.write_all(content).unwrap();
+        encoder.finish().unwrap()
     }
 
     #[test]
@@ -310,48 +312,80 @@ mod tests {
         assert_eq!(extract(&bytes, &entries[2]).unwrap(), b"");
     }
 
+    /// What earlier releases wrote, byte for byte: a package packed again
+    /// must keep its SHA-512, or the feed refuses the version as changed.
     #[test]
-    fn deflated_entries_are_read() {
-        let content = b"deflate me ".repeat(100);
-        let compressed = miniz_oxide::deflate::compress_to_vec(&content, 6);
-        // A one-entry archive with a deflated entry, built by hand.
-        let mut bytes = Vec::new();
-        let name = b"x.nuspec";
-        let sizes = |b: &mut Vec<u8>| {
-            b.extend_from_slice(&crc32(&content).to_le_bytes());
-            b.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
-            b.extend_from_slice(&(content.len() as u32).to_le_bytes());
-            b.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        };
-        bytes.extend_from_slice(&LOCAL_HEADER.to_le_bytes());
-        bytes.extend_from_slice(&[20, 0, 0, 0, 8, 0, 0, 0, 0x21, 0]);
-        sizes(&mut bytes);
-        bytes.extend_from_slice(&[0, 0]);
-        bytes.extend_from_slice(name);
-        bytes.extend_from_slice(&compressed);
-        let central_at = bytes.len() as u32;
-        bytes.extend_from_slice(&CENTRAL_HEADER.to_le_bytes());
-        bytes.extend_from_slice(&[20, 0, 20, 0, 0, 0, 8, 0, 0, 0, 0x21, 0]);
-        sizes(&mut bytes);
-        bytes.extend_from_slice(&[0; 16]); // extra, comment, disk, attributes, offset 0
-        bytes.extend_from_slice(name);
-        let central_size = bytes.len() as u32 - central_at;
-        bytes.extend_from_slice(&END_OF_CENTRAL_DIRECTORY.to_le_bytes());
-        bytes.extend_from_slice(&[0, 0, 0, 0, 1, 0, 1, 0]);
-        bytes.extend_from_slice(&central_size.to_le_bytes());
-        bytes.extend_from_slice(&central_at.to_le_bytes());
-        bytes.extend_from_slice(&[0, 0]);
-
+    fn written_archives_are_byte_for_byte_what_earlier_releases_wrote() {
+        let mut writer = ZipWriter::new();
+        writer.add("_rels/.rels", b"<Relationships/>").unwrap();
+        writer.add("content/caf\u{e9}.txt", b"hello").unwrap();
+        writer.add("empty", b"").unwrap();
+        let bytes = writer.finish().unwrap();
+        let hex: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "b87f067f7dc5909fa2e57e73c9598ebdafe44f0cdc82c39a58bec8446c6bb334");
         let entries = read_central_directory(&bytes).unwrap();
-        assert_eq!(extract(&bytes, &entries[0]).unwrap(), content);
-        let mut damaged = bytes.clone();
-        let at = 30 + name.len() + 3;
-        damaged[at] ^= 0xff;
-        assert!(extract(&damaged, &read_central_directory(&damaged).unwrap()[0]).is_err());
+        assert_eq!(entries[1].name, "content/caf\u{e9}.txt", "a UTF-8 name");
     }
 
     #[test]
-    fn other_bytes_are_not_a_zip() {
+    fn deflated_entries_are_read_and_checked() {
+        let content = b"deflate me ".repeat(100);
+        let compressed = deflate(&content);
+        let crc = crc32fast::hash(&content);
+        let bytes = one_entry(b"x.nuspec", 8, &compressed, crc, content.len() as u32);
+        let entries = read_central_directory(&bytes).unwrap();
+        assert_eq!(entries[0].size, content.len() as u64);
+        assert_eq!(extract(&bytes, &entries[0]).unwrap(), content);
+
+        let mut damaged = bytes.clone();
+        damaged[30 + 8 + 3] ^= 0xff;
+        assert!(extract(&damaged, &read_central_directory(&damaged).unwrap()[0]).is_err());
+        let wrong_crc = one_entry(b"x.nuspec", 8, &compressed, crc ^ 1, content.len() as u32);
+        assert!(extract(&wrong_crc, &read_central_directory(&wrong_crc).unwrap()[0]).is_err());
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_stopped_at_its_declared_size_or_the_limit() {
+        // 10 MiB of zeros deflates to a few KiB.
+        let content = vec![0u8; 10 * 1024 * 1024];
+        let compressed = deflate(&content);
+        let crc = crc32fast::hash(&content);
+        // A header that understates the size: reading stops past it.
+        let lying = one_entry(b"bomb.bin", 8, &compressed, crc, 1024);
+        let entries = read_central_directory(&lying).unwrap();
+        let refused = extract(&lying, &entries[0]);
+        assert!(
+            matches!(refused, Err(ZipError::WrongSize { .. } | ZipError::Malformed { .. })),
+            "{refused:?}"
+        );
+        // A header that declares more than the limit: nothing is inflated.
+        let huge = one_entry(b"bomb.bin", 8, &compressed, crc, (MAX_ENTRY_BYTES + 1) as u32);
+        let entries = read_central_directory(&huge).unwrap();
+        assert!(matches!(extract(&huge, &entries[0]), Err(ZipError::TooLarge(_))));
+    }
+
+    #[test]
+    fn other_methods_truncated_archives_and_other_bytes_are_refused() {
+        let bzip2 = one_entry(b"x.bin", 12, b"BZh9", 0, 4);
+        let entries = read_central_directory(&bzip2).unwrap();
+        assert!(matches!(
+            extract(&bzip2, &entries[0]),
+            Err(ZipError::Unsupported { .. })
+        ));
+
+        let mut writer = ZipWriter::new();
+        writer.add("a.txt", &[7u8; 1000]).unwrap();
+        let bytes = writer.finish().unwrap();
+        for cut in [bytes.len() - 1, bytes.len() / 2, 30, 4] {
+            let truncated = &bytes[..cut];
+            let read = read_central_directory(truncated).and_then(|entries| {
+                entries
+                    .iter()
+                    .map(|e| extract(truncated, e))
+                    .collect::<Result<Vec<_>, _>>()
+            });
+            assert!(read.is_err(), "cut at {cut}");
+        }
         assert!(read_central_directory(b"not a zip archive, just text").is_err());
         assert!(read_central_directory(b"").is_err());
     }

@@ -676,7 +676,7 @@ fn write_layer(layer: &BTreeMap<String, LayerEntry>) -> Result<Vec<u8>, tar::Tar
             EntryKind::Symlink(target) => writer.symlink(path, target, entry.uid, entry.gid)?,
         }
     }
-    Ok(writer.finish())
+    writer.finish()
 }
 
 /// `ENTRYPOINT`/`CMD`: the exec form as is, the shell form through
@@ -757,7 +757,7 @@ mod tests {
         for (path, data, mode) in files {
             writer.file(path, *mode, 0, 0, data).unwrap();
         }
-        writer.finish()
+        writer.finish().unwrap()
     }
 
     fn build(files: &[(&str, &[u8], u32)], args: &[(&str, &str)]) -> Result<OciImage, BuildError> {

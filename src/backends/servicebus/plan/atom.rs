@@ -1,6 +1,11 @@
-//! Reading the management API's answers: a small XML reader (elements,
-//! attributes, text, entities; no DTDs) and the ATOM feeds and entries the
-//! answers are made of.
+//! Reading the management API's answers: their XML, read with
+//! `quick-xml` into a small element tree (elements, attributes, text; no
+//! DTDs), and the ATOM feeds and entries the answers are made of.
+
+use quick_xml::XmlVersion;
+use quick_xml::escape::resolve_predefined_entity;
+use quick_xml::events::{BytesStart, Event};
+use quick_xml::reader::Reader;
 
 /// An ATOM entry from the management API: its title and the description
 /// inside its content (`QueueDescription`, `RuleDescription`, ...).
@@ -33,10 +38,23 @@ pub(crate) enum AtomDocument {
     Feed(Vec<AtomEntry>),
 }
 
-/// An answer that is not the ATOM bosun expects.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unreadable ATOM document: {0}")]
-pub(crate) struct AtomError(pub(crate) String);
+/// An answer that is not the ATOM bosun expects. The management call
+/// that got it fails with `InvalidResponse`; nothing is applied from it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AtomError {
+    /// Not well-formed XML (as `quick-xml` reads it) at this byte offset.
+    #[error("unreadable ATOM document: not well-formed XML at byte {position}: {source}")]
+    Xml {
+        /// Byte offset of the reader when it failed.
+        position: u64,
+        /// What the XML reader found.
+        #[source]
+        source: quick_xml::Error,
+    },
+    /// Well-formed, but not the document the management API sends.
+    #[error("unreadable ATOM document: {0}")]
+    Shape(String),
+}
 
 /// Reads a management API answer.
 pub(crate) fn parse_atom(text: &str) -> Result<AtomDocument, AtomError> {
@@ -45,7 +63,7 @@ pub(crate) fn parse_atom(text: &str) -> Result<AtomDocument, AtomError> {
         let description = element
             .child("content")
             .and_then(|content| content.children.first())
-            .ok_or_else(|| AtomError("an entry without content".to_owned()))?;
+            .ok_or_else(|| AtomError::Shape("an entry without content".to_owned()))?;
         Ok(AtomEntry {
             title: element.child_text("title").unwrap_or_default().trim().to_owned(),
             description: description.clone(),
@@ -60,7 +78,9 @@ pub(crate) fn parse_atom(text: &str) -> Result<AtomDocument, AtomError> {
                 .map(entry)
                 .collect::<Result<_, _>>()?,
         )),
-        other => Err(AtomError(format!("root element `{other}`, expected entry or feed"))),
+        other => Err(AtomError::Shape(format!(
+            "root element `{other}`, expected entry or feed"
+        ))),
     }
 }
 
@@ -98,160 +118,97 @@ impl XmlElement {
     }
 }
 
-fn local_name(name: &str) -> &str {
-    name.rsplit_once(':').map_or(name, |(_, local)| local)
-}
-
-/// A small XML reader for the management API's answers: elements,
-/// attributes, text, CDATA, comments, the XML declaration; no DTDs (a
-/// DOCTYPE is skipped, entities other than the predefined and numeric ones
-/// are kept as written).
+/// Reads one XML document into elements with `quick-xml`: elements,
+/// attributes, text, CDATA; comments, processing instructions and the XML
+/// declaration are skipped; a DOCTYPE is skipped and never expanded, so
+/// entities other than the predefined and numeric ones are kept as
+/// written. End tags must match their start tags, and there must be
+/// exactly one root element.
 pub(crate) fn parse_xml(text: &str) -> Result<XmlElement, AtomError> {
-    let error = |what: &str| AtomError(what.to_owned());
+    let mut reader = Reader::from_str(text);
+    // Text is kept whole (a value split around `&amp;` keeps its spaces).
+    reader.config_mut().trim_text(false);
     let mut stack: Vec<XmlElement> = Vec::new();
-    let mut root = None;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let Some(open) = rest.find('<') else {
-            if let Some(top) = stack.last_mut() {
-                top.text.push_str(&decode_entities(rest));
+    let mut root: Option<XmlElement> = None;
+    loop {
+        let position = reader.buffer_position();
+        let xml = |source: quick_xml::Error| AtomError::Xml { position, source };
+        let event = reader.read_event().map_err(xml)?;
+        match event {
+            Event::Start(start) | Event::Empty(start) if root.is_some() => {
+                let name = start.local_name().as_ref().to_owned();
+                return Err(AtomError::Shape(format!("element <{name}> after the root element")));
             }
-            break;
-        };
-        if let Some(top) = stack.last_mut() {
-            top.text.push_str(&decode_entities(&rest[..open]));
-        }
-        rest = &rest[open..];
-        if let Some(after) = rest.strip_prefix("<?") {
-            let end = after.find("?>").ok_or_else(|| error("unterminated <?"))?;
-            rest = &after[end + 2..];
-        } else if let Some(after) = rest.strip_prefix("<!--") {
-            let end = after.find("-->").ok_or_else(|| error("unterminated comment"))?;
-            rest = &after[end + 3..];
-        } else if let Some(after) = rest.strip_prefix("<![CDATA[") {
-            let end = after.find("]]>").ok_or_else(|| error("unterminated CDATA"))?;
-            if let Some(top) = stack.last_mut() {
-                top.text.push_str(&after[..end]);
+            Event::Start(start) => stack.push(element(&start).map_err(xml)?),
+            Event::Empty(start) => close(element(&start).map_err(xml)?, &mut stack, &mut root),
+            Event::End(_) => {
+                // The reader has checked that the end tag matches.
+                let element = stack
+                    .pop()
+                    .ok_or_else(|| AtomError::Shape("an end tag without a start tag".to_owned()))?;
+                close(element, &mut stack, &mut root);
             }
-            rest = &after[end + 3..];
-        } else if let Some(after) = rest.strip_prefix("<!") {
-            let end = after.find('>').ok_or_else(|| error("unterminated <!"))?;
-            rest = &after[end + 1..];
-        } else if let Some(after) = rest.strip_prefix("</") {
-            let end = after.find('>').ok_or_else(|| error("unterminated end tag"))?;
-            let name = local_name(after[..end].trim());
-            let element = stack.pop().ok_or_else(|| error("end tag without start tag"))?;
-            if element.name != name {
-                return Err(AtomError(format!("</{name}> closes <{}>", element.name)));
-            }
-            match stack.last_mut() {
-                Some(parent) => parent.children.push(element),
-                None => root = Some(element),
-            }
-            rest = &after[end + 1..];
-        } else {
-            if root.is_some() {
-                return Err(error("content after the root element"));
-            }
-            let (element, self_closing, after) = start_tag(&rest[1..])?;
-            rest = after;
-            if self_closing {
-                match stack.last_mut() {
-                    Some(parent) => parent.children.push(element),
-                    None => root = Some(element),
+            Event::Text(text) => {
+                if let Some(top) = stack.last_mut() {
+                    top.text.push_str(&text.xml_content(XmlVersion::Implicit1_0));
                 }
-            } else {
-                stack.push(element);
             }
+            Event::CData(data) => {
+                if let Some(top) = stack.last_mut() {
+                    top.text.push_str(&data.xml_content(XmlVersion::Implicit1_0));
+                }
+            }
+            Event::GeneralRef(reference) => {
+                if let Some(top) = stack.last_mut() {
+                    match reference.resolve_char_ref().map_err(xml)? {
+                        Some(c) => top.text.push(c),
+                        None => match resolve_predefined_entity(&reference) {
+                            Some(value) => top.text.push_str(value),
+                            None => {
+                                top.text.push('&');
+                                top.text.push_str(&reference);
+                                top.text.push(';');
+                            }
+                        },
+                    }
+                }
+            }
+            Event::Comment(_) | Event::Decl(_) | Event::PI(_) | Event::DocType(_) => {}
+            Event::Eof => break,
         }
     }
-    if !stack.is_empty() {
-        return Err(error("unclosed element"));
+    if let Some(open) = stack.last() {
+        return Err(AtomError::Shape(format!("<{}> is never closed", open.name)));
     }
-    root.ok_or_else(|| error("no element"))
+    root.ok_or_else(|| AtomError::Shape("no element".to_owned()))
 }
 
-/// Reads a start tag after its `<`: the element, whether it closes itself,
-/// and the text after the tag.
-fn start_tag(text: &str) -> Result<(XmlElement, bool, &str), AtomError> {
-    let error = |what: &str| AtomError(what.to_owned());
-    let name_end = text
-        .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
-        .ok_or_else(|| error("unterminated start tag"))?;
-    if name_end == 0 {
-        return Err(error("a start tag without a name"));
+/// A finished element goes into its parent, or is the root.
+fn close(element: XmlElement, stack: &mut [XmlElement], root: &mut Option<XmlElement>) {
+    match stack.last_mut() {
+        Some(parent) => parent.children.push(element),
+        None => *root = Some(element),
     }
+}
+
+/// An element from its start tag: its local name and its attributes by
+/// local name, `xmlns` declarations left out. Values are normalized as XML
+/// 1.0 says (predefined and numeric references resolved; any other entity
+/// is an error, as there is no DTD to define it).
+fn element(start: &BytesStart<'_>) -> Result<XmlElement, quick_xml::Error> {
     let mut element = XmlElement {
-        name: local_name(&text[..name_end]).to_owned(),
+        name: start.local_name().as_ref().to_owned(),
         ..XmlElement::default()
     };
-    let mut rest = &text[name_end..];
-    loop {
-        rest = rest.trim_start();
-        if let Some(after) = rest.strip_prefix("/>") {
-            return Ok((element, true, after));
-        }
-        if let Some(after) = rest.strip_prefix('>') {
-            return Ok((element, false, after));
-        }
-        let equals = rest.find('=').ok_or_else(|| error("an attribute without a value"))?;
-        let name = rest[..equals].trim();
-        let value_text = rest[equals + 1..].trim_start();
-        let quote = value_text
-            .chars()
-            .next()
-            .filter(|c| *c == '"' || *c == '\'')
-            .ok_or_else(|| error("an unquoted attribute value"))?;
-        let end = value_text[1..]
-            .find(quote)
-            .ok_or_else(|| error("an unterminated attribute value"))?;
-        let value = decode_entities(&value_text[1..=end]);
-        if name != "xmlns" && !name.starts_with("xmlns:") {
-            element.attributes.push((local_name(name).to_owned(), value));
-        }
-        rest = &value_text[end + 2..];
-    }
-}
-
-fn decode_entities(text: &str) -> String {
-    if !text.contains('&') {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find('&') {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        let Some(end) = rest.find(';').filter(|end| *end <= 10) else {
-            out.push('&');
-            rest = &rest[1..];
+    for attribute in start.attributes() {
+        let attribute = attribute?;
+        if attribute.key.as_namespace_binding().is_some() {
             continue;
-        };
-        let entity = &rest[1..end];
-        let decoded = match entity {
-            "lt" => Some('<'),
-            "gt" => Some('>'),
-            "amp" => Some('&'),
-            "quot" => Some('"'),
-            "apos" => Some('\''),
-            _ => entity
-                .strip_prefix("#x")
-                .map(|hex| u32::from_str_radix(hex, 16))
-                .or_else(|| entity.strip_prefix('#').map(str::parse::<u32>))
-                .and_then(Result::ok)
-                .and_then(char::from_u32),
-        };
-        match decoded {
-            Some(c) => {
-                out.push(c);
-                rest = &rest[end + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
         }
+        let value = attribute.normalized_value(XmlVersion::Implicit1_0)?;
+        element
+            .attributes
+            .push((attribute.key.local_name().as_ref().to_owned(), value.into_owned()));
     }
-    out.push_str(rest);
-    out
+    Ok(element)
 }

@@ -260,6 +260,22 @@ fn reads_entries_feeds_and_escapes() {
 }
 
 #[test]
+fn a_doctype_is_never_expanded_and_other_entities_stay_as_written() {
+    // A billion-laughs prologue: skipped, never expanded.
+    let text = r#"<?xml version="1.0"?>
+<!DOCTYPE entry [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;">]>
+<entry xmlns="http://www.w3.org/2005/Atom"><title>&lol2;</title><content type="application/xml"><QueueDescription><Name>a &amp; &unknown; b&#33;</Name></QueueDescription></content></entry>"#;
+    let AtomDocument::Entry(entry) = parse_atom(text).unwrap() else {
+        panic!("an entry")
+    };
+    assert_eq!(entry.title, "&lol2;");
+    assert_eq!(entry.name(), "a & &unknown; b!");
+    // A cut-short answer is refused, whatever was read before the cut.
+    let cut = &text[..text.len() - 20];
+    assert!(parse_atom(cut).is_err());
+}
+
+#[test]
 fn an_empty_namespace_needs_everything_and_new_subscriptions_lose_default() {
     let specs = desired_entities(&small_topology(), &TopologyOptions::default());
     let plan = diff(&specs, &Observed::default());
