@@ -16,9 +16,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod origin;
 mod telemetry;
 mod types;
 
+pub use origin::{AllowedOrigin, Origin, OriginError, parse_allowed_origins};
 pub use telemetry::{OtlpExport, OtlpMetrics, TelemetrySettings, TraceSampler};
 use types::invalid;
 pub use types::*;
@@ -584,7 +586,7 @@ impl Settings {
                 )?,
                 allowed_origins: match get("BOSUN_HTTP_ALLOWED_ORIGINS") {
                     None => HttpLimits::default().allowed_origins,
-                    Some(list) => crate::front::api::origin::parse_allowed_origins(&list)
+                    Some(list) => parse_allowed_origins(&list)
                         .map_err(|err| invalid("BOSUN_HTTP_ALLOWED_ORIGINS", err.to_string()))?,
                 },
             }

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::origin::AllowedOrigin;
+
 /// A secret value: never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -347,7 +349,7 @@ pub struct HttpLimits {
     /// `/mcp` (besides the server's own address): a comma list of
     /// `scheme://host[:port]` and `loopback` (any port on `localhost`,
     /// `127.0.0.0/8` or `[::1]`), or `none`. Default `loopback`.
-    pub allowed_origins: Vec<crate::front::api::origin::AllowedOrigin>,
+    pub allowed_origins: Vec<AllowedOrigin>,
 }
 
 pub(super) const HTTP_HEADER_TIMEOUT_MS: u64 = 10_000;
@@ -364,7 +366,7 @@ impl Default for HttpLimits {
             max_connections: HTTP_MAX_CONNECTIONS as usize,
             rate_limit_per_second: HTTP_RATE_LIMIT_PER_SECOND as u32,
             rate_limit_burst: HTTP_RATE_LIMIT_BURST as u32,
-            allowed_origins: vec![crate::front::api::origin::AllowedOrigin::Loopback],
+            allowed_origins: vec![AllowedOrigin::Loopback],
         }
     }
 }
