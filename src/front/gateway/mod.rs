@@ -17,7 +17,7 @@ mod reads;
 mod views;
 
 pub use commands::CommandRouting;
-pub use error::{ErrorBody, ErrorDetail, GatewayError};
+pub use error::{ErrorBody, ErrorDetail, GatewayError, Outage};
 pub use views::*;
 
 use std::collections::BTreeMap;
