@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::origin::AllowedOrigin;
+use crate::ports::error::BoxError;
 
 /// A secret value: never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -45,7 +46,16 @@ pub enum ConfigError {
         /// What is wrong.
         reason: String,
     },
-    /// The configuration file could not be read or parsed.
+    /// A value does not parse; the parser's error is the source.
+    #[error("setting {name}: {source}")]
+    Unparsable {
+        /// The environment variable name of the setting.
+        name: String,
+        /// The parser's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The configuration file names something bosun does not read.
     #[error("config file {path}: {reason}")]
     File {
         /// The file.
@@ -53,6 +63,32 @@ pub enum ConfigError {
         /// What went wrong.
         reason: String,
     },
+    /// The configuration file could not be read.
+    #[error("config file {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The error reading it.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not TOML.
+    #[error("config file {path}: {source}")]
+    NotToml {
+        /// The file.
+        path: PathBuf,
+        /// The TOML parser's error.
+        #[source]
+        source: toml::de::Error,
+    },
+}
+
+/// A value that does not parse, with the parser's error.
+pub(super) fn unparsable(name: &str, source: impl Into<BoxError>) -> ConfigError {
+    ConfigError::Unparsable {
+        name: name.to_owned(),
+        source: source.into(),
+    }
 }
 
 pub(super) fn invalid(name: &str, reason: impl Into<String>) -> ConfigError {
