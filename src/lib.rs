@@ -2,13 +2,14 @@
 //!
 //! This crate is the runtime and the binary around the pure crates
 //! (`bosun-contracts`, `bosun-sagas`, `bosun-consumers`). Its folders are
-//! layers; each uses only the layers below it:
+//! layers; each uses only the layers below it (`tests/layers.rs` checks
+//! it):
 //!
 //! - `main.rs` and `cli/`: argument parsing and printing (in the binary);
+//! - [`tools`]: `bosun demo`, `bosun bench` and `bosun infra`;
 //! - [`front`]: the front door: the HTTP API and operator console, the MCP
 //!   server, and their shared rules (API keys and scopes, tenants,
 //!   idempotency);
-//! - [`tools`]: `bosun demo` and `bosun bench`;
 //! - [`wiring`]: settings to a transport, a store and a host (the
 //!   composition root);
 //! - [`operator`]: what operators and agents do: send commands, follow

@@ -5,6 +5,10 @@
 //! `occurredAt`, `traceparent` (and `tracestate`), `attempt`, `payload`. Fields this build does
 //! not know are kept in [`Envelope::extensions`] and written back out, so a
 //! forwarded or replayed message loses nothing.
+//!
+//! The envelope sits above the catalogue ([`crate::messages`]): it wraps a
+//! typed [`Message`] and reads one back, while the catalogue knows nothing
+//! of envelopes.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -12,37 +16,11 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::error::ContractError;
-use crate::messages::Message;
+use crate::error::{ContractError, path_or_root};
+use crate::messages::{Message, MessageKind};
 
 /// Largest message bosun accepts, in bytes (Service Bus standard tier limit).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
-
-/// Whether a message asks for something to be done or records that it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum MessageKind {
-    /// Asks one consumer to do something; goes to that consumer's queue.
-    Command,
-    /// Records a fact; published on the events topic to every subscriber.
-    Event,
-}
-
-impl MessageKind {
-    /// `command` or `event`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Command => "command",
-            Self::Event => "event",
-        }
-    }
-}
-
-impl std::fmt::Display for MessageKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The envelope around every message on every transport.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -141,7 +119,7 @@ impl Envelope {
     /// Reads the typed message: checks the type, kind and schema version
     /// against the catalogue, then the payload's shape and field rules.
     pub fn decode(&self) -> Result<Message, ContractError> {
-        Message::from_envelope(self)
+        Message::from_declared(&self.message_type, self.kind, self.schema_version, &self.payload)
     }
 
     /// Parses and decodes in one step.
@@ -172,14 +150,6 @@ pub fn trace_id(traceparent: &str) -> Option<&str> {
     let flags = parts.next()?;
     let hex = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_hexdigit());
     (hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2)).then_some(trace)
-}
-
-pub(crate) fn path_or_root(path: &str) -> String {
-    if path.is_empty() || path == "." {
-        ".".to_owned()
-    } else {
-        path.to_owned()
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,15 @@
 //! Errors raised when bytes do not form a valid bosun message.
 
+/// The JSON path of a field for an error message: `.` for the whole
+/// document.
+pub(crate) fn path_or_root(path: &str) -> String {
+    if path.is_empty() || path == "." {
+        ".".to_owned()
+    } else {
+        path.to_owned()
+    }
+}
+
 /// Why a message could not be read. Every variant names what was wrong so an
 /// operator can fix the message and replay it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

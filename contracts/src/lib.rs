@@ -22,7 +22,7 @@ pub mod schema;
 pub mod schema_rules;
 pub mod validate;
 
-pub use envelope::{Envelope, MAX_MESSAGE_BYTES, MessageKind};
+pub use envelope::{Envelope, MAX_MESSAGE_BYTES};
 pub use error::ContractError;
-pub use messages::{CATALOGUE, Message, MessageSpec};
+pub use messages::{CATALOGUE, Message, MessageKind, MessageSpec};
 pub use routing::{CONSUMERS, ConsumerName, Destination, EVENTS_TOPIC};

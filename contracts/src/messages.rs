@@ -9,14 +9,18 @@
 //! One submodule per area: [`repository`], [`source_control`],
 //! [`pull_request`], [`pipeline`], [`build`], [`artifacts`], [`release`],
 //! [`infrastructure`], [`gitops`]; types several areas share live in
-//! [`module`] ([`ModuleMetadata`]) and [`blob`] ([`BlobRef`]).
+//! [`module`] ([`ModuleMetadata`]) and [`blob`] ([`BlobRef`],
+//! [`ArtifactRef`]).
+//!
+//! The catalogue knows nothing of envelopes: [`crate::envelope`] is above
+//! it, and [`crate::schema`] and [`crate::routing`] are above both.
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::envelope::{Envelope, MessageKind, path_or_root};
-use crate::error::ContractError;
+use crate::error::{ContractError, path_or_root};
 use crate::validate::{FieldError, Validate};
 
 pub mod artifacts;
@@ -44,6 +48,32 @@ pub use pull_request::*;
 pub use release::*;
 pub use repository::*;
 pub use source_control::*;
+
+/// Whether a message asks for something to be done or records that it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageKind {
+    /// Asks one consumer to do something; goes to that consumer's queue.
+    Command,
+    /// Records a fact; published on the events topic to every subscriber.
+    Event,
+}
+
+impl MessageKind {
+    /// `command` or `event`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Command => "command",
+            Self::Event => "event",
+        }
+    }
+}
+
+impl std::fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// What the catalogue knows about one message type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +169,7 @@ macro_rules! catalogue {
 
         /// The JSON Schema of every payload, keyed by type name.
         pub fn payload_schemas() -> Vec<(&'static str, schemars::Schema)> {
-            vec![ $( (stringify!($name), crate::schema::generator().into_root_schema_for::<$name>()), )* ]
+            vec![ $( (stringify!($name), crate::schema_rules::generator().into_root_schema_for::<$name>()), )* ]
         }
     };
 }
@@ -198,30 +228,37 @@ impl Message {
         self.payload_value().unwrap_or(Value::Null)
     }
 
-    /// Decodes and validates the payload of an envelope.
-    pub fn from_envelope(envelope: &Envelope) -> Result<Self, ContractError> {
-        let spec = MessageSpec::find(&envelope.message_type).ok_or_else(|| ContractError::UnknownType {
-            message_type: envelope.message_type.clone(),
+    /// Decodes and validates a payload declared (as an envelope declares
+    /// it) to be a `message_type` of `kind` at `schema_version`: the three
+    /// are checked against the catalogue, then the payload's shape and field
+    /// rules.
+    pub fn from_declared(
+        message_type: &str,
+        kind: MessageKind,
+        schema_version: u32,
+        payload: &Value,
+    ) -> Result<Self, ContractError> {
+        let spec = MessageSpec::find(message_type).ok_or_else(|| ContractError::UnknownType {
+            message_type: message_type.to_owned(),
         })?;
-        if spec.kind != envelope.kind {
+        if spec.kind != kind {
             return Err(ContractError::WrongKind {
                 message_type: spec.message_type.to_owned(),
                 expected: spec.kind.to_string(),
-                found: envelope.kind.to_string(),
+                found: kind.to_string(),
             });
         }
-        if envelope.schema_version != spec.schema_version {
+        if schema_version != spec.schema_version {
             return Err(ContractError::UnsupportedSchemaVersion {
                 message_type: spec.message_type.to_owned(),
-                found: envelope.schema_version,
+                found: schema_version,
                 supported: spec.schema_version.to_string(),
             });
         }
-        let message = Self::decode_payload(spec.message_type, &envelope.payload).ok_or_else(|| {
-            ContractError::UnknownType {
-                message_type: envelope.message_type.clone(),
-            }
-        })??;
+        let message =
+            Self::decode_payload(spec.message_type, payload).ok_or_else(|| ContractError::UnknownType {
+                message_type: message_type.to_owned(),
+            })??;
         message.validate_payload().map_err(|err| ContractError::InvalidField {
             field: format!("payload.{}", err.field),
             reason: err.reason,
@@ -278,6 +315,7 @@ fn decode<T: DeserializeOwned + JsonSchema>(payload: &Value) -> Result<T, Contra
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envelope::Envelope;
 
     #[test]
     fn catalogue_names_are_unique() {

@@ -7,8 +7,7 @@
 //! Service Bus topology and the Kubernetes manifests are generated from this
 //! table.
 
-use crate::envelope::MessageKind;
-use crate::messages::MessageSpec;
+use crate::messages::{MessageKind, MessageSpec};
 
 /// The topic every event is published to.
 pub const EVENTS_TOPIC: &str = "bosun-events";

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use crate::envelope::Envelope;
 use crate::messages::{CATALOGUE, MessageSpec, payload_schemas};
 use crate::routing::{command_handler, destination_of, event_subscribers};
+use crate::schema_rules::generator;
 
 /// Every schema file: `(file name, pretty JSON text)`, in a stable order.
 pub fn schema_files() -> Vec<(String, String)> {
@@ -47,17 +48,6 @@ pub fn schema_files() -> Vec<(String, String)> {
         .collect();
     files.push(("index.json".to_owned(), pretty(&json!(index))));
     files
-}
-
-/// The generator of every contract schema: JSON Schema 2020-12, with the
-/// bounds of fixed-width integers ([`crate::schema_rules::integer_bounds`])
-/// added to every subschema.
-pub fn generator() -> schemars::SchemaGenerator {
-    schemars::generate::SchemaSettings::draft2020_12()
-        .with_transform(schemars::transform::RecursiveTransform(
-            crate::schema_rules::integer_bounds,
-        ))
-        .into_generator()
 }
 
 fn pretty(value: &Value) -> String {

@@ -194,11 +194,21 @@ fn literal(text: &str) -> String {
     pattern
 }
 
+/// The generator of every contract schema: JSON Schema 2020-12, with the
+/// bounds of fixed-width integers ([`integer_bounds`]) added to every
+/// subschema. Here, below the catalogue, so that [`crate::messages`] and
+/// [`crate::schema`] both use it.
+pub fn generator() -> schemars::SchemaGenerator {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(schemars::transform::RecursiveTransform(integer_bounds))
+        .into_generator()
+}
+
 /// The bounds of a fixed-width integer (`"format": "uint32"` and the like,
 /// as schemars writes a Rust `u32`): schemars gives `minimum: 0` for an
 /// unsigned one and no `maximum`, so a schema would let through a number
 /// serde refuses (`4294967296` for a `u32`). Applied to every subschema by
-/// [`crate::schema::generator`].
+/// [`generator`].
 pub fn integer_bounds(schema: &mut Schema) {
     let Some(object) = schema.as_object_mut() else {
         return;

@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use bosun::front::api::prometheus::HttpMetrics;
 use bosun::front::api::{self, ApiState};
 use bosun::front::gateway::Gateway;
+use bosun::front::http::prometheus::HttpMetrics;
 use bosun::front::mcp::McpServer;
 use bosun::front::ops::{self, OpsState};
 use bosun::runtime::config::{Settings, parse_consumer_list};

@@ -22,12 +22,13 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::front::api::prometheus::{self, HttpMetrics};
-use crate::front::api::server::{self, ConnectionLimits};
-use crate::front::gateway::Readiness;
+use crate::front::http::prometheus::{self, HttpMetrics};
+use crate::front::http::server::{self, ConnectionLimits};
 use crate::runtime::metrics::Metrics;
 use crate::wiring::Backends;
 
@@ -59,6 +60,16 @@ impl OpsState {
             http,
         }
     }
+}
+
+/// `/readyz`: whether this process can serve (the API's `/readyz` and the
+/// ops port's answer the same).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Readiness {
+    /// All checks pass and the process is not draining.
+    pub ready: bool,
+    /// Each check: `ok` or what failed.
+    pub checks: BTreeMap<&'static str, Value>,
 }
 
 /// Whether this process can serve: the transport and the store answer, the

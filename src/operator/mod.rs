@@ -19,7 +19,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::host::claim_check::ClaimCheck;
+use crate::host::claim_check::{ClaimCheck, ClaimCheckError};
 use crate::host::with_attempt;
 use crate::operator::groups::FailureGroup;
 use crate::operator::status::ConsumerStatus;
@@ -48,6 +48,28 @@ pub enum OperatorError {
     /// Anything else that is the caller's to fix.
     #[error("{0}")]
     Invalid(String),
+    /// The blob store the claim check moves a large payload to failed, in
+    /// a way that may pass ([`ClaimCheckError::is_transient`]): nothing was
+    /// sent; send again later (the API answers 503).
+    #[error("claim check: {0}")]
+    BlobUnavailable(#[source] ClaimCheckError),
+    /// The claim check refused the message for good (it is not an
+    /// envelope it can work on, or the blob store refused the payload):
+    /// nothing was sent, and sending it again will not help.
+    #[error("claim check: {0}")]
+    ClaimCheck(#[source] ClaimCheckError),
+}
+
+impl From<ClaimCheckError> for OperatorError {
+    /// [`OperatorError::BlobUnavailable`] when the blob store's error may
+    /// pass, [`OperatorError::ClaimCheck`] otherwise.
+    fn from(err: ClaimCheckError) -> Self {
+        if err.is_transient() {
+            Self::BlobUnavailable(err)
+        } else {
+            Self::ClaimCheck(err)
+        }
+    }
 }
 
 /// What `send` did.
@@ -764,12 +786,13 @@ impl Operator {
     }
 
     /// Replays many dead letters, at most `rate` per second, calling
-    /// `progress(done, total)` after each.
+    /// `progress(done, total, id, result)` after each (with the error, when
+    /// one failed; the summary keeps its text).
     pub async fn replay_many(
         &self,
         ids: &[Uuid],
         rate: Option<f64>,
-        mut progress: impl FnMut(usize, usize, &Uuid, &Result<ReplayRecord, String>),
+        mut progress: impl FnMut(usize, usize, &Uuid, &Result<ReplayRecord, OperatorError>),
     ) -> ReplaySummary {
         let interval = rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
         let mut ticker = interval.map(|interval| {
@@ -782,10 +805,10 @@ impl Operator {
             if let Some(ticker) = ticker.as_mut() {
                 ticker.tick().await;
             }
-            let result = self.replay(&id.to_string()).await.map_err(|err| err.to_string());
+            let result = self.replay(&id.to_string()).await;
             match &result {
                 Ok(_) => summary.replayed.push(*id),
-                Err(err) => summary.failed.push((*id, err.clone())),
+                Err(err) => summary.failed.push((*id, err.to_string())),
             }
             progress(index + 1, ids.len(), id, &result);
         }

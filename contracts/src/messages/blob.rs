@@ -1,6 +1,7 @@
 //! Blob references (claim checks): large content such as build logs, test
 //! reports and artifacts lives in the blob store and messages carry a
-//! [`BlobRef`] to it.
+//! [`BlobRef`] to it; an [`ArtifactRef`] names a build artifact there (a
+//! pipeline run lists them, a build ingests them).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,41 @@ impl Validate for BlobRef {
         validate::sha256_hex("sha256", &self.sha256)?;
         validate::media_type("contentType", &self.content_type)?;
         Ok(())
+    }
+}
+
+/// What a build artifact is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ArtifactKind {
+    /// A NuGet package (`.nupkg`) for package publishing.
+    Package,
+    /// A tar archive of the container build context, for container build.
+    ContainerContext,
+    /// An archive of build output (binaries, bundles).
+    Archive,
+    /// A report (coverage, analysis).
+    Report,
+}
+
+/// One artifact a build produced, stored in the blob store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactRef {
+    /// File name, unique within the build, e.g.
+    /// `Contoso.Payments.Client.1.4.0.nupkg`.
+    #[schemars(transform = rule::identifier)]
+    pub name: String,
+    /// What the artifact is.
+    pub kind: ArtifactKind,
+    /// Where its content is.
+    pub blob: BlobRef,
+}
+
+impl Validate for ArtifactRef {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("name", &self.name)?;
+        self.blob.validate().map_err(|err| validate::nested("blob", err))
     }
 }
 

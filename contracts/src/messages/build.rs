@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::blob::BlobRef;
+use super::blob::{ArtifactKind, ArtifactRef, BlobRef};
 use super::module::ModuleMetadata;
 use super::pipeline::PipelineResult;
 use crate::schema_rules as rule;
@@ -52,41 +52,6 @@ impl Validate for TestSummary {
             ));
         }
         Ok(())
-    }
-}
-
-/// What a build artifact is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum ArtifactKind {
-    /// A NuGet package (`.nupkg`) for package publishing.
-    Package,
-    /// A tar archive of the container build context, for container build.
-    ContainerContext,
-    /// An archive of build output (binaries, bundles).
-    Archive,
-    /// A report (coverage, analysis).
-    Report,
-}
-
-/// One artifact a build produced, stored in the blob store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ArtifactRef {
-    /// File name, unique within the build, e.g.
-    /// `Contoso.Payments.Client.1.4.0.nupkg`.
-    #[schemars(transform = rule::identifier)]
-    pub name: String,
-    /// What the artifact is.
-    pub kind: ArtifactKind,
-    /// Where its content is.
-    pub blob: BlobRef,
-}
-
-impl Validate for ArtifactRef {
-    fn validate(&self) -> Result<(), FieldError> {
-        validate::identifier("name", &self.name)?;
-        self.blob.validate().map_err(|err| validate::nested("blob", err))
     }
 }
 

@@ -11,8 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::blob::BlobRef;
-use super::build::ArtifactRef;
+use super::blob::{ArtifactRef, BlobRef};
 use super::module::ModuleMetadata;
 use crate::schema_rules as rule;
 use crate::validate::{self, FieldError, Validate};

@@ -63,39 +63,146 @@ const SESSION_WAIT: &str = "com.microsoft:timeout";
 /// no session became available in time.
 const NO_SESSION: &str = "com.microsoft:timeout";
 
+/// The error an [`AmqpFailure`] came from (the engine's, the socket's, the
+/// credential's), shared: one failure may be handed to every waiter.
+pub(crate) type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
 /// A failure of the AMQP layer, sorted by what the transport does next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Each says what was being done (`text`, which names the cause too) and
+/// keeps the error it came from, when there is one, as its source.
+///
+/// `Display` and `Error` are written out rather than derived: the source
+/// is the error itself, not the [`Cause`] (`Arc`) that shares it, so a
+/// caller can downcast it.
+#[derive(Debug, Clone)]
 pub(crate) enum AmqpFailure {
     /// The entity (or management node) does not exist.
-    #[error("entity `{0}` does not exist")]
-    NotFound(String),
+    NotFound {
+        /// What was being done, and what the broker said.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
     /// The credential was refused for an audience.
-    #[error("not authorized: {0}")]
-    Unauthorized(String),
+    Unauthorized {
+        /// What was being done, and why it was refused.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
     /// The endpoint does not implement an operation.
-    #[error("{0} is not supported by this endpoint")]
-    Unsupported(String),
+    Unsupported {
+        /// The operation.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
     /// The broker refused a message or a settlement.
-    #[error("{0}")]
-    Rejected(String),
+    Rejected {
+        /// What was being done, and what the broker said.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
     /// The broker says the lock is gone.
-    #[error("lock lost: {0}")]
-    LockLost(String),
+    LockLost {
+        /// What was being done, and what the broker said.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
     /// A link failed; drop it and attach a new one.
-    #[error("{0}")]
-    Link(String),
+    Link {
+        /// What was being done, and how it failed.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
     /// The connection or session failed; reconnect.
-    #[error("{0}")]
-    Connection(String),
-    /// No answer in time; the link is dropped.
-    #[error("{0}")]
-    Timeout(String),
+    Connection {
+        /// What was being done, and how it failed.
+        text: String,
+        /// The error it came from.
+        source: Option<Cause>,
+    },
+    /// No answer in time; the link is dropped. Nothing failed but the
+    /// clock, so there is no source.
+    Timeout {
+        /// What was being waited for, and for how long.
+        text: String,
+    },
+}
+
+impl std::fmt::Display for AmqpFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotFound { text, .. } => write!(f, "entity `{text}` does not exist"),
+            Self::Unauthorized { text, .. } => write!(f, "not authorized: {text}"),
+            Self::Unsupported { text, .. } => write!(f, "{text} is not supported by this endpoint"),
+            Self::LockLost { text, .. } => write!(f, "lock lost: {text}"),
+            Self::Rejected { text, .. }
+            | Self::Link { text, .. }
+            | Self::Connection { text, .. }
+            | Self::Timeout { text } => f.write_str(text),
+        }
+    }
+}
+
+impl std::error::Error for AmqpFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::NotFound { source, .. }
+            | Self::Unauthorized { source, .. }
+            | Self::Unsupported { source, .. }
+            | Self::Rejected { source, .. }
+            | Self::LockLost { source, .. }
+            | Self::Link { source, .. }
+            | Self::Connection { source, .. } => source.as_deref().map(|err| err as &(dyn std::error::Error + 'static)),
+            Self::Timeout { .. } => None,
+        }
+    }
+}
+
+/// `err` as the cause of an [`AmqpFailure`].
+pub(crate) fn cause(err: impl std::error::Error + Send + Sync + 'static) -> Option<Cause> {
+    Some(Arc::new(err))
 }
 
 impl AmqpFailure {
+    /// A link failure with no error under it.
+    pub(crate) fn link(text: impl Into<String>) -> Self {
+        Self::Link {
+            text: text.into(),
+            source: None,
+        }
+    }
+
+    /// An operation the endpoint does not implement, with no error under it.
+    pub(crate) fn unsupported(text: impl Into<String>) -> Self {
+        Self::Unsupported {
+            text: text.into(),
+            source: None,
+        }
+    }
+
+    /// The same failure, caused by `err` (a timeout keeps no cause).
+    fn caused_by(mut self, err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match &mut self {
+            Self::NotFound { source, .. }
+            | Self::Unauthorized { source, .. }
+            | Self::Unsupported { source, .. }
+            | Self::Rejected { source, .. }
+            | Self::LockLost { source, .. }
+            | Self::Link { source, .. }
+            | Self::Connection { source, .. } => *source = cause(err),
+            Self::Timeout { .. } => {}
+        }
+        self
+    }
+
     /// Whether the connection has to be replaced.
     pub(crate) fn breaks_connection(&self) -> bool {
-        matches!(self, Self::Connection(_))
+        matches!(self, Self::Connection { .. })
     }
 }
 
@@ -111,39 +218,48 @@ pub(crate) fn condition_symbol(condition: &ErrorCondition) -> String {
     }
 }
 
-/// Sorts an error the broker sent (on detach, close, rejected outcome).
+/// Sorts an error the broker sent (on detach, close, rejected outcome);
+/// the broker's error is the source.
 pub(crate) fn classify_remote(what: &str, error: &definitions::Error) -> AmqpFailure {
+    sort_remote(what, error).caused_by(error.clone())
+}
+
+/// How [`classify_remote`] sorts, without the source (the callers that
+/// hold a larger error make that the source).
+fn sort_remote(what: &str, error: &definitions::Error) -> AmqpFailure {
     let condition = condition_symbol(&error.condition);
     let text = match &error.description {
         Some(description) => format!("{what}: {condition}: {description}"),
         None => format!("{what}: {condition}"),
     };
+    let source = None;
     match condition.as_str() {
-        "amqp:not-found" | "com.microsoft:entity-not-found" => AmqpFailure::NotFound(text),
-        "amqp:unauthorized-access" => AmqpFailure::Unauthorized(text),
-        "amqp:not-implemented" => AmqpFailure::Unsupported(text),
-        "com.microsoft:message-lock-lost" | "com.microsoft:session-lock-lost" => AmqpFailure::LockLost(text),
-        _ => AmqpFailure::Rejected(text),
+        "amqp:not-found" | "com.microsoft:entity-not-found" => AmqpFailure::NotFound { text, source },
+        "amqp:unauthorized-access" => AmqpFailure::Unauthorized { text, source },
+        "amqp:not-implemented" => AmqpFailure::Unsupported { text, source },
+        "com.microsoft:message-lock-lost" | "com.microsoft:session-lock-lost" => AmqpFailure::LockLost { text, source },
+        _ => AmqpFailure::Rejected { text, source },
     }
 }
 
-fn from_link_state(what: &str, error: &LinkStateError) -> AmqpFailure {
+fn sort_link_state(what: &str, error: &LinkStateError) -> AmqpFailure {
     match error {
         LinkStateError::RemoteDetachedWithError(remote) | LinkStateError::RemoteClosedWithError(remote) => {
-            match classify_remote(what, remote) {
-                AmqpFailure::Rejected(text) => AmqpFailure::Link(text),
+            match sort_remote(what, remote) {
+                AmqpFailure::Rejected { text, source } => AmqpFailure::Link { text, source },
                 other => other,
             }
         }
-        LinkStateError::SessionStopped(reason) => {
-            AmqpFailure::Connection(format!("{what}: session stopped: {reason:?}"))
-        }
-        other => AmqpFailure::Link(format!("{what}: {other}")),
+        LinkStateError::SessionStopped(reason) => AmqpFailure::Connection {
+            text: format!("{what}: session stopped: {reason:?}"),
+            source: None,
+        },
+        other => AmqpFailure::link(format!("{what}: {other}")),
     }
 }
 
-fn from_detach(what: &str, error: &DetachError) -> AmqpFailure {
-    from_link_state(what, &LinkStateError::from(clone_detach(error)))
+fn sort_detach(what: &str, error: &DetachError) -> AmqpFailure {
+    sort_link_state(what, &LinkStateError::from(clone_detach(error)))
 }
 
 #[allow(deprecated)]
@@ -158,89 +274,119 @@ fn clone_detach(error: &DetachError) -> DetachError {
     }
 }
 
-/// Sorts a failed send.
-pub(crate) fn from_send(what: &str, error: &SendError) -> AmqpFailure {
+/// Sorts a failed send; the send's error is the source.
+pub(crate) fn from_send(what: &str, error: SendError) -> AmqpFailure {
+    sort_send(what, &error).caused_by(error)
+}
+
+fn sort_send(what: &str, error: &SendError) -> AmqpFailure {
     match error {
-        SendError::LinkStateError(state) => from_link_state(what, state),
-        SendError::Detached(detach) => from_detach(what, detach),
-        SendError::MessageSizeExceeded(exceeded) => AmqpFailure::Rejected(format!("{what}: {exceeded}")),
-        other => AmqpFailure::Link(format!("{what}: {other}")),
+        SendError::LinkStateError(state) => sort_link_state(what, state),
+        SendError::Detached(detach) => sort_detach(what, detach),
+        SendError::MessageSizeExceeded(exceeded) => AmqpFailure::Rejected {
+            text: format!("{what}: {exceeded}"),
+            source: None,
+        },
+        other => AmqpFailure::link(format!("{what}: {other}")),
     }
 }
 
-/// Sorts a failed receive.
-pub(crate) fn from_recv(what: &str, error: &RecvError) -> AmqpFailure {
+/// Sorts a failed receive; the receive's error is the source.
+pub(crate) fn from_recv(what: &str, error: RecvError) -> AmqpFailure {
+    sort_recv(what, &error).caused_by(error)
+}
+
+fn sort_recv(what: &str, error: &RecvError) -> AmqpFailure {
     match error {
-        RecvError::LinkStateError(state) => from_link_state(what, state),
-        other => AmqpFailure::Link(format!("{what}: {other}")),
+        RecvError::LinkStateError(state) => sort_link_state(what, state),
+        other => AmqpFailure::link(format!("{what}: {other}")),
     }
 }
 
-fn from_sender_attach(what: &str, error: &SenderAttachError) -> AmqpFailure {
+fn from_sender_attach(what: &str, error: SenderAttachError) -> AmqpFailure {
+    sort_sender_attach(what, &error).caused_by(error)
+}
+
+fn sort_sender_attach(what: &str, error: &SenderAttachError) -> AmqpFailure {
     match error {
-        SenderAttachError::RemoteClosedWithError(remote) => classify_remote(what, remote),
-        SenderAttachError::SessionStopped(reason) => {
-            AmqpFailure::Connection(format!("{what}: session stopped: {reason:?}"))
-        }
-        SenderAttachError::SessionNotMapped | SenderAttachError::IllegalState => {
-            AmqpFailure::Connection(format!("{what}: {error}"))
-        }
-        other => AmqpFailure::Link(format!("{what}: {other}")),
+        SenderAttachError::RemoteClosedWithError(remote) => sort_remote(what, remote),
+        SenderAttachError::SessionStopped(reason) => AmqpFailure::Connection {
+            text: format!("{what}: session stopped: {reason:?}"),
+            source: None,
+        },
+        SenderAttachError::SessionNotMapped | SenderAttachError::IllegalState => AmqpFailure::Connection {
+            text: format!("{what}: {error}"),
+            source: None,
+        },
+        other => AmqpFailure::link(format!("{what}: {other}")),
     }
 }
 
-fn from_receiver_attach(what: &str, error: &ReceiverAttachError) -> AmqpFailure {
+fn from_receiver_attach(what: &str, error: ReceiverAttachError) -> AmqpFailure {
+    sort_receiver_attach(what, &error).caused_by(error)
+}
+
+fn sort_receiver_attach(what: &str, error: &ReceiverAttachError) -> AmqpFailure {
     match error {
-        ReceiverAttachError::RemoteClosedWithError(remote) => classify_remote(what, remote),
-        ReceiverAttachError::SessionStopped(reason) => {
-            AmqpFailure::Connection(format!("{what}: session stopped: {reason:?}"))
-        }
-        ReceiverAttachError::SessionNotMapped | ReceiverAttachError::IllegalState => {
-            AmqpFailure::Connection(format!("{what}: {error}"))
-        }
-        other => AmqpFailure::Link(format!("{what}: {other}")),
+        ReceiverAttachError::RemoteClosedWithError(remote) => sort_remote(what, remote),
+        ReceiverAttachError::SessionStopped(reason) => AmqpFailure::Connection {
+            text: format!("{what}: session stopped: {reason:?}"),
+            source: None,
+        },
+        ReceiverAttachError::SessionNotMapped | ReceiverAttachError::IllegalState => AmqpFailure::Connection {
+            text: format!("{what}: {error}"),
+            source: None,
+        },
+        other => AmqpFailure::link(format!("{what}: {other}")),
     }
 }
 
-fn from_management_attach(what: &str, error: &fe2o3_amqp_management::error::AttachError) -> AmqpFailure {
-    match error {
-        fe2o3_amqp_management::error::AttachError::Sender(sender) => from_sender_attach(what, sender),
-        fe2o3_amqp_management::error::AttachError::Receiver(receiver) => from_receiver_attach(what, receiver),
-    }
+fn from_management_attach(what: &str, error: fe2o3_amqp_management::error::AttachError) -> AmqpFailure {
+    let sorted = match &error {
+        fe2o3_amqp_management::error::AttachError::Sender(sender) => sort_sender_attach(what, sender),
+        fe2o3_amqp_management::error::AttachError::Receiver(receiver) => sort_receiver_attach(what, receiver),
+    };
+    sorted.caused_by(error)
 }
 
-/// Sorts a failed `$management` (or `$cbs`) call.
-pub(crate) fn from_management(what: &str, error: &ManagementError) -> AmqpFailure {
+/// Sorts a failed `$management` (or `$cbs`) call; the call's error is the
+/// source.
+pub(crate) fn from_management(what: &str, error: ManagementError) -> AmqpFailure {
+    sort_management(what, &error).caused_by(error)
+}
+
+fn sort_management(what: &str, error: &ManagementError) -> AmqpFailure {
+    let source = None;
     match error {
         ManagementError::Status(status) => {
             let code = status.code.0.get();
             let description = status.description.clone().unwrap_or_default();
             let text = format!("{what}: status {code} {description}");
             match code {
-                401 | 403 => AmqpFailure::Unauthorized(text),
-                404 if description.contains("MessageNotFound") || description.contains("not found") => {
-                    AmqpFailure::NotFound(text)
-                }
-                404 => AmqpFailure::NotFound(text),
-                410 => AmqpFailure::LockLost(text),
-                400 | 405 | 501 => AmqpFailure::Unsupported(format!("{what} (status {code} {description})")),
-                _ => AmqpFailure::Rejected(text),
+                401 | 403 => AmqpFailure::Unauthorized { text, source },
+                404 => AmqpFailure::NotFound { text, source },
+                410 => AmqpFailure::LockLost { text, source },
+                400 | 405 | 501 => AmqpFailure::unsupported(format!("{what} (status {code} {description})")),
+                _ => AmqpFailure::Rejected { text, source },
             }
         }
-        ManagementError::Send(send) => from_send(what, send),
-        ManagementError::Recv(recv) => from_recv(what, recv),
+        ManagementError::Send(send) => sort_send(what, send),
+        ManagementError::Recv(recv) => sort_recv(what, recv),
         ManagementError::NotAccepted(outcome) => match outcome {
             fe2o3_amqp::types::messaging::Outcome::Rejected(Rejected { error: Some(remote) }) => {
-                match classify_remote(what, remote) {
-                    AmqpFailure::Rejected(text) if text.contains("amqp:not-allowed") => {
-                        AmqpFailure::Unsupported(what.to_owned())
+                match sort_remote(what, remote) {
+                    AmqpFailure::Rejected { text, .. } if text.contains("amqp:not-allowed") => {
+                        AmqpFailure::unsupported(what)
                     }
                     other => other,
                 }
             }
-            other => AmqpFailure::Rejected(format!("{what}: request not accepted: {other:?}")),
+            other => AmqpFailure::Rejected {
+                text: format!("{what}: request not accepted: {other:?}"),
+                source,
+            },
         },
-        other => AmqpFailure::Link(format!("{what}: {other}")),
+        other => AmqpFailure::link(format!("{what}: {other}")),
     }
 }
 
@@ -280,7 +426,9 @@ impl std::fmt::Debug for AmqpConnection {
 async fn within<T>(limit: Duration, what: &str, work: impl Future<Output = T>) -> Result<T, AmqpFailure> {
     tokio::time::timeout(limit, work)
         .await
-        .map_err(|_| AmqpFailure::Timeout(format!("{what}: no answer within {} ms", limit.as_millis())))
+        .map_err(|_| AmqpFailure::Timeout {
+            text: format!("{what}: no answer within {} ms", limit.as_millis()),
+        })
 }
 
 impl AmqpConnection {
@@ -295,7 +443,10 @@ impl AmqpConnection {
         let address = format!("{}:{}", endpoint.host, endpoint.amqp_port);
         let stream = within(limit, "connect", TcpStream::connect(&address))
             .await?
-            .map_err(|err| AmqpFailure::Connection(format!("connect to {address}: {err}")))?;
+            .map_err(|err| AmqpFailure::Connection {
+                text: format!("connect to {address}: {err}"),
+                source: cause(err),
+            })?;
         // Small request/response frames (settlements, $management) must not
         // wait for Nagle's algorithm.
         let _ = stream.set_nodelay(true);
@@ -313,13 +464,19 @@ impl AmqpConnection {
             .idle_time_out(idle);
         let mut connection = within(limit, "open the AMQP connection", builder.open_with_stream(stream))
             .await?
-            .map_err(|err| AmqpFailure::Connection(format!("open the AMQP connection to {address}: {err}")))?;
+            .map_err(|err| AmqpFailure::Connection {
+                text: format!("open the AMQP connection to {address}: {err}"),
+                source: cause(err),
+            })?;
         let mut session = within(limit, "begin the AMQP session", Session::begin(&mut connection))
             .await?
-            .map_err(|err| AmqpFailure::Connection(format!("begin the AMQP session: {err}")))?;
+            .map_err(|err| AmqpFailure::Connection {
+                text: format!("begin the AMQP session: {err}"),
+                source: cause(err),
+            })?;
         let cbs = within(limit, "attach $cbs", CbsClient::attach(&mut session))
             .await?
-            .map_err(|err| from_management_attach("attach $cbs", &err))?;
+            .map_err(|err| from_management_attach("attach $cbs", err))?;
         let opened = Arc::new(Self {
             generation,
             endpoint: endpoint.clone(),
@@ -386,7 +543,10 @@ impl AmqpConnection {
             .tokens
             .token(audience)
             .await
-            .map_err(|err| AmqpFailure::Unauthorized(err.to_string()))?;
+            .map_err(|err| AmqpFailure::Unauthorized {
+                text: err.to_string(),
+                source: cause(err),
+            })?;
         let expires = Timestamp::from(unix_ms(token.expires_at));
         let what = format!("put-token for {audience}");
         let result = {
@@ -411,8 +571,8 @@ impl AmqpConnection {
                 Ok(())
             }
             Ok(Err(err)) => {
-                let failure = from_management(&what, &err);
-                if !matches!(failure, AmqpFailure::Unauthorized(_) | AmqpFailure::NotFound(_)) {
+                let failure = from_management(&what, err);
+                if !matches!(failure, AmqpFailure::Unauthorized { .. } | AmqpFailure::NotFound { .. }) {
                     // A $cbs link that failed or answered out of turn is not reused.
                     self.mark_broken();
                 }
@@ -459,7 +619,7 @@ impl AmqpConnection {
             .attach(&mut session);
         within(self.settings.operation_timeout, &what, attach)
             .await?
-            .map_err(|err| self.note(from_sender_attach(&what, &err)))
+            .map_err(|err| self.note(from_sender_attach(&what, err)))
     }
 
     /// Attaches a peek-lock receiver to `path`: sender settle mode
@@ -480,7 +640,7 @@ impl AmqpConnection {
             .attach(&mut session);
         within(self.settings.operation_timeout, &what, attach)
             .await?
-            .map_err(|err| self.note(from_receiver_attach(&what, &err)))
+            .map_err(|err| self.note(from_receiver_attach(&what, err)))
     }
 
     /// Begins another AMQP session on the connection: session receivers
@@ -494,7 +654,12 @@ impl AmqpConnection {
             Session::begin(&mut connection),
         )
         .await?
-        .map_err(|err| self.note(AmqpFailure::Connection(format!("begin an AMQP session: {err}"))))
+        .map_err(|err| {
+            self.note(AmqpFailure::Connection {
+                text: format!("begin an AMQP session: {err}"),
+                source: cause(err),
+            })
+        })
     }
 
     /// Attaches a peek-lock receiver to the next available session of
@@ -539,7 +704,7 @@ impl AmqpConnection {
             {
                 return Ok(None);
             }
-            Err(err) => return Err(self.note(from_receiver_attach(&what, &err))),
+            Err(err) => return Err(self.note(from_receiver_attach(&what, err))),
         };
         if let Some(session_id) = granted_session(&receiver) {
             return Ok(Some((receiver, session_id)));
@@ -555,11 +720,11 @@ impl AmqpConnection {
         let _ = tokio::time::timeout(Duration::from_secs(5), receiver.close()).await;
         match closed {
             Err(timeout) => Err(timeout),
-            Ok(Ok(_)) => Err(AmqpFailure::Link(format!("{what}: a message came without a session"))),
+            Ok(Ok(_)) => Err(AmqpFailure::link(format!("{what}: a message came without a session"))),
             Ok(Err(RecvError::LinkStateError(
                 LinkStateError::RemoteDetachedWithError(error) | LinkStateError::RemoteClosedWithError(error),
             ))) if condition_symbol(&error.condition) == NO_SESSION => Ok(None),
-            Ok(Err(err)) => Err(self.note(from_recv(&what, &err))),
+            Ok(Err(err)) => Err(self.note(from_recv(&what, err))),
         }
     }
 
@@ -575,7 +740,7 @@ impl AmqpConnection {
             .attach(&mut session);
         within(self.settings.operation_timeout, &what, attach)
             .await?
-            .map_err(|err| self.note(from_management_attach(&what, &err)))
+            .map_err(|err| self.note(from_management_attach(&what, err)))
     }
 
     /// Records a failure that ends the connection.
@@ -688,21 +853,64 @@ mod tests {
     #[test]
     fn broker_errors_are_sorted_by_what_happens_next() {
         let not_found = definitions::Error::new(AmqpCondition::NotFound, Some("no queue".to_owned()), None);
-        assert!(matches!(classify_remote("send", &not_found), AmqpFailure::NotFound(_)));
+        assert!(matches!(
+            classify_remote("send", &not_found),
+            AmqpFailure::NotFound { .. }
+        ));
         let lock = definitions::Error::new(
             ErrorCondition::Custom(Symbol::from("com.microsoft:message-lock-lost")),
             None,
             None,
         );
-        assert!(matches!(classify_remote("complete", &lock), AmqpFailure::LockLost(_)));
+        assert!(matches!(
+            classify_remote("complete", &lock),
+            AmqpFailure::LockLost { .. }
+        ));
         let full = definitions::Error::new(AmqpCondition::ResourceLimitExceeded, None, None);
         let failure = classify_remote("send", &full);
-        assert!(matches!(failure, AmqpFailure::Rejected(ref text) if text.contains("amqp:resource-limit-exceeded")));
+        assert!(
+            matches!(failure, AmqpFailure::Rejected { ref text, .. } if text.contains("amqp:resource-limit-exceeded"))
+        );
         let status = ManagementError::Status(StatusError {
             code: fe2o3_amqp_management::status::StatusCode(std::num::NonZeroU16::new(410).unwrap()),
             description: Some("MessageLockLost".into()),
         });
-        assert!(matches!(from_management("renew", &status), AmqpFailure::LockLost(_)));
+        assert!(matches!(from_management("renew", status), AmqpFailure::LockLost { .. }));
+    }
+
+    #[test]
+    fn failures_keep_the_error_they_came_from() {
+        use std::error::Error as _;
+
+        let full = definitions::Error::new(AmqpCondition::ResourceLimitExceeded, Some("quota".to_owned()), None);
+        let failure = classify_remote("send", &full);
+        assert_eq!(failure.to_string(), "send: amqp:resource-limit-exceeded: quota");
+        let source = failure.source().expect("the broker's error is the source");
+        assert_eq!(source.downcast_ref::<definitions::Error>(), Some(&full));
+
+        let status = ManagementError::Status(StatusError {
+            code: fe2o3_amqp_management::status::StatusCode(std::num::NonZeroU16::new(401).unwrap()),
+            description: Some("token expired".into()),
+        });
+        let failure = from_management("put-token", status);
+        assert!(matches!(failure, AmqpFailure::Unauthorized { .. }), "{failure:?}");
+        assert_eq!(
+            failure.to_string(),
+            "not authorized: put-token: status 401 token expired"
+        );
+        assert!(
+            failure
+                .source()
+                .is_some_and(|source| source.downcast_ref::<ManagementError>().is_some()),
+            "{failure:?}"
+        );
+        // A clone (handed to every waiter) keeps it too.
+        assert!(failure.clone().source().is_some());
+
+        let timeout = AmqpFailure::Timeout {
+            text: "renew: no answer within 10 ms".into(),
+        };
+        assert!(timeout.source().is_none());
     }
 
     #[test]

@@ -44,6 +44,7 @@ use self::query::QueryValues;
 use self::rate_limit::RateLimiter;
 use crate::front::access::{ALL_TENANTS, Caller, Refusal};
 use crate::front::gateway::{CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs};
+use crate::front::http::{prometheus, server};
 use crate::front::mcp::McpServer;
 use crate::ports::store::ReplayJobAction;
 use crate::ports::store::{DeadLetterFilter, TimelineWait};
@@ -54,10 +55,8 @@ use crate::runtime::telemetry::TraceContext;
 pub mod bodies;
 pub mod openapi;
 pub mod origin;
-pub mod prometheus;
 pub mod query;
 pub mod rate_limit;
-pub mod server;
 
 /// What every handler shares.
 #[derive(Clone)]

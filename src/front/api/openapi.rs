@@ -29,9 +29,9 @@ use super::bodies::{
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{
-    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, Readiness, ReplayDone, ReplayJob, ReplayJobs,
-    SagaDiagram,
+    AcceptedCommand, DeadLetterDetail, ErrorBody, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram,
 };
+use crate::front::ops::Readiness;
 use crate::operator::Delivery;
 use crate::ports::store::{SagaRecord, TimelineEntry};
 

@@ -10,13 +10,13 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::origin::{AllowedOrigin, Origin};
 use super::{ApiState, router, serve};
 use crate::front::access::{self, Scope};
 use crate::front::gateway::Gateway;
 use crate::ports::store::{
     CommitOutcome, DeadLetterRecord, DeadLetterStatus, HandledMessage, SagaWrite, TimelineEntry, TimelineStatus,
 };
+use crate::runtime::config::{AllowedOrigin, Origin};
 use crate::runtime::config::{HttpLimits, Settings};
 use crate::runtime::metrics::Metrics;
 use crate::wiring::Backends;

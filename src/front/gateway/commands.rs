@@ -203,8 +203,12 @@ impl Gateway {
                 delivery,
             },
         };
-        serde_json::to_value(&answer)
-            .map_err(|err| GatewayError::Unavailable(format!("answer not serializable: {err}")))
+        serde_json::to_value(&answer).map_err(|source| {
+            GatewayError::Unavailable(Outage::Answer {
+                what: "answer not serializable",
+                source,
+            })
+        })
     }
 }
 

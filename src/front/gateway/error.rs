@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::front::access::Refusal;
+use crate::host::claim_check::ClaimCheckError;
+use crate::ports::transport::TransportError;
 
 /// Every error the API answers: `{"error": {"code", "message", "field"?}}`
 /// (the OpenAPI document's `Error` schema).
@@ -92,9 +94,33 @@ pub enum GatewayError {
     /// A concurrent change won (a saga version conflict).
     #[error("{0}")]
     Conflict(String),
-    /// The store or transport failed.
+    /// The store, the transport or the blob store failed (or an answer
+    /// could not be written): nothing the caller did; retry later (503).
     #[error("unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] Outage),
+}
+
+/// What failed behind a [`GatewayError::Unavailable`], with its error.
+#[derive(Debug, thiserror::Error)]
+pub enum Outage {
+    /// The store.
+    #[error(transparent)]
+    Store(StoreError),
+    /// The transport.
+    #[error(transparent)]
+    Transport(TransportError),
+    /// The blob store behind the claim check, transiently.
+    #[error("claim check: {0}")]
+    ClaimCheck(#[source] ClaimCheckError),
+    /// An answer that could not be written as JSON; `what` says which.
+    #[error("{what}: {source}")]
+    Answer {
+        /// What could not be written (`answer not serializable`).
+        what: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl GatewayError {
@@ -171,7 +197,7 @@ impl From<StoreError> for GatewayError {
         match err {
             StoreError::NotFound { what, id } => Self::NotFound { what, id },
             StoreError::SagaConflict { .. } | StoreError::Ambiguous { .. } => Self::Conflict(err.to_string()),
-            other => Self::Unavailable(other.to_string()),
+            other => Self::Unavailable(Outage::Store(other)),
         }
     }
 }
@@ -190,9 +216,14 @@ impl From<OperatorError> for GatewayError {
         match err {
             OperatorError::Contract(err) => err.into(),
             OperatorError::Store(err) => err.into(),
-            OperatorError::Transport(err) => Self::Unavailable(err.to_string()),
+            OperatorError::Transport(err) => Self::Unavailable(Outage::Transport(err)),
             OperatorError::Internal(_) => Self::UnknownType(err.to_string()),
             OperatorError::Invalid(message) => Self::Invalid { field: None, message },
+            OperatorError::BlobUnavailable(err) => Self::Unavailable(Outage::ClaimCheck(err)),
+            OperatorError::ClaimCheck(_) => Self::Invalid {
+                field: None,
+                message: err.to_string(),
+            },
         }
     }
 }

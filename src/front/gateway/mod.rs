@@ -17,7 +17,7 @@ mod reads;
 mod views;
 
 pub use commands::CommandRouting;
-pub use error::{ErrorBody, ErrorDetail, GatewayError};
+pub use error::{ErrorBody, ErrorDetail, GatewayError, Outage};
 pub use views::*;
 
 use std::collections::BTreeMap;
@@ -36,6 +36,7 @@ use uuid::Uuid;
 use bosun_consumers::delivery::blob::sha256_hex;
 
 use crate::front::access::{self, ALL_TENANTS, Caller, Refusal, Scope};
+use crate::front::ops::{self, Readiness};
 use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
 use crate::ports::store::{
     AccessStore, DeadLetterFilter, DeadLetterRecord, IdempotencyClaim, ReplayRecord, SagaRecord, StoreError,
@@ -132,9 +133,9 @@ impl Gateway {
     // -- health -------------------------------------------------------------
 
     /// Whether the transport, the store and its schema answer, and the
-    /// process is not draining ([`crate::front::ops::readiness`]).
+    /// process is not draining ([`ops::readiness`]).
     pub async fn readiness(&self) -> Readiness {
-        crate::front::ops::readiness(&self.backends, &self.draining).await
+        ops::readiness(&self.backends, &self.draining).await
     }
 
     /// The backends (for metrics).

@@ -202,15 +202,6 @@ pub struct ReplayJobs {
     pub jobs: Vec<ReplayJob>,
 }
 
-/// `/readyz`: whether this process can serve.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct Readiness {
-    /// All checks pass and the process is not draining.
-    pub ready: bool,
-    /// Each check: `ok` or what failed.
-    pub checks: BTreeMap<&'static str, Value>,
-}
-
 /// A saga's state machine with where the saga is and the way its history
 /// went, for the console's diagram (`GET /v1/sagas/{kind}/{key}/diagram`).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

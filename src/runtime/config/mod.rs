@@ -16,12 +16,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod origin;
 mod telemetry;
 mod types;
 
+pub use origin::{AllowedOrigin, Origin, OriginError, parse_allowed_origins};
 pub use telemetry::{OtlpExport, OtlpMetrics, TelemetrySettings, TraceSampler};
-use types::invalid;
 pub use types::*;
+use types::{invalid, unparsable};
 
 /// Where raw values come from: a key (`BOSUN_DATA_DIR`) to its text.
 pub trait Source {
@@ -218,10 +220,14 @@ pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
         path: path.to_owned(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|err| file_error(err.to_string()))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|err: toml::de::Error| file_error(err.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+        path: path.to_owned(),
+        source,
+    })?;
+    let table: toml::Table = text.parse().map_err(|source| ConfigError::NotToml {
+        path: path.to_owned(),
+        source,
+    })?;
     let mut values = BTreeMap::new();
     for (key, value) in table {
         let name = format!("BOSUN_{}", key.to_ascii_uppercase());
@@ -369,7 +375,7 @@ impl Settings {
                 get("BOSUN_SERVICEBUS_NAMESPACE"),
             ) {
                 (Some(text), None) => ServiceBusEndpoint::from_connection_string(&text)
-                    .map_err(|err| invalid("BOSUN_SERVICEBUS_CONNECTION_STRING", err.to_string()))?,
+                    .map_err(|err| unparsable("BOSUN_SERVICEBUS_CONNECTION_STRING", err))?,
                 (None, Some(namespace)) => ServiceBusEndpoint::from_namespace(
                     &namespace,
                     get("BOSUN_SERVICEBUS_AUTH").as_deref().unwrap_or("default"),
@@ -585,8 +591,9 @@ impl Settings {
                 )?,
                 allowed_origins: match get("BOSUN_HTTP_ALLOWED_ORIGINS") {
                     None => HttpLimits::default().allowed_origins,
-                    Some(list) => crate::front::api::origin::parse_allowed_origins(&list)
-                        .map_err(|err| invalid("BOSUN_HTTP_ALLOWED_ORIGINS", err.to_string()))?,
+                    Some(list) => {
+                        parse_allowed_origins(&list).map_err(|err| unparsable("BOSUN_HTTP_ALLOWED_ORIGINS", err))?
+                    }
                 },
             }
         };

@@ -145,7 +145,7 @@ fn azure_devops_project_may_name_a_project_per_tenant() {
 
 #[test]
 fn http_limits_have_documented_defaults_and_parse() {
-    use crate::front::api::origin::{AllowedOrigin, Origin};
+    use crate::runtime::config::{AllowedOrigin, Origin};
     let defaults = Settings::from_sources(&map(&[]), &map(&[])).unwrap().http_limits;
     assert_eq!(defaults, HttpLimits::default());
     assert_eq!(defaults.header_timeout, Duration::from_secs(10));

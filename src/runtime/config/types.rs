@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::origin::AllowedOrigin;
+use crate::ports::error::BoxError;
+
 /// A secret value: never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -43,7 +46,16 @@ pub enum ConfigError {
         /// What is wrong.
         reason: String,
     },
-    /// The configuration file could not be read or parsed.
+    /// A value does not parse; the parser's error is the source.
+    #[error("setting {name}: {source}")]
+    Unparsable {
+        /// The environment variable name of the setting.
+        name: String,
+        /// The parser's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The configuration file names something bosun does not read.
     #[error("config file {path}: {reason}")]
     File {
         /// The file.
@@ -51,6 +63,32 @@ pub enum ConfigError {
         /// What went wrong.
         reason: String,
     },
+    /// The configuration file could not be read.
+    #[error("config file {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The error reading it.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not TOML.
+    #[error("config file {path}: {source}")]
+    NotToml {
+        /// The file.
+        path: PathBuf,
+        /// The TOML parser's error.
+        #[source]
+        source: toml::de::Error,
+    },
+}
+
+/// A value that does not parse, with the parser's error.
+pub(super) fn unparsable(name: &str, source: impl Into<BoxError>) -> ConfigError {
+    ConfigError::Unparsable {
+        name: name.to_owned(),
+        source: source.into(),
+    }
 }
 
 pub(super) fn invalid(name: &str, reason: impl Into<String>) -> ConfigError {
@@ -352,7 +390,7 @@ pub struct HttpLimits {
     /// `/mcp` (besides the server's own address): a comma list of
     /// `scheme://host[:port]` and `loopback` (any port on `localhost`,
     /// `127.0.0.0/8` or `[::1]`), or `none`. Default `loopback`.
-    pub allowed_origins: Vec<crate::front::api::origin::AllowedOrigin>,
+    pub allowed_origins: Vec<AllowedOrigin>,
 }
 
 pub(super) const HTTP_HEADER_TIMEOUT_MS: u64 = 10_000;
@@ -369,7 +407,7 @@ impl Default for HttpLimits {
             max_connections: HTTP_MAX_CONNECTIONS as usize,
             rate_limit_per_second: HTTP_RATE_LIMIT_PER_SECOND as u32,
             rate_limit_burst: HTTP_RATE_LIMIT_BURST as u32,
-            allowed_origins: vec![crate::front::api::origin::AllowedOrigin::Loopback],
+            allowed_origins: vec![AllowedOrigin::Loopback],
         }
     }
 }

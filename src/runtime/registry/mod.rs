@@ -130,7 +130,7 @@ pub enum RegistryError {
     },
     /// The release policy is invalid.
     #[error("release policy: {0}")]
-    Policy(String),
+    Policy(#[source] bosun_sagas::release::ReleasePolicyError),
     /// An Azure adapter could not be configured.
     #[error("{consumer}: {reason}")]
     Adapter {

@@ -19,9 +19,7 @@ pub(super) const REGISTRATION: Registration = Registration {
 
 fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let policy = release_policy(settings);
-    policy
-        .validate()
-        .map_err(|err| RegistryError::Policy(err.to_string()))?;
+    policy.validate().map_err(RegistryError::Policy)?;
     Ok(Arc::new(ReleaseOrchestration::new(ReleaseSaga::new(policy))))
 }
 

@@ -137,7 +137,7 @@ pub enum LimitError {
     },
     /// A worker thread or task died.
     #[error("a limit worker stopped: {0}")]
-    Worker(String),
+    Worker(#[from] tokio::task::JoinError),
 }
 
 /// The scratch tables of one limit run: `bench_limit_<role>_<run id>`, so

@@ -119,12 +119,12 @@ impl Inner {
         Res: Response<Body = Body<Value>, Error = ResponseError> + Send,
     {
         let what = format!("`{}` on `{path}/$management`", Req::OPERATION);
-        let connection = self
-            .connection()
-            .await
-            .map_err(|err| AmqpFailure::Connection(err.to_string()))?;
+        let connection = self.connection().await.map_err(|err| AmqpFailure::Connection {
+            text: err.to_string(),
+            source: cause(err),
+        })?;
         if self.management_silent.load(Ordering::SeqCst) == connection.generation {
-            return Err(AmqpFailure::Unsupported(what));
+            return Err(AmqpFailure::unsupported(what));
         }
         let slot = {
             let existing = lock(&self.management)
@@ -152,8 +152,8 @@ impl Inner {
             Ok(Ok(response)) => Ok(Some(response)),
             Ok(Err(err)) if is_no_content(&err) => Ok(None),
             Ok(Err(err)) => {
-                let failure = connection.note(from_management(&what, &err));
-                if matches!(failure, AmqpFailure::Link(_) | AmqpFailure::Connection(_)) {
+                let failure = connection.note(from_management(&what, err));
+                if matches!(failure, AmqpFailure::Link { .. } | AmqpFailure::Connection { .. }) {
                     self.drop_management(path, &slot);
                 }
                 Err(failure)
@@ -163,12 +163,14 @@ impl Inner {
                 self.drop_management(path, &slot);
                 if self.endpoint.emulator {
                     self.management_silent.store(connection.generation, Ordering::SeqCst);
-                    Err(AmqpFailure::Unsupported(format!("{what} (no answer)")))
+                    Err(AmqpFailure::unsupported(format!("{what} (no answer)")))
                 } else {
-                    Err(AmqpFailure::Timeout(format!(
-                        "{what}: no answer within {} ms",
-                        self.options.operation_timeout.as_millis()
-                    )))
+                    Err(AmqpFailure::Timeout {
+                        text: format!(
+                            "{what}: no answer within {} ms",
+                            self.options.operation_timeout.as_millis()
+                        ),
+                    })
                 }
             }
         }
@@ -246,14 +248,14 @@ impl Inner {
         };
         let renewed = match renewed {
             Ok(renewed) => renewed,
-            Err(AmqpFailure::LockLost(_)) => {
+            Err(AmqpFailure::LockLost { .. }) => {
                 self.forget_session_lock(lock_token.token);
                 return Err(lock_lost(lock_token));
             }
-            Err(AmqpFailure::Unsupported(what)) => {
+            Err(failure @ AmqpFailure::Unsupported { .. }) => {
                 return Err(TransportError::misconfigured(
                     format!("renewing a lock on `{path}` at the broker"),
-                    AmqpFailure::Unsupported(what),
+                    failure,
                 ));
             }
             Err(failure) => return Err(transport_error(&path, failure)),

@@ -74,7 +74,7 @@ use uuid::Uuid;
 use super::addressing::{self, Addressed};
 use super::amqp::{
     AmqpConnection, AmqpFailure, AmqpSettings, PeekRequest, PeekResponse, RenewLockRequest, RenewLockResponse,
-    RenewSessionLockRequest, RenewSessionLockResponse, ResponseError, abandon_outcome, classify_remote,
+    RenewSessionLockRequest, RenewSessionLockResponse, ResponseError, abandon_outcome, cause, classify_remote,
     dead_letter_outcome, from_management, from_recv, from_send, is_no_content,
 };
 use super::connection::ServiceBusEndpoint;
@@ -341,8 +341,8 @@ fn lock<T>(mutex: &SyncMutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The transport error for a failure on entity `path`.
 fn transport_error(path: &str, failure: AmqpFailure) -> TransportError {
     match failure {
-        AmqpFailure::NotFound(_) => TransportError::NoSuchEntity(path.to_owned()),
-        failure @ (AmqpFailure::Unauthorized(_) | AmqpFailure::Unsupported(_)) => {
+        AmqpFailure::NotFound { .. } => TransportError::NoSuchEntity(path.to_owned()),
+        failure @ (AmqpFailure::Unauthorized { .. } | AmqpFailure::Unsupported { .. }) => {
             TransportError::misconfigured(format!("using `{path}`"), failure)
         }
         other => TransportError::unavailable(format!("using `{path}`"), other),
@@ -389,18 +389,18 @@ async fn take_deliveries(
 ) -> Result<Vec<Delivery<Body<Value>>>, AmqpFailure> {
     let mut deliveries = Vec::new();
     let credit = u32::try_from(max.min(256)).unwrap_or(256);
-    receiver
-        .set_credit(credit)
-        .await
-        .map_err(|err| AmqpFailure::Link(format!("give credit: {err}")))?;
+    receiver.set_credit(credit).await.map_err(|err| AmqpFailure::Link {
+        text: format!("give credit: {err}"),
+        source: cause(err),
+    })?;
     let mut outstanding = credit;
     while deliveries.len() < max {
         if outstanding == 0 {
             let more = u32::try_from((max - deliveries.len()).min(256)).unwrap_or(256);
-            receiver
-                .set_credit(more)
-                .await
-                .map_err(|err| AmqpFailure::Link(format!("give credit: {err}")))?;
+            receiver.set_credit(more).await.map_err(|err| AmqpFailure::Link {
+                text: format!("give credit: {err}"),
+                source: cause(err),
+            })?;
             outstanding = more;
         }
         match tokio::time::timeout(wait, receiver.recv::<Body<Value>>()).await {
@@ -408,7 +408,7 @@ async fn take_deliveries(
                 deliveries.push(delivery);
                 outstanding -= 1;
             }
-            Ok(Err(err)) => return Err(from_recv("receive", &err)),
+            Ok(Err(err)) => return Err(from_recv("receive", err)),
             Err(_) => break,
         }
     }
@@ -464,7 +464,10 @@ impl Transport for ServiceBusTransport {
                     Ok(Ok(Outcome::Rejected(rejected))) => {
                         let failure = match &rejected.error {
                             Some(error) => classify_remote(&format!("Service Bus rejected {what}"), error),
-                            None => AmqpFailure::Rejected(format!("Service Bus rejected {what}")),
+                            None => AmqpFailure::Rejected {
+                                text: format!("Service Bus rejected {what}"),
+                                source: None,
+                            },
                         };
                         return Err(transport_error(&path, failure));
                     }
@@ -476,7 +479,7 @@ impl Transport for ServiceBusTransport {
                     }
                     Ok(Err(err)) => {
                         self.inner.drop_sender(&path, &slot);
-                        return Err(transport_error(&path, connection.note(from_send(&what, &err))));
+                        return Err(transport_error(&path, connection.note(from_send(&what, err))));
                     }
                     Err(_) => {
                         self.inner.drop_sender(&path, &slot);
@@ -621,7 +624,7 @@ impl Transport for ServiceBusTransport {
                 dead.truncate(max);
                 Ok(dead)
             }
-            Err(AmqpFailure::Unsupported(what)) => {
+            Err(AmqpFailure::Unsupported { text: what, .. }) => {
                 tracing::debug!(
                     what,
                     "no $management peek here; dead letters are listed by receive and release"
@@ -702,10 +705,10 @@ impl Transport for ServiceBusTransport {
             let page = match self.inner.management_call::<_, PeekResponse>(&path, request).await {
                 Ok(Some(page)) => page,
                 Ok(None) => break,
-                Err(AmqpFailure::Unsupported(what)) => {
+                Err(failure @ AmqpFailure::Unsupported { .. }) => {
                     return Err(TransportError::misconfigured(
                         format!("counting the messages of `{path}` (a `$management` peek)"),
-                        AmqpFailure::Unsupported(what),
+                        failure,
                     ));
                 }
                 Err(failure) => return Err(transport_error(&path, failure)),

@@ -209,11 +209,11 @@ impl PumpState {
                             break failure;
                         }
                     }
-                    None => break AmqpFailure::Link("the transport was dropped".into()),
+                    None => break AmqpFailure::link("the transport was dropped"),
                 },
                 delivery = self.receiver.recv::<Body<Value>>() => match delivery {
                     Ok(delivery) => self.buffer_delivery(delivery),
-                    Err(err) => break from_recv(&format!("receive from `{path}`"), &err),
+                    Err(err) => break from_recv(&format!("receive from `{path}`"), err),
                 },
                 () = tokio::time::sleep_until(deadline.map_or_else(far_future, instant_at)), if deadline.is_some() => {
                     if let Err(failure) = self.expire().await {
@@ -221,7 +221,7 @@ impl PumpState {
                     }
                 }
                 () = tokio::time::sleep_until(idle.unwrap_or_else(far_future)), if idle.is_some() => {
-                    break AmqpFailure::Link("the session had nothing more to receive; given up".into());
+                    break AmqpFailure::link("the session had nothing more to receive; given up");
                 }
             }
         };
@@ -259,7 +259,10 @@ impl PumpState {
             self.receiver
                 .set_credit(desired)
                 .await
-                .map_err(|err| AmqpFailure::Link(format!("give credit on `{}`: {err}", self.entity)))?;
+                .map_err(|err| AmqpFailure::Link {
+                    text: format!("give credit on `{}`: {err}", self.entity),
+                    source: cause(err),
+                })?;
         }
         Ok(())
     }
@@ -381,7 +384,10 @@ impl PumpState {
                     }
                 };
                 if let Err(err) = result {
-                    let failure = AmqpFailure::Link(format!("settle on `{}`: {err}", self.entity));
+                    let failure = AmqpFailure::Link {
+                        text: format!("settle on `{}`: {err}", self.entity),
+                        source: cause(err),
+                    };
                     let _ = reply.send(Err(SettleError::Failed(failure.clone())));
                     return Err(failure);
                 }
@@ -446,7 +452,10 @@ impl PumpState {
         self.receiver
             .release(info.clone())
             .await
-            .map_err(|err| AmqpFailure::Link(format!("release on `{}`: {err}", self.entity)))
+            .map_err(|err| AmqpFailure::Link {
+                text: format!("release on `{}`: {err}", self.entity),
+                source: cause(err),
+            })
     }
 
     /// A held lock that ran out: abandon it at the broker while the broker
@@ -456,7 +465,10 @@ impl PumpState {
             self.receiver
                 .modify(held.info.clone(), abandon_outcome())
                 .await
-                .map_err(|err| AmqpFailure::Link(format!("abandon on `{}`: {err}", self.entity)))
+                .map_err(|err| AmqpFailure::Link {
+                    text: format!("abandon on `{}`: {err}", self.entity),
+                    source: cause(err),
+                })
         } else {
             self.dispose_released(&held.info).await
         }
@@ -486,9 +498,7 @@ impl PumpState {
             // The session lock ends with no message out: give the session
             // up (the run loop releases what is buffered) rather than let
             // its messages' deliveries be counted.
-            return Err(AmqpFailure::Link(
-                "the session lock ends; the session is given up".into(),
-            ));
+            return Err(AmqpFailure::link("the session lock ends; the session is given up"));
         }
         let mut kept = VecDeque::with_capacity(self.buffer.len());
         while let Some(buffered) = self.buffer.pop_front() {

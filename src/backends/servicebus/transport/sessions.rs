@@ -358,7 +358,7 @@ async fn note_failure(
 ) -> bool {
     *failures = failures.saturating_add(1);
     let error = match failure {
-        AmqpFailure::Rejected(text) if text.contains("amqp:not-allowed") => TransportError::misconfigured(
+        AmqpFailure::Rejected { text, .. } if text.contains("amqp:not-allowed") => TransportError::misconfigured(
             format!("receiving from `{path}` through sessions"),
             format!(
                 "{text}; the entity does not require sessions: it was made before bosun keyed this consumer's \

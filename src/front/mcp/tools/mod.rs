@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::front::access::Caller;
-use crate::front::gateway::{Gateway, GatewayError};
+use crate::front::gateway::{Gateway, GatewayError, Outage};
 use crate::runtime::telemetry::TraceContext;
 
 mod commands;
@@ -262,7 +262,12 @@ fn required<'a>(field: &str, text: &'a str) -> Result<&'a str, GatewayError> {
 
 /// An answer as JSON.
 fn to_json(value: &impl serde::Serialize) -> Result<Value, GatewayError> {
-    serde_json::to_value(value).map_err(|err| GatewayError::Unavailable(format!("could not write the answer: {err}")))
+    serde_json::to_value(value).map_err(|source| {
+        GatewayError::Unavailable(Outage::Answer {
+            what: "could not write the answer",
+            source,
+        })
+    })
 }
 
 /// The API's error JSON, with header names replaced by the tool arguments

@@ -264,7 +264,7 @@ pub async fn measure(
     let seconds = started.elapsed().as_secs_f64();
     let mut latencies_us = Vec::with_capacity(spec.messages);
     for result in results {
-        let latencies = result.map_err(|err| LimitError::Worker(err.to_string()))??;
+        let latencies = result.map_err(LimitError::Worker)??;
         latencies_us.extend(latencies);
     }
     Ok(LimitRun {

@@ -67,9 +67,7 @@ fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection>
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, LimitError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|err| LimitError::Worker(err.to_string()))
+    tokio::task::spawn_blocking(f).await.map_err(LimitError::Worker)
 }
 
 /// Opens `path` with bosun's pragmas and creates the scratch tables, shaped
@@ -233,7 +231,7 @@ pub async fn measure(
     let seconds = started.elapsed().as_secs_f64();
     let mut latencies_us = Vec::with_capacity(spec.messages);
     for result in results {
-        let latencies = result.map_err(|err| LimitError::Worker(err.to_string()))??;
+        let latencies = result.map_err(LimitError::Worker)??;
         latencies_us.extend(latencies);
     }
     Ok(LimitRun {
