@@ -25,9 +25,12 @@ use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{OutboxColumns, bind_outbox_and_lines, commit_alone, saga_conflict_status, written_wakes};
+use super::commit_alone;
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
+use crate::backends::postgres::store::commit::{
+    OutboxColumns, bind_outbox_and_lines, saga_conflict_status, written_wakes,
+};
 use crate::backends::postgres::store::timeline::TimelineColumns;
 use crate::ports::settle::{SettleError, Settled};
 use crate::ports::store::{HandledMessage, StoreError, doing};

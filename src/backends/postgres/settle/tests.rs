@@ -9,6 +9,11 @@ use bosun_contracts::routing::EVENTS_TOPIC;
 use serde_json::json;
 use uuid::Uuid;
 
+use bosun_contracts::Envelope;
+use sqlx_core::query::query;
+use sqlx_core::row::Row;
+use time::OffsetDateTime;
+
 use super::*;
 use crate::backends::postgres::store::PostgresStore;
 use crate::backends::postgres::testing::{self, TestDatabase};
@@ -17,6 +22,8 @@ use crate::backends::sqlite::transport::EmbeddedTransport;
 use crate::ports::behaviour::settle::{Pairing, run_all};
 use crate::ports::settle::StoreThenSettle;
 use crate::ports::store::{SagaWrite, Store};
+use crate::ports::store::{TimelineEntry, TimelineStatus};
+use crate::ports::transport::OutboundMessage;
 use crate::ports::transport::{Topology, Transport};
 
 const LOCK: Duration = Duration::from_secs(30);

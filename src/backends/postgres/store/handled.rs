@@ -6,11 +6,11 @@ use sqlx_core::types::Json;
 use sqlx_postgres::PgConnection;
 
 use super::attempt_number;
+use super::commit::commit_in_one_statement;
 use super::outbox::insert_outbox;
 use super::timeline::insert_timeline;
 use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
-use crate::backends::postgres::settle::commit_in_one_statement;
 use crate::ports::settle::{SettleError, Settled};
 use crate::ports::store::{
     AttemptRecord, CommitOutcome, HandledMessage, OutboxPurpose, RetryWrite, SagaState, StoreError,

@@ -41,6 +41,7 @@ pub use crate::backends::postgres::SCHEMA_VERSION;
 pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 
 mod access;
+pub(crate) mod commit;
 pub(crate) mod dead_letters;
 pub(crate) mod handled;
 mod jobs;
