@@ -140,7 +140,13 @@ fn on_postgres_a_kill_inside_a_retry_or_a_dead_letter_leaves_nothing_half_done()
         // The retry is due long after the test ends: it stays scheduled.
         ("BOSUN_RETRY_BASE_DELAY_MS", "600000"),
     ];
-    let halting = [env[0], env[1], env[2], env[3], ("BOSUN_FAILPOINT", "halt-in-failure-settle")];
+    let halting = [
+        env[0],
+        env[1],
+        env[2],
+        env[3],
+        ("BOSUN_FAILPOINT", "halt-in-failure-settle"),
+    ];
     let args = ["--consumers", "commit"];
     let mut settings = Settings::with_data_dir(data);
     settings.database_url = Some(Secret::new(url.clone()));
@@ -169,7 +175,11 @@ fn on_postgres_a_kill_inside_a_retry_or_a_dead_letter_leaves_nothing_half_done()
     doomed.wait_for_line("FAILPOINT halt-in-failure-settle dead-letter", Duration::from_secs(60));
     doomed.kill();
     progress.phase("killed inside the dead letter's transaction");
-    assert!(dead_letters().is_empty(), "a dead letter was recorded: {:?}", dead_letters());
+    assert!(
+        dead_letters().is_empty(),
+        "a dead letter was recorded: {:?}",
+        dead_letters()
+    );
     assert!(
         runtime
             .block_on(backends.transport.peek_dead_letters(&queue, 10))
@@ -198,11 +208,19 @@ fn on_postgres_a_kill_inside_a_retry_or_a_dead_letter_leaves_nothing_half_done()
         "files": [{"path": "README.md", "content": "x"}]
     });
     let sent = runtime
-        .block_on(backends.operator("cli:test").send("CreateCommit", &payload, None, "contoso"))
+        .block_on(
+            backends
+                .operator("cli:test")
+                .send("CreateCommit", &payload, None, "contoso"),
+        )
         .unwrap();
     let message_id = sent.message_id.to_string();
     let correlation = sent.correlation_id.to_string();
-    let attempts = || runtime.block_on(backends.store.attempts("commit", &message_id)).unwrap();
+    let attempts = || {
+        runtime
+            .block_on(backends.store.attempts("commit", &message_id))
+            .unwrap()
+    };
     let retries_scheduled = || {
         runtime
             .block_on(backends.store.timeline(&correlation))
