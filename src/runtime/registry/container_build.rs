@@ -25,7 +25,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
-    session_key: None,
+    saga: None,
 };
 
 /// Which local builder the settings and the machine give.
