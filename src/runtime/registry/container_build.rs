@@ -17,6 +17,7 @@ use bosun_consumers::container_build::azure::{
 };
 use bosun_consumers::container_build::buildah::{BuildahBuilder, BuildahConfig};
 use bosun_consumers::container_build::{ContainerBuild, NAME, local};
+use bosun_consumers::delivery::pipeline::LOG_CONTAINER;
 
 use super::{Registration, RegistryError, Shared, adapter_error, refreshing_token};
 use crate::runtime::config::{AcrCredential, AdapterKind, ContainerBuilderChoice, Settings};
@@ -25,6 +26,10 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
+    // Its build logs. ACR Tasks' run records (`acr_tasks::RUNS_CONTAINER`)
+    // are not created up front: the store creates that container on the
+    // first write (this identity has rights on the whole account).
+    blob_containers: &[LOG_CONTAINER],
     saga: None,
 };
 

@@ -4,15 +4,17 @@
 //! table, where its routes are declared for every language), how it is
 //! built from the settings, with the adapter behind each port chosen by
 //! [`AdapterKind`](crate::runtime::config::AdapterKind), not by `if` chains
-//! in the consumers, and its saga: the saga's kind and key, its state
-//! machine's diagram and when one is finished. Its retry policy is declared by the
+//! in the consumers, the blob containers it writes, and its saga: the
+//! saga's kind and key, its state machine's diagram and when one is
+//! finished. Its retry policy is declared by the
 //! consumer itself (`Consumer::retry_policy`). Local adapters share one Git
 //! host, one blob store and one pipeline runner under the data directory.
 //!
 //! What the rest of bosun knows about consumers is built from [`CONSUMERS`]:
 //! the Service Bus [`topology`] (sessions), the saga kinds and diagrams of
-//! `bosun sagas` ([`saga`]) and which sagas retention may prune
-//! ([`finished_sagas`]).
+//! `bosun sagas` ([`saga`]), which sagas retention may prune
+//! ([`finished_sagas`]) and the blob containers `bosun infra render`
+//! creates ([`blob_containers`]).
 //!
 //! To add a consumer: write its file (a [`Registration`]) and add it to
 //! [`CONSUMERS`]; a test checks the list against the routing table.
@@ -62,6 +64,11 @@ pub struct Registration {
     /// uses): `bosun infra render` gives only these consumers' identities
     /// blob rights on the whole storage account.
     pub keeps_blobs: bool,
+    /// The blob containers its adapters write to (beyond the claim
+    /// check's), which `bosun infra render` creates in the storage account
+    /// ([`blob_containers`]). Only a consumer that [keeps
+    /// blobs](Self::keeps_blobs) has any.
+    pub blob_containers: &'static [&'static str],
     /// The saga it keeps (`None`: it keeps none).
     pub saga: Option<SagaRegistration>,
 }
@@ -71,6 +78,7 @@ impl std::fmt::Debug for Registration {
         f.debug_struct("Registration")
             .field("name", &self.name)
             .field("keeps_blobs", &self.keeps_blobs)
+            .field("blob_containers", &self.blob_containers)
             .field("saga", &self.saga)
             .finish_non_exhaustive()
     }
@@ -197,6 +205,18 @@ pub fn finished_sagas() -> Vec<FinishedSaga> {
             })
         })
         .collect()
+}
+
+/// The blob containers the consumers write to, each once, in [`CONSUMERS`]'
+/// order (the claim check's is the host's, not among them).
+pub fn blob_containers() -> Vec<&'static str> {
+    let mut containers: Vec<&'static str> = Vec::new();
+    for container in CONSUMERS.iter().flat_map(|registration| registration.blob_containers) {
+        if !containers.contains(container) {
+            containers.push(container);
+        }
+    }
+    containers
 }
 
 fn available_list() -> String {
@@ -450,6 +470,27 @@ mod tests {
         assert_eq!(finished[0].kind, "release");
         assert_eq!(finished[0].field, "phase");
         assert_eq!(finished[0].values, ["completed", "rejected"]);
+    }
+
+    #[test]
+    fn blob_containers_are_declared_by_consumers_that_keep_blobs_each_once() {
+        for registration in CONSUMERS {
+            assert!(
+                registration.blob_containers.is_empty() || registration.keeps_blobs,
+                "{} writes blob containers: it keeps blobs",
+                registration.name
+            );
+        }
+        assert_eq!(
+            blob_containers(),
+            [
+                "build-logs",
+                "test-results",
+                "artifacts",
+                "build-reports",
+                "build-results"
+            ]
+        );
     }
 
     #[test]

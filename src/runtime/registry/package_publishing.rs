@@ -13,6 +13,9 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
+    // It reads the artifacts a build names and writes to its feed, in no
+    // container of its own.
+    blob_containers: &[],
     saga: None,
 };
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
+use bosun_consumers::delivery::pipeline::{ARTIFACTS_CONTAINER, LOG_CONTAINER, TEST_RESULTS_CONTAINER};
 use bosun_consumers::pipeline_monitor::{NAME, PipelineMonitor, azure, local};
 
 use super::{Registration, RegistryError, Shared, azure_config};
@@ -13,6 +14,9 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
+    // The Azure adapter stores a run's log and test results; the local one
+    // follows the local runner, which also stores its artifacts.
+    blob_containers: &[LOG_CONTAINER, TEST_RESULTS_CONTAINER, ARTIFACTS_CONTAINER],
     saga: None,
 };
 

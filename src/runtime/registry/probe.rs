@@ -13,6 +13,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    blob_containers: &[],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     // A probe group's tally never finishes: it is never pruned.
     saga: Some(SagaRegistration {

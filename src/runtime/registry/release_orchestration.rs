@@ -14,6 +14,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    blob_containers: &[],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     saga: Some(SagaRegistration {
         kind: SAGA_KIND,

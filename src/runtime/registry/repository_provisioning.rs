@@ -12,6 +12,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    blob_containers: &[],
     saga: None,
 };
 
