@@ -14,6 +14,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: true,
     blob_containers: &[LOG_CONTAINER, REPORT_CONTAINER, RECORD_CONTAINER],
+    settings: &[],
     saga: None,
 };
 

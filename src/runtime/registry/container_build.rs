@@ -30,6 +30,28 @@ pub(super) const REGISTRATION: Registration = Registration {
     // are not created up front: the store creates that container on the
     // first write (this identity has rights on the whole account).
     blob_containers: &[LOG_CONTAINER],
+    settings: &[
+        "BOSUN_CONTAINER_BUILDER",
+        "BOSUN_BUILDAH_BINARY",
+        "BOSUN_CONTAINER_REGISTRY",
+        "BOSUN_CONTAINER_INSECURE_REGISTRIES",
+        "BOSUN_CONTAINER_REGISTRY_USERNAME",
+        "BOSUN_CONTAINER_REGISTRY_PASSWORD",
+        "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
+        "BOSUN_ACR_REGISTRY",
+        "BOSUN_ACR_USERNAME",
+        "BOSUN_ACR_PASSWORD",
+        "BOSUN_ACR_REFRESH_TOKEN",
+        "BOSUN_ACR_ENTRA_TOKEN",
+        "BOSUN_ACR_TENANT",
+        "BOSUN_ACR_AUTH",
+        "BOSUN_ACR_SUBSCRIPTION",
+        "BOSUN_ACR_RESOURCE_GROUP",
+        "BOSUN_ACR_REGISTRY_NAME",
+        "BOSUN_ACR_ARM_ENDPOINT",
+        "BOSUN_ACR_ARM_AUTH",
+        "BOSUN_ACR_RUN_TIMEOUT_MS",
+    ],
     saga: None,
 };
 

@@ -17,6 +17,12 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: false,
     blob_containers: &[],
+    settings: &[
+        "BOSUN_RECONCILE_MS",
+        "BOSUN_RECONCILE_MAX_MS",
+        "BOSUN_ARGOCD_URL",
+        "BOSUN_ARGOCD_TOKEN",
+    ],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     // An environment's saga never finishes: it is never pruned.
     saga: Some(SagaRegistration {

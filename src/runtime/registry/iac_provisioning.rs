@@ -14,6 +14,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: false,
     blob_containers: &[],
+    settings: &["BOSUN_PULUMI_PROGRAM_DIR", "BOSUN_PULUMI_BINARY"],
     saga: None,
 };
 

@@ -4,17 +4,18 @@
 //! table, where its routes are declared for every language), how it is
 //! built from the settings, with the adapter behind each port chosen by
 //! [`AdapterKind`](crate::runtime::config::AdapterKind), not by `if` chains
-//! in the consumers, the blob containers it writes, and its saga: the
-//! saga's kind and key, its state machine's diagram and when one is
-//! finished. Its retry policy is declared by the
+//! in the consumers, the blob containers it writes, the settings only it
+//! reads, and its saga: the saga's kind and key, its state machine's
+//! diagram and when one is finished. Its retry policy is declared by the
 //! consumer itself (`Consumer::retry_policy`). Local adapters share one Git
 //! host, one blob store and one pipeline runner under the data directory.
 //!
 //! What the rest of bosun knows about consumers is built from [`CONSUMERS`]:
 //! the Service Bus [`topology`] (sessions), the saga kinds and diagrams of
 //! `bosun sagas` ([`saga`]), which sagas retention may prune
-//! ([`finished_sagas`]) and the blob containers `bosun infra render`
-//! creates ([`blob_containers`]).
+//! ([`finished_sagas`]), the blob containers `bosun infra render` creates
+//! ([`blob_containers`]) and the consumers' part of the settings a file may
+//! set ([`setting_names`]).
 //!
 //! To add a consumer: write its file (a [`Registration`]) and add it to
 //! [`CONSUMERS`]; a test checks the list against the routing table.
@@ -69,6 +70,10 @@ pub struct Registration {
     /// ([`blob_containers`]). Only a consumer that [keeps
     /// blobs](Self::keeps_blobs) has any.
     pub blob_containers: &'static [&'static str],
+    /// The names of the settings only it reads (`BOSUN_PIPELINE_POLL_MS`),
+    /// parsed with the others in `runtime::config`: with the generic ones,
+    /// the names a settings file may set ([`setting_names`]).
+    pub settings: &'static [&'static str],
     /// The saga it keeps (`None`: it keeps none).
     pub saga: Option<SagaRegistration>,
 }
@@ -79,6 +84,7 @@ impl std::fmt::Debug for Registration {
             .field("name", &self.name)
             .field("keeps_blobs", &self.keeps_blobs)
             .field("blob_containers", &self.blob_containers)
+            .field("settings", &self.settings)
             .field("saga", &self.saga)
             .finish_non_exhaustive()
     }
@@ -217,6 +223,14 @@ pub fn blob_containers() -> Vec<&'static str> {
         }
     }
     containers
+}
+
+/// The names of the settings the consumers read, each their own
+/// ([`Registration::settings`]), in [`CONSUMERS`]' order.
+pub fn setting_names() -> impl Iterator<Item = &'static str> {
+    CONSUMERS
+        .iter()
+        .flat_map(|registration| registration.settings.iter().copied())
 }
 
 fn available_list() -> String {
@@ -491,6 +505,16 @@ mod tests {
                 "build-results"
             ]
         );
+    }
+
+    #[test]
+    fn a_setting_belongs_to_one_consumer() {
+        let mut names: Vec<_> = setting_names().collect();
+        let declared = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), declared, "a setting name is declared twice");
+        assert!(names.iter().all(|name| name.starts_with("BOSUN_")), "{names:?}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     // It reads the artifacts a build names and writes to its feed, in no
     // container of its own.
     blob_containers: &[],
+    settings: &["BOSUN_ARTIFACTS_URL", "BOSUN_ARTIFACTS_PROJECT", "BOSUN_ARTIFACTS_PAT"],
     saga: None,
 };
 

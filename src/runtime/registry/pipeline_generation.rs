@@ -13,6 +13,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: false,
     blob_containers: &[],
+    settings: &[],
     saga: None,
 };
 

@@ -17,6 +17,11 @@ pub(super) const REGISTRATION: Registration = Registration {
     // The Azure adapter stores a run's log and test results; the local one
     // follows the local runner, which also stores its artifacts.
     blob_containers: &[LOG_CONTAINER, TEST_RESULTS_CONTAINER, ARTIFACTS_CONTAINER],
+    settings: &[
+        "BOSUN_PIPELINE_POLL_MS",
+        "BOSUN_PIPELINE_POLL_MAX_MS",
+        "BOSUN_PIPELINE_MAX_POLLS",
+    ],
     saga: None,
 };
 

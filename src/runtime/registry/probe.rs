@@ -14,6 +14,7 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: false,
     blob_containers: &[],
+    settings: &[],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     // A probe group's tally never finishes: it is never pruned.
     saga: Some(SagaRegistration {

@@ -15,6 +15,11 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: false,
     blob_containers: &[],
+    settings: &[
+        "BOSUN_RELEASE_ENVIRONMENTS",
+        "BOSUN_AUTO_APPROVE",
+        "BOSUN_APPROVAL_TIMEOUT_MS",
+    ],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     saga: Some(SagaRegistration {
         kind: SAGA_KIND,
