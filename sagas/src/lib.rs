@@ -29,8 +29,8 @@ impl SagaKind {
     /// Every kind.
     pub const ALL: [SagaKind; 3] = [SagaKind::Release, SagaKind::Gitops, SagaKind::Probe];
 
-    /// `release` or `gitops`.
-    pub fn as_str(self) -> &'static str {
+    /// `release`, `gitops` or `probe`.
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Release => "release",
             Self::Gitops => "gitops",

@@ -1,5 +1,7 @@
-//! `bosun sagas list|diagram|show`: the release and GitOps sagas, their
-//! state machines as Mermaid diagrams, and one saga's state and history.
+//! `bosun sagas list|diagram|show`: the sagas the consumers keep (their
+//! kinds and diagrams are declared by the consumers' registrations,
+//! [`registry::sagas`]), their state machines as Mermaid diagrams, and one
+//! saga's state and history.
 
 use std::io::Write;
 
@@ -10,7 +12,6 @@ use bosun::ports::store::SagaRecord;
 use bosun::runtime::config::Settings;
 use bosun::runtime::registry;
 use bosun::wiring::Backends;
-use bosun_sagas::{SagaKind, StateMachine};
 
 use super::output::{out, print_json, short_time};
 
@@ -19,7 +20,7 @@ use super::output::{out, print_json, short_time};
 pub enum SagasCommand {
     /// List sagas.
     List {
-        /// Only `release` or `gitops` sagas.
+        /// Only sagas of this kind (e.g. `release`, `gitops`).
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
         /// Print JSON.
@@ -28,12 +29,12 @@ pub enum SagasCommand {
     },
     /// Print a saga's state machine as a Mermaid diagram.
     Diagram {
-        /// `release` or `gitops`.
+        /// The saga kind (e.g. `release`, `gitops`).
         kind: String,
     },
     /// One saga's state, history and pending timeouts.
     Show {
-        /// `release` or `gitops`.
+        /// The saga kind (e.g. `release`, `gitops`).
         kind: String,
         /// The release id or environment.
         key: String,
@@ -43,10 +44,6 @@ pub enum SagasCommand {
     },
 }
 
-/// The probe saga is a counter with no state machine of its own.
-const PROBE_DIAGRAM: &str = "stateDiagram-v2\n    [*] --> Counting : ProbeEchoed\n    \
-                             Counting --> Counting : ProbeEchoed (count + 1)\n";
-
 /// Runs a sagas command; a saga kind is checked before anything is read.
 pub async fn run(command: SagasCommand, settings: &Settings) -> Result<()> {
     let backends = Backends::open_existing(settings).await?;
@@ -54,7 +51,7 @@ pub async fn run(command: SagasCommand, settings: &Settings) -> Result<()> {
     match command {
         SagasCommand::List { kind, json } => {
             if let Some(kind) = &kind {
-                SagaKind::parse(kind)?;
+                registry::saga(kind)?;
             }
             let sagas = operator.sagas(kind.as_deref()).await?;
             if json {
@@ -64,15 +61,11 @@ pub async fn run(command: SagasCommand, settings: &Settings) -> Result<()> {
             }
         }
         SagasCommand::Diagram { kind } => {
-            let diagram = match SagaKind::parse(&kind)? {
-                SagaKind::Release => StateMachine::diagram(&registry::release_saga(settings)),
-                SagaKind::Gitops => StateMachine::diagram(&registry::gitops_saga(settings)),
-                SagaKind::Probe => PROBE_DIAGRAM.to_owned(),
-            };
+            let diagram = (registry::saga(&kind)?.diagram)(settings);
             out!("{diagram}")?;
         }
         SagasCommand::Show { kind, key, json } => {
-            SagaKind::parse(&kind)?;
+            registry::saga(&kind)?;
             let saga = operator.saga(&kind, &key).await?;
             if json {
                 print_json(&saga)?;

@@ -7,48 +7,35 @@
 //! batch is a few short statements on indexed columns, so handlers are
 //! never held up for long; a failure is logged and tried at the next
 //! interval. It stops with the host.
+//!
+//! Which sagas are finished (and may go) is not the host's to know: each
+//! consumer's registration declares it, and [`policy`] takes the rules from
+//! the registry ([`registry::finished_sagas`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_consumers::release_orchestration;
-use bosun_sagas::release::ReleasePhase;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::store::{FinishedSaga, Pruned, RetentionPolicy, Store, StoreError};
+use crate::ports::store::{Pruned, RetentionPolicy, Store, StoreError};
 use crate::ports::transport::{Transport, TransportError};
 use crate::runtime::config::RetentionSettings;
+use crate::runtime::registry;
 
 /// A pass stops after this many batches (a runaway backlog is left for
 /// the next interval rather than pruned in one go).
 const MAX_BATCHES_PER_PASS: usize = 10_000;
 
-/// The saga kinds that can finish, and how each says so: a release whose
-/// `phase` is final ([`ReleasePhase::is_final`]). GitOps environments and
-/// probe tallies never finish.
-pub fn finished_sagas() -> Vec<FinishedSaga> {
-    let values = ReleasePhase::ALL
-        .iter()
-        .filter(|phase| phase.is_final())
-        .filter_map(|phase| serde_json::to_value(phase).ok())
-        .filter_map(|value| value.as_str().map(str::to_owned))
-        .collect();
-    vec![FinishedSaga {
-        kind: release_orchestration::SAGA_KIND.to_owned(),
-        field: "phase".to_owned(),
-        values,
-    }]
-}
-
-/// The policy of `settings`.
+/// The policy of `settings`, with the finished sagas of every registered
+/// consumer's saga kind ([`registry::finished_sagas`]).
 pub fn policy(settings: &RetentionSettings) -> RetentionPolicy {
     RetentionPolicy {
         handled: settings.handled,
         outbox_sent: settings.outbox_sent,
         timeline: settings.timeline,
         finished_sagas: settings.completed_sagas,
-        finished: finished_sagas(),
+        finished: registry::finished_sagas(),
         batch: settings.batch,
     }
 }
@@ -148,7 +135,7 @@ mod tests {
 
     #[test]
     fn only_final_release_phases_count_as_finished() {
-        let finished = finished_sagas();
+        let finished = policy(&RetentionSettings::default()).finished;
         assert_eq!(finished.len(), 1);
         assert_eq!(finished[0].kind, "release");
         assert_eq!(finished[0].field, "phase");

@@ -65,7 +65,11 @@ impl Source for BTreeMap<String, String> {
     }
 }
 
-const KNOWN: &[&str] = &[
+/// The settings that are no one consumer's own: the host's, the backends',
+/// the servers', and the Azure DevOps connection the `azure` adapters
+/// share. Each consumer's own are declared by its registration
+/// ([`Registration::settings`](crate::runtime::registry::Registration::settings)).
+const GENERIC: &[&str] = &[
     "BOSUN_DATA_DIR",
     "BOSUN_TRANSPORT",
     "BOSUN_DATABASE_URL",
@@ -113,47 +117,22 @@ const KNOWN: &[&str] = &[
     "BOSUN_LOG_FORMAT",
     "BOSUN_FAILPOINT",
     "BOSUN_OPERATOR",
-    "BOSUN_RELEASE_ENVIRONMENTS",
-    "BOSUN_AUTO_APPROVE",
-    "BOSUN_APPROVAL_TIMEOUT_MS",
-    "BOSUN_PIPELINE_POLL_MS",
-    "BOSUN_PIPELINE_POLL_MAX_MS",
-    "BOSUN_PIPELINE_MAX_POLLS",
-    "BOSUN_RECONCILE_MS",
-    "BOSUN_RECONCILE_MAX_MS",
     "BOSUN_AZURE_DEVOPS_ORG_URL",
     "BOSUN_AZURE_DEVOPS_PROJECT",
     "BOSUN_AZURE_DEVOPS_PAT",
     "BOSUN_AZURE_DEVOPS_TOKEN",
     "BOSUN_AZURE_DEVOPS_AUTH",
-    "BOSUN_ACR_REGISTRY",
-    "BOSUN_ACR_USERNAME",
-    "BOSUN_ACR_PASSWORD",
-    "BOSUN_ACR_REFRESH_TOKEN",
-    "BOSUN_ACR_ENTRA_TOKEN",
-    "BOSUN_ACR_TENANT",
-    "BOSUN_ACR_AUTH",
-    "BOSUN_ACR_SUBSCRIPTION",
-    "BOSUN_ACR_RESOURCE_GROUP",
-    "BOSUN_ACR_REGISTRY_NAME",
-    "BOSUN_ACR_ARM_ENDPOINT",
-    "BOSUN_ACR_ARM_AUTH",
-    "BOSUN_ACR_RUN_TIMEOUT_MS",
-    "BOSUN_ARTIFACTS_URL",
-    "BOSUN_ARTIFACTS_PROJECT",
-    "BOSUN_ARTIFACTS_PAT",
-    "BOSUN_ARGOCD_URL",
-    "BOSUN_ARGOCD_TOKEN",
-    "BOSUN_PULUMI_PROGRAM_DIR",
-    "BOSUN_PULUMI_BINARY",
-    "BOSUN_CONTAINER_BUILDER",
-    "BOSUN_BUILDAH_BINARY",
-    "BOSUN_CONTAINER_REGISTRY",
-    "BOSUN_CONTAINER_INSECURE_REGISTRIES",
-    "BOSUN_CONTAINER_REGISTRY_USERNAME",
-    "BOSUN_CONTAINER_REGISTRY_PASSWORD",
-    "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
 ];
+
+/// Every setting a file may set: the generic ones and every registered
+/// consumer's ([`registry::setting_names`](crate::runtime::registry::setting_names)).
+static KNOWN: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    GENERIC
+        .iter()
+        .copied()
+        .chain(crate::runtime::registry::setting_names())
+        .collect()
+});
 
 /// The ACR Tasks settings (`BOSUN_CONTAINER_BUILDER=acr-tasks`): the
 /// registry's place in Azure Resource Manager, checked against Azure's

@@ -400,3 +400,81 @@ fn container_builder_settings() {
         assert!(err.to_string().contains(named), "{pairs:?}: {err}");
     }
 }
+
+/// A source that writes down every name it is asked for.
+#[derive(Default)]
+struct Recording {
+    values: BTreeMap<String, String>,
+    asked: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Source for Recording {
+    fn get(&self, name: &str) -> Option<String> {
+        if let Ok(mut asked) = self.asked.lock() {
+            asked.insert(name.to_owned());
+        }
+        self.values.get(name).cloned()
+    }
+}
+
+#[test]
+fn every_setting_read_is_known_and_every_known_setting_is_read() {
+    // Between them, these reach every branch that reads a setting.
+    let azure = [
+        ("BOSUN_ADAPTERS", "azure"),
+        ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+        ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+        ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
+        ("BOSUN_ACR_REGISTRY", "contoso.azurecr.io"),
+        ("BOSUN_ARTIFACTS_URL", "https://pkgs.dev.azure.com/contoso"),
+        ("BOSUN_ARGOCD_URL", "https://argocd.contoso.example"),
+        ("BOSUN_ARGOCD_TOKEN", "token"),
+        ("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi"),
+        ("BOSUN_TRANSPORT", "servicebus"),
+        ("BOSUN_SERVICEBUS_NAMESPACE", "contoso.servicebus.windows.net"),
+    ];
+    let configurations: [&[(&str, &str)]; 2] = [
+        &[
+            ("BOSUN_ACR_USERNAME", "ci"),
+            ("BOSUN_ACR_PASSWORD", "secret"),
+            ("BOSUN_BLOB_URL", "https://contoso.blob.core.windows.net"),
+            ("BOSUN_BLOB_AUTH", "managed-identity"),
+        ],
+        &[
+            ("BOSUN_ACR_AUTH", "workload-identity"),
+            ("BOSUN_CONTAINER_BUILDER", "acr-tasks"),
+            ("BOSUN_ACR_SUBSCRIPTION", "4385cf00-2d3a-425a-832f-f4285b1c9dce"),
+            ("BOSUN_ACR_RESOURCE_GROUP", "delivery"),
+            ("BOSUN_BLOB_URL", "https://contoso.blob.core.windows.net"),
+            ("BOSUN_BLOB_ACCOUNT_KEY", "a2V5"),
+        ],
+    ];
+    let mut read = std::collections::BTreeSet::new();
+    for pairs in configurations {
+        let source = Recording {
+            values: map(&azure).into_iter().chain(map(pairs)).collect(),
+            ..Recording::default()
+        };
+        if let Err(err) = Settings::from_sources(&source, &BTreeMap::new()) {
+            panic!("{pairs:?}: {err}");
+        }
+        read.extend(source.asked.into_inner().unwrap_or_default());
+    }
+    let read: Vec<&str> = read
+        .iter()
+        .map(String::as_str)
+        .filter(|name| name.starts_with("BOSUN_"))
+        .collect();
+    let mut known: Vec<&str> = KNOWN.clone();
+    known.sort_unstable();
+    let unknown: Vec<_> = read.iter().filter(|name| !known.contains(name)).collect();
+    assert!(
+        unknown.is_empty(),
+        "read but neither generic nor a consumer's: {unknown:?}"
+    );
+    let unread: Vec<_> = known.iter().filter(|name| !read.contains(name)).collect();
+    assert!(unread.is_empty(), "known but never read: {unread:?}");
+    let declared = known.len();
+    known.dedup();
+    assert_eq!(known.len(), declared, "a setting is both generic and a consumer's");
+}

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
+use bosun_consumers::build_ingestion::results::{LOG_CONTAINER, RECORD_CONTAINER, REPORT_CONTAINER};
 use bosun_consumers::build_ingestion::{BuildIngestion, NAME, azure, local};
 
 use super::{Registration, RegistryError, Shared, azure_config};
@@ -12,7 +13,9 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
-    session_key: None,
+    blob_containers: &[LOG_CONTAINER, REPORT_CONTAINER, RECORD_CONTAINER],
+    settings: &[],
+    saga: None,
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

@@ -17,6 +17,7 @@ use bosun_consumers::container_build::azure::{
 };
 use bosun_consumers::container_build::buildah::{BuildahBuilder, BuildahConfig};
 use bosun_consumers::container_build::{ContainerBuild, NAME, local};
+use bosun_consumers::delivery::pipeline::LOG_CONTAINER;
 
 use super::{Registration, RegistryError, Shared, adapter_error, refreshing_token};
 use crate::runtime::config::{AcrCredential, AdapterKind, ContainerBuilderChoice, Settings};
@@ -25,7 +26,33 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
-    session_key: None,
+    // Its build logs. ACR Tasks' run records (`acr_tasks::RUNS_CONTAINER`)
+    // are not created up front: the store creates that container on the
+    // first write (this identity has rights on the whole account).
+    blob_containers: &[LOG_CONTAINER],
+    settings: &[
+        "BOSUN_CONTAINER_BUILDER",
+        "BOSUN_BUILDAH_BINARY",
+        "BOSUN_CONTAINER_REGISTRY",
+        "BOSUN_CONTAINER_INSECURE_REGISTRIES",
+        "BOSUN_CONTAINER_REGISTRY_USERNAME",
+        "BOSUN_CONTAINER_REGISTRY_PASSWORD",
+        "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
+        "BOSUN_ACR_REGISTRY",
+        "BOSUN_ACR_USERNAME",
+        "BOSUN_ACR_PASSWORD",
+        "BOSUN_ACR_REFRESH_TOKEN",
+        "BOSUN_ACR_ENTRA_TOKEN",
+        "BOSUN_ACR_TENANT",
+        "BOSUN_ACR_AUTH",
+        "BOSUN_ACR_SUBSCRIPTION",
+        "BOSUN_ACR_RESOURCE_GROUP",
+        "BOSUN_ACR_REGISTRY_NAME",
+        "BOSUN_ACR_ARM_ENDPOINT",
+        "BOSUN_ACR_ARM_AUTH",
+        "BOSUN_ACR_RUN_TIMEOUT_MS",
+    ],
+    saga: None,
 };
 
 /// Which local builder the settings and the machine give.

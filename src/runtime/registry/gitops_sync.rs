@@ -5,18 +5,32 @@ use std::sync::Arc;
 
 use bosun_consumers::Consumer;
 use bosun_consumers::gitops_sync::azure::{ArgoCdConfig, AzureEnvironments, AzureGitOpsConfig};
-use bosun_consumers::gitops_sync::{GitOpsSync, NAME, local};
+use bosun_consumers::gitops_sync::{GitOpsSync, NAME, local, saga_of};
 use bosun_sagas::gitops::GitOpsSaga;
+use bosun_sagas::{SagaKind, StateMachine};
 
-use super::{Registration, RegistryError, Shared, adapter_error, azure_config};
+use super::{Registration, RegistryError, SagaRegistration, Shared, adapter_error, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    blob_containers: &[],
+    settings: &[
+        "BOSUN_RECONCILE_MS",
+        "BOSUN_RECONCILE_MAX_MS",
+        "BOSUN_ARGOCD_URL",
+        "BOSUN_ARGOCD_TOKEN",
+    ],
     // Its messages are handled one saga key at a time (Service Bus sessions).
-    session_key: Some(bosun_consumers::gitops_sync::saga_of),
+    // An environment's saga never finishes: it is never pruned.
+    saga: Some(SagaRegistration {
+        kind: SagaKind::Gitops.as_str(),
+        key: saga_of,
+        diagram: |settings| gitops_saga(settings).diagram(),
+        finished: None,
+    }),
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
@@ -50,6 +64,6 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
 }
 
 /// The GitOps saga with the configured reconcile backoff.
-pub fn gitops_saga(settings: &Settings) -> GitOpsSaga {
+fn gitops_saga(settings: &Settings) -> GitOpsSaga {
     GitOpsSaga::new().with_reconcile_backoff(settings.delivery.reconcile, settings.delivery.reconcile_max)
 }

@@ -13,7 +13,9 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
-    session_key: None,
+    blob_containers: &[],
+    settings: &["BOSUN_PULUMI_PROGRAM_DIR", "BOSUN_PULUMI_BINARY"],
+    saga: None,
 };
 
 fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

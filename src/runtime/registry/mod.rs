@@ -1,13 +1,21 @@
 //! The one list of consumers bosun runs. Each consumer declares itself
-//! once, in its own file here: its name (which is also its queue, its
-//! subscription and its entry in the contracts' routing table, where its
-//! routes are declared for every language) and how it is built from the
-//! settings, with the adapter behind each port chosen by
+//! once, in its own file here (a [`Registration`]): its name (which is also
+//! its queue, its subscription and its entry in the contracts' routing
+//! table, where its routes are declared for every language), how it is
+//! built from the settings, with the adapter behind each port chosen by
 //! [`AdapterKind`](crate::runtime::config::AdapterKind), not by `if` chains
-//! in the consumers. Its retry policy and saga are declared by the consumer
-//! itself (`Consumer::retry_policy`, `Consumer::saga_of`). Local adapters
-//! share one Git host, one blob store and one pipeline runner under the
-//! data directory.
+//! in the consumers, the blob containers it writes, the settings only it
+//! reads, and its saga: the saga's kind and key, its state machine's
+//! diagram and when one is finished. Its retry policy is declared by the
+//! consumer itself (`Consumer::retry_policy`). Local adapters share one Git
+//! host, one blob store and one pipeline runner under the data directory.
+//!
+//! What the rest of bosun knows about consumers is built from [`CONSUMERS`]:
+//! the Service Bus [`topology`] (sessions), the saga kinds and diagrams of
+//! `bosun sagas` ([`saga`]), which sagas retention may prune
+//! ([`finished_sagas`]), the blob containers `bosun infra render` creates
+//! ([`blob_containers`]) and the consumers' part of the settings a file may
+//! set ([`setting_names`]).
 //!
 //! To add a consumer: write its file (a [`Registration`]) and add it to
 //! [`CONSUMERS`]; a test checks the list against the routing table.
@@ -25,6 +33,7 @@ use bosun_consumers::delivery::git::LocalGitHost;
 use bosun_consumers::delivery::pipeline::{LocalPipelines, RunnerSettings};
 use bosun_contracts::ConsumerName;
 
+use crate::ports::store::FinishedSaga;
 use crate::ports::topology::{SagaKeyFn, SessionKeyed, Topology};
 use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, EntraIdentity, Settings};
 
@@ -41,13 +50,11 @@ mod pull_request;
 mod release_orchestration;
 mod repository_provisioning;
 
-pub use gitops_sync::gitops_saga;
-pub use release_orchestration::release_saga;
-
 /// How a consumer is built: from the settings and what local adapters share.
 type Build = fn(&Settings, &Shared) -> Result<Arc<dyn Consumer>, RegistryError>;
 
-/// One consumer: its name and how it is built from the settings.
+/// One consumer, declared once: its name, how it is built from the
+/// settings, and what the rest of bosun knows about it without building it.
 #[derive(Clone, Copy)]
 pub struct Registration {
     /// The consumer's name, as in `bosun_contracts::routing::CONSUMERS`.
@@ -58,13 +65,17 @@ pub struct Registration {
     /// uses): `bosun infra render` gives only these consumers' identities
     /// blob rights on the whole storage account.
     pub keeps_blobs: bool,
-    /// The saga key its messages are session-keyed by: the pure function
-    /// its `Consumer::saga_of` calls (`None`: not session-keyed). On
-    /// Service Bus its queue and subscription require sessions, and every
-    /// message sent to them carries this key as its session id, so the
-    /// broker hands out one message of a saga at a time. The one place
-    /// this is declared: [`topology`] reads it.
-    pub session_key: Option<SagaKeyFn>,
+    /// The blob containers its adapters write to (beyond the claim
+    /// check's), which `bosun infra render` creates in the storage account
+    /// ([`blob_containers`]). Only a consumer that [keeps
+    /// blobs](Self::keeps_blobs) has any.
+    pub blob_containers: &'static [&'static str],
+    /// The names of the settings only it reads (`BOSUN_PIPELINE_POLL_MS`),
+    /// parsed with the others in `runtime::config`: with the generic ones,
+    /// the names a settings file may set ([`setting_names`]).
+    pub settings: &'static [&'static str],
+    /// The saga it keeps (`None`: it keeps none).
+    pub saga: Option<SagaRegistration>,
 }
 
 impl std::fmt::Debug for Registration {
@@ -72,8 +83,59 @@ impl std::fmt::Debug for Registration {
         f.debug_struct("Registration")
             .field("name", &self.name)
             .field("keeps_blobs", &self.keeps_blobs)
-            .field("session_keyed", &self.session_key.is_some())
+            .field("blob_containers", &self.blob_containers)
+            .field("settings", &self.settings)
+            .field("saga", &self.saga)
             .finish_non_exhaustive()
+    }
+}
+
+/// The saga a consumer keeps: its kind, its key, its state machine and
+/// when one is over.
+#[derive(Clone, Copy)]
+pub struct SagaRegistration {
+    /// The kind its sagas are stored under (`release`): what `key` returns
+    /// first, and what `bosun sagas` and the API take.
+    pub kind: &'static str,
+    /// The saga (kind, key) a message belongs to: the pure function its
+    /// `Consumer::saga_of` calls. Its messages are session-keyed by it: on
+    /// Service Bus its queue and subscription require sessions, and every
+    /// message sent to them carries this key as its session id, so the
+    /// broker hands out one message of a saga at a time ([`topology`]).
+    pub key: SagaKeyFn,
+    /// Its state machine as a Mermaid `stateDiagram-v2`, under the
+    /// settings' policy (`bosun sagas diagram`).
+    pub diagram: fn(&Settings) -> String,
+    /// When one of its sagas is over, so retention may prune it
+    /// ([`finished_sagas`]); `None`: its sagas never finish and are never
+    /// pruned.
+    pub finished: Option<Finished>,
+}
+
+impl std::fmt::Debug for SagaRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SagaRegistration")
+            .field("kind", &self.kind)
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
+
+/// When a saga is over: the state's `field` holds one of `values`.
+#[derive(Clone, Copy)]
+pub struct Finished {
+    /// The state's field naming where the saga is (`phase`).
+    pub field: &'static str,
+    /// The values of that field that mean the saga is over.
+    pub values: fn() -> Vec<String>,
+}
+
+impl std::fmt::Debug for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finished")
+            .field("field", &self.field)
+            .field("values", &(self.values)())
+            .finish()
     }
 }
 
@@ -99,15 +161,76 @@ pub fn available() -> impl Iterator<Item = ConsumerName> {
 }
 
 /// The entities every consumer needs, with the session-keyed consumers'
-/// ([`Registration::session_key`]): the topology Service Bus is planned,
-/// verified, rendered and sent on with.
+/// (those keeping a saga: [`SagaRegistration::key`]): the topology Service
+/// Bus is planned, verified, rendered and sent on with.
 pub fn topology() -> Topology {
     Topology::from_routing().with_sessions(CONSUMERS.iter().filter_map(|registration| {
-        registration.session_key.map(|key| SessionKeyed {
+        registration.saga.map(|saga| SessionKeyed {
             consumer: registration.name,
-            key,
+            key: saga.key,
         })
     }))
+}
+
+/// The sagas the consumers keep, in [`CONSUMERS`]' order.
+pub fn sagas() -> impl Iterator<Item = &'static SagaRegistration> {
+    CONSUMERS.iter().filter_map(|registration| registration.saga.as_ref())
+}
+
+/// The saga of `kind` (`release`).
+pub fn saga(kind: &str) -> Result<&'static SagaRegistration, UnknownSagaKind> {
+    sagas()
+        .find(|saga| saga.kind == kind)
+        .ok_or_else(|| UnknownSagaKind(kind.to_owned()))
+}
+
+/// A saga kind no consumer keeps.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown saga kind `{0}` (expected {expected})", expected = saga_kinds_list())]
+pub struct UnknownSagaKind(pub String);
+
+/// `release, gitops or probe`.
+fn saga_kinds_list() -> String {
+    let kinds: Vec<&str> = sagas().map(|saga| saga.kind).collect();
+    match kinds.split_last() {
+        None => "none".to_owned(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// How each saga kind that can finish says so: what retention prunes
+/// (`RetentionPolicy::finished`). Sagas of the other kinds are never pruned.
+pub fn finished_sagas() -> Vec<FinishedSaga> {
+    sagas()
+        .filter_map(|saga| {
+            saga.finished.map(|finished| FinishedSaga {
+                kind: saga.kind.to_owned(),
+                field: finished.field.to_owned(),
+                values: (finished.values)(),
+            })
+        })
+        .collect()
+}
+
+/// The blob containers the consumers write to, each once, in [`CONSUMERS`]'
+/// order (the claim check's is the host's, not among them).
+pub fn blob_containers() -> Vec<&'static str> {
+    let mut containers: Vec<&'static str> = Vec::new();
+    for container in CONSUMERS.iter().flat_map(|registration| registration.blob_containers) {
+        if !containers.contains(container) {
+            containers.push(container);
+        }
+    }
+    containers
+}
+
+/// The names of the settings the consumers read, each their own
+/// ([`Registration::settings`]), in [`CONSUMERS`]' order.
+pub fn setting_names() -> impl Iterator<Item = &'static str> {
+    CONSUMERS
+        .iter()
+        .flat_map(|registration| registration.settings.iter().copied())
 }
 
 fn available_list() -> String {
@@ -300,7 +423,7 @@ mod tests {
         let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();
         let keyed: Vec<_> = CONSUMERS
             .iter()
-            .filter(|registration| registration.session_key.is_some())
+            .filter(|registration| registration.saga.is_some())
             .map(|registration| registration.name)
             .collect();
         assert_eq!(keyed, ["release-orchestration", "gitops-sync", "probe"]);
@@ -309,13 +432,14 @@ mod tests {
             for message in bosun_contracts::samples::samples() {
                 let envelope = bosun_contracts::Envelope::new(&message, uuid::Uuid::now_v7(), "acme", "test");
                 let saga = consumer.saga_of(&envelope, &message);
-                match registration.session_key {
-                    Some(key) => assert_eq!(key(&envelope, &message), saga, "{}", registration.name),
-                    None => assert_eq!(
-                        saga, None,
-                        "{} keeps a saga: declare its session key",
-                        registration.name
-                    ),
+                match registration.saga {
+                    Some(declared) => {
+                        assert_eq!((declared.key)(&envelope, &message), saga, "{}", registration.name);
+                        if let Some((kind, _)) = saga {
+                            assert_eq!(kind, declared.kind, "{} declares another kind", registration.name);
+                        }
+                    }
+                    None => assert_eq!(saga, None, "{} keeps a saga: declare it", registration.name),
                 }
             }
         }
@@ -324,6 +448,73 @@ mod tests {
             assert!(topology.requires_session(&bosun_contracts::Destination::Queue(name.into())));
         }
         assert!(!topology.requires_session(&bosun_contracts::Destination::Queue("commit".into())));
+    }
+
+    #[test]
+    fn the_saga_kinds_are_the_sagas_crates() {
+        // The API's gateway reads a saga's machine through `SagaKind`: the
+        // registered kinds and its kinds are one list.
+        let kinds: Vec<_> = sagas().map(|saga| saga.kind).collect();
+        let crate_kinds: Vec<_> = bosun_sagas::SagaKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(kinds, crate_kinds);
+    }
+
+    #[test]
+    fn a_saga_kind_is_found_and_an_unknown_one_names_the_kinds() {
+        assert_eq!(saga("gitops").unwrap().kind, "gitops");
+        assert_eq!(
+            saga("billing").unwrap_err().to_string(),
+            "unknown saga kind `billing` (expected release, gitops or probe)"
+        );
+    }
+
+    #[test]
+    fn every_saga_draws_its_diagram() {
+        let settings = Settings::with_data_dir("unused");
+        for saga in sagas() {
+            let diagram = (saga.diagram)(&settings);
+            assert!(diagram.starts_with("stateDiagram-v2\n"), "{}: {diagram}", saga.kind);
+        }
+    }
+
+    #[test]
+    fn only_a_release_finishes_when_its_phase_is_final() {
+        let finished = finished_sagas();
+        assert_eq!(finished.len(), 1);
+        assert_eq!(finished[0].kind, "release");
+        assert_eq!(finished[0].field, "phase");
+        assert_eq!(finished[0].values, ["completed", "rejected"]);
+    }
+
+    #[test]
+    fn blob_containers_are_declared_by_consumers_that_keep_blobs_each_once() {
+        for registration in CONSUMERS {
+            assert!(
+                registration.blob_containers.is_empty() || registration.keeps_blobs,
+                "{} writes blob containers: it keeps blobs",
+                registration.name
+            );
+        }
+        assert_eq!(
+            blob_containers(),
+            [
+                "build-logs",
+                "test-results",
+                "artifacts",
+                "build-reports",
+                "build-results"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_setting_belongs_to_one_consumer() {
+        let mut names: Vec<_> = setting_names().collect();
+        let declared = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), declared, "a setting name is declared twice");
+        assert!(names.iter().all(|name| name.starts_with("BOSUN_")), "{names:?}");
     }
 
     #[test]

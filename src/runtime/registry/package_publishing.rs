@@ -13,7 +13,11 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
-    session_key: None,
+    // It reads the artifacts a build names and writes to its feed, in no
+    // container of its own.
+    blob_containers: &[],
+    settings: &["BOSUN_ARTIFACTS_URL", "BOSUN_ARTIFACTS_PROJECT", "BOSUN_ARTIFACTS_PAT"],
+    saga: None,
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

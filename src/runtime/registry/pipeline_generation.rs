@@ -12,7 +12,9 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
-    session_key: None,
+    blob_containers: &[],
+    settings: &[],
+    saga: None,
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

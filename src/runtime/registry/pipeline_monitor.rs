@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
+use bosun_consumers::delivery::pipeline::{ARTIFACTS_CONTAINER, LOG_CONTAINER, TEST_RESULTS_CONTAINER};
 use bosun_consumers::pipeline_monitor::{NAME, PipelineMonitor, azure, local};
 
 use super::{Registration, RegistryError, Shared, azure_config};
@@ -13,7 +14,15 @@ pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: true,
-    session_key: None,
+    // The Azure adapter stores a run's log and test results; the local one
+    // follows the local runner, which also stores its artifacts.
+    blob_containers: &[LOG_CONTAINER, TEST_RESULTS_CONTAINER, ARTIFACTS_CONTAINER],
+    settings: &[
+        "BOSUN_PIPELINE_POLL_MS",
+        "BOSUN_PIPELINE_POLL_MAX_MS",
+        "BOSUN_PIPELINE_MAX_POLLS",
+    ],
+    saga: None,
 };
 
 fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {

@@ -3,18 +3,33 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::release_orchestration::{NAME, ReleaseOrchestration};
-use bosun_sagas::release::{ReleasePolicy, ReleaseSaga};
+use bosun_consumers::release_orchestration::{NAME, ReleaseOrchestration, SAGA_KIND, saga_of};
+use bosun_sagas::StateMachine;
+use bosun_sagas::release::{ReleasePhase, ReleasePolicy, ReleaseSaga};
 
-use super::{Registration, RegistryError, Shared};
+use super::{Finished, Registration, RegistryError, SagaRegistration, Shared};
 use crate::runtime::config::Settings;
 
 pub(super) const REGISTRATION: Registration = Registration {
     name: NAME,
     build,
     keeps_blobs: false,
+    blob_containers: &[],
+    settings: &[
+        "BOSUN_RELEASE_ENVIRONMENTS",
+        "BOSUN_AUTO_APPROVE",
+        "BOSUN_APPROVAL_TIMEOUT_MS",
+    ],
     // Its messages are handled one saga key at a time (Service Bus sessions).
-    session_key: Some(bosun_consumers::release_orchestration::saga_of),
+    saga: Some(SagaRegistration {
+        kind: SAGA_KIND,
+        key: saga_of,
+        diagram,
+        finished: Some(Finished {
+            field: "phase",
+            values: final_phases,
+        }),
+    }),
 };
 
 fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
@@ -23,9 +38,20 @@ fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, Reg
     Ok(Arc::new(ReleaseOrchestration::new(ReleaseSaga::new(policy))))
 }
 
-/// The release saga under the configured policy.
-pub fn release_saga(settings: &Settings) -> ReleaseSaga {
-    ReleaseSaga::new(release_policy(settings))
+/// The release saga's state machine under the configured policy.
+fn diagram(settings: &Settings) -> String {
+    ReleaseSaga::new(release_policy(settings)).diagram()
+}
+
+/// A release is over once its phase is final ([`ReleasePhase::is_final`]):
+/// those phases as its state stores them.
+fn final_phases() -> Vec<String> {
+    ReleasePhase::ALL
+        .iter()
+        .filter(|phase| phase.is_final())
+        .filter_map(|phase| serde_json::to_value(phase).ok())
+        .filter_map(|value| value.as_str().map(str::to_owned))
+        .collect()
 }
 
 fn release_policy(settings: &Settings) -> ReleasePolicy {

@@ -19,7 +19,7 @@
 
 use serde_json::{Value, json};
 
-use super::{BLOB_CONTAINERS, ConsumerInfra, InfraSettings, RenderedFile, header};
+use super::{ConsumerInfra, InfraSettings, RenderedFile, blob_containers, header};
 use crate::backends::servicebus::plan::{self, Description, iso8601_duration};
 use crate::host::claim_check;
 use crate::runtime::registry;
@@ -78,7 +78,8 @@ pub fn topology_json(consumers: &[ConsumerInfra], settings: &InfraSettings) -> V
     let mut topic_grants = Vec::new();
     let mut namespace_grants = Vec::new();
     let mut blob_grants = Vec::new();
-    let payloads = BLOB_CONTAINERS.iter().position(|c| *c == claim_check::CONTAINER);
+    let containers = blob_containers();
+    let payloads = containers.iter().position(|c| *c == claim_check::CONTAINER);
     for consumer in consumers {
         let identity = identities.len();
         identities.push(json!({
@@ -139,7 +140,7 @@ pub fn topology_json(consumers: &[ConsumerInfra], settings: &InfraSettings) -> V
         "sessionQueues": session_queues,
         "sessionSubscriptions": session_subscriptions,
         "rules": rules,
-        "containers": BLOB_CONTAINERS,
+        "containers": containers,
         "claimCheckContainer": claim_check::CONTAINER,
         "identities": identities,
         "grants": {

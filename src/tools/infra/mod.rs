@@ -43,17 +43,18 @@ pub const API_PORT: u16 = 8080;
 /// but unsent messages) and retention for the whole shared store, and it is
 /// the canary.
 pub const ALWAYS_ON: &str = bosun_consumers::probe::NAME;
-/// The blob containers the storage account gets: the claim check's and
-/// those the delivery consumers keep logs, reports, results and artifacts
-/// in.
-pub const BLOB_CONTAINERS: &[&str] = &[
-    claim_check::CONTAINER,
-    bosun_consumers::build_ingestion::results::LOG_CONTAINER,
-    bosun_consumers::build_ingestion::results::REPORT_CONTAINER,
-    bosun_consumers::build_ingestion::results::RECORD_CONTAINER,
-    bosun_consumers::delivery::pipeline::TEST_RESULTS_CONTAINER,
-    bosun_consumers::delivery::pipeline::ARTIFACTS_CONTAINER,
-];
+/// The blob containers the storage account gets: the claim check's first,
+/// then those the consumers' registrations declare (logs, reports, results
+/// and artifacts), each once ([`registry::blob_containers`]).
+pub fn blob_containers() -> Vec<&'static str> {
+    let mut containers = vec![claim_check::CONTAINER];
+    containers.extend(
+        registry::blob_containers()
+            .into_iter()
+            .filter(|container| *container != claim_check::CONTAINER),
+    );
+    containers
+}
 
 /// One file `bosun infra render` writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
