@@ -58,6 +58,7 @@ pub async fn run(args: SendArgs, settings: &Settings) -> Result<()> {
         correlation_id: args.correlation_id,
         message_id: None,
         trace,
+        joined: None,
     };
     let sent = backends
         .operator(&settings.operator)

@@ -156,6 +156,21 @@ pub struct ReplaySummary {
     pub failed: Vec<(Uuid, String)>,
 }
 
+/// A command [`Operator::prepare`] checked: ready to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedCommand {
+    message: Message,
+    destination: Destination,
+    tenant: String,
+}
+
+impl PreparedCommand {
+    /// The tenant it is sent for.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+}
+
 /// How [`Operator::send_with`] sends a command.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendOptions {
@@ -167,6 +182,9 @@ pub struct SendOptions {
     /// The caller's trace context: the command's producer span continues
     /// it (else the command starts the delivery's trace).
     pub trace: Option<TraceContext>,
+    /// The record of the delivery `correlation_id` names, when the caller
+    /// read it already (so it is not read twice).
+    pub joined: Option<DeliveryRecord>,
 }
 
 /// How long a command accepted at the front door is left to the process
@@ -245,6 +263,7 @@ impl Operator {
             correlation_id,
             message_id: None,
             trace: None,
+            joined: None,
         };
         self.send_with(message_type, payload, tenant, &options).await
     }
@@ -258,6 +277,17 @@ impl Operator {
         tenant: &str,
         options: &SendOptions,
     ) -> Result<SentMessage, OperatorError> {
+        let command = self.prepare(message_type, payload, tenant)?;
+        self.send_prepared(command, options).await
+    }
+
+    /// Checks a command once, without writing anything: `tenant` is a
+    /// tenant id, `message_type` a command that may be sent from outside,
+    /// `payload` its valid payload (an approval or rejection is stamped with
+    /// who this operator is, whatever the payload says). The front door
+    /// calls it before anything is stored, and sends what it returns with
+    /// [`Operator::send_prepared`].
+    pub fn prepare(&self, message_type: &str, payload: &Value, tenant: &str) -> Result<PreparedCommand, OperatorError> {
         tenant_id("tenantId", tenant).map_err(|err| ContractError::InvalidField {
             field: err.field,
             reason: err.reason,
@@ -279,6 +309,25 @@ impl Operator {
         message.validate()?;
         let destination = destination_of(spec.message_type)
             .ok_or_else(|| OperatorError::Invalid(format!("no consumer handles `{message_type}`")))?;
+        Ok(PreparedCommand {
+            message,
+            destination,
+            tenant: tenant.to_owned(),
+        })
+    }
+
+    /// Sends a command [`Operator::prepare`] checked.
+    pub async fn send_prepared(
+        &self,
+        command: PreparedCommand,
+        options: &SendOptions,
+    ) -> Result<SentMessage, OperatorError> {
+        let PreparedCommand {
+            message,
+            destination,
+            tenant,
+        } = command;
+        let tenant = tenant.as_str();
         let correlation_id = options.correlation_id.unwrap_or_else(Uuid::now_v7);
         let source = self.source.clone();
         let mut envelope = Envelope::new(&message, correlation_id, tenant, &source);
@@ -306,17 +355,17 @@ impl Operator {
         // tenant continues the trace its first command started, unless the
         // caller hands over a trace of its own; then the command is a span
         // of the caller's trace, linked to the delivery's.
-        let delivery_trace = match options.correlation_id {
-            Some(joined) => self
-                .store
-                .delivery_record(&joined.to_string())
-                .await?
-                .filter(|record| record.tenant_id == tenant)
-                .and_then(|record| {
-                    TraceContext::from_headers(record.traceparent.as_deref(), record.tracestate.as_deref())
-                }),
-            None => None,
+        let joined = match (&options.joined, options.correlation_id) {
+            // The caller read it already (the front door, checking whose it is).
+            (Some(record), Some(correlation_id)) if record.correlation_id == correlation_id.to_string() => {
+                Some(record.clone())
+            }
+            (_, Some(correlation_id)) => self.store.delivery_record(&correlation_id.to_string()).await?,
+            (_, None) => None,
         };
+        let delivery_trace = joined
+            .filter(|record| record.tenant_id == tenant)
+            .and_then(|record| TraceContext::from_headers(record.traceparent.as_deref(), record.tracestate.as_deref()));
         let parent = options.trace.as_ref().or(delivery_trace.as_ref());
         telemetry::continue_trace(&span, parent);
         if options.trace.is_some()

@@ -74,25 +74,28 @@ impl Gateway {
         // not, and one of another tenant, read the same, byte for byte (no
         // oracle of other tenants' correlation ids). A new delivery's id is
         // bosun's to choose.
-        if let Some(correlation_id) = correlation_id {
-            let existing = self.backends.store.delivery_record(&correlation_id.to_string()).await?;
-            if existing.is_none_or(|record| record.tenant_id != tenant) {
-                return Err(GatewayError::not_found("delivery", &correlation_id.to_string()));
-            }
-        }
-        // Validate before claiming a key: an invalid request stores nothing.
-        bosun_contracts::Message::from_type_and_payload(message_type, payload)?;
+        let joined = match correlation_id {
+            Some(correlation_id) => match self.backends.store.delivery_record(&correlation_id.to_string()).await? {
+                Some(record) if record.tenant_id == tenant => Some(record),
+                _ => return Err(GatewayError::not_found("delivery", &correlation_id.to_string())),
+            },
+            None => None,
+        };
+        // Checked once, before claiming a key: an invalid request stores
+        // nothing.
+        let operator = self.operator(caller);
+        let command = operator.prepare(message_type, payload, &tenant)?;
         let Some(key) = idempotency_key else {
             let sent = self
                 .send_now(
                     caller,
-                    message_type,
-                    payload,
-                    &tenant,
+                    &operator,
+                    command,
                     SendOptions {
                         correlation_id,
                         message_id: None,
                         trace: trace.cloned(),
+                        joined,
                     },
                 )
                 .await?;
@@ -147,13 +150,13 @@ impl Gateway {
         match self
             .send_now(
                 caller,
-                message_type,
-                payload,
-                &tenant,
+                &operator,
+                command,
                 SendOptions {
                     correlation_id: Some(correlation_id),
                     message_id: Some(message_id),
                     trace: trace.cloned(),
+                    joined,
                 },
             )
             .await
@@ -174,15 +177,13 @@ impl Gateway {
     pub(super) async fn send_now(
         &self,
         caller: &Caller,
-        message_type: &str,
-        payload: &Value,
-        tenant: &str,
+        operator: &Operator,
+        command: PreparedCommand,
         options: SendOptions,
     ) -> Result<Value, GatewayError> {
-        let sent = self
-            .operator(caller)
-            .send_with(message_type, payload, tenant, &options)
-            .await?;
+        let tenant = command.tenant().to_owned();
+        let tenant = tenant.as_str();
+        let sent = operator.send_prepared(command, &options).await?;
         tracing::info!(
             key_id = %caller.key_id,
             tenant_id = %tenant,

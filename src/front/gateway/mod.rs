@@ -37,7 +37,7 @@ use bosun_consumers::delivery::blob::sha256_hex;
 
 use crate::front::access::{self, ALL_TENANTS, Caller, Refusal, Scope};
 use crate::front::ops::{self, Readiness};
-use crate::operator::{Delivery, Operator, OperatorError, SendOptions};
+use crate::operator::{Delivery, Operator, OperatorError, PreparedCommand, SendOptions};
 use crate::ports::store::{
     AccessStore, DeadLetterFilter, DeadLetterRecord, IdempotencyClaim, ReplayRecord, SagaRecord, StoreError,
     TimelineEntry, TimelineWait,

@@ -239,6 +239,7 @@ pub async fn run(
             correlation_id: Some(correlation_id),
             message_id: None,
             trace: Some(trace),
+            joined: None,
         },
         Goal {
             message_type: goal,
