@@ -144,3 +144,57 @@ fn the_real_graph_is_read_whole() {
     let contracts = read_crate("contracts/src/lib.rs");
     assert!(contracts.module("messages").is_some());
 }
+
+/// The most lines a non-test source file has (its inline `#[cfg(test)] mod
+/// tests` left out) unless its module documentation says why it is longer
+/// (a line with "over 800 lines on purpose").
+const MOST_LINES: usize = 800;
+
+/// No source file of the workspace is over [`MOST_LINES`] without saying
+/// why at its top.
+#[test]
+fn no_source_file_is_over_800_lines_without_a_reason() {
+    let mut long = Vec::new();
+    let mut stack: Vec<PathBuf> = ["src", "contracts/src", "consumers/src", "sagas/src", "testing"]
+        .iter()
+        .map(|dir| root().join(dir))
+        .collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "tests" && name != "target" {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            let code = lines
+                .windows(2)
+                .position(|pair| pair[0].starts_with("#[cfg(test)]") && pair[1].starts_with("mod tests {"))
+                .unwrap_or(lines.len());
+            let reason = lines
+                .iter()
+                .take_while(|line| line.starts_with("//!"))
+                .any(|line| line.to_lowercase().contains("800 lines on purpose"));
+            if code > MOST_LINES && !reason {
+                long.push(format!(
+                    "{} ({code} lines)",
+                    path.strip_prefix(root()).unwrap().display()
+                ));
+            }
+        }
+    }
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "over {MOST_LINES} lines without a reason at the top (split it, or say why in its module documentation \
+         with \"over 800 lines on purpose\"):\n  {}",
+        long.join("\n  ")
+    );
+}

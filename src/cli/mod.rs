@@ -151,7 +151,8 @@ impl Command {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
-    let mut settings = Settings::load(cli.config.as_deref())?;
+    let known = bosun::runtime::config::known_settings(bosun::runtime::registry::setting_names());
+    let mut settings = Settings::load(cli.config.as_deref(), &known)?;
     let explicit_data_dir = cli.data_dir.is_some();
     if let Some(dir) = cli.data_dir {
         settings.data_dir = dir;

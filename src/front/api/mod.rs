@@ -14,6 +14,9 @@
 //! authenticated (over it: 429 `rate-limited` with `Retry-After`); and
 //! [`origin`] refuses `/mcp` requests from browser origins that are not
 //! allowed (403 `origin-not-allowed`), as the MCP specification requires.
+//!
+//! Over 800 lines on purpose: one thin handler per route (read the request,
+//! call the gateway, write the answer), in the order of the route table.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

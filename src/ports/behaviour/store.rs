@@ -1,7 +1,7 @@
 //! The store behaviour suite: what every [`Store`] (and [`AccessStore`]) must do.
 //!
-//! Test code only (this module is compiled under `cfg(test)`), and one
-//! file on purpose: it is the definition of a correct store, read top to
+//! Test code only (this module is compiled under `cfg(test)`), and over
+//! 800 lines on purpose: it is the definition of a correct store, read top to
 //! bottom by whoever writes a backend, so its length is the number of
 //! behaviours, not a mix of concerns.
 

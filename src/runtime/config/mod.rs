@@ -124,15 +124,13 @@ const GENERIC: &[&str] = &[
     "BOSUN_AZURE_DEVOPS_AUTH",
 ];
 
-/// Every setting a file may set: the generic ones and every registered
-/// consumer's ([`registry::setting_names`](crate::runtime::registry::setting_names)).
-static KNOWN: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-    GENERIC
-        .iter()
-        .copied()
-        .chain(crate::runtime::registry::setting_names())
-        .collect()
-});
+/// Every setting a file may set: the generic ones ([`GENERIC`]) and
+/// `consumers`', the names every registered consumer reads (the registry's
+/// `setting_names`, passed in by the caller: the registry is built from
+/// settings, so settings do not look it up).
+pub fn known_settings(consumers: impl IntoIterator<Item = &'static str>) -> Vec<&'static str> {
+    GENERIC.iter().copied().chain(consumers).collect()
+}
 
 /// The ACR Tasks settings (`BOSUN_CONTAINER_BUILDER=acr-tasks`): the
 /// registry's place in Azure Resource Manager, checked against Azure's
@@ -194,7 +192,7 @@ fn acr_tasks_settings(
 }
 
 /// Reads a TOML settings file into `BOSUN_*` keys.
-pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+pub fn read_file(path: &Path, known: &[&str]) -> Result<BTreeMap<String, String>, ConfigError> {
     let file_error = |reason: String| ConfigError::File {
         path: path.to_owned(),
         reason,
@@ -210,7 +208,7 @@ pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut values = BTreeMap::new();
     for (key, value) in table {
         let name = format!("BOSUN_{}", key.to_ascii_uppercase());
-        if !KNOWN.contains(&name.as_str()) {
+        if !known.contains(&name.as_str()) {
             return Err(file_error(format!("unknown setting `{key}`")));
         }
         let text = match value {
@@ -231,15 +229,17 @@ pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
 
 impl Settings {
     /// Loads settings from the environment and the optional file: the path
-    /// given, else `BOSUN_CONFIG`, else `./bosun.toml` when it exists.
-    pub fn load(config_file: Option<&Path>) -> Result<Self, ConfigError> {
+    /// given, else `BOSUN_CONFIG`, else `./bosun.toml` when it exists. A
+    /// file may set the generic settings and those `known` adds (see
+    /// [`known_settings`]).
+    pub fn load(config_file: Option<&Path>, known: &[&str]) -> Result<Self, ConfigError> {
         let env = Environment;
         let path = config_file
             .map(Path::to_path_buf)
             .or_else(|| env.get("BOSUN_CONFIG").map(PathBuf::from))
             .or_else(|| Some(PathBuf::from("bosun.toml")).filter(|p| p.exists()));
         let file = match path {
-            Some(path) => read_file(&path)?,
+            Some(path) => read_file(&path, known)?,
             None => BTreeMap::new(),
         };
         Self::from_sources(&env, &file)

@@ -203,9 +203,12 @@ fn http_limits_have_documented_defaults_and_parse() {
         "http_allowed_origins = [\"http://10.0.0.5:8080\"]\nhttp_max_connections = 64\n",
     )
     .unwrap();
-    let limits = Settings::from_sources(&map(&[]), &read_file(&path).unwrap())
-        .unwrap()
-        .http_limits;
+    let limits = Settings::from_sources(
+        &map(&[]),
+        &read_file(&path, &known_settings(crate::runtime::registry::setting_names())).unwrap(),
+    )
+    .unwrap()
+    .http_limits;
     assert_eq!(limits.max_connections, 64);
     assert_eq!(
         limits.allowed_origins,
@@ -236,7 +239,7 @@ fn toml_file_is_read_and_unknown_keys_rejected() {
         "data_dir = \"/srv/bosun\"\nconsumers = [\"commit\", \"repository-provisioning\"]\nconcurrency = 4\n",
     )
     .unwrap();
-    let file = read_file(&path).unwrap();
+    let file = read_file(&path, &known_settings(crate::runtime::registry::setting_names())).unwrap();
     let settings = Settings::from_sources(&map(&[]), &file).unwrap();
     assert_eq!(settings.data_dir, PathBuf::from("/srv/bosun"));
     assert_eq!(
@@ -244,7 +247,7 @@ fn toml_file_is_read_and_unknown_keys_rejected() {
         Some(vec!["commit".to_owned(), "repository-provisioning".to_owned()])
     );
     std::fs::write(&path, "dta_dir = \"/x\"\n").unwrap();
-    let err = read_file(&path).unwrap_err();
+    let err = read_file(&path, &known_settings(crate::runtime::registry::setting_names())).unwrap_err();
     assert!(err.to_string().contains("dta_dir"), "{err}");
 }
 
@@ -465,7 +468,7 @@ fn every_setting_read_is_known_and_every_known_setting_is_read() {
         .map(String::as_str)
         .filter(|name| name.starts_with("BOSUN_"))
         .collect();
-    let mut known: Vec<&str> = KNOWN.clone();
+    let mut known: Vec<&str> = known_settings(crate::runtime::registry::setting_names());
     known.sort_unstable();
     let unknown: Vec<_> = read.iter().filter(|name| !known.contains(name)).collect();
     assert!(

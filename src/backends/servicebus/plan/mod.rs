@@ -32,6 +32,9 @@
 //! which `serve`'s start-up check refuses to run with.
 //!
 //! The ATOM and XML reading of the management API's answers is in `atom`.
+//!
+//! Over 800 lines on purpose: every property bosun sets on each entity, beside
+//! the comparison of a live namespace with it.
 
 use std::collections::HashMap;
 use std::fmt;

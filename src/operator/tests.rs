@@ -1,0 +1,282 @@
+//! Tests of `src/operator/mod.rs`.
+
+use super::*;
+use crate::backends::memory::MemoryTransport;
+use crate::backends::sqlite::store::SqliteStore;
+use crate::ports::transport::ReceivedMessage;
+
+async fn operator(max_delivery_count: u32) -> (Operator, Arc<MemoryTransport>, Arc<SqliteStore>) {
+    let transport = Arc::new(MemoryTransport::new(max_delivery_count));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    (
+        Operator::new(transport.clone(), store.clone(), "alice"),
+        transport,
+        store,
+    )
+}
+
+/// Abandons `received` on a transport with a max delivery count of 1:
+/// the transport dead-letters it on its own.
+async fn give_up_on(transport: &MemoryTransport, queue: &Destination, received: &ReceivedMessage) {
+    transport.abandon(&received.lock).await.unwrap();
+    assert!(
+        transport
+            .receive(queue, 1, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the transport dead-lettered it"
+    );
+}
+
+fn commit_payload() -> Value {
+    serde_json::json!({
+        "repository": "payments-api", "branch": "main", "message": "m",
+        "files": [{"path": "README.md", "content": "x"}]
+    })
+}
+
+/// The front door is one write (delivery, outbox entry, `sent` line),
+/// then a send: a command whose send fails is still accepted, left in
+/// the outbox for a dispatcher once its lease is over.
+#[tokio::test]
+async fn a_command_is_accepted_in_one_write_then_sent() {
+    let (operator, transport, store) = operator(10).await;
+    let sent = operator
+        .send("CreateCommit", &commit_payload(), None, "contoso")
+        .await
+        .unwrap();
+    assert_eq!(store.outbox_backlog().await.unwrap(), 0, "sent at once and marked sent");
+    assert_eq!(transport.depth(&Destination::Queue("commit".into())).await.unwrap(), 1);
+    let record = store
+        .delivery_record(&sent.correlation_id.to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.tenant_id, "contoso");
+
+    // A transport without the queue: the send fails, the command stays
+    // accepted and waits in the outbox, leased to this process.
+    let bare = Arc::new(MemoryTransport::new(10));
+    let operator = Operator::new(bare.clone(), store.clone(), "alice");
+    let sent = operator
+        .send("CreateCommit", &commit_payload(), None, "contoso")
+        .await
+        .unwrap();
+    assert_eq!(store.outbox_backlog().await.unwrap(), 1, "kept for a dispatcher");
+    assert!(
+        store
+            .claim_outbox(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty(),
+        "leased to the process that accepted it"
+    );
+    let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+    assert_eq!(delivery.messages[0].status, TimelineStatus::Sent);
+}
+
+#[tokio::test]
+async fn send_validates_and_names_the_field() {
+    let (operator, _, _) = operator(10).await;
+    let err = operator
+        .send("CreateCommit", &serde_json::json!({"repository": "r"}), None, "contoso")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("branch"), "{err}");
+    let err = operator
+        .send("CreateCommit", &commit_payload(), None, "Not A Tenant")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("tenantId"), "{err}");
+    let sent = operator
+        .send("CreateCommit", &commit_payload(), None, "contoso")
+        .await
+        .unwrap();
+    assert_eq!(sent.destination, "commit");
+    let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+    assert_eq!(delivery.messages[0].status, TimelineStatus::Sent);
+}
+
+#[tokio::test]
+async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision() {
+    let (operator, transport, _) = operator(1).await;
+    let approve = serde_json::json!({
+        "releaseId": "payments-api-1", "environment": "prod",
+        "approver": "mallory", "approvedBy": "key:forged"
+    });
+    let sent = operator
+        .send("ApproveRelease", &approve, None, "contoso")
+        .await
+        .unwrap();
+    let queue = Destination::Queue("release-orchestration".into());
+    let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let envelope = Envelope::from_slice(&received[0].body).unwrap();
+    assert_eq!(envelope.message_id, sent.message_id);
+    assert_eq!(
+        envelope.payload["approvedBy"], "cli:alice",
+        "the payload's claim is replaced"
+    );
+    assert_eq!(envelope.payload["approver"], "mallory", "kept as a note");
+    // Dead-lettered by the transport, then replayed with an edited payload
+    // by someone else.
+    give_up_on(&transport, &queue, &received[0]).await;
+    let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let replayer = operator.clone().approving_as("cli:bob");
+    let edited = serde_json::json!({
+        "releaseId": "payments-api-1", "environment": "prod", "approvedBy": "cli:alice"
+    });
+    replayer
+        .replay_with(&listed[0].id.to_string(), Some(&edited))
+        .await
+        .unwrap();
+    let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let replayed = Envelope::from_slice(&again[0].body).unwrap();
+    assert_eq!(
+        replayed.payload["approvedBy"], "cli:bob",
+        "the edit's claim is replaced"
+    );
+    assert_eq!(replayed.payload.get("approver"), None, "the rest of the edit applies");
+
+    let timeout = serde_json::json!({
+        "releaseId": "payments-api-1", "environment": "prod", "deadline": "2020-01-01T00:00:00Z"
+    });
+    let err = operator
+        .send("ReleaseApprovalTimeout", &timeout, None, "contoso")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OperatorError::Internal(_)), "{err}");
+}
+
+#[tokio::test]
+async fn native_dead_letters_are_listed_and_replayable() {
+    let (operator, transport, _) = operator(1).await;
+    let sent = operator
+        .send("CreateCommit", &commit_payload(), None, "contoso")
+        .await
+        .unwrap();
+    let queue = Destination::Queue("commit".into());
+    // A consumer that dies twice without settling: the transport gives up.
+    let first = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    give_up_on(&transport, &queue, &first[0]).await;
+
+    let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].origin, "transport");
+    assert_eq!(listed[0].reason, "MaxDeliveryCountExceeded");
+    assert_eq!(listed[0].message_id, Some(sent.message_id.to_string()));
+    // Listing again does not import it twice.
+    assert_eq!(
+        operator.dead_letters(&DeadLetterFilter::default()).await.unwrap().len(),
+        1
+    );
+
+    let replay = operator.replay(&listed[0].id.to_string()).await.unwrap();
+    assert_eq!(replay.by, "alice");
+    assert!(
+        transport.peek_dead_letters(&queue, 10).await.unwrap().is_empty(),
+        "the native copy is removed"
+    );
+    let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1);
+    let envelope = Envelope::from_slice(&again[0].body).unwrap();
+    assert_eq!(envelope.message_id, sent.message_id, "a replay keeps the messageId");
+    assert_eq!(envelope.attempt, 0);
+    let shown = operator.dead_letter(&listed[0].id.to_string()[..8]).await.unwrap();
+    assert_eq!(shown.status, DeadLetterStatus::Replayed);
+    let delivery = operator.delivery(&sent.correlation_id.to_string()).await.unwrap();
+    assert_eq!(delivery.messages[0].status, TimelineStatus::Replayed);
+}
+
+#[tokio::test]
+async fn a_host_dead_letter_renumbered_by_the_transport_is_listed_once_and_its_copy_removed() {
+    let (operator, transport, store) = operator(10).await;
+    let sent = operator
+        .send("CreateCommit", &commit_payload(), None, "contoso")
+        .await
+        .unwrap();
+    let queue = Destination::Queue("commit".into());
+    let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    transport
+        .dead_letter(&received[0].lock, "retries-exhausted", "x")
+        .await
+        .unwrap();
+    // The host's record, with the sequence number the message had in the
+    // queue; like Service Bus, the dead-letter queue numbers it anew.
+    let record = DeadLetterRecord {
+        id: Uuid::now_v7(),
+        consumer: Some("commit".into()),
+        entity: "commit".into(),
+        transport_sequence: Some(received[0].lock.sequence + 1000),
+        broker_message_id: received[0].broker_message_id.clone(),
+        message_id: Some(sent.message_id.to_string()),
+        message_type: Some("CreateCommit".into()),
+        correlation_id: Some(sent.correlation_id.to_string()),
+        tenant_id: Some("contoso".into()),
+        body: received[0].body.clone(),
+        reason: "retries-exhausted".into(),
+        description: "x".into(),
+        error_chain: vec![],
+        attempts: vec![],
+        dead_lettered_at: OffsetDateTime::now_utc(),
+        origin: "host".into(),
+        status: DeadLetterStatus::Dead,
+        replays: vec![],
+    };
+    store.record_dead_letter(record.clone(), None).await.unwrap();
+    let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 1, "the native copy is not imported a second time");
+    operator.replay(&record.id.to_string()).await.unwrap();
+    assert!(
+        transport.peek_dead_letters(&queue, 10).await.unwrap().is_empty(),
+        "the native copy is removed by its broker message id"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bulk_replay_is_throttled_and_reports_progress() {
+    let (operator, transport, store) = operator(10).await;
+    let mut ids = Vec::new();
+    for index in 0..5 {
+        let record = DeadLetterRecord {
+            id: Uuid::now_v7(),
+            consumer: Some("commit".into()),
+            entity: "commit".into(),
+            transport_sequence: None,
+            broker_message_id: format!("b-{index}"),
+            message_id: Some(Uuid::now_v7().to_string()),
+            message_type: Some("CreateCommit".into()),
+            correlation_id: Some(Uuid::now_v7().to_string()),
+            tenant_id: Some("contoso".into()),
+            body: format!("{{\"n\":{index}}}").into_bytes(),
+            reason: "retries-exhausted".into(),
+            description: "x".into(),
+            error_chain: vec![],
+            attempts: vec![],
+            dead_lettered_at: OffsetDateTime::now_utc(),
+            origin: "host".into(),
+            status: DeadLetterStatus::Dead,
+            replays: vec![],
+        };
+        ids.push(record.id);
+        store.record_dead_letter(record, None).await.unwrap();
+    }
+    let started = tokio::time::Instant::now();
+    let mut seen = Vec::new();
+    let summary = operator
+        .replay_many(&ids, Some(2.0), |done, total, _, result| {
+            assert!(result.is_ok());
+            seen.push((done, total));
+        })
+        .await;
+    assert_eq!(summary.replayed.len(), 5);
+    assert_eq!(seen, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
+    // 2 per second: the fifth replay starts two seconds after the first.
+    assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(transport.depth(&Destination::Queue("commit".into())).await.unwrap(), 5);
+
+    operator.purge(&ids[0].to_string()).await.unwrap();
+    assert!(operator.dead_letter(&ids[0].to_string()).await.is_err());
+}
