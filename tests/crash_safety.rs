@@ -21,8 +21,7 @@ use bosun::ports::transport::OutboundMessage;
 use bosun::runtime::config::{Secret, Settings, TransportKind};
 use bosun::wiring::Backends;
 use bosun_contracts::Destination;
-use common::{Progress, Server, eventually, queue_depth, run, run_json, subscription_depth};
-use uuid::Uuid;
+use common::{PostgresSchema, Progress, Server, eventually, queue_depth, run, run_json, subscription_depth};
 
 #[test]
 fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing() {
@@ -117,19 +116,14 @@ fn a_kill_between_state_commit_and_dispatch_loses_nothing_and_duplicates_nothing
 
 #[test]
 fn on_postgres_a_kill_inside_a_retry_or_a_dead_letter_leaves_nothing_half_done() {
-    let base_url = common::postgres_url();
     let progress = Progress::start("crash_safety postgres");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let schema = format!("bosun_crash_{}", Uuid::now_v7().simple());
-    let separator = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    runtime
-        .block_on(bosun::backends::postgres::create_schema(&base_url, &schema))
-        .unwrap();
+    let schema = runtime.block_on(PostgresSchema::create("bosun_crash"));
+    let url = schema.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
     run(data, &["migrate", "--database-url", &url]);
@@ -253,7 +247,5 @@ fn on_postgres_a_kill_inside_a_retry_or_a_dead_letter_leaves_nothing_half_done()
     assert_eq!(depth(), 1, "only the scheduled retry is on the queue");
     progress.phase("restarted: one attempt, one retry scheduled");
     drop(backends);
-    runtime
-        .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
-        .unwrap();
+    runtime.block_on(schema.drop());
 }

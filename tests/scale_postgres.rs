@@ -16,7 +16,7 @@ use bosun::wiring::Backends;
 use bosun_contracts::messages::Probe;
 use bosun_contracts::routing::destination_of;
 use bosun_contracts::{Envelope, Message};
-use common::{Progress, Server, eventually, run, thousands};
+use common::{PostgresSchema, Progress, Server, eventually, run, thousands};
 use uuid::Uuid;
 
 const MESSAGES: u64 = 10_000;
@@ -24,7 +24,6 @@ const GROUPS: u64 = 50;
 
 #[test]
 fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
-    let base_url = common::postgres_url();
     let progress = Progress::start("scale_postgres");
     // One runtime for the whole test: the connection pool lives in it.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -33,12 +32,8 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
         .build()
         .unwrap();
 
-    let schema = format!("bosun_scale_{}", Uuid::now_v7().simple());
-    let separator = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    runtime
-        .block_on(bosun::backends::postgres::create_schema(&base_url, &schema))
-        .expect("create a fresh schema");
+    let schema = runtime.block_on(PostgresSchema::create("bosun_scale"));
+    let url = schema.url.clone();
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path();
@@ -154,24 +149,17 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
         .unwrap();
     assert!(dead.is_empty(), "{} dead letters", dead.len());
     progress.phase(format!("checked {GROUPS} tally sagas: every probe counted once"));
-    runtime
-        .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
-        .expect("drop the schema");
+    runtime.block_on(schema.drop());
 }
 
 #[test]
 fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
-    let base_url = common::postgres_url();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let schema = format!("bosun_unmigrated_{}", Uuid::now_v7().simple());
-    let separator = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    runtime
-        .block_on(bosun::backends::postgres::create_schema(&base_url, &schema))
-        .unwrap();
+    let schema = runtime.block_on(PostgresSchema::create("bosun_unmigrated"));
+    let url = schema.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let output = common::bosun(dir.path())
         .args(["serve", "--consumers", "probe"])
@@ -186,7 +174,5 @@ fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
     run(dir.path(), &["migrate", "--database-url", &url]);
     let again = run(dir.path(), &["migrate", "--database-url", &url]);
     assert!(again.contains("already at version"), "{again}");
-    runtime
-        .block_on(bosun::backends::postgres::drop_schema(&base_url, &schema))
-        .unwrap();
+    runtime.block_on(schema.drop());
 }

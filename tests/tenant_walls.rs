@@ -393,11 +393,8 @@ fn a_tenant_cannot_decide_on_another_tenants_release_embedded() {
 
 #[test]
 fn a_tenant_cannot_decide_on_another_tenants_release_on_postgres() {
-    let base_url = common::postgres_url();
-    let schema = format!("bosun_walls_{}", Uuid::now_v7().simple());
-    let separator = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    common::block_on(bosun::backends::postgres::create_schema(&base_url, &schema)).unwrap();
+    let schema = common::block_on(common::PostgresSchema::create("bosun_walls"));
+    let url = schema.url.clone();
     let dir = tempfile::tempdir().unwrap();
     run(dir.path(), &["migrate", "--database-url", &url]);
     let backend = Backend {
@@ -408,7 +405,7 @@ fn a_tenant_cannot_decide_on_another_tenants_release_on_postgres() {
         database_url: Some(url),
     };
     scenario(&backend);
-    common::block_on(bosun::backends::postgres::drop_schema(&base_url, &schema)).unwrap();
+    common::block_on(schema.drop());
 }
 
 /// `bosun demo --tenant TENANT` on `data`, as a running child.

@@ -380,6 +380,38 @@ pub fn postgres_url() -> String {
     url
 }
 
+/// A fresh schema on the suite's PostgreSQL server ([`postgres_url`]), and
+/// the URL that uses it (the schema as the connections' search path).
+pub struct PostgresSchema {
+    /// The server's URL.
+    pub base_url: String,
+    /// The schema's name: `<prefix>_<uuid>`.
+    pub name: String,
+    /// The URL whose connections use the schema.
+    pub url: String,
+}
+
+impl PostgresSchema {
+    /// Creates `<prefix>_<uuid>`.
+    pub async fn create(prefix: &str) -> Self {
+        let base_url = postgres_url();
+        let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+        let separator = if base_url.contains('?') { '&' } else { '?' };
+        let url = format!("{base_url}{separator}options=-c%20search_path%3D{name}");
+        bosun::backends::postgres::create_schema(&base_url, &name)
+            .await
+            .expect("create a fresh schema");
+        Self { base_url, name, url }
+    }
+
+    /// Drops it.
+    pub async fn drop(self) {
+        bosun::backends::postgres::drop_schema(&self.base_url, &self.name)
+            .await
+            .expect("drop the schema");
+    }
+}
+
 /// How often [`Progress::tick`] prints.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
