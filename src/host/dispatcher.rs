@@ -16,12 +16,15 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
-use super::claim_check::ClaimCheckError;
-use crate::ports::store::{OutboxPurpose, PendingOutbox, StoreError, TimelineEntry, TimelineStatus};
-use crate::ports::transport::TransportError;
+use super::claim_check::{ClaimCheck, ClaimCheckError};
+use crate::ports::store::{OutboxPurpose, PendingOutbox, Store, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::transport::{Transport, TransportError};
 
 const BATCH: usize = 100;
-const LEASE: Duration = Duration::from_secs(30);
+/// How long a claimed entry is left to the process that claimed it (or, for
+/// a command accepted at the front door, to the process that accepted it)
+/// before any dispatcher may send it.
+pub const LEASE: Duration = Duration::from_secs(30);
 const IDLE_POLL: Duration = Duration::from_millis(500);
 /// The longest an idle dispatcher waits before it looks again (it doubles
 /// from [`IDLE_POLL`] while it finds nothing): well inside the 30 s lease
@@ -31,7 +34,7 @@ const IDLE_POLL_MAX: Duration = Duration::from_secs(5);
 /// Why a dispatch pass failed. Every entry it claimed and did not mark sent
 /// is sent again once its lease has passed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DispatchError {
+pub enum DispatchError {
     /// The outbox could not be read.
     #[error("could not claim outbox entries; the dispatcher tries again")]
     Claim(#[source] StoreError),
@@ -114,11 +117,29 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchEr
     if runtime.frozen.load(Ordering::SeqCst) {
         return Ok(0);
     }
-    // Payloads over the claim-check threshold go to the blob store first;
-    // the outbox keeps the whole message, so a redispatch writes the same
+    send_pending(
+        runtime.transport.as_ref(),
+        runtime.store.as_ref(),
+        runtime.claim_check.as_ref(),
+        pending,
+    )
+    .await
+}
+
+/// Sends claimed outbox entries and marks them sent (payloads over the
+/// claim-check threshold go to the blob store first), with their `sent`
+/// lines where they are not on the timeline yet; returns how many were
+/// sent. The dispatcher sends what it claimed; the front door sends the
+/// command it just accepted.
+pub(crate) async fn send_pending(
+    transport: &dyn Transport,
+    store: &dyn Store,
+    claim_check: Option<&ClaimCheck>,
+    mut pending: Vec<PendingOutbox>,
+) -> Result<usize, DispatchError> {
+    // The outbox keeps the whole message, so a redispatch writes the same
     // blob again (idempotent).
-    let mut pending = pending;
-    if let Some(claim_check) = &runtime.claim_check {
+    if let Some(claim_check) = claim_check {
         for entry in &mut pending {
             let body = std::mem::take(&mut entry.message.body);
             entry.message.body = claim_check.offload(body).await.map_err(DispatchError::Offload)?;
@@ -126,12 +147,12 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchEr
     }
     let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
     let messages = pending.iter().map(|p| p.message.clone()).collect();
-    if let Err(batch_err) = runtime.transport.send(messages).await {
+    if let Err(batch_err) = transport.send(messages).await {
         // One bad entry must not hold back the rest: send one by one.
         tracing::warn!(error = %batch_err, "batch send failed; sending entries one by one");
         let mut sent = Vec::new();
         for entry in &pending {
-            match runtime.transport.send(vec![entry.message.clone()]).await {
+            match transport.send(vec![entry.message.clone()]).await {
                 Ok(()) => sent.push(entry),
                 Err(err) => tracing::error!(
                     outbox_id = entry.id,
@@ -148,16 +169,16 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchEr
             });
         }
         let ids: Vec<i64> = sent.iter().map(|p| p.id).collect();
-        runtime.store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
-        record_sent(runtime, sent.into_iter()).await;
+        store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
+        record_sent(store, sent.into_iter()).await;
         return Ok(ids.len());
     }
-    runtime.store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
-    record_sent(runtime, pending.iter()).await;
+    store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
+    record_sent(store, pending.iter()).await;
     Ok(ids.len())
 }
 
-async fn record_sent<'a>(runtime: &Runtime, sent: impl Iterator<Item = &'a PendingOutbox>) {
+async fn record_sent<'a>(store: &dyn Store, sent: impl Iterator<Item = &'a PendingOutbox>) {
     let now = OffsetDateTime::now_utc();
     let lines: Vec<TimelineEntry> = sent
         .filter_map(|entry| {
@@ -183,7 +204,10 @@ async fn record_sent<'a>(runtime: &Runtime, sent: impl Iterator<Item = &'a Pendi
             })
         })
         .collect();
-    if let Err(err) = runtime.store.append_timeline(lines).await {
+    if lines.is_empty() {
+        return;
+    }
+    if let Err(err) = store.append_timeline(lines).await {
         tracing::warn!(error = %err, "could not record sent messages on the timeline");
     }
 }

@@ -8,7 +8,7 @@ pub mod groups;
 mod send;
 pub mod status;
 
-pub use send::{ACCEPTED_LEASE, PreparedCommand, SendOptions, SentMessage};
+pub use send::{PreparedCommand, SendOptions, SentMessage};
 
 use std::sync::Arc;
 use std::time::Duration;

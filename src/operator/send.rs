@@ -3,8 +3,6 @@
 //! transaction with its delivery and its `sent` line, then sent at once
 //! (or by an outbox dispatcher when that fails).
 
-use std::time::Duration;
-
 use bosun_contracts::routing::destination_of;
 use bosun_contracts::validate::tenant_id;
 use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageSpec};
@@ -14,7 +12,10 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{Operator, OperatorError};
-use crate::ports::store::{AcceptedCommand, DeliveryRecord, TimelineEntry, TimelineStatus};
+use crate::host::dispatcher;
+use crate::ports::store::{
+    AcceptedCommand, DeliveryRecord, OutboxPurpose, PendingOutbox, TimelineEntry, TimelineStatus,
+};
 use crate::ports::transport::OutboundMessage;
 use crate::runtime::telemetry::{self, TraceContext};
 
@@ -62,10 +63,6 @@ pub struct SendOptions {
     /// read it already (so it is not read twice).
     pub joined: Option<DeliveryRecord>,
 }
-
-/// How long a command accepted at the front door is left to the process
-/// that accepted it to send, before any outbox dispatcher may.
-pub const ACCEPTED_LEASE: Duration = Duration::from_secs(30);
 
 impl Operator {
     /// Validates a payload against its contract and sends it as a new
@@ -230,7 +227,7 @@ impl Operator {
                 detail: Some(format!("to {destination} by {source}")),
             },
         };
-        let outbox_id = self.store.accept_command(accepted, ACCEPTED_LEASE).await?;
+        let outbox_id = self.store.accept_command(accepted, dispatcher::LEASE).await?;
         self.dispatch_accepted(outbox_id, message).await;
         Ok(SentMessage {
             message_id: envelope.message_id,
@@ -241,26 +238,32 @@ impl Operator {
     }
 
     /// Sends a command accepted into the outbox as entry `outbox_id` and
-    /// marks the entry sent. A failure is not the caller's: the command is
-    /// accepted, and an outbox dispatcher sends it once the entry's lease
-    /// ([`ACCEPTED_LEASE`]) is over (the transport's duplicate detection
+    /// marks the entry sent, as the outbox dispatcher sends what it claims.
+    /// A failure is not the caller's: the command is accepted, and an
+    /// outbox dispatcher sends it once the entry's lease
+    /// ([`dispatcher::LEASE`]) is over (the transport's duplicate detection
     /// drops a second send).
-    async fn dispatch_accepted(&self, outbox_id: i64, mut message: OutboundMessage) {
-        if let Some(claim_check) = &self.claim_check {
-            match claim_check.offload(std::mem::take(&mut message.body)).await {
-                Ok(body) => message.body = body,
-                Err(err) => {
-                    tracing::warn!(error = %err, outbox_id, "accepted, not sent: the payload could not be offloaded; the outbox dispatcher will send it");
-                    return;
-                }
-            }
-        }
-        if let Err(err) = self.transport.send(vec![message]).await {
-            tracing::warn!(error = %err, outbox_id, "accepted, not sent yet; the outbox dispatcher will send it");
-            return;
-        }
-        if let Err(err) = self.store.mark_dispatched(&[outbox_id]).await {
-            tracing::warn!(error = %err, outbox_id, "sent, not marked sent; a second send will be dropped as a duplicate");
+    async fn dispatch_accepted(&self, outbox_id: i64, message: OutboundMessage) {
+        let entry = PendingOutbox {
+            id: outbox_id,
+            purpose: OutboxPurpose::Sent,
+            message,
+            message_id: None,
+        };
+        let sent = dispatcher::send_pending(
+            self.transport.as_ref(),
+            self.store.as_ref(),
+            self.claim_check.as_ref(),
+            vec![entry],
+        )
+        .await;
+        if let Err(err) = sent {
+            let error = crate::host::error_chain(&err).join(": ");
+            tracing::warn!(
+                error,
+                outbox_id,
+                "accepted, not sent at once; the outbox dispatcher sends it"
+            );
         }
     }
 }

@@ -182,7 +182,6 @@ impl Gateway {
         options: SendOptions,
     ) -> Result<Value, GatewayError> {
         let tenant = command.tenant().to_owned();
-        let tenant = tenant.as_str();
         let sent = operator.send_prepared(command, &options).await?;
         tracing::info!(
             key_id = %caller.key_id,
@@ -198,7 +197,7 @@ impl Gateway {
             correlation_id: sent.correlation_id,
             message_type: sent.message_type,
             destination: sent.destination,
-            tenant_id: tenant.to_owned(),
+            tenant_id: tenant,
             links: CommandLinks {
                 events: format!("{delivery}/events"),
                 delivery,
