@@ -699,6 +699,11 @@ fn an_mcp_call_starts_the_delivery_in_the_agents_trace_and_joining_commands_cont
                "files": [{"path": "README.md", "content": "# ledger\n"}]}),
         None,
     );
+    // The second commit branches from the first one's `main`: sent before
+    // that branch exists, it would be retried (a third handler run).
+    eventually("the first commit is made", Duration::from_secs(60), || {
+        has_status(&delivery(data, &correlation), "CreateCommit", &["completed"]).then_some(())
+    });
     // And one from a trace of its own: in that trace, linked to the delivery's.
     let other = send(
         json!({"repository": "ledger", "branch": "docs", "baseBranch": "main", "message": "Docs",
