@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use super::claim_check::{ClaimCheck, ClaimCheckError};
-use crate::ports::store::{OutboxPurpose, PendingOutbox, Store, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::store::{
+    OutboxPurpose, OutboxStore, PendingOutbox, StoreError, TimelineEntry, TimelineStatus, TimelineStore,
+};
 use crate::ports::transport::{Transport, TransportError};
 
 const BATCH: usize = 100;
@@ -133,7 +135,7 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchEr
 /// command it just accepted.
 pub(crate) async fn send_pending(
     transport: &dyn Transport,
-    store: &dyn Store,
+    store: &(impl OutboxStore + TimelineStore + ?Sized),
     claim_check: Option<&ClaimCheck>,
     mut pending: Vec<PendingOutbox>,
 ) -> Result<usize, DispatchError> {
@@ -178,7 +180,7 @@ pub(crate) async fn send_pending(
     Ok(ids.len())
 }
 
-async fn record_sent<'a>(store: &dyn Store, sent: impl Iterator<Item = &'a PendingOutbox>) {
+async fn record_sent<'a>(store: &(impl TimelineStore + ?Sized), sent: impl Iterator<Item = &'a PendingOutbox>) {
     let now = OffsetDateTime::now_utc();
     let lines: Vec<TimelineEntry> = sent
         .filter_map(|entry| {

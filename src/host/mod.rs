@@ -42,7 +42,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, field, info_span};
 
 use crate::ports::settle::{Halts, Settle, StoreThenSettle};
-use crate::ports::store::{RetentionPolicy, Store, StoreError};
+use crate::ports::store::{AdminStore, RetentionPolicy, Store, StoreError};
 use crate::ports::transport::{ReceivedMessage, Transport, TransportError};
 use crate::runtime::config::{Failpoint, Settings};
 use crate::runtime::metrics::Metrics;
@@ -310,7 +310,7 @@ impl Host {
         let retention_stop = CancellationToken::new();
         let retention = self.runtime.options.retention.clone().map(|(policy, interval)| {
             tokio::spawn(retention::run(
-                Arc::clone(&self.runtime.store),
+                Arc::clone(&self.runtime.store) as Arc<dyn AdminStore>,
                 Arc::clone(&self.runtime.transport),
                 policy,
                 interval,

@@ -18,7 +18,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::store::{Pruned, RetentionPolicy, Store, StoreError};
+use crate::ports::store::{AdminStore, Pruned, RetentionPolicy, StoreError};
 use crate::ports::transport::{Transport, TransportError};
 use crate::runtime::config::RetentionSettings;
 use crate::runtime::registry;
@@ -53,7 +53,7 @@ pub enum PruneError {
 
 /// Prunes one batch of each kind at `now`.
 pub async fn prune_batch(
-    store: &dyn Store,
+    store: &dyn AdminStore,
     transport: &dyn Transport,
     policy: &RetentionPolicy,
     now: OffsetDateTime,
@@ -70,7 +70,7 @@ pub async fn prune_batch(
 /// [`MAX_BATCHES_PER_PASS`]), yielding between batches; calls `progress`
 /// with each batch's counts. Returns the totals.
 pub async fn prune_all(
-    store: &dyn Store,
+    store: &dyn AdminStore,
     transport: &dyn Transport,
     policy: &RetentionPolicy,
     stop: &CancellationToken,
@@ -91,7 +91,7 @@ pub async fn prune_all(
 
 /// Runs a pass every `interval` until `stop`.
 pub(crate) async fn run(
-    store: Arc<dyn Store>,
+    store: Arc<dyn AdminStore>,
     transport: Arc<dyn Transport>,
     policy: RetentionPolicy,
     interval: Duration,

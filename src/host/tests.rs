@@ -16,6 +16,7 @@ use super::{Host, HostOptions};
 use crate::backends::memory::MemoryTransport;
 use crate::backends::sqlite::store::SqliteStore;
 use crate::ports::store::{DeadLetterFilter, HandledMessage, SagaWrite, Store, TimelineStatus};
+use crate::ports::store::{DeadLetterStore, HandledStore, SagaStore, TimelineStore};
 use crate::ports::transport::{OutboundMessage, Topology, Transport};
 
 #[derive(Clone, Copy)]

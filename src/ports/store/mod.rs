@@ -1,12 +1,18 @@
 //! Stores: what bosun remembers about messages, sagas and failures.
 //!
-//! One trait, [`Store`], in sections: idempotency (which consumer handled
-//! which message), sagas (state with optimistic concurrency), the outbox
-//! (messages to send, written atomically with the first two), attempts and
-//! dead letters (every failure, with the original bytes), and the delivery
-//! timeline (what happened to each message of a correlation id).
+//! One trait per thing kept: [`HandledStore`] (which consumer handled which
+//! message, its attempts and retries), [`SagaStore`] (state with optimistic
+//! concurrency), [`OutboxStore`] (messages to send, written atomically with
+//! the first two), [`DeadLetterStore`] (every failure given up on, with the
+//! original bytes), [`TimelineStore`] (what happened to each message of a
+//! correlation id), [`DeliveryStore`] (how each delivery started),
+//! [`AdminStore`] (the schema check and retention), and beside them
+//! [`AccessStore`] (API keys, HTTP idempotency) and [`ReplayJobStore`]
+//! (bulk replay jobs). [`Store`] is all of the first seven; a part of
+//! bosun takes the traits it uses. A backend implements each trait in the
+//! file that holds that concern's SQL.
 //!
-//! The atomic unit is [`Store::commit_handled`]: the idempotency record, the
+//! The atomic unit is [`HandledStore::commit_handled`]: the idempotency record, the
 //! saga state and the outbox entries of one message are written in one
 //! transaction, or not at all. The host does not call it directly: it
 //! settles through [`crate::ports::settle::Settle`], which also settles the
@@ -58,18 +64,31 @@ pub use writes::*;
 /// is told otherwise (the default `BOSUN_POLL_INTERVAL_MS`).
 pub const DEFAULT_TIMELINE_FALLBACK: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Everything bosun persists besides the transport's messages.
-#[async_trait]
-pub trait Store: Send + Sync {
-    // -- idempotency --------------------------------------------------------
+/// Everything bosun persists besides the transport's messages: every
+/// concern's trait. Implemented by whatever implements them all; a part of
+/// bosun that needs one concern takes that trait, not this one.
+pub trait Store:
+    HandledStore + SagaStore + OutboxStore + DeadLetterStore + TimelineStore + DeliveryStore + AdminStore
+{
+}
 
+impl<T> Store for T where
+    T: HandledStore + SagaStore + OutboxStore + DeadLetterStore + TimelineStore + DeliveryStore + AdminStore
+{
+}
+
+/// What a consumer handled: idempotency records, the atomic commit of a
+/// handled message, failed attempts and the retries they schedule (the
+/// host's reads before a handler runs and the settle's writes).
+#[async_trait]
+pub trait HandledStore: Send + Sync {
     /// Whether `consumer` already handled `message_id`.
     async fn is_handled(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError>;
 
     /// What the runtime reads before running a handler, in one read:
     /// whether `consumer` already handled `message_id`, and (for a saga
     /// message, `saga` = kind and key, when not handled) the saga's state
-    /// as [`Store::load_saga_state`] gives it.
+    /// as [`SagaStore::load_saga_state`] gives it.
     async fn handled_and_saga(
         &self,
         consumer: &str,
@@ -90,8 +109,6 @@ pub trait Store: Send + Sync {
     /// check) and the outbox entries of one message in one transaction.
     async fn commit_handled(&self, handled: HandledMessage) -> Result<CommitOutcome, StoreError>;
 
-    // -- retries ------------------------------------------------------------
-
     /// Records a failed attempt and, atomically, the retry to send and its
     /// timeline line. Keyed by the delivery that failed
     /// ([`RetryWrite::received_broker_message_id`]), so a redelivery of the
@@ -101,9 +118,55 @@ pub trait Store: Send + Sync {
     /// Every failed attempt of a message at a consumer, oldest first (replays
     /// included).
     async fn attempts(&self, consumer: &str, message_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+}
 
-    // -- dead letters -------------------------------------------------------
+/// Sagas: state with optimistic concurrency and its history.
+#[async_trait]
+pub trait SagaStore: Send + Sync {
+    /// Loads a saga with its whole history (for people: `bosun sagas`, the
+    /// API and the console).
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError>;
 
+    /// Loads what a handler needs of a saga, one indexed row whatever the
+    /// length of its history (the runtime's hot path).
+    async fn load_saga_state(&self, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError>;
+
+    /// Lists sagas, optionally of one kind.
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError>;
+}
+
+/// The outbox: messages to send, written with what produced them and sent
+/// by the dispatcher.
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// Accepts a command at the front door (the API, MCP, `bosun send`) in
+    /// one transaction: its delivery (kept as it is when the command joins
+    /// one), its outbox entry (purpose [`OutboxPurpose::Sent`], claimed for
+    /// `lease` so the caller can send it at once while other dispatchers
+    /// leave it alone) and its `sent` timeline line. Returns the outbox
+    /// entry's id, for [`OutboxStore::mark_dispatched`].
+    async fn accept_command(&self, accepted: AcceptedCommand, lease: std::time::Duration) -> Result<i64, StoreError>;
+
+    /// Claims up to `limit` undispatched entries for `lease` so other
+    /// processes leave them alone meanwhile.
+    async fn claim_outbox(&self, limit: usize, lease: std::time::Duration) -> Result<Vec<PendingOutbox>, StoreError>;
+
+    /// Marks entries as sent.
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError>;
+
+    /// Number of entries not yet sent.
+    async fn outbox_backlog(&self) -> Result<u64, StoreError>;
+
+    /// The envelopes sent or emitted for a delivery (outbox entries with
+    /// this correlation id whose purpose is not [`OutboxPurpose::Retry`]),
+    /// oldest first.
+    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError>;
+}
+
+/// Dead letters: every message given up on, with its original bytes, its
+/// attempts and what operators did with it.
+#[async_trait]
+pub trait DeadLetterStore: Send + Sync {
     /// Stores a dead letter (attempts included) and its timeline line.
     async fn record_dead_letter(
         &self,
@@ -136,47 +199,12 @@ pub trait Store: Send + Sync {
 
     /// Deletes a dead letter.
     async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError>;
+}
 
-    // -- outbox -------------------------------------------------------------
-
-    /// Accepts a command at the front door (the API, MCP, `bosun send`) in
-    /// one transaction: its delivery (kept as it is when the command joins
-    /// one), its outbox entry (purpose [`OutboxPurpose::Sent`], claimed for
-    /// `lease` so the caller can send it at once while other dispatchers
-    /// leave it alone) and its `sent` timeline line. Returns the outbox
-    /// entry's id, for [`Store::mark_dispatched`].
-    async fn accept_command(&self, accepted: AcceptedCommand, lease: std::time::Duration) -> Result<i64, StoreError>;
-
-    /// Claims up to `limit` undispatched entries for `lease` so other
-    /// processes leave them alone meanwhile.
-    async fn claim_outbox(&self, limit: usize, lease: std::time::Duration) -> Result<Vec<PendingOutbox>, StoreError>;
-
-    /// Marks entries as sent.
-    async fn mark_dispatched(&self, ids: &[i64]) -> Result<(), StoreError>;
-
-    /// Number of entries not yet sent.
-    async fn outbox_backlog(&self) -> Result<u64, StoreError>;
-
-    /// The envelopes sent or emitted for a delivery (outbox entries with
-    /// this correlation id whose purpose is not [`OutboxPurpose::Retry`]),
-    /// oldest first.
-    async fn emitted(&self, correlation_id: &str) -> Result<Vec<Vec<u8>>, StoreError>;
-
-    // -- sagas --------------------------------------------------------------
-
-    /// Loads a saga with its whole history (for people: `bosun sagas`, the
-    /// API and the console).
-    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError>;
-
-    /// Loads what a handler needs of a saga, one indexed row whatever the
-    /// length of its history (the runtime's hot path).
-    async fn load_saga_state(&self, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError>;
-
-    /// Lists sagas, optionally of one kind.
-    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError>;
-
-    // -- timeline -----------------------------------------------------------
-
+/// The delivery timeline: what happened to each message of a correlation
+/// id, and waits for its next line.
+#[async_trait]
+pub trait TimelineStore: Send + Sync {
     /// Appends timeline lines.
     async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError>;
 
@@ -184,7 +212,7 @@ pub trait Store: Send + Sync {
     async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError>;
 
     /// Starts waiting for new lines of `correlation_id`'s timeline: make the
-    /// wait, then read [`Store::timeline`], then
+    /// wait, then read [`TimelineStore::timeline`], then
     /// [`TimelineWait::changed`] (a line written after the wait was made
     /// wakes it, even one written before `changed` is called). Every
     /// store's wait also ends after a fallback timeout; a store that cannot
@@ -193,17 +221,11 @@ pub trait Store: Send + Sync {
         let _ = correlation_id;
         TimelineWait::poll_only(DEFAULT_TIMELINE_FALLBACK)
     }
+}
 
-    // -- health -------------------------------------------------------------
-
-    /// Whether the database's schema is the version this bosun needs
-    /// (stores that create their own schema have nothing to check).
-    async fn check_schema(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    // -- deliveries ---------------------------------------------------------
-
+/// Deliveries: how each one started, by whom, for which tenant.
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
     /// Records how a delivery started; the first record of a correlation id
     /// wins (later calls change nothing).
     async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError>;
@@ -213,8 +235,17 @@ pub trait Store: Send + Sync {
 
     /// Deliveries, newest first, optionally of one tenant.
     async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+}
 
-    // -- retention ----------------------------------------------------------
+/// What an administrator's jobs call: the schema check before work is
+/// taken, and retention.
+#[async_trait]
+pub trait AdminStore: Send + Sync {
+    /// Whether the database's schema is the version this bosun needs
+    /// (stores that create their own schema have nothing to check).
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Deletes one batch per kind of what `policy` says is older than its
     /// retention at `now` (at most `policy.batch` rows each, in short

@@ -21,6 +21,7 @@ use crate::backends::postgres::transport::PostgresTransport;
 use crate::backends::sqlite::transport::EmbeddedTransport;
 use crate::ports::behaviour::settle::{Pairing, run_all};
 use crate::ports::settle::StoreThenSettle;
+use crate::ports::store::{HandledMessage, HandledStore, OutboxStore, SagaStore, TimelineStore};
 use crate::ports::store::{SagaWrite, Store};
 use crate::ports::store::{TimelineEntry, TimelineStatus};
 use crate::ports::transport::OutboundMessage;

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::Value;
 use sqlx_core::query::query;
 use sqlx_core::query_scalar::query_scalar;
@@ -13,7 +12,6 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::PostgresStore;
-use crate::backends::postgres::PostgresDatabase;
 use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreError, doing};
 use crate::ports::transport::duration_ms;
 
@@ -42,81 +40,6 @@ fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
 /// it looked at changed under it (released, or taken over by another).
 const CLAIM_ROUNDS: usize = 8;
 
-#[async_trait]
-impl AccessStore for PostgresStore {
-    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
-        let doing = doing::insert_api_key(&key);
-        self::insert_api_key(&self.database, key)
-            .await
-            .map_err(|err| err.doing(doing))
-    }
-
-    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        self::api_key(&self.database, id)
-            .await
-            .map_err(|err| err.doing(doing::api_key(id)))
-    }
-
-    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self::list_api_keys(&self.database)
-            .await
-            .map_err(|err| err.doing(doing::list_api_keys()))
-    }
-
-    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
-        self::revoke_api_key(&self.database, id, at)
-            .await
-            .map_err(|err| err.doing(doing::revoke_api_key(id)))
-    }
-
-    async fn rotate_api_key(
-        &self,
-        id: &str,
-        successor: ApiKeyRecord,
-        old_expires_at: OffsetDateTime,
-    ) -> Result<ApiKeyRecord, StoreError> {
-        self::rotate_api_key(&self.database, id, successor, old_expires_at)
-            .await
-            .map_err(|err| err.doing(doing::rotate_api_key(id)))
-    }
-
-    async fn touch_api_key(&self, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
-        self::touch_api_key(&self.database, id, at)
-            .await
-            .map_err(|err| err.doing(doing::touch_api_key(id)))
-    }
-
-    async fn claim_idempotency(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        request_hash: &str,
-        stale_after: Duration,
-    ) -> Result<IdempotencyClaim, StoreError> {
-        self::claim_idempotency(&self.database, tenant_id, key, request_hash, stale_after)
-            .await
-            .map_err(|err| err.doing(doing::claim_idempotency(tenant_id, key)))
-    }
-
-    async fn complete_idempotency(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        status: u16,
-        response: &Value,
-    ) -> Result<(), StoreError> {
-        self::complete_idempotency(&self.database, tenant_id, key, status, response)
-            .await
-            .map_err(|err| err.doing(doing::complete_idempotency(tenant_id, key)))
-    }
-
-    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
-        self::release_idempotency(&self.database, tenant_id, key)
-            .await
-            .map_err(|err| err.doing(doing::release_idempotency(tenant_id, key)))
-    }
-}
-
 /// The statement that inserts one key row.
 fn insert_key_row(
     key: &ApiKeyRecord,
@@ -138,202 +61,249 @@ fn insert_key_row(
     .bind(&key.rotated_to)
 }
 
-async fn insert_api_key(database: &PostgresDatabase, key: ApiKeyRecord) -> Result<(), StoreError> {
-    insert_key_row(&key).execute(database.pool()).await?;
-    Ok(())
-}
+#[async_trait::async_trait]
+impl AccessStore for PostgresStore {
+    async fn insert_api_key(&self, key: ApiKeyRecord) -> Result<(), StoreError> {
+        let doing = doing::insert_api_key(&key);
+        let run = async {
+            let database = &self.database;
+            insert_key_row(&key).execute(database.pool()).await?;
+            Ok(())
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing))
+    }
 
-async fn rotate_api_key(
-    database: &PostgresDatabase,
-    id: &str,
-    successor: ApiKeyRecord,
-    old_expires_at: OffsetDateTime,
-) -> Result<ApiKeyRecord, StoreError> {
-    let mut tx = database.pool().begin().await?;
-    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "UPDATE bosun_api_keys SET rotated_to = $2, expires_at = least(coalesce(expires_at, $3), $3)
-         WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
-    )))
-    .bind(id)
-    .bind(&successor.id)
-    .bind(old_expires_at)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(row) = row else {
-        return Err(StoreError::NotFound {
-            what: "API key",
-            id: id.to_owned(),
-        });
-    };
-    let old = api_key_from_row(&row)?;
-    insert_key_row(&successor).execute(&mut *tx).await?;
-    tx.commit().await?;
-    Ok(old)
-}
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys WHERE id = $1"
+            )))
+            .bind(id)
+            .fetch_optional(database.pool())
+            .await?;
+            row.as_ref().map(api_key_from_row).transpose()
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::api_key(id)))
+    }
 
-async fn touch_api_key(database: &PostgresDatabase, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
-    query("UPDATE bosun_api_keys SET last_used_at = greatest(last_used_at, $2) WHERE id = $1")
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys ORDER BY created_at, seq"
+            )))
+            .fetch_all(database.pool())
+            .await?;
+            rows.iter()
+                .map(api_key_from_row)
+                .collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::list_api_keys()))
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+            "UPDATE bosun_api_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
+        )))
         .bind(id)
         .bind(at)
-        .execute(database.pool())
+        .fetch_optional(database.pool())
         .await?;
-    Ok(())
-}
-
-async fn api_key(database: &PostgresDatabase, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys WHERE id = $1"
-    )))
-    .bind(id)
-    .fetch_optional(database.pool())
-    .await?;
-    row.as_ref().map(api_key_from_row).transpose()
-}
-
-async fn list_api_keys(database: &PostgresDatabase) -> Result<Vec<ApiKeyRecord>, StoreError> {
-    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {API_KEY_COLUMNS} FROM bosun_api_keys ORDER BY created_at, seq"
-    )))
-    .fetch_all(database.pool())
-    .await?;
-    rows.iter().map(api_key_from_row).collect()
-}
-
-async fn revoke_api_key(database: &PostgresDatabase, id: &str, at: OffsetDateTime) -> Result<ApiKeyRecord, StoreError> {
-    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "UPDATE bosun_api_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
-    )))
-    .bind(id)
-    .bind(at)
-    .fetch_optional(database.pool())
-    .await?;
-    match row {
-        Some(row) => api_key_from_row(&row),
-        None => Err(StoreError::NotFound {
-            what: "API key",
-            id: id.to_owned(),
-        }),
-    }
-}
-
-async fn claim_idempotency(
-    database: &PostgresDatabase,
-    tenant_id: &str,
-    key: &str,
-    request_hash: &str,
-    stale_after: Duration,
-) -> Result<IdempotencyClaim, StoreError> {
-    let pool = database.pool();
-    for _ in 0..CLAIM_ROUNDS {
-        let claim_id = Uuid::now_v7();
-        let inserted = query(
-            "INSERT INTO bosun_http_idempotency (tenant_id, key, request_hash, claim_id, claimed_at)
-             VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING",
-        )
-        .bind(tenant_id)
-        .bind(key)
-        .bind(request_hash)
-        .bind(claim_id)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        if inserted > 0 {
-            return Ok(IdempotencyClaim::Claimed);
-        }
-        let Some(row) = query(
-            "SELECT request_hash, claim_id, status, response,
-                    claimed_at <= now() - $3::bigint * interval '1 millisecond' AS stale
-             FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2",
-        )
-        .bind(tenant_id)
-        .bind(key)
-        .bind(duration_ms(stale_after))
-        .fetch_optional(pool)
-        .await?
-        else {
-            // Released meanwhile: claim it afresh.
-            continue;
+            match row {
+                Some(row) => api_key_from_row(&row),
+                None => Err(StoreError::NotFound {
+                    what: "API key",
+                    id: id.to_owned(),
+                }),
+            }
         };
-        let request_hash_found: String = row.try_get(0)?;
-        let status: Option<i32> = row.try_get(2)?;
-        if let Some(status) = status {
-            let response: Option<Json<Value>> = row.try_get(3)?;
-            return Ok(IdempotencyClaim::Completed {
-                request_hash: request_hash_found,
-                status: u16::try_from(status).unwrap_or_default(),
-                response: response.map_or(Value::Null, |Json(value)| value),
-            });
-        }
-        let stale: bool = row.try_get(4)?;
-        if !stale {
-            return Ok(IdempotencyClaim::InProgress {
-                request_hash: request_hash_found,
-            });
-        }
-        // Its process died: take it over, unless another taker did first.
-        let previous: Uuid = row.try_get(1)?;
-        let taken = query(
-            "UPDATE bosun_http_idempotency SET request_hash = $3, claim_id = $4, claimed_at = now()
-             WHERE tenant_id = $1 AND key = $2 AND status IS NULL AND claim_id = $5",
-        )
-        .bind(tenant_id)
-        .bind(key)
-        .bind(request_hash)
-        .bind(claim_id)
-        .bind(previous)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        if taken > 0 {
-            tracing::info!(tenant = %tenant_id, key = %key, "took over a stale idempotency claim");
-            return Ok(IdempotencyClaim::Claimed);
-        }
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::revoke_api_key(id)))
     }
-    Err(StoreError::unavailable(
-        doing::claim_idempotency(tenant_id, key),
-        format!("it kept changing over {CLAIM_ROUNDS} rounds; try again"),
-    ))
-}
 
-async fn complete_idempotency(
-    database: &PostgresDatabase,
-    tenant_id: &str,
-    key: &str,
-    status: u16,
-    response: &Value,
-) -> Result<(), StoreError> {
-    // Already completed: the first answer stands.
-    let found: Option<bool> = query_scalar(
-        "WITH completed AS (
-            UPDATE bosun_http_idempotency SET status = $3, response = $4, completed_at = now()
-            WHERE tenant_id = $1 AND key = $2 AND status IS NULL
-            RETURNING 1
-         )
-         SELECT true FROM completed
-         UNION ALL
-         SELECT true FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2
-         LIMIT 1",
-    )
-    .bind(tenant_id)
-    .bind(key)
-    .bind(i32::from(status))
-    .bind(Json(response))
-    .fetch_optional(database.pool())
-    .await?;
-    match found {
-        Some(_) => Ok(()),
-        None => Err(StoreError::NotFound {
-            what: "idempotency key",
-            id: key.to_owned(),
-        }),
+    async fn rotate_api_key(
+        &self,
+        id: &str,
+        successor: ApiKeyRecord,
+        old_expires_at: OffsetDateTime,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let mut tx = database.pool().begin().await?;
+            let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "UPDATE bosun_api_keys SET rotated_to = $2, expires_at = least(coalesce(expires_at, $3), $3)
+             WHERE id = $1 RETURNING {API_KEY_COLUMNS}"
+            )))
+            .bind(id)
+            .bind(&successor.id)
+            .bind(old_expires_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = row else {
+                return Err(StoreError::NotFound {
+                    what: "API key",
+                    id: id.to_owned(),
+                });
+            };
+            let old = api_key_from_row(&row)?;
+            insert_key_row(&successor).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(old)
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::rotate_api_key(id)))
     }
-}
 
-async fn release_idempotency(database: &PostgresDatabase, tenant_id: &str, key: &str) -> Result<(), StoreError> {
-    query("DELETE FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2 AND status IS NULL")
-        .bind(tenant_id)
-        .bind(key)
-        .execute(database.pool())
-        .await?;
-    Ok(())
+    async fn touch_api_key(&self, id: &str, at: OffsetDateTime) -> Result<(), StoreError> {
+        let run = async {
+            let database = &self.database;
+            query("UPDATE bosun_api_keys SET last_used_at = greatest(last_used_at, $2) WHERE id = $1")
+                .bind(id)
+                .bind(at)
+                .execute(database.pool())
+                .await?;
+            Ok(())
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::touch_api_key(id)))
+    }
+
+    async fn claim_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        request_hash: &str,
+        stale_after: Duration,
+    ) -> Result<IdempotencyClaim, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let pool = database.pool();
+            for _ in 0..CLAIM_ROUNDS {
+                let claim_id = Uuid::now_v7();
+                let inserted = query(
+                    "INSERT INTO bosun_http_idempotency (tenant_id, key, request_hash, claim_id, claimed_at)
+                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING",
+                )
+                .bind(tenant_id)
+                .bind(key)
+                .bind(request_hash)
+                .bind(claim_id)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                if inserted > 0 {
+                    return Ok(IdempotencyClaim::Claimed);
+                }
+                let Some(row) = query(
+                    "SELECT request_hash, claim_id, status, response,
+                        claimed_at <= now() - $3::bigint * interval '1 millisecond' AS stale
+                 FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2",
+                )
+                .bind(tenant_id)
+                .bind(key)
+                .bind(duration_ms(stale_after))
+                .fetch_optional(pool)
+                .await?
+                else {
+                    // Released meanwhile: claim it afresh.
+                    continue;
+                };
+                let request_hash_found: String = row.try_get(0)?;
+                let status: Option<i32> = row.try_get(2)?;
+                if let Some(status) = status {
+                    let response: Option<Json<Value>> = row.try_get(3)?;
+                    return Ok(IdempotencyClaim::Completed {
+                        request_hash: request_hash_found,
+                        status: u16::try_from(status).unwrap_or_default(),
+                        response: response.map_or(Value::Null, |Json(value)| value),
+                    });
+                }
+                let stale: bool = row.try_get(4)?;
+                if !stale {
+                    return Ok(IdempotencyClaim::InProgress {
+                        request_hash: request_hash_found,
+                    });
+                }
+                // Its process died: take it over, unless another taker did first.
+                let previous: Uuid = row.try_get(1)?;
+                let taken = query(
+                    "UPDATE bosun_http_idempotency SET request_hash = $3, claim_id = $4, claimed_at = now()
+                 WHERE tenant_id = $1 AND key = $2 AND status IS NULL AND claim_id = $5",
+                )
+                .bind(tenant_id)
+                .bind(key)
+                .bind(request_hash)
+                .bind(claim_id)
+                .bind(previous)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                if taken > 0 {
+                    tracing::info!(tenant = %tenant_id, key = %key, "took over a stale idempotency claim");
+                    return Ok(IdempotencyClaim::Claimed);
+                }
+            }
+            Err(StoreError::unavailable(
+                doing::claim_idempotency(tenant_id, key),
+                format!("it kept changing over {CLAIM_ROUNDS} rounds; try again"),
+            ))
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::claim_idempotency(tenant_id, key)))
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        status: u16,
+        response: &Value,
+    ) -> Result<(), StoreError> {
+        let run = async {
+            let database = &self.database;
+            // Already completed: the first answer stands.
+            let found: Option<bool> = query_scalar(
+                "WITH completed AS (
+                UPDATE bosun_http_idempotency SET status = $3, response = $4, completed_at = now()
+                WHERE tenant_id = $1 AND key = $2 AND status IS NULL
+                RETURNING 1
+             )
+             SELECT true FROM completed
+             UNION ALL
+             SELECT true FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2
+             LIMIT 1",
+            )
+            .bind(tenant_id)
+            .bind(key)
+            .bind(i32::from(status))
+            .bind(Json(response))
+            .fetch_optional(database.pool())
+            .await?;
+            match found {
+                Some(_) => Ok(()),
+                None => Err(StoreError::NotFound {
+                    what: "idempotency key",
+                    id: key.to_owned(),
+                }),
+            }
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::complete_idempotency(tenant_id, key)))
+    }
+
+    async fn release_idempotency(&self, tenant_id: &str, key: &str) -> Result<(), StoreError> {
+        let run = async {
+            let database = &self.database;
+            query("DELETE FROM bosun_http_idempotency WHERE tenant_id = $1 AND key = $2 AND status IS NULL")
+                .bind(tenant_id)
+                .bind(key)
+                .execute(database.pool())
+                .await?;
+            Ok(())
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::release_idempotency(tenant_id, key)))
+    }
 }

@@ -7,13 +7,14 @@ use sqlx_core::types::Json;
 use sqlx_postgres::{PgConnection, PgRow};
 use uuid::Uuid;
 
+use super::PostgresStore;
 use super::timeline::insert_timeline;
-use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{
     AttemptRecord, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord, DeadLetterStatus, ReplayRecord, StoreError,
     TimelineEntry,
 };
+use crate::ports::store::{DeadLetterStore, doing};
 
 pub(super) const DEAD_LETTER_COLUMNS: &str =
     "id, consumer, entity, transport_sequence, broker_message_id, message_id, message_type,
@@ -52,19 +53,6 @@ pub(super) fn dead_letter_from_row(row: &PgRow) -> Result<DeadLetterRecord, Stor
         },
         replays,
     })
-}
-
-pub(super) async fn record_dead_letter(
-    database: &PostgresDatabase,
-    record: DeadLetterRecord,
-    timeline: Option<TimelineEntry>,
-) -> Result<(), StoreError> {
-    let mut tx = database.pool().begin().await?;
-    let mut wakes = Wakes::default();
-    record_dead_letter_in(&mut tx, &record, timeline.as_ref(), &mut wakes).await?;
-    tx.commit().await?;
-    database.wake(wakes);
-    Ok(())
 }
 
 /// [`record_dead_letter`]'s writes on `conn`, inside a transaction the
@@ -109,110 +97,148 @@ pub(crate) async fn record_dead_letter_in(
     Ok(())
 }
 
-pub(super) async fn dead_letters(
-    database: &PostgresDatabase,
-    filter: &DeadLetterFilter,
-) -> Result<Vec<DeadLetterRecord>, StoreError> {
-    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
-         WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
-           AND ($3::timestamptz IS NULL OR dead_lettered_at >= $3) AND ($4 OR replays = '[]'::jsonb)
-           AND ($5::text IS NULL OR tenant_id = $5) AND ($6::text IS NULL OR reason = $6)
-         ORDER BY dead_lettered_at DESC, id DESC
-         LIMIT $7"
-    )))
-    .bind(&filter.consumer)
-    .bind(&filter.message_type)
-    .bind(filter.since)
-    .bind(filter.include_replayed)
-    .bind(&filter.tenant_id)
-    .bind(&filter.reason)
-    // NULL: no limit.
-    .bind(filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)))
-    .fetch_all(database.pool())
-    .await?;
-    rows.iter().map(dead_letter_from_row).collect()
-}
-
-pub(super) async fn dead_letter(
-    database: &PostgresDatabase,
-    id: &str,
-    tenant_id: Option<&str>,
-) -> Result<DeadLetterRecord, StoreError> {
-    let lookup = DeadLetterLookup::new(id);
-    let Some(prefix) = lookup.prefix.as_deref() else {
-        return Err(lookup.not_found());
-    };
-    // `starts_with` compares literally: no character is a wildcard.
-    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
-         WHERE starts_with(id::text, $1) AND ($2::text IS NULL OR tenant_id = $2)
-         ORDER BY id LIMIT $3"
-    )))
-    .bind(prefix)
-    .bind(tenant_id)
-    .bind(i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX))
-    .fetch_all(database.pool())
-    .await?;
-    let found = rows.iter().map(dead_letter_from_row).collect::<Result<Vec<_>, _>>()?;
-    lookup.pick(found)
-}
-
-pub(super) async fn dead_letter_for(
-    database: &PostgresDatabase,
-    entity: &Destination,
-    sequence: i64,
-) -> Result<Option<DeadLetterRecord>, StoreError> {
-    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters WHERE entity = $1 AND transport_sequence = $2"
-    )))
-    .bind(entity.path())
-    .bind(sequence)
-    .fetch_optional(database.pool())
-    .await?;
-    row.as_ref().map(dead_letter_from_row).transpose()
-}
-
-pub(super) async fn record_replay(
-    database: &PostgresDatabase,
-    id: Uuid,
-    replay: ReplayRecord,
-    timeline: Option<TimelineEntry>,
-) -> Result<(), StoreError> {
-    let mut tx = database.pool().begin().await?;
-    let mut wakes = Wakes::default();
-    let updated =
-        query("UPDATE bosun_dead_letters SET replays = replays || jsonb_build_array($2::jsonb) WHERE id = $1")
-            .bind(id)
-            .bind(Json(&replay))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-    if updated == 0 {
-        return Err(StoreError::NotFound {
-            what: "dead letter",
-            id: id.to_string(),
-        });
+#[async_trait::async_trait]
+impl DeadLetterStore for PostgresStore {
+    async fn record_dead_letter(
+        &self,
+        record: DeadLetterRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        let doing = doing::record_dead_letter(&record);
+        let run = async {
+            let database = &self.database;
+            let mut tx = database.pool().begin().await?;
+            let mut wakes = Wakes::default();
+            record_dead_letter_in(&mut tx, &record, timeline.as_ref(), &mut wakes).await?;
+            tx.commit().await?;
+            database.wake(wakes);
+            Ok(())
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing))
     }
-    if let Some(entry) = &timeline {
-        insert_timeline(&mut tx, std::slice::from_ref(entry), &mut wakes).await?;
-    }
-    tx.commit().await?;
-    database.wake(wakes);
-    Ok(())
-}
 
-pub(super) async fn purge_dead_letter(database: &PostgresDatabase, id: Uuid) -> Result<(), StoreError> {
-    let deleted = query("DELETE FROM bosun_dead_letters WHERE id = $1")
-        .bind(id)
-        .execute(database.pool())
-        .await?
-        .rows_affected();
-    if deleted == 0 {
-        return Err(StoreError::NotFound {
-            what: "dead letter",
-            id: id.to_string(),
-        });
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetterRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
+             WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
+               AND ($3::timestamptz IS NULL OR dead_lettered_at >= $3) AND ($4 OR replays = '[]'::jsonb)
+               AND ($5::text IS NULL OR tenant_id = $5) AND ($6::text IS NULL OR reason = $6)
+             ORDER BY dead_lettered_at DESC, id DESC
+             LIMIT $7"
+            )))
+            .bind(&filter.consumer)
+            .bind(&filter.message_type)
+            .bind(filter.since)
+            .bind(filter.include_replayed)
+            .bind(&filter.tenant_id)
+            .bind(&filter.reason)
+            // NULL: no limit.
+            .bind(filter.limit.map(|limit| i64::try_from(limit).unwrap_or(i64::MAX)))
+            .fetch_all(database.pool())
+            .await?;
+            rows.iter()
+                .map(dead_letter_from_row)
+                .collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::dead_letters()))
     }
-    Ok(())
+
+    async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let lookup = DeadLetterLookup::new(id);
+            let Some(prefix) = lookup.prefix.as_deref() else {
+                return Err(lookup.not_found());
+            };
+            // `starts_with` compares literally: no character is a wildcard.
+            let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters
+             WHERE starts_with(id::text, $1) AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY id LIMIT $3"
+            )))
+            .bind(prefix)
+            .bind(tenant_id)
+            .bind(i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX))
+            .fetch_all(database.pool())
+            .await?;
+            let found = rows.iter().map(dead_letter_from_row).collect::<Result<Vec<_>, _>>()?;
+            lookup.pick(found)
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::dead_letter(id)))
+    }
+
+    async fn dead_letter_for(
+        &self,
+        entity: &Destination,
+        sequence: i64,
+    ) -> Result<Option<DeadLetterRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {DEAD_LETTER_COLUMNS} FROM bosun_dead_letters WHERE entity = $1 AND transport_sequence = $2"
+            )))
+            .bind(entity.path())
+            .bind(sequence)
+            .fetch_optional(database.pool())
+            .await?;
+            row.as_ref().map(dead_letter_from_row).transpose()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::dead_letter_for(entity, sequence)))
+    }
+
+    async fn record_replay(
+        &self,
+        id: Uuid,
+        replay: ReplayRecord,
+        timeline: Option<TimelineEntry>,
+    ) -> Result<(), StoreError> {
+        let run = async {
+            let database = &self.database;
+            let mut tx = database.pool().begin().await?;
+            let mut wakes = Wakes::default();
+            let updated =
+                query("UPDATE bosun_dead_letters SET replays = replays || jsonb_build_array($2::jsonb) WHERE id = $1")
+                    .bind(id)
+                    .bind(Json(&replay))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            if updated == 0 {
+                return Err(StoreError::NotFound {
+                    what: "dead letter",
+                    id: id.to_string(),
+                });
+            }
+            if let Some(entry) = &timeline {
+                insert_timeline(&mut tx, std::slice::from_ref(entry), &mut wakes).await?;
+            }
+            tx.commit().await?;
+            database.wake(wakes);
+            Ok(())
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::record_replay(id)))
+    }
+
+    async fn purge_dead_letter(&self, id: Uuid) -> Result<(), StoreError> {
+        let run = async {
+            let database = &self.database;
+            let deleted = query("DELETE FROM bosun_dead_letters WHERE id = $1")
+                .bind(id)
+                .execute(database.pool())
+                .await?
+                .rows_affected();
+            if deleted == 0 {
+                return Err(StoreError::NotFound {
+                    what: "dead letter",
+                    id: id.to_string(),
+                });
+            }
+            Ok(())
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::purge_dead_letter(id)))
+    }
 }

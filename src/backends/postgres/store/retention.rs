@@ -8,7 +8,9 @@ use sqlx_core::query::query;
 use sqlx_core::query_scalar::query_scalar;
 use time::OffsetDateTime;
 
+use super::PostgresStore;
 use crate::backends::postgres::PostgresDatabase;
+use crate::ports::store::{AdminStore, doing};
 use crate::ports::store::{FinishedSaga, Pruned, RetentionPolicy, StoreError, cutoff};
 
 /// Runs `sql` (parameters: the cutoff, the batch size) if the kind has a
@@ -94,31 +96,38 @@ async fn prune_sagas(
     Ok(u64::try_from(count).unwrap_or_default())
 }
 
-pub(super) async fn prune(
-    database: &PostgresDatabase,
-    policy: &RetentionPolicy,
-    now: OffsetDateTime,
-) -> Result<Pruned, StoreError> {
-    let batch = i64::try_from(policy.batch.max(1)).unwrap_or(i64::MAX);
-    let handled_before = cutoff(now, policy.handled);
-    let timeline_before = cutoff(now, policy.timeline);
-    let mut pruned = Pruned {
-        handled: delete_batch(database, HANDLED, handled_before, batch).await?,
-        attempts: delete_batch(database, ATTEMPTS, handled_before, batch).await?,
-        outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
-        timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
-        deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
-        ..Pruned::default()
-    };
-    pruned.replay_jobs = delete_batch(database, REPLAY_JOBS, timeline_before, batch).await?;
-    if let Some(before) = cutoff(now, policy.finished_sagas) {
-        for finished in &policy.finished {
-            let left = batch.saturating_sub(i64::try_from(pruned.sagas).unwrap_or(i64::MAX));
-            if left <= 0 {
-                break;
-            }
-            pruned.sagas += prune_sagas(database, finished, before, left).await?;
-        }
+#[async_trait::async_trait]
+impl AdminStore for PostgresStore {
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        Ok(self.database.check_schema().await?)
     }
-    Ok(pruned)
+
+    async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let batch = i64::try_from(policy.batch.max(1)).unwrap_or(i64::MAX);
+            let handled_before = cutoff(now, policy.handled);
+            let timeline_before = cutoff(now, policy.timeline);
+            let mut pruned = Pruned {
+                handled: delete_batch(database, HANDLED, handled_before, batch).await?,
+                attempts: delete_batch(database, ATTEMPTS, handled_before, batch).await?,
+                outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
+                timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
+                deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
+                ..Pruned::default()
+            };
+            pruned.replay_jobs = delete_batch(database, REPLAY_JOBS, timeline_before, batch).await?;
+            if let Some(before) = cutoff(now, policy.finished_sagas) {
+                for finished in &policy.finished {
+                    let left = batch.saturating_sub(i64::try_from(pruned.sagas).unwrap_or(i64::MAX));
+                    if left <= 0 {
+                        break;
+                    }
+                    pruned.sagas += prune_sagas(database, finished, before, left).await?;
+                }
+            }
+            Ok(pruned)
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::prune()))
+    }
 }

@@ -7,8 +7,10 @@ use sqlx_core::row::Row;
 use sqlx_core::types::Json;
 use sqlx_postgres::PgRow;
 
+use super::PostgresStore;
 use crate::backends::postgres::PostgresDatabase;
 use crate::ports::store::{SagaHistoryEntry, SagaRecord, SagaState, StoreError};
+use crate::ports::store::{SagaStore, doing};
 
 /// Sagas (of one kind, one key), most recently updated first, each with
 /// its history, read in one snapshot.
@@ -72,32 +74,6 @@ pub(super) async fn sagas(
         .collect()
 }
 
-pub(super) async fn load_saga(
-    database: &PostgresDatabase,
-    kind: &str,
-    key: &str,
-) -> Result<Option<SagaRecord>, StoreError> {
-    let mut sagas = sagas(database, Some(kind), Some(key)).await?;
-    Ok(sagas.pop())
-}
-
-/// A saga's state, version and tenant: one row by primary key, no history.
-pub(super) async fn load_saga_state(
-    database: &PostgresDatabase,
-    kind: &str,
-    key: &str,
-) -> Result<Option<SagaState>, StoreError> {
-    let Some(row) = query("SELECT version, state, tenant_id FROM bosun_sagas WHERE kind = $1 AND key = $2")
-        .bind(kind)
-        .bind(key)
-        .fetch_optional(database.pool())
-        .await?
-    else {
-        return Ok(None);
-    };
-    saga_state_at(&row, 0, kind, key).map(Some)
-}
-
 /// The saga state in `row`'s columns `first` (version), `first + 1` (state)
 /// and `first + 2` (tenant).
 pub(super) fn saga_state_at(row: &PgRow, first: usize, kind: &str, key: &str) -> Result<SagaState, StoreError> {
@@ -111,6 +87,40 @@ pub(super) fn saga_state_at(row: &PgRow, first: usize, kind: &str, key: &str) ->
     })
 }
 
-pub(super) async fn list_sagas(database: &PostgresDatabase, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
-    sagas(database, kind, None).await
+#[async_trait::async_trait]
+impl SagaStore for PostgresStore {
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let mut sagas = sagas(database, Some(kind), Some(key)).await?;
+            Ok(sagas.pop())
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::load_saga(kind, key)))
+    }
+
+    async fn load_saga_state(&self, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let Some(row) = query("SELECT version, state, tenant_id FROM bosun_sagas WHERE kind = $1 AND key = $2")
+                .bind(kind)
+                .bind(key)
+                .fetch_optional(database.pool())
+                .await?
+            else {
+                return Ok(None);
+            };
+            saga_state_at(&row, 0, kind, key).map(Some)
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::load_saga(kind, key)))
+    }
+
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            sagas(database, kind, None).await
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::list_sagas()))
+    }
 }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::backends::postgres::testing;
+use crate::ports::store::{HandledMessage, HandledStore, OutboxStore, SagaStore, TimelineEntry, TimelineStore};
 use crate::ports::store::{OutboxPurpose, SagaWrite, TimelineStatus};
 use crate::ports::transport::OutboundMessage;
 

@@ -4,10 +4,11 @@ use sqlx_core::query::query;
 use sqlx_core::row::Row;
 use sqlx_postgres::{PgConnection, PgRow};
 
+use super::PostgresStore;
 use super::attempt_number;
-use crate::backends::postgres::PostgresDatabase;
 use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{DeliveryRecord, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::store::{DeliveryStore, TimelineStore, TimelineWait, doing};
 
 /// Writes `entries` in one statement; the timeline waits of their
 /// deliveries are woken through `wakes` once the caller's transaction
@@ -112,42 +113,6 @@ pub(super) fn delivery_from_row(row: &PgRow) -> Result<DeliveryRecord, StoreErro
     })
 }
 
-pub(super) async fn append_timeline(
-    database: &PostgresDatabase,
-    entries: Vec<TimelineEntry>,
-) -> Result<(), StoreError> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    // One statement: atomic on its own.
-    let mut conn = database.pool().acquire().await?;
-    let mut wakes = Wakes::default();
-    insert_timeline(&mut conn, &entries, &mut wakes).await?;
-    drop(conn);
-    database.wake(wakes);
-    Ok(())
-}
-
-pub(super) async fn timeline(
-    database: &PostgresDatabase,
-    correlation_id: &str,
-) -> Result<Vec<TimelineEntry>, StoreError> {
-    let rows = query(
-        "SELECT correlation_id, message_id, message_type, consumer, status, attempt, at, detail
-         FROM bosun_timeline WHERE correlation_id = $1 ORDER BY id",
-    )
-    .bind(correlation_id)
-    .fetch_all(database.pool())
-    .await?;
-    rows.iter().map(timeline_from_row).collect()
-}
-
-pub(super) async fn record_delivery(database: &PostgresDatabase, record: DeliveryRecord) -> Result<(), StoreError> {
-    let mut conn = database.pool().acquire().await?;
-    insert_delivery(&mut conn, &record).await?;
-    Ok(())
-}
-
 /// Records a delivery, kept as it is when it exists.
 pub(super) async fn insert_delivery(conn: &mut PgConnection, record: &DeliveryRecord) -> Result<(), sqlx_core::Error> {
     query(
@@ -168,31 +133,92 @@ pub(super) async fn insert_delivery(conn: &mut PgConnection, record: &DeliveryRe
     Ok(())
 }
 
-pub(super) async fn delivery_record(
-    database: &PostgresDatabase,
-    correlation_id: &str,
-) -> Result<Option<DeliveryRecord>, StoreError> {
-    let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries WHERE correlation_id = $1"
-    )))
-    .bind(correlation_id)
-    .fetch_optional(database.pool())
-    .await?;
-    row.as_ref().map(delivery_from_row).transpose()
+#[async_trait::async_trait]
+impl TimelineStore for PostgresStore {
+    async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
+        let run = async {
+            let database = &self.database;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            // One statement: atomic on its own.
+            let mut conn = database.pool().acquire().await?;
+            let mut wakes = Wakes::default();
+            insert_timeline(&mut conn, &entries, &mut wakes).await?;
+            drop(conn);
+            database.wake(wakes);
+            Ok(())
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::append_timeline()))
+    }
+
+    async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let rows = query(
+                "SELECT correlation_id, message_id, message_type, consumer, status, attempt, at, detail
+             FROM bosun_timeline WHERE correlation_id = $1 ORDER BY id",
+            )
+            .bind(correlation_id)
+            .fetch_all(database.pool())
+            .await?;
+            rows.iter()
+                .map(timeline_from_row)
+                .collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::timeline(correlation_id)))
+    }
+
+    fn watch_timeline(&self, correlation_id: &str) -> TimelineWait {
+        self.timeline.start(self.database.pool());
+        self.timeline.watch.subscribe(correlation_id)
+    }
 }
 
-pub(super) async fn list_deliveries(
-    database: &PostgresDatabase,
-    tenant_id: Option<&str>,
-    limit: usize,
-) -> Result<Vec<DeliveryRecord>, StoreError> {
-    let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries WHERE ($1::text IS NULL OR tenant_id = $1)
-         ORDER BY started_at DESC, seq DESC LIMIT $2"
-    )))
-    .bind(tenant_id)
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(database.pool())
-    .await?;
-    rows.iter().map(delivery_from_row).collect()
+#[async_trait::async_trait]
+impl DeliveryStore for PostgresStore {
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
+        let doing = doing::record_delivery(&record);
+        let run = async {
+            let database = &self.database;
+            let mut conn = database.pool().acquire().await?;
+            insert_delivery(&mut conn, &record).await?;
+            Ok(())
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing))
+    }
+
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let row = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries WHERE correlation_id = $1"
+            )))
+            .bind(correlation_id)
+            .fetch_optional(database.pool())
+            .await?;
+            row.as_ref().map(delivery_from_row).transpose()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::delivery_record(correlation_id)))
+    }
+
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries WHERE ($1::text IS NULL OR tenant_id = $1)
+             ORDER BY started_at DESC, seq DESC LIMIT $2"
+            )))
+            .bind(tenant_id)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(database.pool())
+            .await?;
+            rows.iter()
+                .map(delivery_from_row)
+                .collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::list_deliveries()))
+    }
 }

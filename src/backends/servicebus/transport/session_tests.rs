@@ -17,7 +17,7 @@ use super::tests::{ONE_AT_A_TIME, endpoint_of, test_broker, test_broker_with, te
 use super::*;
 use crate::backends::sqlite::store::SqliteStore;
 use crate::host::{Host, HostOptions};
-use crate::ports::store::Store;
+use crate::ports::store::SagaStore;
 
 const TENANT: &str = "acme";
 const LOCK: Duration = Duration::from_secs(30);

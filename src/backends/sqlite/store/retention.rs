@@ -6,7 +6,9 @@
 use rusqlite::{TransactionBehavior, params};
 use time::OffsetDateTime;
 
+use super::SqliteStore;
 use crate::backends::sqlite::Database;
+use crate::ports::store::{AdminStore, doing};
 use crate::ports::store::{FinishedSaga, Pruned, RetentionPolicy, StoreError, cutoff};
 use crate::ports::transport::unix_ms;
 
@@ -115,33 +117,36 @@ async fn prune_replay_jobs(database: &Database, before: OffsetDateTime, batch: u
         .await
 }
 
-pub(super) async fn prune(
-    database: &Database,
-    policy: &RetentionPolicy,
-    now: OffsetDateTime,
-) -> Result<Pruned, StoreError> {
-    let batch = policy.batch.max(1);
-    let handled_before = cutoff(now, policy.handled);
-    let timeline_before = cutoff(now, policy.timeline);
-    let mut pruned = Pruned {
-        handled: delete_batch(database, HANDLED, handled_before, batch).await?,
-        attempts: delete_batch(database, ATTEMPTS, handled_before, batch).await?,
-        outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
-        timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
-        deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
-        ..Pruned::default()
-    };
-    if let Some(before) = timeline_before {
-        pruned.replay_jobs = prune_replay_jobs(database, before, batch).await?;
-    }
-    if let Some(before) = cutoff(now, policy.finished_sagas) {
-        for finished in &policy.finished {
-            let left = batch.saturating_sub(usize::try_from(pruned.sagas).unwrap_or(usize::MAX));
-            if left == 0 {
-                break;
+#[async_trait::async_trait]
+impl AdminStore for SqliteStore {
+    async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let batch = policy.batch.max(1);
+            let handled_before = cutoff(now, policy.handled);
+            let timeline_before = cutoff(now, policy.timeline);
+            let mut pruned = Pruned {
+                handled: delete_batch(database, HANDLED, handled_before, batch).await?,
+                attempts: delete_batch(database, ATTEMPTS, handled_before, batch).await?,
+                outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
+                timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
+                deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
+                ..Pruned::default()
+            };
+            if let Some(before) = timeline_before {
+                pruned.replay_jobs = prune_replay_jobs(database, before, batch).await?;
             }
-            pruned.sagas += prune_sagas(database, finished, before, left).await?;
-        }
+            if let Some(before) = cutoff(now, policy.finished_sagas) {
+                for finished in &policy.finished {
+                    let left = batch.saturating_sub(usize::try_from(pruned.sagas).unwrap_or(usize::MAX));
+                    if left == 0 {
+                        break;
+                    }
+                    pruned.sagas += prune_sagas(database, finished, before, left).await?;
+                }
+            }
+            Ok(pruned)
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::prune()))
     }
-    Ok(pruned)
 }

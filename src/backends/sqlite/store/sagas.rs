@@ -2,8 +2,9 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::backends::sqlite::Database;
+use super::SqliteStore;
 use crate::ports::store::{SagaHistoryEntry, SagaRecord, SagaState, StoreError};
+use crate::ports::store::{SagaStore, doing};
 use crate::ports::transport::from_unix_ms;
 
 pub(super) fn load_saga_tx(
@@ -55,21 +56,6 @@ pub(super) fn load_saga_tx(
     }))
 }
 
-pub(super) async fn load_saga(database: &Database, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
-    let (kind, key) = (kind.to_owned(), key.to_owned());
-    database.call(move |conn| load_saga_tx(conn, &kind, &key)).await
-}
-
-/// A saga's state, version and tenant: one row by primary key, no history.
-pub(super) async fn load_saga_state(
-    database: &Database,
-    kind: &str,
-    key: &str,
-) -> Result<Option<SagaState>, StoreError> {
-    let (kind, key) = (kind.to_owned(), key.to_owned());
-    database.read(move |conn| saga_state(conn, &kind, &key)).await
-}
-
 /// [`load_saga_state`] on a connection.
 pub(super) fn saga_state(conn: &Connection, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError> {
     let Some((version, state, tenant_id)) = conn
@@ -93,24 +79,52 @@ pub(super) fn saga_state(conn: &Connection, kind: &str, key: &str) -> Result<Opt
     }))
 }
 
-pub(super) async fn list_sagas(database: &Database, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
-    let kind = kind.map(str::to_owned);
-    database
-        .call(move |conn| {
-            let keys = {
-                let mut statement = conn
-                    .prepare("SELECT kind, key FROM sagas WHERE (?1 IS NULL OR kind = ?1) ORDER BY updated_at DESC")?;
-                statement
-                    .query_map([&kind], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?
-                    .collect::<Result<Vec<_>, _>>()?
-            };
-            let mut sagas = Vec::new();
-            for (kind, key) in keys {
-                if let Some(saga) = load_saga_tx(conn, &kind, &key)? {
-                    sagas.push(saga);
-                }
-            }
-            Ok(sagas)
-        })
-        .await
+#[async_trait::async_trait]
+impl SagaStore for SqliteStore {
+    async fn load_saga(&self, kind: &str, key: &str) -> Result<Option<SagaRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let (kind, key) = (kind.to_owned(), key.to_owned());
+            database.call(move |conn| load_saga_tx(conn, &kind, &key)).await
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::load_saga(kind, key)))
+    }
+
+    async fn load_saga_state(&self, kind: &str, key: &str) -> Result<Option<SagaState>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let (kind, key) = (kind.to_owned(), key.to_owned());
+            database.read(move |conn| saga_state(conn, &kind, &key)).await
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::load_saga(kind, key)))
+    }
+
+    async fn list_sagas(&self, kind: Option<&str>) -> Result<Vec<SagaRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let kind = kind.map(str::to_owned);
+            database
+                .call(move |conn| {
+                    let keys = {
+                        let mut statement = conn.prepare(
+                            "SELECT kind, key FROM sagas WHERE (?1 IS NULL OR kind = ?1) ORDER BY updated_at DESC",
+                        )?;
+                        statement
+                            .query_map([&kind], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?
+                            .collect::<Result<Vec<_>, _>>()?
+                    };
+                    let mut sagas = Vec::new();
+                    for (kind, key) in keys {
+                        if let Some(saga) = load_saga_tx(conn, &kind, &key)? {
+                            sagas.push(saga);
+                        }
+                    }
+                    Ok(sagas)
+                })
+                .await
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::list_sagas()))
+    }
 }

@@ -3,6 +3,9 @@
 use serde_json::json;
 
 use super::*;
+use crate::ports::store::{
+    AcceptedCommand, HandledMessage, HandledStore, OutboxStore, SagaStore, TimelineEntry, TimelineStore,
+};
 use crate::ports::store::{AccessStore, IdempotencyClaim, OutboxPurpose, SagaWrite};
 
 #[tokio::test]

@@ -2,8 +2,10 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use crate::backends::sqlite::{Database, undecodable};
+use super::SqliteStore;
+use crate::backends::sqlite::undecodable;
 use crate::ports::store::{DeliveryRecord, StoreError, TimelineEntry, TimelineStatus};
+use crate::ports::store::{DeliveryStore, TimelineStore, TimelineWait, doing};
 use crate::ports::transport::{from_unix_ms, unix_ms};
 
 pub(super) fn insert_timeline(tx: &Connection, entries: &[TimelineEntry]) -> rusqlite::Result<()> {
@@ -42,55 +44,6 @@ pub(super) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecor
     })
 }
 
-pub(super) async fn append_timeline(database: &Database, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
-    database
-        .call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            insert_timeline(&tx, &entries)?;
-            tx.commit()?;
-            Ok(())
-        })
-        .await
-}
-
-pub(super) async fn timeline(database: &Database, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
-    let correlation_id = correlation_id.to_owned();
-    database
-        .call(move |conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT correlation_id, message_id, message_type, consumer, status, attempt, at, detail
-                 FROM timeline WHERE correlation_id = ?1 ORDER BY id",
-            )?;
-            let rows = statement.query_map([correlation_id], |row| {
-                Ok(TimelineEntry {
-                    correlation_id: row.get(0)?,
-                    message_id: row.get(1)?,
-                    message_type: row.get(2)?,
-                    consumer: row.get(3)?,
-                    status: {
-                        let correlation_id: String = row.get(0)?;
-                        TimelineStatus::decode(&row.get::<_, String>(4)?, &correlation_id)
-                            .map_err(|err| undecodable(4, "status of a timeline line", err))?
-                    },
-                    attempt: row.get(5)?,
-                    at: from_unix_ms(row.get(6)?),
-                    detail: row.get(7)?,
-                })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-}
-
-pub(super) async fn record_delivery(database: &Database, record: DeliveryRecord) -> Result<(), StoreError> {
-    database
-        .call(move |conn| {
-            insert_delivery(conn, &record)?;
-            Ok(())
-        })
-        .await
-}
-
 /// Records a delivery, kept as it is when it exists.
 pub(super) fn insert_delivery(conn: &Connection, record: &DeliveryRecord) -> rusqlite::Result<()> {
     conn.prepare_cached(&format!(
@@ -109,41 +62,120 @@ pub(super) fn insert_delivery(conn: &Connection, record: &DeliveryRecord) -> rus
     Ok(())
 }
 
-pub(super) async fn delivery_record(
-    database: &Database,
-    correlation_id: &str,
-) -> Result<Option<DeliveryRecord>, StoreError> {
-    let correlation_id = correlation_id.to_owned();
-    database
-        .call(move |conn| {
-            Ok(conn
-                .query_row(
-                    &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE correlation_id = ?1"),
-                    [correlation_id],
-                    delivery_from_row,
-                )
-                .optional()?)
-        })
-        .await
+#[async_trait::async_trait]
+impl TimelineStore for SqliteStore {
+    async fn append_timeline(&self, entries: Vec<TimelineEntry>) -> Result<(), StoreError> {
+        let lines = self.waited_on(&entries);
+        let run = async {
+            let database = &self.database;
+            database
+                .call(move |conn| {
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    insert_timeline(&tx, &entries)?;
+                    tx.commit()?;
+                    Ok(())
+                })
+                .await
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::append_timeline()))?;
+        self.written(&lines);
+        Ok(())
+    }
+
+    async fn timeline(&self, correlation_id: &str) -> Result<Vec<TimelineEntry>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let correlation_id = correlation_id.to_owned();
+            database
+                .call(move |conn| {
+                    let mut statement = conn.prepare_cached(
+                        "SELECT correlation_id, message_id, message_type, consumer, status, attempt, at, detail
+                     FROM timeline WHERE correlation_id = ?1 ORDER BY id",
+                    )?;
+                    let rows = statement.query_map([correlation_id], |row| {
+                        Ok(TimelineEntry {
+                            correlation_id: row.get(0)?,
+                            message_id: row.get(1)?,
+                            message_type: row.get(2)?,
+                            consumer: row.get(3)?,
+                            status: {
+                                let correlation_id: String = row.get(0)?;
+                                TimelineStatus::decode(&row.get::<_, String>(4)?, &correlation_id)
+                                    .map_err(|err| undecodable(4, "status of a timeline line", err))?
+                            },
+                            attempt: row.get(5)?,
+                            at: from_unix_ms(row.get(6)?),
+                            detail: row.get(7)?,
+                        })
+                    })?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })
+                .await
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::timeline(correlation_id)))
+    }
+
+    fn watch_timeline(&self, correlation_id: &str) -> TimelineWait {
+        self.watch.subscribe(correlation_id)
+    }
 }
 
-pub(super) async fn list_deliveries(
-    database: &Database,
-    tenant_id: Option<&str>,
-    limit: usize,
-) -> Result<Vec<DeliveryRecord>, StoreError> {
-    let tenant_id = tenant_id.map(str::to_owned);
-    database
-        .call(move |conn| {
-            let mut statement = conn.prepare_cached(&format!(
-                "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE (?1 IS NULL OR tenant_id = ?1)
-                 ORDER BY started_at DESC, rowid DESC LIMIT ?2"
-            ))?;
-            let rows = statement.query_map(
-                params![tenant_id, i64::try_from(limit).unwrap_or(i64::MAX)],
-                delivery_from_row,
-            )?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
+#[async_trait::async_trait]
+impl DeliveryStore for SqliteStore {
+    async fn record_delivery(&self, record: DeliveryRecord) -> Result<(), StoreError> {
+        let doing = doing::record_delivery(&record);
+        let run = async {
+            let database = &self.database;
+            database
+                .call(move |conn| {
+                    insert_delivery(conn, &record)?;
+                    Ok(())
+                })
+                .await
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing))
+    }
+
+    async fn delivery_record(&self, correlation_id: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let correlation_id = correlation_id.to_owned();
+            database
+                .call(move |conn| {
+                    Ok(conn
+                        .query_row(
+                            &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE correlation_id = ?1"),
+                            [correlation_id],
+                            delivery_from_row,
+                        )
+                        .optional()?)
+                })
+                .await
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::delivery_record(correlation_id)))
+    }
+
+    async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let tenant_id = tenant_id.map(str::to_owned);
+            database
+                .call(move |conn| {
+                    let mut statement = conn.prepare_cached(&format!(
+                        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE (?1 IS NULL OR tenant_id = ?1)
+                     ORDER BY started_at DESC, rowid DESC LIMIT ?2"
+                    ))?;
+                    let rows = statement.query_map(
+                        params![tenant_id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                        delivery_from_row,
+                    )?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })
+                .await
+        };
+        run.await.map_err(|err: StoreError| err.doing(doing::list_deliveries()))
+    }
 }
