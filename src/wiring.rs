@@ -22,8 +22,8 @@ use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::settle::{Settle, StoreThenSettle};
 use crate::ports::store::{AccessStore, Store, StoreError};
-use crate::ports::transport::{Transport, TransportError};
-use crate::runtime::config::{ServiceBusSettings, Settings, TransportKind};
+use crate::ports::transport::{Broker, Transport, TransportError};
+use crate::runtime::config::{ServiceBusSettings, Settings, StoreKind, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
 use crate::runtime::registry;
 use crate::runtime::telemetry;
@@ -79,8 +79,8 @@ pub enum StartError {
 /// The transport and store chosen by the settings.
 #[derive(Clone)]
 pub struct Backends {
-    /// The transport.
-    pub transport: Arc<dyn Transport>,
+    /// The transport, with its operator calls.
+    pub transport: Arc<dyn Broker>,
     /// The store.
     pub store: Arc<dyn Store>,
     /// How what becomes of a received message is recorded and the message
@@ -103,8 +103,8 @@ impl Backends {
     /// already, or [`StartError::NoData`] says where it looked; nothing is
     /// created.
     pub async fn open_existing(settings: &Settings) -> Result<Self, StartError> {
-        let local = if settings.database_url.is_none() {
-            Some(settings.store_path())
+        let local = if let StoreKind::Sqlite(path) = settings.store_kind() {
+            Some(path)
         } else if settings.transport == TransportKind::Embedded {
             Some(settings.transport_path())
         } else {
@@ -121,80 +121,55 @@ impl Backends {
         Self::open(settings).await
     }
 
-    /// Opens the configured transport and store and makes sure the
-    /// transport has every queue and subscription of the routing table.
+    /// Opens the configured store, then the transport (sharing the
+    /// store's connection pool where both are PostgreSQL), and makes sure
+    /// the transport has every queue and subscription of the routing
+    /// table. Which store and which transport is decided here only: by
+    /// [`Settings::store_kind`] and [`Settings::transport`].
     pub async fn open(settings: &Settings) -> Result<Self, StartError> {
         std::fs::create_dir_all(&settings.data_dir).map_err(|source| StartError::DataDir {
             path: settings.data_dir.clone(),
             source,
         })?;
-        type Opened = (
-            Arc<dyn Transport>,
-            Arc<dyn Store>,
-            Arc<dyn AccessStore>,
-            Option<Arc<dyn Settle>>,
-        );
-        let (transport, store, access, atomic_settle): Opened = match (settings.transport, &settings.database_url) {
-            (TransportKind::Embedded, None) => {
-                let store =
-                    Arc::new(SqliteStore::open(&settings.store_path())?.with_timeline_fallback(settings.poll_interval));
-                (
-                    Arc::new(EmbeddedTransport::open(
-                        &settings.transport_path(),
-                        settings.max_delivery_count,
-                    )?),
-                    store.clone(),
-                    store,
-                    None,
-                )
-            }
-            (TransportKind::Embedded, Some(url)) => {
-                let store = Arc::new(PostgresStore::connect_with(url.expose(), pool(settings)).await?);
-                store.check_schema().await?;
-                (
-                    Arc::new(EmbeddedTransport::open(
-                        &settings.transport_path(),
-                        settings.max_delivery_count,
-                    )?),
-                    store.clone(),
-                    store,
-                    None,
-                )
-            }
-            (TransportKind::Postgres, Some(url)) => {
-                // One database: the claim can look up the idempotency record too.
-                let transport =
-                    PostgresTransport::connect_with(url.expose(), settings.max_delivery_count, pool(settings))
-                        .await?
-                        .checking_handled_in_claim();
-                // One database: a handled message's state, its outgoing
-                // messages and its completion commit in one transaction.
-                let store = Arc::new(PostgresStore::with_transport(&transport));
+        let (store, access, postgres): (Arc<dyn Store>, Arc<dyn AccessStore>, Option<PostgresStore>) =
+            match settings.store_kind() {
+                StoreKind::Sqlite(path) => {
+                    let store = Arc::new(SqliteStore::open(&path)?.with_timeline_fallback(settings.poll_interval));
+                    (store.clone(), store, None)
+                }
+                StoreKind::Postgres(url) => {
+                    let store = PostgresStore::connect_with(url.expose(), pool(settings)).await?;
+                    store.check_schema().await?;
+                    let shared = Arc::new(store.clone());
+                    (shared.clone(), shared, Some(store))
+                }
+            };
+        let (transport, atomic_settle): (Arc<dyn Broker>, Option<Arc<dyn Settle>>) = match settings.transport {
+            TransportKind::Embedded => (
+                Arc::new(EmbeddedTransport::open(
+                    &settings.transport_path(),
+                    settings.max_delivery_count,
+                )?),
+                None,
+            ),
+            TransportKind::Postgres => {
+                let Some(store) = postgres else {
+                    return Err(StartError::Config(
+                        "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
+                    ));
+                };
+                // One database, one pool: the claim can look up the
+                // idempotency record too, and a handled message's state,
+                // its outgoing messages and its completion commit in one
+                // transaction.
+                let transport = PostgresTransport::new(store.database().clone(), settings.max_delivery_count)
+                    .checking_handled_in_claim();
                 let settle: Arc<dyn Settle> =
                     Arc::new(PostgresSettle::new(&transport).halting(host::halts(settings.failpoint)));
-                store.check_schema().await?;
                 transport.start_listening().await?;
-                (Arc::new(transport), store.clone(), store, Some(settle))
+                (Arc::new(transport), Some(settle))
             }
-            (TransportKind::Postgres, None) => {
-                return Err(StartError::Config(
-                    "BOSUN_TRANSPORT=postgres needs BOSUN_DATABASE_URL".into(),
-                ));
-            }
-            (TransportKind::ServiceBus, database_url) => {
-                let (store, access): (Arc<dyn Store>, Arc<dyn AccessStore>) = match database_url {
-                    Some(url) => {
-                        let store = Arc::new(PostgresStore::connect_with(url.expose(), pool(settings)).await?);
-                        store.check_schema().await?;
-                        (store.clone(), store)
-                    }
-                    None => {
-                        let store = Arc::new(
-                            SqliteStore::open(&settings.store_path())?.with_timeline_fallback(settings.poll_interval),
-                        );
-                        (store.clone(), store)
-                    }
-                };
+            TransportKind::ServiceBus => {
                 let servicebus = settings.servicebus.as_ref().ok_or_else(|| {
                     StartError::Config("BOSUN_TRANSPORT=servicebus needs BOSUN_SERVICEBUS_CONNECTION_STRING or BOSUN_SERVICEBUS_NAMESPACE".into())
                 })?;
@@ -208,14 +183,14 @@ impl Backends {
                     ..ServiceBusOptions::default()
                 };
                 let transport = ServiceBusTransport::connect(servicebus.endpoint.clone(), tokens, options).await?;
-                (Arc::new(transport), store, access, None)
+                (Arc::new(transport), None)
             }
         };
         // Every other pair writes in the store, then settles on the
         // transport (at least once; see `StoreThenSettle`).
         let settle = atomic_settle.unwrap_or_else(|| {
             Arc::new(
-                StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport))
+                StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport) as Arc<dyn Transport>)
                     .halting(host::halts(settings.failpoint)),
             )
         });
@@ -239,9 +214,14 @@ impl Backends {
     /// A host running `consumers` over these backends, settling through
     /// [`Backends::settle`] and using their claim check.
     pub fn host(&self, consumers: Vec<Arc<dyn Consumer>>, options: HostOptions) -> Host {
-        Host::new(Arc::clone(&self.transport), Arc::clone(&self.store), consumers, options)
-            .with_settle(Arc::clone(&self.settle))
-            .with_claim_check(self.claim_check.clone())
+        Host::new(
+            Arc::clone(&self.transport) as Arc<dyn Transport>,
+            Arc::clone(&self.store),
+            consumers,
+            options,
+        )
+        .with_settle(Arc::clone(&self.settle))
+        .with_claim_check(self.claim_check.clone())
     }
 
     /// Operator actions over these backends.
@@ -271,7 +251,7 @@ pub async fn serve_with_metrics(
         consumers = ?names,
         data_dir = %settings.data_dir.display(),
         transport = ?settings.transport,
-        postgres_store = settings.database_url.is_some(),
+        store = ?settings.store_kind(),
         "bosun serving"
     );
     // Counting a Service Bus entity is a management call: there each

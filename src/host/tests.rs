@@ -17,7 +17,7 @@ use crate::backends::memory::MemoryTransport;
 use crate::backends::sqlite::store::SqliteStore;
 use crate::ports::store::{DeadLetterFilter, HandledMessage, SagaWrite, Store, TimelineStatus};
 use crate::ports::store::{DeadLetterStore, HandledStore, SagaStore, TimelineStore};
-use crate::ports::transport::{OutboundMessage, Topology, Transport};
+use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportAdmin};
 
 #[derive(Clone, Copy)]
 enum Behaviour {

@@ -29,7 +29,7 @@ use crate::ports::store::{
     DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayEdit, ReplayRecord, SagaRecord, Store, StoreError,
     TimelineEntry, TimelineStatus,
 };
-use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportError};
+use crate::ports::transport::{Broker, OutboundMessage, Topology, TransportError};
 use crate::runtime::telemetry;
 
 /// Why an operator action failed.
@@ -147,7 +147,7 @@ pub struct ReplaySummary {
 /// Operator actions over a transport and a store.
 #[derive(Clone)]
 pub struct Operator {
-    transport: Arc<dyn Transport>,
+    transport: Arc<dyn Broker>,
     store: Arc<dyn Store>,
     topology: Topology,
     identity: String,
@@ -160,7 +160,7 @@ pub struct Operator {
 
 impl Operator {
     /// Operator actions performed as `identity` (recorded on replays and sends).
-    pub fn new(transport: Arc<dyn Transport>, store: Arc<dyn Store>, identity: impl Into<String>) -> Self {
+    pub fn new(transport: Arc<dyn Broker>, store: Arc<dyn Store>, identity: impl Into<String>) -> Self {
         let identity = identity.into();
         Self {
             transport,

@@ -4,7 +4,7 @@ use super::*;
 use crate::backends::memory::MemoryTransport;
 use crate::backends::sqlite::store::SqliteStore;
 use crate::ports::store::{DeadLetterStore, DeliveryStore, OutboxStore};
-use crate::ports::transport::ReceivedMessage;
+use crate::ports::transport::{ReceivedMessage, Transport, TransportAdmin};
 
 async fn operator(max_delivery_count: u32) -> (Operator, Arc<MemoryTransport>, Arc<SqliteStore>) {
     let transport = Arc::new(MemoryTransport::new(max_delivery_count));

@@ -356,10 +356,14 @@ mod tests {
     use crate::backends::sqlite::store::SqliteStore;
     use crate::backends::sqlite::transport::EmbeddedTransport;
     use crate::ports::behaviour::settle::{Pairing, run_all};
+    use crate::ports::transport::Broker;
 
-    fn pairing(store: Arc<dyn Store>, transport: Arc<dyn Transport>) -> Pairing {
+    fn pairing(store: Arc<dyn Store>, transport: Arc<dyn Broker>) -> Pairing {
         Pairing {
-            settle: Arc::new(StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport))),
+            settle: Arc::new(StoreThenSettle::new(
+                Arc::clone(&store),
+                Arc::clone(&transport) as Arc<dyn Transport>,
+            )),
             store,
             transport,
         }

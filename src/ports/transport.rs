@@ -4,7 +4,9 @@
 //! receiver takes a message under a time-limited lock, renews the lock while
 //! it works, then completes, abandons or dead-letters it. Sends may be
 //! scheduled for later. A message whose delivery count reaches the entity's
-//! maximum moves to the dead-letter sub-queue by itself.
+//! maximum moves to the dead-letter sub-queue by itself. What only an
+//! operator asks of a transport (list and remove dead letters, count a
+//! queue) is [`TransportAdmin`]; a [`Broker`] is both, as every backend is.
 //!
 //! The implementations live with their technology under
 //! [`crate::backends`]: memory (unit tests), SQLite (durable across
@@ -255,21 +257,6 @@ pub trait Transport: Send + Sync {
     /// Moves a message to its entity's dead-letter sub-queue.
     async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError>;
 
-    /// Lists an entity's dead-letter sub-queue (oldest first).
-    async fn peek_dead_letters(
-        &self,
-        entity: &Destination,
-        max: usize,
-    ) -> Result<Vec<DeadLetteredMessage>, TransportError>;
-
-    /// Deletes one message from an entity's dead-letter sub-queue. Returns
-    /// whether it was there.
-    async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError>;
-
-    /// Counts active (not dead-lettered) messages per entity, scheduled ones
-    /// included.
-    async fn depth(&self, entity: &Destination) -> Result<u64, TransportError>;
-
     /// Whether this process can use the transport now, answered from what
     /// it already holds or one cheap round trip (a `SELECT 1`, the state of
     /// the open connection), never a broker management call: readiness
@@ -290,6 +277,34 @@ pub trait Transport: Send + Sync {
     /// Transports that hold nothing have nothing to do.
     async fn close(&self) {}
 }
+
+/// The transport's operator calls: what an operator reads and removes
+/// (`bosun dead-letters`, replay, gauges), never what a host needs to
+/// carry a message. Kept apart from [`Transport`] so the host and the
+/// settle path hold only what they use.
+#[async_trait]
+pub trait TransportAdmin: Send + Sync {
+    /// Lists an entity's dead-letter sub-queue (oldest first).
+    async fn peek_dead_letters(
+        &self,
+        entity: &Destination,
+        max: usize,
+    ) -> Result<Vec<DeadLetteredMessage>, TransportError>;
+
+    /// Deletes one message from an entity's dead-letter sub-queue. Returns
+    /// whether it was there.
+    async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError>;
+
+    /// Counts active (not dead-lettered) messages per entity, scheduled ones
+    /// included.
+    async fn depth(&self, entity: &Destination) -> Result<u64, TransportError>;
+}
+
+/// A transport with its operator calls: what wiring opens and the
+/// operator holds. Every type that is both is one.
+pub trait Broker: Transport + TransportAdmin {}
+
+impl<T: Transport + TransportAdmin + ?Sized> Broker for T {}
 
 pub(crate) fn unix_ms(at: OffsetDateTime) -> i64 {
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)

@@ -12,7 +12,8 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::ports::transport::{
-    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError,
+    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportAdmin,
+    TransportError,
 };
 
 #[derive(Debug, Clone)]
@@ -271,6 +272,13 @@ impl Transport for MemoryTransport {
         })
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TransportAdmin for MemoryTransport {
     async fn peek_dead_letters(
         &self,
         entity: &Destination,
@@ -310,10 +318,6 @@ impl Transport for MemoryTransport {
                 .retain(|row| !(row.entity == path && row.sequence == sequence && row.dead.is_some()));
             before != state.rows.len()
         }))
-    }
-
-    async fn reachable(&self) -> Result<(), TransportError> {
-        Ok(())
     }
 
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {

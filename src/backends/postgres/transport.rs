@@ -55,7 +55,7 @@ use crate::backends::postgres::queue::{Enqueued, KnownEntities, complete_locked,
 use crate::backends::postgres::{MigrationReport, PoolSettings, PostgresDatabase};
 use crate::ports::transport::{
     DeadLetteredMessage, HandledAtClaim, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport,
-    TransportError, duration_ms,
+    TransportAdmin, TransportError, duration_ms,
 };
 
 /// The channel sends and `abandon` notify on; the payload is the entity
@@ -255,6 +255,32 @@ impl Transport for PostgresTransport {
             .map_err(|err| err.doing(format!("dead-lettering {} message {}", lock.entity, lock.sequence)))
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        query("SELECT 1")
+            .execute(self.database.pool())
+            .await
+            .map(|_| ())
+            .map_err(|err| TransportError::from(err).doing("checking the PostgreSQL transport's database"))
+    }
+
+    async fn prune_duplicates(&self, now: OffsetDateTime, limit: usize) -> Result<u64, TransportError> {
+        let deleted = query(
+            "DELETE FROM bosun_duplicates WHERE seen_at < $1 AND (destination, broker_message_id) IN (
+                 SELECT destination, broker_message_id FROM bosun_duplicates WHERE seen_at < $1
+                 ORDER BY seen_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(now - DUPLICATE_WINDOW)
+        .bind(self::limit(limit))
+        .execute(self.database.pool())
+        .await
+        .map_err(|err| TransportError::from(err).doing("pruning duplicate-detection records"))?
+        .rows_affected();
+        Ok(deleted)
+    }
+}
+
+#[async_trait]
+impl TransportAdmin for PostgresTransport {
     async fn peek_dead_letters(
         &self,
         entity: &Destination,
@@ -271,33 +297,10 @@ impl Transport for PostgresTransport {
             .map_err(|err| err.doing(format!("removing dead letter {sequence} of {entity}")))
     }
 
-    async fn reachable(&self) -> Result<(), TransportError> {
-        query("SELECT 1")
-            .execute(self.database.pool())
-            .await
-            .map(|_| ())
-            .map_err(|err| TransportError::from(err).doing("checking the PostgreSQL transport's database"))
-    }
-
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
         self.depth_rows(entity)
             .await
             .map_err(|err| err.doing(format!("counting the messages of {entity}")))
-    }
-
-    async fn prune_duplicates(&self, now: OffsetDateTime, limit: usize) -> Result<u64, TransportError> {
-        let deleted = query(
-            "DELETE FROM bosun_duplicates WHERE seen_at < $1 AND (destination, broker_message_id) IN (
-                 SELECT destination, broker_message_id FROM bosun_duplicates WHERE seen_at < $1
-                 ORDER BY seen_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(now - DUPLICATE_WINDOW)
-        .bind(self::limit(limit))
-        .execute(self.database.pool())
-        .await
-        .map_err(|err| TransportError::from(err).doing("pruning duplicate-detection records"))?
-        .rows_affected();
-        Ok(deleted)
     }
 }
 

@@ -27,8 +27,8 @@ use uuid::Uuid;
 
 use crate::backends::sqlite::Database;
 use crate::ports::transport::{
-    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError, duration_ms,
-    from_unix_ms, unix_ms,
+    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportAdmin,
+    TransportError, duration_ms, from_unix_ms, unix_ms,
 };
 
 const SCHEMA: &str = "
@@ -541,6 +541,36 @@ impl Transport for EmbeddedTransport {
             .map_err(|err| err.doing(doing))
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        self.database
+            .call(|conn| {
+                conn.prepare_cached("SELECT 1")?.query_row([], |_| Ok(()))?;
+                Ok(())
+            })
+            .await
+            .map_err(|err: TransportError| err.doing("checking the embedded transport's database"))
+    }
+
+    async fn prune_duplicates(&self, now: OffsetDateTime, limit: usize) -> Result<u64, TransportError> {
+        let before = unix_ms(now) - duration_ms(DUPLICATE_WINDOW);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.database
+            .call(move |conn| {
+                let deleted = conn
+                    .prepare_cached(
+                        "DELETE FROM duplicates WHERE rowid IN (
+                             SELECT rowid FROM duplicates WHERE seen_at < ?1 ORDER BY seen_at LIMIT ?2)",
+                    )?
+                    .execute(params![before, limit])?;
+                Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+            })
+            .await
+            .map_err(|err: TransportError| err.doing("pruning duplicate-detection records"))
+    }
+}
+
+#[async_trait]
+impl TransportAdmin for EmbeddedTransport {
     async fn peek_dead_letters(
         &self,
         entity: &Destination,
@@ -589,16 +619,6 @@ impl Transport for EmbeddedTransport {
             .map_err(|err: TransportError| err.doing(format!("removing dead letter {sequence} of {entity}")))
     }
 
-    async fn reachable(&self) -> Result<(), TransportError> {
-        self.database
-            .call(|conn| {
-                conn.prepare_cached("SELECT 1")?.query_row([], |_| Ok(()))?;
-                Ok(())
-            })
-            .await
-            .map_err(|err: TransportError| err.doing("checking the embedded transport's database"))
-    }
-
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
         let path = entity.path();
         self.database
@@ -610,23 +630,6 @@ impl Transport for EmbeddedTransport {
             })
             .await
             .map_err(|err: TransportError| err.doing(format!("counting the messages of {entity}")))
-    }
-
-    async fn prune_duplicates(&self, now: OffsetDateTime, limit: usize) -> Result<u64, TransportError> {
-        let before = unix_ms(now) - duration_ms(DUPLICATE_WINDOW);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.database
-            .call(move |conn| {
-                let deleted = conn
-                    .prepare_cached(
-                        "DELETE FROM duplicates WHERE rowid IN (
-                             SELECT rowid FROM duplicates WHERE seen_at < ?1 ORDER BY seen_at LIMIT ?2)",
-                    )?
-                    .execute(params![before, limit])?;
-                Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
-            })
-            .await
-            .map_err(|err: TransportError| err.doing("pruning duplicate-detection records"))
     }
 }
 

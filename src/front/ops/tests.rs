@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{OpsState, serve};
 use crate::ports::transport::{
-    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError,
+    Broker, DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportAdmin,
+    TransportError,
 };
 use crate::runtime::config::Settings;
 use crate::runtime::metrics::Metrics;
@@ -22,7 +23,7 @@ use crate::wiring::Backends;
 /// A transport like an endpoint without `$management` (the Service Bus
 /// emulator): it cannot count a queue's messages, and counts every try.
 struct NoDepth {
-    inner: Arc<dyn Transport>,
+    inner: Arc<dyn Broker>,
     depth_calls: AtomicUsize,
 }
 
@@ -60,6 +61,13 @@ impl Transport for NoDepth {
     async fn dead_letter(&self, lock: &LockToken, reason: &str, description: &str) -> Result<(), TransportError> {
         self.inner.dead_letter(lock, reason, description).await
     }
+    async fn reachable(&self) -> Result<(), TransportError> {
+        self.inner.reachable().await
+    }
+}
+
+#[async_trait]
+impl TransportAdmin for NoDepth {
     async fn peek_dead_letters(
         &self,
         entity: &Destination,
@@ -67,18 +75,17 @@ impl Transport for NoDepth {
     ) -> Result<Vec<DeadLetteredMessage>, TransportError> {
         self.inner.peek_dead_letters(entity, max).await
     }
+
     async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
         self.inner.remove_dead_letter(entity, sequence).await
     }
+
     async fn depth(&self, _entity: &Destination) -> Result<u64, TransportError> {
         self.depth_calls.fetch_add(1, Ordering::SeqCst);
         Err(TransportError::misconfigured(
             "peeking through $management",
             "this endpoint has no $management node",
         ))
-    }
-    async fn reachable(&self) -> Result<(), TransportError> {
-        self.inner.reachable().await
     }
 }
 
@@ -98,7 +105,7 @@ impl Ops {
             inner: Arc::clone(&backends.transport),
             depth_calls: AtomicUsize::new(0),
         });
-        backends.transport = Arc::clone(&transport) as Arc<dyn Transport>;
+        backends.transport = Arc::clone(&transport) as Arc<dyn Broker>;
         let draining = CancellationToken::new();
         let state = OpsState::new(backends, draining.clone(), Arc::new(Metrics::new()), Arc::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -14,7 +14,7 @@ use crate::ports::store::{
     AttemptRecord, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, HandledMessage, OutboxPurpose, RetryWrite,
     SagaWrite, Store, TimelineEntry, TimelineStatus,
 };
-use crate::ports::transport::{OutboundMessage, ReceivedMessage, Topology, Transport};
+use crate::ports::transport::{Broker, OutboundMessage, ReceivedMessage, Topology};
 
 const LOCK: Duration = Duration::from_secs(30);
 
@@ -23,7 +23,7 @@ pub(crate) struct Pairing {
     /// The store.
     pub(crate) store: Arc<dyn Store>,
     /// The transport (its topology is created by the suite).
-    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) transport: Arc<dyn Broker>,
     /// The settle under test.
     pub(crate) settle: Arc<dyn Settle>,
 }

@@ -8,7 +8,7 @@ use bosun_contracts::Destination;
 use bosun_contracts::routing::EVENTS_TOPIC;
 use time::OffsetDateTime;
 
-use crate::ports::transport::{OutboundMessage, Topology, Transport, TransportError};
+use crate::ports::transport::{Broker, OutboundMessage, Topology, TransportError};
 
 const LOCK: Duration = Duration::from_secs(30);
 
@@ -58,7 +58,7 @@ pub(crate) const BEHAVIOURS: &[(&str, u32)] = &[
 /// Runs every behaviour against fresh transports made by `make(max_delivery_count)`.
 pub(crate) async fn run_all<T, F, Fut>(make: F)
 where
-    T: Transport,
+    T: Broker,
     F: Fn(u32) -> Fut,
     Fut: Future<Output = T>,
 {
@@ -71,7 +71,7 @@ where
 
 /// Runs the behaviour called `name` (one of [`BEHAVIOURS`]) against
 /// `transport`, whose topology is in place and whose entities are empty.
-pub(crate) async fn run_one<T: Transport>(name: &str, transport: &T) {
+pub(crate) async fn run_one<T: Broker>(name: &str, transport: &T) {
     match name {
         "send_receive_complete" => send_receive_complete(transport).await,
         "topic_fans_out_by_type" => topic_fans_out_by_type(transport).await,
@@ -92,7 +92,7 @@ pub(crate) async fn run_one<T: Transport>(name: &str, transport: &T) {
     }
 }
 
-async fn send_receive_complete<T: Transport>(transport: &T) {
+async fn send_receive_complete<T: Broker>(transport: &T) {
     transport
         .send(vec![
             outbound(queue(), "a", "CreateCommit"),
@@ -121,7 +121,7 @@ async fn send_receive_complete<T: Transport>(transport: &T) {
     ));
 }
 
-async fn is_locked_until_settled<T: Transport>(transport: &T) {
+async fn is_locked_until_settled<T: Broker>(transport: &T) {
     transport
         .send(vec![
             outbound(queue(), "a", "CreateCommit"),
@@ -149,7 +149,7 @@ async fn is_locked_until_settled<T: Transport>(transport: &T) {
     transport.complete(&again[0].lock).await.unwrap();
 }
 
-async fn topic_fans_out_by_type<T: Transport>(transport: &T) {
+async fn topic_fans_out_by_type<T: Broker>(transport: &T) {
     let topic = Destination::Topic(EVENTS_TOPIC.into());
     transport
         .send(vec![outbound(topic.clone(), "e1", "BuildCompleted")])
@@ -171,7 +171,7 @@ async fn topic_fans_out_by_type<T: Transport>(transport: &T) {
     }
 }
 
-async fn lock_hides_until_expiry<T: Transport>(transport: &T) {
+async fn lock_hides_until_expiry<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(queue(), "a", "CreateCommit")])
         .await
@@ -196,7 +196,7 @@ async fn lock_hides_until_expiry<T: Transport>(transport: &T) {
     transport.complete(&second[0].lock).await.unwrap();
 }
 
-async fn abandon_redelivers<T: Transport>(transport: &T) {
+async fn abandon_redelivers<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(queue(), "a", "CreateCommit")])
         .await
@@ -207,7 +207,7 @@ async fn abandon_redelivers<T: Transport>(transport: &T) {
     assert_eq!(second[0].delivery_count, 2);
 }
 
-async fn max_delivery_count_dead_letters<T: Transport>(transport: &T) {
+async fn max_delivery_count_dead_letters<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(queue(), "a", "CreateCommit")])
         .await
@@ -224,7 +224,7 @@ async fn max_delivery_count_dead_letters<T: Transport>(transport: &T) {
     assert_eq!(dead[0].body, b"{\"id\":\"a\"}");
 }
 
-async fn scheduled_messages_wait<T: Transport>(transport: &T) {
+async fn scheduled_messages_wait<T: Broker>(transport: &T) {
     let mut message = outbound(queue(), "later", "CreateCommit");
     message.scheduled_at = Some(OffsetDateTime::now_utc() + Duration::from_millis(1_500));
     transport.send(vec![message]).await.unwrap();
@@ -237,7 +237,7 @@ async fn scheduled_messages_wait<T: Transport>(transport: &T) {
     assert_eq!(transport.receive(&queue(), 1, LOCK).await.unwrap().len(), 1);
 }
 
-async fn duplicates_are_dropped<T: Transport>(transport: &T) {
+async fn duplicates_are_dropped<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(queue(), "same", "CreateCommit")])
         .await
@@ -259,7 +259,7 @@ async fn duplicates_are_dropped<T: Transport>(transport: &T) {
     assert_eq!(transport.depth(&subscription("pull-request")).await.unwrap(), 1);
 }
 
-async fn dead_letter_keeps_reason_and_bytes<T: Transport>(transport: &T) {
+async fn dead_letter_keeps_reason_and_bytes<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(queue(), "bad", "CreateCommit")])
         .await
@@ -280,7 +280,7 @@ async fn dead_letter_keeps_reason_and_bytes<T: Transport>(transport: &T) {
     assert!(!transport.remove_dead_letter(&queue(), dead[0].sequence).await.unwrap());
 }
 
-async fn renew_extends_lock<T: Transport>(transport: &T) {
+async fn renew_extends_lock<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(queue(), "long", "CreateCommit")])
         .await
@@ -303,7 +303,7 @@ async fn renew_extends_lock<T: Transport>(transport: &T) {
     transport.complete(&received[0].lock).await.unwrap();
 }
 
-async fn unknown_entity_is_refused<T: Transport>(transport: &T) {
+async fn unknown_entity_is_refused<T: Broker>(transport: &T) {
     let result = transport
         .send(vec![outbound(
             Destination::Queue("no-such-queue".into()),
@@ -314,7 +314,7 @@ async fn unknown_entity_is_refused<T: Transport>(transport: &T) {
     assert!(matches!(result, Err(TransportError::NoSuchEntity(_))), "{result:?}");
 }
 
-async fn subscription_send_reaches_only_it<T: Transport>(transport: &T) {
+async fn subscription_send_reaches_only_it<T: Broker>(transport: &T) {
     transport
         .send(vec![outbound(
             subscription("container-build"),
@@ -344,7 +344,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 
 /// Retention never forgets a broker message id still within the
 /// duplicate-detection window (7 days on the transports that keep one).
-async fn pruning_keeps_duplicate_detection_within_its_window<T: Transport>(transport: &T) {
+async fn pruning_keeps_duplicate_detection_within_its_window<T: Broker>(transport: &T) {
     let now = OffsetDateTime::now_utc();
     transport
         .send(vec![outbound(queue(), "kept", "CreateCommit")])
@@ -365,7 +365,7 @@ async fn pruning_keeps_duplicate_detection_within_its_window<T: Transport>(trans
 /// For transports that keep duplicate-detection records (SQLite,
 /// PostgreSQL): records past the window are deleted, at most `limit` per
 /// call; the id can then be sent again.
-pub(crate) async fn duplicate_records_are_pruned_in_batches<T: Transport>(transport: &T) {
+pub(crate) async fn duplicate_records_are_pruned_in_batches<T: Broker>(transport: &T) {
     let now = OffsetDateTime::now_utc();
     let sent = ["d-1", "d-2", "d-3"].map(|id| outbound(queue(), id, "CreateCommit"));
     transport.send(sent.to_vec()).await.unwrap();

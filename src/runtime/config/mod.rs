@@ -756,6 +756,15 @@ impl Settings {
         self.data_dir.join("transport.db")
     }
 
+    /// Which store these settings choose (see [`StoreKind`]). Asked here,
+    /// never by testing `database_url` again elsewhere.
+    pub fn store_kind(&self) -> StoreKind<'_> {
+        match &self.database_url {
+            Some(url) => StoreKind::Postgres(url),
+            None => StoreKind::Sqlite(self.store_path()),
+        }
+    }
+
     /// The SQLite store's database file.
     pub fn store_path(&self) -> PathBuf {
         self.data_dir.join("state.db")

@@ -109,6 +109,18 @@ pub enum TransportKind {
     ServiceBus,
 }
 
+/// Where the store keeps sagas, idempotency records, the outbox, dead
+/// letters, timelines and keys: PostgreSQL exactly when
+/// `BOSUN_DATABASE_URL` is set, else SQLite in the data directory. Read
+/// through [`Settings::store_kind`](crate::runtime::config::Settings::store_kind), the one place that decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind<'a> {
+    /// `state.db` in the data directory (the default).
+    Sqlite(std::path::PathBuf),
+    /// The database at `BOSUN_DATABASE_URL`.
+    Postgres(&'a Secret),
+}
+
 /// `BOSUN_TRANSPORT=servicebus`: where the namespace is and how to use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceBusSettings {

@@ -24,8 +24,7 @@ use crate::ports::settle::StoreThenSettle;
 use crate::ports::store::{HandledMessage, HandledStore, OutboxStore, SagaStore, TimelineStore};
 use crate::ports::store::{SagaWrite, Store};
 use crate::ports::store::{TimelineEntry, TimelineStatus};
-use crate::ports::transport::OutboundMessage;
-use crate::ports::transport::{Topology, Transport};
+use crate::ports::transport::{Broker, OutboundMessage, Topology, Transport, TransportAdmin};
 
 const LOCK: Duration = Duration::from_secs(30);
 
@@ -66,10 +65,13 @@ async fn the_postgres_store_with_the_embedded_transport_passes_the_commit_suite(
         async move {
             let test = testing::migrated().await;
             let store: Arc<dyn Store> = Arc::new(PostgresStore::new(test.database.clone()));
-            let transport: Arc<dyn Transport> = Arc::new(EmbeddedTransport::open(&messages, 10).unwrap());
+            let transport: Arc<dyn Broker> = Arc::new(EmbeddedTransport::open(&messages, 10).unwrap());
             schemas.lock().unwrap().push(test);
             Pairing {
-                settle: Arc::new(StoreThenSettle::new(Arc::clone(&store), Arc::clone(&transport))),
+                settle: Arc::new(StoreThenSettle::new(
+                    Arc::clone(&store),
+                    Arc::clone(&transport) as Arc<dyn Transport>,
+                )),
                 store,
                 transport,
             }

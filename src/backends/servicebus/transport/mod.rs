@@ -81,7 +81,8 @@ use super::connection::ServiceBusEndpoint;
 use super::credential::TokenSource;
 use super::mapping::{self, AmqpMessage, BATCH_MESSAGE_FORMAT, Incoming};
 use crate::ports::transport::{
-    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportError,
+    DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportAdmin,
+    TransportError,
 };
 use batch::*;
 use pump::*;
@@ -605,6 +606,15 @@ impl Transport for ServiceBusTransport {
             .await
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        // The open connection, or a reconnect when one is due: no
+        // `$management` call, which an endpoint may not even offer.
+        self.inner.connection().await.map(|_| ())
+    }
+}
+
+#[async_trait]
+impl TransportAdmin for ServiceBusTransport {
     async fn peek_dead_letters(
         &self,
         entity: &Destination,
@@ -680,12 +690,6 @@ impl Transport for ServiceBusTransport {
             Some(err) => Err(err),
             None => Ok(found),
         }
-    }
-
-    async fn reachable(&self) -> Result<(), TransportError> {
-        // The open connection, or a reconnect when one is due: no
-        // `$management` call, which an endpoint may not even offer.
-        self.inner.connection().await.map(|_| ())
     }
 
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {

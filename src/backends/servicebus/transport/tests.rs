@@ -3,6 +3,7 @@
 //! named by `BOSUN_TEST_SERVICEBUS`, else the in-process test broker
 //! (`bosun-servicebus-broker`) with the entities `topology plan` creates.
 
+use crate::ports::transport::TransportAdmin;
 use std::sync::Arc;
 
 use bosun_contracts::routing::EVENTS_TOPIC;
@@ -234,6 +235,13 @@ impl Transport for RunScoped {
         self.inner.dead_letter(lock, reason, description).await
     }
 
+    async fn reachable(&self) -> Result<(), TransportError> {
+        self.inner.reachable().await
+    }
+}
+
+#[async_trait]
+impl TransportAdmin for RunScoped {
     async fn peek_dead_letters(
         &self,
         entity: &Destination,
@@ -248,10 +256,6 @@ impl Transport for RunScoped {
 
     async fn remove_dead_letter(&self, entity: &Destination, sequence: i64) -> Result<bool, TransportError> {
         self.inner.remove_dead_letter(entity, sequence).await
-    }
-
-    async fn reachable(&self) -> Result<(), TransportError> {
-        self.inner.reachable().await
     }
 
     async fn depth(&self, entity: &Destination) -> Result<u64, TransportError> {
