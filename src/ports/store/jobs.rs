@@ -20,6 +20,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::StoreError;
+use crate::ports::error::BoxError;
 
 /// Where a bulk replay job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -309,17 +310,17 @@ pub(crate) fn controls_from_json(text: &str) -> Result<Vec<ReplayJobControl>, St
         #[serde(default)]
         reason: Option<String>,
     }
-    let corrupt = |detail: String| StoreError::Corrupt {
+    let corrupt = |source: BoxError| StoreError::Corrupt {
         what: "controls of a replay job".into(),
-        source: detail.into(),
+        source,
     };
-    let stored: Vec<Stored> = serde_json::from_str(text).map_err(|err| corrupt(err.to_string()))?;
+    let stored: Vec<Stored> = serde_json::from_str(text).map_err(|err| corrupt(err.into()))?;
     stored
         .into_iter()
         .map(|control| {
             Ok(ReplayJobControl {
                 action: ReplayJobAction::parse(&control.action)
-                    .ok_or_else(|| corrupt(format!("unknown action `{}`", control.action)))?,
+                    .ok_or_else(|| corrupt(format!("unknown action `{}`", control.action).into()))?,
                 by: control.by,
                 at: control.at,
                 reason: control.reason,

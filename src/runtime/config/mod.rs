@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod origin;
+mod places;
 mod telemetry;
 mod types;
 
@@ -749,35 +750,6 @@ impl Settings {
         let mut settings = Self::from_sources(&BTreeMap::new(), &BTreeMap::new()).unwrap_or_else(|_| unreachable!());
         settings.data_dir = data_dir.into();
         settings
-    }
-
-    /// The embedded transport's database file.
-    pub fn transport_path(&self) -> PathBuf {
-        self.data_dir.join("transport.db")
-    }
-
-    /// Which store these settings choose (see [`StoreKind`]). Asked here,
-    /// never by testing `database_url` again elsewhere.
-    pub fn store_kind(&self) -> StoreKind<'_> {
-        match &self.database_url {
-            Some(url) => StoreKind::Postgres(url),
-            None => StoreKind::Sqlite(self.store_path()),
-        }
-    }
-
-    /// The SQLite store's database file.
-    pub fn store_path(&self) -> PathBuf {
-        self.data_dir.join("state.db")
-    }
-
-    /// Root of the local Git host's bare repositories.
-    pub fn git_root(&self) -> PathBuf {
-        self.data_dir.join("git")
-    }
-
-    /// Root of the filesystem blob store.
-    pub fn blob_root(&self) -> PathBuf {
-        self.data_dir.join("blobs")
     }
 }
 

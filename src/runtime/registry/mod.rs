@@ -17,8 +17,10 @@
 //! ([`blob_containers`]) and the consumers' part of the settings a file may
 //! set ([`setting_names`]).
 //!
-//! To add a consumer: write its file (a [`Registration`]) and add it to
-//! [`CONSUMERS`]; a test checks the list against the routing table.
+//! To add a consumer: write its file (a [`Registration`]) and add its
+//! name to the `consumers!` list (one line, which declares the module and
+//! lists it in [`CONSUMERS`]); a test checks the list against the routing
+//! table.
 
 use std::sync::Arc;
 
@@ -36,19 +38,6 @@ use bosun_contracts::ConsumerName;
 use crate::ports::store::FinishedSaga;
 use crate::ports::topology::{SagaKeyFn, SessionKeyed, Topology};
 use crate::runtime::config::{AzureDevOpsSettings, BlobAuth, BlobBackend, EntraIdentity, Settings};
-
-mod build_ingestion;
-mod commit;
-mod container_build;
-mod gitops_sync;
-mod iac_provisioning;
-mod package_publishing;
-mod pipeline_generation;
-mod pipeline_monitor;
-mod probe;
-mod pull_request;
-mod release_orchestration;
-mod repository_provisioning;
 
 /// How a consumer is built: from the settings and what local adapters share.
 type Build = fn(&Settings, &Shared) -> Result<Arc<dyn Consumer>, RegistryError>;
@@ -139,20 +128,31 @@ impl std::fmt::Debug for Finished {
     }
 }
 
-/// Every consumer, in the order of the delivery, then the built-in probe.
-pub const CONSUMERS: &[Registration] = &[
-    repository_provisioning::REGISTRATION,
-    commit::REGISTRATION,
-    pull_request::REGISTRATION,
-    pipeline_generation::REGISTRATION,
-    pipeline_monitor::REGISTRATION,
-    build_ingestion::REGISTRATION,
-    container_build::REGISTRATION,
-    package_publishing::REGISTRATION,
-    release_orchestration::REGISTRATION,
-    iac_provisioning::REGISTRATION,
-    gitops_sync::REGISTRATION,
-    probe::REGISTRATION,
+/// Declares each consumer's registration module (a file of the same
+/// name beside this one, holding its `REGISTRATION`) and lists it in
+/// [`CONSUMERS`]: one line per consumer.
+macro_rules! consumers {
+    ($($module:ident),* $(,)?) => {
+        $(mod $module;)*
+
+        /// Every consumer, in the order of the delivery, then the built-in probe.
+        pub const CONSUMERS: &[Registration] = &[$($module::REGISTRATION),*];
+    };
+}
+
+consumers![
+    repository_provisioning,
+    commit,
+    pull_request,
+    pipeline_generation,
+    pipeline_monitor,
+    build_ingestion,
+    container_build,
+    package_publishing,
+    release_orchestration,
+    iac_provisioning,
+    gitops_sync,
+    probe,
 ];
 
 /// The names of every consumer this build has, in [`CONSUMERS`]' order.

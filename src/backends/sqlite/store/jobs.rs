@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::{SqliteStore, to_json};
 use crate::backends::sqlite::undecodable;
+use crate::ports::error::BoxError;
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobControl, ReplayJobItem, ReplayJobRecord, ReplayJobStore, StoreError,
     controls_from_json, controls_to_json, doing, outcome_columns, outcome_from_columns, status_from_str,
@@ -65,13 +66,13 @@ fn job_row(row: &Row<'_>) -> rusqlite::Result<JobRow> {
 
 impl JobRow {
     fn decode(self) -> Result<ReplayJobRecord, StoreError> {
-        let corrupt = |what: &str, source: String| StoreError::Corrupt {
+        let corrupt = |what: &str, source: BoxError| StoreError::Corrupt {
             what: format!("{what} of replay job {}", self.id),
-            source: source.into(),
+            source,
         };
         Ok(ReplayJobRecord {
-            id: Uuid::parse_str(&self.id).map_err(|err| corrupt("id", err.to_string()))?,
-            request: serde_json::from_str(&self.request).map_err(|err| corrupt("request", err.to_string()))?,
+            id: Uuid::parse_str(&self.id).map_err(|err| corrupt("id", err.into()))?,
+            request: serde_json::from_str(&self.request).map_err(|err| corrupt("request", err.into()))?,
             status: status_from_str(&self.status)?,
             controls: controls_from_json(&self.controls)?,
             tenant_id: self.tenant_id,
