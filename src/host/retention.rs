@@ -2,7 +2,7 @@
 //! long run, and the one pass `bosun prune` runs.
 //!
 //! Every interval it prunes a batch of each kind past its retention
-//! ([`Store::prune`], [`Transport::prune_duplicates`]), and goes on with the
+//! ([`AdminStore::prune`], [`Transport::prune_duplicates`]), and goes on with the
 //! next batch, yielding between them, while some kind came back full. Each
 //! batch is a few short statements on indexed columns, so handlers are
 //! never held up for long; a failure is logged and tried at the next
@@ -67,7 +67,7 @@ pub async fn prune_batch(
 }
 
 /// Prunes batch after batch until none comes back full (or `stop`, or
-/// [`MAX_BATCHES_PER_PASS`]), yielding between batches; calls `progress`
+/// `MAX_BATCHES_PER_PASS`), yielding between batches; calls `progress`
 /// with each batch's counts. Returns the totals.
 pub async fn prune_all(
     store: &dyn AdminStore,

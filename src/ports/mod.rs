@@ -1,6 +1,6 @@
 //! The ports the host works through: the peek-lock [`transport`], the
 //! [`store`] (idempotency, sagas, outbox, dead letters, timeline), the
-//! [`commit`] of a handled message (store and transport together), the
+//! [`settle`]ment of a received message (store and transport together), the
 //! [`topology`] of entities, what an [`error`] means for the work that met
 //! it, and the behaviour suites every backend passes.
 

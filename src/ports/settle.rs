@@ -223,8 +223,8 @@ pub trait Settle: Send + Sync {
 /// dies between the two, or the transport fails (the lock was lost
 /// meanwhile, the broker is down), the message is delivered again and what
 /// was written makes the second delivery harmless: the idempotency record
-/// makes a second handling a no-op ([`Store::handled_and_saga`] is checked
-/// before the handler runs, and [`Store::commit_handled`] refuses a second
+/// makes a second handling a no-op ([`HandledStore::handled_and_saga`](crate::ports::store::HandledStore::handled_and_saga) is checked
+/// before the handler runs, and [`HandledStore::commit_handled`](crate::ports::store::HandledStore::commit_handled) refuses a second
 /// record), an attempt already recorded does not schedule a second retry.
 /// The outgoing messages are in the store's outbox, written in the same
 /// transaction, and the outbox dispatcher sends them (the transport's

@@ -265,7 +265,7 @@ pub trait Transport: Send + Sync {
 
     /// Deletes up to `limit` duplicate-detection records that fell out of
     /// the detection window by `now` (retention; see
-    /// [`Store::prune`](crate::ports::store::Store::prune)) and says how
+    /// [`AdminStore::prune`](crate::ports::store::AdminStore::prune)) and says how
     /// many. Transports whose broker keeps its own window (Service Bus) or
     /// that keep nothing have nothing to do.
     async fn prune_duplicates(&self, _now: OffsetDateTime, _limit: usize) -> Result<u64, TransportError> {

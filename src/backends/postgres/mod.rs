@@ -6,7 +6,7 @@
 //! ([`crate::backends::postgres::transport`]) live in one database and one schema
 //! (the connection's `search_path`, `public` unless the URL says otherwise),
 //! every table prefixed `bosun_`. Sharing one [`PostgresDatabase`] lets
-//! [`commit::PostgresSettle`] settle a received message in the same
+//! [`settle::PostgresSettle`] settle a received message in the same
 //! transaction that records its handling; the SQL of the transport's queue
 //! rows that both use is in `queue`.
 //!

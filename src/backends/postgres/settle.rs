@@ -42,7 +42,7 @@ mod batch;
 /// reports it.
 ///
 /// **Commits of handlings that meet are batched.** A commit goes to the
-/// database at once while fewer than [`batch::IN_FLIGHT`] calls are on
+/// database at once while fewer than two (`batch::IN_FLIGHT`) calls are on
 /// their way; commits that arrive meanwhile wait and go together in the
 /// next call (`bosun_commit_many`, migration 12: one round trip, one
 /// transaction, one WAL flush for all of them), each written as its own

@@ -17,7 +17,7 @@ pub struct FinishedSaga {
     pub values: Vec<String>,
 }
 
-/// What [`Store::prune`] may delete: of each kind, rows older than its
+/// What [`AdminStore::prune`](super::AdminStore::prune) may delete: of each kind, rows older than its
 /// retention (`None`: kept forever), at most `batch` rows per kind per call.
 /// Dead letters are never pruned (operators purge them), nor outbox entries
 /// not yet sent, nor sagas not finished.
@@ -41,7 +41,7 @@ pub struct RetentionPolicy {
     pub batch: usize,
 }
 
-/// How many rows one [`Store::prune`] (and the transport's
+/// How many rows one [`AdminStore::prune`](super::AdminStore::prune) (and the transport's
 /// [`Transport::prune_duplicates`](crate::ports::transport::Transport::prune_duplicates))
 /// deleted, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

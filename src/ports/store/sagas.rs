@@ -48,7 +48,7 @@ pub struct SagaRecord {
 }
 
 /// What a handler is given of a saga: its state and version, and who owns
-/// it, without its history (read by [`Store::load_saga_state`] on every
+/// it, without its history (read by [`SagaStore::load_saga_state`](super::SagaStore::load_saga_state) on every
 /// saga message, so its cost does not grow with the saga's age).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SagaState {

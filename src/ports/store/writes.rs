@@ -44,7 +44,7 @@ pub struct RetryWrite {
 }
 
 /// A command accepted at the front door: everything
-/// [`Store::accept_command`] writes, atomically.
+/// [`OutboxStore::accept_command`] writes, atomically.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcceptedCommand {
     /// The delivery it starts or joins.
@@ -55,7 +55,7 @@ pub struct AcceptedCommand {
     pub timeline: TimelineEntry,
 }
 
-/// Whether [`Store::commit_handled`] wrote anything.
+/// Whether [`HandledStore::commit_handled`] wrote anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitOutcome {
     /// Written now.
@@ -68,15 +68,15 @@ pub enum CommitOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OutboxPurpose {
-    /// A command sent on its own ([`Store::enqueue_outbox`]: `bosun send`,
+    /// A command sent on its own ([`OutboxStore::accept_command`]: `bosun send`,
     /// the HTTP API, the MCP server).
     Sent,
     /// A message a consumer emitted while handling one
-    /// ([`Store::commit_handled`]).
+    /// ([`HandledStore::commit_handled`]).
     Emitted,
     /// The scheduled copy of a message whose handling failed
-    /// ([`Store::record_retry`]); already on the timeline as
-    /// `retry-scheduled`, and not among [`Store::emitted`].
+    /// ([`HandledStore::record_retry`]); already on the timeline as
+    /// `retry-scheduled`, and not among [`OutboxStore::emitted`].
     Retry,
 }
 

@@ -125,7 +125,7 @@ const GENERIC: &[&str] = &[
     "BOSUN_AZURE_DEVOPS_AUTH",
 ];
 
-/// Every setting a file may set: the generic ones ([`GENERIC`]) and
+/// Every setting a file may set: the generic ones (`GENERIC`) and
 /// `consumers`', the names every registered consumer reads (the registry's
 /// `setting_names`, passed in by the caller: the registry is built from
 /// settings, so settings do not look it up).

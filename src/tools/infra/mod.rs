@@ -137,7 +137,7 @@ pub fn render(settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> 
     Ok(files)
 }
 
-/// What [`write`] did.
+/// What [`write()`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteReport {
     /// Files created or changed.
