@@ -15,8 +15,12 @@
 //! [`origin`] refuses `/mcp` requests from browser origins that are not
 //! allowed (403 `origin-not-allowed`), as the MCP specification requires.
 //!
+//! Every route is declared once, in [`routes`]: its method, path, handler
+//! and what the OpenAPI document says of it; [`router`] mounts that list
+//! and `/openapi.json` is written from it.
+//!
 //! Over 800 lines on purpose: one thin handler per route (read the request,
-//! call the gateway, write the answer), in the order of the route table.
+//! call the gateway, write the answer), grouped by resource.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -30,7 +34,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -41,10 +44,10 @@ use self::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
     ReplayBody, SagaList,
 };
-use self::openapi::{DEAD_LETTER_QUERY, DELIVERIES_QUERY, REPLAY_JOBS_QUERY, SAGAS_QUERY};
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::query::QueryValues;
 use self::rate_limit::RateLimiter;
+use self::routes::{DEAD_LETTER_QUERY, DELIVERIES_QUERY, REPLAY_JOBS_QUERY, SAGAS_QUERY, Serve};
 use crate::front::access::{ALL_TENANTS, Caller, Refusal};
 use crate::front::gateway::{CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs};
 use crate::front::http::{prometheus, server};
@@ -60,6 +63,7 @@ pub mod openapi;
 pub mod origin;
 pub mod query;
 pub mod rate_limit;
+pub mod routes;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -169,40 +173,17 @@ fn error_response(status: StatusCode, code: &str, message: String) -> Response {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// The router: every route of the API, the console and `/mcp`.
+/// The router: every route of `routes::routes()` (the API, the console
+/// and `/mcp`), each at its path template.
 pub fn router(state: ApiState, max_body_bytes: usize) -> Router {
-    Router::new()
-        .route("/", get(|| async { Redirect::temporary("/console") }))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi_document))
-        .route("/console", get(console_page))
-        .route("/console/app.js", get(console_script))
-        .route("/console/app.css", get(console_style))
-        .route("/v1/commands/{type}", post(send_command))
-        .route("/v1/deliveries", get(deliveries))
-        .route("/v1/deliveries/{id}", get(delivery))
-        .route("/v1/deliveries/{id}/events", get(delivery_events))
-        .route("/v1/sagas", get(sagas))
-        .route("/v1/sagas/{kind}/{key}", get(saga))
-        .route("/v1/sagas/{kind}/{key}/diagram", get(saga_diagram))
-        .route("/v1/dead-letters", get(dead_letters))
-        .route("/v1/dead-letters/groups", get(dead_letter_groups))
-        .route(
-            "/v1/dead-letters/groups/{fingerprint}",
-            get(dead_letter_group).delete(purge_group),
-        )
-        .route("/v1/dead-letters/groups/{fingerprint}/replay", post(replay_group))
-        .route("/v1/dead-letters/replays", post(bulk_replay))
-        .route("/v1/dead-letters/{id}", get(dead_letter).delete(purge))
-        .route("/v1/dead-letters/{id}/replay", post(replay))
-        .route("/v1/replays", get(replay_jobs))
-        .route("/v1/replays/{id}", get(replay_job))
-        .route("/v1/replays/{id}/pause", post(pause_replay_job))
-        .route("/v1/replays/{id}/resume", post(resume_replay_job))
-        .route("/v1/replays/{id}/cancel", post(cancel_replay_job))
-        .merge(mcp_routes(&state, max_body_bytes))
+    let mut router = Router::new();
+    for route in routes::routes() {
+        router = match route.serve {
+            Serve::Handler(handler) => router.route(route.path, *handler),
+            Serve::Mcp => router.merge(mcp_routes(route.path, &state, max_body_bytes)),
+        };
+    }
+    router
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not-found", "no such route".into()) })
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -468,7 +449,12 @@ async fn metrics(State(state): State<ApiState>) -> Response {
 }
 
 async fn openapi_document() -> Json<Value> {
-    Json(openapi::document())
+    Json(routes::document())
+}
+
+/// `/`: a person at a browser wants the console.
+async fn to_console() -> Redirect {
+    Redirect::temporary("/console")
 }
 
 async fn console_page() -> Response {
@@ -931,11 +917,11 @@ async fn purge(
 
 // -- MCP ----------------------------------------------------------------------
 
-/// `/mcp`: the MCP SDK's Streamable HTTP service (stateless, JSON answers;
-/// see [`McpServer::http_service`]) behind the front door.
-fn mcp_routes(state: &ApiState, max_body_bytes: usize) -> Router<ApiState> {
+/// `/mcp` (at `path`): the MCP SDK's Streamable HTTP service (stateless,
+/// JSON answers; see [`McpServer::http_service`]) behind the front door.
+fn mcp_routes(path: &str, state: &ApiState, max_body_bytes: usize) -> Router<ApiState> {
     Router::new()
-        .route_service("/mcp", state.mcp.http_service(max_body_bytes))
+        .route_service(path, state.mcp.http_service(max_body_bytes))
         // After the key: nothing is read of an unauthenticated body.
         .layer(middleware::from_fn(move |request, next| {
             crate::front::mcp::jsonrpc::checked(max_body_bytes, request, next)

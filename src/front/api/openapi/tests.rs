@@ -1,6 +1,18 @@
 //! Tests of `src/front/api/openapi.rs`.
 
 use super::*;
+use crate::front::api::routes::{self, ApiRoute};
+
+/// The document as `/openapi.json` serves it.
+fn document() -> Value {
+    routes::document()
+}
+
+/// Its paths and components, as [`document`] makes them.
+fn parts() -> (Map<String, Value>, Vec<(String, Value)>) {
+    let routes = routes::routes();
+    super::parts(routes.iter().filter_map(ApiRoute::path_item))
+}
 
 #[test]
 fn the_saga_kinds_are_the_sagas_crates() {

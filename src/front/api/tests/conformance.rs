@@ -8,9 +8,10 @@
 //! answer has and its schema lacks fails too.
 //!
 //! The table is the test's `cases`, one line per call: an operation without
-//! its cases fails the test, and so does a route of the router (read from
-//! `mod.rs`) the document lacks. A new route is one `RouteDoc` in
-//! `openapi::ROUTES` and a success and an error case here.
+//! its cases fails the test. The router and the document are both built
+//! from `routes::routes`, so a route cannot be served and not documented
+//! (or the other way round); a new route is one entry there and a success
+//! and an error case here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,7 +19,6 @@ use jsonschema::Draft;
 use reqwest::RequestBuilder;
 
 use super::*;
-use crate::front::api::openapi::ROUTES;
 
 /// One call and the status it must answer.
 struct Case {
@@ -189,42 +189,6 @@ fn closed(schema: Value) -> Value {
     }
 }
 
-/// Every route `router` in `mod.rs` declares, as (method, path with its
-/// parameters written `{}`).
-fn routed() -> BTreeSet<(String, String)> {
-    let source = include_str!("../mod.rs");
-    let mut routes = BTreeSet::new();
-    let router = source
-        .split("pub fn router(")
-        .nth(1)
-        .and_then(|rest| rest.split(".merge(").next())
-        .expect("fn router in mod.rs");
-    for chunk in router.split(".route(").skip(1) {
-        let path = chunk.split('"').nth(1).expect("a route's path");
-        for method in ["get", "post", "delete", "put", "patch"] {
-            let call = format!("{method}(");
-            // `get(` or `.delete(`, not the end of a handler's name.
-            let called = chunk.match_indices(&call).any(|(at, _)| {
-                chunk[..at]
-                    .chars()
-                    .next_back()
-                    .is_none_or(|before| !(before.is_alphanumeric() || before == '_'))
-            });
-            if called {
-                routes.insert((method.to_owned(), template(path)));
-            }
-        }
-    }
-    routes
-}
-
-fn template(path: &str) -> String {
-    path.split('/')
-        .map(|segment| if segment.starts_with('{') { "{}" } else { segment })
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
 #[tokio::test]
 async fn every_operation_answers_what_the_openapi_document_says() {
     let api = Api::start().await;
@@ -240,28 +204,6 @@ async fn every_operation_answers_what_the_openapi_document_says() {
         .await
         .unwrap();
     let document = Document::new(&doc);
-
-    // Every route of the router is documented (the router's own pages and
-    // the per-command template aside).
-    let documented: BTreeSet<(String, String)> = ROUTES
-        .iter()
-        .map(|route| (route.method.to_owned(), template(route.path)))
-        .collect();
-    let undocumented = ["/", "/console/app.js", "/console/app.css", "/v1/commands/{}"];
-    let routed = routed();
-    // Read right: the other way round too (`/mcp` is merged in apart).
-    for (method, path) in &documented {
-        assert!(
-            routed.contains(&(method.clone(), path.clone())) || path == "/mcp",
-            "{method} {path} is documented but not read from mod.rs"
-        );
-    }
-    for (method, path) in routed {
-        assert!(
-            documented.contains(&(method.clone(), path.clone())) || undocumented.contains(&path.as_str()),
-            "{method} {path} is routed but not in openapi::ROUTES"
-        );
-    }
 
     // Data for every operation to find.
     let sent = api.send_commit(&admin, "payments-api").await;

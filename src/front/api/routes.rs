@@ -1,0 +1,585 @@
+//! Every route of the HTTP API, declared once: its method, its path
+//! template, what serves it and what the OpenAPI document says of it.
+//! [`super::router`] mounts `routes()`, and `document()` writes
+//! `/openapi.json` from the same list, so no route is served without
+//! being described or described without being served; a route left out of
+//! the document says why (`.undocumented("...")`).
+//!
+//! A route's path template is also its `route` label in the HTTP metrics
+//! and the request log (axum's `MatchedPath`), and the document's path.
+//! The list is in the document's order: its `paths`, and the components
+//! their schemas bring, come out in this order (the router does not care).
+//! The handlers read query strings by the tables here
+//! ([`DEAD_LETTER_QUERY`], ...), through [`super::query`], so a
+//! parameter's documented type is the one the server takes.
+//!
+//! A new route is one entry here and one or two cases in the conformance
+//! test (`tests/conformance.rs`), which calls every operation of the
+//! document.
+
+use axum::handler::Handler;
+use axum::routing::{MethodRouter, delete, get, post};
+use serde_json::Value;
+
+use super::bodies::{
+    BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
+    ReplayBody, SagaList,
+};
+use super::openapi::{
+    self, Body, Content, Operation, PathItem, QueryDoc, QueryType, Reply, SAGA_KINDS, delivery_event, json_reply,
+    json_rpc_message, query, schema,
+};
+use super::{
+    ApiState, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
+    dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz, metrics,
+    openapi_document, pause_replay_job, purge, purge_group, readyz, replay, replay_group, replay_job, replay_jobs,
+    resume_replay_job, saga, saga_diagram, sagas, send_command, to_console,
+};
+use crate::front::gateway::jobs::MAX_JOBS_LISTED;
+use crate::front::gateway::{DeadLetterDetail, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram};
+use crate::front::mcp::jsonrpc::ErrorResponse;
+use crate::front::ops::Readiness;
+use crate::operator::Delivery;
+use crate::ports::store::SagaRecord;
+
+/// An HTTP method a route answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Method {
+    /// `GET` (and `HEAD`, as axum answers it).
+    Get,
+    /// `POST`.
+    Post,
+    /// `DELETE`.
+    Delete,
+}
+
+impl Method {
+    /// As the OpenAPI document writes it: `get`, `post`, `delete`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::Post => "post",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// What answers a route.
+pub(crate) enum Serve {
+    /// A handler of [`super`], for this route's method alone (boxed: a
+    /// method router is some 300 bytes).
+    Handler(Box<MethodRouter<ApiState>>),
+    /// The MCP SDK's Streamable HTTP service behind the `/mcp` front door
+    /// (origin, key, budget, JSON-RPC checks), for every method: mounted
+    /// by [`super::router`], which holds what it needs (the state, the
+    /// body limit).
+    Mcp,
+}
+
+/// What the OpenAPI document says of a route.
+#[derive(Debug, Clone)]
+pub(crate) enum Doc {
+    /// This operation.
+    Operation(Operation),
+    /// One operation per sendable command, the path's parameter written
+    /// as its type (`/v1/commands/CreateCommit`), the body its contract's
+    /// JSON Schema ([`openapi`] writes them from the contracts).
+    PerCommand,
+    /// Nothing: the route is left out of the document, for this reason
+    /// (written for the reader; the tests hold it to say something).
+    Undocumented(#[cfg_attr(not(test), allow(dead_code, reason = "read by the reader and the tests"))] &'static str),
+}
+
+/// One route of the API.
+pub(crate) struct ApiRoute {
+    /// The method it answers (and is documented under).
+    pub(crate) method: Method,
+    /// Its path template, `{name}` for a parameter.
+    pub(crate) path: &'static str,
+    /// What answers it.
+    pub(crate) serve: Serve,
+    /// What the document says of it.
+    pub(crate) doc: Doc,
+}
+
+impl ApiRoute {
+    /// The route's entry in the document's `paths`; `None` when it is
+    /// left out.
+    pub(crate) fn path_item(&self) -> Option<PathItem<'_>> {
+        let method = self.method.as_str();
+        match &self.doc {
+            Doc::Operation(operation) => Some(PathItem::Operation {
+                method,
+                path: self.path,
+                operation,
+            }),
+            Doc::PerCommand => Some(PathItem::PerCommand {
+                method,
+                path: self.path,
+            }),
+            Doc::Undocumented(_) => None,
+        }
+    }
+}
+
+/// A route whose documentation is still to be said: finish it with
+/// [`NewRoute::documented`], [`NewRoute::per_command`] or
+/// [`NewRoute::undocumented`].
+pub(crate) struct NewRoute {
+    method: Method,
+    path: &'static str,
+    serve: Serve,
+}
+
+impl NewRoute {
+    /// Described by `operation`.
+    pub(crate) fn documented(self, operation: Operation) -> ApiRoute {
+        self.finish(Doc::Operation(operation))
+    }
+
+    /// Described once per sendable command ([`Doc::PerCommand`]).
+    pub(crate) fn per_command(self) -> ApiRoute {
+        self.finish(Doc::PerCommand)
+    }
+
+    /// Left out of the document, for the reason `why`.
+    pub(crate) fn undocumented(self, why: &'static str) -> ApiRoute {
+        self.finish(Doc::Undocumented(why))
+    }
+
+    fn finish(self, doc: Doc) -> ApiRoute {
+        ApiRoute {
+            method: self.method,
+            path: self.path,
+            serve: self.serve,
+            doc,
+        }
+    }
+}
+
+/// `method` at `path`, answered by `handler`.
+pub(crate) fn route<H, T>(method: Method, path: &'static str, handler: H) -> NewRoute
+where
+    H: Handler<T, ApiState>,
+    T: 'static,
+{
+    let serve = match method {
+        Method::Get => get(handler),
+        Method::Post => post(handler),
+        Method::Delete => delete(handler),
+    };
+    NewRoute {
+        method,
+        path,
+        serve: Serve::Handler(Box::new(serve)),
+    }
+}
+
+/// The MCP endpoint at `path` ([`Serve::Mcp`]). It is documented as
+/// `POST`, the one method that carries a JSON-RPC message; the SDK answers
+/// the others itself.
+pub(crate) fn mcp(path: &'static str) -> NewRoute {
+    NewRoute {
+        method: Method::Post,
+        path,
+        serve: Serve::Mcp,
+    }
+}
+
+/// The OpenAPI document of [`routes`], as `/openapi.json` serves it.
+pub(crate) fn document() -> Value {
+    let routes = routes();
+    openapi::document(routes.iter().filter_map(ApiRoute::path_item))
+}
+
+/// The most a list of deliveries or dead letters shows at once.
+pub const MAX_LISTED: u64 = 500;
+
+/// `GET /v1/dead-letters` and `GET /v1/dead-letters/groups`.
+pub const DEAD_LETTER_QUERY: &[QueryDoc] = &[
+    query("consumer", QueryType::Text, "only this consumer's"),
+    query("type", QueryType::Text, "only this message type"),
+    query("reason", QueryType::Text, "only this failure cause"),
+    query(
+        "since",
+        QueryType::DateTime,
+        "only dead-lettered at or after this RFC 3339 time",
+    ),
+    query("includeReplayed", QueryType::Boolean, "`true` to include replayed ones"),
+    query(
+        "limit",
+        QueryType::Integer {
+            minimum: 1,
+            maximum: Some(MAX_LISTED),
+        },
+        "at most this many, newest first",
+    ),
+];
+
+/// `GET /v1/deliveries`.
+pub const DELIVERIES_QUERY: &[QueryDoc] = &[query(
+    "limit",
+    QueryType::Integer {
+        minimum: 1,
+        maximum: Some(MAX_LISTED),
+    },
+    "at most this many (default 50)",
+)];
+
+/// `GET /v1/sagas`.
+pub const SAGAS_QUERY: &[QueryDoc] = &[query(
+    "kind",
+    QueryType::Enum("SagaKind", SAGA_KINDS),
+    "only sagas of this kind",
+)];
+
+/// `GET /v1/replays`.
+pub const REPLAY_JOBS_QUERY: &[QueryDoc] = &[query(
+    "limit",
+    QueryType::Integer {
+        minimum: 1,
+        maximum: Some(MAX_JOBS_LISTED as u64),
+    },
+    "at most this many (default 50)",
+)];
+
+/// The errors of a read by id: no key, no scope, not found, a query
+/// parameter (it takes none), over budget, store down.
+const READ_ONE: &[u16] = &[401, 403, 404, 422, 429, 503];
+/// The errors of a list with validated query parameters.
+const READ_LIST: &[u16] = &[401, 403, 422, 429, 503];
+/// The 202 of a bulk replay job, with where to follow it.
+const JOB_ACCEPTED: &[Reply] = &[Reply {
+    status: 202,
+    description: "the replay job, started; follow it at `Location`",
+    content: Content::Json(schema::<ReplayJob>),
+    headers: &[("Location", "`/v1/replays/{id}`")],
+}];
+
+/// Every route of the API, the console's and `/mcp`, in the document's
+/// order.
+pub(crate) fn routes() -> Vec<ApiRoute> {
+    vec![
+        route(Method::Get, "/", to_console).undocumented("a redirect to /console, for a person at a browser"),
+        route(Method::Get, "/healthz", healthz).documented(Operation {
+            operation_id: "getHealth",
+            summary: "Liveness: the process answers.",
+            scope: None,
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the process answers", schema::<Health>)],
+            errors: &[],
+        }),
+        route(Method::Get, "/readyz", readyz).documented(Operation {
+            operation_id: "getReadiness",
+            summary: "Readiness: transport, store and schema version reachable and correct, not draining (503 otherwise).",
+            scope: None,
+            query: &[],
+            body: None,
+            replies: vec![
+                json_reply(200, "ready", schema::<Readiness>),
+                json_reply(503, "not ready: the failing checks say why", schema::<Readiness>),
+            ],
+            errors: &[],
+        }),
+        route(Method::Get, "/metrics", metrics).documented(Operation {
+            operation_id: "getMetrics",
+            summary: "Prometheus metrics (text exposition format 0.0.4).",
+            scope: None,
+            query: &[],
+            body: None,
+            replies: vec![Reply {
+                status: 200,
+                description: "Prometheus text",
+                content: Content::Media("text/plain"),
+                headers: &[],
+            }],
+            errors: &[],
+        }),
+        route(Method::Get, "/openapi.json", openapi_document).documented(Operation {
+            operation_id: "getOpenApiDocument",
+            summary: "This document.",
+            scope: None,
+            query: &[],
+            body: None,
+            replies: vec![Reply {
+                status: 200,
+                description: "OpenAPI 3.1 document",
+                content: Content::AnyJson,
+                headers: &[],
+            }],
+            errors: &[],
+        }),
+        route(Method::Get, "/console", console_page).documented(Operation {
+            operation_id: "getConsole",
+            summary: "The operator console (HTML).",
+            scope: None,
+            query: &[],
+            body: None,
+            replies: vec![Reply {
+                status: 200,
+                description: "HTML page",
+                content: Content::Media("text/html"),
+                headers: &[],
+            }],
+            errors: &[],
+        }),
+        route(Method::Get, "/console/app.js", console_script)
+            .undocumented("the console's own script, which only the console page loads"),
+        route(Method::Get, "/console/app.css", console_style)
+            .undocumented("the console's own style sheet, which only the console page loads"),
+        route(Method::Get, "/v1/deliveries", deliveries).documented(Operation {
+            operation_id: "listDeliveries",
+            summary: "Recent deliveries of the key's tenant, newest first, with their status.",
+            scope: Some("deliveries:read"),
+            query: DELIVERIES_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the deliveries", schema::<DeliveryList>)],
+            errors: READ_LIST,
+        }),
+        route(Method::Get, "/v1/deliveries/{correlationId}", delivery).documented(Operation {
+            operation_id: "getDelivery",
+            summary: "A delivery's timeline, by message, and its status (in-progress, completed, failed).",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the delivery", schema::<Delivery>)],
+            errors: READ_ONE,
+        }),
+        route(Method::Get, "/v1/deliveries/{correlationId}/events", delivery_events).documented(Operation {
+            operation_id: "streamDeliveryEvents",
+            summary: "Server-sent events: `timeline` per timeline line (a TimelineEntry), then `end` with the final status (`{\"status\"}`); the stream closes when the delivery completes or fails.",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![Reply {
+                status: 200,
+                description: "an event stream; each event is one of `DeliveryEvent`",
+                content: Content::Events(delivery_event),
+                headers: &[],
+            }],
+            errors: READ_ONE,
+        }),
+        route(Method::Get, "/v1/sagas", sagas).documented(Operation {
+            operation_id: "listSagas",
+            summary: "Sagas of the key's tenant.",
+            scope: Some("deliveries:read"),
+            query: SAGAS_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the sagas", schema::<SagaList>)],
+            errors: READ_LIST,
+        }),
+        route(Method::Get, "/v1/sagas/{kind}/{key}", saga).documented(Operation {
+            operation_id: "getSaga",
+            summary: "One saga: state, version and history.",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the saga", schema::<SagaRecord>)],
+            errors: READ_ONE,
+        }),
+        route(Method::Get, "/v1/sagas/{kind}/{key}/diagram", saga_diagram).documented(Operation {
+            operation_id: "getSagaDiagram",
+            summary: "A saga's state machine (states, transitions with the message types that take them), the state it is in, the states it has been in and how often each transition was taken, reconstructed from the message type of each save, and its last 50 saves.",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the diagram", schema::<SagaDiagram>)],
+            errors: &[401, 403, 404, 422, 429, 503],
+        }),
+        route(Method::Get, "/v1/dead-letters", dead_letters).documented(Operation {
+            operation_id: "listDeadLetters",
+            summary: "Dead letters of the key's tenant, newest first.",
+            scope: Some("deliveries:read or dead-letters:replay"),
+            query: DEAD_LETTER_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the dead letters", schema::<DeadLetterList>)],
+            errors: READ_LIST,
+        }),
+        route(Method::Get, "/v1/dead-letters/groups", dead_letter_groups).documented(Operation {
+            operation_id: "listFailureGroups",
+            summary: "Dead letters not yet replayed, grouped by root cause (fingerprint: the error's kind and its message with ids, numbers, hashes, paths and timestamps masked, plus consumer and message type), largest group first.",
+            scope: Some("deliveries:read or dead-letters:replay"),
+            query: DEAD_LETTER_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the groups", schema::<FailureGroupList>)],
+            errors: READ_LIST,
+        }),
+        route(Method::Get, "/v1/dead-letters/groups/{fingerprint}", dead_letter_group).documented(Operation {
+            operation_id: "getFailureGroup",
+            summary: "One failure group of the key's tenant.",
+            scope: Some("deliveries:read or dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the group", schema::<FailureGroup>)],
+            errors: READ_ONE,
+        }),
+        route(Method::Delete, "/v1/dead-letters/groups/{fingerprint}", purge_group).documented(Operation {
+            operation_id: "purgeFailureGroup",
+            summary: "Purges every dead letter of a failure group.",
+            scope: Some("admin"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the dead letters purged", schema::<GroupPurged>)],
+            errors: READ_ONE,
+        }),
+        route(Method::Post, "/v1/dead-letters/groups/{fingerprint}/replay", replay_group).documented(Operation {
+            operation_id: "replayFailureGroup",
+            summary: "Replays every dead letter of a failure group as a bulk replay; follow it at the returned Location.",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: Some(Body {
+                description: "optional: `{\"rate\": N}` replays per second",
+                required: false,
+                content: Content::Json(schema::<GroupReplayBody>),
+            }),
+            replies: JOB_ACCEPTED.to_vec(),
+            errors: &[400, 401, 403, 404, 413, 422, 429, 503],
+        }),
+        route(Method::Get, "/v1/dead-letters/{id}", dead_letter).documented(Operation {
+            operation_id: "getDeadLetter",
+            summary: "One dead letter (full id or unique prefix) with its original envelope.",
+            scope: Some("deliveries:read or dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the dead letter", schema::<DeadLetterDetail>)],
+            errors: &[401, 403, 404, 409, 422, 429, 503],
+        }),
+        route(Method::Delete, "/v1/dead-letters/{id}", purge).documented(Operation {
+            operation_id: "purgeDeadLetter",
+            summary: "Purges a dead letter and the transport's copy.",
+            scope: Some("admin"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the dead letter purged", schema::<Purged>)],
+            errors: &[401, 403, 404, 409, 422, 429, 503],
+        }),
+        route(Method::Post, "/v1/dead-letters/{id}/replay", replay).documented(Operation {
+            operation_id: "replayDeadLetter",
+            summary: "Replays a dead letter to the queue or subscription it came from; with `{\"payload\": ...}` the payload is replaced first (edit-and-replay, validated against the contract).",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: Some(Body {
+                description: "optional: `{\"payload\": {...}}`, the edited payload",
+                required: false,
+                content: Content::Json(schema::<ReplayBody>),
+            }),
+            replies: vec![json_reply(200, "the replay", schema::<ReplayDone>)],
+            errors: &[400, 401, 403, 404, 409, 413, 422, 429, 503],
+        }),
+        route(Method::Post, "/v1/dead-letters/replays", bulk_replay).documented(Operation {
+            operation_id: "startBulkReplay",
+            summary: "Starts replaying many dead letters at a limited rate; follow it at the returned Location.",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: Some(Body {
+                description: "`{\"ids\": [...]}` or `{\"filter\": {consumer, type, reason, since}}`, and `\"rate\"` per second",
+                required: true,
+                content: Content::Json(schema::<BulkReplayBody>),
+            }),
+            replies: JOB_ACCEPTED.to_vec(),
+            errors: &[400, 401, 403, 404, 413, 422, 429, 503],
+        }),
+        route(Method::Get, "/v1/replays", replay_jobs).documented(Operation {
+            operation_id: "listReplayJobs",
+            summary: "Bulk replay jobs, newest first, with their counts: stored, so every replica shows the same.",
+            scope: Some("deliveries:read or dead-letters:replay"),
+            query: REPLAY_JOBS_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the jobs, newest first", schema::<ReplayJobs>)],
+            errors: &[401, 403, 422, 429, 503],
+        }),
+        route(Method::Get, "/v1/replays/{id}", replay_job).documented(Operation {
+            operation_id: "getReplayJob",
+            summary: "A bulk replay job's progress (stored, the same from every replica): status, total, done, replayed, failed, who started, paused, resumed or cancelled it.",
+            scope: Some("deliveries:read or dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the replay job", schema::<ReplayJob>)],
+            errors: READ_ONE,
+        }),
+        route(Method::Post, "/v1/replays/{id}/pause", pause_replay_job).documented(Operation {
+            operation_id: "pauseReplayJob",
+            summary: "Pauses a running bulk replay job after the replay in progress (409 when it is not running).",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the paused job", schema::<ReplayJob>)],
+            errors: &[401, 403, 404, 409, 422, 429, 503],
+        }),
+        route(Method::Post, "/v1/replays/{id}/resume", resume_replay_job).documented(Operation {
+            operation_id: "resumeReplayJob",
+            summary: "Resumes a paused bulk replay job where it stopped (409 when it is not paused).",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the resumed job", schema::<ReplayJob>)],
+            errors: &[401, 403, 404, 409, 422, 429, 503],
+        }),
+        route(Method::Post, "/v1/replays/{id}/cancel", cancel_replay_job).documented(Operation {
+            operation_id: "cancelReplayJob",
+            summary: "Cancels a running or paused bulk replay job; what it did not replay stays dead-lettered (409 when it has ended).",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the cancelled job", schema::<ReplayJob>)],
+            errors: &[401, 403, 404, 409, 422, 429, 503],
+        }),
+        mcp("/mcp").documented(Operation {
+            operation_id: "callMcp",
+            summary: "Model Context Protocol (Streamable HTTP): JSON-RPC 2.0 requests, JSON answers. Tools: send_command, describe_command, get_delivery, wait_for_delivery, list_failures, get_failure, replay_failure, replay_failure_group, purge_failure_group.",
+            scope: Some("per tool"),
+            query: &[],
+            body: Some(Body {
+                description: "a JSON-RPC 2.0 message (send `Accept: application/json, text/event-stream` and `Content-Type: application/json`, as the MCP specification asks)",
+                required: true,
+                content: Content::Json(json_rpc_message),
+            }),
+            replies: vec![
+                Reply {
+                    status: 200,
+                    description: "a JSON-RPC 2.0 answer",
+                    content: Content::AnyJson,
+                    headers: &[],
+                },
+                Reply {
+                    status: 202,
+                    description: "a notification, accepted",
+                    content: Content::Empty,
+                    headers: &[],
+                },
+                Reply {
+                    status: 400,
+                    description: "the body is not one JSON-RPC 2.0 message: -32700 (not JSON, or nested deeper than 128 levels) or -32600 (not a request, notification or response; a batch), as a JSON-RPC error",
+                    content: Content::Json(schema::<ErrorResponse>),
+                    headers: &[],
+                },
+                Reply {
+                    status: 406,
+                    description: "the request's `Accept` does not list both application/json and text/event-stream (-32600, as a JSON-RPC error)",
+                    content: Content::Json(schema::<ErrorResponse>),
+                    headers: &[],
+                },
+                Reply {
+                    status: 413,
+                    description: "the body is over BOSUN_HTTP_MAX_BODY_BYTES (-32600, as a JSON-RPC error)",
+                    content: Content::Json(schema::<ErrorResponse>),
+                    headers: &[],
+                },
+                Reply {
+                    status: 415,
+                    description: "the request's `Content-Type` is not application/json (-32600, as a JSON-RPC error)",
+                    content: Content::Json(schema::<ErrorResponse>),
+                    headers: &[],
+                },
+            ],
+            errors: &[401, 403, 429],
+        }),
+        // Last: the document lists the per-command operations after the
+        // others.
+        route(Method::Post, "/v1/commands/{type}", send_command).per_command(),
+    ]
+}
+
+#[cfg(test)]
+mod tests;
