@@ -29,6 +29,18 @@ impl SagaKind {
     /// Every kind.
     pub const ALL: [SagaKind; 3] = [SagaKind::Release, SagaKind::Gitops, SagaKind::Probe];
 
+    /// Every kind's name ([`SagaKind::as_str`]), in [`SagaKind::ALL`]'s
+    /// order: what the API and the CLI accept.
+    pub const NAMES: [&'static str; Self::ALL.len()] = {
+        let mut names = [""; Self::ALL.len()];
+        let mut at = 0;
+        while at < names.len() {
+            names[at] = Self::ALL[at].as_str();
+            at += 1;
+        }
+        names
+    };
+
     /// `release`, `gitops` or `probe`.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -168,8 +168,8 @@ pub const fn query(name: &'static str, kind: QueryType, description: &'static st
     }
 }
 
-/// The kinds of saga (`bosun_sagas::SagaKind::ALL`).
-pub const SAGA_KINDS: &[&str] = &["release", "gitops", "probe"];
+/// The kinds of saga: `bosun_sagas::SagaKind::NAMES`.
+pub const SAGA_KINDS: &[&str] = &bosun_sagas::SagaKind::NAMES;
 
 /// What an error status means, wherever it is answered.
 fn error_description(status: u16) -> &'static str {
