@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use bosun::backends::postgres::{MigrationReport, PostgresDatabase};
+use bosun::backends::postgres::{MigrationPlan, MigrationReport, PostgresDatabase, SCHEMA_VERSION};
 use bosun::runtime::config::Settings;
 
 use super::output::print_json;
@@ -16,6 +16,10 @@ pub struct MigrateArgs {
     /// The database (default: BOSUN_DATABASE_URL).
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Say what would be applied and which bosuns could then run, changing
+    /// nothing.
+    #[arg(long)]
+    pub check: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -28,12 +32,56 @@ pub async fn run(args: MigrateArgs, settings: &Settings) -> Result<()> {
         .or_else(|| settings.database_url.as_ref().map(|url| url.expose().to_owned()))
         .context("no database: pass --database-url or set BOSUN_DATABASE_URL")?;
     let database = PostgresDatabase::connect(&url).await?;
+    if args.check {
+        let plan = database.plan().await?;
+        return if args.json {
+            print_json(&serde_json::json!({
+                "builtFor": SCHEMA_VERSION,
+                "version": plan.from.version,
+                "runsWith": plan.from.runs_with,
+                "pending": plan.pending.iter().map(|m| serde_json::json!({
+                    "version": m.version, "name": m.name, "runsWith": m.runs_with,
+                })).collect::<Vec<_>>(),
+                "after": {"version": plan.to.version, "runsWith": plan.to.runs_with},
+            }))
+        } else {
+            write_plan(&mut std::io::stdout().lock(), &plan)
+        };
+    }
     let report = database.migrate().await?;
     if args.json {
         print_json(&serde_json::json!({"applied": report.applied, "version": report.version}))
     } else {
         write_report(&mut std::io::stdout().lock(), &report)
     }
+}
+
+/// The text of `--check`: where the schema stands, what would be applied,
+/// and the oldest bosun that runs on it before and after.
+fn write_plan(out: &mut impl Write, plan: &MigrationPlan) -> Result<()> {
+    writeln!(
+        out,
+        "schema at version {}; runs with bosun built for schema {} or later (this one: {SCHEMA_VERSION})",
+        plan.from.version, plan.from.runs_with
+    )?;
+    if plan.pending.is_empty() {
+        writeln!(out, "nothing to apply")?;
+        return Ok(());
+    }
+    for migration in &plan.pending {
+        let kind = if migration.runs_with < migration.version {
+            "expand: the previous release keeps running"
+        } else {
+            "contract: needs this release"
+        };
+        writeln!(out, "would apply {} ({}): {kind}", migration.version, migration.name)?;
+    }
+    writeln!(
+        out,
+        "then at version {}; runs with bosun built for schema {} or later",
+        plan.to.version, plan.to.runs_with
+    )?;
+    Ok(())
 }
 
 /// The text report: what was applied and the version the schema is at.
@@ -62,6 +110,44 @@ mod tests {
         let mut out = Vec::new();
         write_report(&mut out, &report).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_check_says_what_would_be_applied_and_who_runs_on_it() {
+        use bosun::backends::postgres::{PlannedMigration, SchemaWindow};
+        let plan = MigrationPlan {
+            from: SchemaWindow {
+                version: 12,
+                runs_with: 12,
+            },
+            pending: vec![
+                PlannedMigration {
+                    version: 13,
+                    name: "wide",
+                    runs_with: 12,
+                },
+                PlannedMigration {
+                    version: 14,
+                    name: "narrow",
+                    runs_with: 14,
+                },
+            ],
+            to: SchemaWindow {
+                version: 14,
+                runs_with: 14,
+            },
+        };
+        let mut out = Vec::new();
+        write_plan(&mut out, &plan).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!(
+                "schema at version 12; runs with bosun built for schema 12 or later (this one: {SCHEMA_VERSION})\n\
+                 would apply 13 (wide): expand: the previous release keeps running\n\
+                 would apply 14 (narrow): contract: needs this release\n\
+                 then at version 14; runs with bosun built for schema 14 or later\n"
+            )
+        );
     }
 
     #[test]

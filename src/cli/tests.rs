@@ -104,6 +104,15 @@ fn every_command_parses_into_its_variant_and_fields() {
             vec!["migrate"],
             plain(Command::Migrate(MigrateArgs {
                 database_url: None,
+                check: false,
+                json: false,
+            })),
+        ),
+        (
+            vec!["migrate", "--check"],
+            plain(Command::Migrate(MigrateArgs {
+                database_url: None,
+                check: true,
                 json: false,
             })),
         ),
@@ -111,6 +120,7 @@ fn every_command_parses_into_its_variant_and_fields() {
             vec!["migrate", "--database-url", "postgres://db/bosun", "--json"],
             plain(Command::Migrate(MigrateArgs {
                 database_url: some("postgres://db/bosun"),
+                check: false,
                 json: true,
             })),
         ),

@@ -43,12 +43,23 @@ use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
 /// last migration in `migrations/postgres/`.
 pub const SCHEMA_VERSION: i64 = 13;
 
-/// One migration: a version, a name, and its SQL.
+/// One migration: a version, a name, its SQL, and the oldest bosun that
+/// can run on a database it has been applied to.
 #[derive(Debug, Clone, Copy)]
 struct Migration {
     version: i64,
     name: &'static str,
     sql: &'static str,
+    /// The oldest bosun, named by the schema version it was built for
+    /// ([`SCHEMA_VERSION`]), that still runs correctly once this migration
+    /// is applied. An *expand* migration (new tables, new nullable
+    /// columns, new functions beside the old ones) keeps the previous
+    /// release running: `version - 1`. A *contract* migration (dropping or
+    /// changing what the previous release reads or writes) needs this
+    /// release: `version`; it lands one release after the expand step it
+    /// completes. Migrations 1 to 13 predate the window (bosun then needed
+    /// its exact version) and say `version`.
+    runs_with: i64,
 }
 
 /// Every migration, in order. Never edit one that has shipped; add a new one
@@ -58,66 +69,79 @@ const MIGRATIONS: &[Migration] = &[
         version: 1,
         name: "store",
         sql: include_str!("../../../migrations/postgres/0001_store.sql"),
+        runs_with: 1,
     },
     Migration {
         version: 2,
         name: "transport",
         sql: include_str!("../../../migrations/postgres/0002_transport.sql"),
+        runs_with: 2,
     },
     Migration {
         version: 3,
         name: "front_door",
         sql: include_str!("../../../migrations/postgres/0003_front_door.sql"),
+        runs_with: 3,
     },
     Migration {
         version: 4,
         name: "tenant_keys",
         sql: include_str!("../../../migrations/postgres/0004_tenant_keys.sql"),
+        runs_with: 4,
     },
     Migration {
         version: 5,
         name: "outbox_purpose",
         sql: include_str!("../../../migrations/postgres/0005_outbox_purpose.sql"),
+        runs_with: 5,
     },
     Migration {
         version: 6,
         name: "retention",
         sql: include_str!("../../../migrations/postgres/0006_retention.sql"),
+        runs_with: 6,
     },
     Migration {
         version: 7,
         name: "one_statement_commit",
         sql: include_str!("../../../migrations/postgres/0007_one_statement_commit.sql"),
+        runs_with: 7,
     },
     Migration {
         version: 8,
         name: "delivery_trace",
         sql: include_str!("../../../migrations/postgres/0008_delivery_trace.sql"),
+        runs_with: 8,
     },
     Migration {
         version: 9,
         name: "replay_jobs",
         sql: include_str!("../../../migrations/postgres/0009_replay_jobs.sql"),
+        runs_with: 9,
     },
     Migration {
         version: 10,
         name: "claim_in_index_order",
         sql: include_str!("../../../migrations/postgres/0010_claim_in_index_order.sql"),
+        runs_with: 10,
     },
     Migration {
         version: 11,
         name: "claim_planned_once",
         sql: include_str!("../../../migrations/postgres/0011_claim_planned_once.sql"),
+        runs_with: 11,
     },
     Migration {
         version: 12,
         name: "commit_in_batches",
         sql: include_str!("../../../migrations/postgres/0012_commit_in_batches.sql"),
+        runs_with: 12,
     },
     Migration {
         version: 13,
         name: "key_lifecycle",
         sql: include_str!("../../../migrations/postgres/0013_key_lifecycle.sql"),
+        runs_with: 13,
     },
 ];
 
@@ -133,6 +157,19 @@ const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS bosun_schema_m
     checksum text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )";
+
+/// The bookkeeping column of the compatibility window: the oldest bosun
+/// each applied migration runs with (`NULL`: written by a bosun from before
+/// the window, which needed its exact version). Added beside the table, not
+/// by a numbered migration, so any bosun that migrates records it; a bosun
+/// from before the window inserts without it and leaves it `NULL`.
+const ADD_RUNS_WITH: &str = "ALTER TABLE bosun_schema_migrations ADD COLUMN IF NOT EXISTS runs_with bigint";
+
+/// The applied migrations, with the oldest bosun each runs with, read
+/// whether or not the `runs_with` column exists yet (a database only
+/// bosuns from before the window migrated lacks it).
+const READ_APPLIED: &str = "SELECT version, checksum, coalesce((to_jsonb(m) ->> 'runs_with')::bigint, version) \
+     FROM bosun_schema_migrations m ORDER BY version";
 
 /// Connection pool settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +213,17 @@ pub enum DatabaseError {
         /// [`SCHEMA_VERSION`].
         expected: i64,
     },
+    /// The database was migrated past what this bosun can run on: a
+    /// migration applied by a newer bosun needs at least `runs_with`.
+    #[error("{}", crate::ports::store::schema_too_new_message(*.found, *.runs_with, *.built_for))]
+    SchemaTooNew {
+        /// The version recorded in the database.
+        found: i64,
+        /// The oldest bosun (by the schema it was built for) the database runs with.
+        runs_with: i64,
+        /// [`SCHEMA_VERSION`].
+        built_for: i64,
+    },
     /// An applied migration's SQL differs from this build's.
     #[error(
         "migration {version} ({name}) in the database differs from this bosun's copy; \
@@ -207,6 +255,15 @@ impl From<DatabaseError> for StoreError {
     fn from(err: DatabaseError) -> Self {
         match err {
             DatabaseError::SchemaMismatch { found, expected } => Self::SchemaMismatch { found, expected },
+            DatabaseError::SchemaTooNew {
+                found,
+                runs_with,
+                built_for,
+            } => Self::SchemaTooNew {
+                found,
+                runs_with,
+                built_for,
+            },
             other if other.is_transient() => Self::unavailable("connecting to PostgreSQL", other),
             other => Self::Misconfigured {
                 doing: "opening the PostgreSQL database".to_owned(),
@@ -382,34 +439,165 @@ impl PostgresDatabase {
 
     /// The schema version recorded in the database (0 when never migrated).
     pub async fn schema_version(&self) -> Result<i64, DatabaseError> {
-        let exists: bool =
-            sqlx_core::query_scalar::query_scalar("SELECT to_regclass('bosun_schema_migrations') IS NOT NULL")
-                .fetch_one(&self.pool)
-                .await?;
-        if !exists {
-            return Ok(0);
-        }
-        let version: Option<i64> =
-            sqlx_core::query_scalar::query_scalar("SELECT max(version) FROM bosun_schema_migrations")
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(version.unwrap_or(0))
+        Ok(self.schema_window().await?.version)
     }
 
-    /// Succeeds when the database is at exactly [`SCHEMA_VERSION`]; otherwise
-    /// says which version it found and what to do
+    /// Where the database stands: its version and the oldest bosun that
+    /// runs on it.
+    pub async fn schema_window(&self) -> Result<SchemaWindow, DatabaseError> {
+        let mut conn = self.pool.acquire().await?;
+        read_applied(&mut conn).await.map(|applied| applied.window)
+    }
+
+    /// Succeeds when this bosun runs on the database: it has every
+    /// migration up to [`SCHEMA_VERSION`], and any newer ones were declared
+    /// to run with this bosun (the compatibility window). Otherwise says
+    /// which version it found and what to do
     /// (`database schema is at version 1, this bosun needs 2; run `bosun migrate``).
     pub async fn check_schema(&self) -> Result<(), DatabaseError> {
-        let found = self.schema_version().await?;
-        if found == SCHEMA_VERSION {
-            Ok(())
-        } else {
+        self.schema_window().await?.check(SCHEMA_VERSION)
+    }
+
+    /// What [`migrate`](Self::migrate) would do, changing nothing
+    /// (`bosun migrate --check`).
+    pub async fn plan(&self) -> Result<MigrationPlan, DatabaseError> {
+        let mut conn = self.pool.acquire().await?;
+        let applied = read_applied(&mut conn).await?;
+        applied.verify()?;
+        Ok(applied.plan(SCHEMA_VERSION))
+    }
+}
+
+/// Where a database stands against the bosuns that may run on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaWindow {
+    /// The last migration applied (0: never migrated).
+    pub version: i64,
+    /// The oldest bosun, by the schema version it was built for, that
+    /// runs on the database: the largest `runs_with` of its migrations.
+    pub runs_with: i64,
+}
+
+impl SchemaWindow {
+    /// Whether a bosun built for schema `built_for` runs here.
+    pub fn check(self, built_for: i64) -> Result<(), DatabaseError> {
+        if self.version < built_for {
             Err(DatabaseError::SchemaMismatch {
-                found,
-                expected: SCHEMA_VERSION,
+                found: self.version,
+                expected: built_for,
             })
+        } else if self.runs_with > built_for {
+            Err(DatabaseError::SchemaTooNew {
+                found: self.version,
+                runs_with: self.runs_with,
+                built_for,
+            })
+        } else {
+            Ok(())
         }
     }
+}
+
+/// What `bosun migrate` would apply, and where the schema would then stand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationPlan {
+    /// Where the database stands now.
+    pub from: SchemaWindow,
+    /// The migrations to apply, in order.
+    pub pending: Vec<PlannedMigration>,
+    /// Where it would stand after them.
+    pub to: SchemaWindow,
+}
+
+/// One migration a [`MigrationPlan`] would apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedMigration {
+    /// Its version.
+    pub version: i64,
+    /// Its name.
+    pub name: &'static str,
+    /// The oldest bosun that runs once it is applied.
+    pub runs_with: i64,
+}
+
+/// The applied migrations as the database records them.
+struct Applied {
+    /// Version and checksum of each.
+    rows: Vec<(i64, String)>,
+    window: SchemaWindow,
+}
+
+impl Applied {
+    /// Fails when an applied migration this bosun knows has other SQL than
+    /// its copy, or when the database is past what this bosun runs with.
+    fn verify(&self) -> Result<(), DatabaseError> {
+        for (version, checksum) in &self.rows {
+            if let Some(known) = MIGRATIONS.iter().find(|m| m.version == *version)
+                && *checksum != checksum_of(known.sql)
+            {
+                return Err(DatabaseError::MigrationChanged {
+                    version: *version,
+                    name: known.name,
+                });
+            }
+        }
+        if self.window.runs_with > SCHEMA_VERSION {
+            return Err(DatabaseError::SchemaTooNew {
+                found: self.window.version,
+                runs_with: self.window.runs_with,
+                built_for: SCHEMA_VERSION,
+            });
+        }
+        Ok(())
+    }
+
+    /// The migrations up to `target` the database lacks.
+    fn plan(&self, target: i64) -> MigrationPlan {
+        let pending: Vec<PlannedMigration> = MIGRATIONS
+            .iter()
+            .filter(|m| m.version > self.window.version && m.version <= target)
+            .map(|m| PlannedMigration {
+                version: m.version,
+                name: m.name,
+                runs_with: m.runs_with,
+            })
+            .collect();
+        let to = pending.iter().fold(self.window, |window, m| SchemaWindow {
+            version: m.version,
+            runs_with: window.runs_with.max(m.runs_with),
+        });
+        MigrationPlan {
+            from: self.window,
+            pending,
+            to,
+        }
+    }
+}
+
+/// Reads the applied migrations (none when the table does not exist yet).
+async fn read_applied(conn: &mut PgConnection) -> Result<Applied, DatabaseError> {
+    let exists: bool =
+        sqlx_core::query_scalar::query_scalar("SELECT to_regclass('bosun_schema_migrations') IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await?;
+    let mut applied = Applied {
+        rows: Vec::new(),
+        window: SchemaWindow {
+            version: 0,
+            runs_with: 0,
+        },
+    };
+    if !exists {
+        return Ok(applied);
+    }
+    for row in query(READ_APPLIED).fetch_all(&mut *conn).await? {
+        let version: i64 = row.try_get(0)?;
+        let runs_with: i64 = row.try_get(2)?;
+        applied.window.version = applied.window.version.max(version);
+        applied.window.runs_with = applied.window.runs_with.max(runs_with);
+        applied.rows.push((version, row.try_get(1)?));
+    }
+    Ok(applied)
 }
 
 /// Creates the schema `schema` in the database at `url` if it does not exist
@@ -444,50 +632,35 @@ async fn run_once(url: &str, statement: String) -> Result<(), DatabaseError> {
 
 /// Within the migration transaction: takes the advisory lock, reads the
 /// applied versions, checks them against this build's, applies the rest.
+/// A database a newer bosun migrated within this one's window needs
+/// nothing from it: the report says so and nothing is written.
 async fn apply_migrations(conn: &mut PgConnection, target: i64) -> Result<MigrationReport, DatabaseError> {
     (&mut *conn).execute(MIGRATION_LOCK).await?;
     (&mut *conn).execute(CREATE_MIGRATIONS_TABLE).await?;
-    let rows = query("SELECT version, checksum FROM bosun_schema_migrations ORDER BY version")
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut current = 0;
-    for row in &rows {
-        let version: i64 = row.try_get(0)?;
-        let checksum: String = row.try_get(1)?;
-        current = current.max(version);
-        let Some(known) = MIGRATIONS.iter().find(|m| m.version == version) else {
+    (&mut *conn).execute(ADD_RUNS_WITH).await?;
+    let applied = read_applied(conn).await?;
+    applied.verify()?;
+    let plan = applied.plan(target);
+    let mut report = MigrationReport {
+        applied: Vec::new(),
+        version: plan.from.version,
+    };
+    for planned in &plan.pending {
+        let Some(migration) = MIGRATIONS.iter().find(|m| m.version == planned.version) else {
             continue;
         };
-        if checksum != checksum_of(known.sql) {
-            return Err(DatabaseError::MigrationChanged {
-                version,
-                name: known.name,
-            });
-        }
-    }
-    if current > SCHEMA_VERSION {
-        return Err(DatabaseError::SchemaMismatch {
-            found: current,
-            expected: SCHEMA_VERSION,
-        });
-    }
-    let mut applied = Vec::new();
-    let from = current;
-    for migration in MIGRATIONS.iter().filter(|m| m.version > from && m.version <= target) {
         (&mut *conn).execute(raw_sql(migration.sql)).await?;
-        query("INSERT INTO bosun_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
+        query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, $2, $3, $4)")
             .bind(migration.version)
             .bind(migration.name)
             .bind(checksum_of(migration.sql))
+            .bind(migration.runs_with)
             .execute(&mut *conn)
             .await?;
-        applied.push(migration.version);
-        current = migration.version;
+        report.applied.push(migration.version);
+        report.version = migration.version;
     }
-    Ok(MigrationReport {
-        applied,
-        version: current,
-    })
+    Ok(report)
 }
 
 fn checksum_of(sql: &str) -> String {

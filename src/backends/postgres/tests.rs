@@ -79,7 +79,9 @@ async fn check_schema_refuses_another_version() {
     );
     database.check_schema().await.unwrap();
 
-    // A newer bosun migrated this database: refuse to serve and to migrate.
+    // A newer bosun migrated this database and did not say this one runs
+    // on it (no runs_with: as a bosun from before the window records it):
+    // refuse to serve and to migrate.
     query("INSERT INTO bosun_schema_migrations (version, name, checksum) VALUES ($1, 'future', '')")
         .bind(SCHEMA_VERSION + 1)
         .execute(database.pool())
@@ -89,8 +91,128 @@ async fn check_schema_refuses_another_version() {
     assert!(newer.to_string().contains("newer"), "{newer}");
     assert!(matches!(
         database.migrate().await,
-        Err(DatabaseError::SchemaMismatch { found, .. }) if found == SCHEMA_VERSION + 1
+        Err(DatabaseError::SchemaTooNew { found, .. }) if found == SCHEMA_VERSION + 1
     ));
+    test.finish().await;
+}
+
+#[test]
+fn every_migration_declares_which_bosuns_run_on_it() {
+    for migration in MIGRATIONS {
+        if migration.version <= 13 {
+            // Before the window, bosun needed its exact version.
+            assert_eq!(migration.runs_with, migration.version, "{}", migration.name);
+        } else {
+            // Expand (the previous release keeps running) or contract (needs
+            // this one); never a bosun older than the previous release.
+            assert!(
+                (migration.version - 1..=migration.version).contains(&migration.runs_with),
+                "migration {} ({}) runs with {}",
+                migration.version,
+                migration.name,
+                migration.runs_with
+            );
+        }
+    }
+    assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(SCHEMA_VERSION));
+}
+
+#[tokio::test]
+async fn a_newer_schema_within_the_window_serves_and_one_past_it_is_refused() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    database.migrate().await.unwrap();
+    let window = database.schema_window().await.unwrap();
+    assert_eq!(
+        window,
+        SchemaWindow {
+            version: SCHEMA_VERSION,
+            runs_with: SCHEMA_VERSION
+        }
+    );
+
+    // A newer bosun applied an expand migration: this one still serves,
+    // and its migrate has nothing to do and writes nothing.
+    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'expand', '', $2)")
+        .bind(SCHEMA_VERSION + 1)
+        .bind(SCHEMA_VERSION)
+        .execute(database.pool())
+        .await
+        .unwrap();
+    database.check_schema().await.unwrap();
+    let report = database.migrate().await.unwrap();
+    assert!(report.applied.is_empty(), "{report:?}");
+    assert_eq!(report.version, SCHEMA_VERSION + 1);
+    let plan = database.plan().await.unwrap();
+    assert!(plan.pending.is_empty(), "{plan:?}");
+
+    // Then a contract migration that needs it: this bosun stops, saying why.
+    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'contract', '', $1)")
+        .bind(SCHEMA_VERSION + 2)
+        .execute(database.pool())
+        .await
+        .unwrap();
+    let refused = database.check_schema().await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            DatabaseError::SchemaTooNew { found, runs_with, built_for }
+                if found == SCHEMA_VERSION + 2 && runs_with == SCHEMA_VERSION + 2 && built_for == SCHEMA_VERSION
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "database schema is at version {}, which runs with bosun built for schema {} or later; \
+             this bosun is built for {SCHEMA_VERSION}: run a newer bosun",
+            SCHEMA_VERSION + 2,
+            SCHEMA_VERSION + 2
+        )
+    );
+    assert!(matches!(StoreError::from(refused), StoreError::SchemaTooNew { .. }));
+    assert!(matches!(
+        database.migrate().await,
+        Err(DatabaseError::SchemaTooNew { .. })
+    ));
+    assert!(matches!(database.plan().await, Err(DatabaseError::SchemaTooNew { .. })));
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn a_database_migrated_before_the_window_reads_as_needing_its_exact_version() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    database.migrate_to(SCHEMA_VERSION - 1).await.unwrap();
+    // What a bosun from before the window leaves: no runs_with column.
+    query("ALTER TABLE bosun_schema_migrations DROP COLUMN runs_with")
+        .execute(database.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        database.schema_window().await.unwrap(),
+        SchemaWindow {
+            version: SCHEMA_VERSION - 1,
+            runs_with: SCHEMA_VERSION - 1
+        }
+    );
+    let plan = database.plan().await.unwrap();
+    assert_eq!(
+        plan.pending.iter().map(|m| m.version).collect::<Vec<_>>(),
+        vec![SCHEMA_VERSION]
+    );
+    assert_eq!(plan.to.version, SCHEMA_VERSION);
+    // --check changed nothing.
+    assert_eq!(database.schema_version().await.unwrap(), SCHEMA_VERSION - 1);
+    assert_eq!(database.migrate().await.unwrap().applied, vec![SCHEMA_VERSION]);
+    let recorded: Option<i64> =
+        sqlx_core::query_scalar::query_scalar("SELECT runs_with FROM bosun_schema_migrations WHERE version = $1")
+            .bind(SCHEMA_VERSION)
+            .fetch_one(database.pool())
+            .await
+            .unwrap();
+    assert_eq!(recorded, Some(SCHEMA_VERSION));
+    database.check_schema().await.unwrap();
     test.finish().await;
 }
 

@@ -45,6 +45,17 @@ pub enum StoreError {
         /// The version this bosun needs.
         expected: i64,
     },
+    /// The database was migrated by a newer bosun past what this one runs
+    /// with (outside its compatibility window).
+    #[error("{}", schema_too_new_message(*.found, *.runs_with, *.built_for))]
+    SchemaTooNew {
+        /// The version recorded in the database.
+        found: i64,
+        /// The oldest bosun (by the schema it was built for) the database runs with.
+        runs_with: i64,
+        /// The schema this bosun was built for.
+        built_for: i64,
+    },
     /// Stored data that does not decode (a saga's state, a dead letter's
     /// error chain, a timeline row ...): what needs it can never succeed.
     #[error("corrupt {what} in the store: {source}; a message that needs it is dead-lettered, not retried")]
@@ -98,7 +109,7 @@ impl StoreError {
             Self::NotFound { .. } | Self::Ambiguous { .. } | Self::Corrupt { .. } | Self::Unencodable { .. } => {
                 NextStep::DeadLetter
             }
-            Self::SchemaMismatch { .. } | Self::Misconfigured { .. } => NextStep::Stop,
+            Self::SchemaMismatch { .. } | Self::SchemaTooNew { .. } | Self::Misconfigured { .. } => NextStep::Stop,
         }
     }
 
@@ -146,6 +157,15 @@ impl StoreError {
             other => other,
         }
     }
+}
+
+/// What to tell an operator whose database a newer bosun migrated past
+/// what this one (built for `built_for`) runs with.
+pub(crate) fn schema_too_new_message(found: i64, runs_with: i64, built_for: i64) -> String {
+    format!(
+        "database schema is at version {found}, which runs with bosun built for schema {runs_with} or later; \
+         this bosun is built for {built_for}: run a newer bosun"
+    )
 }
 
 /// What to tell an operator whose database is at `found` when `expected` is needed.

@@ -38,7 +38,7 @@ mod jobs;
 mod watch;
 
 pub use error::StoreError;
-pub(crate) use error::{SOME_STORE_OPERATION, schema_mismatch_message};
+pub(crate) use error::{SOME_STORE_OPERATION, schema_mismatch_message, schema_too_new_message};
 pub use jobs::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
     ReplayJobStatus, ReplayJobStore,
