@@ -1,7 +1,10 @@
 //! Why a step (or the checkout, or reading the pipeline file) failed. A
 //! failing step is not an error of the runner: the run goes on to its
 //! `succeededOrFailed()` steps and ends `failed`, with the step's name and
-//! this error's whole chain ([`StepError::report`]) on its record.
+//! this error's whole chain ([`StepError::report`]) on its record. As
+//! everywhere in this crate, a message includes its cause's text and the
+//! cause stays the typed source; [`StepError::report`] leaves out what the
+//! message already says.
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -14,7 +17,7 @@ use crate::delivery::git::LocalGitError;
 #[derive(Debug, thiserror::Error)]
 pub(super) enum StepError {
     /// A tool (`git`, `tar`) could not be started.
-    #[error("could not run `{tool}`")]
+    #[error("could not run `{tool}`: {source}")]
     RunTool {
         /// The tool, as the log names it.
         tool: String,
@@ -23,7 +26,7 @@ pub(super) enum StepError {
         source: std::io::Error,
     },
     /// A started tool could not be waited for.
-    #[error("waiting for `{tool}`")]
+    #[error("waiting for `{tool}`: {source}")]
     WaitTool {
         /// The tool, as the log names it.
         tool: String,
@@ -42,7 +45,7 @@ pub(super) enum StepError {
         stderr: String,
     },
     /// The run's repository could not be opened on the local Git host.
-    #[error("could not open repository {repository}")]
+    #[error("could not open repository {repository}: {source}")]
     OpenRepository {
         /// The repository.
         repository: String,
@@ -58,7 +61,7 @@ pub(super) enum StepError {
     },
     /// The pipeline file could not be read or is not one the runner
     /// understands.
-    #[error("{pipeline_path}")]
+    #[error("{pipeline_path}: {source}")]
     Pipeline {
         /// The pipeline file, relative to the repository.
         pipeline_path: String,
@@ -68,7 +71,7 @@ pub(super) enum StepError {
     },
     /// A file or folder of the workspace could not be read, listed or
     /// removed.
-    #[error("{action} {}", path.display())]
+    #[error("{action} {}: {source}", path.display())]
     File {
         /// What was being done: `reading`, `listing`, `removing`.
         action: &'static str,
@@ -79,7 +82,7 @@ pub(super) enum StepError {
         source: std::io::Error,
     },
     /// The background task searching or listing files did not finish.
-    #[error("{action}")]
+    #[error("{action}: {source}")]
     Task {
         /// What it was doing.
         action: String,
@@ -88,7 +91,7 @@ pub(super) enum StepError {
         source: tokio::task::JoinError,
     },
     /// The target path of an artifact is missing or unreadable.
-    #[error("artifact path {} is not there", path.display())]
+    #[error("artifact path {} is not there: {source}", path.display())]
     ArtifactMissing {
         /// The target path.
         path: PathBuf,
@@ -98,7 +101,7 @@ pub(super) enum StepError {
     },
     /// A file the step publishes could not be uploaded, after the quick
     /// retries.
-    #[error("uploading {what}")]
+    #[error("uploading {what}: {source}")]
     Upload {
         /// The file or artifact.
         what: String,
@@ -107,10 +110,10 @@ pub(super) enum StepError {
         source: BlobError,
     },
     /// The run's log could not be handed to the step's process.
-    #[error("opening the log")]
+    #[error("opening the log: {0}")]
     OpenLog(#[source] std::io::Error),
     /// The step's shell could not be started.
-    #[error("could not start `{program}`")]
+    #[error("could not start `{program}`: {source}")]
     StartShell {
         /// `sh` or `bash`.
         program: &'static str,
@@ -119,7 +122,7 @@ pub(super) enum StepError {
         source: std::io::Error,
     },
     /// The step's shell could not be waited for.
-    #[error("waiting for `{program}`")]
+    #[error("waiting for `{program}`: {source}")]
     WaitShell {
         /// `sh` or `bash`.
         program: &'static str,
@@ -171,10 +174,10 @@ pub(crate) enum PipelineFileError {
     #[error("the pipeline file is not in the commit")]
     NotInCommit,
     /// The file is there but could not be read.
-    #[error("could not read the pipeline file")]
+    #[error("could not read the pipeline file: {0}")]
     Read(#[source] std::io::Error),
     /// The file is not YAML.
-    #[error("invalid YAML")]
+    #[error("invalid YAML: {0}")]
     Yaml(#[source] yaml_rust2::ScanError),
     /// The YAML is not a pipeline the runner understands; says where.
     #[error("{0}")]
