@@ -89,6 +89,23 @@ pub mod repository_provisioning;
 /// A boxed error, kept whole so the runtime can record its chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// An error and its sources on one line, `: `-separated. Errors of this
+/// crate name their cause in their message and keep it as their source, so
+/// a cause whose text the line already holds is not repeated.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(next) = source {
+        let text = next.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = next.source();
+    }
+    message
+}
+
 /// One message handed to a consumer.
 #[derive(Debug, Clone, Copy)]
 pub struct Inbound<'a> {

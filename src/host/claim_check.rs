@@ -73,6 +73,16 @@ pub enum ClaimCheckError {
     /// `payloadRef` is not a valid reference. Permanent.
     #[error("cannot claim-check this message: {0}")]
     Malformed(String),
+    /// The envelope is not JSON, or a part of it could not be written back
+    /// as JSON. Permanent.
+    #[error("cannot claim-check this message: {what}: {source}")]
+    Json {
+        /// Which part: `the envelope is not JSON`, `` `payloadRef` ``, ...
+        what: String,
+        /// The parser's or writer's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The blob store failed to write or read the payload; the reference is
     /// named. Transient when the store's error is.
     #[error("claim-checked payload {reference}: {source}")]
@@ -84,12 +94,13 @@ pub enum ClaimCheckError {
         source: BlobError,
     },
     /// The referenced blob was read and checked but is not JSON. Permanent.
-    #[error("claim-checked payload {reference} is not JSON: {reason}")]
+    #[error("claim-checked payload {reference} is not JSON: {source}")]
     NotJson {
         /// `container/key (size bytes, sha256 …)` of the payload.
         reference: String,
-        /// The parser's message.
-        reason: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -118,7 +129,7 @@ pub async fn offload(
     if envelope.payload.is_null() || envelope.to_vec().len() <= settings.threshold_bytes {
         return Ok(None);
     }
-    let payload = serde_json::to_vec(&envelope.payload).map_err(|err| ClaimCheckError::Malformed(err.to_string()))?;
+    let payload = serde_json::to_vec(&envelope.payload).map_err(json_error("encoding the payload"))?;
     let key = payload_key(&envelope.tenant_id, &envelope.message_id.to_string());
     let reference = put(store, &key, payload).await?;
     envelope.payload = Value::Null;
@@ -142,14 +153,14 @@ pub async fn offload_bytes(
     let mut document = parse_object(&bytes)?;
     let payload = match document.get("payload") {
         None | Some(Value::Null) => return Ok(bytes),
-        Some(payload) => serde_json::to_vec(payload).map_err(|err| ClaimCheckError::Malformed(err.to_string()))?,
+        Some(payload) => serde_json::to_vec(payload).map_err(json_error("encoding the payload"))?,
     };
     let tenant_id = string_field(&document, "tenantId")?;
     let message_id = string_field(&document, "messageId")?;
     let reference = put(store, &payload_key(&tenant_id, &message_id), payload).await?;
     document.insert("payload".to_owned(), Value::Null);
     document.insert(REFERENCE_FIELD.to_owned(), reference_value(&reference)?);
-    serde_json::to_vec(&document).map_err(|err| ClaimCheckError::Malformed(err.to_string()))
+    serde_json::to_vec(&document).map_err(json_error("encoding the envelope"))
 }
 
 /// The reference raw envelope bytes carry, if any (for showing a stored
@@ -181,7 +192,7 @@ pub async fn resolve(bytes: &[u8], store: &dyn BlobStore) -> Result<Vec<u8>, Cla
     let payload = fetch(store, &reference).await?;
     document.insert("payload".to_owned(), payload);
     document.shift_remove(REFERENCE_FIELD);
-    serde_json::to_vec(&document).map_err(|err| ClaimCheckError::Malformed(err.to_string()))
+    serde_json::to_vec(&document).map_err(json_error("encoding the envelope"))
 }
 
 /// [`resolve`] on a parsed envelope (parse the small referencing bytes
@@ -228,23 +239,29 @@ async fn fetch(store: &dyn BlobStore, reference: &BlobRef) -> Result<Value, Clai
         reference: describe(reference),
         source,
     })?;
-    serde_json::from_slice(&bytes).map_err(|err| ClaimCheckError::NotJson {
+    serde_json::from_slice(&bytes).map_err(|source| ClaimCheckError::NotJson {
         reference: describe(reference),
-        reason: err.to_string(),
+        source,
     })
 }
 
 fn reference_value(reference: &BlobRef) -> Result<Value, ClaimCheckError> {
-    serde_json::to_value(reference).map_err(|err| ClaimCheckError::Malformed(err.to_string()))
+    serde_json::to_value(reference).map_err(json_error(format!("encoding `{REFERENCE_FIELD}`")))
 }
 
 fn parse_reference(value: &Value) -> Result<BlobRef, ClaimCheckError> {
-    let reference: BlobRef = serde_json::from_value(value.clone())
-        .map_err(|err| ClaimCheckError::Malformed(format!("`{REFERENCE_FIELD}`: {err}")))?;
+    let reference: BlobRef =
+        serde_json::from_value(value.clone()).map_err(json_error(format!("`{REFERENCE_FIELD}`")))?;
     reference
         .validate()
         .map_err(|err| ClaimCheckError::Malformed(format!("`{REFERENCE_FIELD}.{}`: {}", err.field, err.reason)))?;
     Ok(reference)
+}
+
+/// A JSON failure on `what`, as a permanent [`ClaimCheckError`].
+fn json_error(what: impl Into<String>) -> impl FnOnce(serde_json::Error) -> ClaimCheckError {
+    let what = what.into();
+    move |source| ClaimCheckError::Json { what, source }
 }
 
 /// A cheap test that spares parsing the bytes of most messages.
@@ -259,7 +276,7 @@ fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ClaimCheckError> {
         Ok(_) => Err(ClaimCheckError::Malformed(
             "the envelope is not a JSON object".to_owned(),
         )),
-        Err(err) => Err(ClaimCheckError::Malformed(format!("the envelope is not JSON: {err}"))),
+        Err(err) => Err(json_error("the envelope is not JSON")(err)),
     }
 }
 
@@ -420,6 +437,19 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[tokio::test]
+    async fn bytes_that_are_not_json_are_refused_with_the_parser_error() {
+        let (_dir, store) = store();
+        let err = resolve(br#"{"payloadRef": "#, &store).await.unwrap_err();
+        assert!(!err.is_transient(), "{err}");
+        assert!(
+            matches!(&err, ClaimCheckError::Json { what, .. } if what == "the envelope is not JSON"),
+            "{err}"
+        );
+        let parser = std::error::Error::source(&err).expect("the parser's error is the source");
+        assert!(parser.is::<serde_json::Error>(), "{parser:?}");
     }
 
     #[tokio::test]

@@ -83,6 +83,7 @@ use time::format_description::well_known::Rfc3339;
 use super::azure::{AzureContainerRegistry, RegistryError, tenant_repository};
 use super::buildah::tail;
 use super::port::{BuildProgress, BuildRun, BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec, RunningBuild};
+use crate::BoxError;
 use crate::delivery::archive::gzip::gzip;
 use crate::delivery::azure::credential::RefreshingToken;
 use crate::delivery::azure::http::{self, Redirects, Timeout};
@@ -470,8 +471,8 @@ impl AcrTasks {
         let context = self.blobs.get(&spec.context).await?;
         let compressed = tokio::task::spawn_blocking(move || gzip(&context))
             .await
-            .map_err(|err| ContainerBuildError::Storage(format!("the compression task failed: {err}")))?
-            .map_err(|err| ContainerBuildError::Storage(format!("compressing the context failed: {err}")))?;
+            .map_err(|err| ContainerBuildError::storage("the compression task failed", err))?
+            .map_err(|err| ContainerBuildError::storage("compressing the context failed", err))?;
         let upload: SourceUpload = self.arm_json(Method::POST, "listBuildSourceUploadUrl", None).await?;
         let operation = "POST listBuildSourceUploadUrl";
         let (Some(upload_url), Some(relative_path)) = (upload.upload_url, upload.relative_path) else {
@@ -570,7 +571,7 @@ impl AcrTasks {
     async fn recorded_run(&self, spec: &ImageSpec, key: &str) -> Result<Option<RunningBuild>, ContainerBuildError> {
         let record_key = run_record_key(&spec.tenant, key);
         let Some(bytes) = self.blobs.read(RUNS_CONTAINER, &record_key).await.map_err(|err| {
-            ContainerBuildError::Storage(format!("reading the run record {RUNS_CONTAINER}/{record_key}: {err}"))
+            ContainerBuildError::storage(format!("reading the run record {RUNS_CONTAINER}/{record_key}"), err)
         })?
         else {
             return Ok(None);
@@ -620,15 +621,14 @@ impl AcrTasks {
             scheduled_at: OffsetDateTime::now_utc(),
         };
         let record_key = run_record_key(&spec.tenant, key);
-        let stored = match serde_json::to_vec(&record) {
-            Ok(bytes) => self
-                .blobs
+        let stored: Result<(), BoxError> = async {
+            let bytes = serde_json::to_vec(&record)?;
+            self.blobs
                 .put(RUNS_CONTAINER, &record_key, bytes, "application/json")
-                .await
-                .map(|_| ())
-                .map_err(|err| err.to_string()),
-            Err(err) => Err(err.to_string()),
-        };
+                .await?;
+            Ok(())
+        }
+        .await;
         if let Err(error) = stored {
             tracing::warn!(run = %run_id, record = %record_key, %error, "could not record the scheduled run");
         }
@@ -670,7 +670,7 @@ impl AcrTasks {
             .put(LOG_CONTAINER, &blob_key, log.clone(), "text/plain; charset=utf-8")
             .await
             .map_err(|err| {
-                ContainerBuildError::Storage(format!("storing the build log {LOG_CONTAINER}/{blob_key}: {err}"))
+                ContainerBuildError::storage(format!("storing the build log {LOG_CONTAINER}/{blob_key}"), err)
             })?;
         Ok((blob, log))
     }

@@ -167,17 +167,45 @@ impl std::fmt::Debug for BuildahBuilder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildahVersion(pub String);
 
+/// Why [`BuildahBuilder::detect`] found no usable buildah.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildahDetectError {
+    /// The binary could not be started (missing, not executable).
+    #[error("{} cannot be run: {source}", binary.display())]
+    Run {
+        /// The binary.
+        binary: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `buildah --version` ran and failed.
+    #[error("{} --version failed ({status})", binary.display())]
+    Failed {
+        /// The binary.
+        binary: PathBuf,
+        /// How it exited.
+        status: std::process::ExitStatus,
+    },
+}
+
 impl BuildahBuilder {
     /// Whether `binary` runs, and its version line (`buildah version 1.28.2 ...`).
     /// Blocks for as long as `buildah --version` takes: call it at start.
-    pub fn detect(binary: &Path) -> Result<BuildahVersion, String> {
+    pub fn detect(binary: &Path) -> Result<BuildahVersion, BuildahDetectError> {
         let output = std::process::Command::new(binary)
             .arg("--version")
             .stdin(Stdio::null())
             .output()
-            .map_err(|err| format!("{} cannot be run: {err}", binary.display()))?;
+            .map_err(|source| BuildahDetectError::Run {
+                binary: binary.to_owned(),
+                source,
+            })?;
         if !output.status.success() {
-            return Err(format!("{} --version failed ({})", binary.display(), output.status));
+            return Err(BuildahDetectError::Failed {
+                binary: binary.to_owned(),
+                status: output.status,
+            });
         }
         Ok(BuildahVersion(
             String::from_utf8_lossy(&output.stdout).trim().to_owned(),
@@ -277,7 +305,7 @@ impl BuildahBuilder {
             command.env("REGISTRY_AUTH_FILE", auth);
         }
         let mut child = command.spawn().map_err(|err| {
-            ContainerBuildError::Storage(format!("{} cannot be run: {err}", self.config.binary.display()))
+            ContainerBuildError::storage(format!("{} cannot be run", self.config.binary.display()), err)
         })?;
         let (sender, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
         let readers = [
@@ -308,10 +336,11 @@ impl BuildahBuilder {
                 )
                 .as_bytes(),
             );
-            return Err(ContainerBuildError::Storage(format!(
-                "buildah {command} did not finish within {} s (BOSUN_CONTAINER_BUILD_TIMEOUT_MS) and was stopped; the build is retried",
-                self.config.timeout.as_secs()
-            )));
+            return Err(ContainerBuildError::TimedOut {
+                builder: format!("buildah {command}"),
+                limit: self.config.timeout,
+                setting: "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
+            });
         }
         for reader in readers {
             // The readers end with the pipes; a reader that panicked lost lines only.
@@ -320,7 +349,7 @@ impl BuildahBuilder {
         let status = child
             .wait()
             .await
-            .map_err(|err| ContainerBuildError::Storage(format!("waiting for buildah: {err}")))?;
+            .map_err(|err| ContainerBuildError::storage("waiting for buildah", err))?;
         log.extend_from_slice(format!("[bosun] buildah {command} exited: {status}\n").as_bytes());
         Ok(status.success())
     }
@@ -338,7 +367,7 @@ impl BuildahBuilder {
             .put(LOG_CONTAINER, &blob_key, log, "text/plain; charset=utf-8")
             .await
             .map_err(|err| {
-                ContainerBuildError::Storage(format!("storing the build log {LOG_CONTAINER}/{blob_key}: {err}"))
+                ContainerBuildError::storage(format!("storing the build log {LOG_CONTAINER}/{blob_key}"), err)
             })
     }
 }
@@ -436,7 +465,7 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ContainerBuild
 }
 
 fn storage(context: &str, path: &Path, err: std::io::Error) -> ContainerBuildError {
-    ContainerBuildError::Storage(format!("{context} {}: {err}", path.display()))
+    ContainerBuildError::storage(format!("{context} {}", path.display()), err)
 }
 
 /// Unpacks a context tar into `dir`; no entry may write through a symbolic
@@ -525,7 +554,7 @@ impl BuildahBuilder {
         let context_dir = dir.path().to_owned();
         tokio::task::spawn_blocking(move || unpack(&context, &context_dir))
             .await
-            .map_err(|err| ContainerBuildError::Storage(format!("the unpacking task failed: {err}")))??;
+            .map_err(|err| ContainerBuildError::storage("the unpacking task failed", err))??;
         let dockerfile = dir.path().join(&spec.dockerfile);
         if !dockerfile.is_file() {
             return Err(ContainerBuildError::Invalid(format!(

@@ -434,8 +434,10 @@ async fn a_module_naming_another_registry_is_refused_before_anything_runs() {
     assert!(err.to_string().contains("contoso.azurecr.io"), "{err}");
     assert!(!err.is_retryable());
     assert_eq!(builder.stats(), BuildahStats::default());
+    let missing = BuildahBuilder::detect(&dir.path().join("no-buildah")).unwrap_err();
     assert!(
-        BuildahBuilder::detect(&dir.path().join("no-buildah")).is_err(),
-        "a missing executable is detected"
+        matches!(missing, super::buildah::BuildahDetectError::Run { .. }),
+        "a missing executable is detected: {missing}"
     );
+    assert!(missing.to_string().contains("no-buildah cannot be run: "), "{missing}");
 }

@@ -24,6 +24,6 @@ pub async fn build_from_context(blobs: &dyn BlobStore, spec: &ImageSpec) -> Resu
         )
     })
     .await
-    .map_err(|err| ContainerBuildError::Storage(format!("the build task failed: {err}")))??;
+    .map_err(|err| ContainerBuildError::storage("the build task failed", err))??;
     Ok(image)
 }

@@ -126,7 +126,7 @@ impl LocalImageBuilder {
                 let root = self.root.clone();
                 tokio::task::spawn_blocking(move || migrate(&root))
                     .await
-                    .map_err(|err| ContainerBuildError::Storage(format!("the layout migration task failed: {err}")))?
+                    .map_err(|err| ContainerBuildError::storage("the layout migration task failed", err))?
             })
             .await
             .map(|_| ())
@@ -181,7 +181,7 @@ impl LocalImageBuilder {
             Ok(None)
         })
         .await
-        .map_err(|err| ContainerBuildError::Storage(format!("the layout task failed: {err}")))?
+        .map_err(|err| ContainerBuildError::storage("the layout task failed", err))?
     }
 }
 
@@ -307,7 +307,7 @@ impl LocalImageBuilder {
         let _guard = self.index_lock.lock().await;
         let built = tokio::task::spawn_blocking(move || store(&dir, &image, &tenant, &repository, &tag))
             .await
-            .map_err(|err| ContainerBuildError::Storage(format!("the layout task failed: {err}")))??;
+            .map_err(|err| ContainerBuildError::storage("the layout task failed", err))??;
         tracing::debug!(
             tenant = %spec.tenant,
             registry = %spec.registry,
@@ -329,7 +329,7 @@ impl ImageBuilder for LocalImageBuilder {
 }
 
 fn storage(context: &str, path: &Path, err: std::io::Error) -> ContainerBuildError {
-    ContainerBuildError::Storage(format!("{context} {}: {err}", path.display()))
+    ContainerBuildError::storage(format!("{context} {}", path.display()), err)
 }
 
 /// Writes `tenant`'s image of `repository` into the layout at `dir` under
@@ -358,7 +358,11 @@ fn store(
     let manifests = index
         .get_mut("manifests")
         .and_then(Value::as_array_mut)
-        .ok_or_else(|| ContainerBuildError::CorruptLayout(format!("{} has no manifests list", index_path.display())))?;
+        .ok_or_else(|| ContainerBuildError::CorruptLayout {
+            path: index_path.clone(),
+            problem: "has no manifests list",
+            source: None,
+        })?;
     let tagged = |entry: &Value| entry["annotations"][REF_NAME_ANNOTATION].as_str() == Some(tag);
     let current = manifests.iter().find(|entry| tagged(entry));
     if let Some(entry) = current {
@@ -417,8 +421,11 @@ fn write_blob(blob_dir: &Path, blob: &OciBlob) -> Result<bool, ContainerBuildErr
 
 fn read_index(path: &Path) -> Result<Value, ContainerBuildError> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|err| ContainerBuildError::CorruptLayout(format!("{} is not JSON: {err}", path.display()))),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|err| ContainerBuildError::CorruptLayout {
+            path: path.to_owned(),
+            problem: "is not JSON",
+            source: Some(err),
+        }),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(json!({
             "schemaVersion": 2,
             "mediaType": INDEX_MEDIA_TYPE,

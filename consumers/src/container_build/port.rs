@@ -139,13 +139,41 @@ pub enum ContainerBuildError {
     /// corrupt.
     #[error("build context unavailable: {0}")]
     Context(#[source] BlobError),
-    /// Local storage (the OCI layout) failed. Transient.
-    #[error("image storage failed: {0}")]
-    Storage(String),
+    /// Local storage failed: the OCI layout, a build's scratch folder, the
+    /// blob store keeping run records and logs, a background task, or the
+    /// builder process could not be started or waited for. Transient.
+    #[error("image storage failed: {context}: {source}")]
+    Storage {
+        /// What was being done (`writing <path>`, `storing the build log
+        /// <blob>`).
+        context: String,
+        /// What failed underneath.
+        #[source]
+        source: BoxError,
+    },
+    /// The builder process ran past its time limit and was stopped.
+    /// Transient: the build is retried.
+    #[error("{builder} did not finish within {} s ({setting}) and was stopped; the build is retried", limit.as_secs())]
+    TimedOut {
+        /// What ran: `buildah build`, `buildah push`.
+        builder: String,
+        /// The limit.
+        limit: Duration,
+        /// The setting that sets it.
+        setting: &'static str,
+    },
     /// The local OCI layout holds something this builder cannot read.
     /// Permanent until an operator looks at it.
-    #[error("image layout is corrupt: {0}")]
-    CorruptLayout(String),
+    #[error("image layout is corrupt: {} {problem}{}", path.display(), cause_text(.source.as_ref()))]
+    CorruptLayout {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        problem: &'static str,
+        /// The parser's error, when it is one.
+        #[source]
+        source: Option<serde_json::Error>,
+    },
     /// The registry could not be reached or failed. Transient.
     #[error("registry unavailable: {0}")]
     Unavailable(#[source] BoxError),
@@ -200,15 +228,30 @@ impl ContainerBuildError {
         match self {
             Self::Context(err) => err.is_transient(),
             Self::BuilderFailed { transient, .. } => *transient,
-            Self::Storage(_) | Self::Unavailable(_) | Self::Throttled { .. } => true,
+            Self::Storage { .. } | Self::TimedOut { .. } | Self::Unavailable(_) | Self::Throttled { .. } => true,
             Self::Invalid(_)
             | Self::Build(_)
-            | Self::CorruptLayout(_)
+            | Self::CorruptLayout { .. }
             | Self::Rejected(_)
             | Self::ForeignTenant(_)
             | Self::GaveUp { .. } => false,
         }
     }
+}
+
+impl ContainerBuildError {
+    /// A transient storage failure: what was being done, and the cause.
+    pub fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Storage {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// `: <cause>` when there is one, for a message that names its cause.
+fn cause_text(source: Option<&serde_json::Error>) -> String {
+    source.map(|err| format!(": {err}")).unwrap_or_default()
 }
 
 /// Where a failed build's log is, for its error message.

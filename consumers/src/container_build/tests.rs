@@ -173,7 +173,7 @@ async fn the_named_context_artifact_is_preferred_and_the_dockerfile_is_found_in_
 #[tokio::test]
 async fn port_errors_keep_their_retry_decision() {
     let consumer = ContainerBuild::new(FakeBuilder::default());
-    *consumer.builder().fail.lock().unwrap() = Some(|| ContainerBuildError::Storage("disk full".into()));
+    *consumer.builder().fail.lock().unwrap() = Some(|| ContainerBuildError::storage("writing the layout", "disk full"));
     let err = handle(&consumer, samples::build_completed().into()).await.unwrap_err();
     assert!(matches!(err, HandlerError::Transient(_)), "{err}");
 

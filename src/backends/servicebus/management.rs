@@ -96,11 +96,14 @@ pub enum ManagementError {
     /// No token for the request.
     #[error(transparent)]
     Credential(#[from] CredentialError),
-    /// The namespace could not be reached (network, timeout).
+    /// The namespace could not be reached (network, timeout). Transient.
     #[error("Service Bus management API unavailable: {reason}")]
     Unavailable {
-        /// What happened.
+        /// What happened, with the cause's text.
         reason: String,
+        /// The HTTP client's or the URL parser's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 }
 
@@ -192,6 +195,7 @@ impl ManagementClient {
             .build()
             .map_err(|err| ManagementError::Unavailable {
                 reason: format!("cannot build an HTTP client: {err}"),
+                source: Box::new(err),
             })?;
         Ok(Self {
             http,
@@ -482,6 +486,7 @@ impl ManagementClient {
             reqwest::Url::parse(&format!("{}/{}", self.base_url, path.trim_start_matches('/'))).map_err(|err| {
                 ManagementError::Unavailable {
                     reason: format!("bad management URL {}/{path}: {err}", self.base_url),
+                    source: Box::new(err),
                 }
             })?;
         url.query_pairs_mut()
@@ -500,27 +505,30 @@ impl ManagementClient {
                 request = request.header(reqwest::header::IF_MATCH, "*");
             }
         }
-        let response = request.send().await.map_err(|err| self.transport_error(&err))?;
+        let response = request.send().await.map_err(|err| self.transport_error(err))?;
         let status = response.status();
-        let body = response.text().await.map_err(|err| self.transport_error(&err))?;
+        let body = response.text().await.map_err(|err| self.transport_error(err))?;
         tracing::debug!(%method, path, status = status.as_u16(), "Service Bus management request");
         Ok(Answer { status, body })
     }
 
-    fn transport_error(&self, err: &reqwest::Error) -> ManagementError {
+    fn transport_error(&self, err: reqwest::Error) -> ManagementError {
         let reason = if err.is_timeout() {
             format!("no answer from {} within {:?}", self.base_url, self.timeout)
         } else if err.is_connect() {
-            format!("cannot connect to {}: {}", self.base_url, error_chain(err))
+            format!("cannot connect to {}: {}", self.base_url, error_chain(&err))
         } else {
-            format!("{}: {}", self.base_url, error_chain(err))
+            format!("{}: {}", self.base_url, error_chain(&err))
         };
         if self.endpoint.emulator && err.is_connect() {
             ManagementError::Unsupported {
                 what: format!("the management API (ATOM over HTTP): {reason}"),
             }
         } else {
-            ManagementError::Unavailable { reason }
+            ManagementError::Unavailable {
+                reason,
+                source: Box::new(err),
+            }
         }
     }
 }

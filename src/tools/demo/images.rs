@@ -8,14 +8,14 @@
 //! the image into the local OCI layouts; the summary says which ran and why.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_consumers::container_build::buildah::{BuildahBuilder, BuildahConfig};
-use bosun_consumers::container_build::port::ImageSpec;
-use bosun_consumers::delivery::archive::tar::TarWriter;
-use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
+use bosun_consumers::container_build::buildah::{BuildahBuilder, BuildahConfig, BuildahDetectError};
+use bosun_consumers::container_build::port::{ContainerBuildError, ImageSpec};
+use bosun_consumers::delivery::archive::tar::{TarError, TarWriter};
+use bosun_consumers::delivery::blob::{BlobError, BlobStore, FilesystemBlobStore};
 use serde_json::{Value, json};
 
 use crate::runtime::config::{AdapterKind, ContainerBuilderChoice, Settings};
@@ -29,6 +29,89 @@ COPY busybox /bin/busybox\n\
 SHELL [\"/bin/busybox\", \"sh\", \"-c\"]\n\
 RUN /bin/busybox mkdir -p /usr/bin /sbin /usr/sbin && /bin/busybox --install -s\n\
 CMD [\"/bin/sh\"]\n";
+
+/// Why the demo cannot build with buildah (it then uses the built-in
+/// builder and its summary says why). Each message names its cause, which
+/// stays the typed source.
+#[derive(Debug, thiserror::Error)]
+enum BuildahSetupError {
+    /// buildah is not there or does not run.
+    #[error(transparent)]
+    Buildah(#[from] BuildahDetectError),
+    /// A blocking task (the buildah check, taking the registry's locks)
+    /// did not finish.
+    #[error("{task} did not finish: {source}")]
+    Task {
+        /// What the task was doing.
+        task: &'static str,
+        /// Why (a panic).
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// No static busybox to make the base image of.
+    #[error("no static busybox for the base image ({BUSYBOX}: {0}; apt-get install busybox-static)")]
+    Busybox(#[source] std::io::Error),
+    /// The builder of the base image could not be set up.
+    #[error("setting up buildah: {0}")]
+    Builder(#[source] ContainerBuildError),
+    /// The base image's build context could not be packed.
+    #[error("packing the base image's build context: {0}")]
+    PackContext(#[source] TarError),
+    /// The base image's build context could not be stored.
+    #[error("storing the base image's build context: {0}")]
+    StoreContext(#[source] BlobError),
+    /// The base image did not build or push.
+    #[error("building the busybox base image: {0}")]
+    BaseImage(#[source] ContainerBuildError),
+    /// A file of the demo's registry could not be created, opened or
+    /// written.
+    #[error("{action} {}: {source}", path.display())]
+    File {
+        /// What was being done.
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A lock file could not be locked.
+    #[error("locking {lock}: {source}")]
+    Lock {
+        /// `start.lock` or `users.lock`.
+        lock: &'static str,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No free loopback port for the registry.
+    #[error("finding a free port: {0}")]
+    FreePort(#[source] std::io::Error),
+    /// `docker-registry` could not be started.
+    #[error("docker-registry cannot be run ({0}; apt-get install docker-registry)")]
+    RegistryRun(#[source] std::io::Error),
+    /// `docker-registry` started and exited.
+    #[error("docker-registry exited ({status}); see {}", log.display())]
+    RegistryExited {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// Its log.
+        log: PathBuf,
+    },
+    /// `docker-registry` did not answer in time.
+    #[error("docker-registry did not answer on {host} within 15 s")]
+    RegistrySilent {
+        /// Where it should have answered.
+        host: String,
+    },
+}
+
+impl BuildahSetupError {
+    fn file(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_owned();
+        move |source| Self::File { action, path, source }
+    }
+}
 
 /// How the demo's images are built.
 #[derive(Debug)]
@@ -67,14 +150,15 @@ pub async fn prepare(settings: &mut Settings, tenant: &str) -> DemoImages {
     }
     match with_buildah(settings, tenant).await {
         Ok(images) => images,
-        Err(reason) => {
+        Err(err) => {
+            let reason = bosun_consumers::error_chain(&err);
             tracing::warn!(%reason, "the demo builds its image with the built-in builder");
             DemoImages::built_in(&reason)
         }
     }
 }
 
-async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImages, String> {
+async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImages, BuildahSetupError> {
     // A demo waits minutes, not the production half hour, for a build
     // that hangs before it is stopped and retried.
     settings.container.build_timeout = settings.container.build_timeout.min(Duration::from_secs(120));
@@ -83,11 +167,12 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
         let binary = binary.clone();
         tokio::task::spawn_blocking(move || BuildahBuilder::detect(&binary))
             .await
-            .map_err(|err| err.to_string())??
+            .map_err(|source| BuildahSetupError::Task {
+                task: "the buildah check",
+                source,
+            })??
     };
-    let busybox = std::fs::read(BUSYBOX).map_err(|err| {
-        format!("no static busybox for the base image ({BUSYBOX}: {err}; apt-get install busybox-static)")
-    })?;
+    let busybox = std::fs::read(BUSYBOX).map_err(BuildahSetupError::Busybox)?;
     let dir = settings.data_dir.join("demo-registry");
     let shared = SharedRegistry::join(&dir).await?;
     let registry = shared.host.clone();
@@ -104,13 +189,13 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
         },
         Arc::clone(&blobs),
     )
-    .map_err(|err| err.to_string())?;
+    .map_err(BuildahSetupError::Builder)?;
     let mut writer = TarWriter::new();
     let context = writer
         .file("Dockerfile", 0o644, 0, 0, BASE_DOCKERFILE.as_bytes())
         .and_then(|()| writer.file("busybox", 0o755, 0, 0, &busybox))
         .and_then(|()| writer.finish())
-        .map_err(|err| err.to_string())?;
+        .map_err(BuildahSetupError::PackContext)?;
     let context = blobs
         .put(
             "artifacts",
@@ -119,7 +204,7 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
             "application/x-tar",
         )
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(BuildahSetupError::StoreContext)?;
     let spec = ImageSpec {
         tenant: tenant.to_owned(),
         registry: registry.clone(),
@@ -130,10 +215,7 @@ async fn with_buildah(settings: &mut Settings, tenant: &str) -> Result<DemoImage
         build_args: BTreeMap::new(),
         context,
     };
-    let built = base
-        .build_image(&spec)
-        .await
-        .map_err(|err| format!("building the busybox base image: {err}"))?;
+    let built = base.build_image(&spec).await.map_err(BuildahSetupError::BaseImage)?;
     let base_image = format!("{registry}/{}:{}", built.repository, spec.tag);
 
     settings.container.builder = ContainerBuilderChoice::Buildah;
@@ -171,21 +253,28 @@ struct SharedRegistry {
 }
 
 impl SharedRegistry {
-    async fn join(dir: &Path) -> Result<Self, String> {
-        std::fs::create_dir_all(dir).map_err(|err| format!("creating {}: {err}", dir.display()))?;
+    async fn join(dir: &Path) -> Result<Self, BuildahSetupError> {
+        std::fs::create_dir_all(dir).map_err(BuildahSetupError::file("creating", dir))?;
         let dir = dir.to_owned();
         let locks = dir.clone();
         let (start, users, recorded) = tokio::task::spawn_blocking(move || {
             let start = open_lock(&locks.join("start.lock"))?;
-            start.lock().map_err(|err| format!("locking start.lock: {err}"))?;
+            start.lock().map_err(|source| BuildahSetupError::Lock {
+                lock: "start.lock",
+                source,
+            })?;
             let users = open_lock(&locks.join("users.lock"))?;
-            users
-                .lock_shared()
-                .map_err(|err| format!("locking users.lock: {err}"))?;
-            Ok::<_, String>((start, users, recorded_host(&locks)))
+            users.lock_shared().map_err(|source| BuildahSetupError::Lock {
+                lock: "users.lock",
+                source,
+            })?;
+            Ok::<_, BuildahSetupError>((start, users, recorded_host(&locks)))
         })
         .await
-        .map_err(|err| err.to_string())??;
+        .map_err(|source| BuildahSetupError::Task {
+            task: "taking the registry's locks",
+            source,
+        })??;
         let result = match recorded {
             Some(host) if answers(&host).await => Ok(host),
             _ => start_registry(&dir).await,
@@ -201,13 +290,13 @@ impl SharedRegistry {
     }
 }
 
-fn open_lock(path: &Path) -> Result<std::fs::File, String> {
+fn open_lock(path: &Path) -> Result<std::fs::File, BuildahSetupError> {
     std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)
-        .map_err(|err| format!("opening {}: {err}", path.display()))
+        .map_err(BuildahSetupError::file("opening", path))
 }
 
 fn recorded(dir: &Path) -> Option<Value> {
@@ -258,20 +347,22 @@ async fn answers(host: &str) -> bool {
 /// configuration and storage under `dir`, records it in `registry.json`,
 /// and returns its `host:port` once it answers. It outlives this demo when
 /// another demo on the data directory still uses it.
-async fn start_registry(dir: &Path) -> Result<String, String> {
+async fn start_registry(dir: &Path) -> Result<String, BuildahSetupError> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
-        .map_err(|err| format!("finding a free port: {err}"))?
+        .map_err(BuildahSetupError::FreePort)?
         .port();
     let config = dir.join("config.yml");
     let text = format!(
         "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
         dir.join("storage").display()
     );
-    std::fs::write(&config, text).map_err(|err| format!("writing {}: {err}", config.display()))?;
-    let log =
-        std::fs::File::create(dir.join("registry.log")).map_err(|err| format!("creating the registry log: {err}"))?;
-    let errors = log.try_clone().map_err(|err| err.to_string())?;
+    std::fs::write(&config, text).map_err(BuildahSetupError::file("writing", &config))?;
+    let log_path = dir.join("registry.log");
+    let log = std::fs::File::create(&log_path).map_err(BuildahSetupError::file("creating", &log_path))?;
+    let errors = log
+        .try_clone()
+        .map_err(BuildahSetupError::file("opening a second handle on", &log_path))?;
     let mut child = std::process::Command::new("docker-registry")
         .arg("serve")
         .arg(&config)
@@ -279,25 +370,22 @@ async fn start_registry(dir: &Path) -> Result<String, String> {
         .stdout(log)
         .stderr(errors)
         .spawn()
-        .map_err(|err| format!("docker-registry cannot be run ({err}; apt-get install docker-registry)"))?;
+        .map_err(BuildahSetupError::RegistryRun)?;
     let host = format!("127.0.0.1:{port}");
     let info = json!({ "host": host, "pid": child.id() });
-    std::fs::write(dir.join("registry.json"), info.to_string())
-        .map_err(|err| format!("writing registry.json: {err}"))?;
+    let info_path = dir.join("registry.json");
+    std::fs::write(&info_path, info.to_string()).map_err(BuildahSetupError::file("writing", &info_path))?;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(15) {
         if answers(&host).await {
             return Ok(host);
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "docker-registry exited ({status}); see {}",
-                dir.join("registry.log").display()
-            ));
+            return Err(BuildahSetupError::RegistryExited { status, log: log_path });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let _ = child.kill();
     let _ = child.wait();
-    Err(format!("docker-registry did not answer on {host} within 15 s"))
+    Err(BuildahSetupError::RegistrySilent { host })
 }

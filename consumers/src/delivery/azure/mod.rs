@@ -18,17 +18,4 @@ pub mod retry;
 #[cfg(test)]
 pub(crate) mod test_server;
 
-/// An error and its sources on one line.
-pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(next) = source {
-        let text = next.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = next.source();
-    }
-    message
-}
+pub(crate) use crate::error_chain;

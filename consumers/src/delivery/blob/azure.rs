@@ -379,7 +379,8 @@ impl AzureBlobStore {
         // already waited; what is left is transient or not.
         match status.map(|status| Disposition::of_status(u16::from(status), None)) {
             Some(Disposition::Permanent) => BlobError::Denied(message),
-            _ => BlobError::Unavailable(message),
+            // The redacted text, not the SDK error: that may carry a SAS.
+            _ => BlobError::Unavailable(message.into()),
         }
     }
 

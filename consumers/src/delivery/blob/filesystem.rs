@@ -39,8 +39,24 @@ impl FilesystemBlobStore {
     }
 }
 
-fn unavailable(err: std::io::Error) -> BlobError {
-    BlobError::Unavailable(err.to_string())
+/// A file-system operation of the store that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {}: {source}", path.display())]
+struct FileError {
+    /// What was being done: `reading`, `writing`, ...
+    action: &'static str,
+    /// The file or folder.
+    path: PathBuf,
+    /// What the OS said.
+    #[source]
+    source: std::io::Error,
+}
+
+/// A file-system failure as a transient [`BlobError`] that keeps the
+/// operation, the path and the OS error.
+fn unavailable(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BlobError {
+    let path = path.to_owned();
+    move |source| BlobError::Unavailable(Box::new(FileError { action, path, source }))
 }
 
 #[async_trait]
@@ -55,10 +71,16 @@ impl BlobStore for FilesystemBlobStore {
         let path = self.path(container, key)?;
         let reference = reference(container, key, &content, content_type);
         let parent = path.parent().unwrap_or(&self.root);
-        tokio::fs::create_dir_all(parent).await.map_err(unavailable)?;
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(unavailable("creating", parent))?;
         let temporary = atomic_file::temporary_path(parent);
-        tokio::fs::write(&temporary, &content).await.map_err(unavailable)?;
-        tokio::fs::rename(&temporary, &path).await.map_err(unavailable)?;
+        tokio::fs::write(&temporary, &content)
+            .await
+            .map_err(unavailable("writing", &temporary))?;
+        tokio::fs::rename(&temporary, &path)
+            .await
+            .map_err(unavailable("renaming into place", &path))?;
         Ok(reference)
     }
 
@@ -73,7 +95,7 @@ impl BlobStore for FilesystemBlobStore {
                     key: blob.key.clone(),
                 });
             }
-            Err(err) => return Err(unavailable(err)),
+            Err(err) => return Err(unavailable("reading", &path)(err)),
         };
         verify(blob, &content)?;
         Ok(content)
@@ -84,7 +106,7 @@ impl BlobStore for FilesystemBlobStore {
         match tokio::fs::metadata(&path).await {
             Ok(metadata) => Ok(metadata.is_file()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(err) => Err(unavailable(err)),
+            Err(err) => Err(unavailable("looking up", &path)(err)),
         }
     }
 
@@ -93,7 +115,7 @@ impl BlobStore for FilesystemBlobStore {
         match tokio::fs::read(&path).await {
             Ok(content) => Ok(Some(content)),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound || path.is_dir() => Ok(None),
-            Err(err) => Err(unavailable(err)),
+            Err(err) => Err(unavailable("reading", &path)(err)),
         }
     }
 }
@@ -165,5 +187,24 @@ mod tests {
             "a write that may still be running keeps its temporary"
         );
         assert_eq!(reopened.get(&blob).await.unwrap(), b"tar");
+    }
+
+    #[tokio::test]
+    async fn a_file_system_failure_is_transient_and_names_the_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("not-a-folder");
+        std::fs::write(&root, b"").unwrap();
+        let store = FilesystemBlobStore::new(&root);
+        let err = store
+            .put("build-logs", "contoso/log.txt", b"x".to_vec(), "text/plain")
+            .await
+            .unwrap_err();
+        assert!(err.is_transient(), "{err}");
+        let cause = std::error::Error::source(&err).expect("the operation is the source");
+        assert!(cause.to_string().starts_with("creating "), "{cause}");
+        assert!(
+            std::error::Error::source(cause).is_some_and(|os| os.is::<std::io::Error>()),
+            "the OS error is kept: {cause:?}"
+        );
     }
 }

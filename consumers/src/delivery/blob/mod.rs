@@ -61,9 +61,10 @@ pub enum BlobError {
     /// configuration is fixed.
     #[error("blob store refused the request: {0}")]
     Denied(String),
-    /// Storage failure; worth retrying.
+    /// Storage failure (a file-system error, an HTTP 5xx, a network
+    /// failure); worth retrying. The cause is the source.
     #[error("blob store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] crate::BoxError),
 }
 
 impl BlobError {

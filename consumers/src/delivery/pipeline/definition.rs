@@ -9,6 +9,8 @@ use std::time::Duration;
 use bosun_contracts::validate;
 use yaml_rust2::{Yaml, YamlLoader};
 
+use super::step_error::PipelineFileError;
+
 /// A parsed pipeline: variables and jobs of steps, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Pipeline {
@@ -103,23 +105,29 @@ impl Condition {
     }
 }
 
-pub(super) async fn read_pipeline(sources: &Path, pipeline_path: &str) -> Result<Pipeline, String> {
-    validate::repository_path("pipelinePath", pipeline_path).map_err(|err| err.reason)?;
+pub(super) async fn read_pipeline(sources: &Path, pipeline_path: &str) -> Result<Pipeline, PipelineFileError> {
+    validate::repository_path("pipelinePath", pipeline_path).map_err(|err| PipelineFileError::Invalid(err.reason))?;
     let path = sources.join(pipeline_path);
     let text = match tokio::fs::read_to_string(&path).await {
         Ok(text) => text,
-        Err(err) if err.kind() == ErrorKind::NotFound => {
-            return Err("the pipeline file is not in the commit".to_owned());
-        }
-        Err(err) => return Err(format!("could not read the pipeline file: {err}")),
+        Err(err) if err.kind() == ErrorKind::NotFound => return Err(PipelineFileError::NotInCommit),
+        Err(err) => return Err(PipelineFileError::Read(err)),
     };
     parse_pipeline(&text)
 }
 
 /// Parses an Azure Pipelines YAML document.
-pub(crate) fn parse_pipeline(text: &str) -> Result<Pipeline, String> {
-    let documents = YamlLoader::load_from_str(text).map_err(|err| format!("invalid YAML: {err}"))?;
-    let document = documents.first().ok_or("the file is empty")?;
+pub(crate) fn parse_pipeline(text: &str) -> Result<Pipeline, PipelineFileError> {
+    let documents = YamlLoader::load_from_str(text).map_err(PipelineFileError::Yaml)?;
+    let document = documents
+        .first()
+        .ok_or(PipelineFileError::Invalid("the file is empty".to_owned()))?;
+    parse_document(document).map_err(PipelineFileError::Invalid)
+}
+
+/// The pipeline a YAML document describes; the error says where it is
+/// not one the runner understands.
+fn parse_document(document: &Yaml) -> Result<Pipeline, String> {
     if document.as_hash().is_none() {
         return Err("the document is not a mapping".to_owned());
     }

@@ -15,6 +15,7 @@ use super::definition::{Condition, Step, StepKind, read_pipeline};
 use super::publish::upload;
 use super::record::{RunRecord, RunStatus, read_record, to_json, write_atomic};
 use super::script::run_script;
+use super::step_error::StepError;
 use super::tools::{run_tool, tar_command};
 use super::variables::Variables;
 use super::workspace::{RunLog, Workspace};
@@ -55,7 +56,7 @@ impl LocalPipelines {
             log.line(&format!(
                 "##[error]The job exceeded its time limit of {minutes} minutes and was cancelled."
             ));
-            state.fail(
+            state.record_failure(
                 step.as_deref().unwrap_or("Job"),
                 format!("timed out after {minutes} minutes"),
             );
@@ -130,9 +131,8 @@ impl LocalPipelines {
         state: &mut JobState,
     ) {
         log.section_start("Checkout");
-        if let Err(reason) = self.checkout(record, workspace).await {
-            log.line(&format!("##[error]{reason}"));
-            state.fail("Checkout", reason);
+        if let Err(err) = self.checkout(record, workspace).await {
+            state.fail(log, "Checkout", &err);
             log.section_end("Checkout");
             return;
         }
@@ -146,10 +146,13 @@ impl LocalPipelines {
 
         let pipeline = match read_pipeline(&workspace.sources, &record.pipeline_path).await {
             Ok(pipeline) => pipeline,
-            Err(reason) => {
+            Err(source) => {
                 log.section_start("Parse pipeline");
-                log.line(&format!("##[error]{}: {reason}", record.pipeline_path));
-                state.fail("Parse pipeline", format!("{}: {reason}", record.pipeline_path));
+                let err = StepError::Pipeline {
+                    pipeline_path: record.pipeline_path.clone(),
+                    source,
+                };
+                state.fail(log, "Parse pipeline", &err);
                 log.section_end("Parse pipeline");
                 return;
             }
@@ -196,9 +199,8 @@ impl LocalPipelines {
                 }
                 log.section_start(&step.name);
                 let outcome = self.run_step(step, &job_variables, record, workspace, log, state).await;
-                if let Err(reason) = outcome {
-                    log.line(&format!("##[error]{reason}"));
-                    state.fail(&step.name, reason);
+                if let Err(err) = outcome {
+                    state.fail(log, &step.name, &err);
                 }
                 log.section_end(&step.name);
             }
@@ -213,13 +215,18 @@ impl LocalPipelines {
     }
 
     /// `git archive <commit> | tar -x` into the sources folder.
-    pub(super) async fn checkout(&self, record: &RunRecord, workspace: &Workspace) -> Result<(), String> {
+    pub(super) async fn checkout(&self, record: &RunRecord, workspace: &Workspace) -> Result<(), StepError> {
         let repository = self
             .git
             .find(&record.tenant, &record.repository)
             .await
-            .map_err(|err| format!("could not open repository {}: {err}", record.repository))?
-            .ok_or_else(|| format!("repository {} not found", record.repository))?;
+            .map_err(|source| StepError::OpenRepository {
+                repository: record.repository.clone(),
+                source,
+            })?
+            .ok_or_else(|| StepError::RepositoryNotFound {
+                repository: record.repository.clone(),
+            })?;
         let archive = workspace.temp.join("sources.tar");
         let mut git = crate::delivery::git::plumbing::command(&repository.path);
         git.args(["archive", "--format=tar", "-o"])
@@ -235,7 +242,7 @@ impl LocalPipelines {
         run_tool(tar, "tar --extract").await?;
         tokio::fs::remove_file(&archive)
             .await
-            .map_err(|err| format!("removing {}: {err}", archive.display()))
+            .map_err(|err| StepError::file("removing", &archive, err))
     }
 
     pub(super) async fn run_step(
@@ -246,7 +253,7 @@ impl LocalPipelines {
         workspace: &Workspace,
         log: &mut RunLog,
         state: &mut JobState,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         match &step.kind {
             StepKind::Checkout(repository) => {
                 if repository == "none" {
@@ -287,7 +294,9 @@ impl LocalPipelines {
                         ));
                         Ok(())
                     }
-                    _ => Err(format!("task {task} is not supported by the local runner")),
+                    _ => Err(StepError::Unsupported(format!(
+                        "task {task} is not supported by the local runner"
+                    ))),
                 }
             }
         }
@@ -369,8 +378,15 @@ pub(super) struct JobState {
 }
 
 impl JobState {
+    /// Logs a step's error with its causes and records the failure.
+    pub(super) fn fail(&mut self, log: &mut RunLog, step: &str, err: &StepError) {
+        let reason = err.report();
+        log.line(&format!("##[error]{reason}"));
+        self.record_failure(step, reason);
+    }
+
     /// Records a failure; the first failing step is the run's.
-    pub(super) fn fail(&mut self, step: &str, reason: String) {
+    pub(super) fn record_failure(&mut self, step: &str, reason: String) {
         if !self.failed {
             self.failed_step = Some(step.to_owned());
             self.error = Some(reason);

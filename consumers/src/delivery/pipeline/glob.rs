@@ -4,10 +4,12 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use super::step_error::StepError;
+
 /// Files under `base` matching the newline-separated minimatch-style
 /// patterns (`**`, `*`, `?`, `[...]`; `!` excludes; `#` comments), as
 /// (path relative to `base` with `/`, full path), sorted.
-pub(super) async fn find_files(base: &Path, patterns: &str) -> Result<Vec<(String, PathBuf)>, String> {
+pub(super) async fn find_files(base: &Path, patterns: &str) -> Result<Vec<(String, PathBuf)>, StepError> {
     let base = base.to_owned();
     let patterns = patterns.to_owned();
     tokio::task::spawn_blocking(move || {
@@ -24,7 +26,7 @@ pub(super) async fn find_files(base: &Path, patterns: &str) -> Result<Vec<(Strin
             }
         }
         let mut files = Vec::new();
-        walk(&base, &base, &mut files).map_err(|err| format!("listing {}: {err}", base.display()))?;
+        walk(&base, &base, &mut files).map_err(|err| StepError::file("listing", &base, err))?;
         let matches = |pattern: &str, relative: &str, full: &Path| {
             if pattern.starts_with('/') {
                 glob_match(pattern, &full.to_string_lossy())
@@ -43,7 +45,10 @@ pub(super) async fn find_files(base: &Path, patterns: &str) -> Result<Vec<(Strin
         Ok(found)
     })
     .await
-    .map_err(|err| format!("searching for files: {err}"))?
+    .map_err(|source| StepError::Task {
+        action: "searching for files".to_owned(),
+        source,
+    })?
 }
 
 /// Every regular file under `dir` (symlinked folders not followed).

@@ -87,6 +87,7 @@
 //! - `definition.rs` — the pipeline YAML the runner understands;
 //! - `variables.rs` — predefined variables and `$(Name)` macros;
 //! - `script.rs` — script steps;
+//! - `step_error.rs` — why a step failed, as its run records it;
 //! - `publish.rs` — JUnit files, artifacts and the log, to the blob store;
 //! - `glob.rs` — file patterns; `tools.rs` — `tar` and friends;
 //! - `workspace.rs` — a run's workspace and log file.
@@ -110,6 +111,7 @@ mod glob;
 mod publish;
 mod record;
 mod script;
+mod step_error;
 mod tools;
 mod variables;
 mod workspace;

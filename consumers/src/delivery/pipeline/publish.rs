@@ -12,6 +12,7 @@ use bosun_contracts::validate;
 use super::glob::find_files;
 use super::record::RunRecord;
 use super::script::resolve;
+use super::step_error::StepError;
 use super::tools::{run_tool_with_input, tar_command};
 use super::variables::Variables;
 use super::workspace::{RunLog, Workspace};
@@ -27,16 +28,16 @@ impl LocalPipelines {
         record: &RunRecord,
         workspace: &Workspace,
         log: &mut RunLog,
-    ) -> Result<Vec<BlobRef>, String> {
+    ) -> Result<Vec<BlobRef>, StepError> {
         let format = inputs
             .get("testresultsformat")
             .or_else(|| inputs.get("testrunner"))
             .map(String::as_str)
             .unwrap_or("JUnit");
         if !format.eq_ignore_ascii_case("junit") {
-            return Err(format!(
+            return Err(StepError::Unsupported(format!(
                 "testResultsFormat `{format}` is not supported by the local runner (JUnit only)"
-            ));
+            )));
         }
         let patterns = inputs
             .get("testresultsfiles")
@@ -67,10 +68,13 @@ impl LocalPipelines {
             }
             let content = tokio::fs::read(&path)
                 .await
-                .map_err(|err| format!("reading {}: {err}", path.display()))?;
+                .map_err(|err| StepError::file("reading", &path, err))?;
             let blob = upload(&*self.blobs, TEST_RESULTS_CONTAINER, &key, content, "application/xml")
                 .await
-                .map_err(|err| format!("uploading {relative}: {err}"))?;
+                .map_err(|source| StepError::Upload {
+                    what: relative.clone(),
+                    source,
+                })?;
             log.line(&format!(
                 "Published test results {relative} ({} bytes).",
                 blob.size_bytes
@@ -89,15 +93,17 @@ impl LocalPipelines {
         workspace: &Workspace,
         log: &mut RunLog,
         published: &[ArtifactRef],
-    ) -> Result<ArtifactRef, String> {
+    ) -> Result<ArtifactRef, StepError> {
         let name = inputs
             .get("artifact")
             .or_else(|| inputs.get("artifactname"))
             .cloned()
             .unwrap_or_else(|| "drop".to_owned());
-        validate::identifier("artifact", &name).map_err(|err| err.reason)?;
+        validate::identifier("artifact", &name).map_err(|err| StepError::Unsupported(err.reason))?;
         if published.iter().any(|artifact| artifact.name == name) {
-            return Err(format!("an artifact named `{name}` was already published by this run"));
+            return Err(StepError::Unsupported(format!(
+                "an artifact named `{name}` was already published by this run"
+            )));
         }
         let target = inputs
             .get("targetpath")
@@ -109,14 +115,17 @@ impl LocalPipelines {
         tar_path(&target, &archive).await?;
         let content = tokio::fs::read(&archive)
             .await
-            .map_err(|err| format!("reading {}: {err}", archive.display()))?;
+            .map_err(|err| StepError::file("reading", &archive, err))?;
         // The archive is in memory now; a failed removal only costs disk
         // until the workspace goes.
         let _ = tokio::fs::remove_file(&archive).await;
         let key = format!("{}/{}/{name}", record.tenant, record.run_id);
         let blob = upload(&*self.blobs, ARTIFACTS_CONTAINER, &key, content, "application/x-tar")
             .await
-            .map_err(|err| format!("uploading artifact {name}: {err}"))?;
+            .map_err(|source| StepError::Upload {
+                what: format!("artifact {name}"),
+                source,
+            })?;
         log.line(&format!(
             "Published artifact {name} from {} ({} bytes, sha256 {}).",
             target.display(),
@@ -145,16 +154,22 @@ pub fn artifact_kind(name: &str) -> ArtifactKind {
 /// Tars `target` (a folder's contents, or one file) into `archive` with
 /// deterministic options: names sorted, mtime 0, owner and group 0, modes
 /// normalised to 644/755, GNU format (no access or change times).
-pub(super) async fn tar_path(target: &Path, archive: &Path) -> Result<(), String> {
+pub(super) async fn tar_path(target: &Path, archive: &Path) -> Result<(), StepError> {
     let meta = tokio::fs::metadata(target)
         .await
-        .map_err(|err| format!("artifact path {} is not there: {err}", target.display()))?;
+        .map_err(|source| StepError::ArtifactMissing {
+            path: target.to_owned(),
+            source,
+        })?;
     let (directory, names) = if meta.is_dir() {
         let root = target.to_owned();
         let names = tokio::task::spawn_blocking(move || tar_entries(&root))
             .await
-            .map_err(|err| format!("listing {}: {err}", target.display()))?
-            .map_err(|err| format!("listing {}: {err}", target.display()))?;
+            .map_err(|source| StepError::Task {
+                action: format!("listing {}", target.display()),
+                source,
+            })?
+            .map_err(|err| StepError::file("listing", target, err))?;
         (target.to_owned(), names)
     } else {
         let parent = target

@@ -8,6 +8,7 @@ use tokio::process::Command;
 
 use super::INHERITED_ENV;
 use super::definition::{Shell, Step};
+use super::step_error::StepError;
 use super::variables::Variables;
 use super::workspace::{RunLog, Workspace};
 
@@ -18,14 +19,14 @@ pub(super) async fn run_script(
     variables: &Variables,
     workspace: &Workspace,
     log: &mut RunLog,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let script = variables.expand(body);
     let directory = match &step.working_directory {
         Some(dir) => resolve(&workspace.sources, &variables.expand(dir)),
         None => workspace.sources.clone(),
     };
     if !tokio::fs::metadata(&directory).await.is_ok_and(|meta| meta.is_dir()) {
-        return Err(format!("working directory {} does not exist", directory.display()));
+        return Err(StepError::NoWorkingDirectory(directory));
     }
     let (program, args): (&str, &[&str]) = match shell {
         Shell::Sh => ("sh", &["-c"]),
@@ -54,32 +55,31 @@ pub(super) async fn run_script(
     for (name, value) in &step.env {
         command.env(name, variables.expand(value));
     }
-    let output = log.output().map_err(|err| format!("opening the log: {err}"))?;
-    let errors = log.output().map_err(|err| format!("opening the log: {err}"))?;
+    let output = log.output().map_err(StepError::OpenLog)?;
+    let errors = log.output().map_err(StepError::OpenLog)?;
     command.stdout(output).stderr(errors);
     #[cfg(unix)]
     command.process_group(0);
     let mut child = command
         .spawn()
-        .map_err(|err| format!("could not start `{program}`: {err}"))?;
+        .map_err(|source| StepError::StartShell { program, source })?;
     let _group = ProcessGroup(child.id());
     let status = match step.timeout {
         Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                return Err(format!(
-                    "the step exceeded its time limit of {} minutes and was cancelled",
-                    limit.as_secs() / 60
-                ));
+                return Err(StepError::TimedOut {
+                    minutes: limit.as_secs() / 60,
+                });
             }
         },
         None => child.wait().await,
     }
-    .map_err(|err| format!("waiting for `{program}`: {err}"))?;
+    .map_err(|source| StepError::WaitShell { program, source })?;
     match status.code() {
         Some(0) => Ok(()),
-        Some(code) => Err(format!("Script exited with code '{code}'.")),
-        None => Err(format!("Script was stopped by a signal ({status}).")),
+        Some(code) => Err(StepError::ScriptExited(code)),
+        None => Err(StepError::ScriptSignalled(status)),
     }
 }
 

@@ -192,7 +192,7 @@ fn pipelines_parse_steps_jobs_stages_and_variables() {
         ("extends:\n  template: x.yml\n", "extends"),
         ("steps:\n  - template: t.yml\n", "templates"),
     ] {
-        let err = parse_pipeline(yaml).unwrap_err();
+        let err = parse_pipeline(yaml).unwrap_err().to_string();
         assert!(err.contains(expected), "{yaml:?}: {err}");
     }
 }
@@ -500,9 +500,28 @@ async fn unsupported_tasks_and_missing_pipelines_fail_the_run() {
         .unwrap();
     assert_eq!(record.result, Some(PipelineResult::Failed));
     assert_eq!(record.failed_step.as_deref(), Some("Parse pipeline"));
+    assert_eq!(
+        record.error.as_deref(),
+        Some("missing.yml: the pipeline file is not in the commit"),
+        "the record names the file, then why"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_artifact_path_is_recorded_with_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = tar_path(&dir.path().join("nowhere"), &dir.path().join("out.tar"))
+        .await
+        .unwrap_err();
     assert!(
-        record.error.as_deref().unwrap().contains("not in the commit"),
-        "{record:?}"
+        matches!(err, super::step_error::StepError::ArtifactMissing { .. }),
+        "{err}"
+    );
+    let report = err.report();
+    assert!(report.starts_with("artifact path "), "{report}");
+    assert!(
+        report.contains("nowhere is not there: "),
+        "the OS's reason follows: {report}"
     );
 }
 

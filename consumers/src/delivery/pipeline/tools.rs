@@ -6,6 +6,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use super::MAX_STDERR;
+use super::step_error::StepError;
 
 pub(super) fn tar_command() -> Command {
     let mut command = Command::new("tar");
@@ -19,28 +20,21 @@ pub(super) fn tar_command() -> Command {
 }
 
 /// Runs a tool to completion; its stderr is the error.
-pub(super) async fn run_tool(mut command: Command, name: &str) -> Result<(), String> {
-    let output = command
-        .output()
-        .await
-        .map_err(|err| format!("could not run `{name}`: {err}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{name}` failed ({}): {}",
-            output.status,
-            shorten(&String::from_utf8_lossy(&output.stderr))
-        ))
-    }
+pub(super) async fn run_tool(mut command: Command, name: &str) -> Result<(), StepError> {
+    let output = command.output().await.map_err(|source| StepError::RunTool {
+        tool: name.to_owned(),
+        source,
+    })?;
+    check_output(&output, name)
 }
 
-pub(super) async fn run_tool_with_input(mut command: Command, name: &str, input: Vec<u8>) -> Result<(), String> {
+pub(super) async fn run_tool_with_input(mut command: Command, name: &str, input: Vec<u8>) -> Result<(), StepError> {
     use tokio::io::AsyncWriteExt as _;
     command.stdin(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|err| format!("could not run `{name}`: {err}"))?;
+    let mut child = command.spawn().map_err(|source| StepError::RunTool {
+        tool: name.to_owned(),
+        source,
+    })?;
     if let Some(mut stdin) = child.stdin.take() {
         let written = async {
             stdin.write_all(&input).await?;
@@ -52,18 +46,23 @@ pub(super) async fn run_tool_with_input(mut command: Command, name: &str, input:
             tracing::debug!(tool = name, error = %err, "could not write the whole input");
         }
     }
-    let output = child
-        .wait_with_output()
-        .await
-        .map_err(|err| format!("waiting for `{name}`: {err}"))?;
+    let output = child.wait_with_output().await.map_err(|source| StepError::WaitTool {
+        tool: name.to_owned(),
+        source,
+    })?;
+    check_output(&output, name)
+}
+
+/// `Ok` when the tool succeeded, else its exit status and stderr.
+fn check_output(output: &std::process::Output, name: &str) -> Result<(), StepError> {
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "`{name}` failed ({}): {}",
-            output.status,
-            shorten(&String::from_utf8_lossy(&output.stderr))
-        ))
+        Err(StepError::ToolFailed {
+            tool: name.to_owned(),
+            status: output.status,
+            stderr: shorten(&String::from_utf8_lossy(&output.stderr)),
+        })
     }
 }
 
