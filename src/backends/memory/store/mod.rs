@@ -16,12 +16,15 @@
 //! ([`HandledStore`]: idempotency, the commit of a handled message,
 //! retries), `sagas` ([`SagaStore`]), `outbox` ([`OutboxStore`]),
 //! `dead_letters` ([`DeadLetterStore`]), `timeline` ([`TimelineStore`] and
-//! [`DeliveryStore`]) and `retention` ([`AdminStore`]).
+//! [`DeliveryStore`]), `retention` ([`AdminStore`]), `access`
+//! ([`AccessStore`]: API keys, HTTP idempotency) and `jobs`
+//! ([`ReplayJobStore`]).
 //!
 //! What only a durable store can show, this one does not pretend to: there
 //! is no schema to check ([`AdminStore::check_schema`] answers Ok), no
 //! other process to share a saga's turn with (`saga_turn` is `None`; the
-//! runtime's in-process turn and the version check are the guards). Every
+//! runtime's in-process turn and the version check are the guards), and a
+//! replay job's lease outlives its runner only within the process. Every
 //! timeline line is written here, so every one wakes its waits at once; the
 //! fallback of a wait only bounds it, as the port asks of every store.
 //!
@@ -33,6 +36,8 @@
 //! [`DeliveryStore`]: crate::ports::store::DeliveryStore
 //! [`AdminStore`]: crate::ports::store::AdminStore
 //! [`AdminStore::check_schema`]: crate::ports::store::AdminStore::check_schema
+//! [`AccessStore`]: crate::ports::store::AccessStore
+//! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -42,8 +47,10 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 use crate::ports::store::{DEFAULT_TIMELINE_FALLBACK, TimelineEntry, TimelineWatch};
 use crate::ports::transport::{from_unix_ms, unix_ms};
 
+mod access;
 mod dead_letters;
 mod handled;
+mod jobs;
 mod outbox;
 mod retention;
 mod sagas;
@@ -65,6 +72,8 @@ struct State {
     dead_letters: dead_letters::DeadLetters,
     timeline: timeline::Timeline,
     deliveries: timeline::Deliveries,
+    access: access::Access,
+    jobs: jobs::Jobs,
 }
 
 impl Default for MemoryStore {

@@ -52,6 +52,7 @@ fn prune(state: &mut State, policy: &RetentionPolicy, now: OffsetDateTime) -> Pr
         dead_letters,
         timeline,
         deliveries,
+        jobs,
         ..
     } = state;
     let batch = policy.batch.max(1);
@@ -78,6 +79,14 @@ fn prune(state: &mut State, policy: &RetentionPolicy, now: OffsetDateTime) -> Pr
     // A delivery record goes once its timeline has.
     pruned.deliveries = prune_rows(&mut deliveries.records, timeline_before, batch, |id, (_, record)| {
         (!timeline.has_lines(id)).then_some(record.started_at)
+    });
+    // Bulk replay jobs that ended, with their items.
+    pruned.replay_jobs = prune_rows(&mut jobs.jobs, timeline_before, batch, |_, job| {
+        job.record
+            .status
+            .is_terminal()
+            .then_some(job.record.finished_at)
+            .flatten()
     });
     // Finished sagas (with their history), one batch across every kind.
     for finished in &policy.finished {
