@@ -159,3 +159,6 @@ fn oldest<K>(mut rows: Vec<(OffsetDateTime, K)>, batch: usize) -> Vec<K> {
 fn count<T>(rows: &[T]) -> u64 {
     u64::try_from(rows.len()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests;
