@@ -1,5 +1,7 @@
 //! An in-memory transport with the same peek-lock semantics as the embedded
-//! one, for unit tests of the consumer host.
+//! one, for unit tests of the consumer host, and beside it an in-memory
+//! store ([`store::MemoryStore`]) for unit tests and for trying bosun
+//! without a disk: nothing either keeps survives the process.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,8 @@ use crate::ports::transport::{
     DeadLetteredMessage, LockToken, OutboundMessage, ReceivedMessage, Topology, Transport, TransportAdmin,
     TransportError,
 };
+
+pub mod store;
 
 #[derive(Debug, Clone)]
 struct Row {
