@@ -232,6 +232,67 @@ impl Backends {
     }
 }
 
+/// How often a waiting process looks again for the migration it needs.
+const SCHEMA_WAIT: Duration = Duration::from_secs(5);
+/// How often a serving process asks whether the database has moved past
+/// what it runs with.
+pub const SCHEMA_RECHECK: Duration = Duration::from_secs(30);
+
+/// [`Backends::open`], waiting while the database schema is behind this
+/// bosun (a migration still to run: on AKS another pod's init container
+/// may be running it now) instead of failing, so a pod waits unready
+/// rather than crash-looping. `waiting` is told why each time it looks
+/// again; anything else that stops the open, a schema past this bosun's
+/// window included, fails at once. `None` when `shutdown` comes first.
+pub async fn open_when_migrated(
+    settings: &Settings,
+    waiting: impl Fn(&StoreError),
+    shutdown: &CancellationToken,
+) -> Result<Option<Backends>, StartError> {
+    let mut looks = 0_u32;
+    loop {
+        match Backends::open(settings).await {
+            Ok(backends) => return Ok(Some(backends)),
+            Err(StartError::Store(err @ StoreError::SchemaMismatch { found, expected })) if found < expected => {
+                // Said at the first look, then once a minute.
+                if looks.is_multiple_of(12) {
+                    tracing::warn!(error = %err, "waiting for the database schema; not serving until it is migrated");
+                }
+                looks += 1;
+                waiting(&err);
+                tokio::select! {
+                    () = tokio::time::sleep(SCHEMA_WAIT) => {}
+                    () = shutdown.cancelled() => return Ok(None),
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Asks the store every `every` whether this bosun still runs on its
+/// schema. Once it does not (a newer release's contract migration, or a
+/// database put back behind it), logs why, cancels `stop` and returns the
+/// error, so the process stops taking work instead of writing to a schema
+/// it does not understand. Returns `None` once `stop` is cancelled
+/// otherwise. A failure to ask (the database down) is not a verdict:
+/// readiness reports it and the next look asks again.
+pub async fn watch_schema(store: Arc<dyn Store>, every: Duration, stop: CancellationToken) -> Option<StoreError> {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return None,
+        }
+        if let Err(err @ (StoreError::SchemaTooNew { .. } | StoreError::SchemaMismatch { .. })) =
+            store.check_schema().await
+        {
+            tracing::error!(error = %err, "the database schema moved out of what this bosun runs with; stopping");
+            stop.cancel();
+            return Some(err);
+        }
+    }
+}
+
 /// Runs the selected consumers until `shutdown` is cancelled.
 pub async fn serve(settings: &Settings, backends: &Backends, shutdown: CancellationToken) -> Result<(), StartError> {
     serve_with_metrics(settings, backends, shutdown, Arc::new(Metrics::new())).await
@@ -271,10 +332,17 @@ pub async fn serve_with_metrics(
     let host = backends
         .host(consumers, HostOptions::from_settings(settings))
         .with_metrics(metrics);
-    let served = host.run(shutdown).await;
+    let stop = shutdown.child_token();
+    let schema = tokio::spawn(watch_schema(Arc::clone(&backends.store), SCHEMA_RECHECK, stop.clone()));
+    let served = host.run(stop.clone()).await;
+    stop.cancel();
     sampler.abort();
+    let moved = schema.await.ok().flatten();
     served?;
-    Ok(())
+    match moved {
+        Some(err) => Err(err.into()),
+        None => Ok(()),
+    }
 }
 
 /// How often the gauges are sampled: every 15 s, or at the OTLP export
@@ -415,3 +483,6 @@ pub fn cancel_on_signals(token: CancellationToken) {
         token.cancel();
     });
 }
+
+#[cfg(test)]
+mod tests;

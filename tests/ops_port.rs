@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Server, eventually, run_json};
+use common::{PostgresSchema, Server, block_on, eventually, run, run_json};
 
 /// `GET path` on `address`: the status and the body.
 fn get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
@@ -98,4 +98,51 @@ fn the_ops_port_answers_without_the_api_and_turns_unready_on_sigterm_before_the_
         server.child.try_wait().unwrap().is_none(),
         "bosun is still draining the probe"
     );
+}
+
+#[test]
+fn a_process_on_a_schema_behind_it_waits_unready_then_serves_once_migrated() {
+    let schema = block_on(PostgresSchema::create("ops_wait"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let env = [
+        ("BOSUN_DATABASE_URL", schema.url.as_str()),
+        ("BOSUN_TRANSPORT", "postgres"),
+    ];
+    let mut server = Server::start(data, &env, &["--consumers", "probe", "--ops-addr", "127.0.0.1:0"]);
+    let line = server.wait_for_line("bosun: ops port on http://", Duration::from_secs(60));
+    let address = line
+        .split("http://")
+        .nth(1)
+        .expect("the line names the address")
+        .trim()
+        .to_owned();
+
+    // Alive, not ready, saying why; and still running, not crash-looping.
+    assert_eq!(get(&address, "/healthz").unwrap().0, 200);
+    let (status, body) = eventually(
+        "unready, saying it waits for the schema",
+        Duration::from_secs(30),
+        || {
+            get(&address, "/readyz")
+                .ok()
+                .filter(|(_, body)| body.contains("waiting for the database schema"))
+        },
+    );
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("run `bosun migrate`"), "{body}");
+    server.wait_for_line("waiting for the database schema", Duration::from_secs(30));
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the process waits, it does not exit"
+    );
+
+    run(data, &["migrate", "--database-url", &schema.url]);
+    let (status, body) = eventually("ready once migrated", Duration::from_secs(60), || {
+        get(&address, "/readyz").ok().filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(status, 200, "{body}");
+    server.wait_for_line("receiving", Duration::from_secs(30));
+    server.terminate();
+    block_on(schema.drop());
 }

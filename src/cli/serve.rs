@@ -53,19 +53,26 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
     if let Some(list) = args.consumers {
         settings.consumers = Some(parse_consumer_list(&list)?);
     }
-    let backends = Backends::open(&settings).await?;
     let shutdown = CancellationToken::new();
     wiring::cancel_on_signals(shutdown.clone());
     let metrics = Arc::new(Metrics::new());
+    // The ops port answers first: alive, not ready while the backends
+    // open (or wait for a migration).
+    let ops = match args.ops_addr.or(settings.ops_addr) {
+        Some(address) => Some(start_ops(address, &shutdown, Arc::clone(&metrics)).await?),
+        None => None,
+    };
+    let Some(backends) = open_backends(&settings, ops.as_ref(), &shutdown).await? else {
+        return stop_ops(ops).await;
+    };
     let api = match args.http {
         Some(address) => Some(start_api(&settings, &backends, &address, &shutdown, Arc::clone(&metrics)).await?),
         None => None,
     };
-    let http = api.as_ref().map(|(_, _, http)| Arc::clone(http)).unwrap_or_default();
-    let ops = match args.ops_addr.or(settings.ops_addr) {
-        Some(address) => Some(start_ops(&backends, address, &shutdown, Arc::clone(&metrics), http).await?),
-        None => None,
-    };
+    if let Some((_, _, state)) = &ops {
+        let http = api.as_ref().map(|(_, _, http)| Arc::clone(http)).unwrap_or_default();
+        state.serving(backends.clone(), http);
+    }
     let served = wiring::serve_with_metrics(&settings, &backends, shutdown, metrics).await;
     // The API and the ops port answer (not ready) while the consumers
     // drain, then stop.
@@ -73,10 +80,7 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
         stop.cancel();
         task.await.context("HTTP API task")??;
     }
-    if let Some((stop, task)) = ops {
-        stop.cancel();
-        task.await.context("ops port task")??;
-    }
+    stop_ops(ops).await?;
     // Prefetched messages go back to the broker at once, not when
     // their locks expire.
     backends.transport.close().await;
@@ -87,23 +91,59 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
 /// Serves the HTTP API alone (and the ops port with `--ops-addr` or
 /// `BOSUN_OPS_ADDR`) until a signal.
 pub async fn api(args: ApiArgs, settings: &Settings) -> Result<()> {
-    let backends = Backends::open(settings).await?;
     let shutdown = CancellationToken::new();
     wiring::cancel_on_signals(shutdown.clone());
     let metrics = Arc::new(Metrics::new());
-    let (stop, task, http) = start_api(settings, &backends, &args.http, &shutdown, Arc::clone(&metrics)).await?;
     let ops = match args.ops_addr.or(settings.ops_addr) {
-        Some(address) => Some(start_ops(&backends, address, &shutdown, metrics, http).await?),
+        Some(address) => Some(start_ops(address, &shutdown, Arc::clone(&metrics)).await?),
         None => None,
     };
+    let Some(backends) = open_backends(settings, ops.as_ref(), &shutdown).await? else {
+        return stop_ops(ops).await;
+    };
+    let (stop, task, http) = start_api(settings, &backends, &args.http, &shutdown, Arc::clone(&metrics)).await?;
+    if let Some((_, _, state)) = &ops {
+        state.serving(backends.clone(), http);
+    }
+    // The API stops taking commands once the database moves past what
+    // this bosun runs with.
+    let schema = tokio::spawn(wiring::watch_schema(
+        Arc::clone(&backends.store),
+        wiring::SCHEMA_RECHECK,
+        shutdown.clone(),
+    ));
     shutdown.cancelled().await;
     stop.cancel();
     let served = task.await.context("HTTP API task")?;
-    if let Some((stop, task)) = ops {
+    stop_ops(ops).await?;
+    if let Some(err) = schema.await.ok().flatten() {
+        return Err(err.into());
+    }
+    served
+}
+
+/// Opens the backends, waiting unready (the ops port says why) while the
+/// database schema is behind this bosun. `None` when a signal came first.
+async fn open_backends(
+    settings: &Settings,
+    ops: Option<&RunningOps>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Backends>> {
+    let waiting = |err: &bosun::ports::store::StoreError| {
+        if let Some((_, _, state)) = ops {
+            state.waiting(format!("waiting for the database schema: {err}"));
+        }
+    };
+    Ok(wiring::open_when_migrated(settings, waiting, shutdown).await?)
+}
+
+/// Stops the ops port, if one runs, and waits for it.
+async fn stop_ops(ops: Option<RunningOps>) -> Result<()> {
+    if let Some((stop, task, _)) = ops {
         stop.cancel();
         task.await.context("ops port task")??;
     }
-    served
+    Ok(())
 }
 
 /// Serves the MCP tools over stdio, acting as the key in `BOSUN_API_KEY`.
@@ -130,10 +170,6 @@ pub async fn mcp(settings: &Settings) -> Result<()> {
         .await
         .context("MCP stdio")
 }
-
-/// A server running in the background: cancel the token to stop it, then
-/// await the task.
-type Running = (CancellationToken, tokio::task::JoinHandle<Result<()>>);
 
 /// Binds the HTTP API and serves it in the background until the returned
 /// token is cancelled; readiness turns false when `draining` is cancelled.
@@ -174,26 +210,26 @@ async fn start_api(
     Ok((stop, task, http))
 }
 
+/// The ops port running in the background, and its state (to tell it the
+/// backends once they are open).
+type RunningOps = (CancellationToken, tokio::task::JoinHandle<Result<()>>, OpsState);
+
 /// Binds the ops port and serves it in the background until the returned
-/// token is cancelled; readiness turns false when `draining` is cancelled.
-async fn start_ops(
-    backends: &Backends,
-    address: SocketAddr,
-    draining: &CancellationToken,
-    metrics: Arc<Metrics>,
-    http: Arc<HttpMetrics>,
-) -> Result<Running> {
+/// token is cancelled: alive at once, ready once told the backends
+/// ([`OpsState::serving`]), not ready again when `draining` is cancelled.
+async fn start_ops(address: SocketAddr, draining: &CancellationToken, metrics: Arc<Metrics>) -> Result<RunningOps> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("--ops-addr / BOSUN_OPS_ADDR {address}: cannot listen"))?;
     let bound = listener.local_addr().context("ops port: no local address")?;
     // Scripts and tests read the port from here (port 0 picks a free one).
     eprintln!("bosun: ops port on http://{bound}");
-    let state = OpsState::new(backends.clone(), draining.clone(), metrics, http);
+    let state = OpsState::starting(draining.clone(), metrics);
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
+        let state = state.clone();
         async move { ops::serve(listener, state, stop).await.context("ops port") }
     });
-    Ok((stop, task))
+    Ok((stop, task, state))
 }

@@ -13,7 +13,7 @@
 //! the in-flight work is finished.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Json;
@@ -41,10 +41,19 @@ const OPS_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the ops port's handlers share.
 #[derive(Clone)]
 pub struct OpsState {
-    backends: Backends,
+    stage: Arc<RwLock<Stage>>,
     draining: CancellationToken,
     metrics: Arc<Metrics>,
-    http: Arc<HttpMetrics>,
+}
+
+/// Where the process is: still opening its backends (waiting for a
+/// migration, say), or serving over them.
+enum Stage {
+    /// Not serving yet, and why.
+    Starting(String),
+    /// Serving over `backends`, with the HTTP API's counts (empty when no
+    /// API runs in this process).
+    Serving { backends: Backends, http: Arc<HttpMetrics> },
 }
 
 impl OpsState {
@@ -54,10 +63,40 @@ impl OpsState {
     /// `/metrics`.
     pub fn new(backends: Backends, draining: CancellationToken, metrics: Arc<Metrics>, http: Arc<HttpMetrics>) -> Self {
         Self {
-            backends,
+            stage: Arc::new(RwLock::new(Stage::Serving { backends, http })),
             draining,
             metrics,
-            http,
+        }
+    }
+
+    /// State of a process still opening its backends: `/healthz` answers,
+    /// `/readyz` says why it is not ready ([`OpsState::waiting`]) until
+    /// [`OpsState::serving`].
+    pub fn starting(draining: CancellationToken, metrics: Arc<Metrics>) -> Self {
+        Self {
+            stage: Arc::new(RwLock::new(Stage::Starting(
+                "opening the store and the transport".to_owned(),
+            ))),
+            draining,
+            metrics,
+        }
+    }
+
+    /// Why the process is still not serving (`/readyz` says it).
+    pub fn waiting(&self, reason: impl std::fmt::Display) {
+        *self.stage.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Stage::Starting(reason.to_string());
+    }
+
+    /// The process serves over `backends` from now on.
+    pub fn serving(&self, backends: Backends, http: Arc<HttpMetrics>) {
+        *self.stage.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Stage::Serving { backends, http };
+    }
+
+    /// The backends and HTTP counts, or why there are none yet.
+    fn current(&self) -> Result<(Backends, Arc<HttpMetrics>), String> {
+        match &*self.stage.read().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Stage::Starting(reason) => Err(reason.clone()),
+            Stage::Serving { backends, http } => Ok((backends.clone(), Arc::clone(http))),
         }
     }
 }
@@ -138,7 +177,16 @@ async fn healthz() -> Json<Value> {
 }
 
 async fn readyz(State(state): State<OpsState>) -> Response {
-    let readiness = readiness(&state.backends, &state.draining).await;
+    let readiness = match state.current() {
+        Ok((backends, _)) => readiness(&backends, &state.draining).await,
+        Err(reason) => Readiness {
+            ready: false,
+            checks: BTreeMap::from([
+                ("starting", json!(reason)),
+                ("draining", json!(state.draining.is_cancelled())),
+            ]),
+        },
+    };
     let status = if readiness.ready {
         StatusCode::OK
     } else {
@@ -148,7 +196,10 @@ async fn readyz(State(state): State<OpsState>) -> Response {
 }
 
 async fn metrics(State(state): State<OpsState>) -> Response {
-    let text = metrics_text(&state.backends, &state.metrics, &state.http).await;
+    let text = match state.current() {
+        Ok((backends, http)) => metrics_text(&backends, &state.metrics, &http).await,
+        Err(_) => prometheus::render(&state.metrics, &HttpMetrics::default(), None),
+    };
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

@@ -1,0 +1,56 @@
+//! Tests of `src/wiring.rs`.
+
+use std::time::Duration;
+
+use sqlx_core::query::query;
+
+use super::*;
+use crate::backends::postgres::{SCHEMA_VERSION, testing};
+
+/// Records a migration a newer bosun applied, running with `runs_with`.
+async fn newer_migration(test: &testing::TestDatabase, version: i64, runs_with: i64) {
+    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'newer', '', $2)")
+        .bind(version)
+        .bind(runs_with)
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_serving_process_stops_once_the_database_moves_past_its_window_and_not_before() {
+    let test = testing::migrated().await;
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::new(test.database.clone()));
+    let stop = CancellationToken::new();
+    let watch = tokio::spawn(watch_schema(store, Duration::from_millis(50), stop.clone()));
+
+    // An expand migration of the next release: this bosun runs on it.
+    newer_migration(&test, SCHEMA_VERSION + 1, SCHEMA_VERSION).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!watch.is_finished(), "an expand migration stopped the process");
+    assert!(!stop.is_cancelled());
+
+    // Its contract step: this bosun must stop taking work.
+    newer_migration(&test, SCHEMA_VERSION + 2, SCHEMA_VERSION + 2).await;
+    let moved = tokio::time::timeout(Duration::from_secs(10), watch)
+        .await
+        .expect("the watch noticed within its interval")
+        .unwrap();
+    assert!(
+        matches!(moved, Some(StoreError::SchemaTooNew { built_for, .. }) if built_for == SCHEMA_VERSION),
+        "{moved:?}"
+    );
+    assert!(stop.is_cancelled(), "the host is told to stop");
+    test.finish().await;
+}
+
+#[tokio::test]
+async fn a_watch_ends_quietly_when_the_process_stops() {
+    let test = testing::migrated().await;
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::new(test.database.clone()));
+    let stop = CancellationToken::new();
+    let watch = tokio::spawn(watch_schema(store, Duration::from_secs(3600), stop.clone()));
+    stop.cancel();
+    assert!(watch.await.unwrap().is_none());
+    test.finish().await;
+}
