@@ -12,7 +12,7 @@ use crate::backends::postgres::store::handled::record_retry_in;
 use crate::backends::postgres::store::timeline::insert_timeline;
 use crate::backends::postgres::transport::PostgresTransport;
 use crate::ports::settle::{Halts, Settle, SettleError, Settled, Settlement, transport_description};
-use crate::ports::store::{HandledMessage, StoreError, doing};
+use crate::ports::store::{DeadLetterRecord, HandledMessage, RetryWrite, StoreError, TimelineEntry, doing};
 use crate::ports::transport::{LockToken, Transport};
 
 mod batch;
@@ -79,9 +79,15 @@ impl PostgresSettle {
         self.transport.database()
     }
 
-    /// A retry, a dead letter or a duplicate: the message settled and the
-    /// settlement's rows written, in one transaction.
-    async fn settle_alone(&self, settlement: &Settlement, lock: &LockToken) -> Result<Settled, SettleError> {
+    /// A retry, a dead letter or a duplicate (`alone`, of `settlement`):
+    /// the message settled and the settlement's rows written, in one
+    /// transaction.
+    async fn settle_alone(
+        &self,
+        settlement: &Settlement,
+        alone: Alone<'_>,
+        lock: &LockToken,
+    ) -> Result<Settled, SettleError> {
         let database = self.database();
         let doing = || {
             format!(
@@ -94,36 +100,43 @@ impl PostgresSettle {
         let store = |err: sqlx_core::Error| SettleError::Store(StoreError::from(err).doing(doing()));
         let mut tx = database.pool().begin().await.map_err(store)?;
         let mut wakes = Wakes::default();
-        let settled = match settlement {
-            Settlement::DeadLetter { record, .. } => {
+        let settled = match alone {
+            Alone::DeadLetter(record, _) => {
                 dead_letter_locked(&mut *tx, lock, &record.reason, transport_description(record)).await
             }
-            _ => complete_locked(&mut *tx, lock).await,
+            Alone::Retry(_) | Alone::Duplicate(_) => complete_locked(&mut *tx, lock).await,
         }
         .map_err(store)?;
         if !settled {
             // Nothing written: the transaction rolls back when dropped.
             return Err(SettleError::lock_lost(lock));
         }
-        let written = match settlement {
-            Settlement::Retry(retry) => record_retry_in(&mut tx, retry, &mut wakes).await,
-            Settlement::DeadLetter { record, timeline } => {
-                record_dead_letter_in(&mut tx, record, timeline.as_ref(), &mut wakes).await
-            }
-            Settlement::Duplicate(line) => insert_timeline(&mut tx, std::slice::from_ref(line), &mut wakes)
+        let written = match alone {
+            Alone::Retry(retry) => record_retry_in(&mut tx, retry, &mut wakes).await,
+            Alone::DeadLetter(record, timeline) => record_dead_letter_in(&mut tx, record, timeline, &mut wakes).await,
+            Alone::Duplicate(line) => insert_timeline(&mut tx, std::slice::from_ref(line), &mut wakes)
                 .await
                 .map_err(StoreError::from),
-            Settlement::Handled(_) | Settlement::Abandon => Ok(()),
         };
         written.map_err(|err| SettleError::Store(err.doing(doing())))?;
         self.halts.after_store_writes(settlement).await;
         tx.commit().await.map_err(store)?;
         database.wake(wakes);
-        Ok(match settlement {
-            Settlement::Duplicate(_) => Settled::AlreadyHandled,
-            _ => Settled::Written,
+        Ok(match alone {
+            Alone::Duplicate(_) => Settled::AlreadyHandled,
+            Alone::Retry(_) | Alone::DeadLetter(..) => Settled::Written,
         })
     }
+}
+
+/// The settlements written in a transaction of their own: the message
+/// completed (or dead-lettered) and what became of it recorded. A handling
+/// goes through the batched commit, an abandon writes nothing.
+#[derive(Clone, Copy)]
+enum Alone<'a> {
+    Retry(&'a RetryWrite),
+    DeadLetter(&'a DeadLetterRecord, Option<&'a TimelineEntry>),
+    Duplicate(&'a TimelineEntry),
 }
 
 #[async_trait]
@@ -142,7 +155,15 @@ impl Settle for PostgresSettle {
                 self.transport.abandon(lock).await?;
                 Ok(Settled::Written)
             }
-            other => self.settle_alone(&other, lock).await,
+            Settlement::Retry(ref retry) => self.settle_alone(&settlement, Alone::Retry(retry), lock).await,
+            Settlement::DeadLetter {
+                ref record,
+                ref timeline,
+            } => {
+                self.settle_alone(&settlement, Alone::DeadLetter(record, timeline.as_ref()), lock)
+                    .await
+            }
+            Settlement::Duplicate(ref line) => self.settle_alone(&settlement, Alone::Duplicate(line), lock).await,
         }
     }
 }
