@@ -181,6 +181,16 @@ async fn port_errors_keep_their_retry_decision() {
     let err = handle(&consumer, samples::build_completed().into()).await.unwrap_err();
     assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
 
+    *consumer.builder().fail.lock().unwrap() = Some(|| {
+        let not_a_tar = crate::delivery::archive::tar::read_archive(&[7; 1024]).unwrap_err();
+        ContainerBuildError::Build(crate::delivery::oci::BuildError::ContextArchive(not_a_tar))
+    });
+    let err = handle(&consumer, samples::build_completed().into()).await.unwrap_err();
+    assert!(
+        matches!(err, HandlerError::Permanent(_)),
+        "a context that is no tar fails the same way again: {err}"
+    );
+
     *consumer.builder().fail.lock().unwrap() = Some(|| ContainerBuildError::Throttled {
         after: std::time::Duration::from_secs(9),
         source: "slow down".into(),

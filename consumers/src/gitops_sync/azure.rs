@@ -165,6 +165,30 @@ pub fn application_name(prefix: &str, tenant: &str, environment: &str) -> String
 /// A failed Argo CD call: the error, Argo CD's message, the HTTP status.
 type ArgoFailure = (GitOpsError, String, Option<StatusCode>);
 
+/// An Argo CD call that got no usable answer; the cause of a
+/// [`GitOpsError::Unavailable`] or [`GitOpsError::Rejected`].
+#[derive(Debug, thiserror::Error)]
+enum ArgoCallError {
+    /// No answer, or its body could not be read.
+    #[error("Argo CD {operation}: {source}")]
+    Transport {
+        /// Method and URL path.
+        operation: String,
+        /// What the HTTP client said.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An application's JSON is not what bosun reads.
+    #[error("Argo CD application `{name}` is not readable: {source}")]
+    Unreadable {
+        /// The application.
+        name: String,
+        /// What the parser found.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct ApplicationStatus {
@@ -326,11 +350,16 @@ impl AzureEnvironments {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = http::send(request).await.map_err(|err| {
-            let source = format!("Argo CD {operation}: {err}");
-            let err = match Disposition::of_transport(&err) {
-                Disposition::Permanent => GitOpsError::Rejected(source.into()),
-                _ => GitOpsError::Unavailable(source.into()),
+        let response = http::send(request).await.map_err(|source| {
+            let permanent = matches!(Disposition::of_transport(&source), Disposition::Permanent);
+            let source = Box::new(ArgoCallError::Transport {
+                operation: operation.clone(),
+                source,
+            });
+            let err = if permanent {
+                GitOpsError::Rejected(source)
+            } else {
+                GitOpsError::Unavailable(source)
             };
             (err, String::new(), None)
         })?;
@@ -339,12 +368,12 @@ impl AzureEnvironments {
         let bytes = response
             .bytes()
             .await
-            .map_err(|err| {
-                (
-                    GitOpsError::Unavailable(format!("Argo CD {operation}: {err}").into()),
-                    String::new(),
-                    Some(status),
-                )
+            .map_err(|source| {
+                let source = ArgoCallError::Transport {
+                    operation: operation.clone(),
+                    source,
+                };
+                (GitOpsError::Unavailable(Box::new(source)), String::new(), Some(status))
             })?
             .to_vec();
         tracing::debug!(%operation, status = status.as_u16(), "argo cd call");
@@ -367,12 +396,12 @@ impl AzureEnvironments {
     /// An application and what it says, parsed.
     async fn application(&self, name: &str) -> Result<Application, ArgoFailure> {
         let bytes = self.send(Method::GET, self.application_url(name, &[]), None).await?;
-        serde_json::from_slice(&bytes).map_err(|err| {
-            (
-                GitOpsError::Unavailable(format!("Argo CD application `{name}` is not readable: {err}").into()),
-                String::new(),
-                None,
-            )
+        serde_json::from_slice(&bytes).map_err(|source| {
+            let source = ArgoCallError::Unreadable {
+                name: name.to_owned(),
+                source,
+            };
+            (GitOpsError::Unavailable(Box::new(source)), String::new(), None)
         })
     }
 

@@ -71,8 +71,9 @@ impl From<LocalGitError> for GitOpsError {
     }
 }
 
+/// An I/O failure while `context` was being done: transient.
 fn io_error(context: String) -> impl FnOnce(std::io::Error) -> GitOpsError {
-    move |err| GitOpsError::Unavailable(format!("{context}: {err}").into())
+    move |source| GitOpsError::Io { context, source }
 }
 
 impl LocalEnvironments {

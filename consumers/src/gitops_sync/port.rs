@@ -100,6 +100,17 @@ pub enum GitOpsError {
     /// Transient.
     #[error("environment unavailable: {0}")]
     Unavailable(#[source] BoxError),
+    /// A local file or `git` process failed: the environment directory,
+    /// or `git cat-file` on the local Git host. Transient.
+    #[error("environment unavailable: {context}: {source}")]
+    Io {
+        /// What was being done (`reading <path>`, `starting `git
+        /// cat-file``).
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The service asks to retry after a delay.
     #[error("environment asks to retry after {after:?}: {source}")]
     Throttled {

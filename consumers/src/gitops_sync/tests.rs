@@ -667,6 +667,33 @@ async fn local_reconcile_prunes_what_is_gone_and_reports_each_app() {
 }
 
 #[tokio::test]
+async fn a_local_file_failure_is_transient_and_keeps_its_cause() {
+    let local = Local::new();
+    let dir = local.env_dir();
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    std::fs::write(&dir, "a file where the environment folder goes").unwrap();
+    let err = local
+        .consumer
+        .environments()
+        .reconcile(&ReconcileRequest {
+            tenant: "contoso".into(),
+            environment: "dev".into(),
+            repository: "environments".into(),
+            commit_sha: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GitOpsError::Io { context, .. } if context.starts_with("reading ")),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "a disk failure is not the caller's fault: {err}");
+    let source = std::error::Error::source(&err).expect("the I/O error is kept");
+    assert!(source.downcast_ref::<std::io::Error>().is_some());
+    assert!(matches!(HandlerError::from(err), HandlerError::Transient(_)));
+}
+
+#[tokio::test]
 async fn local_reconcile_of_an_unknown_environment_changes_nothing() {
     let local = Local::new();
     let mut stored = Value::Null;

@@ -295,7 +295,10 @@ impl PulumiEngine {
                     .into(),
                 )
             })?
-            .map_err(|err| IacError::Unavailable(format!("could not run pulumi: {err}").into()))?;
+            .map_err(|source| IacError::Io {
+                context: "could not run pulumi".to_owned(),
+                source,
+            })?;
         if output.status.success() {
             return String::from_utf8(output.stdout)
                 .map_err(|_| IacError::Unavailable(format!("`pulumi {operation}` printed non-UTF-8 output").into()));
@@ -321,8 +324,10 @@ impl PulumiEngine {
     }
 
     fn parse<T: for<'de> Deserialize<'de>>(operation: &str, text: &str) -> Result<T, IacError> {
-        serde_json::from_str(text.trim())
-            .map_err(|err| IacError::Unavailable(format!("`pulumi {operation}` printed unexpected JSON: {err}").into()))
+        serde_json::from_str(text.trim()).map_err(|source| IacError::Json {
+            context: format!("`pulumi {operation}` printed unexpected JSON"),
+            source,
+        })
     }
 
     fn config_args(request: &ProvisionRequest) -> Vec<String> {
@@ -487,7 +492,10 @@ impl InfrastructureEngine for PulumiEngine {
         if self.config.use_update_plans && !request.preview_only {
             tokio::fs::create_dir_all(&self.config.work_dir)
                 .await
-                .map_err(|err| IacError::Unavailable(format!("creating the plan folder: {err}").into()))?;
+                .map_err(|source| IacError::Io {
+                    context: "creating the plan folder".to_owned(),
+                    source,
+                })?;
             preview_args.push(format!("--save-plan={}", plan_file.display()));
         }
         let text = self.pulumi(&preview_args).await?;

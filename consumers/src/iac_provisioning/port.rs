@@ -112,6 +112,27 @@ pub enum IacError {
     /// be read or written). Transient.
     #[error("infrastructure engine unavailable: {0}")]
     Unavailable(#[source] BoxError),
+    /// A local file or process failed: the local engine's state, the
+    /// plan folder, starting `pulumi`. Transient.
+    #[error("infrastructure engine unavailable: {context}: {source}")]
+    Io {
+        /// What was being done (`reading <path>`, `could not run pulumi`).
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state file or a CLI's output is not the JSON bosun reads or
+    /// writes. Transient, as the engine's other failures.
+    #[error("infrastructure engine unavailable: {context}: {source}")]
+    Json {
+        /// What was read or written (`<path> is not valid`, `` `pulumi
+        /// preview` printed unexpected JSON``).
+        context: String,
+        /// What the JSON parser or writer found.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The engine asks to retry after a delay (e.g. a locked stack).
     #[error("infrastructure engine asks to retry after {after:?}: {source}")]
     Throttled {

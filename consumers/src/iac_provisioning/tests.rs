@@ -316,6 +316,52 @@ async fn local_engine_previews_and_applies_resources_as_files() {
     assert_eq!(storage["properties"]["sizeGb"], json!(10));
 }
 
+fn request_for(plan_id: &str) -> ProvisionRequest {
+    let command = command(plan_id, four_resources());
+    ProvisionRequest {
+        tenant: "contoso".to_owned(),
+        plan_id: command.plan_id,
+        stack: command.stack,
+        environment: command.environment,
+        release_id: None,
+        config: BTreeMap::new(),
+        resources: command.resources,
+        preview_only: false,
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_local_state_is_retried_and_keeps_its_cause() {
+    let root = tempfile::tempdir().unwrap();
+    let consumer = IacProvisioning::new(LocalInfrastructure::new(root.path()));
+    handle(&consumer, command("plan-1", four_resources())).await.unwrap();
+    let state_path = stack_dir(consumer.engine()).join("state.json");
+
+    std::fs::write(&state_path, "{ not json").unwrap();
+    let err = consumer.engine().provision(&request_for("plan-2")).await.unwrap_err();
+    assert!(
+        matches!(&err, IacError::Json { context, .. } if context.ends_with("state.json is not valid")),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "{err}");
+    let source = std::error::Error::source(&err).expect("the parser's error is kept");
+    assert!(source.downcast_ref::<serde_json::Error>().is_some());
+
+    std::fs::remove_file(&state_path).unwrap();
+    std::fs::create_dir(&state_path).unwrap();
+    let err = handle(&consumer, command("plan-2", four_resources()))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "a disk failure is not the caller's fault: {err}");
+    let err = consumer.engine().provision(&request_for("plan-2")).await.unwrap_err();
+    assert!(
+        matches!(&err, IacError::Io { context, .. } if context.starts_with("reading ")),
+        "{err}"
+    );
+    let source = std::error::Error::source(&err).expect("the I/O error is kept");
+    assert!(source.downcast_ref::<std::io::Error>().is_some());
+}
+
 #[tokio::test]
 async fn the_same_plan_twice_is_applied_once_and_reports_the_same_result() {
     let root = tempfile::tempdir().unwrap();

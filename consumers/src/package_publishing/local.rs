@@ -167,7 +167,7 @@ impl LocalNugetFeed {
                 let root = self.root.clone();
                 tokio::task::spawn_blocking(move || migrate(&root))
                     .await
-                    .map_err(|err| PublishError::Storage(format!("the feed migration task failed: {err}")))?
+                    .map_err(|err| PublishError::storage("running the feed migration task", err))?
             })
             .await
             .map(|_| ())
@@ -218,7 +218,7 @@ impl LocalNugetFeed {
             Ok(None)
         })
         .await
-        .map_err(|err| PublishError::Storage(format!("the feed task failed: {err}")))?
+        .map_err(|err| PublishError::storage("running the feed task", err))?
     }
 }
 
@@ -314,7 +314,7 @@ impl PackageFeed for LocalNugetFeed {
         let _guard = self.write_lock.lock().await;
         let published = tokio::task::spawn_blocking(move || store(&paths, &nupkg, &tenant, &package_id, &version))
             .await
-            .map_err(|err| PublishError::Storage(format!("the feed task failed: {err}")))??;
+            .map_err(|err| PublishError::storage("running the feed task", err))??;
         tracing::debug!(
             tenant = %spec.tenant,
             feed = %spec.feed,
@@ -327,8 +327,9 @@ impl PackageFeed for LocalNugetFeed {
     }
 }
 
+/// A storage failure on `path`: `<context> <path>` and the I/O error.
 fn storage(context: &str, path: &Path, err: std::io::Error) -> PublishError {
-    PublishError::Storage(format!("{context} {}: {err}", path.display()))
+    PublishError::storage(format!("{context} {}", path.display()), err)
 }
 
 fn store(

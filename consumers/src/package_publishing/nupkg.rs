@@ -135,12 +135,12 @@ pub async fn prepare(blobs: &dyn BlobStore, spec: &PackageSpec) -> Result<Nupkg,
         if ready {
             open(&spec, bytes)
         } else {
-            let entries = tar::read_archive(&bytes).map_err(|err| PublishError::Content(err.to_string()))?;
+            let entries = tar::read_archive(&bytes).map_err(PublishError::ContentArchive)?;
             pack(&spec, &entries)
         }
     })
     .await
-    .map_err(|err| PublishError::Storage(format!("the packing task failed: {err}")))?
+    .map_err(|err| PublishError::storage("running the packing task", err))?
 }
 
 /// The `.nuspec` of a packed package.
@@ -294,7 +294,10 @@ pub fn pack(spec: &PackageSpec, content: &[TarEntry]) -> Result<Nupkg, PublishEr
     }
     content_types.push_str("</Types>\n");
 
-    let zip_error = |err: zip::ZipError| PublishError::Content(err.to_string());
+    let zip_error = |source| PublishError::Nupkg {
+        context: "packing the .nupkg",
+        source,
+    };
     let mut writer = ZipWriter::new();
     writer.add("_rels/.rels", rels.as_bytes()).map_err(zip_error)?;
     writer.add(&part_name(&nuspec_name), &nuspec).map_err(zip_error)?;
@@ -310,7 +313,10 @@ pub fn pack(spec: &PackageSpec, content: &[TarEntry]) -> Result<Nupkg, PublishEr
 /// Reads a ready `.nupkg` and checks it is `spec`'s id and version.
 pub fn open(spec: &PackageSpec, bytes: Vec<u8>) -> Result<Nupkg, PublishError> {
     let content = |reason: String| PublishError::Content(reason);
-    let entries = zip::read_central_directory(&bytes).map_err(|err| content(format!("not a .nupkg: {err}")))?;
+    let entries = zip::read_central_directory(&bytes).map_err(|source| PublishError::Nupkg {
+        context: "not a .nupkg",
+        source,
+    })?;
     let mut manifests = entries
         .iter()
         .filter(|e| !e.name.contains('/') && e.name.to_ascii_lowercase().ends_with(".nuspec"));
@@ -319,7 +325,10 @@ pub fn open(spec: &PackageSpec, bytes: Vec<u8>) -> Result<Nupkg, PublishError> {
         (None, _) => return Err(content("the .nupkg has no .nuspec at its root".to_owned())),
         (Some(_), Some(_)) => return Err(content("the .nupkg has more than one .nuspec".to_owned())),
     };
-    let nuspec = zip::extract(&bytes, manifest).map_err(|err| content(err.to_string()))?;
+    let nuspec = zip::extract(&bytes, manifest).map_err(|source| PublishError::Nupkg {
+        context: "reading its .nuspec",
+        source,
+    })?;
     let text = String::from_utf8_lossy(&nuspec);
     let id = xml_element(&text, "id").ok_or_else(|| content("the .nuspec has no <id>".to_owned()))?;
     let version = xml_element(&text, "version").ok_or_else(|| content("the .nuspec has no <version>".to_owned()))?;
@@ -532,10 +541,18 @@ mod tests {
             open(&other, packed.bytes.clone()),
             Err(PublishError::Content(_))
         ));
-        assert!(matches!(
-            open(&spec(), b"PK not really".to_vec()),
-            Err(PublishError::Content(_))
-        ));
+        let not_a_zip = open(&spec(), b"PK not really".to_vec()).unwrap_err();
+        assert!(
+            matches!(
+                &not_a_zip,
+                PublishError::Nupkg {
+                    context: "not a .nupkg",
+                    source: zip::ZipError::Malformed { .. },
+                }
+            ),
+            "{not_a_zip}"
+        );
+        assert!(!not_a_zip.is_retryable(), "the same bytes fail again");
     }
 
     #[test]

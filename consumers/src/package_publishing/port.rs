@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use bosun_contracts::messages::BlobRef;
 use time::OffsetDateTime;
 
+use crate::delivery::archive::tar::TarError;
+use crate::delivery::archive::zip::ZipError;
 use crate::delivery::blob::BlobError;
 use crate::delivery::tenant::ForeignTenant;
 use crate::{BoxError, HandlerError};
@@ -83,6 +85,21 @@ pub enum PublishError {
     /// `.nupkg` for this id and version. Permanent.
     #[error("package content: {0}")]
     Content(String),
+    /// The content archive (a tar) cannot be read. Permanent: the same
+    /// bytes fail the same way again.
+    #[error("package content: {0}")]
+    ContentArchive(#[source] TarError),
+    /// The `.nupkg` cannot be written, or a ready one cannot be read as a
+    /// ZIP. Permanent: the same bytes fail the same way again.
+    #[error("package content: {context}: {source}")]
+    Nupkg {
+        /// What was being done (`packing the .nupkg`, `reading the
+        /// .nupkg`).
+        context: &'static str,
+        /// What the ZIP reader or writer found.
+        #[source]
+        source: ZipError,
+    },
     /// The feed has this version with different content: versions are
     /// immutable. Permanent (publish a new version).
     #[error(
@@ -105,9 +122,17 @@ pub enum PublishError {
     /// corrupt.
     #[error("package content unavailable: {0}")]
     ContentUnavailable(#[source] BlobError),
-    /// Local storage (the folder feed) failed. Transient.
-    #[error("feed storage failed: {0}")]
-    Storage(String),
+    /// Local storage failed: the folder feed's files, or a background task
+    /// packing or storing the package. Transient.
+    #[error("feed storage failed: {context}: {source}")]
+    Storage {
+        /// What was being done (`reading <path>`, `running the packing
+        /// task`).
+        context: String,
+        /// What failed underneath.
+        #[source]
+        source: BoxError,
+    },
     /// The feed could not be reached or failed. Transient.
     #[error("feed unavailable: {0}")]
     Unavailable(#[source] BoxError),
@@ -135,12 +160,24 @@ impl PublishError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::ContentUnavailable(err) => err.is_transient(),
-            Self::Storage(_) | Self::Unavailable(_) | Self::Throttled { .. } => true,
+            Self::Storage { .. } | Self::Unavailable(_) | Self::Throttled { .. } => true,
             Self::Invalid(_)
             | Self::Content(_)
+            | Self::ContentArchive(_)
+            | Self::Nupkg { .. }
             | Self::VersionConflict { .. }
             | Self::Rejected(_)
             | Self::ForeignTenant(_) => false,
+        }
+    }
+}
+
+impl PublishError {
+    /// A transient storage failure: what was being done, and the cause.
+    pub fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Storage {
+            context: context.into(),
+            source: source.into(),
         }
     }
 }

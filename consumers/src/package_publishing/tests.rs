@@ -168,8 +168,26 @@ async fn builds_it_should_not_act_on_yield_nothing() {
 async fn port_errors_keep_their_retry_decision() {
     let consumer = PackagePublishing::new(FakeFeed::default());
     type Failure = fn() -> PublishError;
-    let cases: [(Failure, &str); 4] = [
-        (|| PublishError::Storage("disk".into()), "transient"),
+    let cases: [(Failure, &str); 7] = [
+        (
+            || PublishError::storage("reading /feed/p.nupkg", std::io::Error::other("disk")),
+            "transient",
+        ),
+        (
+            || PublishError::ContentArchive(tar::read_archive(&[1; 100]).unwrap_err()),
+            "permanent",
+        ),
+        (
+            || PublishError::Nupkg {
+                context: "not a .nupkg",
+                source: crate::delivery::archive::zip::read_central_directory(b"PK no").unwrap_err(),
+            },
+            "permanent",
+        ),
+        (
+            || PublishError::ContentUnavailable(crate::delivery::blob::BlobError::Unavailable("disk".into())),
+            "transient",
+        ),
         (
             || PublishError::VersionConflict {
                 package_id: "P".into(),
@@ -202,6 +220,22 @@ async fn port_errors_keep_their_retry_decision() {
         .await
         .unwrap_err();
     assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+}
+
+#[test]
+fn storage_failures_keep_their_cause() {
+    let err = PublishError::storage("reading /feed/p.nupkg", std::io::Error::other("disk on fire"));
+    assert_eq!(
+        err.to_string(),
+        "feed storage failed: reading /feed/p.nupkg: disk on fire"
+    );
+    let source = std::error::Error::source(&err).expect("the I/O error is kept");
+    assert!(source.downcast_ref::<std::io::Error>().is_some());
+    assert_eq!(
+        crate::error_chain(&err),
+        err.to_string(),
+        "the chain does not repeat the cause"
+    );
 }
 
 // ---- Local adapter: real folder feeds ----

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use quick_xml::XmlVersion;
+use quick_xml::events::attributes::AttrError;
 use quick_xml::events::{BytesStart, Event};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -47,7 +48,33 @@ impl Element {
     }
 }
 
-fn start(element: &BytesStart<'_>) -> Result<Element, String> {
+/// Why a request body is not an ATOM document the broker reads.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum XmlError {
+    /// The XML reader refused it.
+    #[error("{0}")]
+    Syntax(#[from] quick_xml::Error),
+    /// An attribute the XML reader refused.
+    #[error("{0}")]
+    Attribute(#[from] AttrError),
+    /// Well-formed XML, but not in the shape the broker reads.
+    #[error("{0}")]
+    Shape(String),
+}
+
+impl From<String> for XmlError {
+    fn from(reason: String) -> Self {
+        Self::Shape(reason)
+    }
+}
+
+impl From<&str> for XmlError {
+    fn from(reason: &str) -> Self {
+        Self::Shape(reason.to_owned())
+    }
+}
+
+fn start(element: &BytesStart<'_>) -> Result<Element, XmlError> {
     let local = element.local_name();
     let name: &str = local.as_ref();
     let mut out = Element {
@@ -55,28 +82,26 @@ fn start(element: &BytesStart<'_>) -> Result<Element, String> {
         ..Element::default()
     };
     for attribute in element.attributes().with_checks(false) {
-        let attribute = attribute.map_err(|err| err.to_string())?;
+        let attribute = attribute?;
         let key: &str = attribute.key.as_ref();
         if key == "xmlns" || key.starts_with("xmlns:") {
             continue;
         }
         let local = attribute.key.local_name();
         let local: &str = local.as_ref();
-        let value = attribute
-            .normalized_value(XmlVersion::Implicit1_0)
-            .map_err(|err| err.to_string())?;
+        let value = attribute.normalized_value(XmlVersion::Implicit1_0)?;
         out.attributes.push((local.to_owned(), value.into_owned()));
     }
     Ok(out)
 }
 
 /// Reads an XML document into its root element.
-pub(crate) fn parse(text: &str) -> Result<Element, String> {
+pub(crate) fn parse(text: &str) -> Result<Element, XmlError> {
     let mut reader = quick_xml::Reader::from_str(text);
     let mut stack: Vec<Element> = Vec::new();
     let mut root = None;
     loop {
-        let event = reader.read_event().map_err(|err| err.to_string())?;
+        let event = reader.read_event()?;
         let closed = match event {
             Event::Start(element) => {
                 stack.push(start(&element)?);
@@ -121,26 +146,26 @@ pub(crate) fn parse(text: &str) -> Result<Element, String> {
             match stack.last_mut() {
                 Some(parent) => parent.children.push(element),
                 None if root.is_none() => root = Some(element),
-                None => return Err("content after the root element".to_owned()),
+                None => return Err("content after the root element".into()),
             }
         }
     }
     if !stack.is_empty() {
-        return Err("an unclosed element".to_owned());
+        return Err("an unclosed element".into());
     }
-    root.ok_or_else(|| "no element".to_owned())
+    root.ok_or_else(|| "no element".into())
 }
 
 /// The description inside a `PUT`'s ATOM entry (`QueueDescription`, ...).
-pub(crate) fn entry_description(body: &str) -> Result<Element, String> {
+pub(crate) fn entry_description(body: &str) -> Result<Element, XmlError> {
     let root = parse(body)?;
     if root.name != "entry" {
-        return Err(format!("the root element is `{}`, not an ATOM entry", root.name));
+        return Err(format!("the root element is `{}`, not an ATOM entry", root.name).into());
     }
     root.child("content")
         .and_then(|content| content.children.first())
         .cloned()
-        .ok_or_else(|| "the entry has no content description".to_owned())
+        .ok_or_else(|| "the entry has no content description".into())
 }
 
 /// Text escaped for XML content and (double-quoted) attribute values;
@@ -329,5 +354,17 @@ mod tests {
         assert_eq!(filter.child("SqlExpression").unwrap().text, "a < 1 AND b = 'x&y'");
         assert!(entry_description("<feed/>").is_err());
         assert!(entry_description("<entry><content>").is_err());
+    }
+
+    #[test]
+    fn a_reader_error_is_kept_as_the_cause() {
+        let err = entry_description("<entry><content></entry>").unwrap_err();
+        assert!(matches!(err, XmlError::Syntax(_)), "{err:?}");
+        assert!(std::error::Error::source(&err).is_some(), "{err}");
+        let err = entry_description("<entry a/>").unwrap_err();
+        assert!(matches!(err, XmlError::Attribute(_)), "{err:?}");
+        let err = entry_description("<feed/>").unwrap_err();
+        assert!(matches!(err, XmlError::Shape(_)), "{err:?}");
+        assert_eq!(err.to_string(), "the root element is `feed`, not an ATOM entry");
     }
 }

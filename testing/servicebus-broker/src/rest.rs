@@ -270,19 +270,32 @@ fn target(path: &str) -> Option<Target> {
     }
 }
 
+/// Why a request body could not be read; a `PUT` with one is answered 400.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The connection failed while the body was read.
+    #[error("{0}")]
+    Read(#[from] hyper::Error),
+    /// Over [`BODY_LIMIT`] bytes.
+    #[error("the request body is too large")]
+    TooLarge,
+    /// Not UTF-8 text.
+    #[error("the request body is not UTF-8")]
+    NotUtf8(#[source] std::string::FromUtf8Error),
+}
+
 /// Reads a request body (at most [`BODY_LIMIT`] bytes).
-async fn read_body(mut body: Incoming) -> Result<String, String> {
+async fn read_body(mut body: Incoming) -> Result<String, BodyError> {
     let mut bytes = Vec::new();
     while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-        let frame = frame.map_err(|err| err.to_string())?;
-        if let Ok(data) = frame.into_data() {
+        if let Ok(data) = frame?.into_data() {
             bytes.extend_from_slice(&data);
             if bytes.len() > BODY_LIMIT {
-                return Err("the request body is too large".to_owned());
+                return Err(BodyError::TooLarge);
             }
         }
     }
-    String::from_utf8(bytes).map_err(|_| "the request body is not UTF-8".to_owned())
+    String::from_utf8(bytes).map_err(BodyError::NotUtf8)
 }
 
 /// One request as the handlers see it.
@@ -293,7 +306,7 @@ struct Call {
     query: Vec<(String, String)>,
     authorization: Option<String>,
     replace: bool,
-    body: Result<String, String>,
+    body: Result<String, BodyError>,
 }
 
 async fn handle(request: Request<Incoming>, shared: &Shared) -> Response<String> {
@@ -401,7 +414,7 @@ fn answer(shared: &Shared, call: &Call) -> Reply {
         Method::GET => get(&namespace, &catalog, call, &target),
         Method::PUT => match &call.body {
             Ok(body) => put(&mut namespace, &mut catalog, call, &target, body),
-            Err(err) => Reply::error(400, err),
+            Err(err) => Reply::error(400, &err.to_string()),
         },
         Method::DELETE => delete(&mut namespace, &mut catalog, &target),
         _ => Reply::error(405, &format!("{} is not supported", call.method)),

@@ -22,16 +22,22 @@ pub fn build_image(context: &[u8], input: &BuildInput<'_>) -> Result<OciImage, B
         .ok_or_else(|| BuildError::Context(format!("the Dockerfile `{}` is not in the context", input.dockerfile)))?;
     let text = std::str::from_utf8(source)
         .map_err(|_| BuildError::Dockerfile(format!("`{}` is not UTF-8 text", input.dockerfile)))?;
-    let parsed = dockerfile::parse(text).map_err(|err| BuildError::Dockerfile(err.to_string()))?;
+    let parsed = dockerfile::parse(text).map_err(BuildError::Syntax)?;
     let mut state = BuildState::new(input.build_args, parsed.escape);
     for instruction in &parsed.instructions {
-        state
-            .apply(instruction, &context)
-            .map_err(|reason| BuildError::Instruction {
+        state.apply(instruction, &context).map_err(|failure| match failure {
+            StepError::Reason(reason) => BuildError::Instruction {
                 line: instruction.line,
                 instruction: instruction.text(),
                 reason,
-            })?;
+            },
+            StepError::Archive { context, source } => BuildError::Archive {
+                line: instruction.line,
+                instruction: instruction.text(),
+                context,
+                source,
+            },
+        })?;
     }
     if !state.from_seen {
         return Err(BuildError::Dockerfile(
@@ -39,6 +45,26 @@ pub fn build_image(context: &[u8], input: &BuildInput<'_>) -> Result<OciImage, B
         ));
     }
     Ok(state.assemble(input.platform.clone()))
+}
+
+/// Why an instruction failed: a reason of the builder's own, or a tar the
+/// instruction reads or writes (kept, for [`BuildError::Archive`]).
+enum StepError {
+    /// What is wrong with the instruction.
+    Reason(String),
+    /// A tar could not be read or written.
+    Archive {
+        /// What was being read or written.
+        context: String,
+        /// What the tar reader or writer found.
+        source: tar::TarError,
+    },
+}
+
+impl From<String> for StepError {
+    fn from(reason: String) -> Self {
+        Self::Reason(reason)
+    }
 }
 
 /// The files of the build context, `.dockerignore` applied.
@@ -53,7 +79,7 @@ struct Context {
 
 impl Context {
     fn read(bytes: &[u8], dockerfile: &str) -> Result<Self, BuildError> {
-        let all = tar::read_archive(bytes).map_err(|err| BuildError::Context(err.to_string()))?;
+        let all = tar::read_archive(bytes).map_err(BuildError::ContextArchive)?;
         let mut entries: BTreeMap<String, TarEntry> = all.into_iter().map(|e| (e.path.clone(), e)).collect();
         let dockerfile_path = clean_relative(dockerfile)
             .filter(|path| !path.is_empty())
@@ -209,21 +235,21 @@ impl<'a> BuildState<'a> {
         dockerfile::shell_words(text, &self.vars(), self.escape)
     }
 
-    fn apply(&mut self, instruction: &Instruction, context: &Context) -> Result<(), String> {
+    fn apply(&mut self, instruction: &Instruction, context: &Context) -> Result<(), StepError> {
         let keyword = instruction.keyword.as_str();
         if !self.from_seen && !matches!(keyword, "FROM" | "ARG") {
-            return Err("only ARG may come before FROM".to_owned());
+            return Err("only ARG may come before FROM".to_owned().into());
         }
         let args = instruction.args.as_str();
         match keyword {
-            "FROM" => self.from(args),
-            "ARG" => self.arg(args),
-            "ENV" => self.env(args),
-            "LABEL" => self.label(args),
+            "FROM" => Ok(self.from(args)?),
+            "ARG" => Ok(self.arg(args)?),
+            "ENV" => Ok(self.env(args)?),
+            "LABEL" => Ok(self.label(args)?),
             "WORKDIR" => {
                 let dir = dockerfile::shell_word(args, &self.vars(), self.escape)?;
                 if dir.is_empty() {
-                    return Err("WORKDIR needs a path".to_owned());
+                    return Err("WORKDIR needs a path".to_owned().into());
                 }
                 self.workdir = join_path(&self.workdir, &dir);
                 Ok(())
@@ -231,12 +257,12 @@ impl<'a> BuildState<'a> {
             "USER" => {
                 let user = dockerfile::shell_word(args, &self.vars(), self.escape)?;
                 if user.is_empty() {
-                    return Err("USER needs a user".to_owned());
+                    return Err("USER needs a user".to_owned().into());
                 }
                 self.user = Some(user);
                 Ok(())
             }
-            "EXPOSE" => self.expose(args),
+            "EXPOSE" => Ok(self.expose(args)?),
             "VOLUME" => {
                 let volumes = match dockerfile::json_array(args) {
                     Some(volumes) => volumes,
@@ -267,9 +293,10 @@ impl<'a> BuildState<'a> {
             "RUN" => Err(
                 "RUN is not supported: the builder executes nothing (a `FROM scratch` image has no shell either); \
                  build in the pipeline and COPY the output"
-                    .to_owned(),
+                    .to_owned()
+                    .into(),
             ),
-            other => Err(format!("`{other}` is not supported by the local image builder")),
+            other => Err(format!("`{other}` is not supported by the local image builder").into()),
         }
     }
 
@@ -394,7 +421,7 @@ impl<'a> BuildState<'a> {
         Ok(())
     }
 
-    fn copy(&mut self, keyword: &str, args: &str, context: &Context) -> Result<(), String> {
+    fn copy(&mut self, keyword: &str, args: &str, context: &Context) -> Result<(), StepError> {
         // Flags come first, in either form.
         let mut rest = args.trim_start();
         let mut chown: Option<(u32, u32)> = None;
@@ -418,9 +445,11 @@ impl<'a> BuildState<'a> {
                 }
                 "--link" => {}
                 "--from" => {
-                    return Err("`--from` is not supported: multi-stage builds are not supported".to_owned());
+                    return Err("`--from` is not supported: multi-stage builds are not supported"
+                        .to_owned()
+                        .into());
                 }
-                other => return Err(format!("`{other}` is not supported")),
+                other => return Err(format!("`{other}` is not supported").into()),
             }
         }
         let words = match dockerfile::json_array(rest) {
@@ -434,16 +463,14 @@ impl<'a> BuildState<'a> {
             None => self.words(rest)?,
         };
         let Some((dest, sources)) = words.split_last().filter(|(_, sources)| !sources.is_empty()) else {
-            return Err(format!("{keyword} needs at least one source and a destination"));
+            return Err(format!("{keyword} needs at least one source and a destination").into());
         };
 
         // Resolve sources: (context path, is folder).
         let mut resolved: Vec<(String, bool)> = Vec::new();
         for source in sources {
             if source.contains("://") {
-                return Err(format!(
-                    "`{source}`: remote sources are not supported (no network access)"
-                ));
+                return Err(format!("`{source}`: remote sources are not supported (no network access)").into());
             }
             let clean = clean_relative(source).ok_or_else(|| format!("source `{source}` is outside the context"))?;
             if Pattern::has_wildcards(&clean) {
@@ -455,7 +482,7 @@ impl<'a> BuildState<'a> {
                     .collect();
                 matches.sort();
                 if matches.is_empty() {
-                    return Err(format!("no file in the context matches `{source}`"));
+                    return Err(format!("no file in the context matches `{source}`").into());
                 }
                 resolved.extend(matches);
             } else if context
@@ -467,7 +494,7 @@ impl<'a> BuildState<'a> {
             } else if context.is_dir(&clean) {
                 resolved.push((clean, true));
             } else {
-                return Err(format!("source `{source}` is not in the build context"));
+                return Err(format!("source `{source}` is not in the build context").into());
             }
         }
         // A folder inside another matched folder is copied with it.
@@ -542,7 +569,7 @@ impl<'a> BuildState<'a> {
             }
         }
         if layer.is_empty() {
-            return Err("nothing to copy".to_owned());
+            return Err("nothing to copy".to_owned().into());
         }
         // Parent folders of everything in the layer.
         let paths: Vec<String> = layer.keys().cloned().collect();
@@ -559,7 +586,11 @@ impl<'a> BuildState<'a> {
                 self.image_dirs.insert(path.clone());
             }
         }
-        self.layers.push(write_layer(&layer).map_err(|err| err.to_string())?);
+        let layer = write_layer(&layer).map_err(|source| StepError::Archive {
+            context: "writing the layer".to_owned(),
+            source,
+        })?;
+        self.layers.push(layer);
         Ok(())
     }
 
@@ -647,7 +678,7 @@ fn push_entry(layer: &mut BTreeMap<String, LayerEntry>, path: String, entry: &Ta
 
 /// `ADD` of a local archive: a plain tar is unpacked; a compressed one is
 /// refused; anything else is copied (`None`).
-fn unpack_add(source: &str, data: &[u8]) -> Result<Option<Vec<TarEntry>>, String> {
+fn unpack_add(source: &str, data: &[u8]) -> Result<Option<Vec<TarEntry>>, StepError> {
     let compressed = [
         (&[0x1f, 0x8b][..], "gzip"),
         (&[0x42, 0x5a, 0x68][..], "bzip2"),
@@ -655,14 +686,13 @@ fn unpack_add(source: &str, data: &[u8]) -> Result<Option<Vec<TarEntry>>, String
         (&[0x28, 0xb5, 0x2f, 0xfd][..], "zstd"),
     ];
     if let Some((_, kind)) = compressed.iter().find(|(magic, _)| data.starts_with(magic)) {
-        return Err(format!(
-            "`{source}` is a {kind} archive: ADD unpacks only uncompressed tar files here"
-        ));
+        return Err(format!("`{source}` is a {kind} archive: ADD unpacks only uncompressed tar files here").into());
     }
     if data.len() >= 263 && &data[257..262] == b"ustar" {
-        return tar::read_archive(data)
-            .map(Some)
-            .map_err(|err| format!("`{source}`: {err}"));
+        return tar::read_archive(data).map(Some).map_err(|err| StepError::Archive {
+            context: format!("`{source}`"),
+            source: err,
+        });
     }
     Ok(None)
 }

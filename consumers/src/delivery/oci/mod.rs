@@ -34,6 +34,8 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
+use self::dockerfile::SyntaxError;
+use crate::delivery::archive::tar::TarError;
 use crate::delivery::blob::sha256_hex;
 
 mod build;
@@ -194,7 +196,7 @@ impl OciImage {
 
 /// Why an image could not be built. Every variant is permanent: the same
 /// context and Dockerfile fail the same way again.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// An instruction the builder does not support or cannot carry out.
     #[error("Dockerfile line {line} (`{instruction}`): {reason}")]
@@ -206,12 +208,34 @@ pub enum BuildError {
         /// What is wrong.
         reason: String,
     },
-    /// The Dockerfile cannot be parsed, or has no `FROM`.
+    /// An instruction's files cannot be read or written as a tar: an
+    /// archive that `ADD` unpacks is damaged, or the layer's tar writer
+    /// refuses an entry.
+    #[error("Dockerfile line {line} (`{instruction}`): {context}: {source}")]
+    Archive {
+        /// 1-based line number.
+        line: usize,
+        /// The instruction as written.
+        instruction: String,
+        /// What was being read or written (`` `<source>` ``, `writing the
+        /// layer`).
+        context: String,
+        /// What the tar reader or writer found.
+        #[source]
+        source: TarError,
+    },
+    /// The Dockerfile is not UTF-8, or has no `FROM`.
     #[error("{0}")]
     Dockerfile(String),
-    /// The build context is not a usable tar, or lacks the Dockerfile.
+    /// The Dockerfile cannot be parsed.
+    #[error("{0}")]
+    Syntax(#[source] SyntaxError),
+    /// The build context lacks the Dockerfile, or names it outside itself.
     #[error("build context: {0}")]
     Context(String),
+    /// The build context is not a usable tar.
+    #[error("build context: {0}")]
+    ContextArchive(#[source] TarError),
 }
 
 /// Compact JSON. Serializing a `Value` cannot fail.

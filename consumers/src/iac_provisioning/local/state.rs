@@ -257,15 +257,19 @@ pub(super) fn canonical(value: &Value) -> Value {
     }
 }
 
+/// An I/O failure while `context` was being done: transient.
 pub(super) fn io_error(context: String) -> impl FnOnce(std::io::Error) -> IacError {
-    move |err| IacError::Unavailable(format!("{context}: {err}").into())
+    move |source| IacError::Io { context, source }
 }
 
 pub(super) async fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, IacError> {
     match tokio::fs::read(path).await {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|err| IacError::Unavailable(format!("{} is not valid: {err}", path.display()).into())),
+            .map_err(|source| IacError::Json {
+                context: format!("{} is not valid", path.display()),
+                source,
+            }),
         Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
         Err(err) => Err(io_error(format!("reading {}", path.display()))(err)),
     }
@@ -279,8 +283,10 @@ pub(super) async fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(
     tokio::fs::create_dir_all(parent)
         .await
         .map_err(io_error(format!("creating {}", parent.display())))?;
-    let mut bytes = serde_json::to_vec_pretty(value)
-        .map_err(|err| IacError::Unavailable(format!("encoding {}: {err}", path.display()).into()))?;
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| IacError::Json {
+        context: format!("encoding {}", path.display()),
+        source,
+    })?;
     bytes.push(b'\n');
     let temp = atomic_file::temporary_path(parent);
     tokio::fs::write(&temp, &bytes)

@@ -166,6 +166,48 @@ fn add_unpacks_a_plain_tar() {
 }
 
 #[test]
+fn archive_and_syntax_errors_keep_their_cause() {
+    let mut damaged = context(&[("lib/x.so", b"x", 0o644)]);
+    damaged[148..156].copy_from_slice(b"0000000\0"); // the header checksum
+    let err = build(
+        &[
+            ("Dockerfile", b"FROM scratch\nADD vendor.tar /opt/\n", 0o644),
+            ("vendor.tar", &damaged, 0o644),
+        ],
+        &[],
+    )
+    .unwrap_err();
+    match &err {
+        BuildError::Archive { line, context, .. } => {
+            assert_eq!(*line, 2);
+            assert_eq!(context, "`vendor.tar`");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .starts_with("Dockerfile line 2 (`ADD vendor.tar /opt/`): `vendor.tar`: "),
+        "{err}"
+    );
+    let source = std::error::Error::source(&err).expect("the tar error is kept");
+    assert!(source.downcast_ref::<tar::TarError>().is_some());
+
+    let platform = Platform::parse("linux/amd64").unwrap();
+    let input = BuildInput {
+        dockerfile: "Dockerfile",
+        build_args: &BTreeMap::new(),
+        platform: &platform,
+    };
+    let err = build_image(b"not a tar at all", &input).unwrap_err();
+    assert!(matches!(err, BuildError::ContextArchive(_)), "{err}");
+    assert!(std::error::Error::source(&err).is_some(), "the tar error is kept");
+
+    let err = build(&[("Dockerfile", b"FROM scratch\n2COPY a /a\n", 0o644)], &[]).unwrap_err();
+    assert!(matches!(&err, BuildError::Syntax(syntax) if syntax.line == 2), "{err}");
+    assert_eq!(err.to_string(), "Dockerfile line 2: `2COPY` is not an instruction");
+}
+
+#[test]
 fn unsupported_instructions_name_their_line() {
     let err = build(
         &[(
