@@ -6,7 +6,8 @@
 //!   running `bosun serve --consumers NAME` with probes on the ops port, a
 //!   PodDisruptionBudget and a KEDA ScaledObject on the consumer's queue and
 //!   its subscription of the events topic; the API as its own Deployment and
-//!   Service; a Job running `bosun migrate`; and `overlays/example/`.
+//!   Service; in every pod an init container running `bosun migrate` before
+//!   bosun starts; and `overlays/example/`.
 //! - `bicep/` ([`bicep`]): `topology.json` (the Service Bus entities, the
 //!   blob containers and each identity's rights, rendered from the routing
 //!   table) and `main.bicep`, which reads it with `loadJsonContent`.
