@@ -34,6 +34,8 @@ pub use yaml::YamlError;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upgrade_tests;
 
 /// The port of the ops server in every pod (`BOSUN_OPS_ADDR`).
 pub const OPS_PORT: u16 = 9090;
