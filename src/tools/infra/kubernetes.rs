@@ -9,6 +9,19 @@
 //! (false from SIGTERM on). `terminationGracePeriodSeconds` is bosun's
 //! shutdown grace plus [`GRACE_MARGIN_SECONDS`], so the kubelet never kills
 //! a drain bosun would have finished. Consumer pods serve no API.
+//!
+//! Every pod migrates before it serves: its first container is an init
+//! container ([`MIGRATE_CONTAINER`]) running `bosun migrate` from the same
+//! image, with the same settings, Secret, identity, volumes and security
+//! context as the bosun container. No object has to be applied before
+//! another: a new image changes the pod template, each new pod migrates
+//! (under PostgreSQL's advisory lock: the first applies what is missing,
+//! the others find it applied) and only then starts bosun, while the old
+//! pods keep running on the expanded schema (`runs_with` of
+//! `migrations/postgres/`) until new ones are ready (`maxUnavailable: 0`).
+//! There is no migration Job: a Job's pod template
+//! cannot change, so a Job under a fixed name fails on the next image, and
+//! one named per image is ordered against nothing.
 
 use serde_json::{Value, json};
 
@@ -38,6 +51,9 @@ pub const MAX_REPLICAS: u32 = 10;
 pub const DATA_DIR: &str = "/var/lib/bosun/data";
 /// The uid and gid of the image's `bosun` user.
 pub const RUN_AS: u32 = 10001;
+/// The init container of every pod, running `bosun migrate` before bosun
+/// starts.
+pub const MIGRATE_CONTAINER: &str = "migrate";
 
 /// Every file of `kubernetes/`.
 pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
@@ -47,7 +63,6 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
         "network.yaml".to_owned(),
         "keda.yaml".to_owned(),
         "api.yaml".to_owned(),
-        "migrate.yaml".to_owned(),
     ];
     resources.extend(consumers.iter().map(|c| format!("consumers/{}.yaml", c.name)));
     files.push(yaml_file(
@@ -63,7 +78,6 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
     files.push(base_file("kubernetes/base/network.yaml", &network_policies())?);
     files.push(base_file("kubernetes/base/keda.yaml", &[trigger_authentication()])?);
     files.push(base_file("kubernetes/base/api.yaml", &api(settings))?);
-    files.push(base_file("kubernetes/base/migrate.yaml", &migrate(settings))?);
     for consumer in consumers {
         files.push(base_file(
             &format!("kubernetes/base/consumers/{}.yaml", consumer.name),
@@ -198,10 +212,10 @@ fn service_account(name: &str, component: &str) -> Value {
     })
 }
 
-/// The pod of one component: the bosun container with `args`, its probes,
-/// its volumes and its security context.
-fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &InfraSettings, probes: bool) -> Value {
-    let mut container = json!({
+/// The pod of one component: the migrate init container, then the bosun
+/// container with `args`, its probes, its volumes and its security context.
+fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &InfraSettings) -> Value {
+    let container = json!({
         "name": "bosun",
         "image": format!("{IMAGE}:{}", settings.image_tag),
         "imagePullPolicy": "Always",
@@ -224,21 +238,19 @@ fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &Infra
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
-    });
-    if probes {
-        container["livenessProbe"] = json!({
+        "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "ops"},
             "periodSeconds": 10,
             "timeoutSeconds": 3,
             "failureThreshold": 3,
-        });
-        container["readinessProbe"] = json!({
+        },
+        "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "ops"},
             "periodSeconds": 5,
             "timeoutSeconds": 3,
             "failureThreshold": 2,
-        });
-    }
+        },
+    });
     json!({
         "serviceAccountName": service_account,
         "automountServiceAccountToken": false,
@@ -250,6 +262,7 @@ fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &Infra
             "fsGroup": RUN_AS,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
+        "initContainers": [migrate_container(&container)],
         "containers": [container],
         "volumes": [
             {"name": "data", "emptyDir": {}},
@@ -258,19 +271,27 @@ fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &Infra
     })
 }
 
-fn pod_labels(component: &str, workload_identity: bool) -> Value {
+/// A pod's labels: its component's, and the workload identity webhook's
+/// opt-in (every pod talks to Azure with its ServiceAccount's identity).
+fn pod_labels(component: &str) -> Value {
     let mut labels = labels(component);
-    if workload_identity {
-        labels["azure.workload.identity/use"] = json!("true");
-    }
+    labels["azure.workload.identity/use"] = json!("true");
     labels
 }
 
+/// A Deployment of `pod`. A rollout stops an old pod only once a new one
+/// is ready, so a new pod that cannot migrate (or start) leaves every old
+/// one serving: `maxUnavailable: 0`, and up to a quarter more pods while
+/// it rolls (Kubernetes' default surge).
 fn deployment(name: &str, component: &str, replicas: Option<u32>, pod: Value) -> Value {
     let mut spec = json!({
         "selector": {"matchLabels": labels(component)},
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"},
+        },
         "template": {
-            "metadata": {"labels": pod_labels(component, true)},
+            "metadata": {"labels": pod_labels(component)},
             "spec": pod,
         },
     });
@@ -309,7 +330,6 @@ pub fn consumer_objects(consumer: &ConsumerInfra, settings: &InfraSettings) -> V
         &["serve", "--consumers", component],
         json!([ops_port()]),
         settings,
-        true,
     );
     vec![
         service_account(&name, component),
@@ -370,7 +390,6 @@ fn api(settings: &InfraSettings) -> Vec<Value> {
             ops_port(),
         ]),
         settings,
-        true,
     );
     vec![
         service_account(name, "api"),
@@ -389,29 +408,30 @@ fn api(settings: &InfraSettings) -> Vec<Value> {
     ]
 }
 
-fn migrate(settings: &InfraSettings) -> Vec<Value> {
-    let name = "bosun-migrate";
-    let mut pod = pod_spec(name, &["migrate"], json!([]), settings, false);
-    pod["restartPolicy"] = json!("OnFailure");
-    let mut account = service_account(name, "migrate");
-    // It talks to PostgreSQL only, with the URL from the Secret.
-    account["metadata"]["annotations"] = json!({});
-    vec![
-        account,
-        json!({
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": name, "labels": labels("migrate")},
-            "spec": {
-                "backoffLimit": 6,
-                "ttlSecondsAfterFinished": 86_400,
-                "template": {
-                    "metadata": {"labels": pod_labels("migrate", false)},
-                    "spec": pod,
-                },
-            },
-        }),
-    ]
+/// The init container that runs `bosun migrate` before `main` starts:
+/// `main`'s image, settings (the `BOSUN_DATABASE_URL` of the Secret
+/// included), volumes and security context, in the same pod (so with its
+/// identity), with less CPU and memory and no ports or probes (it exits).
+/// It has nothing to wait for: PostgreSQL's advisory lock orders the pods
+/// that migrate at once, and a transient failure restarts the container.
+pub fn migrate_container(main: &Value) -> Value {
+    let mut container = json!({
+        "name": MIGRATE_CONTAINER,
+        "image": main["image"],
+        "imagePullPolicy": main["imagePullPolicy"],
+        "args": ["migrate"],
+        "envFrom": main["envFrom"],
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        "securityContext": main["securityContext"],
+        "volumeMounts": main["volumeMounts"],
+    });
+    if let Some(env) = main.get("env") {
+        container["env"] = env.clone();
+    }
+    container
 }
 
 /// `overlays/example/`: a namespace, the image, the identities' client ids

@@ -6,7 +6,8 @@
 //!   running `bosun serve --consumers NAME` with probes on the ops port, a
 //!   PodDisruptionBudget and a KEDA ScaledObject on the consumer's queue and
 //!   its subscription of the events topic; the API as its own Deployment and
-//!   Service; a Job running `bosun migrate`; and `overlays/example/`.
+//!   Service; in every pod an init container running `bosun migrate` before
+//!   bosun starts; and `overlays/example/`.
 //! - `bicep/` ([`bicep`]): `topology.json` (the Service Bus entities, the
 //!   blob containers and each identity's rights, rendered from the routing
 //!   table) and `main.bicep`, which reads it with `loadJsonContent`.
@@ -33,6 +34,8 @@ pub use yaml::YamlError;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upgrade_tests;
 
 /// The port of the ops server in every pod (`BOSUN_OPS_ADDR`).
 pub const OPS_PORT: u16 = 9090;

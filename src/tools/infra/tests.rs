@@ -9,7 +9,7 @@ use super::kubernetes::{self, TRIGGER_AUTHENTICATION};
 use super::*;
 use crate::ports::topology::Topology;
 
-fn default_files() -> Vec<RenderedFile> {
+pub(super) fn default_files() -> Vec<RenderedFile> {
     render(&InfraSettings::from_settings(&Settings::with_data_dir(".bosun")).unwrap()).unwrap()
 }
 
@@ -46,7 +46,7 @@ fn rendering_is_deterministic() {
 
 /// Every YAML document of the base: the objects of `kubernetes/` outside
 /// the overlays, parsed back from the rendered text.
-fn base_objects(files: &[RenderedFile]) -> Vec<(String, Value)> {
+pub(super) fn base_objects(files: &[RenderedFile]) -> Vec<(String, Value)> {
     files
         .iter()
         .filter(|file| file.path.starts_with("kubernetes/") && !file.path.contains("overlays/"))
@@ -62,7 +62,7 @@ fn base_objects(files: &[RenderedFile]) -> Vec<(String, Value)> {
 /// Reads back the YAML the writer produces with an independent YAML
 /// parser, so the tests check the rendered text, not the values it was
 /// made from.
-fn parse_documents(text: &str) -> Vec<Value> {
+pub(super) fn parse_documents(text: &str) -> Vec<Value> {
     yaml_rust2::YamlLoader::load_from_str(text)
         .unwrap_or_else(|err| panic!("rendered YAML does not parse: {err}\n{text}"))
         .iter()
@@ -88,7 +88,7 @@ fn to_json(yaml: &yaml_rust2::Yaml) -> Value {
     }
 }
 
-fn kind_of(object: &Value) -> &str {
+pub(super) fn kind_of(object: &Value) -> &str {
     object["kind"].as_str().unwrap_or_default()
 }
 
