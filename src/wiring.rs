@@ -271,7 +271,7 @@ pub async fn open_when_migrated(
 }
 
 /// Asks the store every `every` whether this bosun still runs on its
-/// schema. Once it does not (a newer release's contract migration, or a
+/// schema. Once it does not (a newer release's breaking migration, or a
 /// database put back behind it), logs why, cancels `stop` and returns the
 /// error, so the process stops taking work instead of writing to a schema
 /// it does not understand. Returns `None` once `stop` is cancelled

@@ -20,6 +20,12 @@ pub struct MigrateArgs {
     /// nothing.
     #[arg(long)]
     pub check: bool,
+    /// Apply only what the running release survives: the compatible
+    /// migrations before the first breaking one (everything on a database
+    /// with no schema yet). What each pod's init container runs on AKS; a
+    /// breaking migration then waits for a plain `bosun migrate`.
+    #[arg(long, conflicts_with = "check")]
+    pub compatible_only: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -48,7 +54,11 @@ pub async fn run(args: MigrateArgs, settings: &Settings) -> Result<()> {
             write_plan(&mut std::io::stdout().lock(), &plan)
         };
     }
-    let report = database.migrate().await?;
+    let report = if args.compatible_only {
+        database.migrate_compatible().await?
+    } else {
+        database.migrate().await?
+    };
     if args.json {
         print_json(&serde_json::json!({"applied": report.applied, "version": report.version}))
     } else {
@@ -70,9 +80,9 @@ fn write_plan(out: &mut impl Write, plan: &MigrationPlan) -> Result<()> {
     }
     for migration in &plan.pending {
         let kind = if migration.runs_with < migration.version {
-            "expand: the previous release keeps running"
+            "compatible: the previous release keeps running"
         } else {
-            "contract: needs this release"
+            "breaking: the previous release stops"
         };
         writeln!(out, "would apply {} ({}): {kind}", migration.version, migration.name)?;
     }
@@ -143,8 +153,8 @@ mod tests {
             String::from_utf8(out).unwrap(),
             format!(
                 "schema at version 12; runs with bosun built for schema 12 or later (this one: {SCHEMA_VERSION})\n\
-                 would apply 13 (wide): expand: the previous release keeps running\n\
-                 would apply 14 (narrow): contract: needs this release\n\
+                 would apply 13 (wide): compatible: the previous release keeps running\n\
+                 would apply 14 (narrow): breaking: the previous release stops\n\
                  then at version 14; runs with bosun built for schema 14 or later\n"
             )
         );

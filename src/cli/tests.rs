@@ -105,6 +105,16 @@ fn every_command_parses_into_its_variant_and_fields() {
             plain(Command::Migrate(MigrateArgs {
                 database_url: None,
                 check: false,
+                compatible_only: false,
+                json: false,
+            })),
+        ),
+        (
+            vec!["migrate", "--compatible-only"],
+            plain(Command::Migrate(MigrateArgs {
+                database_url: None,
+                check: false,
+                compatible_only: true,
                 json: false,
             })),
         ),
@@ -113,6 +123,7 @@ fn every_command_parses_into_its_variant_and_fields() {
             plain(Command::Migrate(MigrateArgs {
                 database_url: None,
                 check: true,
+                compatible_only: false,
                 json: false,
             })),
         ),
@@ -121,6 +132,7 @@ fn every_command_parses_into_its_variant_and_fields() {
             plain(Command::Migrate(MigrateArgs {
                 database_url: some("postgres://db/bosun"),
                 check: false,
+                compatible_only: false,
                 json: true,
             })),
         ),

@@ -24,13 +24,13 @@ async fn a_serving_process_stops_once_the_database_moves_past_its_window_and_not
     let stop = CancellationToken::new();
     let watch = tokio::spawn(watch_schema(store, Duration::from_millis(50), stop.clone()));
 
-    // An expand migration of the next release: this bosun runs on it.
+    // A compatible migration of the next release: this bosun runs on it.
     newer_migration(&test, SCHEMA_VERSION + 1, SCHEMA_VERSION).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!watch.is_finished(), "an expand migration stopped the process");
+    assert!(!watch.is_finished(), "a compatible migration stopped the process");
     assert!(!stop.is_cancelled());
 
-    // Its contract step: this bosun must stop taking work.
+    // A breaking one: this bosun must stop taking work.
     newer_migration(&test, SCHEMA_VERSION + 2, SCHEMA_VERSION + 2).await;
     let moved = tokio::time::timeout(Duration::from_secs(10), watch)
         .await

@@ -52,12 +52,13 @@ struct Migration {
     sql: &'static str,
     /// The oldest bosun, named by the schema version it was built for
     /// ([`SCHEMA_VERSION`]), that still runs correctly once this migration
-    /// is applied. An *expand* migration (new tables, new nullable
-    /// columns, new functions beside the old ones) keeps the previous
-    /// release running: `version - 1`. A *contract* migration (dropping or
-    /// changing what the previous release reads or writes) needs this
-    /// release: `version`; it lands one release after the expand step it
-    /// completes. Migrations 1 to 13 predate the window (bosun then needed
+    /// is applied. A *compatible* migration keeps the previous release
+    /// running: `version - 1`. Every migration should be one: an expand
+    /// step (new tables, nullable columns, functions beside the old ones),
+    /// or a contract step that removes only what the previous release no
+    /// longer uses, one release after the expand step it completes. A
+    /// *breaking* migration (the previous release cannot run on it) says
+    /// `version`. Migrations 1 to 13 predate the window (bosun then needed
     /// its exact version) and say `version`.
     runs_with: i64,
 }
@@ -417,6 +418,17 @@ impl PostgresDatabase {
         self.migrate_to(SCHEMA_VERSION).await
     }
 
+    /// Applies the migrations the running release survives: every pending
+    /// compatible migration up to the first breaking one (whose
+    /// `runs_with` is its own version), which is left for a plain
+    /// `migrate`. A database with no schema yet gets every migration:
+    /// nothing runs on it to survive. What the init container of every pod
+    /// runs on AKS.
+    pub async fn migrate_compatible(&self) -> Result<MigrationReport, DatabaseError> {
+        let plan = self.plan().await?;
+        self.migrate_to(plan.compatible_target()).await
+    }
+
     /// Applies migrations up to `target` (tests use it to build an old schema).
     pub(crate) async fn migrate_to(&self, target: i64) -> Result<MigrationReport, DatabaseError> {
         let mut tx = self.pool.begin().await?;
@@ -507,6 +519,23 @@ pub struct MigrationPlan {
     pub pending: Vec<PlannedMigration>,
     /// Where it would stand after them.
     pub to: SchemaWindow,
+}
+
+impl MigrationPlan {
+    /// The version `migrate --compatible-only` goes to: the last pending
+    /// compatible migration before the first breaking one (where the
+    /// database stands when the first pending one breaks), or every
+    /// pending one on a database with no schema yet.
+    pub fn compatible_target(&self) -> i64 {
+        if self.from.version == 0 {
+            return self.to.version;
+        }
+        self.pending
+            .iter()
+            .take_while(|m| m.runs_with < m.version)
+            .last()
+            .map_or(self.from.version, |m| m.version)
+    }
 }
 
 /// One migration a [`MigrationPlan`] would apply.

@@ -103,8 +103,8 @@ fn every_migration_declares_which_bosuns_run_on_it() {
             // Before the window, bosun needed its exact version.
             assert_eq!(migration.runs_with, migration.version, "{}", migration.name);
         } else {
-            // Expand (the previous release keeps running) or contract (needs
-            // this one); never a bosun older than the previous release.
+            // Compatible (the previous release keeps running) or breaking
+            // (it stops); never a bosun older than the previous release.
             assert!(
                 (migration.version - 1..=migration.version).contains(&migration.runs_with),
                 "migration {} ({}) runs with {}",
@@ -131,9 +131,9 @@ async fn a_newer_schema_within_the_window_serves_and_one_past_it_is_refused() {
         }
     );
 
-    // A newer bosun applied an expand migration: this one still serves,
+    // A newer bosun applied a compatible migration: this one still serves,
     // and its migrate has nothing to do and writes nothing.
-    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'expand', '', $2)")
+    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'compatible', '', $2)")
         .bind(SCHEMA_VERSION + 1)
         .bind(SCHEMA_VERSION)
         .execute(database.pool())
@@ -146,8 +146,8 @@ async fn a_newer_schema_within_the_window_serves_and_one_past_it_is_refused() {
     let plan = database.plan().await.unwrap();
     assert!(plan.pending.is_empty(), "{plan:?}");
 
-    // Then a contract migration that needs it: this bosun stops, saying why.
-    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'contract', '', $1)")
+    // Then a breaking one: this bosun stops, saying why.
+    query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'breaking', '', $1)")
         .bind(SCHEMA_VERSION + 2)
         .execute(database.pool())
         .await
@@ -214,6 +214,67 @@ async fn a_database_migrated_before_the_window_reads_as_needing_its_exact_versio
     assert_eq!(recorded, Some(SCHEMA_VERSION));
     database.check_schema().await.unwrap();
     test.finish().await;
+}
+
+#[test]
+fn compatible_only_stops_before_the_first_breaking_migration() {
+    let planned = |version, runs_with| PlannedMigration {
+        version,
+        name: "m",
+        runs_with,
+    };
+    let plan = |from: i64, pending: Vec<PlannedMigration>| {
+        let to = pending.last().map_or(from, |m| m.version);
+        MigrationPlan {
+            from: SchemaWindow {
+                version: from,
+                runs_with: from,
+            },
+            to: SchemaWindow {
+                version: to,
+                runs_with: to,
+            },
+            pending,
+        }
+    };
+    // Two compatible steps, then a breaking one: the two.
+    assert_eq!(
+        plan(
+            14,
+            vec![planned(15, 14), planned(16, 15), planned(17, 17), planned(18, 17)]
+        )
+        .compatible_target(),
+        16
+    );
+    // A breaking one first: nothing.
+    assert_eq!(plan(14, vec![planned(15, 15), planned(16, 15)]).compatible_target(), 14);
+    // Nothing pending.
+    assert_eq!(plan(14, vec![]).compatible_target(), 14);
+    // No schema yet: everything, breaking ones included.
+    assert_eq!(plan(0, vec![planned(1, 1), planned(2, 2)]).compatible_target(), 2);
+}
+
+#[tokio::test]
+async fn compatible_only_makes_a_new_schema_whole_and_leaves_a_breaking_one_for_a_full_migrate() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    let fresh = database.migrate_compatible().await.unwrap();
+    assert_eq!(fresh.applied, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+
+    let test2 = testing::fresh().await;
+    let database = &test2.database;
+    database.migrate_to(SCHEMA_VERSION - 1).await.unwrap();
+    // The last migration breaks (every one before the window does):
+    // an init container leaves it, and this bosun waits for it.
+    let left = database.migrate_compatible().await.unwrap();
+    assert!(left.applied.is_empty(), "{left:?}");
+    assert!(matches!(
+        database.check_schema().await,
+        Err(DatabaseError::SchemaMismatch { .. })
+    ));
+    assert_eq!(database.migrate().await.unwrap().applied, vec![SCHEMA_VERSION]);
+    test.finish().await;
+    test2.finish().await;
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@
 //! a drain bosun would have finished. Consumer pods serve no API.
 //!
 //! Every pod migrates before it serves: its first container is an init
-//! container ([`MIGRATE_CONTAINER`]) running `bosun migrate` from the same
+//! container ([`MIGRATE_CONTAINER`]) running `bosun migrate
+//! --compatible-only` from the same
 //! image, with the same settings, Secret, identity, volumes and security
 //! context as the bosun container. No object has to be applied before
 //! another: a new image changes the pod template, each new pod migrates
@@ -408,7 +409,10 @@ fn api(settings: &InfraSettings) -> Vec<Value> {
     ]
 }
 
-/// The init container that runs `bosun migrate` before `main` starts:
+/// The init container that runs `bosun migrate --compatible-only` before
+/// `main` starts (the migrations the running release survives; a breaking
+/// migration waits for an operator's `bosun migrate`, and the new pods wait
+/// unready for it):
 /// `main`'s image, settings (the `BOSUN_DATABASE_URL` of the Secret
 /// included), volumes and security context, in the same pod (so with its
 /// identity), with less CPU and memory and no ports or probes (it exits).
@@ -419,7 +423,7 @@ pub fn migrate_container(main: &Value) -> Value {
         "name": MIGRATE_CONTAINER,
         "image": main["image"],
         "imagePullPolicy": main["imagePullPolicy"],
-        "args": ["migrate"],
+        "args": ["migrate", "--compatible-only"],
         "envFrom": main["envFrom"],
         "resources": {
             "requests": {"cpu": "50m", "memory": "64Mi"},

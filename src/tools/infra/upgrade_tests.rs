@@ -109,7 +109,11 @@ fn every_pod_that_reaches_the_database_migrates_in_an_init_container_before_bosu
                 .first()
                 .unwrap_or_else(|| panic!("{path}: {name} reaches the database but has no init container"));
             assert_eq!(init["name"], MIGRATE_CONTAINER, "{path}: migrating comes first");
-            assert_eq!(init["args"], serde_json::json!(["migrate"]), "{path}");
+            assert_eq!(
+                init["args"],
+                serde_json::json!(["migrate", "--compatible-only"]),
+                "{path}"
+            );
             assert!(
                 init.get("restartPolicy").is_none(),
                 "{path}: an init container that runs to completion, not a sidecar bosun would start beside"
