@@ -153,7 +153,7 @@ fn three_hosts_on_postgres_handle_ten_thousand_probes_once_despite_a_sigkill() {
 }
 
 #[test]
-fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
+fn serve_waits_on_a_database_that_was_not_migrated_and_says_what_to_do() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -161,18 +161,26 @@ fn serve_refuses_a_database_that_was_not_migrated_and_says_what_to_do() {
     let schema = runtime.block_on(PostgresSchema::create("bosun_unmigrated"));
     let url = schema.url.clone();
     let dir = tempfile::tempdir().unwrap();
-    let output = common::bosun(dir.path())
-        .args(["serve", "--consumers", "probe"])
-        .env("BOSUN_DATABASE_URL", &url)
-        .env("BOSUN_TRANSPORT", "postgres")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "serve started on an unmigrated database");
-    assert!(stderr.contains("bosun migrate"), "{stderr}");
+    let mut server = Server::start(
+        dir.path(),
+        &[("BOSUN_DATABASE_URL", &url), ("BOSUN_TRANSPORT", "postgres")],
+        &["--consumers", "probe"],
+    );
+    // It waits (a pod stays up, unready), saying what to do; it neither
+    // serves nor exits.
+    server.wait_for_line("run `bosun migrate`", Duration::from_secs(60));
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "serve exited on an unmigrated database"
+    );
+    assert!(
+        !server.seen.iter().any(|line| line.contains("receiving")),
+        "served unmigrated"
+    );
     run(dir.path(), &["migrate", "--database-url", &url]);
     let again = run(dir.path(), &["migrate", "--database-url", &url]);
     assert!(again.contains("already at version"), "{again}");
+    server.wait_for_line("receiving", Duration::from_secs(60));
+    server.terminate();
     runtime.block_on(schema.drop());
 }
