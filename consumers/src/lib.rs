@@ -211,6 +211,12 @@ pub enum HandlerError {
         #[source]
         source: BoxError,
     },
+    /// The message needs a newer bosun than this one: its saga state (or
+    /// its payload) was written by a later release. Nothing is written; the
+    /// message waits for a process of that release (it is delivered again
+    /// later, counted, and dead-lettered only once its wait runs out).
+    #[error("needs a newer bosun: {0}")]
+    NeedsNewer(#[source] BoxError),
 }
 
 impl HandlerError {
@@ -222,6 +228,12 @@ impl HandlerError {
     /// A permanent error from anything that converts to a boxed error.
     pub fn permanent(err: impl Into<BoxError>) -> Self {
         Self::Permanent(err.into())
+    }
+
+    /// The message needs a newer release than this process (see
+    /// [`HandlerError::NeedsNewer`]).
+    pub fn needs_newer(err: impl Into<BoxError>) -> Self {
+        Self::NeedsNewer(err.into())
     }
 
     /// Whether retrying may help.

@@ -115,7 +115,7 @@ pub fn decide(observed: Observed<'_>, policy: &RetryPolicy, attempt: u32, jitter
             let jittered = policy.ceiling(next).mul_f64(jitter.clamp(0.0, 1.0));
             let delay = match err {
                 HandlerError::RetryAfter { after, .. } => jittered.max(*after),
-                HandlerError::Transient(_) | HandlerError::Permanent(_) => jittered,
+                HandlerError::Transient(_) | HandlerError::Permanent(_) | HandlerError::NeedsNewer(_) => jittered,
             };
             Decision::Retry { attempt: next, delay }
         }

@@ -634,6 +634,7 @@ fn handler_error_chain(err: &HandlerError) -> Vec<String> {
         HandlerError::Transient(inner) => ("transient", inner.as_ref()),
         HandlerError::Permanent(inner) => ("permanent", inner.as_ref()),
         HandlerError::RetryAfter { source, .. } => ("transient", source.as_ref()),
+        HandlerError::NeedsNewer(inner) => ("needs a newer bosun", inner.as_ref()),
     };
     let mut chain = error_chain(inner);
     if let Some(first) = chain.first_mut() {
