@@ -212,6 +212,7 @@ async fn port_errors_keep_their_retry_decision() {
         let kind = match err {
             HandlerError::Transient(_) => "transient",
             HandlerError::Permanent(_) => "permanent",
+            HandlerError::NeedsNewer(_) => "needs-newer",
             HandlerError::RetryAfter { .. } => "retry",
         };
         assert_eq!(kind, expected);
@@ -807,6 +808,7 @@ async fn azure_failures_map_to_retry_decisions() {
         let kind = match &err {
             HandlerError::Transient(_) => "transient",
             HandlerError::Permanent(_) => "permanent",
+            HandlerError::NeedsNewer(_) => "needs-newer",
             HandlerError::RetryAfter { after, .. } => {
                 assert_eq!(*after, Duration::from_secs(30));
                 "retry"

@@ -319,6 +319,7 @@ async fn port_errors_map_to_retry_decisions() {
         let kind = match err {
             HandlerError::Transient(_) => "transient",
             HandlerError::Permanent(_) => "permanent",
+            HandlerError::NeedsNewer(_) => "needs-newer",
             HandlerError::RetryAfter { after, .. } => {
                 assert_eq!(after, Duration::from_secs(9));
                 "retry-after"
