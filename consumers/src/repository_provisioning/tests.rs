@@ -158,6 +158,7 @@ async fn handler_maps_port_errors_to_retry_decisions() {
         let kind = match err {
             HandlerError::Transient(_) => "transient",
             HandlerError::Permanent(_) => "permanent",
+            HandlerError::NeedsNewer(_) => "needs-newer",
             HandlerError::RetryAfter { after, .. } => {
                 assert_eq!(after, Duration::from_secs(9));
                 "retry-after"
