@@ -26,6 +26,11 @@ pub struct MigrateArgs {
     /// breaking migration then waits for a plain `bosun migrate`.
     #[arg(long, conflicts_with = "check")]
     pub compatible_only: bool,
+    /// Apply a breaking migration too: one after which every bosun built
+    /// for an earlier schema stops serving. Without it a plain `migrate`
+    /// refuses such a run, naming the migration, and applies nothing.
+    #[arg(long, conflicts_with_all = ["check", "compatible_only"])]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -56,8 +61,10 @@ pub async fn run(args: MigrateArgs, settings: &Settings) -> Result<()> {
     }
     let report = if args.compatible_only {
         database.migrate_compatible().await?
-    } else {
+    } else if args.force {
         database.migrate().await?
+    } else {
+        database.migrate_unless_breaking().await?
     };
     if args.json {
         print_json(&serde_json::json!({"applied": report.applied, "version": report.version}))
@@ -79,10 +86,12 @@ fn write_plan(out: &mut impl Write, plan: &MigrationPlan) -> Result<()> {
         return Ok(());
     }
     for migration in &plan.pending {
-        let kind = if migration.runs_with < migration.version {
+        let kind = if !migration.is_breaking() {
             "compatible: the previous release keeps running"
+        } else if plan.from.version == 0 {
+            "breaking, but nothing runs on a database with no schema yet"
         } else {
-            "breaking: the previous release stops"
+            "breaking: the previous release stops (needs --force)"
         };
         writeln!(out, "would apply {} ({}): {kind}", migration.version, migration.name)?;
     }
@@ -154,7 +163,7 @@ mod tests {
             format!(
                 "schema at version 12; runs with bosun built for schema 12 or later (this one: {SCHEMA_VERSION})\n\
                  would apply 13 (wide): compatible: the previous release keeps running\n\
-                 would apply 14 (narrow): breaking: the previous release stops\n\
+                 would apply 14 (narrow): breaking: the previous release stops (needs --force)\n\
                  then at version 14; runs with bosun built for schema 14 or later\n"
             )
         );

@@ -181,6 +181,16 @@ pub struct MigrationPlan {
 }
 
 impl MigrationPlan {
+    /// The first pending migration that stops the bosuns running on the
+    /// database now, if any (none on a database with no schema yet:
+    /// nothing runs on it).
+    pub fn first_breaking(&self) -> Option<&PlannedMigration> {
+        if self.from.version == 0 {
+            return None;
+        }
+        self.pending.iter().find(|m| m.is_breaking())
+    }
+
     /// The version `migrate --compatible-only` goes to: the last pending
     /// compatible migration before the first breaking one (where the
     /// database stands when the first pending one breaks), or every
@@ -191,10 +201,19 @@ impl MigrationPlan {
         }
         self.pending
             .iter()
-            .take_while(|m| m.runs_with < m.version)
+            .take_while(|m| !m.is_breaking())
             .last()
             .map_or(self.from.version, |m| m.version)
     }
+}
+
+/// Whether a migration run applies a breaking migration it meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Breaking {
+    /// Apply it (`migrate --force`, a database with no schema yet, tests).
+    Apply,
+    /// Refuse the whole run, applying nothing (a plain `migrate`).
+    Refuse,
 }
 
 /// One migration a [`MigrationPlan`] would apply.
@@ -206,6 +225,13 @@ pub struct PlannedMigration {
     pub name: &'static str,
     /// The oldest bosun that runs once it is applied.
     pub runs_with: i64,
+}
+
+impl PlannedMigration {
+    /// Whether the release before it stops once it is applied.
+    pub fn is_breaking(&self) -> bool {
+        self.runs_with >= self.version
+    }
 }
 
 /// The applied migrations as the database records them.
@@ -292,13 +318,25 @@ pub(super) async fn read_applied(conn: &mut PgConnection) -> Result<Applied, Dat
 /// applied versions, checks them against this build's, applies the rest.
 /// A database a newer bosun migrated within this one's window needs
 /// nothing from it: the report says so and nothing is written.
-pub(super) async fn apply_migrations(conn: &mut PgConnection, target: i64) -> Result<MigrationReport, DatabaseError> {
+pub(super) async fn apply_migrations(
+    conn: &mut PgConnection,
+    target: i64,
+    breaking: Breaking,
+) -> Result<MigrationReport, DatabaseError> {
     (&mut *conn).execute(MIGRATION_LOCK).await?;
     (&mut *conn).execute(CREATE_MIGRATIONS_TABLE).await?;
     (&mut *conn).execute(ADD_RUNS_WITH).await?;
     let applied = read_applied(conn).await?;
     applied.verify()?;
     let plan = applied.plan(target);
+    if breaking == Breaking::Refuse
+        && let Some(first) = plan.first_breaking()
+    {
+        return Err(DatabaseError::BreakingMigration {
+            version: first.version,
+            name: first.name,
+        });
+    }
     let mut report = MigrationReport {
         applied: Vec::new(),
         version: plan.from.version,

@@ -36,8 +36,8 @@ use sqlx_postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 #[cfg(test)]
 use self::migrations::MIGRATIONS;
+use self::migrations::{Breaking, apply_migrations, read_applied};
 pub use self::migrations::{MigrationPlan, PlannedMigration, SchemaWindow};
-use self::migrations::{apply_migrations, read_applied};
 
 use crate::ports::store::{SOME_STORE_OPERATION, StoreError};
 use crate::ports::transport::{SOME_TRANSPORT_OPERATION, TransportError};
@@ -98,6 +98,20 @@ pub enum DatabaseError {
         runs_with: i64,
         /// [`SCHEMA_VERSION`].
         built_for: i64,
+    },
+    /// A plain `migrate` (without `--force`) reached a breaking migration
+    /// on a database that already has a schema: once applied, every bosun
+    /// built for an earlier schema stops serving.
+    #[error(
+        "migration {version} ({name}) is breaking: once it is applied, every bosun built for a schema before \
+         {version} stops serving. Nothing was applied. Replace or stop every older process first, then run \
+         `bosun migrate --force` (see docs/UPGRADING.md)"
+    )]
+    BreakingMigration {
+        /// Its version.
+        version: i64,
+        /// Its name.
+        name: &'static str,
     },
     /// An applied migration's SQL differs from this build's.
     #[error(
@@ -292,6 +306,15 @@ impl PostgresDatabase {
         self.migrate_to(SCHEMA_VERSION).await
     }
 
+    /// Applies every pending migration unless one of them is breaking on a
+    /// database that already has a schema ([`DatabaseError::BreakingMigration`],
+    /// nothing applied): what a plain `bosun migrate` does; `--force` is
+    /// [`PostgresDatabase::migrate`]. Decided under the migration lock, so
+    /// the answer holds for the schema it applies to.
+    pub async fn migrate_unless_breaking(&self) -> Result<MigrationReport, DatabaseError> {
+        self.migrate_within(SCHEMA_VERSION, Breaking::Refuse).await
+    }
+
     /// Applies the migrations the running release survives: every pending
     /// compatible migration up to the first breaking one (whose
     /// `runs_with` is its own version), which is left for a plain
@@ -305,8 +328,12 @@ impl PostgresDatabase {
 
     /// Applies migrations up to `target` (tests use it to build an old schema).
     pub(crate) async fn migrate_to(&self, target: i64) -> Result<MigrationReport, DatabaseError> {
+        self.migrate_within(target, Breaking::Apply).await
+    }
+
+    async fn migrate_within(&self, target: i64, breaking: Breaking) -> Result<MigrationReport, DatabaseError> {
         let mut tx = self.pool.begin().await?;
-        match apply_migrations(&mut tx, target).await {
+        match apply_migrations(&mut tx, target, breaking).await {
             Ok(report) => {
                 tx.commit().await?;
                 if !report.applied.is_empty() {

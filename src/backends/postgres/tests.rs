@@ -278,6 +278,38 @@ async fn compatible_only_makes_a_new_schema_whole_and_leaves_a_breaking_one_for_
 }
 
 #[tokio::test]
+async fn a_plain_migrate_refuses_a_breaking_migration_naming_it_and_force_applies_it() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    // Nothing runs on a database with no schema yet: nothing to refuse.
+    let whole = database.migrate_unless_breaking().await.unwrap();
+    assert_eq!(whole.applied, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+
+    let test2 = testing::fresh().await;
+    let database = &test2.database;
+    database.migrate_to(SCHEMA_VERSION - 1).await.unwrap();
+    // The last migration breaks (every one before the window does).
+    let refused = database.migrate_unless_breaking().await.unwrap_err();
+    let DatabaseError::BreakingMigration { version, name } = &refused else {
+        panic!("expected a refusal, got {refused:?}");
+    };
+    assert_eq!(*version, SCHEMA_VERSION);
+    let text = refused.to_string();
+    assert!(text.contains(name) && text.contains("--force"), "{text}");
+    assert_eq!(
+        database.schema_version().await.unwrap(),
+        SCHEMA_VERSION - 1,
+        "nothing applied"
+    );
+    // --force applies it.
+    assert_eq!(database.migrate().await.unwrap().applied, vec![SCHEMA_VERSION]);
+    // Nothing pending: nothing to refuse.
+    assert!(database.migrate_unless_breaking().await.unwrap().applied.is_empty());
+    test.finish().await;
+    test2.finish().await;
+}
+
+#[tokio::test]
 async fn release_sagas_move_under_their_tenant() {
     let test = testing::fresh().await;
     let database = &test.database;
