@@ -242,6 +242,18 @@ impl HandlerError {
     }
 }
 
+/// A saga state a later release saved waits for that release
+/// ([`HandlerError::NeedsNewer`]); one that cannot be read at all is
+/// permanent (dead-lettered, for an operator to repair).
+impl From<bosun_sagas::versioned::StateError> for HandlerError {
+    fn from(err: bosun_sagas::versioned::StateError) -> Self {
+        match err {
+            bosun_sagas::versioned::StateError::Newer { .. } => Self::NeedsNewer(err.into()),
+            _ => Self::Permanent(err.into()),
+        }
+    }
+}
+
 /// A consumer was handed a message type it does not handle: a routing
 /// mistake, so retrying cannot help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 pub mod gitops;
 pub mod machine;
 pub mod release;
+pub mod versioned;
 
 use bosun_contracts::Message;
 use serde::{Serialize, de::DeserializeOwned};

@@ -49,6 +49,7 @@ use bosun_contracts::messages::{DeploymentPromoted, ReconcileReason};
 use bosun_contracts::validate;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::gitops::{DesiredStateWritten, GitOpsInput, GitOpsSaga, GitOpsState, Work};
+use bosun_sagas::versioned::{load_state, save_state};
 use bosun_sagas::{Action, SagaKind, StateMachine};
 use serde_json::json;
 use time::format_description::well_known::Rfc3339;
@@ -187,9 +188,9 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
         validate::tenant_id("tenantId", &tenant).map_err(|err| HandlerError::from(GitOpsError::from(err)))?;
 
         let state: GitOpsState = match inbound.saga {
-            Some(saga) if !saga.state.is_null() => serde_json::from_value(saga.state.clone())
-                .map_err(|err| HandlerError::permanent(format!("the stored GitOps saga cannot be read: {err}")))?,
-            Some(_) => GitOpsState::default(),
+            // A state a later release saved is left as it is: the message
+            // waits for a process of that release.
+            Some(saga) => load_state(&saga.state)?,
             None => {
                 tracing::warn!(
                     message_type = message.message_type(),
@@ -301,8 +302,7 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
                 }
             })
             .collect();
-        let saga_state = serde_json::to_value(&transition.state)
-            .map_err(|err| HandlerError::permanent(format!("the GitOps saga state cannot be written: {err}")))?;
+        let saga_state = save_state(&transition.state)?;
         Ok(Outcome {
             messages,
             saga_state: Some(saga_state),

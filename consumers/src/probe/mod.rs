@@ -20,6 +20,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bosun_contracts::messages::{Probe, ProbeEchoed};
 use bosun_contracts::{ConsumerName, Envelope, Message};
+use bosun_sagas::SagaKind;
+use bosun_sagas::versioned::{Upcast, VersionedState, load_state, save_state};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -48,6 +50,13 @@ pub struct ProbeTally {
     /// When the last echo was counted.
     #[serde(with = "time::serde::rfc3339::option")]
     pub last_at: Option<OffsetDateTime>,
+}
+
+/// Version 1: the tally as it was when states were first versioned.
+impl VersionedState for ProbeTally {
+    const KIND: SagaKind = SagaKind::Probe;
+    const VERSION: u32 = 1;
+    const UPCASTS: &'static [Upcast] = &[];
 }
 
 /// The probe consumer.
@@ -111,19 +120,13 @@ impl Consumer for ProbeConsumer {
                 let saga = inbound
                     .saga
                     .ok_or_else(|| HandlerError::permanent("no probe saga was loaded for the echo"))?;
-                let mut tally: ProbeTally = if saga.state.is_null() {
-                    ProbeTally::default()
-                } else {
-                    serde_json::from_value(saga.state.clone()).map_err(|err| {
-                        HandlerError::permanent(format!("probe saga {}: stored state cannot be read: {err}", saga.key))
-                    })?
-                };
+                let mut tally: ProbeTally = load_state(&saga.state)?;
                 let at = inbound.envelope.occurred_at;
                 tally.count += 1;
                 tally.highest_sequence = tally.highest_sequence.max(echo.sequence);
                 tally.first_at = Some(tally.first_at.map_or(at, |first| first.min(at)));
                 tally.last_at = Some(tally.last_at.map_or(at, |last| last.max(at)));
-                let state = serde_json::to_value(&tally).map_err(HandlerError::permanent)?;
+                let state = save_state(&tally)?;
                 Ok(Outcome {
                     messages: Vec::new(),
                     saga_state: Some(state),

@@ -36,9 +36,15 @@ async fn a_probe_echoes_and_the_echo_is_counted() {
             .unwrap();
         state = outcome.saga_state.unwrap();
     }
+    assert_eq!(state["stateVersion"], 1, "{state}");
     let tally: ProbeTally = serde_json::from_value(state).unwrap();
     assert_eq!(tally.count, 3);
     assert_eq!(tally.highest_sequence, 7);
+}
+
+#[test]
+fn the_tally_has_its_upcasts() {
+    assert!(bosun_sagas::versioned::upcasts_are_complete::<ProbeTally>());
 }
 
 #[tokio::test]

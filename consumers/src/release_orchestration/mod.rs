@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::Action;
 use bosun_sagas::release::{ReleaseSaga, ReleaseState};
+use bosun_sagas::versioned::{StateError, load_state, save_state};
 use time::OffsetDateTime;
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy};
@@ -87,13 +88,22 @@ pub struct UnknownRelease {
     release_id: String,
 }
 
-/// The saga's corrupt or unreadable state.
+/// The saga's stored state, unreadable or saved by a later release.
 #[derive(Debug, thiserror::Error)]
-#[error("release saga {key}: stored state cannot be read: {source}")]
-pub struct CorruptState {
+#[error("release saga {key}: {source}")]
+pub struct StoredState {
     key: String,
     #[source]
-    source: serde_json::Error,
+    source: StateError,
+}
+
+impl From<StoredState> for HandlerError {
+    fn from(err: StoredState) -> Self {
+        match err.source {
+            StateError::Newer { .. } => HandlerError::needs_newer(err),
+            _ => HandlerError::permanent(err),
+        }
+    }
 }
 
 #[async_trait]
@@ -144,16 +154,12 @@ impl Consumer for ReleaseOrchestration {
                 });
             }
         }
-        let state: ReleaseState = if saga.state.is_null() {
-            ReleaseState::default()
-        } else {
-            serde_json::from_value(saga.state.clone()).map_err(|source| {
-                HandlerError::permanent(CorruptState {
-                    key: saga.key.clone(),
-                    source,
-                })
-            })?
-        };
+        // A state a later release saved is left as it is: the message
+        // waits for a process of that release.
+        let state: ReleaseState = load_state(&saga.state).map_err(|source| StoredState {
+            key: saga.key.clone(),
+            source,
+        })?;
         let transition = self
             .saga
             .apply_at(&state, inbound.message, inbound.envelope.occurred_at)
@@ -179,7 +185,7 @@ impl Consumer for ReleaseOrchestration {
                 Action::Schedule { message, after } => Outgoing::after(message, after),
             })
             .collect();
-        let saga_state = serde_json::to_value(&transition.state).map_err(HandlerError::permanent)?;
+        let saga_state = save_state(&transition.state).map_err(HandlerError::permanent)?;
         tracing::info!(release_id = %saga.key, phase = %transition.state.phase, "release saga advanced");
         Ok(Outcome {
             messages,

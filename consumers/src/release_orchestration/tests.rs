@@ -97,6 +97,7 @@ async fn corrupt_state_is_a_permanent_error() {
         .await
         .unwrap_err();
     assert!(!err.is_retryable(), "{err}");
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err:?}");
 }
 
 #[tokio::test]
@@ -164,4 +165,43 @@ async fn a_timeout_before_its_deadline_waits_for_it() {
         delay > std::time::Duration::from_secs(3500) && delay <= std::time::Duration::from_secs(3600),
         "{delay:?}"
     );
+}
+
+#[tokio::test]
+async fn the_state_it_saves_carries_its_version() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let state = first.saga_state.expect("state saved");
+    assert_eq!(state["stateVersion"], 1, "{state}");
+}
+
+#[tokio::test]
+async fn a_state_a_later_release_saved_waits_for_that_release_and_is_not_overwritten() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let mut newer = first.saga_state.expect("state saved");
+    newer["stateVersion"] = serde_json::json!(2);
+    newer["approvals"] = serde_json::json!({"shape": "of a later release"});
+    let message: Message = samples::container_image_built().into();
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+    let (kind, key) = consumer.saga_of(&envelope, &message).expect("a release message");
+    let saga = SagaInstance {
+        kind,
+        key,
+        version: 1,
+        state: newer,
+    };
+    let err = consumer
+        .handle(Inbound {
+            envelope: &envelope,
+            message: &message,
+            saga: Some(&saga),
+        })
+        .await
+        .unwrap_err();
+    // Not dead-lettered as corrupt: it waits; and a handler error writes
+    // no state.
+    assert!(matches!(err, HandlerError::NeedsNewer(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("version 2") && text.contains(&saga.key), "{text}");
 }

@@ -165,6 +165,15 @@ pub struct GitOpsState {
     pub history: Vec<HistoryEntry>,
 }
 
+/// Version 1: the state as it was when states were first versioned (and as
+/// states saved before then read). See [`crate::versioned`] for when to
+/// bump it.
+impl crate::versioned::VersionedState for GitOpsState {
+    const KIND: crate::SagaKind = crate::SagaKind::Gitops;
+    const VERSION: u32 = 1;
+    const UPCASTS: &'static [crate::versioned::Upcast] = &[];
+}
+
 impl GitOpsState {
     /// The desired commit, if any.
     pub fn desired_commit(&self) -> Option<&str> {

@@ -199,6 +199,15 @@ pub struct ReleaseState {
     pub history: Vec<HistoryEntry>,
 }
 
+/// Version 1: the state as it was when states were first versioned (and as
+/// states saved before then read). See [`crate::versioned`] for when to
+/// bump it.
+impl crate::versioned::VersionedState for ReleaseState {
+    const KIND: crate::SagaKind = crate::SagaKind::Release;
+    const VERSION: u32 = 1;
+    const UPCASTS: &'static [crate::versioned::Upcast] = &[];
+}
+
 impl ReleaseState {
     /// Whether the release is over (completed or rejected).
     pub fn is_finished(&self) -> bool {
