@@ -2,5 +2,6 @@
 //! `bosun bench` ([`mod@bench`]) and `bosun infra render` ([`infra`]).
 
 pub mod bench;
+pub mod corpus;
 pub mod demo;
 pub mod infra;
