@@ -19,9 +19,7 @@
 use std::collections::BTreeMap;
 
 use bosun_consumers::probe::ProbeTally;
-use bosun_contracts::messages::{
-    ApproveRelease, GitOpsSynced, InfrastructureProvisioned, MessageSpec,
-};
+use bosun_contracts::messages::{ApproveRelease, GitOpsSynced, InfrastructureProvisioned, MessageSpec};
 use bosun_contracts::{CATALOGUE, Envelope, Message, samples};
 use bosun_sagas::gitops::{DesiredStateWritten, GitOpsInput, GitOpsSaga, GitOpsState};
 use bosun_sagas::release::{ReleasePolicy, ReleaseSaga, ReleaseState};

@@ -102,7 +102,11 @@ fn loads_every<S: VersionedState + std::fmt::Debug>() -> usize {
     // Each version this build reads has its samples, kept when a later
     // version is added.
     for version in 1..=S::VERSION {
-        assert!(versions.contains(&version), "corpus/sagas lacks a {} state of version {version}", S::KIND);
+        assert!(
+            versions.contains(&version),
+            "corpus/sagas lacks a {} state of version {version}",
+            S::KIND
+        );
     }
     read
 }
@@ -129,5 +133,9 @@ fn the_release_samples_include_one_waiting_for_its_prod_approval() {
                 .is_some_and(|pending| pending.message.environment == "prod")
         })
         .map(|(name, _)| name);
-    assert!(waiting.is_some(), "phases: {:?}", release_states().keys().collect::<Vec<_>>());
+    assert!(
+        waiting.is_some(),
+        "phases: {:?}",
+        release_states().keys().collect::<Vec<_>>()
+    );
 }
