@@ -619,6 +619,12 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         binary: PathBuf::from(env!("CARGO_BIN_EXE_bosun")),
         compat: true,
     };
+    assert_ne!(
+        std::fs::read(&previous.binary).unwrap(),
+        std::fs::read(&new.binary).unwrap(),
+        "{} is this checkout's bosun, not the previous release's",
+        previous.binary.display()
+    );
     let progress = Progress::start("upgrade");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -680,7 +686,7 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
     let forward_started = Instant::now();
     let traffic = Traffic::start(&deployment, "upgrade-forward", "upgrade (forward)");
     let approve = deployment.start_delivery(0, "fwd-approve", 0);
-    let polled = deployment.start_delivery(1, "fwd-polled", 25);
+    let polled = deployment.start_delivery(1, "fwd-polled", 10);
     let waiting = deployment.wait_for_phase("fwd-approve", "awaitingApproval", Duration::from_secs(120), &progress);
     assert_eq!(waiting["currentEnvironment"], "prod", "{waiting}");
     assert!(
@@ -720,6 +726,10 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         let done = deployment.wait_for_phase(tenant, "completed", Duration::from_secs(120), &progress);
         assert!(done["pendingTimeout"].is_null(), "{tenant}: no timeout left pending: {done}");
     }
+    progress.phase(format!(
+        "3 releases completed; fwd-polled's pipeline run finished on attempt {} (a run whose process stopped restarts once its heartbeat is 30 s stale)",
+        run_attempt(&deployment.data, "fwd-polled")
+    ));
     let (sent, counted, gaps, _) = traffic.finish(&deployment, &progress);
     let dead = deployment.dead_letters(&new);
     assert!(dead.is_empty(), "dead letters after the roll forward: {dead:#?}");
@@ -794,4 +804,24 @@ fn sample_files(build_sleep: u32) -> Vec<Value> {
     }
     files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
     files
+}
+
+/// The `attempt` of `tenant`'s one local pipeline run (its record under
+/// the data directory's `runs/<tenant>/`).
+fn run_attempt(data: &Path, tenant: &str) -> u64 {
+    let mut stack = vec![data.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "json")
+                && path.parent().is_some_and(|p| p.ends_with(Path::new("runs").join(tenant)))
+            {
+                let record: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                return record["attempt"].as_u64().expect("a run record has its attempt");
+            }
+        }
+    }
+    panic!("no pipeline run record of {tenant} under {}", data.display())
 }
