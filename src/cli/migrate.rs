@@ -52,6 +52,7 @@ pub async fn run(args: MigrateArgs, settings: &Settings) -> Result<()> {
                 "runsWith": plan.from.runs_with,
                 "pending": plan.pending.iter().map(|m| serde_json::json!({
                     "version": m.version, "name": m.name, "runsWith": m.runs_with,
+                    "breaking": m.is_breaking() && plan.from.version > 0,
                 })).collect::<Vec<_>>(),
                 "after": {"version": plan.to.version, "runsWith": plan.to.runs_with},
             }))
