@@ -111,6 +111,12 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/postgres/0013_key_lifecycle.sql"),
         runs_with: 13,
     },
+    Migration {
+        version: 14,
+        name: "fleet",
+        sql: include_str!("../../../migrations/postgres/0014_fleet.sql"),
+        runs_with: 13,
+    },
 ];
 
 /// Held for the whole migration transaction; keyed by schema so bosun

@@ -5,6 +5,10 @@ use sqlx_core::query::query;
 
 use super::*;
 
+/// The last migration from before the compatibility window (breaking,
+/// as they all are); the ones after it are compatible.
+const BEFORE_THE_WINDOW: i64 = 13;
+
 #[tokio::test]
 async fn migrations_apply_once_and_are_idempotent() {
     let test = testing::fresh().await;
@@ -124,11 +128,12 @@ async fn a_newer_schema_within_the_window_serves_and_one_past_it_is_refused() {
     let database = &test.database;
     database.migrate().await.unwrap();
     let window = database.schema_window().await.unwrap();
+    // The last breaking migration is the one before the window.
     assert_eq!(
         window,
         SchemaWindow {
             version: SCHEMA_VERSION,
-            runs_with: SCHEMA_VERSION
+            runs_with: BEFORE_THE_WINDOW
         }
     );
 
@@ -184,7 +189,7 @@ async fn a_newer_schema_within_the_window_serves_and_one_past_it_is_refused() {
 async fn a_database_migrated_before_the_window_reads_as_needing_its_exact_version() {
     let test = testing::fresh().await;
     let database = &test.database;
-    database.migrate_to(SCHEMA_VERSION - 1).await.unwrap();
+    database.migrate_to(BEFORE_THE_WINDOW - 1).await.unwrap();
     // What a bosun from before the window leaves: no runs_with column.
     query("ALTER TABLE bosun_schema_migrations DROP COLUMN runs_with")
         .execute(database.pool())
@@ -193,26 +198,29 @@ async fn a_database_migrated_before_the_window_reads_as_needing_its_exact_versio
     assert_eq!(
         database.schema_window().await.unwrap(),
         SchemaWindow {
-            version: SCHEMA_VERSION - 1,
-            runs_with: SCHEMA_VERSION - 1
+            version: BEFORE_THE_WINDOW - 1,
+            runs_with: BEFORE_THE_WINDOW - 1
         }
     );
     let plan = database.plan().await.unwrap();
     assert_eq!(
         plan.pending.iter().map(|m| m.version).collect::<Vec<_>>(),
-        vec![SCHEMA_VERSION]
+        (BEFORE_THE_WINDOW..=SCHEMA_VERSION).collect::<Vec<_>>()
     );
     assert_eq!(plan.to.version, SCHEMA_VERSION);
     // --check changed nothing.
-    assert_eq!(database.schema_version().await.unwrap(), SCHEMA_VERSION - 1);
-    assert_eq!(database.migrate().await.unwrap().applied, vec![SCHEMA_VERSION]);
+    assert_eq!(database.schema_version().await.unwrap(), BEFORE_THE_WINDOW - 1);
+    assert_eq!(
+        database.migrate().await.unwrap().applied,
+        (BEFORE_THE_WINDOW..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     let recorded: Option<i64> =
         sqlx_core::query_scalar::query_scalar("SELECT runs_with FROM bosun_schema_migrations WHERE version = $1")
-            .bind(SCHEMA_VERSION)
+            .bind(BEFORE_THE_WINDOW)
             .fetch_one(database.pool())
             .await
             .unwrap();
-    assert_eq!(recorded, Some(SCHEMA_VERSION));
+    assert_eq!(recorded, Some(BEFORE_THE_WINDOW));
     database.check_schema().await.unwrap();
     test.finish().await;
 }
@@ -264,18 +272,43 @@ async fn compatible_only_makes_a_new_schema_whole_and_leaves_a_breaking_one_for_
 
     let test2 = testing::fresh().await;
     let database = &test2.database;
-    database.migrate_to(SCHEMA_VERSION - 1).await.unwrap();
-    // The last migration breaks (every one before the window does):
-    // an init container leaves it, and this bosun waits for it.
+    database.migrate_to(BEFORE_THE_WINDOW - 1).await.unwrap();
+    // The last migration before the window breaks (every one before it
+    // does): an init container leaves it and what follows, and this
+    // bosun waits for it.
     let left = database.migrate_compatible().await.unwrap();
     assert!(left.applied.is_empty(), "{left:?}");
     assert!(matches!(
         database.check_schema().await,
         Err(DatabaseError::SchemaMismatch { .. })
     ));
-    assert_eq!(database.migrate().await.unwrap().applied, vec![SCHEMA_VERSION]);
+    assert_eq!(
+        database.migrate().await.unwrap().applied,
+        (BEFORE_THE_WINDOW..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     test.finish().await;
     test2.finish().await;
+}
+
+/// The first release with the window (built for schema 13) and this one
+/// on one database: `--compatible-only` applies migration 14, after which
+/// both serve (the path `tests/upgrade.rs` runs with real binaries).
+#[tokio::test]
+async fn compatible_only_applies_the_fleet_and_the_first_release_with_the_window_still_serves() {
+    let test = testing::fresh().await;
+    let database = &test.database;
+    database.migrate_to(BEFORE_THE_WINDOW).await.unwrap();
+    let applied = database.migrate_compatible().await.unwrap();
+    assert_eq!(
+        applied.applied,
+        (BEFORE_THE_WINDOW + 1..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    let window = database.schema_window().await.unwrap();
+    window.check(BEFORE_THE_WINDOW).unwrap();
+    window.check(SCHEMA_VERSION).unwrap();
+    // What the previous release's `migrate` finds there: nothing to do.
+    assert!(database.migrate_unless_breaking().await.unwrap().applied.is_empty());
+    test.finish().await;
 }
 
 #[tokio::test]
@@ -288,26 +321,39 @@ async fn a_plain_migrate_refuses_a_breaking_migration_naming_it_and_force_applie
 
     let test2 = testing::fresh().await;
     let database = &test2.database;
-    database.migrate_to(SCHEMA_VERSION - 1).await.unwrap();
-    // The last migration breaks (every one before the window does).
+    database.migrate_to(BEFORE_THE_WINDOW - 1).await.unwrap();
+    // The last migration before the window breaks (every one before it does).
     let refused = database.migrate_unless_breaking().await.unwrap_err();
     let DatabaseError::BreakingMigration { version, name } = &refused else {
         panic!("expected a refusal, got {refused:?}");
     };
-    assert_eq!(*version, SCHEMA_VERSION);
+    assert_eq!(*version, BEFORE_THE_WINDOW);
     let text = refused.to_string();
     assert!(text.contains(name) && text.contains("--force"), "{text}");
     assert_eq!(
         database.schema_version().await.unwrap(),
-        SCHEMA_VERSION - 1,
-        "nothing applied"
+        BEFORE_THE_WINDOW - 1,
+        "nothing applied, not even what comes before it"
     );
     // --force applies it.
-    assert_eq!(database.migrate().await.unwrap().applied, vec![SCHEMA_VERSION]);
+    assert_eq!(
+        database.migrate().await.unwrap().applied,
+        (BEFORE_THE_WINDOW..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     // Nothing pending: nothing to refuse.
     assert!(database.migrate_unless_breaking().await.unwrap().applied.is_empty());
+
+    // A compatible migration needs no --force.
+    let test3 = testing::fresh().await;
+    let database = &test3.database;
+    database.migrate_to(BEFORE_THE_WINDOW).await.unwrap();
+    assert_eq!(
+        database.migrate_unless_breaking().await.unwrap().applied,
+        (BEFORE_THE_WINDOW + 1..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     test.finish().await;
     test2.finish().await;
+    test3.finish().await;
 }
 
 #[tokio::test]
@@ -402,7 +448,7 @@ async fn keys_made_before_keys_expired_keep_working_after_migration_13() {
     .execute(database.pool())
     .await
     .unwrap();
-    assert_eq!(database.migrate().await.unwrap().applied, vec![13]);
+    assert_eq!(database.migrate_to(13).await.unwrap().applied, vec![13]);
     let store = crate::backends::postgres::store::PostgresStore::new(database.clone());
     let key = crate::ports::store::AccessStore::api_key(&store, "0123456789ab")
         .await

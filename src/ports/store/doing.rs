@@ -215,3 +215,10 @@ pub(crate) fn release_replay_job(id: Uuid) -> String {
 pub(crate) fn control_replay_job(id: Uuid) -> String {
     format!("changing the status of replay job {id}")
 }
+
+/// [`AdminStore::heartbeat`](super::AdminStore::heartbeat) and
+/// [`AdminStore::leave_fleet`](super::AdminStore::leave_fleet).
+pub(crate) const HEARTBEAT: &str = "recording this process in the fleet";
+
+/// [`AdminStore::fleet`](super::AdminStore::fleet).
+pub(crate) const FLEET: &str = "listing the fleet of processes";

@@ -6,7 +6,7 @@
 //! the first two), [`DeadLetterStore`] (every failure given up on, with the
 //! original bytes), [`TimelineStore`] (what happened to each message of a
 //! correlation id), [`DeliveryStore`] (how each delivery started),
-//! [`AdminStore`] (the schema check and retention), and beside them
+//! [`AdminStore`] (the schema check, retention and the fleet of processes), and beside them
 //! [`AccessStore`] (API keys, HTTP idempotency) and [`ReplayJobStore`]
 //! (bulk replay jobs). [`Store`] is all of the first seven; a part of
 //! bosun takes the traits it uses. A backend implements each trait in the
@@ -48,6 +48,7 @@ pub use watch::{TimelineWait, TimelineWatch, Woken};
 
 mod access;
 mod dead_letters;
+mod fleet;
 mod retention;
 mod sagas;
 mod timeline;
@@ -55,6 +56,7 @@ mod writes;
 
 pub use access::*;
 pub use dead_letters::*;
+pub use fleet::*;
 pub use retention::*;
 pub use sagas::*;
 pub use timeline::*;
@@ -252,6 +254,25 @@ pub trait AdminStore: Send + Sync {
     /// statements on indexed columns, so the hot path is not held up), and
     /// says how many of each. Call again while [`Pruned::any_full`].
     async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError>;
+
+    /// Records that `process` runs on this store, as of now (its first
+    /// call when it starts, then with every schema check). A store one
+    /// process owns (SQLite, in memory) keeps no fleet: nothing to record.
+    async fn heartbeat(&self, _process: &ProcessRecord) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Removes process `id` from the fleet (it stops).
+    async fn leave_fleet(&self, _id: Uuid) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// The processes seen within `within` of now (by the store's clock),
+    /// oldest start first; `None` when this store keeps no fleet (one
+    /// process owns it).
+    async fn fleet(&self, _within: std::time::Duration) -> Result<Option<Vec<ProcessRecord>>, StoreError> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

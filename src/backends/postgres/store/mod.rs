@@ -46,6 +46,7 @@ pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 mod access;
 pub(crate) mod commit;
 pub(crate) mod dead_letters;
+mod fleet;
 pub(crate) mod handled;
 mod jobs;
 mod listen;

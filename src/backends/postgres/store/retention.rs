@@ -11,7 +11,8 @@ use time::OffsetDateTime;
 use super::PostgresStore;
 use crate::backends::postgres::PostgresDatabase;
 use crate::ports::store::{AdminStore, doing};
-use crate::ports::store::{FinishedSaga, Pruned, RetentionPolicy, StoreError, cutoff};
+use crate::ports::store::{FinishedSaga, ProcessRecord, Pruned, RetentionPolicy, StoreError, cutoff};
+use uuid::Uuid;
 
 /// Runs `sql` (parameters: the cutoff, the batch size) if the kind has a
 /// retention; returns the rows deleted.
@@ -100,6 +101,18 @@ async fn prune_sagas(
 impl AdminStore for PostgresStore {
     async fn check_schema(&self) -> Result<(), StoreError> {
         Ok(self.database.check_schema().await?)
+    }
+
+    async fn heartbeat(&self, process: &ProcessRecord) -> Result<(), StoreError> {
+        self.record_heartbeat(process).await
+    }
+
+    async fn leave_fleet(&self, id: Uuid) -> Result<(), StoreError> {
+        self.remove_process(id).await
+    }
+
+    async fn fleet(&self, within: std::time::Duration) -> Result<Option<Vec<ProcessRecord>>, StoreError> {
+        self.list_fleet(within).await.map(Some)
     }
 
     async fn prune(&self, policy: &RetentionPolicy, now: OffsetDateTime) -> Result<Pruned, StoreError> {

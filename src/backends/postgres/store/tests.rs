@@ -274,3 +274,75 @@ async fn a_turn_abandoned_while_waiting_never_leaves_the_key_locked() {
     drop(turn);
     test.finish().await;
 }
+
+#[tokio::test]
+async fn the_fleet_lists_processes_seen_lately_and_forgets_the_ones_long_gone() {
+    use crate::ports::store::{AdminStore, ProcessRecord};
+    use std::time::Duration;
+
+    let test = testing::migrated().await;
+    let store = PostgresStore::new(test.database.clone());
+    let process = |role: &str, writes_wire: u32| ProcessRecord {
+        id: Uuid::now_v7(),
+        role: role.to_owned(),
+        release: "0.1.0".to_owned(),
+        built_for_schema: crate::backends::postgres::SCHEMA_VERSION,
+        writes_wire,
+        reads_wire_from: 1,
+        reads_wire_to: 2,
+        host: "bosun-api-7d9f".to_owned(),
+        started_at: OffsetDateTime::now_utc(),
+        seen_at: OffsetDateTime::UNIX_EPOCH,
+    };
+    let api = process("api", 1);
+    let serve = process("serve", 2);
+    store.heartbeat(&api).await.unwrap();
+    store.heartbeat(&serve).await.unwrap();
+    // A second heartbeat updates, never duplicates; the wire it writes may change.
+    store
+        .heartbeat(&ProcessRecord {
+            writes_wire: 2,
+            ..api.clone()
+        })
+        .await
+        .unwrap();
+    let fleet = store
+        .fleet(Duration::from_secs(90))
+        .await
+        .unwrap()
+        .expect("PostgreSQL keeps a fleet");
+    assert_eq!(
+        fleet.iter().map(|p| (p.id, p.writes_wire)).collect::<Vec<_>>(),
+        vec![(api.id, 2), (serve.id, 2)]
+    );
+    assert_eq!(fleet[0].role, "api");
+    assert_eq!(fleet[0].host, "bosun-api-7d9f");
+    assert!(fleet[0].seen_at > OffsetDateTime::UNIX_EPOCH, "the database's clock");
+
+    // One that stopped leaves; one not seen for long is not listed, and a
+    // day later its row is gone with the next heartbeat.
+    store.leave_fleet(serve.id).await.unwrap();
+    query("UPDATE bosun_processes SET seen_at = now() - interval '10 minutes' WHERE id = $1")
+        .bind(api.id)
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+    assert_eq!(store.fleet(Duration::from_secs(90)).await.unwrap(), Some(vec![]));
+    assert_eq!(
+        store.fleet(Duration::from_secs(3600)).await.unwrap().map(|f| f.len()),
+        Some(1)
+    );
+    query("UPDATE bosun_processes SET seen_at = now() - interval '25 hours' WHERE id = $1")
+        .bind(api.id)
+        .execute(test.database.pool())
+        .await
+        .unwrap();
+    let another = process("serve", 2);
+    store.heartbeat(&another).await.unwrap();
+    let rows: i64 = sqlx_core::query_scalar::query_scalar("SELECT count(*) FROM bosun_processes")
+        .fetch_one(test.database.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the process gone for a day is forgotten");
+    test.finish().await;
+}
