@@ -152,7 +152,7 @@ fn release_states() -> BTreeMap<String, ReleaseState> {
             continue;
         };
         state = transition.state;
-        let phase = serde_json::to_value(&state.phase)
+        let phase = serde_json::to_value(state.phase)
             .ok()
             .and_then(|phase| phase.as_str().map(str::to_owned))
             .unwrap_or_else(|| "unknown".to_owned());
