@@ -541,7 +541,11 @@ impl Operator {
                 }
                 // Sent as the contract reads it (defaults filled in), so the
                 // diff shows what the edit changed, not what it left out.
-                let payload = Message::from_type_and_payload(&envelope.message_type, &payload)?.to_payload();
+                let message = Message::from_type_and_payload(&envelope.message_type, &payload)?;
+                let payload = message.to_payload();
+                // The edit is read as the current version of the type, so
+                // it is sent as that version (an older original included).
+                envelope.schema_version = message.spec().schema_version;
                 let original = std::mem::replace(&mut envelope.payload, payload.clone());
                 // Recorded even when nothing changed (an empty diff): the
                 // caller asked for an edited replay.

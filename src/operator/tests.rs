@@ -105,7 +105,7 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
     let (operator, transport, _) = operator(1).await;
     let approve = serde_json::json!({
         "releaseId": "payments-api-1", "environment": "prod",
-        "approver": "mallory", "approvedBy": "key:forged"
+        "onBehalfOf": "mallory", "approvedBy": "key:forged"
     });
     let sent = operator
         .send("ApproveRelease", &approve, None, "contoso")
@@ -119,7 +119,7 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
         envelope.payload["approvedBy"], "cli:alice",
         "the payload's claim is replaced"
     );
-    assert_eq!(envelope.payload["approver"], "mallory", "kept as a note");
+    assert_eq!(envelope.payload["onBehalfOf"], "mallory", "kept as a note");
     // Dead-lettered by the transport, then replayed with an edited payload
     // by someone else.
     give_up_on(&transport, &queue, &received[0]).await;
@@ -139,7 +139,7 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
         replayed.payload["approvedBy"], "cli:bob",
         "the edit's claim is replaced"
     );
-    assert_eq!(replayed.payload.get("approver"), None, "the rest of the edit applies");
+    assert_eq!(replayed.payload.get("onBehalfOf"), None, "the rest of the edit applies");
 
     let timeout = serde_json::json!({
         "releaseId": "payments-api-1", "environment": "prod", "deadline": "2020-01-01T00:00:00Z"
