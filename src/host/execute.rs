@@ -37,19 +37,19 @@ use crate::runtime::metrics::Event;
 use crate::runtime::telemetry;
 
 /// One delivery being handled: what every step needs.
-struct Delivery<'a> {
-    runtime: &'a Runtime,
-    consumer: &'a dyn Consumer,
-    entity: &'a Destination,
-    received: &'a ReceivedMessage,
-    envelope: &'a Envelope,
-    policy: RetryPolicy,
+pub(super) struct Delivery<'a> {
+    pub(super) runtime: &'a Runtime,
+    pub(super) consumer: &'a dyn Consumer,
+    pub(super) entity: &'a Destination,
+    pub(super) received: &'a ReceivedMessage,
+    pub(super) envelope: &'a Envelope,
+    pub(super) policy: RetryPolicy,
 }
 
 /// Why a delivery failed: the error and its causes, outermost first (for
 /// the log, the attempt and the dead letter).
-struct Failure {
-    chain: Vec<String>,
+pub(super) struct Failure {
+    pub(super) chain: Vec<String>,
 }
 
 impl Failure {
@@ -65,7 +65,7 @@ impl Failure {
         }
     }
 
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         self.chain.join(": ")
     }
 }
@@ -88,7 +88,12 @@ enum Ending {
 }
 
 impl Delivery<'_> {
-    fn decide(&self, observed: Observed<'_>) -> Decision {
+    pub(super) fn decide(&self, observed: Observed<'_>) -> Decision {
+        // A handler that needs a newer release waits as a newer message does.
+        let observed = match observed {
+            Observed::HandlerFailed(HandlerError::NeedsNewer(_)) => super::newer::observed(self),
+            observed => observed,
+        };
         decision::decide(observed, &self.policy, self.envelope.attempt, fastrand::f64())
     }
 
@@ -97,16 +102,16 @@ impl Delivery<'_> {
         Ending::Decided(self.decide(observed), Some(failure))
     }
 
-    fn name(&self) -> &'static str {
+    pub(super) fn name(&self) -> &'static str {
         self.consumer.name()
     }
 
-    fn timeline(&self, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
+    pub(super) fn timeline(&self, status: TimelineStatus, detail: Option<String>) -> TimelineEntry {
         timeline(self.envelope, self.name(), status, detail)
     }
 
     /// Settles the received message with `settlement`.
-    async fn settle(&self, settlement: Settlement) -> Result<Settled, SettleError> {
+    pub(super) async fn settle(&self, settlement: Settlement) -> Result<Settled, SettleError> {
         self.runtime.settle.settle(settlement, &self.received.lock).await
     }
 }
@@ -335,12 +340,13 @@ async fn finish(delivery: &Delivery<'_>, ending: Ending) {
 }
 
 /// Carries out a decision that is not a commit.
-async fn carry_out(delivery: &Delivery<'_>, decision: Decision, failure: Option<Failure>) {
+pub(super) async fn carry_out(delivery: &Delivery<'_>, decision: Decision, failure: Option<Failure>) {
     let runtime = delivery.runtime;
     let why = failure.as_ref().map(Failure::text);
     match (decision, failure) {
         (Decision::Complete { outputs: false }, _) => acknowledge(delivery).await,
         (Decision::Retry { attempt, delay }, Some(failure)) => schedule_retry(delivery, attempt, delay, failure).await,
+        (Decision::Wait { delay }, Some(failure)) => super::newer::schedule_wait(delivery, delay, failure).await,
         (Decision::DeadLetter(reason), Some(failure)) => dead_letter_failure(delivery, reason, failure).await,
         (Decision::LetGo, _) => {
             outcome("lock_lost", true);
@@ -373,7 +379,7 @@ async fn carry_out(delivery: &Delivery<'_>, decision: Decision, failure: Option<
 }
 
 /// Gives the message back for redelivery now.
-async fn abandon(delivery: &Delivery<'_>) {
+pub(super) async fn abandon(delivery: &Delivery<'_>) {
     if let Err(err) = delivery.settle(Settlement::Abandon).await {
         tracing::debug!(error = %err, "could not abandon; the message is delivered again when its lock expires");
     }
@@ -458,7 +464,7 @@ async fn acknowledge(delivery: &Delivery<'_>) {
     runtime.outbox_ready.notify_one();
 }
 
-fn attempt_record(delivery: &Delivery<'_>, chain: &[String]) -> AttemptRecord {
+pub(super) fn attempt_record(delivery: &Delivery<'_>, chain: &[String]) -> AttemptRecord {
     AttemptRecord {
         attempt: delivery.envelope.attempt,
         at: OffsetDateTime::now_utc(),
@@ -531,7 +537,7 @@ async fn schedule_retry(delivery: &Delivery<'_>, attempt: u32, delay: Duration, 
     }
 }
 
-async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, failure: Failure) {
+pub(super) async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, failure: Failure) {
     let (runtime, envelope) = (delivery.runtime, delivery.envelope);
     let name = delivery.name();
     let chain = failure.chain;
@@ -541,6 +547,7 @@ async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, 
             envelope.attempt + 1,
             chain.join(": ")
         ),
+        DeadLetterReason::NeedsNewer => super::newer::gave_up(delivery, &chain),
         DeadLetterReason::PermanentFailure | DeadLetterReason::CorruptState => chain.join(": "),
     };
     let mut attempts = match runtime.store.attempts(name, &envelope.message_id.to_string()).await {
@@ -568,7 +575,7 @@ async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, 
 
 /// Records what became of the message on its span (`outcome`), and an
 /// error status when the handling failed.
-fn outcome(what: &'static str, failed: bool) {
+pub(super) fn outcome(what: &'static str, failed: bool) {
     let span = tracing::Span::current();
     span.record("outcome", what);
     if failed {

@@ -138,6 +138,7 @@ fn options() -> HostOptions {
         failpoint: None,
         retention: None,
         messaging_system: "bosun.memory",
+        message_versions: Default::default(),
     }
 }
 
