@@ -255,7 +255,10 @@ mod tests {
     fn every_change_is_of_a_catalogue_version_and_the_wire_is_the_newest() {
         for (index, change) in CHANGES.iter().enumerate() {
             let spec = MessageSpec::find(change.message_type).expect("a catalogue type");
-            assert!(change.version >= 2 && change.version <= spec.schema_version, "{change:?}");
+            assert!(
+                change.version >= 2 && change.version <= spec.schema_version,
+                "{change:?}"
+            );
             assert!(change.wire >= 2 && change.wire <= WIRE_VERSION, "{change:?}");
             assert!(
                 wire_of(change.message_type, change.version - 1) <= change.wire,
@@ -309,7 +312,10 @@ mod tests {
     fn a_v1_field_the_old_version_ignored_does_not_survive_the_upcast() {
         let v1 = json!({"releaseId": "r-1", "environment": "prod", "onBehalfOf": "ignored by v1"});
         let message = Message::from_declared("ApproveRelease", crate::MessageKind::Command, 1, &v1).unwrap();
-        assert!(matches!(message, Message::ApproveRelease(ref a) if a.on_behalf_of.is_none()), "{message:?}");
+        assert!(
+            matches!(message, Message::ApproveRelease(ref a) if a.on_behalf_of.is_none()),
+            "{message:?}"
+        );
     }
 
     /// With compat 1 an approval goes out as version 1 with `approver`:
@@ -317,14 +323,18 @@ mod tests {
     /// reads, and nothing of version 2.
     #[test]
     fn compat_one_writes_an_approval_as_v1() {
-        let envelope = Envelope::new(&samples::approve_release().into(), uuid::Uuid::now_v7(), "contoso", "agent:test");
+        let envelope = Envelope::new(
+            &samples::approve_release().into(),
+            uuid::Uuid::now_v7(),
+            "contoso",
+            "agent:test",
+        );
         let bytes = bytes_for_wire(&envelope.to_vec(), 1).unwrap().expect("rewritten");
         let sent: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(sent["schemaVersion"], 1);
         assert_eq!(sent["payload"]["approver"], "alice@contoso.com");
         assert_eq!(sent["payload"].get("onBehalfOf"), None);
-        let v1_schema: Value =
-            serde_json::from_str(include_str!("../schemas/ApproveRelease.v1.schema.json")).unwrap();
+        let v1_schema: Value = serde_json::from_str(include_str!("../schemas/ApproveRelease.v1.schema.json")).unwrap();
         let known: Vec<&String> = v1_schema["properties"].as_object().unwrap().keys().collect();
         for field in sent["payload"].as_object().unwrap().keys() {
             assert!(known.contains(&field), "`{field}` is not a version 1 field");
@@ -338,8 +348,12 @@ mod tests {
 
     #[test]
     fn a_copy_of_a_newer_or_older_message_is_not_rewritten() {
-        let mut envelope =
-            Envelope::new(&samples::approve_release().into(), uuid::Uuid::now_v7(), "contoso", "agent:test");
+        let mut envelope = Envelope::new(
+            &samples::approve_release().into(),
+            uuid::Uuid::now_v7(),
+            "contoso",
+            "agent:test",
+        );
         envelope.schema_version = 3;
         assert_eq!(bytes_for_wire(&envelope.to_vec(), 1).unwrap(), None);
         envelope.schema_version = 1;

@@ -819,7 +819,11 @@ fn every_sample_written_for_an_older_wire_is_valid_by_that_versions_schema() {
                 .unwrap_or_else(|| panic!("{} v{version} not in index.json", spec.message_type));
             let validator = jsonschema::draft202012::new(&read_json(file)).unwrap();
             let errors: Vec<String> = validator.iter_errors(&sent["payload"]).map(|e| e.to_string()).collect();
-            assert!(errors.is_empty(), "{} for wire {wire} by {file}: {errors:?}", spec.message_type);
+            assert!(
+                errors.is_empty(),
+                "{} for wire {wire} by {file}: {errors:?}",
+                spec.message_type
+            );
         }
     }
 }

@@ -71,7 +71,8 @@ impl Consumer for TestConsumer {
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
-        self.highest_attempt.fetch_max(inbound.envelope.attempt, Ordering::SeqCst);
+        self.highest_attempt
+            .fetch_max(inbound.envelope.attempt, Ordering::SeqCst);
         match self.behaviour {
             Behaviour::NeedsNewerTimes(n) if call < n => {
                 return Err(HandlerError::needs_newer("saga state written by a later release"));
@@ -1200,7 +1201,11 @@ async fn a_message_newer_than_this_build_waits_for_a_newer_bosun_and_is_counted_
     );
     let counted = metrics.consumer("commit");
     assert_eq!((counted.retried, counted.dead_lettered), (0, 0));
-    let timeline = harness.store.timeline(&envelope.correlation_id.to_string()).await.unwrap();
+    let timeline = harness
+        .store
+        .timeline(&envelope.correlation_id.to_string())
+        .await
+        .unwrap();
     let line = timeline
         .iter()
         .find(|line| line.status == TimelineStatus::RetryScheduled)
@@ -1221,13 +1226,23 @@ async fn a_message_newer_than_this_build_is_dead_lettered_as_needs_newer_once_pa
     let store = harness.store.clone();
     eventually("it is dead-lettered", || {
         let store = store.clone();
-        async move { !store.dead_letters(&DeadLetterFilter::default()).await.unwrap().is_empty() }
+        async move {
+            !store
+                .dead_letters(&DeadLetterFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        }
     })
     .await;
     let dead = store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason, "needs-newer");
-    assert!(dead[0].description.contains("BOSUN_NEWER_MESSAGE_PATIENCE"), "{}", dead[0].description);
+    assert!(
+        dead[0].description.contains("BOSUN_NEWER_MESSAGE_PATIENCE"),
+        "{}",
+        dead[0].description
+    );
     assert!(waits(&metrics) >= 2, "it waited before it was given up on");
     // The copy that was given up on is the original message, marked with
     // when it began to wait, at its first attempt.
@@ -1256,7 +1271,11 @@ async fn a_handler_that_needs_a_newer_bosun_waits_like_a_newer_message_without_c
     })
     .await;
     assert_eq!(consumer.calls.load(Ordering::SeqCst), 4);
-    assert_eq!(consumer.highest_attempt.load(Ordering::SeqCst), 0, "waiting is no attempt");
+    assert_eq!(
+        consumer.highest_attempt.load(Ordering::SeqCst),
+        0,
+        "waiting is no attempt"
+    );
     let counted = metrics.consumer("commit");
     assert_eq!((counted.waiting, counted.retried, counted.dead_lettered), (3, 0, 0));
     harness.stop().await;
@@ -1278,7 +1297,13 @@ async fn a_handler_that_keeps_needing_a_newer_bosun_is_dead_lettered_as_needs_ne
     let store = harness.store.clone();
     eventually("it is dead-lettered", || {
         let store = store.clone();
-        async move { !store.dead_letters(&DeadLetterFilter::default()).await.unwrap().is_empty() }
+        async move {
+            !store
+                .dead_letters(&DeadLetterFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        }
     })
     .await;
     let dead = store.dead_letters(&DeadLetterFilter::default()).await.unwrap();

@@ -63,11 +63,16 @@ impl MessageVersionSettings {
                 let wire = text
                     .parse::<u32>()
                     .map_err(|_| invalid("BOSUN_COMPAT_VERSION", format!("`{text}` is not a wire version")))?;
-                let (oldest, newest) = (bosun_contracts::versions::oldest_wire_read(), bosun_contracts::WIRE_VERSION);
+                let (oldest, newest) = (
+                    bosun_contracts::versions::oldest_wire_read(),
+                    bosun_contracts::WIRE_VERSION,
+                );
                 if wire < oldest || wire > newest {
                     return Err(invalid(
                         "BOSUN_COMPAT_VERSION",
-                        format!("{wire} is not a wire version this build writes ({oldest} to {newest}); unset it to write {newest}"),
+                        format!(
+                            "{wire} is not a wire version this build writes ({oldest} to {newest}); unset it to write {newest}"
+                        ),
                     ));
                 }
                 Some(wire)
