@@ -104,6 +104,15 @@ impl MessageSpec {
         CATALOGUE.iter().find(|spec| spec.message_type == message_type)
     }
 
+    /// The versions this build reads, e.g. `1` or `1..=2`.
+    pub fn versions_read(&self) -> String {
+        if self.oldest_read == self.schema_version {
+            self.schema_version.to_string()
+        } else {
+            format!("{}..={}", self.oldest_read, self.schema_version)
+        }
+    }
+
     /// Whether callers outside bosun may send it: a command that is not
     /// [`internal`](MessageSpec::internal).
     pub fn is_sendable(&self) -> bool {
@@ -239,11 +248,12 @@ impl Message {
 
     /// Decodes and validates a payload declared (as an envelope declares
     /// it) to be a `message_type` of `kind` at `schema_version`: the three
-    /// are checked against the catalogue (a version between the oldest
-    /// still read and the current one is upcast to the current shape
-    /// first; a newer one is [`ContractError::NewerSchemaVersion`], an
-    /// older one [`ContractError::UnsupportedSchemaVersion`]), then the
-    /// payload's shape and field rules.
+    /// are checked against the catalogue, then the payload's shape and
+    /// field rules. Only the current version is decoded here: an older one
+    /// still read is upcast first ([`crate::versions::upcast`], which
+    /// [`crate::Envelope::decode`] does); a newer one is
+    /// [`ContractError::NewerSchemaVersion`], any other
+    /// [`ContractError::UnsupportedSchemaVersion`].
     pub fn from_declared(
         message_type: &str,
         kind: MessageKind,
@@ -260,13 +270,20 @@ impl Message {
                 found: kind.to_string(),
             });
         }
-        let upcast;
-        let payload = if schema_version == spec.schema_version {
-            payload
-        } else {
-            upcast = crate::versions::upcast(spec, schema_version, payload.clone())?;
-            &upcast
-        };
+        if schema_version > spec.schema_version {
+            return Err(ContractError::NewerSchemaVersion {
+                message_type: spec.message_type.to_owned(),
+                found: schema_version,
+                newest: spec.schema_version,
+            });
+        }
+        if schema_version != spec.schema_version {
+            return Err(ContractError::UnsupportedSchemaVersion {
+                message_type: spec.message_type.to_owned(),
+                found: schema_version,
+                supported: spec.versions_read(),
+            });
+        }
         let message =
             Self::decode_payload(spec.message_type, payload).ok_or_else(|| ContractError::UnknownType {
                 message_type: message_type.to_owned(),

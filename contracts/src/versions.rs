@@ -11,7 +11,7 @@
 //! goes up by one whenever a release adds a message version. A process
 //! told to write for an older wire (`BOSUN_COMPAT_VERSION`, during a
 //! rolling upgrade) writes every message at the newest version that wire
-//! had, downcasting the payload ([`write_for_wire`]), so the previous
+//! had, downcasting the payload (`Envelope::write_for_wire`), so the previous
 //! release, still running beside it, reads everything it sends.
 //!
 //! Reading: [`upcast`] runs the steps from the version found to the current
@@ -27,7 +27,6 @@
 
 use serde_json::{Map, Value};
 
-use crate::envelope::Envelope;
 use crate::error::ContractError;
 use crate::messages::{CATALOGUE, MessageSpec};
 
@@ -90,15 +89,6 @@ pub fn wire_of(message_type: &str, version: u32) -> u32 {
     change(message_type, version).map_or(1, |change| change.wire)
 }
 
-/// The versions of `spec` this build reads, e.g. `1` or `1..=2`.
-pub fn supported(spec: &MessageSpec) -> String {
-    if spec.oldest_read == spec.schema_version {
-        spec.schema_version.to_string()
-    } else {
-        format!("{}..={}", spec.oldest_read, spec.schema_version)
-    }
-}
-
 /// Reads a payload written at `found` as the current version of `spec`,
 /// one step at a time.
 pub fn upcast(spec: &MessageSpec, found: u32, payload: Value) -> Result<Value, ContractError> {
@@ -112,7 +102,7 @@ pub fn upcast(spec: &MessageSpec, found: u32, payload: Value) -> Result<Value, C
     let unsupported = || ContractError::UnsupportedSchemaVersion {
         message_type: spec.message_type.to_owned(),
         found,
-        supported: supported(spec),
+        supported: spec.versions_read(),
     };
     if found < spec.oldest_read {
         return Err(unsupported());
@@ -143,43 +133,11 @@ pub fn downcast(spec: &MessageSpec, to: u32, payload: Value) -> Result<Value, Co
         let change = change(spec.message_type, version).ok_or_else(|| ContractError::UnsupportedSchemaVersion {
             message_type: spec.message_type.to_owned(),
             found: to,
-            supported: supported(spec),
+            supported: spec.versions_read(),
         })?;
         payload = (change.downcast)(payload)?;
     }
     Ok(payload)
-}
-
-/// Rewrites `envelope` as the wire `wire` reads it: a message of the
-/// current version of its type is downcast to [`version_for_wire`].
-/// Returns whether it changed. A type this build does not know, a version
-/// other than the current one (a copy of an older message, or a newer one
-/// waiting for a newer process), and a payload held in the blob store
-/// (claim check) are left as they are.
-pub fn write_for_wire(envelope: &mut Envelope, wire: u32) -> Result<bool, ContractError> {
-    let Some(spec) = MessageSpec::find(&envelope.message_type) else {
-        return Ok(false);
-    };
-    let to = version_for_wire(spec, wire);
-    if envelope.schema_version != spec.schema_version || to == spec.schema_version || envelope.payload.is_null() {
-        return Ok(false);
-    }
-    envelope.payload = downcast(spec, to, std::mem::take(&mut envelope.payload))?;
-    envelope.schema_version = to;
-    Ok(true)
-}
-
-/// [`write_for_wire`] on the bytes of an envelope: the bytes to send
-/// instead, or `None` when they are right as they are (bytes that do not
-/// parse as an envelope are left to the consumer, which dead-letters them).
-pub fn bytes_for_wire(bytes: &[u8], wire: u32) -> Result<Option<Vec<u8>>, ContractError> {
-    if wire >= WIRE_VERSION {
-        return Ok(None);
-    }
-    let Ok(mut envelope) = Envelope::from_slice(bytes) else {
-        return Ok(None);
-    };
-    Ok(write_for_wire(&mut envelope, wire)?.then(|| envelope.to_vec()))
 }
 
 /// The range of wire versions a build reads: from the oldest wire any of
@@ -227,6 +185,7 @@ fn on_behalf_of_to_approver(payload: Value) -> Result<Value, ContractError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envelope::{Envelope, bytes_for_wire};
     use crate::messages::Message;
     use crate::samples;
     use serde_json::json;
@@ -284,16 +243,23 @@ mod tests {
             for wire in 1..=WIRE_VERSION {
                 let to = version_for_wire(spec, wire);
                 let down = downcast(spec, to, message.to_payload()).unwrap();
-                let back = Message::from_declared(spec.message_type, spec.kind, to, &down).unwrap();
+                let back = read(spec.message_type, to, &down);
                 assert_eq!(back, message, "{} through version {to}", spec.message_type);
             }
         }
     }
 
+    /// A payload of `version`, read as an envelope reads it.
+    fn read(message_type: &str, version: u32, payload: &Value) -> Message {
+        let spec = MessageSpec::find(message_type).unwrap();
+        let upcast = upcast(spec, version, payload.clone()).unwrap();
+        Message::from_declared(message_type, spec.kind, spec.schema_version, &upcast).unwrap()
+    }
+
     #[test]
     fn a_v1_approval_reads_as_v2() {
         let v1 = json!({"releaseId": "r-1", "environment": "prod", "approver": "alice", "approvedBy": "cli:bob"});
-        let message = Message::from_declared("ApproveRelease", crate::MessageKind::Command, 1, &v1).unwrap();
+        let message = read("ApproveRelease", 1, &v1);
         let Message::ApproveRelease(approve) = message else {
             panic!("{message:?}")
         };
@@ -301,7 +267,7 @@ mod tests {
         assert_eq!(approve.approved_by.as_deref(), Some("cli:bob"));
 
         let v1 = json!({"releaseId": "r-1", "approver": "bob", "reason": "freeze"});
-        let message = Message::from_declared("RejectRelease", crate::MessageKind::Command, 1, &v1).unwrap();
+        let message = read("RejectRelease", 1, &v1);
         let Message::RejectRelease(reject) = message else {
             panic!("{message:?}")
         };
@@ -311,7 +277,7 @@ mod tests {
     #[test]
     fn a_v1_field_the_old_version_ignored_does_not_survive_the_upcast() {
         let v1 = json!({"releaseId": "r-1", "environment": "prod", "onBehalfOf": "ignored by v1"});
-        let message = Message::from_declared("ApproveRelease", crate::MessageKind::Command, 1, &v1).unwrap();
+        let message = read("ApproveRelease", 1, &v1);
         assert!(
             matches!(message, Message::ApproveRelease(ref a) if a.on_behalf_of.is_none()),
             "{message:?}"

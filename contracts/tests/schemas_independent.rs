@@ -793,7 +793,6 @@ fn every_rule_of_validate_rs_is_covered() {
 /// lists it: the frozen file its release wrote for an older version.
 #[test]
 fn every_sample_written_for_an_older_wire_is_valid_by_that_versions_schema() {
-    use bosun_contracts::versions;
     let index = read_json("index.json");
     for message in samples::samples() {
         let spec = message.spec();
@@ -805,7 +804,7 @@ fn every_sample_written_for_an_older_wire_is_valid_by_that_versions_schema() {
             .unwrap_or_else(|| panic!("{} not in index.json", spec.message_type));
         for wire in 1..=bosun_contracts::WIRE_VERSION {
             let envelope = Envelope::new(&message, uuid::Uuid::now_v7(), samples::TENANT_ID, "agent:test");
-            let bytes = versions::bytes_for_wire(&envelope.to_vec(), wire)
+            let bytes = bosun_contracts::envelope::bytes_for_wire(&envelope.to_vec(), wire)
                 .unwrap()
                 .unwrap_or_else(|| envelope.to_vec());
             let sent: Value = serde_json::from_slice(&bytes).unwrap();

@@ -630,7 +630,8 @@ fn the_top_level_help_lists_every_command_in_order() {
             "deliveries",
             "dead-letters",
             "sagas",
-            "schema"
+            "schema",
+            "version"
         ]
     );
 }

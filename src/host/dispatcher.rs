@@ -11,7 +11,7 @@
 //! bytes on the wire (a handler's outputs, retries, and commands accepted
 //! at the front door: HTTP API, MCP, `bosun send`): with
 //! `BOSUN_COMPAT_VERSION` set, each is written there at the newest version
-//! that wire had ([`bosun_contracts::versions::bytes_for_wire`]).
+//! that wire had ([`bosun_contracts::envelope::bytes_for_wire`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -198,7 +198,7 @@ pub(crate) async fn send_pending(
 /// message that cannot be rewritten is sent as it is, with an error logged
 /// (the consumers that read its version still handle it).
 pub(crate) fn write_for_wire(message: &mut OutboundMessage, wire: u32) {
-    match bosun_contracts::versions::bytes_for_wire(&message.body, wire) {
+    match bosun_contracts::envelope::bytes_for_wire(&message.body, wire) {
         Ok(Some(body)) => message.body = body,
         Ok(None) => {}
         Err(err) => tracing::error!(

@@ -748,7 +748,7 @@ async fn process(
                     Ok(message) => (envelope, message),
                     // Written by a later release: left for a newer process.
                     Err(err @ ContractError::NewerSchemaVersion { .. }) => {
-                        return newer::leave_for_newer(runtime, consumer, entity, &received, &envelope, &err).await;
+                        return execute::leave_for_newer(runtime, consumer, entity, &received, &envelope, &err).await;
                     }
                     Err(err) => return reject(runtime, consumer, entity, &received, Some(&envelope), &err).await,
                 }
