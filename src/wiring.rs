@@ -94,6 +94,9 @@ pub struct Backends {
     pub claim_check: ClaimCheck,
     /// The transport's `messaging.system`, for the spans of what is sent.
     pub messaging_system: &'static str,
+    /// The wire version what is sent is written at
+    /// (`BOSUN_COMPAT_VERSION`).
+    pub wire: u32,
 }
 
 impl Backends {
@@ -208,6 +211,7 @@ impl Backends {
             access,
             claim_check,
             messaging_system: telemetry::messaging_system(settings.transport),
+            wire: settings.message_versions.wire(),
         })
     }
 
@@ -229,6 +233,7 @@ impl Backends {
         Operator::new(Arc::clone(&self.transport), Arc::clone(&self.store), identity)
             .with_claim_check(self.claim_check.clone())
             .with_messaging_system(self.messaging_system)
+            .writing_for_wire(self.wire)
     }
 }
 

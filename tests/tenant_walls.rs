@@ -236,7 +236,7 @@ fn scenario(backend: &Backend) {
     let (demo_sender, _) = key(data, backend, "demo", "commands:send", "demo sender");
     let (demo_approver, demo_approver_id) = key(data, backend, "demo", "releases:approve:prod", "release board");
 
-    let approve = json!({"releaseId": release_id, "environment": "prod", "approver": "mallory"});
+    let approve = json!({"releaseId": release_id, "environment": "prod", "onBehalfOf": "mallory"});
     let reject = json!({"releaseId": release_id, "environment": "prod", "reason": "sabotage"});
 
     // 2. Sending commands is not approving.

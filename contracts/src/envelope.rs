@@ -17,7 +17,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::{ContractError, path_or_root};
-use crate::messages::{Message, MessageKind};
+use crate::messages::{Message, MessageKind, MessageSpec};
+use crate::versions;
 
 /// Largest message bosun accepts, in bytes (Service Bus standard tier limit).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -117,9 +118,40 @@ impl Envelope {
     }
 
     /// Reads the typed message: checks the type, kind and schema version
-    /// against the catalogue, then the payload's shape and field rules.
+    /// against the catalogue (an older version still read is upcast to the
+    /// current one, [`versions::upcast`]), then the payload's shape and
+    /// field rules.
     pub fn decode(&self) -> Result<Message, ContractError> {
-        Message::from_declared(&self.message_type, self.kind, self.schema_version, &self.payload)
+        let upcast;
+        let (version, payload) = match MessageSpec::find(&self.message_type) {
+            // A wrong kind is named before anything about the version.
+            Some(spec) if spec.kind == self.kind && self.schema_version != spec.schema_version => {
+                upcast = versions::upcast(spec, self.schema_version, self.payload.clone())?;
+                (spec.schema_version, &upcast)
+            }
+            _ => (self.schema_version, &self.payload),
+        };
+        Message::from_declared(&self.message_type, self.kind, version, payload)
+    }
+
+    /// Rewrites this envelope as the wire `wire` reads it: a message of the
+    /// current version of its type is downcast to
+    /// [`versions::version_for_wire`]. Returns whether it changed. A type
+    /// this build does not know, a version other than the current one (a
+    /// copy of an older message, or a newer one waiting for a newer
+    /// process), and a payload held in the blob store (claim check) are
+    /// left as they are.
+    pub fn write_for_wire(&mut self, wire: u32) -> Result<bool, ContractError> {
+        let Some(spec) = MessageSpec::find(&self.message_type) else {
+            return Ok(false);
+        };
+        let to = versions::version_for_wire(spec, wire);
+        if self.schema_version != spec.schema_version || to == spec.schema_version || self.payload.is_null() {
+            return Ok(false);
+        }
+        self.payload = versions::downcast(spec, to, std::mem::take(&mut self.payload))?;
+        self.schema_version = to;
+        Ok(true)
     }
 
     /// Parses and decodes in one step.
@@ -138,6 +170,20 @@ impl Envelope {
         next.tracestate = self.tracestate.clone();
         next
     }
+}
+
+/// [`Envelope::write_for_wire`] on the bytes of an envelope: the bytes to
+/// send instead, or `None` when they are right as they are (bytes that do
+/// not parse as an envelope are left to the consumer, which dead-letters
+/// them).
+pub fn bytes_for_wire(bytes: &[u8], wire: u32) -> Result<Option<Vec<u8>>, ContractError> {
+    if wire >= versions::WIRE_VERSION {
+        return Ok(None);
+    }
+    let Ok(mut envelope) = Envelope::from_slice(bytes) else {
+        return Ok(None);
+    };
+    Ok(envelope.write_for_wire(wire)?.then(|| envelope.to_vec()))
 }
 
 /// The trace id of a well-formed W3C `traceparent`

@@ -46,8 +46,11 @@ pub enum ContractError {
         /// Kind found on the envelope.
         found: String,
     },
-    /// The `schemaVersion` is not one this build understands.
-    #[error("field `schemaVersion` is {found} but `{message_type}` supports versions {supported}")]
+    /// The `schemaVersion` is older than the oldest this build still reads:
+    /// no build of bosun reads it any more, so the message is dead-lettered.
+    #[error(
+        "field `schemaVersion` is {found} but `{message_type}` is read at versions {supported} only; it is older than any this build reads and is dead-lettered"
+    )]
     UnsupportedSchemaVersion {
         /// The type name.
         message_type: String,
@@ -55,6 +58,20 @@ pub enum ContractError {
         found: u32,
         /// Versions this build reads, e.g. `1` or `1..=2`.
         supported: String,
+    },
+    /// The `schemaVersion` is newer than any this build reads: a later
+    /// release of bosun wrote it. The host leaves it for a newer process
+    /// (it waits, then is looked at again) rather than dead-lettering it.
+    #[error(
+        "field `schemaVersion` is {found} but this build reads `{message_type}` up to version {newest}; it waits for a newer bosun"
+    )]
+    NewerSchemaVersion {
+        /// The type name.
+        message_type: String,
+        /// Version found on the envelope.
+        found: u32,
+        /// The newest version of the type this build reads.
+        newest: u32,
     },
     /// A payload field is missing, of the wrong type, or breaks a rule.
     #[error("invalid field `{field}`: {reason}")]
@@ -73,7 +90,7 @@ impl ContractError {
             Self::MalformedEnvelope { field, .. } | Self::InvalidField { field, .. } => Some(field),
             Self::UnknownType { .. } => Some("type"),
             Self::WrongKind { .. } => Some("kind"),
-            Self::UnsupportedSchemaVersion { .. } => Some("schemaVersion"),
+            Self::UnsupportedSchemaVersion { .. } | Self::NewerSchemaVersion { .. } => Some("schemaVersion"),
             Self::Oversized { .. } => None,
         }
     }
@@ -86,6 +103,7 @@ impl ContractError {
             Self::UnknownType { .. } => "unknown-type",
             Self::WrongKind { .. } => "wrong-kind",
             Self::UnsupportedSchemaVersion { .. } => "unsupported-schema-version",
+            Self::NewerSchemaVersion { .. } => "newer-schema-version",
             Self::InvalidField { .. } => "invalid-field",
         }
     }

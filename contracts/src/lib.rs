@@ -11,6 +11,9 @@
 //!   the field.
 //! - [`schema_rules`]: the same rules as JSON Schema keywords, attached to
 //!   the fields so the schemas refuse what [`validate`] refuses.
+//! - [`versions`]: the schema versions of each message type, the steps
+//!   that read an older payload as the current one (and write it back), and
+//!   the wire version of the catalogue.
 //! - [`samples`]: one realistic, valid sample of every message, for tests.
 
 pub mod envelope;
@@ -21,8 +24,10 @@ pub mod samples;
 pub mod schema;
 pub mod schema_rules;
 pub mod validate;
+pub mod versions;
 
 pub use envelope::{Envelope, MAX_MESSAGE_BYTES};
 pub use error::ContractError;
 pub use messages::{CATALOGUE, Message, MessageKind, MessageSpec};
 pub use routing::{CONSUMERS, ConsumerName, Destination, EVENTS_TOPIC};
+pub use versions::WIRE_VERSION;

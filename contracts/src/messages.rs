@@ -2,7 +2,9 @@
 //!
 //! Each message type is a payload struct in one of the submodules, listed
 //! once in the `catalogue!` invocation below with its kind and schema
-//! version (and `(internal)` for the messages bosun schedules for itself,
+//! version, the oldest version still read when older ones are
+//! (`version 2 reads 1`; [`crate::versions`] holds the steps between
+//! versions) (and `(internal)` for the messages bosun schedules for itself,
 //! which no front door accepts). The macro derives the [`Message`] enum, the [`CATALOGUE`] of
 //! specs, typed decoding and the JSON Schema list from that one list.
 //!
@@ -82,8 +84,12 @@ pub struct MessageSpec {
     pub message_type: &'static str,
     /// Command or event.
     pub kind: MessageKind,
-    /// The schema version this build writes and reads.
+    /// The schema version this build writes, and the newest it reads.
     pub schema_version: u32,
+    /// The oldest schema version this build still reads (upcast to
+    /// [`MessageSpec::schema_version`] by [`crate::versions`]); older ones
+    /// are refused.
+    pub oldest_read: u32,
     /// One line saying what the message means.
     pub description: &'static str,
     /// A message bosun schedules for itself (a timeout, a poll): no front
@@ -98,6 +104,15 @@ impl MessageSpec {
         CATALOGUE.iter().find(|spec| spec.message_type == message_type)
     }
 
+    /// The versions this build reads, e.g. `1` or `1..=2`.
+    pub fn versions_read(&self) -> String {
+        if self.oldest_read == self.schema_version {
+            self.schema_version.to_string()
+        } else {
+            format!("{}..={}", self.oldest_read, self.schema_version)
+        }
+    }
+
     /// Whether callers outside bosun may send it: a command that is not
     /// [`internal`](MessageSpec::internal).
     pub fn is_sendable(&self) -> bool {
@@ -108,7 +123,9 @@ impl MessageSpec {
 macro_rules! catalogue {
     (@internal internal) => { true };
     (@internal) => { false };
-    ($( $kind:ident $name:ident version $version:literal $( ($internal:ident) )? : $doc:literal ;)*) => {
+    (@oldest $version:literal $oldest:literal) => { $oldest };
+    (@oldest $version:literal) => { $version };
+    ($( $kind:ident $name:ident version $version:literal $(reads $oldest:literal)? $( ($internal:ident) )? : $doc:literal ;)*) => {
         /// Every message bosun knows, with its typed payload.
         #[derive(Debug, Clone, PartialEq)]
         pub enum Message {
@@ -125,6 +142,7 @@ macro_rules! catalogue {
                     message_type: stringify!($name),
                     kind: MessageKind::$kind,
                     schema_version: $version,
+                    oldest_read: catalogue!(@oldest $version $($oldest)?),
                     description: $doc,
                     internal: catalogue!(@internal $($internal)?),
                 },
@@ -191,8 +209,8 @@ catalogue! {
     Event ContainerImageBuilt version 1: "An OCI image was built from a build and pushed (idempotent on the image digest).";
     Event PackagePublished version 1: "A NuGet package version is on its feed (idempotent on packageId + version; versions are immutable).";
     Event ReleasePlanned version 1: "A release's artifacts are ready and its promotion path through the environments is set.";
-    Command ApproveRelease version 1: "A person approves a release for one environment.";
-    Command RejectRelease version 1: "A person rejects a release; the release stops.";
+    Command ApproveRelease version 2 reads 1: "A person approves a release for one environment.";
+    Command RejectRelease version 2 reads 1: "A person rejects a release; the release stops.";
     Command ReleaseApprovalTimeout version 1 (internal): "The release saga's scheduled reminder that an environment's approval is overdue.";
     Event ReleaseApproved version 1: "A release is approved for one environment (the record promotion requires).";
     Event ReleaseRejected version 1: "A release was rejected, or its approval timed out; the release stops.";
@@ -230,8 +248,12 @@ impl Message {
 
     /// Decodes and validates a payload declared (as an envelope declares
     /// it) to be a `message_type` of `kind` at `schema_version`: the three
-    /// are checked against the catalogue, then the payload's shape and field
-    /// rules.
+    /// are checked against the catalogue, then the payload's shape and
+    /// field rules. Only the current version is decoded here: an older one
+    /// still read is upcast first ([`crate::versions::upcast`], which
+    /// [`crate::Envelope::decode`] does); a newer one is
+    /// [`ContractError::NewerSchemaVersion`], any other
+    /// [`ContractError::UnsupportedSchemaVersion`].
     pub fn from_declared(
         message_type: &str,
         kind: MessageKind,
@@ -248,11 +270,18 @@ impl Message {
                 found: kind.to_string(),
             });
         }
+        if schema_version > spec.schema_version {
+            return Err(ContractError::NewerSchemaVersion {
+                message_type: spec.message_type.to_owned(),
+                found: schema_version,
+                newest: spec.schema_version,
+            });
+        }
         if schema_version != spec.schema_version {
             return Err(ContractError::UnsupportedSchemaVersion {
                 message_type: spec.message_type.to_owned(),
                 found: schema_version,
-                supported: spec.schema_version.to_string(),
+                supported: spec.versions_read(),
             });
         }
         let message =
@@ -351,15 +380,36 @@ mod tests {
     }
 
     #[test]
-    fn wrong_schema_version_is_rejected_for_every_type() {
+    fn a_newer_schema_version_is_named_newer_for_every_type() {
         for message in crate::samples::samples() {
             let mut envelope = envelope_of(&message);
-            envelope.schema_version += 1;
+            let newest = message.spec().schema_version;
+            envelope.schema_version = newest + 1;
             let err = Envelope::parse(&envelope.to_vec()).unwrap_err();
             assert_eq!(err.field(), Some("schemaVersion"), "{err}");
+            assert_eq!(
+                err,
+                ContractError::NewerSchemaVersion {
+                    message_type: message.message_type().to_owned(),
+                    found: newest + 1,
+                    newest,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_version_older_than_the_oldest_read_is_refused_for_every_type() {
+        for message in crate::samples::samples() {
+            let mut envelope = envelope_of(&message);
+            let spec = message.spec();
+            envelope.schema_version = spec.oldest_read - 1;
+            let err = Envelope::parse(&envelope.to_vec()).unwrap_err();
+            assert_eq!(err.field(), Some("schemaVersion"), "{err}");
+            assert_eq!(err.cause(), "unsupported-schema-version");
             assert!(
-                matches!(&err, ContractError::UnsupportedSchemaVersion { message_type, found: 2, .. }
-                    if message_type == message.message_type()),
+                matches!(&err, ContractError::UnsupportedSchemaVersion { message_type, found, .. }
+                    if message_type == message.message_type() && *found == spec.oldest_read - 1),
                 "{err}"
             );
         }

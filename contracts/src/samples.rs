@@ -493,7 +493,7 @@ pub fn approve_release() -> ApproveRelease {
     ApproveRelease {
         release_id: RELEASE_ID.to_owned(),
         environment: "prod".to_owned(),
-        approver: Some("alice@contoso.com".to_owned()),
+        on_behalf_of: Some("alice@contoso.com".to_owned()),
         comment: Some("Change CHG-1234 approved by CAB.".to_owned()),
         approved_by: Some("key:0123456789ab (release board)".to_owned()),
     }
@@ -504,7 +504,7 @@ pub fn reject_release() -> RejectRelease {
     RejectRelease {
         release_id: RELEASE_ID.to_owned(),
         environment: Some("prod".to_owned()),
-        approver: Some("bob@contoso.com".to_owned()),
+        on_behalf_of: Some("bob@contoso.com".to_owned()),
         reason: "Payment freeze until the end of the quarter.".to_owned(),
         rejected_by: Some("cli:bob".to_owned()),
     }

@@ -2,6 +2,12 @@
 //! per payload type, written as `<Type>.v<version>.schema.json` plus
 //! `envelope.schema.json` and an `index.json` listing every type with its
 //! kind, version and route.
+//!
+//! The current version of each payload schema is generated from its type;
+//! an older version still read is the file that version's release wrote,
+//! frozen ([`FROZEN`]): it is what senders of that version were told, and
+//! no type of this build describes it any more. The index lists every
+//! version read, with the wire version that introduced it.
 
 use serde_json::{Value, json};
 
@@ -9,6 +15,26 @@ use crate::envelope::Envelope;
 use crate::messages::{CATALOGUE, MessageSpec, payload_schemas};
 use crate::routing::{command_handler, destination_of, event_subscribers};
 use crate::schema_rules::generator;
+use crate::versions;
+
+/// The schema files of older versions still read, as their release wrote
+/// them: `(file name, text)`. Keep one here for every version between a
+/// type's `reads` and its current version (a test refuses a gap).
+pub const FROZEN: &[(&str, &str)] = &[
+    (
+        "ApproveRelease.v1.schema.json",
+        include_str!("../schemas/ApproveRelease.v1.schema.json"),
+    ),
+    (
+        "RejectRelease.v1.schema.json",
+        include_str!("../schemas/RejectRelease.v1.schema.json"),
+    ),
+];
+
+/// The schema file name of `version` of `message_type`.
+pub fn file_name(message_type: &str, version: u32) -> String {
+    format!("{message_type}.v{version}.schema.json")
+}
 
 /// Every schema file: `(file name, pretty JSON text)`, in a stable order.
 pub fn schema_files() -> Vec<(String, String)> {
@@ -28,7 +54,10 @@ pub fn schema_files() -> Vec<(String, String)> {
                 )),
             );
         }
-        files.push((format!("{message_type}.v{version}.schema.json"), pretty(&value)));
+        files.push((file_name(message_type, version), pretty(&value)));
+    }
+    for (name, text) in FROZEN {
+        files.push(((*name).to_owned(), (*text).to_owned()));
     }
     let index: Vec<Value> = CATALOGUE
         .iter()
@@ -37,12 +66,18 @@ pub fn schema_files() -> Vec<(String, String)> {
                 "type": spec.message_type,
                 "kind": spec.kind,
                 "schemaVersion": spec.schema_version,
+                "oldestRead": spec.oldest_read,
+                "versions": (spec.oldest_read..=spec.schema_version).map(|version| json!({
+                    "schemaVersion": version,
+                    "wireVersion": versions::wire_of(spec.message_type, version),
+                    "schema": file_name(spec.message_type, version),
+                })).collect::<Vec<_>>(),
                 "description": spec.description,
                 "internal": spec.internal,
                 "destination": destination_of(spec.message_type).map(|d| d.path()),
                 "handledBy": command_handler(spec.message_type).map(|c| c.name),
                 "subscribers": event_subscribers(spec.message_type).map(|c| c.name).collect::<Vec<_>>(),
-                "schema": format!("{}.v{}.schema.json", spec.message_type, spec.schema_version),
+                "schema": file_name(spec.message_type, spec.schema_version),
             })
         })
         .collect();
@@ -64,6 +99,26 @@ mod tests {
     /// The checked-in schemas under `contracts/schemas/` must equal what the
     /// code generates. Regenerate with `cargo run -- schema export contracts/schemas`
     /// (or `BOSUN_UPDATE_SCHEMAS=1 cargo test -p bosun-contracts`).
+    /// Every version read has its schema file: the current one generated,
+    /// each older one frozen.
+    #[test]
+    fn every_version_read_has_a_schema_file() {
+        let files: Vec<String> = schema_files().into_iter().map(|(name, _)| name).collect();
+        for spec in CATALOGUE {
+            for version in spec.oldest_read..=spec.schema_version {
+                let name = file_name(spec.message_type, version);
+                assert!(files.contains(&name), "{name} is missing");
+            }
+        }
+        assert_eq!(
+            files.len(),
+            2 + CATALOGUE
+                .iter()
+                .map(|spec| (spec.schema_version - spec.oldest_read + 1) as usize)
+                .sum::<usize>()
+        );
+    }
+
     #[test]
     fn checked_in_schemas_are_fresh() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
@@ -72,10 +127,17 @@ mod tests {
         if update {
             std::fs::create_dir_all(&dir).unwrap();
             for entry in std::fs::read_dir(&dir).unwrap() {
-                std::fs::remove_file(entry.unwrap().path()).unwrap();
+                let path = entry.unwrap().path();
+                // Frozen files are the source of their own text.
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if !FROZEN.iter().any(|(frozen, _)| *frozen == name) {
+                    std::fs::remove_file(path).unwrap();
+                }
             }
             for (name, text) in &files {
-                std::fs::write(dir.join(name), text).unwrap();
+                if !FROZEN.iter().any(|(frozen, _)| frozen == name) {
+                    std::fs::write(dir.join(name), text).unwrap();
+                }
             }
         }
         let mut stale = Vec::new();

@@ -252,8 +252,8 @@ fn refused() -> Vec<Change> {
         change("text", "ReleaseBlocked", "payload.reason", |e| {
             e["payload"]["reason"] = json!("r".repeat(4001))
         }),
-        change("text", "ApproveRelease", "payload.approver", |e| {
-            e["payload"]["approver"] = json!(" ")
+        change("text", "ApproveRelease", "payload.onBehalfOf", |e| {
+            e["payload"]["onBehalfOf"] = json!(" ")
         }),
         change("text", "PipelineRunCompleted", "payload.failedStep", |e| {
             e["payload"]["failedStep"] = json!(" ")
@@ -786,4 +786,43 @@ fn every_rule_of_validate_rs_is_covered() {
         .collect();
     let missing: Vec<&&str> = rules.iter().filter(|rule| !covered.contains(**rule)).collect();
     assert!(missing.is_empty(), "rules without a refused change: {missing:?}");
+}
+
+/// Every sample written for every older wire (`BOSUN_COMPAT_VERSION`) is
+/// valid by the schema of the version it is written at, as `index.json`
+/// lists it: the frozen file its release wrote for an older version.
+#[test]
+fn every_sample_written_for_an_older_wire_is_valid_by_that_versions_schema() {
+    let index = read_json("index.json");
+    for message in samples::samples() {
+        let spec = message.spec();
+        let entry = index
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|entry| entry["type"] == spec.message_type)
+            .unwrap_or_else(|| panic!("{} not in index.json", spec.message_type));
+        for wire in 1..=bosun_contracts::WIRE_VERSION {
+            let envelope = Envelope::new(&message, uuid::Uuid::now_v7(), samples::TENANT_ID, "agent:test");
+            let bytes = bosun_contracts::envelope::bytes_for_wire(&envelope.to_vec(), wire)
+                .unwrap()
+                .unwrap_or_else(|| envelope.to_vec());
+            let sent: Value = serde_json::from_slice(&bytes).unwrap();
+            let version = sent["schemaVersion"].as_u64().unwrap();
+            let file = entry["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["schemaVersion"] == version)
+                .and_then(|v| v["schema"].as_str())
+                .unwrap_or_else(|| panic!("{} v{version} not in index.json", spec.message_type));
+            let validator = jsonschema::draft202012::new(&read_json(file)).unwrap();
+            let errors: Vec<String> = validator.iter_errors(&sent["payload"]).map(|e| e.to_string()).collect();
+            assert!(
+                errors.is_empty(),
+                "{} for wire {wire} by {file}: {errors:?}",
+                spec.message_type
+            );
+        }
+    }
 }

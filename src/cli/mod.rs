@@ -31,6 +31,7 @@ mod schema;
 mod send;
 mod serve;
 mod topology;
+mod version;
 
 use std::path::PathBuf;
 
@@ -53,6 +54,7 @@ use schema::SchemaCommand;
 use send::SendArgs;
 use serve::{ApiArgs, ServeArgs};
 use topology::TopologyCommand;
+use version::VersionArgs;
 
 /// bosun: saga orchestration for software delivery.
 #[derive(Debug, Clone, PartialEq, Parser)]
@@ -139,6 +141,9 @@ pub enum Command {
         #[command(subcommand)]
         command: SchemaCommand,
     },
+    /// The release, the wire version of its messages, the range it reads,
+    /// and what it writes (BOSUN_COMPAT_VERSION).
+    Version(VersionArgs),
 }
 
 impl Command {
@@ -175,6 +180,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::DeadLetters { command } => dead_letters::run(command, &settings).await,
         Command::Sagas { command } => sagas::run(command, &settings).await,
         Command::Schema { command } => schema::run(command),
+        Command::Version(args) => version::run(&args, &settings),
     };
     // The spans still queued are exported before the process exits.
     if let Some(telemetry) = telemetry {

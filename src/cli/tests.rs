@@ -644,7 +644,8 @@ fn the_top_level_help_lists_every_command_in_order() {
             "deliveries",
             "dead-letters",
             "sagas",
-            "schema"
+            "schema",
+            "version"
         ]
     );
 }

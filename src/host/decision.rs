@@ -41,6 +41,19 @@ pub enum Observed<'a> {
     LockLost,
     /// The shutdown grace period ended before the handler finished.
     Interrupted,
+    /// This build cannot handle the message yet: its schema version is
+    /// newer than any this build reads, or the handler said it needs a
+    /// newer release ([`HandlerError::NeedsNewer`]). It has waited for a
+    /// newer process for `waited` so far (zero the first time it is seen).
+    NeedsNewer {
+        /// Since the message was first seen waiting (its `waitingSince`).
+        waited: Duration,
+        /// How long until it is looked at again
+        /// (`BOSUN_NEWER_MESSAGE_WAIT`).
+        wait: Duration,
+        /// How long it may wait in all (`BOSUN_NEWER_MESSAGE_PATIENCE`).
+        patience: Duration,
+    },
 }
 
 /// Why a message is dead-lettered.
@@ -53,6 +66,9 @@ pub enum DeadLetterReason {
     /// The state this message needs cannot be read (e.g. a corrupt saga
     /// row): no retry can succeed until an operator repairs it.
     CorruptState,
+    /// The message waited for a newer bosun longer than the patience
+    /// allows, and no process that could read it took it.
+    NeedsNewer,
 }
 
 impl DeadLetterReason {
@@ -62,6 +78,7 @@ impl DeadLetterReason {
             Self::PermanentFailure => "permanent-failure",
             Self::RetriesExhausted => "retries-exhausted",
             Self::CorruptState => "corrupt-state",
+            Self::NeedsNewer => "needs-newer",
         }
     }
 }
@@ -86,6 +103,14 @@ pub enum Decision {
         /// How long from now the copy is delivered.
         delay: Duration,
     },
+    /// Leave the message for a newer process: schedule a copy of its
+    /// original bytes after `delay` (same attempt: waiting is not a
+    /// failed attempt), marked with when it was first seen waiting;
+    /// complete this delivery.
+    Wait {
+        /// How long from now the copy is delivered.
+        delay: Duration,
+    },
     /// Record a dead letter (original bytes, error chain, attempts) and
     /// dead-letter the message on the transport.
     DeadLetter(DeadLetterReason),
@@ -102,6 +127,12 @@ pub enum Decision {
 /// the first delivery, as recorded on the envelope) of a consumer with
 /// `policy`. `jitter`, in `0.0..=1.0`, picks the retry delay within the
 /// policy's ceiling (full jitter); the executor passes a random number.
+///
+/// A [`HandlerError::NeedsNewer`] is reported by the executor as
+/// [`Observed::NeedsNewer`] (it knows how long the message has waited), not
+/// as a handler failure; a message that needs a newer bosun waits without
+/// counting an attempt, and is dead-lettered only once it has waited
+/// longer than its patience.
 pub fn decide(observed: Observed<'_>, policy: &RetryPolicy, attempt: u32, jitter: f64) -> Decision {
     match observed {
         Observed::AlreadyHandled => Decision::Complete { outputs: false },
@@ -126,6 +157,10 @@ pub fn decide(observed: Observed<'_>, policy: &RetryPolicy, attempt: u32, jitter
         Observed::SagaConflict { .. } => Decision::Abandon,
         Observed::LockLost => Decision::LetGo,
         Observed::Interrupted => Decision::Abandon,
+        Observed::NeedsNewer { waited, patience, .. } if waited > patience => {
+            Decision::DeadLetter(DeadLetterReason::NeedsNewer)
+        }
+        Observed::NeedsNewer { wait, .. } => Decision::Wait { delay: wait },
     }
 }
 
@@ -288,10 +323,60 @@ mod tests {
         }
     }
 
+    /// A message that needs a newer bosun waits, whatever the policy,
+    /// attempt and jitter (waiting is no attempt), until it has waited
+    /// longer than its patience.
+    #[test]
+    fn needing_a_newer_bosun_waits_until_the_patience_is_over() {
+        let minute = Duration::from_secs(60);
+        let day = Duration::from_secs(86_400);
+        let table = [
+            (Duration::ZERO, minute, day, Decision::Wait { delay: minute }),
+            (minute, minute, day, Decision::Wait { delay: minute }),
+            (day, minute, day, Decision::Wait { delay: minute }),
+            (
+                day + Duration::from_millis(1),
+                minute,
+                day,
+                Decision::DeadLetter(DeadLetterReason::NeedsNewer),
+            ),
+            (
+                Duration::from_secs(1),
+                minute,
+                Duration::ZERO,
+                Decision::DeadLetter(DeadLetterReason::NeedsNewer),
+            ),
+            (Duration::ZERO, minute, Duration::ZERO, Decision::Wait { delay: minute }),
+            (
+                Duration::from_millis(10),
+                Duration::from_millis(5),
+                Duration::from_millis(20),
+                Decision::Wait {
+                    delay: Duration::from_millis(5),
+                },
+            ),
+        ];
+        for policy in policies() {
+            for attempt in [0, 1, policy.max_retries, policy.max_retries + 1, u32::MAX] {
+                for jitter in JITTERS {
+                    for (waited, wait, patience, expected) in table {
+                        let observed = Observed::NeedsNewer { waited, wait, patience };
+                        assert_eq!(
+                            decide(observed, &policy, attempt, jitter),
+                            expected,
+                            "{observed:?} at attempt {attempt} of {policy:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn reasons_read_as_recorded() {
         assert_eq!(DeadLetterReason::PermanentFailure.as_str(), "permanent-failure");
         assert_eq!(DeadLetterReason::RetriesExhausted.as_str(), "retries-exhausted");
         assert_eq!(DeadLetterReason::CorruptState.as_str(), "corrupt-state");
+        assert_eq!(DeadLetterReason::NeedsNewer.as_str(), "needs-newer");
     }
 }

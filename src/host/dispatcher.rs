@@ -6,6 +6,12 @@
 //! again after the lease; the transport drops the copy by its broker message
 //! id (duplicate detection) and consumers are idempotent on messageId, so
 //! the message takes effect once.
+//!
+//! [`send_pending`] is where every message this process sends becomes the
+//! bytes on the wire (a handler's outputs, retries, and commands accepted
+//! at the front door: HTTP API, MCP, `bosun send`): with
+//! `BOSUN_COMPAT_VERSION` set, each is written there at the newest version
+//! that wire had ([`bosun_contracts::envelope::bytes_for_wire`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,7 +26,7 @@ use super::claim_check::{ClaimCheck, ClaimCheckError};
 use crate::ports::store::{
     OutboxPurpose, OutboxStore, PendingOutbox, StoreError, TimelineEntry, TimelineStatus, TimelineStore,
 };
-use crate::ports::transport::{Transport, TransportError};
+use crate::ports::transport::{OutboundMessage, Transport, TransportError};
 
 const BATCH: usize = 100;
 /// How long a claimed entry is left to the process that claimed it (or, for
@@ -123,6 +129,7 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchEr
         runtime.transport.as_ref(),
         runtime.store.as_ref(),
         runtime.claim_check.as_ref(),
+        runtime.options.message_versions.wire(),
         pending,
     )
     .await
@@ -132,13 +139,20 @@ pub(crate) async fn dispatch_once(runtime: &Runtime) -> Result<usize, DispatchEr
 /// claim-check threshold go to the blob store first), with their `sent`
 /// lines where they are not on the timeline yet; returns how many were
 /// sent. The dispatcher sends what it claimed; the front door sends the
-/// command it just accepted.
+/// command it just accepted. Each message is written for `wire` (the wire
+/// version this process writes, `BOSUN_COMPAT_VERSION`) before anything
+/// else: the outbox keeps what was committed, the wire gets what every
+/// running consumer reads.
 pub(crate) async fn send_pending(
     transport: &dyn Transport,
     store: &(impl OutboxStore + TimelineStore + ?Sized),
     claim_check: Option<&ClaimCheck>,
+    wire: u32,
     mut pending: Vec<PendingOutbox>,
 ) -> Result<usize, DispatchError> {
+    for entry in &mut pending {
+        write_for_wire(&mut entry.message, wire);
+    }
     // The outbox keeps the whole message, so a redispatch writes the same
     // blob again (idempotent).
     if let Some(claim_check) = claim_check {
@@ -178,6 +192,22 @@ pub(crate) async fn send_pending(
     store.mark_dispatched(&ids).await.map_err(DispatchError::Mark)?;
     record_sent(store, pending.iter()).await;
     Ok(ids.len())
+}
+
+/// Rewrites `message` for `wire` (see [`bosun_contracts::versions`]); a
+/// message that cannot be rewritten is sent as it is, with an error logged
+/// (the consumers that read its version still handle it).
+pub(crate) fn write_for_wire(message: &mut OutboundMessage, wire: u32) {
+    match bosun_contracts::envelope::bytes_for_wire(&message.body, wire) {
+        Ok(Some(body)) => message.body = body,
+        Ok(None) => {}
+        Err(err) => tracing::error!(
+            error = %err,
+            wire,
+            message_type = message.message_type.as_deref(),
+            "could not write the message for the compat wire version; sent as it is"
+        ),
+    }
 }
 
 async fn record_sent<'a>(store: &(impl TimelineStore + ?Sized), sent: impl Iterator<Item = &'a PendingOutbox>) {

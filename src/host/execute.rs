@@ -18,14 +18,16 @@ use std::time::Duration;
 
 use bosun_consumers::{Consumer, HandlerError, Inbound, RetryPolicy, SagaInstance};
 use bosun_contracts::routing::destination_of;
-use bosun_contracts::{Destination, Envelope, Message};
+use bosun_contracts::{ContractError, Destination, Envelope, Message};
 use serde_json::Value;
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 use tokio_util::sync::CancellationToken;
 
 use super::dead_letter::dead_letter_record;
 use super::decision::{self, DeadLetterReason, Decision, Observed};
 use super::lock::LockRenewal;
+use super::newer;
 use super::{Places, Runtime, TenantMismatch, error_chain, handler_error_chain};
 use crate::ports::settle::{SettleError, Settled, Settlement};
 use crate::ports::store::{
@@ -89,6 +91,13 @@ enum Ending {
 
 impl Delivery<'_> {
     fn decide(&self, observed: Observed<'_>) -> Decision {
+        // A handler that needs a newer release waits as a newer message does.
+        let observed = match observed {
+            Observed::HandlerFailed(HandlerError::NeedsNewer(_)) => {
+                newer::observed(self.envelope, self.runtime.options.message_versions)
+            }
+            observed => observed,
+        };
         decision::decide(observed, &self.policy, self.envelope.attempt, fastrand::f64())
     }
 
@@ -341,6 +350,7 @@ async fn carry_out(delivery: &Delivery<'_>, decision: Decision, failure: Option<
     match (decision, failure) {
         (Decision::Complete { outputs: false }, _) => acknowledge(delivery).await,
         (Decision::Retry { attempt, delay }, Some(failure)) => schedule_retry(delivery, attempt, delay, failure).await,
+        (Decision::Wait { delay }, Some(failure)) => schedule_wait(delivery, delay, failure).await,
         (Decision::DeadLetter(reason), Some(failure)) => dead_letter_failure(delivery, reason, failure).await,
         (Decision::LetGo, _) => {
             outcome("lock_lost", true);
@@ -531,6 +541,109 @@ async fn schedule_retry(delivery: &Delivery<'_>, attempt: u32, delay: Duration, 
     }
 }
 
+/// Leaves a message whose schema version is newer than this build reads
+/// for a newer process (or dead-letters it, past the patience).
+pub(super) async fn leave_for_newer(
+    runtime: &Runtime,
+    consumer: &dyn Consumer,
+    entity: &Destination,
+    received: &ReceivedMessage,
+    envelope: &Envelope,
+    err: &ContractError,
+) {
+    let delivery = Delivery {
+        runtime,
+        consumer,
+        entity,
+        received,
+        envelope,
+        policy: runtime.options.scaled(consumer.retry_policy()),
+    };
+    let decision = decision::decide(
+        newer::observed(envelope, runtime.options.message_versions),
+        &delivery.policy,
+        envelope.attempt,
+        0.0,
+    );
+    let failure = Failure {
+        chain: vec![err.to_string()],
+    };
+    carry_out(&delivery, decision, Some(failure)).await;
+}
+
+/// Schedules the copy that waits `delay` for a newer process.
+async fn schedule_wait(delivery: &Delivery<'_>, delay: Duration, failure: Failure) {
+    let (runtime, envelope, received) = (delivery.runtime, delivery.envelope, delivery.received);
+    let name = delivery.name();
+    let now = OffsetDateTime::now_utc();
+    let since = newer::waiting_since(envelope).unwrap_or(now);
+    let Some(body) = newer::with_waiting_since(&received.body, since) else {
+        tracing::error!("cannot mark a message that parsed before as waiting; abandoning");
+        return abandon(delivery).await;
+    };
+    // Each copy has its own broker id (duplicate detection must not drop
+    // it), built on the first delivery's.
+    let message_id = envelope.message_id.to_string();
+    let received_id = received.broker_message_id.as_str();
+    let base = match received_id.rsplit_once(".wait-") {
+        Some((base, _)) => base,
+        None if received_id.is_empty() => message_id.as_str(),
+        None => received_id,
+    };
+    let copy = OutboundMessage {
+        // Back to the entity it came from.
+        destination: delivery.entity.clone(),
+        broker_message_id: format!("{base}.wait-{}", now.unix_timestamp_nanos() / 1_000_000),
+        message_type: Some(envelope.message_type.clone()),
+        correlation_id: Some(envelope.correlation_id.to_string()),
+        body,
+        scheduled_at: Some(now + delay),
+    };
+    let error = failure.text();
+    let patience = runtime.options.message_versions.newer_message_patience;
+    let since_text = since.format(&Rfc3339).unwrap_or_default();
+    let line = delivery.timeline(
+        TimelineStatus::RetryScheduled,
+        Some(format!(
+            "waiting for a newer bosun since {since_text} (no attempt counted); looked at again in {} ms, dead-lettered as needs-newer after {} s: {error}",
+            delay.as_millis(),
+            patience.as_secs(),
+        )),
+    );
+    let write = RetryWrite {
+        consumer: name.to_owned(),
+        message_id,
+        received_broker_message_id: received.broker_message_id.clone(),
+        attempt: attempt_record(delivery, &failure.chain),
+        retry: copy,
+        timeline: line,
+    };
+    match delivery.settle(Settlement::Retry(write)).await {
+        Ok(_) => {
+            outcome("waiting", false);
+            runtime.metrics.count(name, &envelope.message_type, Event::Waiting);
+            tracing::warn!(
+                schema_version = envelope.schema_version,
+                newest_read = newer::newest_read(envelope),
+                waiting_since = since_text,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                error,
+                "this build cannot handle the message yet; left for a newer bosun"
+            );
+            runtime.outbox_ready.notify_one();
+        }
+        Err(err @ SettleError::LockLost { .. }) => {
+            outcome("lock_lost", true);
+            tracing::warn!(error = %err, "lock lost before the wait was recorded; it will be delivered again");
+        }
+        Err(err) => {
+            outcome("abandoned", true);
+            tracing::warn!(error = %err, "could not record the wait; abandoning for redelivery");
+            abandon(delivery).await;
+        }
+    }
+}
+
 async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, failure: Failure) {
     let (runtime, envelope) = (delivery.runtime, delivery.envelope);
     let name = delivery.name();
@@ -540,6 +653,11 @@ async fn dead_letter_failure(delivery: &Delivery<'_>, reason: DeadLetterReason, 
             "failed {} times; last error: {}",
             envelope.attempt + 1,
             chain.join(": ")
+        ),
+        DeadLetterReason::NeedsNewer => newer::gave_up(
+            envelope,
+            runtime.options.message_versions.newer_message_patience,
+            &chain,
         ),
         DeadLetterReason::PermanentFailure | DeadLetterReason::CorruptState => chain.join(": "),
     };

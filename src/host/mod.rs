@@ -21,6 +21,13 @@
 //!   message needs is stored corrupt, record a dead letter with the original
 //!   bytes, the error chain and every attempt, and dead-letter the message on
 //!   the transport;
+//! - on a message this build cannot handle yet (a schema version newer
+//!   than it reads, or a handler that says it needs a newer release),
+//!   schedule a copy of the original bytes to be looked at again after
+//!   `BOSUN_NEWER_MESSAGE_WAIT`, with no attempt counted and `waitingSince`
+//!   set the first time, so a newer process can take it; dead-letter it
+//!   (`needs-newer`) only once it has waited past
+//!   `BOSUN_NEWER_MESSAGE_PATIENCE` (see [`newer`]);
 //! - on a transient runtime failure (the store or transport unavailable),
 //!   abandon it for redelivery; on one that means this process cannot work
 //!   (the database schema is not the one it needs), abandon it and stop.
@@ -44,7 +51,7 @@ use tracing::{Instrument, field, info_span};
 use crate::ports::settle::{Halts, Settle, StoreThenSettle};
 use crate::ports::store::{AdminStore, RetentionPolicy, Store, StoreError};
 use crate::ports::transport::{ReceivedMessage, Transport, TransportError};
-use crate::runtime::config::{Failpoint, Settings};
+use crate::runtime::config::{Failpoint, MessageVersionSettings, Settings};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::telemetry;
 use claim_check::ClaimCheck;
@@ -59,6 +66,7 @@ pub mod dispatcher;
 mod execute;
 mod key_lock;
 mod lock;
+mod newer;
 pub mod retention;
 
 /// A message whose tenant is not the tenant of the saga it names: refused
@@ -98,6 +106,9 @@ pub struct HostOptions {
     /// The `messaging.system` of the spans (the transport's, see
     /// [`telemetry::messaging_system`]).
     pub messaging_system: &'static str,
+    /// How long a message that needs a newer bosun waits, and the wire
+    /// version this process writes.
+    pub message_versions: MessageVersionSettings,
 }
 
 impl HostOptions {
@@ -115,6 +126,7 @@ impl HostOptions {
                 .interval
                 .map(|interval| (retention::policy(&settings.retention), interval)),
             messaging_system: telemetry::messaging_system(settings.transport),
+            message_versions: settings.message_versions,
         }
     }
 
@@ -734,6 +746,10 @@ async fn process(
                 }
                 match envelope.decode() {
                     Ok(message) => (envelope, message),
+                    // Written by a later release: left for a newer process.
+                    Err(err @ ContractError::NewerSchemaVersion { .. }) => {
+                        return execute::leave_for_newer(runtime, consumer, entity, &received, &envelope, &err).await;
+                    }
                     Err(err) => return reject(runtime, consumer, entity, &received, Some(&envelope), &err).await,
                 }
             }

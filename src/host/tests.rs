@@ -25,6 +25,9 @@ enum Behaviour {
     FailTransientlyTimes(u32),
     FailPermanently,
     SleepFor(Duration),
+    /// Says it needs a newer bosun for the first `n` calls (as the saga
+    /// code does for a saga state a later release wrote), then succeeds.
+    NeedsNewerTimes(u32),
 }
 
 struct TestConsumer {
@@ -32,6 +35,8 @@ struct TestConsumer {
     calls: AtomicU32,
     effects: AtomicU32,
     max_retries: u32,
+    /// The highest `attempt` seen on a delivered envelope.
+    highest_attempt: AtomicU32,
 }
 
 impl TestConsumer {
@@ -41,6 +46,7 @@ impl TestConsumer {
             calls: AtomicU32::new(0),
             effects: AtomicU32::new(0),
             max_retries: 5,
+            highest_attempt: AtomicU32::new(0),
         })
     }
 }
@@ -65,7 +71,12 @@ impl Consumer for TestConsumer {
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        self.highest_attempt
+            .fetch_max(inbound.envelope.attempt, Ordering::SeqCst);
         match self.behaviour {
+            Behaviour::NeedsNewerTimes(n) if call < n => {
+                return Err(HandlerError::needs_newer("saga state written by a later release"));
+            }
             Behaviour::FailTransientlyTimes(n) if call < n => {
                 return Err(HandlerError::transient(WriteFailed(Unavailable)));
             }
@@ -138,6 +149,7 @@ fn options() -> HostOptions {
         failpoint: None,
         retention: None,
         messaging_system: "bosun.memory",
+        message_versions: Default::default(),
     }
 }
 
@@ -360,6 +372,7 @@ async fn exhausted_retries_are_dead_lettered_with_every_attempt() {
         calls: AtomicU32::new(0),
         effects: AtomicU32::new(0),
         max_retries: 3,
+        highest_attempt: AtomicU32::new(0),
     });
     let harness = start(consumer.clone(), options()).await;
     let envelope = create_commit();
@@ -406,8 +419,10 @@ async fn malformed_messages_are_dead_lettered_with_a_reason_and_the_host_keeps_r
     unknown_type["type"] = serde_json::json!("LaunchRocket");
     let mut missing_field: serde_json::Value = serde_json::from_slice(&create_commit().to_vec()).unwrap();
     missing_field["payload"].as_object_mut().unwrap().remove("branch");
+    // Older than the oldest version read (a newer one waits instead: see
+    // `a_message_newer_than_this_build_waits_for_a_newer_bosun...`).
     let mut wrong_version: serde_json::Value = serde_json::from_slice(&create_commit().to_vec()).unwrap();
-    wrong_version["schemaVersion"] = serde_json::json!(9);
+    wrong_version["schemaVersion"] = serde_json::json!(0);
     harness
         .transport
         .send(vec![
@@ -1115,4 +1130,189 @@ async fn one_handler_handles_the_next_message_while_the_last_ones_commit_waits()
     assert_eq!(consumer.effects.load(Ordering::SeqCst), 2, "each handled once");
     shutdown.cancel();
     running.await.unwrap();
+}
+
+/// Waits between looks for a newer bosun, and the patience, short enough
+/// for a test.
+fn waiting(wait_ms: u64, patience_ms: u64) -> HostOptions {
+    HostOptions {
+        message_versions: crate::runtime::config::MessageVersionSettings {
+            newer_message_wait: Duration::from_millis(wait_ms),
+            newer_message_patience: Duration::from_millis(patience_ms),
+            compat_version: None,
+        },
+        ..options()
+    }
+}
+
+/// A host like [`start`]'s, and its metrics.
+async fn start_counting(
+    consumer: Arc<TestConsumer>,
+    options: HostOptions,
+) -> (Harness, Arc<crate::runtime::metrics::Metrics>) {
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let shutdown = CancellationToken::new();
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer], options);
+    let metrics = host.metrics();
+    let token = shutdown.clone();
+    let host = tokio::spawn(async move {
+        host.run(token).await.unwrap();
+    });
+    (
+        Harness {
+            transport,
+            store,
+            shutdown,
+            host,
+        },
+        metrics,
+    )
+}
+
+fn waits(metrics: &crate::runtime::metrics::Metrics) -> u64 {
+    metrics.consumer("commit").waiting
+}
+
+/// A `CreateCommit` one version newer than this build reads.
+fn newer_create_commit() -> Envelope {
+    let mut envelope = create_commit();
+    envelope.schema_version += 1;
+    envelope
+}
+
+#[tokio::test]
+async fn a_message_newer_than_this_build_waits_for_a_newer_bosun_and_is_counted_not_dead_lettered() {
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let (harness, metrics) = start_counting(consumer.clone(), waiting(30, 3_600_000)).await;
+    let envelope = newer_create_commit();
+    harness.transport.send(vec![raw(envelope.to_vec(), "m")]).await.unwrap();
+    eventually("it was left to wait three times", || async { waits(&metrics) >= 3 }).await;
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 0, "this build never handles it");
+    assert!(
+        harness
+            .store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "not dead-lettered because it is newer"
+    );
+    let counted = metrics.consumer("commit");
+    assert_eq!((counted.retried, counted.dead_lettered), (0, 0));
+    let timeline = harness
+        .store
+        .timeline(&envelope.correlation_id.to_string())
+        .await
+        .unwrap();
+    let line = timeline
+        .iter()
+        .find(|line| line.status == TimelineStatus::RetryScheduled)
+        .expect("a wait on the timeline");
+    let detail = line.detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("waiting for a newer bosun"), "{detail}");
+    assert!(detail.contains("schemaVersion"), "{detail}");
+    assert_eq!(line.attempt, 0, "waiting counts no attempt");
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_newer_than_this_build_is_dead_lettered_as_needs_newer_once_past_the_patience() {
+    let consumer = TestConsumer::new(Behaviour::Succeed);
+    let (harness, metrics) = start_counting(consumer.clone(), waiting(40, 250)).await;
+    let envelope = newer_create_commit();
+    harness.transport.send(vec![raw(envelope.to_vec(), "m")]).await.unwrap();
+    let store = harness.store.clone();
+    eventually("it is dead-lettered", || {
+        let store = store.clone();
+        async move {
+            !store
+                .dead_letters(&DeadLetterFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    })
+    .await;
+    let dead = store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "needs-newer");
+    assert!(
+        dead[0].description.contains("BOSUN_NEWER_MESSAGE_PATIENCE"),
+        "{}",
+        dead[0].description
+    );
+    assert!(waits(&metrics) >= 2, "it waited before it was given up on");
+    // The copy that was given up on is the original message, marked with
+    // when it began to wait, at its first attempt.
+    let body: serde_json::Value = serde_json::from_slice(&dead[0].body).unwrap();
+    assert_eq!(body["messageId"], envelope.message_id.to_string());
+    assert_eq!(body["schemaVersion"], envelope.schema_version);
+    assert_eq!(body["attempt"], 0);
+    let since = body["waitingSince"].as_str().expect("waitingSince");
+    let since = time::OffsetDateTime::parse(since, &time::format_description::well_known::Rfc3339).unwrap();
+    assert!(time::OffsetDateTime::now_utc() - since >= time::Duration::milliseconds(250));
+    assert_eq!(body["payload"], envelope.payload);
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 0);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_handler_that_needs_a_newer_bosun_waits_like_a_newer_message_without_counting_attempts() {
+    // Needs a newer bosun three times (say, until a newer process takes
+    // it), then is handled.
+    let consumer = TestConsumer::new(Behaviour::NeedsNewerTimes(3));
+    let (harness, metrics) = start_counting(consumer.clone(), waiting(20, 3_600_000)).await;
+    let envelope = create_commit();
+    harness.transport.send(vec![raw(envelope.to_vec(), "m")]).await.unwrap();
+    eventually("it is handled once a process can", || async {
+        consumer.effects.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(consumer.calls.load(Ordering::SeqCst), 4);
+    assert_eq!(
+        consumer.highest_attempt.load(Ordering::SeqCst),
+        0,
+        "waiting is no attempt"
+    );
+    let counted = metrics.consumer("commit");
+    assert_eq!((counted.waiting, counted.retried, counted.dead_lettered), (3, 0, 0));
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_handler_that_keeps_needing_a_newer_bosun_is_dead_lettered_as_needs_newer_past_the_patience() {
+    // A policy of one retry: it is the patience that ends the wait.
+    let consumer = Arc::new(TestConsumer {
+        behaviour: Behaviour::NeedsNewerTimes(u32::MAX),
+        calls: AtomicU32::new(0),
+        effects: AtomicU32::new(0),
+        max_retries: 1,
+        highest_attempt: AtomicU32::new(0),
+    });
+    let (harness, metrics) = start_counting(consumer.clone(), waiting(30, 200)).await;
+    let envelope = create_commit();
+    harness.transport.send(vec![raw(envelope.to_vec(), "m")]).await.unwrap();
+    let store = harness.store.clone();
+    eventually("it is dead-lettered", || {
+        let store = store.clone();
+        async move {
+            !store
+                .dead_letters(&DeadLetterFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    })
+    .await;
+    let dead = store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(dead[0].reason, "needs-newer");
+    assert!(
+        consumer.calls.load(Ordering::SeqCst) > 2,
+        "it waited past a policy of one retry"
+    );
+    assert!(waits(&metrics) >= 2);
+    assert_eq!(metrics.consumer("commit").retried, 0);
+    harness.stop().await;
 }

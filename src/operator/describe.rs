@@ -96,12 +96,12 @@ pub fn describe(message: &Message) -> Option<String> {
             "release {} in {} by {}",
             m.release_id,
             m.environment,
-            decided_by(m.approved_by.as_deref(), m.approver.as_deref())
+            decided_by(m.approved_by.as_deref(), m.on_behalf_of.as_deref())
         ),
         Message::RejectRelease(m) => format!(
             "release {} by {}: {}",
             m.release_id,
-            decided_by(m.rejected_by.as_deref(), m.approver.as_deref()),
+            decided_by(m.rejected_by.as_deref(), m.on_behalf_of.as_deref()),
             m.reason
         ),
         Message::ReleaseApprovalTimeout(m) => format!("release {} in {}", m.release_id, m.environment),

@@ -156,6 +156,8 @@ pub struct Operator {
     claim_check: Option<ClaimCheck>,
     /// The transport's `messaging.system`, on the producer spans of sends.
     messaging_system: &'static str,
+    /// The wire version messages are written at (`BOSUN_COMPAT_VERSION`).
+    wire: u32,
 }
 
 impl Operator {
@@ -171,6 +173,7 @@ impl Operator {
             identity,
             claim_check: None,
             messaging_system: "bosun",
+            wire: bosun_contracts::WIRE_VERSION,
         }
     }
 
@@ -194,6 +197,13 @@ impl Operator {
     pub fn acting_as(mut self, identity: impl Into<String>, source: impl Into<String>) -> Self {
         self.identity = identity.into();
         self.source = source.into();
+        self
+    }
+
+    /// Writes every message it sends for wire version `wire`
+    /// (`BOSUN_COMPAT_VERSION`: each at the newest version that wire had).
+    pub fn writing_for_wire(mut self, wire: u32) -> Self {
+        self.wire = wire;
         self
     }
 
@@ -541,7 +551,11 @@ impl Operator {
                 }
                 // Sent as the contract reads it (defaults filled in), so the
                 // diff shows what the edit changed, not what it left out.
-                let payload = Message::from_type_and_payload(&envelope.message_type, &payload)?.to_payload();
+                let message = Message::from_type_and_payload(&envelope.message_type, &payload)?;
+                let payload = message.to_payload();
+                // The edit is read as the current version of the type, so
+                // it is sent as that version (an older original included).
+                envelope.schema_version = message.spec().schema_version;
                 let original = std::mem::replace(&mut envelope.payload, payload.clone());
                 // Recorded even when nothing changed (an empty diff): the
                 // caller asked for an edited replay.
@@ -555,16 +569,18 @@ impl Operator {
             .clone()
             .unwrap_or_else(|| record.broker_message_id.clone());
         let broker_message_id = format!("{base_id}.replay-{replay_id}");
-        self.transport
-            .send(vec![OutboundMessage {
-                destination: destination.clone(),
-                broker_message_id: broker_message_id.clone(),
-                message_type: record.message_type.clone(),
-                correlation_id: record.correlation_id.clone(),
-                body,
-                scheduled_at: None,
-            }])
-            .await?;
+        let mut replayed = OutboundMessage {
+            destination: destination.clone(),
+            broker_message_id: broker_message_id.clone(),
+            message_type: record.message_type.clone(),
+            correlation_id: record.correlation_id.clone(),
+            body,
+            scheduled_at: None,
+        };
+        // A replay is sent directly, not through the outbox: written for
+        // the compat wire here, as `send_pending` writes everything else.
+        crate::host::dispatcher::write_for_wire(&mut replayed, self.wire);
+        self.transport.send(vec![replayed]).await?;
         self.remove_native_copy(&record).await?;
         let replay = ReplayRecord {
             replay_id,

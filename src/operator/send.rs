@@ -254,6 +254,7 @@ impl Operator {
             self.transport.as_ref(),
             self.store.as_ref(),
             self.claim_check.as_ref(),
+            self.wire,
             vec![entry],
         )
         .await;

@@ -105,7 +105,7 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
     let (operator, transport, _) = operator(1).await;
     let approve = serde_json::json!({
         "releaseId": "payments-api-1", "environment": "prod",
-        "approver": "mallory", "approvedBy": "key:forged"
+        "onBehalfOf": "mallory", "approvedBy": "key:forged"
     });
     let sent = operator
         .send("ApproveRelease", &approve, None, "contoso")
@@ -119,7 +119,7 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
         envelope.payload["approvedBy"], "cli:alice",
         "the payload's claim is replaced"
     );
-    assert_eq!(envelope.payload["approver"], "mallory", "kept as a note");
+    assert_eq!(envelope.payload["onBehalfOf"], "mallory", "kept as a note");
     // Dead-lettered by the transport, then replayed with an edited payload
     // by someone else.
     give_up_on(&transport, &queue, &received[0]).await;
@@ -139,7 +139,7 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
         replayed.payload["approvedBy"], "cli:bob",
         "the edit's claim is replaced"
     );
-    assert_eq!(replayed.payload.get("approver"), None, "the rest of the edit applies");
+    assert_eq!(replayed.payload.get("onBehalfOf"), None, "the rest of the edit applies");
 
     let timeout = serde_json::json!({
         "releaseId": "payments-api-1", "environment": "prod", "deadline": "2020-01-01T00:00:00Z"
@@ -280,4 +280,42 @@ async fn bulk_replay_is_throttled_and_reports_progress() {
 
     operator.purge(&ids[0].to_string()).await.unwrap();
     assert!(operator.dead_letter(&ids[0].to_string()).await.is_err());
+}
+
+/// With `BOSUN_COMPAT_VERSION=1` an approval sent at the front door goes
+/// out as version 1 with `approver`: only fields of the version 1 schema
+/// the previous release reads; and this build still reads it as version 2.
+#[tokio::test]
+async fn with_compat_one_an_approval_is_sent_as_version_one() {
+    let (current, transport, _) = operator(1).await;
+    let compat = current.writing_for_wire(1);
+    let approve = serde_json::json!({
+        "releaseId": "payments-api-1", "environment": "prod", "onBehalfOf": "alice"
+    });
+    compat.send("ApproveRelease", &approve, None, "contoso").await.unwrap();
+    let queue = Destination::Queue("release-orchestration".into());
+    let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(sent["schemaVersion"], 1);
+    assert_eq!(sent["payload"]["approver"], "alice");
+    assert_eq!(sent["payload"]["approvedBy"], "cli:alice");
+    let v1: serde_json::Value =
+        serde_json::from_str(include_str!("../../contracts/schemas/ApproveRelease.v1.schema.json")).unwrap();
+    let fields = v1["properties"].as_object().unwrap();
+    for field in sent["payload"].as_object().unwrap().keys() {
+        assert!(fields.contains_key(field), "`{field}` is not a version 1 field");
+    }
+    let (_, message) = Envelope::parse(&received[0].body).unwrap();
+    let bosun_contracts::Message::ApproveRelease(read) = message else {
+        panic!("{message:?}")
+    };
+    assert_eq!(read.on_behalf_of.as_deref(), Some("alice"));
+
+    // Without compat, the current version.
+    let (current, transport, _) = operator(1).await;
+    current.send("ApproveRelease", &approve, None, "contoso").await.unwrap();
+    let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(sent["schemaVersion"], 2);
+    assert_eq!(sent["payload"]["onBehalfOf"], "alice");
 }

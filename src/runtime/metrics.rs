@@ -1,5 +1,6 @@
 //! Runtime metrics: per consumer, messages processed, retried,
-//! dead-lettered, duplicates acknowledged, saga conflicts, and two latency
+//! dead-lettered, duplicates acknowledged, saga conflicts, messages left
+//! waiting for a newer bosun, and two latency
 //! distributions — handler latency (inside the consumer) and processing
 //! latency (from receiving the message to settling it: idempotency check,
 //! saga load, handler, atomic commit, complete).
@@ -157,6 +158,8 @@ pub struct Series {
     pub duplicates: u64,
     /// Saga version conflicts.
     pub saga_conflicts: u64,
+    /// Messages left waiting for a newer bosun (each look counts).
+    pub waiting: u64,
     /// Time inside the handler.
     pub handler: Histogram,
     /// Time from receive to settle.
@@ -178,6 +181,8 @@ pub struct ConsumerMetrics {
     pub duplicates: u64,
     /// Saga version conflicts (each one reloaded and re-applied).
     pub saga_conflicts: u64,
+    /// Messages left waiting for a newer bosun (each look counts).
+    pub waiting: u64,
     /// Time inside the handler.
     pub handler: Latency,
     /// Time from receive to settle.
@@ -223,6 +228,9 @@ pub enum Event {
     Duplicate,
     /// A saga version conflict.
     SagaConflict,
+    /// Left for a newer bosun (a newer schema version, or a handler that
+    /// needs a newer release): scheduled to be looked at again.
+    Waiting,
 }
 
 /// The sampled gauges.
@@ -242,6 +250,7 @@ struct Instruments {
     dead_lettered: Counter<u64>,
     duplicates: Counter<u64>,
     saga_conflicts: Counter<u64>,
+    waiting: Counter<u64>,
     handler: opentelemetry::metrics::Histogram<f64>,
     processing: opentelemetry::metrics::Histogram<f64>,
     end_to_end: opentelemetry::metrics::Histogram<f64>,
@@ -301,6 +310,10 @@ impl Instruments {
                 "bosun.saga.conflicts",
                 "Saga version conflicts (each reloaded and re-applied).",
             ),
+            waiting: counter(
+                "bosun.messages.waiting",
+                "Messages left for a newer bosun (a newer schema version, or a handler that needs a newer release).",
+            ),
             handler: histogram("bosun.handler.duration", "Time inside the consumer's handler."),
             processing: histogram(
                 "bosun.processing.duration",
@@ -320,6 +333,7 @@ impl Instruments {
             Event::DeadLettered => &self.dead_lettered,
             Event::Duplicate => &self.duplicates,
             Event::SagaConflict => &self.saga_conflicts,
+            Event::Waiting => &self.waiting,
         }
     }
 }
@@ -404,6 +418,7 @@ impl Metrics {
                     Event::DeadLettered,
                     Event::Duplicate,
                     Event::SagaConflict,
+                    Event::Waiting,
                 ] {
                     instruments.counter(event).add(0, &labels);
                 }
@@ -419,6 +434,7 @@ impl Metrics {
             Event::DeadLettered => m.dead_lettered += 1,
             Event::Duplicate => m.duplicates += 1,
             Event::SagaConflict => m.saga_conflicts += 1,
+            Event::Waiting => m.waiting += 1,
         });
         self.with_series(consumer, message_type, |s| match event {
             Event::Processed => s.processed += 1,
@@ -426,6 +442,7 @@ impl Metrics {
             Event::DeadLettered => s.dead_lettered += 1,
             Event::Duplicate => s.duplicates += 1,
             Event::SagaConflict => s.saga_conflicts += 1,
+            Event::Waiting => s.waiting += 1,
         });
         if let Some(instruments) = &self.instruments {
             instruments.counter(event).add(1, &labels(consumer, message_type));

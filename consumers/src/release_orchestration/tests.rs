@@ -205,3 +205,78 @@ async fn a_state_a_later_release_saved_waits_for_that_release_and_is_not_overwri
     let text = err.to_string();
     assert!(text.contains("version 2") && text.contains(&saga.key), "{text}");
 }
+
+/// An approval written by the previous release (version 1, `approver`)
+/// still waiting in a queue is read as version 2: the release records the
+/// authenticated caller, and the sender's name as the note.
+#[tokio::test]
+async fn a_version_one_approval_is_upcast_and_handled() {
+    let policy = ReleasePolicy {
+        environments: vec!["prod".to_owned()],
+        auto_approve: Vec::new(),
+        ..ReleasePolicy::default()
+    };
+    let consumer = ReleaseOrchestration::new(ReleaseSaga::new(policy));
+    let mut state = serde_json::Value::Null;
+    let mut version = 0;
+    for message in [
+        samples::build_completed().into(),
+        samples::container_image_built().into(),
+        samples::package_published().into(),
+    ] {
+        let (outcome, _) = run(&consumer, state.clone(), version, message).await;
+        if let Some(next) = outcome.saga_state {
+            state = next;
+            version += 1;
+        }
+    }
+    let envelope = serde_json::json!({
+        "messageId": Uuid::now_v7(),
+        "type": "ApproveRelease",
+        "kind": "command",
+        "schemaVersion": 1,
+        "correlationId": Uuid::now_v7(),
+        "tenantId": "contoso",
+        "source": "bosun-previous-release",
+        "occurredAt": "2026-11-29T10:00:00Z",
+        "payload": {
+            "releaseId": samples::RELEASE_ID,
+            "environment": "prod",
+            "approver": "alice",
+            "approvedBy": "key:0123456789ab (release board)"
+        }
+    });
+    let (envelope, message) = Envelope::parse(&serde_json::to_vec(&envelope).unwrap()).expect("a v1 approval is read");
+    assert_eq!(envelope.schema_version, 1);
+    let Message::ApproveRelease(approve) = &message else {
+        panic!("{message:?}")
+    };
+    assert_eq!(approve.on_behalf_of.as_deref(), Some("alice"));
+    let (kind, key) = consumer.saga_of(&envelope, &message).expect("a release message");
+    let saga = SagaInstance {
+        kind,
+        key,
+        version,
+        state,
+    };
+    let outcome = consumer
+        .handle(Inbound {
+            envelope: &envelope,
+            message: &message,
+            saga: Some(&saga),
+        })
+        .await
+        .expect("handled");
+    let approved = outcome
+        .messages
+        .iter()
+        .find_map(|m| match &m.message {
+            Message::ReleaseApproved(approved) => Some(approved.clone()),
+            _ => None,
+        })
+        .expect("ReleaseApproved");
+    assert_eq!(approved.environment, "prod");
+    assert_eq!(approved.approver, "key:0123456789ab (release board)");
+    let state = outcome.saga_state.expect("state saved");
+    assert_eq!(state["approvals"]["prod"]["note"], "alice", "{state:#}");
+}

@@ -131,8 +131,11 @@ impl Validate for ReleasePlanned {
 /// Approving is an authority (scope `releases:approve`): the approver the
 /// release records is `approvedBy`, which bosun's front door (HTTP API, MCP,
 /// `bosun send`) sets to the authenticated caller, replacing whatever the
-/// sender wrote there. `approver` is free text the sender may add (a name,
-/// a ticket), kept only as a note.
+/// sender wrote there. `onBehalfOf` is free text the sender may add (the
+/// person an agent acts for, a ticket), kept only as a note.
+///
+/// Version 2 renamed version 1's `approver` to `onBehalfOf`; a version 1
+/// payload is read through [`crate::versions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApproveRelease {
@@ -142,10 +145,11 @@ pub struct ApproveRelease {
     /// The environment approved.
     #[schemars(transform = rule::environment_name)]
     pub environment: String,
-    /// A name the sender gives (kept as a note, never as the approver).
+    /// The person the sender acts for, as the sender names them (kept as a
+    /// note, never as the approver). `approver` in version 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
-    pub approver: Option<String>,
+    pub on_behalf_of: Option<String>,
     /// Why, or any note for the audit trail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::max_chars(MAX_REASON_CHARS))]
@@ -161,8 +165,8 @@ impl Validate for ApproveRelease {
     fn validate(&self) -> Result<(), FieldError> {
         validate::identifier("releaseId", &self.release_id)?;
         validate::environment_name("environment", &self.environment)?;
-        if let Some(approver) = &self.approver {
-            validate::text("approver", approver, MAX_APPROVER_CHARS)?;
+        if let Some(on_behalf_of) = &self.on_behalf_of {
+            validate::text("onBehalfOf", on_behalf_of, MAX_APPROVER_CHARS)?;
         }
         if let Some(comment) = &self.comment {
             validate::max_chars("comment", comment, MAX_REASON_CHARS)?;
@@ -178,7 +182,8 @@ impl Validate for ApproveRelease {
 ///
 /// Rejecting is the same authority as approving (scope
 /// `releases:approve`); `rejectedBy` is set by the front door as
-/// `approvedBy` is on [`ApproveRelease`].
+/// `approvedBy` is on [`ApproveRelease`]. Version 2 renamed version 1's
+/// `approver` to `onBehalfOf`, as on [`ApproveRelease`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RejectRelease {
@@ -190,10 +195,11 @@ pub struct RejectRelease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::environment_name)]
     pub environment: Option<String>,
-    /// A name the sender gives (kept as a note, never as who rejected).
+    /// The person the sender acts for, as the sender names them (kept as a
+    /// note, never as who rejected). `approver` in version 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
-    pub approver: Option<String>,
+    pub on_behalf_of: Option<String>,
     /// Why.
     #[schemars(transform = rule::text(MAX_REASON_CHARS))]
     pub reason: String,
@@ -209,8 +215,8 @@ impl Validate for RejectRelease {
         if let Some(environment) = &self.environment {
             validate::environment_name("environment", environment)?;
         }
-        if let Some(approver) = &self.approver {
-            validate::text("approver", approver, MAX_APPROVER_CHARS)?;
+        if let Some(on_behalf_of) = &self.on_behalf_of {
+            validate::text("onBehalfOf", on_behalf_of, MAX_APPROVER_CHARS)?;
         }
         if let Some(rejected_by) = &self.rejected_by {
             validate::text("rejectedBy", rejected_by, MAX_APPROVER_CHARS)?;
@@ -484,8 +490,8 @@ mod tests {
     #[test]
     fn approval_bad_fields_are_named() {
         let mut approve = samples::approve_release();
-        approve.approver = Some(" ".into());
-        assert_eq!(approve.validate().unwrap_err().field, "approver");
+        approve.on_behalf_of = Some(" ".into());
+        assert_eq!(approve.validate().unwrap_err().field, "onBehalfOf");
 
         let mut approve = samples::approve_release();
         approve.approved_by = Some(String::new());

@@ -186,7 +186,7 @@ impl ReleaseSaga {
                 step.on_approve(
                     &approve.environment,
                     ApprovalRecord {
-                        note: claimed_name(approve.approver.as_deref(), &approver),
+                        note: claimed_name(approve.on_behalf_of.as_deref(), &approver),
                         approver,
                         comment: approve.comment.clone(),
                         auto: false,
@@ -196,7 +196,7 @@ impl ReleaseSaga {
             }
             Message::RejectRelease(reject) => {
                 let rejected_by = step.authenticated(reject.rejected_by.as_deref(), "rejectedBy")?;
-                let claimed = claimed_name(reject.approver.as_deref(), &rejected_by);
+                let claimed = claimed_name(reject.on_behalf_of.as_deref(), &rejected_by);
                 step.on_reject(reject.environment.clone(), &rejected_by, claimed, &reject.reason)?
             }
             Message::ReleaseApprovalTimeout(timeout) => step.on_timeout(timeout)?,

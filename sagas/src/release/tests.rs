@@ -547,7 +547,7 @@ fn only_the_timeout_the_saga_waits_on_counts() {
 fn the_approver_recorded_is_the_authenticated_caller() {
     let saga = ReleaseSaga::new(policy(&["prod"], &[]));
     let mallory = ApproveRelease {
-        approver: Some("mallory".to_owned()),
+        on_behalf_of: Some("mallory".to_owned()),
         approved_by: None,
         ..samples::approve_release()
     };

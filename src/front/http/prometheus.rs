@@ -124,7 +124,7 @@ pub fn render(metrics: &Metrics, http: &HttpMetrics, outbox_backlog: Option<u64>
             )
         })
         .collect();
-    let counters: [Counter; 5] = [
+    let counters: [Counter; 6] = [
         (
             "bosun_messages_processed_total",
             "Messages handled and committed.",
@@ -149,6 +149,11 @@ pub fn render(metrics: &Metrics, http: &HttpMetrics, outbox_backlog: Option<u64>
             "bosun_saga_conflicts_total",
             "Saga version conflicts (each reloaded and re-applied).",
             |s| s.saga_conflicts,
+        ),
+        (
+            "bosun_messages_waiting_total",
+            "Messages left for a newer bosun (a newer schema version, or a handler that needs a newer release).",
+            |s| s.waiting,
         ),
     ];
     for (name, help, value) in counters {

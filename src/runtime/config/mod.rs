@@ -16,11 +16,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod message_versions;
 mod origin;
 mod places;
 mod telemetry;
 mod types;
 
+pub use message_versions::MessageVersionSettings;
 pub use origin::{AllowedOrigin, Origin, OriginError, parse_allowed_origins};
 pub use telemetry::{OtlpExport, OtlpMetrics, TelemetrySettings, TraceSampler};
 pub use types::*;
@@ -108,6 +110,9 @@ const GENERIC: &[&str] = &[
     "BOSUN_RETRY_BASE_DELAY_MS",
     "BOSUN_POLL_INTERVAL_MS",
     "BOSUN_SHUTDOWN_GRACE_MS",
+    "BOSUN_NEWER_MESSAGE_WAIT",
+    "BOSUN_NEWER_MESSAGE_PATIENCE",
+    "BOSUN_COMPAT_VERSION",
     "BOSUN_RETENTION_HANDLED_DAYS",
     "BOSUN_RETENTION_OUTBOX_DAYS",
     "BOSUN_RETENTION_TIMELINE_DAYS",
@@ -723,6 +728,7 @@ impl Settings {
             retry_base_delay: millis("BOSUN_RETRY_BASE_DELAY_MS", 1_000)?,
             poll_interval: millis("BOSUN_POLL_INTERVAL_MS", 250)?,
             shutdown_grace: millis("BOSUN_SHUTDOWN_GRACE_MS", 25_000)?,
+            message_versions: MessageVersionSettings::read(&get)?,
             log_format,
             telemetry,
             failpoint,

@@ -536,6 +536,10 @@ pub struct Settings {
     /// `BOSUN_SHUTDOWN_GRACE_MS`: how long in-flight work may finish after
     /// SIGTERM. Default 25 000.
     pub shutdown_grace: Duration,
+    /// Messages of other releases during a rolling upgrade
+    /// (`BOSUN_NEWER_MESSAGE_WAIT`, `BOSUN_NEWER_MESSAGE_PATIENCE`,
+    /// `BOSUN_COMPAT_VERSION`).
+    pub message_versions: super::MessageVersionSettings,
     /// `BOSUN_LOG_FORMAT`: `text` (default) or `json`.
     pub log_format: LogFormat,
     /// OpenTelemetry: the standard `OTEL_*` variables (traces over

@@ -70,14 +70,21 @@ fn every_message_of_the_past_reads_with_this_build() {
     }
 }
 
-/// Every message type has a sample at the version this build writes.
+/// Every message type has a sample at every version this build reads:
+/// the one it writes, and each older one still read (kept from the
+/// release that wrote it).
 #[test]
-fn every_message_type_is_in_the_corpus_at_its_version() {
+fn every_message_type_is_in_the_corpus_at_every_version_read() {
     let names: Vec<String> = on_disk("messages").into_iter().map(|(name, _)| name).collect();
     for spec in CATALOGUE {
-        let path = message_path(spec);
-        let name = path.trim_start_matches("messages/");
-        assert!(names.iter().any(|n| n == name), "corpus/messages lacks {name}");
+        assert_eq!(
+            message_path(spec),
+            format!("messages/{}.v{}.json", spec.message_type, spec.schema_version)
+        );
+        for version in spec.oldest_read..=spec.schema_version {
+            let name = format!("{}.v{version}.json", spec.message_type);
+            assert!(names.contains(&name), "corpus/messages lacks {name}");
+        }
     }
 }
 

@@ -183,6 +183,11 @@ fn config_map() -> Value {
             "BOSUN_OPS_ADDR": format!("0.0.0.0:{OPS_PORT}"),
             "BOSUN_LOG_FORMAT": "json",
             "BOSUN_DATA_DIR": DATA_DIR,
+            // Empty: write the current wire version. During a rolling
+            // upgrade the overlay sets the previous release's wire version
+            // (`bosun version`) so every pod writes what the old pods read,
+            // and empties it once no old pod runs (docs/UPGRADING.md).
+            "BOSUN_COMPAT_VERSION": "",
         },
     })
 }

@@ -221,6 +221,32 @@ fn pods_probe_the_ops_port_outlive_the_grace_and_write_only_their_volumes() {
     assert_eq!(config["data"]["BOSUN_OPS_ADDR"], format!("0.0.0.0:{OPS_PORT}"));
 }
 
+/// Every Deployment reads `BOSUN_COMPAT_VERSION` from the ConfigMap, empty
+/// by default (the current wire); an operator sets it during an upgrade,
+/// and the settings read it as that wire version.
+#[test]
+fn the_config_lets_an_operator_set_the_compat_version_and_it_is_empty_by_default() {
+    let files = default_files();
+    let config = base_objects(&files)
+        .into_iter()
+        .find(|(_, o)| kind_of(o) == "ConfigMap")
+        .unwrap()
+        .1;
+    assert_eq!(config["data"]["BOSUN_COMPAT_VERSION"], "");
+    let mut data: std::collections::BTreeMap<String, String> = config["data"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    let read = |data: &std::collections::BTreeMap<String, String>| {
+        crate::runtime::config::MessageVersionSettings::read(&|name| data.get(name).cloned()).unwrap()
+    };
+    assert_eq!(read(&data).wire(), bosun_contracts::WIRE_VERSION);
+    data.insert("BOSUN_COMPAT_VERSION".into(), "1".into());
+    assert_eq!(read(&data).wire(), 1);
+}
+
 /// The KEDA objects, field by field, against KEDA's documented shape
 /// (keda.sh/docs, ScaledObject spec, TriggerAuthentication, the
 /// azure-servicebus scaler and the azure-workload pod identity): only

@@ -64,6 +64,7 @@ fn host_options() -> HostOptions {
         failpoint: None,
         retention: None,
         messaging_system: "servicebus",
+        message_versions: Default::default(),
     }
 }
 

@@ -235,7 +235,7 @@ async fn scopes_and_platform_keys_are_the_gateways() {
     assert!(failed);
     assert_eq!(error["error"]["code"], "forbidden");
     // Approving is its own right; internal messages are nobody's to send.
-    let approve = json!({"releaseId": "payments-api-1", "environment": "prod", "approver": "mallory"});
+    let approve = json!({"releaseId": "payments-api-1", "environment": "prod", "onBehalfOf": "mallory"});
     let (failed, error) = call(
         &f.tools,
         &sender,
