@@ -21,7 +21,7 @@ use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::settle::{Settle, StoreThenSettle};
-use crate::ports::store::{AccessStore, Store, StoreError};
+use crate::ports::store::{AccessStore, ProcessRecord, Store, StoreError};
 use crate::ports::transport::{Broker, Transport, TransportError};
 use crate::runtime::config::{ServiceBusSettings, Settings, StoreKind, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
@@ -275,27 +275,58 @@ pub async fn open_when_migrated(
     }
 }
 
-/// Asks the store every `every` whether this bosun still runs on its
-/// schema. Once it does not (a newer release's breaking migration, or a
-/// database put back behind it), logs why, cancels `stop` and returns the
-/// error, so the process stops taking work instead of writing to a schema
-/// it does not understand. Returns `None` once `stop` is cancelled
-/// otherwise. A failure to ask (the database down) is not a verdict:
-/// readiness reports it and the next look asks again.
-pub async fn watch_schema(store: Arc<dyn Store>, every: Duration, stop: CancellationToken) -> Option<StoreError> {
-    loop {
+/// This process as the fleet lists it (`role`: `serve` or `api`; it
+/// writes messages of wire version `writes_wire`).
+pub fn this_process(role: &str, writes_wire: u32) -> ProcessRecord {
+    let now = time::OffsetDateTime::now_utc();
+    ProcessRecord {
+        id: uuid::Uuid::now_v7(),
+        role: role.to_owned(),
+        release: env!("CARGO_PKG_VERSION").to_owned(),
+        built_for_schema: crate::backends::postgres::SCHEMA_VERSION,
+        writes_wire,
+        reads_wire_from: bosun_contracts::versions::oldest_wire_read(),
+        reads_wire_to: bosun_contracts::WIRE_VERSION,
+        host: crate::runtime::host_name(),
+        started_at: now,
+        seen_at: now,
+    }
+}
+
+/// Says `process` runs on the store now and every `every`, and asks the
+/// store each time whether this bosun still runs on its schema. Once it
+/// does not (a newer release's breaking migration, or a database put back
+/// behind it), logs why, cancels `stop` and returns the error, so the
+/// process stops taking work instead of writing to a schema it does not
+/// understand. Returns `None` once `stop` is cancelled otherwise. Either
+/// way the process leaves the fleet. A failure to ask (the database down)
+/// is not a verdict: readiness reports it and the next look asks again.
+pub async fn watch_schema(
+    store: Arc<dyn Store>,
+    process: ProcessRecord,
+    every: Duration,
+    stop: CancellationToken,
+) -> Option<StoreError> {
+    let moved = loop {
+        if let Err(err) = store.heartbeat(&process).await {
+            tracing::warn!(error = %err, "could not record this process in the fleet; trying again at the next look");
+        }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
-            () = stop.cancelled() => return None,
+            () = stop.cancelled() => break None,
         }
         if let Err(err @ (StoreError::SchemaTooNew { .. } | StoreError::SchemaMismatch { .. })) =
             store.check_schema().await
         {
             tracing::error!(error = %err, "the database schema moved out of what this bosun runs with; stopping");
             stop.cancel();
-            return Some(err);
+            break Some(err);
         }
+    };
+    if let Err(err) = store.leave_fleet(process.id).await {
+        tracing::warn!(error = %err, "could not remove this process from the fleet; it drops off the list once unseen");
     }
+    moved
 }
 
 /// Runs the selected consumers until `shutdown` is cancelled.
@@ -338,7 +369,12 @@ pub async fn serve_with_metrics(
         .host(consumers, HostOptions::from_settings(settings))
         .with_metrics(metrics);
     let stop = shutdown.child_token();
-    let schema = tokio::spawn(watch_schema(Arc::clone(&backends.store), SCHEMA_RECHECK, stop.clone()));
+    let schema = tokio::spawn(watch_schema(
+        Arc::clone(&backends.store),
+        this_process("serve", settings.message_versions.wire()),
+        SCHEMA_RECHECK,
+        stop.clone(),
+    ));
     let served = host.run(stop.clone()).await;
     stop.cancel();
     sampler.abort();

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::{PostgresSchema, Progress};
+use bosun::ports::store::SagaStore;
 use serde_json::{Value, json};
 
 /// The two releases under test.
@@ -343,7 +344,9 @@ async fn send_probes(client: reqwest::Client, urls: ApiUrls, key: String, group:
 }
 
 /// The test's view of the deployment: the processes, the API key, the
-/// HTTP client and the library's backends for reading sagas.
+/// HTTP client and the library's PostgreSQL store for reading sagas
+/// (opened without the schema check: it reads the sagas table, which
+/// every schema of the window has, before and after the migration).
 struct Deployment {
     runtime: tokio::runtime::Runtime,
     client: reqwest::Client,
@@ -353,7 +356,7 @@ struct Deployment {
     serves: Vec<Process>,
     apis: Vec<Process>,
     urls: ApiUrls,
-    backends: bosun::wiring::Backends,
+    store: bosun::backends::postgres::store::PostgresStore,
 }
 
 impl Deployment {
@@ -481,7 +484,7 @@ impl Deployment {
     fn release(&self, tenant: &str) -> Option<Value> {
         let sagas = self
             .runtime
-            .block_on(self.backends.store.list_sagas(Some("release")))
+            .block_on(self.store.list_sagas(Some("release")))
             .unwrap();
         sagas
             .into_iter()
@@ -554,7 +557,7 @@ impl Deployment {
     /// The probes of `group` the probe sagas counted.
     fn counted(&self, group: &str) -> u64 {
         self.runtime
-            .block_on(self.backends.store.list_sagas(Some("probe")))
+            .block_on(self.store.list_sagas(Some("probe")))
             .unwrap()
             .iter()
             .filter(|saga| saga.key.ends_with(group))
@@ -563,6 +566,14 @@ impl Deployment {
     }
 
     /// Every dead letter, the transport's own included, as `release`'s
+    /// The processes `bosun fleet --json` of `release` lists.
+    fn fleet(&self, release: &Release) -> Vec<Value> {
+        let text = run(release, &self.data, &self.env, &["fleet", "--json"]);
+        let listed: Value = serde_json::from_str(&text).unwrap_or_else(|err| panic!("fleet --json: {err}: {text}"));
+        assert_eq!(listed["keptByStore"], true, "{listed}");
+        listed["processes"].as_array().cloned().unwrap_or_default()
+    }
+
     /// `bosun dead-letters list --json` reports them.
     fn dead_letters(&self, release: &Release) -> Vec<Value> {
         let text = run(release, &self.data, &self.env, &["dead-letters", "list", "--json"]);
@@ -711,12 +722,11 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         process.wait_ready(&runtime, &client);
     }
     let urls: ApiUrls = Arc::new(Mutex::new([apis[0].url.clone(), apis[1].url.clone()]));
-    let mut settings_for_library = bosun::runtime::config::Settings::with_data_dir(&data);
-    settings_for_library.database_url = Some(bosun::runtime::config::Secret::new(schema.url.clone()));
-    settings_for_library.transport = bosun::runtime::config::TransportKind::Postgres;
-    let backends = runtime
-        .block_on(bosun::wiring::Backends::open(&settings_for_library))
-        .expect("backends");
+    let store = bosun::backends::postgres::store::PostgresStore::new(
+        runtime
+            .block_on(bosun::backends::postgres::PostgresDatabase::connect(&schema.url))
+            .expect("the test's connection to PostgreSQL"),
+    );
     let mut deployment = Deployment {
         runtime,
         client,
@@ -726,7 +736,7 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         serves,
         apis,
         urls,
-        backends,
+        store,
     };
     progress.phase("previous release: 2 serve and 2 api processes ready on PostgreSQL");
 
@@ -760,11 +770,31 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         &["migrate", "--compatible-only"],
     );
     progress.phase(format!("new release migrated: {}", migrated.trim()));
+    assert!(
+        migrated.contains("applied migrations [14]"),
+        "the new release applies its compatible migration (the fleet) while the previous one serves: {migrated}"
+    );
     deployment.roll(&new, &progress, |deployment| {
         deployment.start_delivery(1, "fwd-midway", 0);
         progress.phase("fwd-midway's delivery started on the half-rolled deployment");
     });
     progress.phase(format!("rolled forward; {} probes sent so far", traffic.sent()));
+    // Migration 14 in use: every new process says it runs, writing wire 1
+    // (BOSUN_COMPAT_VERSION) while reading wire 2.
+    let fleet = deployment.fleet(&new);
+    assert_eq!(
+        fleet.len(),
+        4,
+        "2 serve and 2 api processes of the new release: {fleet:#?}"
+    );
+    for process in &fleet {
+        assert_eq!(
+            (process["writesWire"].as_u64(), process["readsWireTo"].as_u64()),
+            (Some(1), Some(2)),
+            "{process}"
+        );
+    }
+    progress.phase("the fleet lists the 4 new processes, each writing wire 1 and reading wire 2");
     deployment.approve(0, "fwd-approve");
     progress.phase("fwd-approve approved for prod through the new API");
     for tenant in ["fwd-polled", "fwd-midway"] {
@@ -816,6 +846,10 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         progress.phase("back-midway's delivery started on the half-rolled-back deployment");
     });
     progress.phase(format!("rolled back; {} probes sent so far", traffic.sent()));
+    // The new processes left the fleet as they stopped; the previous
+    // release does not say it runs.
+    let fleet = deployment.fleet(&new);
+    assert!(fleet.is_empty(), "the new processes left the fleet: {fleet:#?}");
     deployment.approve(0, "back-approve");
     deployment.wait_for_phase("back-midway", "awaitingApproval", Duration::from_secs(120), &progress);
     deployment.approve(1, "back-midway");

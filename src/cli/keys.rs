@@ -210,7 +210,7 @@ fn lifetime(asked: Option<Duration>, settings: &Settings) -> Result<Duration> {
 }
 
 /// Reads `90d`, `12h`, `30m` or `45s`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);

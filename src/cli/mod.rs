@@ -21,6 +21,7 @@ mod bench;
 mod dead_letters;
 mod deliveries;
 mod demo;
+mod fleet;
 mod infra;
 mod keys;
 mod migrate;
@@ -45,6 +46,7 @@ use bench::BenchArgs;
 use dead_letters::DeadLettersCommand;
 use deliveries::DeliveriesCommand;
 use demo::DemoArgs;
+use fleet::FleetArgs;
 use infra::InfraCommand;
 use keys::KeysCommand;
 use migrate::MigrateArgs;
@@ -111,6 +113,10 @@ pub enum Command {
     /// Create or upgrade bosun's PostgreSQL schema (safe to run
     /// concurrently and repeatedly).
     Migrate(MigrateArgs),
+    /// List the serve and api processes running on the shared PostgreSQL
+    /// store: the release each runs and the message wire versions it
+    /// writes and reads.
+    Fleet(FleetArgs),
     /// Delete what is past its retention (BOSUN_RETENTION_*) now, batch
     /// after batch, as `serve` does every BOSUN_RETENTION_INTERVAL_MS.
     Prune(PruneArgs),
@@ -174,6 +180,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Demo(args) => demo::run(args, settings, explicit_data_dir).await,
         Command::Bench(args) => bench::run(args, settings).await,
         Command::Migrate(args) => migrate::run(args, &settings).await,
+        Command::Fleet(args) => fleet::run(args, &settings).await,
         Command::Prune(args) => prune::run(args, &settings).await,
         Command::Send(args) => send::run(args, &settings).await,
         Command::Deliveries { command } => deliveries::run(command, &settings).await,

@@ -109,6 +109,7 @@ pub async fn api(args: ApiArgs, settings: &Settings) -> Result<()> {
     // this bosun runs with.
     let schema = tokio::spawn(wiring::watch_schema(
         Arc::clone(&backends.store),
+        wiring::this_process("api", settings.message_versions.wire()),
         wiring::SCHEMA_RECHECK,
         shutdown.clone(),
     ));

@@ -639,6 +639,7 @@ fn the_top_level_help_lists_every_command_in_order() {
             "demo",
             "bench",
             "migrate",
+            "fleet",
             "prune",
             "send",
             "deliveries",

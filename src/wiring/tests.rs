@@ -7,6 +7,10 @@ use sqlx_core::query::query;
 use super::*;
 use crate::backends::postgres::{SCHEMA_VERSION, testing};
 
+fn process() -> ProcessRecord {
+    this_process("serve", bosun_contracts::WIRE_VERSION)
+}
+
 /// Records a migration a newer bosun applied, running with `runs_with`.
 async fn newer_migration(test: &testing::TestDatabase, version: i64, runs_with: i64) {
     query("INSERT INTO bosun_schema_migrations (version, name, checksum, runs_with) VALUES ($1, 'newer', '', $2)")
@@ -22,7 +26,7 @@ async fn a_serving_process_stops_once_the_database_moves_past_its_window_and_not
     let test = testing::migrated().await;
     let store: Arc<dyn Store> = Arc::new(PostgresStore::new(test.database.clone()));
     let stop = CancellationToken::new();
-    let watch = tokio::spawn(watch_schema(store, Duration::from_millis(50), stop.clone()));
+    let watch = tokio::spawn(watch_schema(store, process(), Duration::from_millis(50), stop.clone()));
 
     // A compatible migration of the next release: this bosun runs on it.
     newer_migration(&test, SCHEMA_VERSION + 1, SCHEMA_VERSION).await;
@@ -49,8 +53,30 @@ async fn a_watch_ends_quietly_when_the_process_stops() {
     let test = testing::migrated().await;
     let store: Arc<dyn Store> = Arc::new(PostgresStore::new(test.database.clone()));
     let stop = CancellationToken::new();
-    let watch = tokio::spawn(watch_schema(store, Duration::from_secs(3600), stop.clone()));
+    let me = process();
+    let watch = tokio::spawn(watch_schema(
+        Arc::clone(&store),
+        me.clone(),
+        Duration::from_secs(3600),
+        stop.clone(),
+    ));
+    // It is in the fleet while it runs, and leaves when it stops.
+    let listed = || async {
+        store
+            .fleet(Duration::from_secs(60))
+            .await
+            .unwrap()
+            .expect("PostgreSQL keeps a fleet")
+            .iter()
+            .any(|p| p.id == me.id)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !listed().await {
+        assert!(std::time::Instant::now() < deadline, "never listed in the fleet");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     stop.cancel();
     assert!(watch.await.unwrap().is_none());
+    assert!(!listed().await, "still listed after it stopped");
     test.finish().await;
 }

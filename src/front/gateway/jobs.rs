@@ -266,7 +266,7 @@ impl Gateway {
     pub async fn run_replay_jobs(self, stop: CancellationToken) {
         let owner = format!(
             "{}:{}:{}",
-            gethostname_or_unknown(),
+            crate::runtime::host_name(),
             std::process::id(),
             Uuid::now_v7().simple()
         );
@@ -514,20 +514,6 @@ enum JobRefusal {
     Refused(String),
     /// The key could not be checked: the job is let go and tried again.
     Unavailable(GatewayError),
-}
-
-/// The host name, for naming a runner in logs and leases.
-fn gethostname_or_unknown() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|name| !name.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|name| name.trim().to_owned())
-        })
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
 /// A filter as the job records it, in the API's words.
