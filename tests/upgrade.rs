@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{PostgresSchema, Progress};
 use bosun::ports::store::SagaStore;
+use common::{PostgresSchema, Progress};
 use serde_json::{Value, json};
 
 /// The two releases under test.
@@ -482,10 +482,7 @@ impl Deployment {
 
     /// The release saga of `tenant` (one per tenant here), if planned.
     fn release(&self, tenant: &str) -> Option<Value> {
-        let sagas = self
-            .runtime
-            .block_on(self.store.list_sagas(Some("release")))
-            .unwrap();
+        let sagas = self.runtime.block_on(self.store.list_sagas(Some("release"))).unwrap();
         sagas
             .into_iter()
             .find(|saga| saga.key.starts_with(&format!("{tenant}/")))

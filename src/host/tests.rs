@@ -1316,3 +1316,65 @@ async fn a_handler_that_keeps_needing_a_newer_bosun_is_dead_lettered_as_needs_ne
     assert_eq!(metrics.consumer("commit").retried, 0);
     harness.stop().await;
 }
+
+/// A saga state a later release saved is never overwritten: the message
+/// that needs it waits for a newer bosun (counted, not dead-lettered), and
+/// the stored state and version stay as that release left them.
+#[tokio::test]
+async fn a_saga_state_a_later_release_saved_is_left_as_it_is_and_its_message_waits() {
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let newer = r#"{"stateVersion": 2, "tally": {"count": 41}, "shape": "of a later release"}"#;
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+             VALUES ('probe', 'contoso/canary', 5, ?1, 1, 1, 'contoso')",
+            [newer],
+        )
+        .unwrap();
+    let consumer: Arc<dyn Consumer> = Arc::new(bosun_consumers::probe::ProbeConsumer::new());
+    let shutdown = CancellationToken::new();
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer], waiting(30, 3_600_000));
+    let metrics = host.metrics();
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    let echo: Message = bosun_contracts::samples::probe_echoed().into();
+    let envelope = Envelope::new(&echo, Uuid::now_v7(), "contoso", "agent:test");
+    transport
+        .send(vec![OutboundMessage {
+            destination: bosun_contracts::routing::destination_of("ProbeEchoed").expect("routed"),
+            broker_message_id: envelope.message_id.to_string(),
+            message_type: Some("ProbeEchoed".into()),
+            correlation_id: Some(envelope.correlation_id.to_string()),
+            body: envelope.to_vec(),
+            scheduled_at: None,
+        }])
+        .await
+        .unwrap();
+    eventually("it waited three times", || async {
+        metrics.consumer("probe").waiting >= 3
+    })
+    .await;
+    let saga = store
+        .load_saga("probe", "contoso/canary")
+        .await
+        .unwrap()
+        .expect("the saga");
+    assert_eq!(saga.version, 5, "never saved over");
+    assert_eq!(saga.state, serde_json::from_str::<serde_json::Value>(newer).unwrap());
+    assert!(
+        store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let counted = metrics.consumer("probe");
+    assert_eq!((counted.retried, counted.dead_lettered), (0, 0));
+    shutdown.cancel();
+    running.await.unwrap();
+}
