@@ -7,7 +7,7 @@
 //! id (duplicate detection) and consumers are idempotent on messageId, so
 //! the message takes effect once.
 //!
-//! [`send_pending`] is where every message this process sends becomes the
+//! `send_pending` is where every message this process sends becomes the
 //! bytes on the wire (a handler's outputs, retries, and commands accepted
 //! at the front door: HTTP API, MCP, `bosun send`): with
 //! `BOSUN_COMPAT_VERSION` set, each is written there at the newest version

@@ -476,6 +476,36 @@ fn attempt_record(delivery: &Delivery<'_>, chain: &[String]) -> AttemptRecord {
     }
 }
 
+/// A copy of the received message with `body`, back to the entity it came
+/// from (for an event, only this consumer's subscription, not every
+/// subscriber again), due at `at`. Its broker id is the received one's
+/// with its own `.<kind>-<tag>` suffix in place of an earlier copy's of
+/// the same kind, so each copy is unique to duplicate detection.
+fn scheduled_copy(
+    delivery: &Delivery<'_>,
+    kind: &str,
+    tag: impl std::fmt::Display,
+    body: Vec<u8>,
+    at: OffsetDateTime,
+) -> OutboundMessage {
+    let envelope = delivery.envelope;
+    let message_id = envelope.message_id.to_string();
+    let received_id = delivery.received.broker_message_id.as_str();
+    let base = match received_id.rsplit_once(&format!(".{kind}-")) {
+        Some((base, _)) => base,
+        None if received_id.is_empty() => message_id.as_str(),
+        None => received_id,
+    };
+    OutboundMessage {
+        destination: delivery.entity.clone(),
+        broker_message_id: format!("{base}.{kind}-{tag}"),
+        message_type: Some(envelope.message_type.clone()),
+        correlation_id: Some(envelope.correlation_id.to_string()),
+        body,
+        scheduled_at: Some(at),
+    }
+}
+
 async fn schedule_retry(delivery: &Delivery<'_>, attempt: u32, delay: Duration, failure: Failure) {
     let (runtime, envelope, received) = (delivery.runtime, delivery.envelope, delivery.received);
     let name = delivery.name();
@@ -488,22 +518,7 @@ async fn schedule_retry(delivery: &Delivery<'_>, attempt: u32, delay: Duration, 
     // not taken for the first delivery's retries by duplicate detection
     // (which would drop them, and the replayed message with them).
     let message_id = envelope.message_id.to_string();
-    let received_id = received.broker_message_id.as_str();
-    let base = match received_id.rsplit_once(".retry-") {
-        Some((base, _)) => base,
-        None if received_id.is_empty() => message_id.as_str(),
-        None => received_id,
-    };
-    let retry = OutboundMessage {
-        // Back to the entity it came from: for an event, only this
-        // consumer's subscription, not every subscriber again.
-        destination: delivery.entity.clone(),
-        broker_message_id: format!("{base}.retry-{attempt}"),
-        message_type: Some(envelope.message_type.clone()),
-        correlation_id: Some(envelope.correlation_id.to_string()),
-        body,
-        scheduled_at: Some(OffsetDateTime::now_utc() + delay),
-    };
+    let retry = scheduled_copy(delivery, "retry", attempt, body, OffsetDateTime::now_utc() + delay);
     let error = failure.text();
     let line = delivery.timeline(
         TimelineStatus::RetryScheduled,
@@ -581,24 +596,14 @@ async fn schedule_wait(delivery: &Delivery<'_>, delay: Duration, failure: Failur
         tracing::error!("cannot mark a message that parsed before as waiting; abandoning");
         return abandon(delivery).await;
     };
-    // Each copy has its own broker id (duplicate detection must not drop
-    // it), built on the first delivery's.
     let message_id = envelope.message_id.to_string();
-    let received_id = received.broker_message_id.as_str();
-    let base = match received_id.rsplit_once(".wait-") {
-        Some((base, _)) => base,
-        None if received_id.is_empty() => message_id.as_str(),
-        None => received_id,
-    };
-    let copy = OutboundMessage {
-        // Back to the entity it came from.
-        destination: delivery.entity.clone(),
-        broker_message_id: format!("{base}.wait-{}", now.unix_timestamp_nanos() / 1_000_000),
-        message_type: Some(envelope.message_type.clone()),
-        correlation_id: Some(envelope.correlation_id.to_string()),
+    let copy = scheduled_copy(
+        delivery,
+        "wait",
+        now.unix_timestamp_nanos() / 1_000_000,
         body,
-        scheduled_at: Some(now + delay),
-    };
+        now + delay,
+    );
     let error = failure.text();
     let patience = runtime.options.message_versions.newer_message_patience;
     let since_text = since.format(&Rfc3339).unwrap_or_default();

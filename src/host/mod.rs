@@ -27,7 +27,7 @@
 //!   `BOSUN_NEWER_MESSAGE_WAIT`, with no attempt counted and `waitingSince`
 //!   set the first time, so a newer process can take it; dead-letter it
 //!   (`needs-newer`) only once it has waited past
-//!   `BOSUN_NEWER_MESSAGE_PATIENCE` (see [`newer`]);
+//!   `BOSUN_NEWER_MESSAGE_PATIENCE` (see `host::newer`);
 //! - on a transient runtime failure (the store or transport unavailable),
 //!   abandon it for redelivery; on one that means this process cannot work
 //!   (the database schema is not the one it needs), abandon it and stop.

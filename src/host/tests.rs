@@ -1378,3 +1378,78 @@ async fn a_saga_state_a_later_release_saved_is_left_as_it_is_and_its_message_wai
     shutdown.cancel();
     running.await.unwrap();
 }
+
+/// An approval the previous release wrote (the corpus's `ApproveRelease`
+/// version 1, with `approver`) for a release it left waiting for its prod
+/// approval (the corpus's saga state) is handled by this build through
+/// the host: upcast to version 2, the approval recorded with the sender's
+/// name as its note, nothing dead-lettered.
+#[tokio::test]
+async fn an_approval_of_the_previous_release_is_upcast_and_approves_the_release_it_left_waiting() {
+    use bosun_sagas::release::{ReleasePolicy, ReleaseSaga};
+
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let state = std::fs::read_to_string(corpus.join("sagas/release.v1.awaitingApproval-prod.json")).unwrap();
+    let approval = std::fs::read(corpus.join("messages/ApproveRelease.v1.json")).unwrap();
+    let transport = Arc::new(MemoryTransport::new(10));
+    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let key = "contoso/payments-api-1.4.0-7f3c2a1";
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO sagas (kind, key, version, state, created_at, updated_at, tenant_id)
+             VALUES ('release', ?1, 7, ?2, 1, 1, 'contoso')",
+            [key, state.as_str()],
+        )
+        .unwrap();
+    let saga = ReleaseSaga::new(ReleasePolicy {
+        environments: vec!["dev".to_owned(), "staging".to_owned(), "prod".to_owned()],
+        auto_approve: vec!["dev".to_owned()],
+        ..ReleasePolicy::default()
+    });
+    let consumer: Arc<dyn Consumer> = Arc::new(bosun_consumers::release_orchestration::ReleaseOrchestration::new(saga));
+    let shutdown = CancellationToken::new();
+    let host = Host::new(transport.clone(), store.clone(), vec![consumer], options());
+    let token = shutdown.clone();
+    let running = tokio::spawn(async move { host.run(token).await.unwrap() });
+    transport
+        .send(vec![OutboundMessage {
+            destination: bosun_contracts::routing::destination_of("ApproveRelease").expect("routed"),
+            broker_message_id: "01930000-0000-7000-8000-000000000010".to_owned(),
+            message_type: Some("ApproveRelease".into()),
+            correlation_id: None,
+            body: approval,
+            scheduled_at: None,
+        }])
+        .await
+        .unwrap();
+    let records = store.clone();
+    eventually("the release saga took the approval", || {
+        let records = records.clone();
+        async move {
+            records
+                .load_saga("release", key)
+                .await
+                .unwrap()
+                .is_some_and(|saga| saga.version > 7)
+        }
+    })
+    .await;
+    let saga = store.load_saga("release", key).await.unwrap().unwrap();
+    let prod = &saga.state["approvals"]["prod"];
+    assert_eq!(prod["note"], "alice@contoso.com", "{:#}", saga.state);
+    assert_eq!(prod["approver"], "key:0123456789ab (release board)");
+    assert_eq!(saga.state["stateVersion"], 1);
+    assert!(
+        store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
