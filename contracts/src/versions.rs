@@ -54,6 +54,10 @@ pub struct Change {
     pub downcast: Step,
     /// What changed, for `bosun version` and the docs.
     pub summary: &'static str,
+    /// Fields of the version before it that this one no longer has (renamed
+    /// or removed): a payload sent to a front door with one of them was
+    /// written for that version, and is read as it ([`payload_as_sent`]).
+    pub retired: &'static [&'static str],
 }
 
 /// Every change, one per (type, version introduced).
@@ -65,6 +69,7 @@ pub const CHANGES: &[Change] = &[
         upcast: approver_to_on_behalf_of,
         downcast: on_behalf_of_to_approver,
         summary: "`approver` renamed `onBehalfOf`",
+        retired: &["approver"],
     },
     Change {
         message_type: "RejectRelease",
@@ -73,6 +78,7 @@ pub const CHANGES: &[Change] = &[
         upcast: approver_to_on_behalf_of,
         downcast: on_behalf_of_to_approver,
         summary: "`approver` renamed `onBehalfOf`",
+        retired: &["approver"],
     },
 ];
 
@@ -140,6 +146,59 @@ pub fn downcast(spec: &MessageSpec, to: u32, payload: Value) -> Result<Value, Co
     Ok(payload)
 }
 
+/// A payload a front door received (the HTTP API, MCP, `bosun send`, an
+/// edited replay), read at the current version of `spec`: as it is, unless
+/// it has a field an older version had and a later one retired, in which
+/// case it was written against that older version (an agent of the
+/// previous release) and is upcast from it, so nothing it says is lost as
+/// an unknown field. One that also has the field's new name is refused,
+/// naming the old one.
+pub fn payload_as_sent(spec: &MessageSpec, payload: &Value) -> Result<Value, ContractError> {
+    let Some(object) = payload.as_object() else {
+        return Ok(payload.clone());
+    };
+    let written_for = CHANGES
+        .iter()
+        .filter(|change| change.message_type == spec.message_type && change.version <= spec.schema_version)
+        .filter(|change| change.retired.iter().any(|field| object.contains_key(*field)))
+        .map(|change| change.version - 1)
+        .min();
+    let Some(version) = written_for else {
+        return Ok(payload.clone());
+    };
+    if version < spec.oldest_read {
+        return Ok(payload.clone());
+    }
+    let upcast_payload = upcast(spec, version, payload.clone())?;
+    // The upcast moved each retired field to its new name: a payload that
+    // had both said one thing twice.
+    let is_retired = |field: &str| {
+        CHANGES
+            .iter()
+            .any(|change| change.message_type == spec.message_type && change.retired.contains(&field))
+    };
+    let old_names: Vec<&str> = object
+        .keys()
+        .map(String::as_str)
+        .filter(|field| is_retired(field))
+        .collect();
+    if let Some(upcast_object) = upcast_payload.as_object() {
+        for (field, value) in object {
+            if !is_retired(field) && upcast_object.get(field).is_some_and(|after| after != value) {
+                return Err(ContractError::InvalidField {
+                    field: format!("payload.{field}"),
+                    reason: format!(
+                        "is given beside `{}`, its name in `{}` version {version}; send one of them",
+                        old_names.join("`, `"),
+                        spec.message_type
+                    ),
+                });
+            }
+        }
+    }
+    Ok(upcast_payload)
+}
+
 /// The range of wire versions a build reads: from the oldest wire any of
 /// its oldest-read versions belongs to, to [`WIRE_VERSION`].
 pub fn oldest_wire_read() -> u32 {
@@ -189,6 +248,34 @@ mod tests {
     use crate::messages::Message;
     use crate::samples;
     use serde_json::json;
+
+    /// A front door reads a payload written against the previous release
+    /// (`approver`) as that version, the current one as it is, and refuses
+    /// one that gives both names different values.
+    #[test]
+    fn a_front_door_payload_with_a_retired_field_is_read_as_its_version() {
+        let spec = MessageSpec::find("ApproveRelease").unwrap();
+        let old = json!({"releaseId": "r-1", "environment": "prod", "approver": "alice"});
+        let read = payload_as_sent(spec, &old).unwrap();
+        assert_eq!(
+            read,
+            json!({"releaseId": "r-1", "environment": "prod", "onBehalfOf": "alice"})
+        );
+        let current = json!({"releaseId": "r-1", "environment": "prod", "onBehalfOf": "alice"});
+        assert_eq!(payload_as_sent(spec, &current).unwrap(), current);
+        let same = json!({"releaseId": "r-1", "environment": "prod", "approver": "alice", "onBehalfOf": "alice"});
+        assert_eq!(payload_as_sent(spec, &same).unwrap(), current);
+        let both = json!({"releaseId": "r-1", "environment": "prod", "approver": "alice", "onBehalfOf": "bob"});
+        let err = payload_as_sent(spec, &both).unwrap_err();
+        assert_eq!(err.field(), Some("payload.onBehalfOf"), "{err}");
+        assert!(err.to_string().contains("`approver`"), "{err}");
+        // A type with no retired field is read as it is.
+        let probe = json!({"group": "canary", "approver": "x"});
+        assert_eq!(
+            payload_as_sent(MessageSpec::find("Probe").unwrap(), &probe).unwrap(),
+            probe
+        );
+    }
 
     /// Every version a type still reads, below its current one, has the
     /// step that reads it: no gap between the oldest read and the current.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_contracts::routing::{command_handler, event_subscribers};
-use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec};
+use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec, versions};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -551,6 +551,12 @@ impl Operator {
                 }
                 // Sent as the contract reads it (defaults filled in), so the
                 // diff shows what the edit changed, not what it left out.
+                // An edit written against an older version (a retired
+                // field) is read as that version.
+                let payload = match MessageSpec::find(&envelope.message_type) {
+                    Some(spec) => versions::payload_as_sent(spec, &payload)?,
+                    None => payload,
+                };
                 let message = Message::from_type_and_payload(&envelope.message_type, &payload)?;
                 let payload = message.to_payload();
                 // The edit is read as the current version of the type, so

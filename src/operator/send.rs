@@ -5,7 +5,7 @@
 
 use bosun_contracts::routing::destination_of;
 use bosun_contracts::validate::tenant_id;
-use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageSpec};
+use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageSpec, versions};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -113,7 +113,10 @@ impl Operator {
         if spec.internal {
             return Err(OperatorError::Internal(spec.message_type.to_owned()));
         }
-        let mut message = Message::from_type_and_payload(message_type, payload)?;
+        // A payload written against the previous release (a field a later
+        // version retired) is read as that version, not stripped of it.
+        let payload = versions::payload_as_sent(spec, payload)?;
+        let mut message = Message::from_type_and_payload(message_type, &payload)?;
         // Who decides on a release is who bosun authenticated, whatever the
         // payload says.
         match &mut message {

@@ -319,3 +319,34 @@ async fn with_compat_one_an_approval_is_sent_as_version_one() {
     assert_eq!(sent["schemaVersion"], 2);
     assert_eq!(sent["payload"]["onBehalfOf"], "alice");
 }
+
+/// An agent written against the previous release sends `approver`: the
+/// front door reads its payload as version 1, so the name is kept as
+/// `onBehalfOf` rather than dropped as an unknown field; one that sends
+/// both names with different values is refused, naming the field.
+#[tokio::test]
+async fn an_approval_in_the_previous_releases_words_keeps_its_name() {
+    let (operator, transport, _) = operator(1).await;
+    let old_words = serde_json::json!({
+        "releaseId": "payments-api-1", "environment": "prod", "approver": "alice"
+    });
+    operator
+        .send("ApproveRelease", &old_words, None, "contoso")
+        .await
+        .unwrap();
+    let queue = Destination::Queue("release-orchestration".into());
+    let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(sent["schemaVersion"], 2);
+    assert_eq!(sent["payload"]["onBehalfOf"], "alice", "{sent}");
+    assert!(sent["payload"].get("approver").is_none(), "{sent}");
+
+    let both = serde_json::json!({
+        "releaseId": "payments-api-1", "environment": "prod", "approver": "alice", "onBehalfOf": "bob"
+    });
+    let err = operator
+        .send("ApproveRelease", &both, None, "contoso")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("payload.onBehalfOf"), "{err}");
+}
