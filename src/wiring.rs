@@ -50,6 +50,20 @@ pub enum StartError {
         /// The file that would hold the data.
         looked_for: std::path::PathBuf,
     },
+    /// `serve` or `api` on Service Bus would keep bosun's state in its own
+    /// SQLite file: set `BOSUN_DATABASE_URL` (a misnamed Secret key leaves
+    /// it unset), or `BOSUN_ALLOW_LOCAL_STORE=true` for a single-pod trial.
+    #[error(
+        "BOSUN_DATABASE_URL is not set: with Service Bus as transport, `bosun {role}` runs beside other processes \
+         that share state only through PostgreSQL, and would keep its own in {path} (lost with the pod). Set \
+         BOSUN_DATABASE_URL, or BOSUN_ALLOW_LOCAL_STORE=true for a single-process trial"
+    )]
+    LocalStoreOnServiceBus {
+        /// `serve` or `api`.
+        role: &'static str,
+        /// The SQLite file it would use.
+        path: std::path::PathBuf,
+    },
     /// Transport failure.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -272,6 +286,18 @@ pub async fn open_when_migrated(
             }
             Err(err) => return Err(err),
         }
+    }
+}
+
+/// Refuses to run `serve` or `api` (`role`) on Service Bus with the
+/// store in this process's SQLite file, unless `BOSUN_ALLOW_LOCAL_STORE`
+/// says so: several processes on one transport must share their state.
+pub fn check_shared_state(settings: &Settings, role: &'static str) -> Result<(), StartError> {
+    match (&settings.servicebus, settings.store_kind()) {
+        (Some(servicebus), StoreKind::Sqlite(path)) if !servicebus.allow_local_store => {
+            Err(StartError::LocalStoreOnServiceBus { role, path })
+        }
+        _ => Ok(()),
     }
 }
 

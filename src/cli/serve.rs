@@ -53,6 +53,7 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
     if let Some(list) = args.consumers {
         settings.consumers = Some(parse_consumer_list(&list)?);
     }
+    wiring::check_shared_state(&settings, "serve")?;
     let shutdown = CancellationToken::new();
     wiring::cancel_on_signals(shutdown.clone());
     let metrics = Arc::new(Metrics::new());
@@ -91,6 +92,7 @@ pub async fn serve(args: ServeArgs, mut settings: Settings) -> Result<()> {
 /// Serves the HTTP API alone (and the ops port with `--ops-addr` or
 /// `BOSUN_OPS_ADDR`) until a signal.
 pub async fn api(args: ApiArgs, settings: &Settings) -> Result<()> {
+    wiring::check_shared_state(settings, "api")?;
     let shutdown = CancellationToken::new();
     wiring::cancel_on_signals(shutdown.clone());
     let metrics = Arc::new(Metrics::new());

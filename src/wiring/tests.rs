@@ -80,3 +80,44 @@ async fn a_watch_ends_quietly_when_the_process_stops() {
     assert!(!listed().await, "still listed after it stopped");
     test.finish().await;
 }
+
+/// `serve` and `api` on Service Bus without `BOSUN_DATABASE_URL` refuse to
+/// start, naming the setting, instead of each keeping its own SQLite
+/// state; `BOSUN_ALLOW_LOCAL_STORE=true` allows it for a trial, and a
+/// database or another transport never meets the rule.
+#[test]
+fn service_bus_without_a_shared_database_is_refused_unless_allowed() {
+    let emulator = "Endpoint=sb://127.0.0.1:5673;SharedAccessKeyName=RootManageSharedAccessKey;\
+                    SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true";
+    let settings = |extra: &[(&str, &str)]| {
+        let mut pairs: std::collections::BTreeMap<String, String> = [
+            ("BOSUN_TRANSPORT", "servicebus"),
+            ("BOSUN_SERVICEBUS_CONNECTION_STRING", emulator),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        pairs.retain(|_, v| !v.is_empty());
+        Settings::from_sources(&pairs, &Default::default()).unwrap()
+    };
+    let refused = check_shared_state(&settings(&[]), "serve").unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        text.contains("BOSUN_DATABASE_URL is not set")
+            && text.contains("BOSUN_ALLOW_LOCAL_STORE=true")
+            && text.contains("state.db"),
+        "{text}"
+    );
+    check_shared_state(&settings(&[("BOSUN_ALLOW_LOCAL_STORE", "true")]), "api").unwrap();
+    check_shared_state(&settings(&[("BOSUN_DATABASE_URL", "postgres://db/bosun")]), "serve").unwrap();
+    let embedded = Settings::from_sources(&std::collections::BTreeMap::new(), &Default::default()).unwrap();
+    check_shared_state(&embedded, "serve").unwrap();
+    let typo = std::collections::BTreeMap::from([
+        ("BOSUN_TRANSPORT".to_owned(), "servicebus".to_owned()),
+        ("BOSUN_SERVICEBUS_CONNECTION_STRING".to_owned(), emulator.to_owned()),
+        ("BOSUN_ALLOW_LOCAL_STORE".to_owned(), "yes".to_owned()),
+    ]);
+    let err = Settings::from_sources(&typo, &Default::default()).unwrap_err();
+    assert!(err.to_string().contains("BOSUN_ALLOW_LOCAL_STORE"), "{err}");
+}

@@ -86,6 +86,7 @@ const GENERIC: &[&str] = &[
     "BOSUN_SERVICEBUS_SEND_TIMEOUT_MS",
     "BOSUN_SERVICEBUS_VERIFY",
     "BOSUN_SERVICEBUS_MANAGEMENT_URL",
+    "BOSUN_ALLOW_LOCAL_STORE",
     "BOSUN_BLOB_CONNECTION_STRING",
     "BOSUN_BLOB_URL",
     "BOSUN_BLOB_ACCOUNT_NAME",
@@ -405,6 +406,11 @@ impl Settings {
                     .map_err(|_| invalid("BOSUN_SERVICEBUS_PREFETCH", "is too large"))?,
                 send_timeout: millis("BOSUN_SERVICEBUS_SEND_TIMEOUT_MS", 30_000)?,
                 verify_topology,
+                allow_local_store: match get("BOSUN_ALLOW_LOCAL_STORE").as_deref() {
+                    None | Some("false") => false,
+                    Some("true") => true,
+                    Some(_) => return Err(invalid("BOSUN_ALLOW_LOCAL_STORE", "must be true or false")),
+                },
             })
         } else {
             None

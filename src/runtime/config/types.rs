@@ -142,6 +142,13 @@ pub struct ServiceBusSettings {
     /// `BOSUN_SERVICEBUS_VERIFY`: check at start that every entity exists
     /// (`true`, the default) through the management API.
     pub verify_topology: bool,
+    /// `BOSUN_ALLOW_LOCAL_STORE`: let `serve` and `api` keep bosun's state
+    /// in this process's SQLite file although the transport is shared
+    /// (`true`: a single-pod trial). Default `false`: without
+    /// `BOSUN_DATABASE_URL` they refuse to start, since processes that
+    /// share Service Bus but each keep their own state (on a pod's
+    /// emptyDir, lost on restart) handle a delivery apart.
+    pub allow_local_store: bool,
 }
 
 /// Which adapters the consumers use.
