@@ -48,7 +48,9 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     };
     let argo = azure.argo_cd.as_ref().ok_or(RegistryError::MissingSetting {
         consumer: NAME,
-        setting: "BOSUN_ARGOCD_URL and BOSUN_ARGOCD_TOKEN",
+        settings: &["BOSUN_ARGOCD_URL", "BOSUN_ARGOCD_TOKEN"],
+        what: "the Argo CD server that reconciles the environments (https://argocd.example.com) and an API token \
+               of an account allowed to sync its applications",
     })?;
     let config = AzureGitOpsConfig {
         azure_devops: azure_config(azure)?,

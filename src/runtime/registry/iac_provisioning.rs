@@ -30,7 +30,9 @@ fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, Reg
     };
     let pulumi = azure.pulumi.as_ref().ok_or(RegistryError::MissingSetting {
         consumer: NAME,
-        setting: "BOSUN_PULUMI_PROGRAM_DIR",
+        settings: &["BOSUN_PULUMI_PROGRAM_DIR"],
+        what: "the directory of the Pulumi program it previews and applies (a path in the container, e.g. a \
+               mounted volume; BOSUN_PULUMI_BINARY names the pulumi executable if it is not on PATH)",
     })?;
     let mut config = PulumiConfig::new(pulumi.program_dir.clone(), data.join("pulumi"));
     if let Some(binary) = &pulumi.binary {

@@ -243,13 +243,19 @@ pub enum RegistryError {
     /// A consumer name this build does not know.
     #[error("consumer `{0}` is not available in this build (available: {available})", available = available_list())]
     NotAvailable(String),
-    /// A setting the chosen adapter needs is missing.
-    #[error("consumer `{consumer}` with BOSUN_ADAPTERS=azure needs {setting}")]
+    /// A setting the chosen adapter needs is missing: bosun does not start
+    /// until it is set.
+    #[error(
+        "consumer `{consumer}` with BOSUN_ADAPTERS=azure needs {names}: {what}; set it, or leave `{consumer}` out of BOSUN_CONSUMERS",
+        names = .settings.join(" and ")
+    )]
     MissingSetting {
         /// The consumer.
         consumer: &'static str,
-        /// The setting(s).
-        setting: &'static str,
+        /// The settings it needs, each named.
+        settings: &'static [&'static str],
+        /// What they give it, and how to set them.
+        what: &'static str,
     },
     /// The release policy is invalid.
     #[error("release policy: {0}")]

@@ -32,7 +32,9 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     };
     let artifacts = azure.artifacts.as_ref().ok_or(RegistryError::MissingSetting {
         consumer: NAME,
-        setting: "BOSUN_ARTIFACTS_URL",
+        settings: &["BOSUN_ARTIFACTS_URL"],
+        what: "the Azure Artifacts host packages are pushed to (https://pkgs.dev.azure.com/<org>), with \
+               BOSUN_ARTIFACTS_PROJECT for a project-scoped feed and BOSUN_ARTIFACTS_PAT (else BOSUN_AZURE_DEVOPS_PAT)",
     })?;
     let config = AzureArtifactsConfig::new(
         artifacts.url.clone(),
