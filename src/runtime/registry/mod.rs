@@ -540,20 +540,107 @@ mod tests {
         assert!(err.to_string().contains("billing"), "{err}");
     }
 
-    #[test]
-    fn an_azure_consumer_without_its_service_settings_names_them() {
+    /// What each consumer needs of its own on `BOSUN_ADAPTERS=azure`, beyond
+    /// the Azure DevOps connection: the settings its error must name when
+    /// they are missing, and values that let it start.
+    const AZURE_REQUIRED: &[(&str, &[&str], &[(&str, &str)])] = &[
+        ("repository-provisioning", &[], &[]),
+        ("commit", &[], &[]),
+        ("pull-request", &[], &[]),
+        ("pipeline-generation", &[], &[]),
+        ("pipeline-monitor", &[], &[]),
+        ("build-ingestion", &[], &[]),
+        (
+            "container-build",
+            // The builder, and where each choice builds or pushes.
+            &[
+                "BOSUN_CONTAINER_BUILDER",
+                "BOSUN_ACR_REGISTRY",
+                "BOSUN_CONTAINER_REGISTRY",
+            ],
+            &[
+                ("BOSUN_CONTAINER_BUILDER", "layout"),
+                ("BOSUN_ACR_REGISTRY", "contoso.azurecr.io"),
+                ("BOSUN_ACR_USERNAME", "contoso"),
+                ("BOSUN_ACR_PASSWORD", "secret"),
+            ],
+        ),
+        (
+            "package-publishing",
+            &["BOSUN_ARTIFACTS_URL"],
+            &[("BOSUN_ARTIFACTS_URL", "https://pkgs.dev.azure.com/contoso")],
+        ),
+        ("release-orchestration", &[], &[]),
+        (
+            "iac-provisioning",
+            &["BOSUN_PULUMI_PROGRAM_DIR"],
+            &[("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi/delivery")],
+        ),
+        (
+            "gitops-sync",
+            &["BOSUN_ARGOCD_URL", "BOSUN_ARGOCD_TOKEN"],
+            &[
+                ("BOSUN_ARGOCD_URL", "https://argocd.contoso.example"),
+                ("BOSUN_ARGOCD_TOKEN", "token"),
+            ],
+        ),
+        ("probe", &[], &[]),
+    ];
+
+    /// Builds `consumer` from these settings (and a fresh data directory),
+    /// as `bosun serve --consumers <consumer>` does at start; a panic is
+    /// reported as such.
+    fn build_azure_consumer(consumer: &str, own: &[(&str, &str)]) -> Result<(), String> {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().to_str().unwrap().to_owned();
         let env: std::collections::BTreeMap<String, String> = [
             ("BOSUN_ADAPTERS", "azure"),
             ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
             ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
             ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
-            ("BOSUN_CONSUMERS", "container-build"),
+            ("BOSUN_CONSUMERS", consumer),
+            ("BOSUN_DATA_DIR", &data_dir),
+            // No buildah on this machine, whatever is installed.
+            ("BOSUN_BUILDAH_BINARY", "/nonexistent/buildah"),
         ]
         .iter()
+        .chain(own)
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-        let settings = Settings::from_sources(&env, &std::collections::BTreeMap::new()).unwrap();
-        let err = build(&settings).err().unwrap();
-        assert!(err.to_string().contains("BOSUN_ACR_REGISTRY"), "{err}");
+        let settings = Settings::from_sources(&env, &std::collections::BTreeMap::new())
+            .map_err(|err| format!("settings: {err}"))?;
+        match std::panic::catch_unwind(|| build(&settings)) {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(err)) => Err(err.to_string()),
+            Err(_) => panic!("{consumer}: building it panicked"),
+        }
+    }
+
+    #[test]
+    fn an_azure_consumer_without_its_own_settings_does_not_start_and_names_each() {
+        let listed: Vec<_> = AZURE_REQUIRED.iter().map(|(name, _, _)| *name).collect();
+        assert_eq!(listed, available().collect::<Vec<_>>(), "every consumer is listed");
+        for (registration, (_, required, enough)) in CONSUMERS.iter().zip(AZURE_REQUIRED) {
+            let name = registration.name;
+            for setting in *required {
+                assert!(
+                    registration.settings.contains(setting),
+                    "{name} needs {setting}: it declares it"
+                );
+            }
+            match build_azure_consumer(name, &[]) {
+                Ok(()) => assert!(required.is_empty(), "{name} started without {required:?}"),
+                Err(err) => {
+                    assert!(!required.is_empty(), "{name} needs nothing of its own, yet: {err}");
+                    assert!(err.contains(name), "{name}: the error names the consumer: {err}");
+                    for setting in *required {
+                        assert!(err.contains(setting), "{name}: the error names {setting}: {err}");
+                    }
+                }
+            }
+            if let Err(err) = build_azure_consumer(name, enough) {
+                panic!("{name} with {enough:?}: {err}");
+            }
+        }
     }
 }
