@@ -1,12 +1,14 @@
 //! container-build: builds OCI images and pushes them to a registry.
 //!
-//! Local adapters: buildah ([`buildah::BuildahBuilder`]) when
-//! `BOSUN_CONTAINER_BUILDER` allows it, the executable runs and a push
-//! registry is set; else the built-in builder into the local OCI layouts
-//! ([`local::LocalImageBuilder`]). Azure: Azure Container Registry, the
-//! image built by bosun and pushed over the OCI distribution API, or, with
-//! `BOSUN_CONTAINER_BUILDER=acr-tasks`, built by the registry itself (ACR
-//! Tasks, [`AcrTasks`]).
+//! The builder is chosen once at start ([`choose_builder`]) and logged with
+//! why: buildah ([`buildah::BuildahBuilder`]) when `BOSUN_CONTAINER_BUILDER`
+//! allows it, the executable runs and a push registry is set; with the
+//! local adapters, else the built-in builder into the local OCI layouts
+//! ([`local::LocalImageBuilder`]). With the Azure adapters `auto` never
+//! falls back to the built-in builder: `BOSUN_CONTAINER_BUILDER=layout`
+//! builds with it and pushes to Azure Container Registry over the OCI
+//! distribution API, `acr-tasks` has the registry build the image (ACR
+//! Tasks, [`AcrTasks`]), and without buildah bosun does not start.
 
 use std::sync::Arc;
 
