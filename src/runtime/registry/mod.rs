@@ -540,51 +540,91 @@ mod tests {
         assert!(err.to_string().contains("billing"), "{err}");
     }
 
-    /// What each consumer needs of its own on `BOSUN_ADAPTERS=azure`, beyond
-    /// the Azure DevOps connection: the settings its error must name when
-    /// they are missing, and values that let it start.
-    const AZURE_REQUIRED: &[(&str, &[&str], &[(&str, &str)])] = &[
-        ("repository-provisioning", &[], &[]),
-        ("commit", &[], &[]),
-        ("pull-request", &[], &[]),
-        ("pipeline-generation", &[], &[]),
-        ("pipeline-monitor", &[], &[]),
-        ("build-ingestion", &[], &[]),
-        (
-            "container-build",
+    /// What a consumer needs of its own on `BOSUN_ADAPTERS=azure`, beyond
+    /// the Azure DevOps connection.
+    struct AzureNeeds {
+        consumer: &'static str,
+        /// The settings its error must name when they are missing.
+        required: &'static [&'static str],
+        /// Values that let it start.
+        enough: &'static [(&'static str, &'static str)],
+    }
+
+    /// Every consumer's [`AzureNeeds`], in [`CONSUMERS`]' order.
+    const AZURE_NEEDS: &[AzureNeeds] = &[
+        AzureNeeds {
+            consumer: "repository-provisioning",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "commit",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "pull-request",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "pipeline-generation",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "pipeline-monitor",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "build-ingestion",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "container-build",
             // The builder, and where each choice builds or pushes.
-            &[
+            required: &[
                 "BOSUN_CONTAINER_BUILDER",
                 "BOSUN_ACR_REGISTRY",
                 "BOSUN_CONTAINER_REGISTRY",
             ],
-            &[
+            enough: &[
                 ("BOSUN_CONTAINER_BUILDER", "layout"),
                 ("BOSUN_ACR_REGISTRY", "contoso.azurecr.io"),
                 ("BOSUN_ACR_USERNAME", "contoso"),
                 ("BOSUN_ACR_PASSWORD", "secret"),
             ],
-        ),
-        (
-            "package-publishing",
-            &["BOSUN_ARTIFACTS_URL"],
-            &[("BOSUN_ARTIFACTS_URL", "https://pkgs.dev.azure.com/contoso")],
-        ),
-        ("release-orchestration", &[], &[]),
-        (
-            "iac-provisioning",
-            &["BOSUN_PULUMI_PROGRAM_DIR"],
-            &[("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi/delivery")],
-        ),
-        (
-            "gitops-sync",
-            &["BOSUN_ARGOCD_URL", "BOSUN_ARGOCD_TOKEN"],
-            &[
+        },
+        AzureNeeds {
+            consumer: "package-publishing",
+            required: &["BOSUN_ARTIFACTS_URL"],
+            enough: &[("BOSUN_ARTIFACTS_URL", "https://pkgs.dev.azure.com/contoso")],
+        },
+        AzureNeeds {
+            consumer: "release-orchestration",
+            required: &[],
+            enough: &[],
+        },
+        AzureNeeds {
+            consumer: "iac-provisioning",
+            required: &["BOSUN_PULUMI_PROGRAM_DIR"],
+            enough: &[("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi/delivery")],
+        },
+        AzureNeeds {
+            consumer: "gitops-sync",
+            required: &["BOSUN_ARGOCD_URL", "BOSUN_ARGOCD_TOKEN"],
+            enough: &[
                 ("BOSUN_ARGOCD_URL", "https://argocd.contoso.example"),
                 ("BOSUN_ARGOCD_TOKEN", "token"),
             ],
-        ),
-        ("probe", &[], &[]),
+        },
+        AzureNeeds {
+            consumer: "probe",
+            required: &[],
+            enough: &[],
+        },
     ];
 
     /// Builds `consumer` from these settings (and a fresh data directory),
@@ -618,11 +658,11 @@ mod tests {
 
     #[test]
     fn an_azure_consumer_without_its_own_settings_does_not_start_and_names_each() {
-        let listed: Vec<_> = AZURE_REQUIRED.iter().map(|(name, _, _)| *name).collect();
+        let listed: Vec<_> = AZURE_NEEDS.iter().map(|needs| needs.consumer).collect();
         assert_eq!(listed, available().collect::<Vec<_>>(), "every consumer is listed");
-        for (registration, (_, required, enough)) in CONSUMERS.iter().zip(AZURE_REQUIRED) {
-            let name = registration.name;
-            for setting in *required {
+        for (registration, needs) in CONSUMERS.iter().zip(AZURE_NEEDS) {
+            let (name, required, enough) = (registration.name, needs.required, needs.enough);
+            for setting in required {
                 assert!(
                     registration.settings.contains(setting),
                     "{name} needs {setting}: it declares it"
@@ -633,7 +673,7 @@ mod tests {
                 Err(err) => {
                     assert!(!required.is_empty(), "{name} needs nothing of its own, yet: {err}");
                     assert!(err.contains(name), "{name}: the error names the consumer: {err}");
-                    for setting in *required {
+                    for setting in required {
                         assert!(err.contains(setting), "{name}: the error names {setting}: {err}");
                     }
                 }
