@@ -27,6 +27,7 @@
 use bosun_consumers::{container_build, iac_provisioning, pipeline_monitor};
 use serde_json::{Value, json};
 
+use super::bicep::API_COMPONENT;
 use super::yaml::{self, YamlError};
 use super::{API_PORT, ConsumerInfra, InfraSettings, OPS_PORT, RenderedFile, events_topic, header};
 
@@ -617,11 +618,6 @@ pub fn migrate_container(main: &Value) -> Value {
 /// replacement, the storage account, Azure DevOps, ACR and ACR Tasks) and
 /// the Secret, generated from `secrets.env`.
 fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> {
-    let mut identities: Vec<Value> = consumers
-        .iter()
-        .map(|consumer| identity_patch(&consumer.object_name(), &consumer.name))
-        .collect();
-    identities.push(identity_patch("bosun-api", "api"));
     Ok(vec![
         overlay_file(
             "kustomization.yaml",
@@ -638,7 +634,7 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
                     "newName": "contoso.azurecr.io/bosun",
                     "digest": EXAMPLE_DIGEST,
                 }],
-                "patches": [{"path": "config.yaml"}, {"path": "identities.yaml"}],
+                "patches": [{"path": "config.yaml"}, {"path": IDENTITIES_FILE}],
                 // The Secret every pod reads, from the file you write; its
                 // name gets a hash of its content, so a changed secret rolls
                 // the pods.
@@ -671,12 +667,9 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
                 },
             })],
         )?,
-        overlay_patch(
-            "identities.yaml",
-            "each ServiceAccount's client id: the clientIds output of the Bicep\n\
-             deployment (`bosun infra identities --from-deployment` writes this file)",
-            &identities,
-        )?,
+        identities_file(consumers, &|component| {
+            format!("<clientIds.{component} of the Bicep deployment>")
+        })?,
         RenderedFile {
             path: format!("{OVERLAY_DIR}/{SECRETS_FILE}"),
             text: format!(
@@ -694,6 +687,8 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
 
 /// Where the example overlay is rendered.
 const OVERLAY_DIR: &str = "kubernetes/overlays/example";
+/// The overlay's file of client ids.
+pub const IDENTITIES_FILE: &str = "identities.yaml";
 /// The file the overlay's Secret is generated from.
 pub const SECRETS_FILE: &str = "secrets.env";
 
@@ -744,16 +739,37 @@ pub fn keda_namespace_replacement() -> Value {
     })
 }
 
-fn identity_patch(name: &str, component: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": name,
-            "annotations": {
-                // The `clientIds` output of infra/bicep/main.bicep, by component.
-                "azure.workload.identity/client-id": format!("<clientIds.{component} of the Bicep deployment>"),
-            },
-        },
-    })
+/// The overlay's `identities.yaml`: each ServiceAccount's
+/// `azure.workload.identity/client-id`, the client id of its component's
+/// identity (the `clientIds` output of `infra/bicep/main.bicep`):
+/// `client_id` gives it by component (a consumer's name, or `api`).
+pub fn identities_file(
+    consumers: &[ConsumerInfra],
+    client_id: &dyn Fn(&str) -> String,
+) -> Result<RenderedFile, YamlError> {
+    let mut accounts: Vec<(String, &str)> = consumers
+        .iter()
+        .map(|consumer| (consumer.object_name(), consumer.name.as_str()))
+        .collect();
+    accounts.push(("bosun-api".to_owned(), API_COMPONENT));
+    let patches: Vec<Value> = accounts
+        .iter()
+        .map(|(name, component)| {
+            json!({
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"azure.workload.identity/client-id": client_id(component)},
+                },
+            })
+        })
+        .collect();
+    overlay_patch(
+        IDENTITIES_FILE,
+        "each ServiceAccount's client id: the clientIds output of the Bicep\n\
+         deployment (`bosun infra identities --from-deployment FILE DIR` writes\n\
+         this file from `az deployment group show -o json`)",
+        &patches,
+    )
 }

@@ -27,6 +27,7 @@ use crate::runtime::registry;
 use crate::wiring::{self, StartError};
 
 pub mod bicep;
+pub mod identities;
 pub mod kubernetes;
 pub mod yaml;
 

@@ -730,3 +730,100 @@ fn the_example_overlay_settings_load_and_build_with_acr_tasks() {
     assert_eq!(tasks.resource_group, data["BOSUN_ACR_RESOURCE_GROUP"]);
     assert_eq!(tasks.registry_name, "contoso");
 }
+
+/// What `az deployment group show -o json` prints for a deployment of
+/// `main.bicep`: its outputs under `properties.outputs`, each wrapped by
+/// ARM as `{type, value}`, `clientIds` one entry per identity of
+/// `topology.json` (the array `main.bicep` loops over).
+fn sample_deployment(files: &[RenderedFile]) -> Value {
+    let topology = files.iter().find(|f| f.path == "bicep/topology.json").unwrap();
+    let topology: Value = serde_json::from_str(&topology.text).unwrap();
+    let client_ids: Vec<Value> = topology["identities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, identity)| {
+            serde_json::json!({
+                "component": identity["component"],
+                "clientId": format!("00000000-0000-0000-0000-{i:012}"),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "id": "/subscriptions/s/resourceGroups/bosun-rg/providers/Microsoft.Resources/deployments/main",
+        "name": "main",
+        "properties": {
+            "provisioningState": "Succeeded",
+            "outputs": {
+                "clientIds": {"type": "Array", "value": client_ids},
+                "serviceBusNamespace": {"type": "String", "value": "contoso-bosun"},
+                "blobUrl": {"type": "String", "value": "https://contosobosun.blob.core.windows.net/"},
+                "postgresHost": {"type": "String", "value": "contoso-bosun.postgres.database.azure.com"},
+            },
+        },
+    })
+}
+
+/// `bosun infra identities --from-deployment` gives every ServiceAccount
+/// of the base its identity's client id from the deployment's outputs
+/// (the whole `az deployment group show` JSON, or only its outputs), and
+/// names the components a deployment has no identity for.
+#[test]
+fn identities_from_a_deployment_annotate_every_service_account_with_its_client_id() {
+    let files = default_files();
+    let deployment = sample_deployment(&files);
+    let by_component: BTreeMap<String, String> = deployment["properties"]["outputs"]["clientIds"]["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["component"].as_str().unwrap().to_owned(),
+                e["clientId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for json in [deployment.to_string(), deployment["properties"]["outputs"].to_string()] {
+        let outputs = identities::read_outputs(&json).unwrap();
+        assert_eq!(outputs.client_ids, by_component);
+        assert_eq!(outputs.service_bus_namespace.as_deref(), Some("contoso-bosun"));
+        assert_eq!(outputs.keda_client_id(), Some(by_component["keda"].as_str()));
+        let file = identities::identities_file(&consumers(), &outputs).unwrap();
+        assert!(file.path.ends_with("/identities.yaml"));
+        assert!(file.text.starts_with("# Written by `bosun infra identities"));
+        let patches = parse_documents(&file.text);
+        let accounts: Vec<Value> = base_objects(&files)
+            .into_iter()
+            .map(|(_, o)| o)
+            .filter(|o| kind_of(o) == "ServiceAccount")
+            .collect();
+        assert_eq!(patches.len(), accounts.len(), "one patch per ServiceAccount");
+        for account in accounts {
+            let name = account["metadata"]["name"].as_str().unwrap();
+            let component = account["metadata"]["labels"]["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap();
+            let patch = patches
+                .iter()
+                .find(|p| p["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{name} has no client id"));
+            assert_eq!(
+                patch["metadata"]["annotations"]["azure.workload.identity/client-id"],
+                by_component[component].as_str(),
+                "{name}"
+            );
+        }
+    }
+    // A deployment of an older main.bicep, without an identity of today's.
+    let mut older = deployment.clone();
+    older["properties"]["outputs"]["clientIds"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["component"] != "container-build");
+    let outputs = identities::read_outputs(&older.to_string()).unwrap();
+    let err = identities::identities_file(&consumers(), &outputs).unwrap_err();
+    assert!(err.to_string().contains("container-build"), "{err}");
+    assert!(identities::read_outputs("{\"properties\": {\"outputs\": {}}}").is_err());
+    assert!(identities::read_outputs("not json").is_err());
+}
