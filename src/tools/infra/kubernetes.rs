@@ -5,8 +5,9 @@
 //! Every pod runs the one image as user 10001 with a read-only root file
 //! system (the data directory and `/tmp` are `emptyDir` volumes), no
 //! privilege escalation and no capabilities, and answers its probes on the
-//! ops port ([`OPS_PORT`]): liveness on `/healthz`, readiness on `/readyz`
-//! (false from SIGTERM on). `terminationGracePeriodSeconds` is bosun's
+//! ops port ([`OPS_PORT`]): startup and liveness on `/healthz`, readiness
+//! on `/readyz` (false from SIGTERM on). The namespace enforces Pod
+//! Security `restricted`, which every pod meets. `terminationGracePeriodSeconds` is bosun's
 //! shutdown grace plus [`GRACE_MARGIN_SECONDS`], so the kubelet never kills
 //! a drain bosun would have finished. Consumer pods serve no API.
 //!
