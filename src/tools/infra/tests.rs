@@ -444,6 +444,8 @@ fn every_scaled_object_falls_back_to_a_replica_when_its_scaler_fails() {
     for object in scaled {
         let spec = &object["spec"];
         let fallback = &spec["fallback"];
+        let fields: Vec<&String> = fallback.as_object().unwrap().keys().collect();
+        assert_eq!(fields, ["failureThreshold", "replicas"], "KEDA's documented fallback");
         assert_eq!(fallback["failureThreshold"], 3, "{object}");
         assert!(fallback["replicas"].as_u64().unwrap() >= 1, "{object}");
         assert!(fallback["replicas"].as_u64() <= spec["maxReplicaCount"].as_u64());
