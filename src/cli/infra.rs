@@ -1,5 +1,7 @@
 //! `bosun infra render [DIR]`: writes the AKS deployment (kustomize base
-//! and overlay, Bicep and its topology) from the code and the settings.
+//! and overlay, Bicep and its topology) from the code and the settings;
+//! `bosun infra identities --from-deployment FILE DIR`: an overlay's
+//! client ids from the Bicep deployment's outputs.
 
 use std::path::PathBuf;
 
@@ -7,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 
 use bosun::runtime::config::Settings;
-use bosun::tools::infra::{self, InfraSettings};
+use bosun::tools::infra::{self, InfraSettings, identities, kubernetes};
 
 use super::output::outln;
 
@@ -20,6 +22,16 @@ pub enum InfraCommand {
     Render {
         /// Where to write.
         #[arg(default_value = "infra")]
+        dir: PathBuf,
+    },
+    /// Write DIR/identities.yaml (DIR: your copy of
+    /// infra/kubernetes/overlays/example) with each ServiceAccount's client
+    /// id, from the outputs of the deployment of infra/bicep/main.bicep.
+    Identities {
+        /// The output of `az deployment group show -g RG -n main -o json`.
+        #[arg(long = "from-deployment", value_name = "FILE")]
+        from_deployment: PathBuf,
+        /// The overlay folder to write identities.yaml in.
         dir: PathBuf,
     },
 }
@@ -46,6 +58,30 @@ pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
                 report.unchanged.len(),
                 dir.display()
             )?;
+            Ok(())
+        }
+        InfraCommand::Identities { from_deployment, dir } => {
+            let json = std::fs::read_to_string(&from_deployment)
+                .with_context(|| format!("cannot read {}", from_deployment.display()))?;
+            let outputs = identities::read_outputs(&json).with_context(|| from_deployment.display().to_string())?;
+            let file = identities::identities_file(&infra::consumers(), &outputs)?;
+            let path = dir.join(kubernetes::IDENTITIES_FILE);
+            std::fs::write(&path, &file.text).with_context(|| format!("cannot write {}", path.display()))?;
+            outln!("wrote {}", path.display())?;
+            if let Some(keda) = outputs.keda_client_id() {
+                outln!("KEDA's client id (podIdentity.azureWorkload.clientId): {keda}")?;
+            }
+            for (setting, value) in [
+                ("BOSUN_SERVICEBUS_NAMESPACE", &outputs.service_bus_namespace),
+                ("BOSUN_BLOB_URL", &outputs.blob_url),
+            ] {
+                if let Some(value) = value {
+                    outln!("{setting} in config.yaml: {value}")?;
+                }
+            }
+            if let Some(host) = &outputs.postgres_host {
+                outln!("the PostgreSQL host in secrets.env: {host}")?;
+            }
             Ok(())
         }
     }

@@ -90,7 +90,8 @@ pub enum Command {
         #[command(subcommand)]
         command: TopologyCommand,
     },
-    /// The deployment on AKS: `bosun infra render [DIR]`.
+    /// The deployment on AKS: `bosun infra render [DIR]`, `bosun infra
+    /// identities --from-deployment FILE DIR`.
     Infra {
         /// What to do.
         #[command(subcommand)]

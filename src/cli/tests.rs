@@ -177,6 +177,21 @@ fn every_command_parses_into_its_variant_and_fields() {
             }),
         ),
         (
+            vec![
+                "infra",
+                "identities",
+                "--from-deployment",
+                "deployment.json",
+                "overlays/prod",
+            ],
+            plain(Command::Infra {
+                command: InfraCommand::Identities {
+                    from_deployment: "deployment.json".into(),
+                    dir: "overlays/prod".into(),
+                },
+            }),
+        ),
+        (
             vec!["keys", "create", "--tenant", "contoso", "--scopes", "admin"],
             plain(Command::Keys {
                 command: KeysCommand::Create {

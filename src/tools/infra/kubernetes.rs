@@ -5,8 +5,9 @@
 //! Every pod runs the one image as user 10001 with a read-only root file
 //! system (the data directory and `/tmp` are `emptyDir` volumes), no
 //! privilege escalation and no capabilities, and answers its probes on the
-//! ops port ([`OPS_PORT`]): liveness on `/healthz`, readiness on `/readyz`
-//! (false from SIGTERM on). `terminationGracePeriodSeconds` is bosun's
+//! ops port ([`OPS_PORT`]): startup and liveness on `/healthz`, readiness
+//! on `/readyz` (false from SIGTERM on). The namespace enforces Pod
+//! Security `restricted`, which every pod meets. `terminationGracePeriodSeconds` is bosun's
 //! shutdown grace plus [`GRACE_MARGIN_SECONDS`], so the kubelet never kills
 //! a drain bosun would have finished. Consumer pods serve no API.
 //!
@@ -24,8 +25,10 @@
 //! cannot change, so a Job under a fixed name fails on the next image, and
 //! one named per image is ordered against nothing.
 
+use bosun_consumers::{container_build, iac_provisioning, pipeline_monitor};
 use serde_json::{Value, json};
 
+use super::bicep::API_COMPONENT;
 use super::yaml::{self, YamlError};
 use super::{API_PORT, ConsumerInfra, InfraSettings, OPS_PORT, RenderedFile, events_topic, header};
 
@@ -48,6 +51,12 @@ pub const NAMESPACE_PLACEHOLDER: &str = "set-by-overlay";
 pub const MESSAGES_PER_REPLICA: u32 = 5;
 /// The most replicas KEDA gives one consumer.
 pub const MAX_REPLICAS: u32 = 10;
+/// Failed reads of a scaler in a row after which KEDA holds a consumer at
+/// [`FALLBACK_REPLICAS`] (a broken KEDA identity or a Service Bus outage
+/// must not leave a scaled-to-zero consumer at zero with work waiting).
+pub const FALLBACK_FAILURE_THRESHOLD: u32 = 3;
+/// The replicas KEDA keeps while its scaler fails.
+pub const FALLBACK_REPLICAS: u32 = 1;
 /// Where the data directory is mounted (the image's `BOSUN_DATA_DIR`).
 pub const DATA_DIR: &str = "/var/lib/bosun/data";
 /// The uid and gid of the image's `bosun` user.
@@ -55,11 +64,97 @@ pub const RUN_AS: u32 = 10001;
 /// The init container of every pod, running `bosun migrate` before bosun
 /// starts.
 pub const MIGRATE_CONTAINER: &str = "migrate";
+/// The Pod Security Standards level the namespace enforces.
+pub const POD_SECURITY_LEVEL: &str = "restricted";
+/// The Kubernetes namespace the base's Namespace and the example overlay
+/// name.
+pub const OVERLAY_NAMESPACE: &str = "bosun";
+/// The image digest the example overlay pins, a placeholder every
+/// environment replaces with its build's (`az acr repository show`).
+pub const EXAMPLE_DIGEST: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+/// The API's replicas.
+pub const API_REPLICAS: u32 = 2;
+/// How long the startup probe gives bosun to answer `/healthz`.
+pub const STARTUP_PROBE_SECONDS: u32 = 300;
+/// How often the startup probe asks.
+pub const STARTUP_PROBE_PERIOD_SECONDS: u32 = 5;
+
+/// The CPU, memory and scratch space of one component's bosun container
+/// and its `emptyDir` volumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodSize {
+    /// CPU request.
+    pub cpu_request: &'static str,
+    /// Memory request.
+    pub memory_request: &'static str,
+    /// CPU limit.
+    pub cpu_limit: &'static str,
+    /// Memory limit.
+    pub memory_limit: &'static str,
+    /// `sizeLimit` of the data directory's `emptyDir`.
+    pub data_limit: &'static str,
+    /// `sizeLimit` of `/tmp`'s `emptyDir`.
+    pub tmp_limit: &'static str,
+}
+
+/// What most components need: they hold a few messages at a time and
+/// write little to disk (the store is PostgreSQL, payloads are blobs).
+const DEFAULT_SIZE: PodSize = PodSize {
+    cpu_request: "100m",
+    memory_request: "128Mi",
+    cpu_limit: "1",
+    memory_limit: "512Mi",
+    data_limit: "1Gi",
+    tmp_limit: "1Gi",
+};
+
+/// The size of a component's pod.
+///
+/// These figures are NOT measured: no load profile of bosun on AKS exists
+/// yet. They are estimates from what each consumer does, to be replaced by
+/// what `kubectl top pod` and the pods' OOM kills and evictions show under
+/// real load (an overlay may patch them meanwhile):
+/// - `container-build` packs a build context into an archive under `/tmp`
+///   and uploads it (ACR Tasks), or builds the image locally with the
+///   other builders: the most scratch space and more memory;
+/// - `iac-provisioning` runs the Pulumi CLI and its language host beside
+///   bosun, and keeps its journal under the data directory: the most
+///   memory;
+/// - `pipeline-monitor` reads whole pipeline logs and JUnit reports:
+///   more memory and `/tmp` than the rest.
+pub fn pod_size(component: &str) -> PodSize {
+    match component {
+        container_build::NAME => PodSize {
+            cpu_request: "250m",
+            memory_request: "256Mi",
+            cpu_limit: "2",
+            memory_limit: "1Gi",
+            data_limit: "2Gi",
+            tmp_limit: "8Gi",
+        },
+        iac_provisioning::NAME => PodSize {
+            cpu_request: "250m",
+            memory_request: "512Mi",
+            cpu_limit: "2",
+            memory_limit: "2Gi",
+            data_limit: "2Gi",
+            tmp_limit: "2Gi",
+        },
+        pipeline_monitor::NAME => PodSize {
+            memory_request: "256Mi",
+            memory_limit: "1Gi",
+            tmp_limit: "2Gi",
+            ..DEFAULT_SIZE
+        },
+        _ => DEFAULT_SIZE,
+    }
+}
 
 /// Every file of `kubernetes/`.
 pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
     let mut files = Vec::new();
     let mut resources = vec![
+        "namespace.yaml".to_owned(),
         "config.yaml".to_owned(),
         "network.yaml".to_owned(),
         "keda.yaml".to_owned(),
@@ -75,6 +170,7 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
             "resources": resources,
         })],
     )?);
+    files.push(base_file("kubernetes/base/namespace.yaml", &[namespace()])?);
     files.push(base_file("kubernetes/base/config.yaml", &[config_map()])?);
     files.push(base_file("kubernetes/base/network.yaml", &network_policies())?);
     files.push(base_file("kubernetes/base/keda.yaml", &[trigger_authentication()])?);
@@ -85,7 +181,7 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
             &consumer_objects(consumer, settings),
         )?);
     }
-    files.extend(overlay(consumers, settings)?);
+    files.extend(overlay(consumers)?);
     Ok(files)
 }
 
@@ -98,12 +194,16 @@ fn yaml_file(path: &str, documents: &[Value]) -> Result<RenderedFile, YamlError>
 
 /// The checkov checks the base does not meet by design, each with why
 /// (checkov reads `checkov.io/skipN` annotations): every object of the base
-/// has no namespace (the overlay sets it), and every pod names its image by
+/// but the Namespace itself names no namespace (the overlay sets it), and every pod names its image by
 /// tag (the overlay's `images:` sets the registry and pins the digest) and
 /// gets its settings as environment variables (bosun reads its settings,
 /// secrets included, from `BOSUN_*` variables only).
 const CHECKOV_SKIPS: &[(&str, &str, bool)] = &[
-    ("CKV_K8S_21", "the base has no namespace; the overlay sets it", false),
+    (
+        "CKV_K8S_21",
+        "the base's objects name no namespace; the overlay's namespace: sets it (and renames the base's Namespace)",
+        false,
+    ),
     (
         "CKV_K8S_43",
         "the base names the image by tag; the overlay's images: pins the digest",
@@ -123,6 +223,9 @@ fn base_file(path: &str, documents: &[Value]) -> Result<RenderedFile, YamlError>
         .iter()
         .cloned()
         .map(|mut object| {
+            if object["kind"] == "Namespace" {
+                return object;
+            }
             let has_pod = matches!(object["kind"].as_str(), Some("Deployment" | "Job"));
             let mut number = 0;
             for (check, why, pods_only) in CHECKOV_SKIPS {
@@ -162,6 +265,24 @@ fn network_policies() -> Vec<Value> {
         policy("bosun-ops", json!({"app.kubernetes.io/name": "bosun"}), OPS_PORT),
         policy("bosun-api", labels("api"), API_PORT),
     ]
+}
+
+/// The namespace bosun runs in, admitting only pods that meet the Pod
+/// Security Standards' `restricted` profile (every pod of the base does:
+/// non-root, `RuntimeDefault` seccomp, no privilege escalation, no
+/// capabilities), and auditing and warning on the same. The overlay's
+/// `namespace:` renames it and moves every object into it.
+fn namespace() -> Value {
+    let mut labels = labels("namespace");
+    for mode in ["enforce", "audit", "warn"] {
+        labels[format!("pod-security.kubernetes.io/{mode}")] = json!(POD_SECURITY_LEVEL);
+        labels[format!("pod-security.kubernetes.io/{mode}-version")] = json!("latest");
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": OVERLAY_NAMESPACE, "labels": labels},
+    })
 }
 
 fn labels(component: &str) -> Value {
@@ -219,8 +340,9 @@ fn service_account(name: &str, component: &str) -> Value {
 }
 
 /// The pod of one component: the migrate init container, then the bosun
-/// container with `args`, its probes, its volumes and its security context.
-fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &InfraSettings) -> Value {
+/// container with `args`, its probes, its volumes (limited to `size`) and
+/// its security context (Pod Security Standards `restricted`).
+fn pod_spec(service_account: &str, args: &[&str], ports: Value, size: &PodSize, settings: &InfraSettings) -> Value {
     let container = json!({
         "name": "bosun",
         "image": format!("{IMAGE}:{}", settings.image_tag),
@@ -229,8 +351,8 @@ fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &Infra
         "envFrom": [{"configMapRef": {"name": CONFIG_MAP}}, {"secretRef": {"name": SECRETS}}],
         "ports": ports,
         "resources": {
-            "requests": {"cpu": "100m", "memory": "128Mi"},
-            "limits": {"cpu": "1", "memory": "512Mi"},
+            "requests": {"cpu": size.cpu_request, "memory": size.memory_request},
+            "limits": {"cpu": size.cpu_limit, "memory": size.memory_limit},
         },
         "securityContext": {
             "allowPrivilegeEscalation": false,
@@ -244,6 +366,15 @@ fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &Infra
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
+        // Up to STARTUP_PROBE_SECONDS for bosun to open its backends
+        // (Service Bus, PostgreSQL, the topology check) before liveness
+        // applies, so a slow start is not a restart loop.
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "ops"},
+            "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 3,
+            "failureThreshold": STARTUP_PROBE_SECONDS / STARTUP_PROBE_PERIOD_SECONDS,
+        },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "ops"},
             "periodSeconds": 10,
@@ -271,8 +402,8 @@ fn pod_spec(service_account: &str, args: &[&str], ports: Value, settings: &Infra
         "initContainers": [migrate_container(&container)],
         "containers": [container],
         "volumes": [
-            {"name": "data", "emptyDir": {}},
-            {"name": "tmp", "emptyDir": {}},
+            {"name": "data", "emptyDir": {"sizeLimit": size.data_limit}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": size.tmp_limit}},
         ],
     })
 }
@@ -289,7 +420,13 @@ fn pod_labels(component: &str) -> Value {
 /// is ready, so a new pod that cannot migrate (or start) leaves every old
 /// one serving: `maxUnavailable: 0`, and up to a quarter more pods while
 /// it rolls (Kubernetes' default surge).
-fn deployment(name: &str, component: &str, replicas: Option<u32>, pod: Value) -> Value {
+///
+/// A Deployment that may run more than one pod (`max_replicas > 1`)
+/// spreads them over zones and nodes ([`topology_spread`]).
+fn deployment(name: &str, component: &str, replicas: Option<u32>, max_replicas: u32, mut pod: Value) -> Value {
+    if max_replicas > 1 {
+        pod["topologySpreadConstraints"] = topology_spread(component);
+    }
     let mut spec = json!({
         "selector": {"matchLabels": labels(component)},
         "strategy": {
@@ -310,6 +447,26 @@ fn deployment(name: &str, component: &str, replicas: Option<u32>, pod: Value) ->
         "metadata": {"name": name, "labels": labels(component)},
         "spec": spec,
     })
+}
+
+/// One pod per zone and per node as far as the cluster allows: a skew of
+/// one, preferred (`ScheduleAnyway`), so a single-zone or small cluster
+/// still schedules every replica. `pod-template-hash` keeps a rollout's
+/// new pods from being counted against the old ones.
+pub fn topology_spread(component: &str) -> Value {
+    let constraint = |key: &str| {
+        json!({
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": labels(component)},
+            "matchLabelKeys": ["pod-template-hash"],
+        })
+    };
+    json!([
+        constraint("topology.kubernetes.io/zone"),
+        constraint("kubernetes.io/hostname"),
+    ])
 }
 
 fn disruption_budget(name: &str, component: &str) -> Value {
@@ -335,22 +492,29 @@ pub fn consumer_objects(consumer: &ConsumerInfra, settings: &InfraSettings) -> V
         &name,
         &["serve", "--consumers", component],
         json!([ops_port()]),
+        &pod_size(component),
         settings,
     );
     vec![
         service_account(&name, component),
-        deployment(&name, component, None, pod),
+        deployment(&name, component, None, MAX_REPLICAS, pod),
         disruption_budget(&name, component),
         scaled_object(consumer),
     ]
 }
 
 /// The KEDA ScaledObject of a consumer: one `azure-servicebus` trigger on
-/// its queue and one on its subscription of the events topic.
+/// its queue and one on its subscription of the events topic, and a
+/// `fallback` of [`FALLBACK_REPLICAS`] once the scaler has failed
+/// [`FALLBACK_FAILURE_THRESHOLD`] times in a row. KEDA applies a fallback
+/// only to triggers whose metric is an `AverageValue` (the
+/// azure-servicebus scaler's default, spelled out so it cannot change
+/// under the fallback).
 pub fn scaled_object(consumer: &ConsumerInfra) -> Value {
     let trigger = |metadata: Value| {
         json!({
             "type": "azure-servicebus",
+            "metricType": "AverageValue",
             "metadata": metadata,
             "authenticationRef": {"name": TRIGGER_AUTHENTICATION},
         })
@@ -380,6 +544,10 @@ pub fn scaled_object(consumer: &ConsumerInfra) -> Value {
             "maxReplicaCount": MAX_REPLICAS,
             "pollingInterval": 15,
             "cooldownPeriod": 300,
+            "fallback": {
+                "failureThreshold": FALLBACK_FAILURE_THRESHOLD,
+                "replicas": FALLBACK_REPLICAS,
+            },
             "triggers": triggers,
         },
     })
@@ -395,11 +563,12 @@ fn api(settings: &InfraSettings) -> Vec<Value> {
             {"name": "http", "containerPort": API_PORT, "protocol": "TCP"},
             ops_port(),
         ]),
+        &pod_size("api"),
         settings,
     );
     vec![
         service_account(name, "api"),
-        deployment(name, "api", Some(2), pod),
+        deployment(name, "api", Some(API_REPLICAS), API_REPLICAS, pod),
         disruption_budget(name, "api"),
         json!({
             "apiVersion": "v1",
@@ -443,48 +612,42 @@ pub fn migrate_container(main: &Value) -> Value {
     container
 }
 
-/// `overlays/example/`: a namespace, the image, the identities' client ids
-/// and the Service Bus namespace and storage account, copied into every
-/// ScaledObject trigger by a kustomize replacement.
-fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
-    let mut identities: Vec<Value> = consumers
-        .iter()
-        .map(|consumer| identity_patch(&consumer.object_name(), &consumer.name))
-        .collect();
-    identities.push(identity_patch("bosun-api", "api"));
+/// `overlays/example/`: what an environment sets, as a folder to copy and
+/// edit (each file's header says what to set in it): the namespace, the
+/// image by digest, the identities' client ids, the settings (the Service
+/// Bus namespace, copied into every ScaledObject trigger by a kustomize
+/// replacement, the storage account, Azure DevOps, ACR and ACR Tasks) and
+/// the Secret, generated from `secrets.env`.
+fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> {
     Ok(vec![
-        yaml_file(
-            "kubernetes/overlays/example/kustomization.yaml",
+        overlay_file(
+            "kustomization.yaml",
+            "the namespace and the image: its registry (newName) and the digest of\n\
+             the build you deploy (`az acr repository show -n REGISTRY\n\
+             --image bosun:TAG --query digest -o tsv`)",
             &[json!({
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
-                "namespace": "bosun",
-                "resources": ["namespace.yaml", "../../base"],
+                "namespace": OVERLAY_NAMESPACE,
+                "resources": ["../../base"],
                 "images": [{
                     "name": IMAGE,
                     "newName": "contoso.azurecr.io/bosun",
-                    "newTag": settings.image_tag,
+                    "digest": EXAMPLE_DIGEST,
                 }],
-                "patches": [{"path": "config.yaml"}, {"path": "identities.yaml"}],
-                "replacements": [{
-                    "source": {"kind": "ConfigMap", "name": CONFIG_MAP, "fieldPath": "data.BOSUN_SERVICEBUS_NAMESPACE"},
-                    "targets": [{
-                        "select": {"kind": "ScaledObject"},
-                        "fieldPaths": ["spec.triggers.*.metadata.namespace"],
-                    }],
-                }],
+                "patches": [{"path": "config.yaml"}, {"path": IDENTITIES_FILE}],
+                // The Secret every pod reads, from the file you write; its
+                // name gets a hash of its content, so a changed secret rolls
+                // the pods.
+                "secretGenerator": [{"name": SECRETS, "envs": [SECRETS_FILE]}],
+                "replacements": [keda_namespace_replacement()],
             })],
         )?,
-        yaml_file(
-            "kubernetes/overlays/example/namespace.yaml",
-            &[json!({
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": "bosun"},
-            })],
-        )?,
-        base_file(
-            "kubernetes/overlays/example/config.yaml",
+        overlay_patch(
+            "config.yaml",
+            "the Service Bus namespace, the storage account, Azure DevOps, the\n\
+             registry and its subscription and resource group (ACR Tasks builds\n\
+             the images)",
             &[json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -497,23 +660,117 @@ fn overlay(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<
                     "BOSUN_AZURE_DEVOPS_AUTH": "workload-identity",
                     "BOSUN_ACR_REGISTRY": "contoso.azurecr.io",
                     "BOSUN_ACR_AUTH": "workload-identity",
+                    // container-build asks ACR Tasks to build: a pod needs
+                    // no builder, no privileges and no build cache.
+                    "BOSUN_CONTAINER_BUILDER": "acr-tasks",
+                    "BOSUN_ACR_SUBSCRIPTION": "00000000-0000-0000-0000-000000000000",
+                    "BOSUN_ACR_RESOURCE_GROUP": "contoso-registry-rg",
                 },
             })],
         )?,
-        base_file("kubernetes/overlays/example/identities.yaml", &identities)?,
+        identities_file(consumers, &|component| {
+            format!("<clientIds.{component} of the Bicep deployment>")
+        })?,
+        RenderedFile {
+            path: format!("{OVERLAY_DIR}/{SECRETS_FILE}"),
+            text: format!(
+                "{}\
+                 # The Secret's values, one NAME=value a line. Keep your copy out of Git\n\
+                 # (or encrypt it: SOPS, Sealed Secrets, External Secrets).\n\
+                 BOSUN_DATABASE_URL=postgres://bosun:PASSWORD@POSTGRES_HOST/bosun?sslmode=require\n\
+                 # Azure Artifacts feeds, when used (Azure DevOps and ACR use the workload identity):\n\
+                 # BOSUN_ARTIFACTS_PAT=\n",
+                overlay_header("the PostgreSQL password and host (the postgresHost output)")
+            ),
+        },
     ])
 }
 
-fn identity_patch(name: &str, component: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": name,
-            "annotations": {
-                // The `clientIds` output of infra/bicep/main.bicep, by component.
-                "azure.workload.identity/client-id": format!("<clientIds.{component} of the Bicep deployment>"),
-            },
-        },
+/// Where the example overlay is rendered.
+const OVERLAY_DIR: &str = "kubernetes/overlays/example";
+/// The overlay's file of client ids.
+pub const IDENTITIES_FILE: &str = "identities.yaml";
+/// The file the overlay's Secret is generated from.
+pub const SECRETS_FILE: &str = "secrets.env";
+
+/// The header of an overlay file: copy the folder, edit `what` in the copy.
+fn overlay_header(what: &str) -> String {
+    let what = what.replace('\n', "\n#   ");
+    format!(
+        "# An example environment, rendered by `bosun infra render`. Copy this\n\
+         # folder (overlays/example) and, in your copy, set\n\
+         #   {what}.\n\
+         # Rendering again rewrites overlays/example only, never your copy.\n"
+    )
+}
+
+fn overlay_file(name: &str, what: &str, documents: &[Value]) -> Result<RenderedFile, YamlError> {
+    Ok(RenderedFile {
+        path: format!("{OVERLAY_DIR}/{name}"),
+        text: format!("{}{}", overlay_header(what), yaml::documents(documents)?),
     })
+}
+
+/// A patch of the overlay, with the checkov skips of the base (checkov
+/// reads patches as objects too).
+fn overlay_patch(name: &str, what: &str, documents: &[Value]) -> Result<RenderedFile, YamlError> {
+    let mut file = base_file(&format!("{OVERLAY_DIR}/{name}"), documents)?;
+    file.text = format!("{}{}", overlay_header(what), &file.text[header("#").len()..]);
+    Ok(file)
+}
+
+/// The kustomize replacement copying the Service Bus namespace of the
+/// settings into every ScaledObject trigger, as KEDA's azure-servicebus
+/// scaler wants it: the namespace's name. bosun takes the name
+/// (`contoso-bosun`) or the host name (`contoso-bosun.servicebus.windows.net`);
+/// the replacement keeps what comes before the first `.`, so both give
+/// KEDA `contoso-bosun`.
+pub fn keda_namespace_replacement() -> Value {
+    json!({
+        "source": {
+            "kind": "ConfigMap",
+            "name": CONFIG_MAP,
+            "fieldPath": "data.BOSUN_SERVICEBUS_NAMESPACE",
+            "options": {"delimiter": ".", "index": 0},
+        },
+        "targets": [{
+            "select": {"kind": "ScaledObject"},
+            "fieldPaths": ["spec.triggers.*.metadata.namespace"],
+        }],
+    })
+}
+
+/// The overlay's `identities.yaml`: each ServiceAccount's
+/// `azure.workload.identity/client-id`, the client id of its component's
+/// identity (the `clientIds` output of `infra/bicep/main.bicep`):
+/// `client_id` gives it by component (a consumer's name, or `api`).
+pub fn identities_file(
+    consumers: &[ConsumerInfra],
+    client_id: &dyn Fn(&str) -> String,
+) -> Result<RenderedFile, YamlError> {
+    let mut accounts: Vec<(String, &str)> = consumers
+        .iter()
+        .map(|consumer| (consumer.object_name(), consumer.name.as_str()))
+        .collect();
+    accounts.push(("bosun-api".to_owned(), API_COMPONENT));
+    let patches: Vec<Value> = accounts
+        .iter()
+        .map(|(name, component)| {
+            json!({
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"azure.workload.identity/client-id": client_id(component)},
+                },
+            })
+        })
+        .collect();
+    overlay_patch(
+        IDENTITIES_FILE,
+        "each ServiceAccount's client id: the clientIds output of the Bicep\n\
+         deployment (`bosun infra identities --from-deployment FILE DIR` writes\n\
+         this file from `az deployment group show -o json`)",
+        &patches,
+    )
 }

@@ -7,7 +7,10 @@
 //!   PodDisruptionBudget and a KEDA ScaledObject on the consumer's queue and
 //!   its subscription of the events topic; the API as its own Deployment and
 //!   Service; in every pod an init container running `bosun migrate` before
-//!   bosun starts; and `overlays/example/`.
+//!   bosun starts; the Namespace (Pod Security `restricted`); and
+//!   `overlays/example/`, an environment to copy and edit.
+//! - [`identities`]: `bosun infra identities --from-deployment`, an
+//!   overlay's `identities.yaml` from the outputs of the Bicep deployment.
 //! - `bicep/` ([`bicep`]): `topology.json` (the Service Bus entities, the
 //!   blob containers and each identity's rights, rendered from the routing
 //!   table) and `main.bicep`, which reads it with `loadJsonContent`.
@@ -27,6 +30,7 @@ use crate::runtime::registry;
 use crate::wiring::{self, StartError};
 
 pub mod bicep;
+pub mod identities;
 pub mod kubernetes;
 pub mod yaml;
 

@@ -287,6 +287,7 @@ fn keda_objects_have_the_documented_shape() {
                     "maxReplicaCount",
                     "pollingInterval",
                     "cooldownPeriod",
+                    "fallback",
                     "triggers"
                 ]
                 .contains(&key.as_str()),
@@ -312,7 +313,7 @@ fn keda_objects_have_the_documented_shape() {
         assert_eq!(min == 0, consumer.scales_to_zero, "{name}");
         assert!(spec["maxReplicaCount"].as_u64().unwrap() >= min.max(1));
         for trigger in spec["triggers"].as_array().unwrap() {
-            assert_eq!(keys(trigger), ["type", "metadata", "authenticationRef"]);
+            assert_eq!(keys(trigger), ["type", "metricType", "metadata", "authenticationRef"]);
             assert_eq!(trigger["type"], "azure-servicebus");
             assert_eq!(trigger["authenticationRef"]["name"], TRIGGER_AUTHENTICATION);
             let metadata = &trigger["metadata"];
@@ -410,4 +411,421 @@ fn identities_get_only_their_own_entities() {
     assert_eq!(rules.len(), subscriptions.len() * 2);
     let main = files.iter().find(|f| f.path == "bicep/main.bicep").unwrap();
     assert!(main.text.contains("loadJsonContent('topology.json')"));
+}
+
+/// The example overlay's files, parsed, by name.
+fn overlay_documents(files: &[RenderedFile], name: &str) -> Vec<Value> {
+    let path = format!("kubernetes/overlays/example/{name}");
+    let file = files.iter().find(|f| f.path == path).unwrap();
+    parse_documents(&file.text)
+}
+
+fn pods(files: &[RenderedFile]) -> Vec<(String, Value)> {
+    base_objects(files)
+        .into_iter()
+        .filter(|(_, o)| kind_of(o) == "Deployment")
+        .map(|(path, o)| (path, o["spec"]["template"]["spec"].clone()))
+        .collect()
+}
+
+/// A broken KEDA identity (or a Service Bus outage) makes every scaler
+/// fail; KEDA then holds each consumer at one replica instead of leaving a
+/// scaled-to-zero consumer at zero with its queue filling. KEDA applies a
+/// fallback only to `AverageValue` triggers.
+#[test]
+fn every_scaled_object_falls_back_to_a_replica_when_its_scaler_fails() {
+    let files = default_files();
+    let scaled: Vec<Value> = base_objects(&files)
+        .into_iter()
+        .map(|(_, o)| o)
+        .filter(|o| kind_of(o) == "ScaledObject")
+        .collect();
+    assert_eq!(scaled.len(), consumers().len());
+    for object in scaled {
+        let spec = &object["spec"];
+        let fallback = &spec["fallback"];
+        let fields: Vec<&String> = fallback.as_object().unwrap().keys().collect();
+        assert_eq!(fields, ["failureThreshold", "replicas"], "KEDA's documented fallback");
+        assert_eq!(fallback["failureThreshold"], 3, "{object}");
+        assert!(fallback["replicas"].as_u64().unwrap() >= 1, "{object}");
+        assert!(fallback["replicas"].as_u64() <= spec["maxReplicaCount"].as_u64());
+        for trigger in spec["triggers"].as_array().unwrap() {
+            assert_eq!(trigger["metricType"], "AverageValue", "{object}");
+        }
+    }
+}
+
+/// KEDA's azure-servicebus scaler takes the namespace's name; bosun takes
+/// the name or the host name. The overlay copies the setting into every
+/// trigger keeping what precedes the first `.` (kustomize's source
+/// `delimiter` and `index`), which is the name in both forms bosun reads
+/// as the same namespace.
+#[test]
+fn keda_gets_the_service_bus_namespace_name_whichever_form_the_settings_use() {
+    use crate::backends::servicebus::connection::ServiceBusEndpoint;
+    let files = default_files();
+    let kustomization = &overlay_documents(&files, "kustomization.yaml")[0];
+    let replacements = kustomization["replacements"].as_array().unwrap();
+    assert_eq!(replacements.len(), 1);
+    let source = &replacements[0]["source"];
+    assert_eq!(source["fieldPath"], "data.BOSUN_SERVICEBUS_NAMESPACE");
+    assert_eq!(source["options"]["delimiter"], ".");
+    assert_eq!(source["options"]["index"], 0);
+    assert_eq!(
+        replacements[0]["targets"][0]["fieldPaths"][0],
+        "spec.triggers.*.metadata.namespace"
+    );
+    // kustomize: split the source on the delimiter, take the index.
+    let keda_namespace = |configured: &str| -> String {
+        let delimiter = source["options"]["delimiter"].as_str().unwrap();
+        let index = source["options"]["index"].as_u64().unwrap() as usize;
+        configured.split(delimiter).nth(index).unwrap().to_owned()
+    };
+    let example = overlay_documents(&files, "config.yaml")[0]["data"]["BOSUN_SERVICEBUS_NAMESPACE"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for configured in [example.clone(), format!("{example}.servicebus.windows.net")] {
+        let endpoint = ServiceBusEndpoint::from_namespace(&configured, "workload-identity", None).unwrap();
+        assert_eq!(endpoint.host, format!("{example}.servicebus.windows.net"));
+        assert_eq!(keda_namespace(&configured), example, "{configured}");
+        assert!(!keda_namespace(&configured).contains('.'));
+    }
+}
+
+/// Every Deployment that may run more than one pod (the API, and every
+/// consumer KEDA may scale past one) prefers one pod per zone and per
+/// node, without refusing to schedule on a small cluster.
+#[test]
+fn multi_replica_deployments_spread_over_zones_and_nodes() {
+    let files = default_files();
+    let objects = base_objects(&files);
+    let max_replicas = |name: &str| -> u64 {
+        objects
+            .iter()
+            .map(|(_, o)| o)
+            .find(|o| kind_of(o) == "ScaledObject" && o["metadata"]["name"] == name)
+            .map_or(0, |o| o["spec"]["maxReplicaCount"].as_u64().unwrap())
+    };
+    let mut spread = 0;
+    for (path, object) in objects.iter().filter(|(_, o)| kind_of(o) == "Deployment") {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let replicas = object["spec"]["replicas"].as_u64().unwrap_or(0).max(max_replicas(name));
+        let constraints = &object["spec"]["template"]["spec"]["topologySpreadConstraints"];
+        if replicas <= 1 {
+            continue;
+        }
+        spread += 1;
+        let constraints = constraints.as_array().unwrap_or_else(|| panic!("{path}: no spread"));
+        let keys: Vec<&str> = constraints.iter().map(|c| c["topologyKey"].as_str().unwrap()).collect();
+        assert_eq!(
+            keys,
+            ["topology.kubernetes.io/zone", "kubernetes.io/hostname"],
+            "{path}"
+        );
+        for constraint in constraints {
+            assert_eq!(constraint["whenUnsatisfiable"], "ScheduleAnyway", "{path}");
+            assert_eq!(constraint["maxSkew"], 1, "{path}");
+            assert_eq!(
+                constraint["labelSelector"]["matchLabels"], object["spec"]["selector"]["matchLabels"],
+                "{path}: counts the Deployment's own pods"
+            );
+        }
+    }
+    assert!(spread > consumers().len(), "the API and the consumers spread");
+}
+
+/// The namespace admits only pods meeting the Pod Security Standards'
+/// `restricted` profile, and every container of every pod meets it.
+#[test]
+fn the_namespace_enforces_pod_security_restricted_and_every_pod_meets_it() {
+    let files = default_files();
+    let namespaces: Vec<Value> = base_objects(&files)
+        .into_iter()
+        .map(|(_, o)| o)
+        .filter(|o| kind_of(o) == "Namespace")
+        .collect();
+    assert_eq!(namespaces.len(), 1, "the base has its Namespace");
+    let labels = &namespaces[0]["metadata"]["labels"];
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(labels[format!("pod-security.kubernetes.io/{mode}")], "restricted");
+    }
+    assert!(
+        namespaces[0]["metadata"]["annotations"].is_null(),
+        "no checkov skip on the Namespace"
+    );
+    let kustomization = files
+        .iter()
+        .find(|f| f.path == "kubernetes/base/kustomization.yaml")
+        .unwrap();
+    assert_eq!(
+        parse_documents(&kustomization.text)[0]["resources"][0],
+        "namespace.yaml"
+    );
+    for (path, pod) in pods(&files) {
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{path}");
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+            "{path}"
+        );
+        assert!(pod["hostNetwork"].is_null() && pod["hostPID"].is_null() && pod["hostIPC"].is_null());
+        for volume in pod["volumes"].as_array().unwrap() {
+            assert!(volume["emptyDir"].is_object(), "{path}: restricted volume types");
+        }
+        let containers = pod["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(pod["containers"].as_array().unwrap());
+        for container in containers {
+            let context = &container["securityContext"];
+            assert_eq!(context["allowPrivilegeEscalation"], false, "{path}");
+            assert_eq!(context["runAsNonRoot"], true, "{path}");
+            assert_ne!(context["runAsUser"], 0, "{path}");
+            assert_eq!(context["capabilities"]["drop"], serde_json::json!(["ALL"]), "{path}");
+            assert!(context["capabilities"]["add"].is_null(), "{path}");
+            assert!(context["privileged"].is_null(), "{path}");
+            for port in container["ports"].as_array().into_iter().flatten() {
+                assert!(port["hostPort"].is_null(), "{path}");
+            }
+        }
+    }
+}
+
+/// A slow start (opening Service Bus and PostgreSQL, the topology check)
+/// has minutes before liveness may restart the container; liveness and
+/// readiness stay.
+#[test]
+fn every_bosun_container_has_a_generous_startup_probe_on_healthz() {
+    let files = default_files();
+    for (path, pod) in pods(&files) {
+        for container in pod["containers"].as_array().unwrap() {
+            let startup = &container["startupProbe"];
+            assert_eq!(startup["httpGet"]["path"], "/healthz", "{path}");
+            assert_eq!(startup["httpGet"]["port"], "ops", "{path}");
+            let seconds = startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap();
+            assert!(seconds >= 120, "{path}: {seconds}s to start");
+            assert!(container["livenessProbe"].is_object() && container["readinessProbe"].is_object());
+        }
+    }
+}
+
+/// A byte count of a Kubernetes quantity (`512Mi`, `2Gi`).
+fn bytes(quantity: &Value) -> u64 {
+    let text = quantity.as_str().unwrap();
+    let (number, factor) = if let Some(n) = text.strip_suffix("Gi") {
+        (n, 1 << 30)
+    } else {
+        (text.strip_suffix("Mi").unwrap(), 1 << 20)
+    };
+    number.parse::<u64>().unwrap() * factor
+}
+
+/// No pod can fill its node's disk through an emptyDir, and the consumers
+/// known to need more (builds, Pulumi, whole logs) get more than the rest.
+#[test]
+fn every_empty_dir_is_limited_and_heavier_consumers_get_more() {
+    let files = default_files();
+    let mut by_consumer = BTreeMap::new();
+    for (path, pod) in pods(&files) {
+        for volume in pod["volumes"].as_array().unwrap() {
+            assert!(bytes(&volume["emptyDir"]["sizeLimit"]) > 0, "{path}");
+        }
+        let container = &pod["containers"][0];
+        let memory = bytes(&container["resources"]["limits"]["memory"]);
+        assert!(bytes(&container["resources"]["requests"]["memory"]) <= memory, "{path}");
+        let tmp = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "tmp")
+            .map(|v| bytes(&v["emptyDir"]["sizeLimit"]))
+            .unwrap();
+        by_consumer.insert(pod["serviceAccountName"].as_str().unwrap().to_owned(), (memory, tmp));
+    }
+    let (commit_memory, commit_tmp) = by_consumer["bosun-commit"];
+    for heavier in [
+        "bosun-container-build",
+        "bosun-iac-provisioning",
+        "bosun-pipeline-monitor",
+    ] {
+        let (memory, tmp) = by_consumer[heavier];
+        assert!(memory > commit_memory, "{heavier}: more memory than commit");
+        assert!(tmp >= commit_tmp, "{heavier}");
+    }
+    assert!(
+        by_consumer["bosun-container-build"].1 > commit_tmp,
+        "builds get more /tmp"
+    );
+}
+
+/// The example overlay pins the image by digest (what the base's checkov
+/// skip CKV_K8S_43 relies on), generates the Secret from a file the user
+/// writes (so it lands in the namespace with everything else), and its
+/// files tell the user to copy and edit them.
+#[test]
+fn the_example_overlay_pins_the_digest_generates_the_secret_and_is_for_editing() {
+    let files = default_files();
+    let kustomization = &overlay_documents(&files, "kustomization.yaml")[0];
+    let image = &kustomization["images"][0];
+    assert_eq!(image["name"], kubernetes::IMAGE);
+    let digest = image["digest"].as_str().unwrap();
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    assert!(
+        hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+        "{digest}"
+    );
+    assert!(image["newTag"].is_null(), "the digest, not a tag");
+    assert_eq!(kustomization["resources"], serde_json::json!(["../../base"]));
+    let generator = &kustomization["secretGenerator"][0];
+    assert_eq!(generator["name"], kubernetes::SECRETS);
+    assert_eq!(generator["envs"], serde_json::json!([kubernetes::SECRETS_FILE]));
+    let overlay: Vec<&RenderedFile> = files
+        .iter()
+        .filter(|f| f.path.starts_with("kubernetes/overlays/example/"))
+        .collect();
+    assert!(overlay.iter().any(|f| f.path.ends_with("/secrets.env")));
+    for file in overlay {
+        assert!(!file.text.contains("Do not edit"), "{}", file.path);
+        assert!(file.text.contains("Copy this"), "{}", file.path);
+    }
+    let secrets = files.iter().find(|f| f.path.ends_with("/secrets.env")).unwrap();
+    assert!(
+        secrets
+            .text
+            .lines()
+            .any(|line| line.starts_with("BOSUN_DATABASE_URL=postgres://"))
+    );
+}
+
+/// The example overlay's settings, over the base's, with the Secret's,
+/// are settings bosun starts with: Azure adapters, and container-build
+/// building with ACR Tasks in the registry's subscription and group.
+#[test]
+fn the_example_overlay_settings_load_and_build_with_acr_tasks() {
+    use crate::runtime::config::AdapterKind;
+    let files = default_files();
+    let base = base_objects(&files)
+        .into_iter()
+        .find(|(_, o)| kind_of(o) == "ConfigMap")
+        .unwrap()
+        .1;
+    let overlay = &overlay_documents(&files, "config.yaml")[0];
+    let mut data: BTreeMap<String, String> = BTreeMap::new();
+    for config in [&base, overlay] {
+        for (name, value) in config["data"].as_object().unwrap() {
+            data.insert(name.clone(), value.as_str().unwrap().to_owned());
+        }
+    }
+    let secrets = files.iter().find(|f| f.path.ends_with("/secrets.env")).unwrap();
+    for line in secrets.text.lines().filter(|l| !l.starts_with('#')) {
+        let (name, value) = line.split_once('=').unwrap();
+        data.insert(name.to_owned(), value.to_owned());
+    }
+    assert_eq!(data["BOSUN_CONTAINER_BUILDER"], "acr-tasks");
+    let settings = Settings::from_sources(&data, &BTreeMap::new()).unwrap_or_else(|err| panic!("{err}"));
+    let AdapterKind::Azure(azure) = settings.adapters else {
+        panic!("azure adapters")
+    };
+    let tasks = azure.acr.unwrap().tasks.expect("ACR Tasks");
+    assert_eq!(tasks.subscription, data["BOSUN_ACR_SUBSCRIPTION"]);
+    assert_eq!(tasks.resource_group, data["BOSUN_ACR_RESOURCE_GROUP"]);
+    assert_eq!(tasks.registry_name, "contoso");
+}
+
+/// What `az deployment group show -o json` prints for a deployment of
+/// `main.bicep`: its outputs under `properties.outputs`, each wrapped by
+/// ARM as `{type, value}`, `clientIds` one entry per identity of
+/// `topology.json` (the array `main.bicep` loops over).
+fn sample_deployment(files: &[RenderedFile]) -> Value {
+    let topology = files.iter().find(|f| f.path == "bicep/topology.json").unwrap();
+    let topology: Value = serde_json::from_str(&topology.text).unwrap();
+    let client_ids: Vec<Value> = topology["identities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, identity)| {
+            serde_json::json!({
+                "component": identity["component"],
+                "clientId": format!("00000000-0000-0000-0000-{i:012}"),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "id": "/subscriptions/s/resourceGroups/bosun-rg/providers/Microsoft.Resources/deployments/main",
+        "name": "main",
+        "properties": {
+            "provisioningState": "Succeeded",
+            "outputs": {
+                "clientIds": {"type": "Array", "value": client_ids},
+                "serviceBusNamespace": {"type": "String", "value": "contoso-bosun"},
+                "blobUrl": {"type": "String", "value": "https://contosobosun.blob.core.windows.net/"},
+                "postgresHost": {"type": "String", "value": "contoso-bosun.postgres.database.azure.com"},
+            },
+        },
+    })
+}
+
+/// `bosun infra identities --from-deployment` gives every ServiceAccount
+/// of the base its identity's client id from the deployment's outputs
+/// (the whole `az deployment group show` JSON, or only its outputs), and
+/// names the components a deployment has no identity for.
+#[test]
+fn identities_from_a_deployment_annotate_every_service_account_with_its_client_id() {
+    let files = default_files();
+    let deployment = sample_deployment(&files);
+    let by_component: BTreeMap<String, String> = deployment["properties"]["outputs"]["clientIds"]["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["component"].as_str().unwrap().to_owned(),
+                e["clientId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for json in [deployment.to_string(), deployment["properties"]["outputs"].to_string()] {
+        let outputs = identities::read_outputs(&json).unwrap();
+        assert_eq!(outputs.client_ids, by_component);
+        assert_eq!(outputs.service_bus_namespace.as_deref(), Some("contoso-bosun"));
+        assert_eq!(outputs.keda_client_id(), Some(by_component["keda"].as_str()));
+        let file = identities::identities_file(&consumers(), &outputs).unwrap();
+        assert!(file.path.ends_with("/identities.yaml"));
+        assert!(file.text.starts_with("# Written by `bosun infra identities"));
+        let patches = parse_documents(&file.text);
+        let accounts: Vec<Value> = base_objects(&files)
+            .into_iter()
+            .map(|(_, o)| o)
+            .filter(|o| kind_of(o) == "ServiceAccount")
+            .collect();
+        assert_eq!(patches.len(), accounts.len(), "one patch per ServiceAccount");
+        for account in accounts {
+            let name = account["metadata"]["name"].as_str().unwrap();
+            let component = account["metadata"]["labels"]["app.kubernetes.io/component"]
+                .as_str()
+                .unwrap();
+            let patch = patches
+                .iter()
+                .find(|p| p["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{name} has no client id"));
+            assert_eq!(
+                patch["metadata"]["annotations"]["azure.workload.identity/client-id"],
+                by_component[component].as_str(),
+                "{name}"
+            );
+        }
+    }
+    // A deployment of an older main.bicep, without an identity of today's.
+    let mut older = deployment.clone();
+    older["properties"]["outputs"]["clientIds"]["value"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["component"] != "container-build");
+    let outputs = identities::read_outputs(&older.to_string()).unwrap();
+    let err = identities::identities_file(&consumers(), &outputs).unwrap_err();
+    assert!(err.to_string().contains("container-build"), "{err}");
+    assert!(identities::read_outputs("{\"properties\": {\"outputs\": {}}}").is_err());
+    assert!(identities::read_outputs("not json").is_err());
 }

@@ -183,6 +183,8 @@ const IMMUTABLE: &[(&str, &[&str])] = &[
     ("Pod", &["/spec"]),
     ("Service", &["/spec/clusterIP"]),
     ("ConfigMap", &[]),
+    // Only its name, which the overlay sets and no image changes.
+    ("Namespace", &["/metadata/name"]),
     ("ServiceAccount", &[]),
     ("PodDisruptionBudget", &[]),
     ("NetworkPolicy", &[]),
