@@ -536,22 +536,32 @@ async fn schedule_retry(delivery: &Delivery<'_>, attempt: u32, delay: Duration, 
         retry,
         timeline: line,
     };
+    if settle_copy(delivery, write, "retry").await {
+        outcome("retry_scheduled", true);
+        runtime.metrics.count(name, &envelope.message_type, Event::Retried);
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(error, retry = attempt, delay_ms, "failed; retry scheduled");
+        runtime.outbox_ready.notify_one();
+    }
+}
+
+/// Settles the delivery with `write` (a retry's or a wait's scheduled
+/// copy, named `what` in the logs): `true` once recorded; when the lock was
+/// lost first, or the write failed (the message is then abandoned for
+/// redelivery), says so and returns `false`.
+async fn settle_copy(delivery: &Delivery<'_>, write: RetryWrite, what: &str) -> bool {
     match delivery.settle(Settlement::Retry(write)).await {
-        Ok(_) => {
-            outcome("retry_scheduled", true);
-            runtime.metrics.count(name, &envelope.message_type, Event::Retried);
-            let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            tracing::warn!(error, retry = attempt, delay_ms, "failed; retry scheduled");
-            runtime.outbox_ready.notify_one();
-        }
+        Ok(_) => true,
         Err(err @ SettleError::LockLost { .. }) => {
             outcome("lock_lost", true);
-            tracing::warn!(error = %err, "lock lost before the retry was recorded; it will be delivered again");
+            tracing::warn!(error = %err, "lock lost before the {what} was recorded; it will be delivered again");
+            false
         }
         Err(err) => {
             outcome("abandoned", true);
-            tracing::warn!(error = %err, "could not record the retry; abandoning for redelivery");
+            tracing::warn!(error = %err, "could not record the {what}; abandoning for redelivery");
             abandon(delivery).await;
+            false
         }
     }
 }
@@ -623,29 +633,18 @@ async fn schedule_wait(delivery: &Delivery<'_>, delay: Duration, failure: Failur
         retry: copy,
         timeline: line,
     };
-    match delivery.settle(Settlement::Retry(write)).await {
-        Ok(_) => {
-            outcome("waiting", false);
-            runtime.metrics.count(name, &envelope.message_type, Event::Waiting);
-            tracing::warn!(
-                schema_version = envelope.schema_version,
-                newest_read = newer::newest_read(envelope),
-                waiting_since = since_text,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error,
-                "this build cannot handle the message yet; left for a newer bosun"
-            );
-            runtime.outbox_ready.notify_one();
-        }
-        Err(err @ SettleError::LockLost { .. }) => {
-            outcome("lock_lost", true);
-            tracing::warn!(error = %err, "lock lost before the wait was recorded; it will be delivered again");
-        }
-        Err(err) => {
-            outcome("abandoned", true);
-            tracing::warn!(error = %err, "could not record the wait; abandoning for redelivery");
-            abandon(delivery).await;
-        }
+    if settle_copy(delivery, write, "wait").await {
+        outcome("waiting", false);
+        runtime.metrics.count(name, &envelope.message_type, Event::Waiting);
+        tracing::warn!(
+            schema_version = envelope.schema_version,
+            newest_read = newer::newest_read(envelope),
+            waiting_since = since_text,
+            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            error,
+            "this build cannot handle the message yet; left for a newer bosun"
+        );
+        runtime.outbox_ready.notify_one();
     }
 }
 

@@ -154,21 +154,7 @@ fn options() -> HostOptions {
 }
 
 async fn start(consumer: Arc<TestConsumer>, options: HostOptions) -> Harness {
-    let transport = Arc::new(MemoryTransport::new(10));
-    transport.ensure_topology(&Topology::from_routing()).await.unwrap();
-    let store = Arc::new(SqliteStore::in_memory().unwrap());
-    let shutdown = CancellationToken::new();
-    let host = Host::new(transport.clone(), store.clone(), vec![consumer], options);
-    let token = shutdown.clone();
-    let host = tokio::spawn(async move {
-        host.run(token).await.unwrap();
-    });
-    Harness {
-        transport,
-        store,
-        shutdown,
-        host,
-    }
+    start_counting(consumer, options).await.0
 }
 
 impl Harness {
@@ -1145,7 +1131,7 @@ fn waiting(wait_ms: u64, patience_ms: u64) -> HostOptions {
     }
 }
 
-/// A host like [`start`]'s, and its metrics.
+/// A host on the in-memory transport and store, and its metrics.
 async fn start_counting(
     consumer: Arc<TestConsumer>,
     options: HostOptions,
