@@ -314,11 +314,16 @@ async fn send_probes(client: reqwest::Client, urls: ApiUrls, key: String, group:
     while !counters.stop.load(Ordering::SeqCst) {
         let pair = urls.lock().unwrap().clone();
         let first = (sequence % 2) as usize;
-        for url in [&pair[first], &pair[1 - first]] {
+        // One Idempotency-Key per probe: a request whose answer was lost
+        // (an API stopping mid-request) is sent again to the other API,
+        // which answers with the first's outcome if it was accepted.
+        let idempotency_key = format!("{group}-{sequence}");
+        for (tried, url) in [&pair[first], &pair[1 - first]].into_iter().enumerate() {
             let sent = client
                 .post(format!("{url}/v1/commands/Probe"))
                 .bearer_auth(&key)
                 .header("X-Bosun-Tenant", "upgrade")
+                .header("Idempotency-Key", &idempotency_key)
                 .timeout(Duration::from_secs(10))
                 .json(&json!({"group": group, "sequence": sequence}))
                 .send()
@@ -332,6 +337,10 @@ async fn send_probes(client: reqwest::Client, urls: ApiUrls, key: String, group:
                 // a connection that never opened.
                 Ok(_) => counters.probes_refused.fetch_add(1, Ordering::SeqCst),
                 Err(err) if err.is_connect() => counters.probes_refused.fetch_add(1, Ordering::SeqCst),
+                Err(err) if tried == 0 => {
+                    eprintln!("upgrade: a probe request to {url} has no answer ({err}); sent again to the other API");
+                    0
+                }
                 Err(err) => {
                     eprintln!("upgrade: a probe request to {url} has no answer: {err}");
                     counters.probes_unknown.fetch_add(1, Ordering::SeqCst)
