@@ -1,7 +1,9 @@
 //! `bosun infra render [DIR]`: writes the AKS deployment (kustomize base
 //! and overlay, Bicep and its topology) from the code and the settings;
 //! `bosun infra identities --from-deployment FILE DIR`: an overlay's
-//! client ids from the Bicep deployment's outputs.
+//! client ids from the Bicep deployment's outputs;
+//! `bosun infra check DIR`: what in an overlay would fail, before it is
+//! applied.
 
 use std::path::PathBuf;
 
@@ -9,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 
 use bosun::runtime::config::Settings;
-use bosun::tools::infra::{self, InfraSettings, identities, kubernetes};
+use bosun::tools::infra::{self, InfraSettings, check, identities, kubernetes};
 
 use super::output::outln;
 
@@ -33,6 +35,18 @@ pub enum InfraCommand {
         from_deployment: PathBuf,
         /// The overlay folder to write identities.yaml in.
         dir: PathBuf,
+    },
+    /// Check an overlay (DIR: your copy of infra/kubernetes/overlays/example)
+    /// before applying it: every pod's settings load and build every
+    /// consumer, nothing is left as the example has it (digest, client ids,
+    /// subscription, database URL), and KEDA can read the Service Bus
+    /// namespace. Exits 1 naming each problem.
+    Check {
+        /// The overlay folder.
+        dir: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -59,6 +73,27 @@ pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
                 dir.display()
             )?;
             Ok(())
+        }
+        InfraCommand::Check { dir, json } => {
+            let overlay = check::Overlay::read(&dir)?;
+            let problems = check::check(&overlay, &infra::consumers())?;
+            if json {
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "problems": problems }))?
+                )?;
+            } else {
+                for problem in &problems {
+                    outln!("{}: {}: {}", problem.file, problem.field, problem.message)?;
+                }
+            }
+            if problems.is_empty() {
+                if !json {
+                    outln!("{} is ready to apply", dir.display())?;
+                }
+                return Ok(());
+            }
+            anyhow::bail!("{} problem(s) in {}", problems.len(), dir.display())
         }
         InfraCommand::Identities { from_deployment, dir } => {
             let json = std::fs::read_to_string(&from_deployment)

@@ -159,8 +159,9 @@ const MAIN_BICEP: &str = r#"//
 //   az deployment group create --resource-group RG --template-file infra/bicep/main.bicep \
 //     --parameters serviceBusNamespaceName=... storageAccountName=... postgresServerName=... \
 //                  postgresAdminPassword=... aksOidcIssuerUrl=... aksEgressIp=...
-// Then remove the `$Default` rule Azure gives every new subscription (it lets
-// every event through): `bosun topology apply` as someone with Manage rights.
+// The deployment also removes the `$Default` rule Azure gives every new
+// subscription (it would let every event through), with a deployment script
+// of its own identity: no step needs a person with Manage rights.
 
 targetScope = 'resourceGroup'
 
@@ -221,7 +222,7 @@ var roles = {
 
 // -- Service Bus ---------------------------------------------------------------
 
-resource serviceBus 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' = {
+resource serviceBus 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   name: serviceBusNamespaceName
   location: location
   sku: {
@@ -235,7 +236,7 @@ resource serviceBus 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' = {
   }
 }
 
-resource queues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = [
+resource queues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [
   for queue in topology.queues: {
     parent: serviceBus
     name: queue
@@ -252,7 +253,7 @@ resource queues 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' = [
   }
 ]
 
-resource topic 'Microsoft.ServiceBus/namespaces/topics@2022-10-01-preview' = {
+resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' = {
   parent: serviceBus
   name: topology.topic
   properties: {
@@ -263,7 +264,7 @@ resource topic 'Microsoft.ServiceBus/namespaces/topics@2022-10-01-preview' = {
   }
 }
 
-resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2022-10-01-preview' = [
+resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = [
   for subscription in topology.subscriptions: {
     parent: topic
     name: subscription
@@ -282,7 +283,7 @@ resource subscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@202
 // Two rules per subscription: its event types, and messages replayed to it alone
 // (a session subscription takes only those: each event is addressed to it with
 // its session id, so its type rule is `1=0`).
-resource rules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2022-10-01-preview' = [
+resource rules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2024-01-01' = [
   for rule in topology.rules: {
     parent: subscriptions[rule.subscription]
     name: rule.name
@@ -294,6 +295,68 @@ resource rules 'Microsoft.ServiceBus/namespaces/topics/subscriptions/rules@2022-
     }
   }
 ]
+
+// Every subscription is created with a `$Default` rule (`1=1`) beside
+// bosun's: it would give the subscription every event. ARM cannot declare a
+// rule named `$Default`, only delete it, so a deployment script does, as
+// an identity of its own with Manage rights on this namespace only (deleting
+// a rule that is already gone succeeds; it retries while the new role
+// assignment propagates). `bosun topology plan` shows the result.
+resource topologyIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: 'bosun-topology'
+  location: location
+}
+
+resource topologyGrant 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  scope: serviceBus
+  name: guid(serviceBus.id, topologyIdentity.id, roles.serviceBusDataOwner)
+  properties: {
+    roleDefinitionId: roles.serviceBusDataOwner
+    principalId: topologyIdentity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource removeDefaultRules 'Microsoft.Resources/deploymentScripts@2023-08-01' = {
+  name: 'bosun-remove-default-rules'
+  location: location
+  kind: 'AzureCLI'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${topologyIdentity.id}': {}
+    }
+  }
+  properties: {
+    azCliVersion: '2.67.0'
+    timeout: 'PT30M'
+    retentionInterval: 'PT1H'
+    cleanupPreference: 'OnSuccess'
+    environmentVariables: [
+      { name: 'RESOURCE_GROUP', value: resourceGroup().name }
+      { name: 'NAMESPACE', value: serviceBus.name }
+      { name: 'TOPIC', value: topology.topic }
+      { name: 'SUBSCRIPTIONS', value: join(topology.subscriptions, ' ') }
+    ]
+    scriptContent: '''
+set -eu
+for subscription in $SUBSCRIPTIONS; do
+  attempt=1
+  until az servicebus topic subscription rule delete --only-show-errors \
+      --resource-group "$RESOURCE_GROUP" --namespace-name "$NAMESPACE" --topic-name "$TOPIC" \
+      --subscription-name "$subscription" --name '$Default'; do
+    if [ "$attempt" -ge 30 ]; then
+      echo "could not remove the \$Default rule of $subscription" >&2
+      exit 1
+    fi
+    attempt=$((attempt + 1))
+    sleep 10
+  done
+done
+'''
+  }
+  dependsOn: [rules, topologyGrant]
+}
 
 // -- Blob storage ----------------------------------------------------------------
 
@@ -408,6 +471,8 @@ resource postgresFirewall 'Microsoft.DBforPostgreSQL/flexibleServers/firewallRul
   }
 }
 
+// The server's children one after another: it refuses a second change while
+// one is being applied (ServerIsBusy).
 resource database 'Microsoft.DBforPostgreSQL/flexibleServers/databases@2024-08-01' = {
   parent: postgres
   name: 'bosun'
@@ -415,6 +480,7 @@ resource database 'Microsoft.DBforPostgreSQL/flexibleServers/databases@2024-08-0
     charset: 'UTF8'
     collation: 'en_US.utf8'
   }
+  dependsOn: [postgresFirewall]
 }
 
 // -- Identities: one per consumer, the API's, KEDA's ---------------------------------

@@ -172,7 +172,10 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
     )?);
     files.push(base_file("kubernetes/base/namespace.yaml", &[namespace()])?);
     files.push(base_file("kubernetes/base/config.yaml", &[config_map()])?);
-    files.push(base_file("kubernetes/base/network.yaml", &network_policies())?);
+    files.push(base_file(
+        "kubernetes/base/network.yaml",
+        &super::network::network_policies(consumers),
+    )?);
     files.push(base_file("kubernetes/base/keda.yaml", &[trigger_authentication()])?);
     files.push(base_file("kubernetes/base/api.yaml", &api(settings))?);
     for consumer in consumers {
@@ -245,28 +248,6 @@ fn base_file(path: &str, documents: &[Value]) -> Result<RenderedFile, YamlError>
     yaml_file(path, &documents)
 }
 
-/// Ingress only where something listens: the ops port on every pod (kubelet
-/// probes, Prometheus) and the API's port on the API's; egress is open
-/// (Azure Service Bus, Blob Storage, PostgreSQL, Azure DevOps, registries).
-fn network_policies() -> Vec<Value> {
-    let policy = |name: &str, selector: Value, port: u16| {
-        json!({
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": name, "labels": labels("network")},
-            "spec": {
-                "podSelector": {"matchLabels": selector},
-                "policyTypes": ["Ingress"],
-                "ingress": [{"ports": [{"port": port, "protocol": "TCP"}]}],
-            },
-        })
-    };
-    vec![
-        policy("bosun-ops", json!({"app.kubernetes.io/name": "bosun"}), OPS_PORT),
-        policy("bosun-api", labels("api"), API_PORT),
-    ]
-}
-
 /// The namespace bosun runs in, admitting only pods that meet the Pod
 /// Security Standards' `restricted` profile (every pod of the base does:
 /// non-root, `RuntimeDefault` seccomp, no privilege escalation, no
@@ -287,6 +268,22 @@ fn namespace() -> Value {
 
 fn labels(component: &str) -> Value {
     json!({"app.kubernetes.io/name": "bosun", "app.kubernetes.io/component": component})
+}
+
+/// The settings of the base's ConfigMap (what every pod reads before the
+/// overlay's patch).
+pub fn base_settings() -> std::collections::BTreeMap<String, String> {
+    config_map()["data"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            (
+                name.clone(),
+                value.as_str().map_or_else(|| value.to_string(), str::to_owned),
+            )
+        })
+        .collect()
 }
 
 fn config_map() -> Value {
@@ -497,10 +494,17 @@ pub fn consumer_objects(consumer: &ConsumerInfra, settings: &InfraSettings) -> V
     );
     vec![
         service_account(&name, component),
-        deployment(&name, component, None, MAX_REPLICAS, pod),
+        deployment(&name, component, None, max_replicas(consumer), pod),
         disruption_budget(&name, component),
         scaled_object(consumer),
     ]
+}
+
+/// The most replicas KEDA gives `consumer`: [`MAX_REPLICAS`], but one for
+/// the consumer that never scales to zero (`probe`), whose host also runs
+/// the outbox dispatcher and the shared store's retention.
+pub fn max_replicas(consumer: &ConsumerInfra) -> u32 {
+    if consumer.scales_to_zero { MAX_REPLICAS } else { 1 }
 }
 
 /// The KEDA ScaledObject of a consumer: one `azure-servicebus` trigger on
@@ -541,7 +545,7 @@ pub fn scaled_object(consumer: &ConsumerInfra) -> Value {
         "spec": {
             "scaleTargetRef": {"name": name},
             "minReplicaCount": u32::from(!consumer.scales_to_zero),
-            "maxReplicaCount": MAX_REPLICAS,
+            "maxReplicaCount": max_replicas(consumer),
             "pollingInterval": 15,
             "cooldownPeriod": 300,
             "fallback": {
@@ -647,7 +651,7 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
             "config.yaml",
             "the Service Bus namespace, the storage account, Azure DevOps, the\n\
              registry and its subscription and resource group (ACR Tasks builds\n\
-             the images)",
+             the images), Azure Artifacts and Argo CD",
             &[json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -665,6 +669,12 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
                     "BOSUN_CONTAINER_BUILDER": "acr-tasks",
                     "BOSUN_ACR_SUBSCRIPTION": "00000000-0000-0000-0000-000000000000",
                     "BOSUN_ACR_RESOURCE_GROUP": "contoso-registry-rg",
+                    // package-publishing pushes to Azure Artifacts (its
+                    // PAT is in secrets.env).
+                    "BOSUN_ARTIFACTS_URL": "https://pkgs.dev.azure.com/contoso",
+                    // gitops-sync asks Argo CD's API server to sync (its
+                    // token is in secrets.env).
+                    "BOSUN_ARGOCD_URL": "https://argocd.contoso.com",
                 },
             })],
         )?,
@@ -678,16 +688,22 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
                  # The Secret's values, one NAME=value a line. Keep your copy out of Git\n\
                  # (or encrypt it: SOPS, Sealed Secrets, External Secrets).\n\
                  BOSUN_DATABASE_URL=postgres://bosun:PASSWORD@POSTGRES_HOST/bosun?sslmode=require\n\
-                 # Azure Artifacts feeds, when used (Azure DevOps and ACR use the workload identity):\n\
-                 # BOSUN_ARTIFACTS_PAT=\n",
-                overlay_header("the PostgreSQL password and host (the postgresHost output)")
+                 # Azure Artifacts takes a personal access token with Packaging (read and write)\n\
+                 # (Azure DevOps and ACR use the workload identity):\n\
+                 BOSUN_ARTIFACTS_PAT=<a PAT with Packaging read and write>\n\
+                 # An Argo CD API token of an account that may sync the applications:\n\
+                 BOSUN_ARGOCD_TOKEN=<an Argo CD API token>\n",
+                overlay_header(
+                    "the PostgreSQL password and host (the postgresHost output), the\n\
+                     Azure Artifacts PAT and the Argo CD token",
+                )
             ),
         },
     ])
 }
 
-/// Where the example overlay is rendered.
-const OVERLAY_DIR: &str = "kubernetes/overlays/example";
+/// Where the example overlay is rendered, under the infra folder.
+pub const OVERLAY_DIR: &str = "kubernetes/overlays/example";
 /// The overlay's file of client ids.
 pub const IDENTITIES_FILE: &str = "identities.yaml";
 /// The file the overlay's Secret is generated from.

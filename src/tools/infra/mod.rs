@@ -30,12 +30,20 @@ use crate::runtime::registry;
 use crate::wiring::{self, StartError};
 
 pub mod bicep;
+pub mod check;
 pub mod identities;
 pub mod kubernetes;
+pub mod network;
 pub mod yaml;
 
 pub use yaml::YamlError;
 
+#[cfg(test)]
+mod bicep_tests;
+#[cfg(test)]
+mod check_tests;
+#[cfg(test)]
+mod scaling_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

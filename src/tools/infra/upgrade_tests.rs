@@ -19,7 +19,11 @@ const DATABASE_URL: &str = "BOSUN_DATABASE_URL";
 fn all_kubernetes_objects(files: &[RenderedFile]) -> Vec<Value> {
     files
         .iter()
-        .filter(|file| file.path.starts_with("kubernetes/") && !file.path.ends_with("kustomization.yaml"))
+        .filter(|file| {
+            file.path.starts_with("kubernetes/")
+                && file.path.ends_with(".yaml")
+                && !file.path.ends_with("kustomization.yaml")
+        })
         .flat_map(|file| parse_documents(&file.text))
         .collect()
 }

@@ -53,7 +53,7 @@ pub enum Fault {
     },
     /// A server error (500, 502, 503, 504).
     Status(u16),
-    /// No answer within any client's timeout (held [`HANG_FOR`], then 504).
+    /// No answer within any client's timeout (held two minutes, then 504).
     Hang,
     /// `401` saying the bearer token presented has expired; the token is
     /// marked expired in the [`TokenBook`] too, so only a new one works.
