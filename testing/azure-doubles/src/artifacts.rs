@@ -16,7 +16,7 @@
 //!   value); the body must be `multipart/form-data` whose file is the
 //!   `.nupkg`. The package is read as NuGet reads it: a ZIP with exactly
 //!   one `.nuspec` at its root naming a valid id, a valid version, authors
-//!   and a description ([`nuget::read_package`]); anything else answers
+//!   and a description ([`read_package`]); anything else answers
 //!   `400`. The version's identity is the lower-cased id and the
 //!   lower-cased normalized version (`1.0` is `1.0.0`, `+metadata`
 //!   dropped). A new identity answers `202 Accepted`; an identity the feed

@@ -158,7 +158,7 @@ fn compare_labels(left: &[String], right: &[String]) -> Ordering {
     left.len().cmp(&right.len())
 }
 
-/// Whether `id` is a NuGet package id: at most [`MAX_ID_LENGTH`]
+/// Whether `id` is a NuGet package id: at most 100
 /// characters of words (letters, digits, `_`) joined by single `.` or `-`
 /// (NuGet's `PackageIdValidator`, `^\w+([.-]\w+)*$`).
 pub fn id_ok(id: &str) -> bool {
