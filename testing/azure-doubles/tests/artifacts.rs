@@ -179,7 +179,8 @@ async fn a_version_is_pushed_once_and_every_spelling_of_it_is_refused_after() {
 /// normalized NuGet version strings" without build metadata;
 /// `{LOWER_ID}/{LOWER_VERSION}/{LOWER_ID}.{LOWER_VERSION}.nupkg` is the
 /// package and `{LOWER_ID}/{LOWER_VERSION}/{LOWER_ID}.nuspec` its manifest.
-/// Names not lower-cased and normalized are not the package's URLs.
+/// Names not lower-cased and normalized are not the package's URLs. GET
+/// and HEAD are both served.
 #[tokio::test]
 async fn the_flat_container_serves_lower_case_normalized_versions_and_the_bytes_pushed() {
     let double = double().await;
@@ -221,6 +222,21 @@ async fn the_flat_container_serves_lower_case_normalized_versions_and_the_bytes_
             (200, nuspec("Contoso.Api", written))
         );
     }
+    // "All URLs found in the package content resource support the HTTP
+    // methods GET and HEAD."
+    let head = client
+        .http
+        .head(format!("{base}/contoso.api/2.0.0/contoso.api.2.0.0.nupkg"))
+        .basic_auth("", Some(PAT))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status().as_u16(), 200);
+    // (reqwest's `content_length` is the empty body's for a HEAD: read the
+    // header.)
+    let length = head.headers()["content-length"].to_str().unwrap().to_owned();
+    assert_eq!(length, bytes[2].len().to_string());
+    assert!(head.bytes().await.unwrap().is_empty());
     for not_lower in [
         "Contoso.Api/2.0.0/Contoso.Api.2.0.0.nupkg",
         "contoso.api/2.0.0-RC.1/contoso.api.2.0.0-RC.1.nupkg",
