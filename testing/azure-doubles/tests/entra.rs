@@ -62,7 +62,7 @@ fn encode(form: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-fn assertion_form<'a>(assertion: &'a str) -> Vec<(&'a str, &'a str)> {
+fn assertion_form(assertion: &str) -> Vec<(&str, &str)> {
     vec![
         ("grant_type", "client_credentials"),
         ("client_id", CLIENT),
@@ -116,6 +116,9 @@ async fn a_federated_token_matching_a_registered_credential_gives_a_token() {
     assert_eq!(entra.grants()[0].kind, GrantKind::FederatedAssertion);
 }
 
+/// A wrong request: its name, its form, and Entra's status, error and AADSTS code.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16, &'a str, u64);
+
 #[tokio::test]
 async fn each_wrong_request_gets_entras_error() {
     let entra = double().await;
@@ -127,7 +130,7 @@ async fn each_wrong_request_gets_entras_error() {
     let mut expired = FederatedToken::new(ISSUER, SUBJECT);
     expired.lifetime = Duration::ZERO;
     let expired = expired.jwt();
-    let cases: Vec<(&str, Vec<(&str, &str)>, u16, &str, u64)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "unknown tenant",
             vec![
