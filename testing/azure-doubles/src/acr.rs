@@ -9,16 +9,16 @@
 //!   test gives (an Entra token from the [`crate::TokenBook`]): under
 //!   `/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.ContainerRegistry/registries/{name}`
 //!   `POST listBuildSourceUploadUrl`, `POST scheduleRun`, `GET runs/{runId}`,
-//!   `POST runs/{runId}/listLogSasUrl` ([`arm`]);
+//!   `POST runs/{runId}/listLogSasUrl` (`acr/arm.rs`);
 //! - the storage account ([`BLOB_SERVICE`], SAS URLs, no bearer):
-//!   `PUT` of the context, `GET` of a run's log ([`storage`]);
+//!   `PUT` of the context, `GET` of a run's log (`acr/storage.rs`);
 //! - the registry's login server ([`REGISTRY_SERVICE`]): the OCI
 //!   distribution API's read side and ACR's token endpoints,
 //!   `POST /oauth2/exchange` (an Entra token for an ACR refresh token),
 //!   `POST /oauth2/token` (a refresh token for a repository-scoped access
-//!   token), `GET /oauth2/token` with the admin user ([`registry`]).
+//!   token), `GET /oauth2/token` with the admin user (`acr/registry.rs`).
 //!
-//! A run is built by the double's own builder ([`builder`]), not by
+//! A run is built by the double's own builder (`acr/builder.rs`), not by
 //! buildah: it unpacks the uploaded gzipped tar, reads the Dockerfile
 //! (`FROM` any base, taken as an empty root filesystem; `ARG`, `ENV`,
 //! `LABEL`, `WORKDIR`, `USER`, `EXPOSE`, `CMD`, `ENTRYPOINT`; `COPY`/`ADD`
@@ -27,6 +27,31 @@
 //! and stores an OCI image (gzipped layers, config, manifest) under every
 //! name of the request in the registry, where bosun reads it back over the
 //! OCI API. The same context and Dockerfile give the same digest.
+//!
+//! What it checks:
+//!
+//! - ARM: the `api-version` (`400 MissingApiVersionParameter`,
+//!   `InvalidApiVersionParameter`), then the subscription, resource group
+//!   and registry (`404 SubscriptionNotFound`, `ResourceGroupNotFound`,
+//!   `ResourceNotFound`), in ARM's `{"error": {"code", "message"}}`;
+//!   `scheduleRun` takes a `DockerBuildRequest` with `dockerFilePath` and
+//!   `platform.os`, `timeout` 300 to 28800 s, `imageNames` strings (`400
+//!   InvalidRequestContent` / `InvalidParameter`; other run request types
+//!   `400`); an unknown run id is `404 ResourceNotFound`;
+//! - storage: the SAS signature is the one issued for that blob and
+//!   allows the operation (`403 AuthenticationFailed`), a `PUT` has
+//!   `x-ms-blob-type: BlockBlob` (`400 MissingRequiredHeader`,
+//!   `InvalidHeaderValue`), in Blob Storage's XML error shape;
+//! - login server: `/oauth2/exchange` takes only a valid Entra token for
+//!   ARM or the registry and the registry's own `service`; `/oauth2/token`
+//!   only a refresh token it issued (or the admin user's Basic
+//!   credentials); `/v2/` reads need an access token scoped to that
+//!   repository with `pull` (`401` with the `WWW-Authenticate` challenge),
+//!   and unknown ones are `404 MANIFEST_UNKNOWN` / `BLOB_UNKNOWN` /
+//!   `NAME_UNKNOWN`;
+//! - the build: the source was uploaded, the Dockerfile exists, every
+//!   `COPY` source exists in the context; otherwise the run is `Failed`
+//!   with a `runErrorMessage` and its log says why.
 //!
 //! A run moves one step each time it is read (`GET runs/{runId}`):
 //! `Queued` when scheduled, `Running` at the first read, then built and

@@ -406,13 +406,20 @@ pub(crate) fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The host a client reached the double by, for the URLs it answers.
+/// The origin a client reached the double by, for the URLs it answers:
+/// the `Host` header, and `https` when a TLS-terminating proxy (or a
+/// client transport standing in for one) says `X-Forwarded-Proto: https`.
 fn origin(headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok())
         .unwrap_or("127.0.0.1");
-    format!("http://{host}")
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|value| value.to_str().ok())
+        .filter(|scheme| *scheme == "https")
+        .unwrap_or("http");
+    format!("{scheme}://{host}")
 }
 
 async fn openid_configuration(
@@ -459,14 +466,19 @@ async fn openid_configuration(
 }
 
 async fn instance_discovery(headers: HeaderMap, Query(query): Query<HashMap<String, String>>) -> Response {
-    let base = origin(&headers);
-    let host = base.trim_start_matches("http://").to_owned();
-    let tenant_discovery = query
+    // The authority asked about: `https://host/tenant/oauth2/v2.0/authorize`.
+    let asked = query
         .get("authorization_endpoint")
-        .and_then(|endpoint| endpoint.split('/').nth(3).map(str::to_owned))
-        .unwrap_or_else(|| "common".to_owned());
+        .map(String::as_str)
+        .unwrap_or_default();
+    let parts: Vec<&str> = asked.split('/').collect();
+    let (base, tenant) = match parts.as_slice() {
+        [scheme, "", host, tenant, ..] if !host.is_empty() => (format!("{scheme}//{host}"), (*tenant).to_owned()),
+        _ => (origin(&headers), "common".to_owned()),
+    };
+    let host = base.split("//").nth(1).unwrap_or_default().to_owned();
     axum::Json(json!({
-        "tenant_discovery_endpoint": format!("{base}/{tenant_discovery}/v2.0/.well-known/openid-configuration"),
+        "tenant_discovery_endpoint": format!("{base}/{tenant}/v2.0/.well-known/openid-configuration"),
         "api-version": "1.1",
         "metadata": [{
             "preferred_network": host,
