@@ -385,3 +385,26 @@ async fn a_run_whose_dockerfile_fails_is_a_permanent_error_with_its_log() {
     assert_eq!((runs.len(), runs[0].status), (1, acr::RunStatus::Failed));
     assert_eq!(fixture.acr.manifests(), 0, "nothing pushed");
 }
+
+#[tokio::test]
+async fn the_event_handled_again_before_its_commit_follows_the_run_it_scheduled() {
+    let fixture = fixture().await;
+    let (first, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let poll = next(&first).poll();
+    // The process died before the runtime committed: the same event again
+    // finds the run recorded under the build key and follows it.
+    let (again, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    assert_eq!(next(&again).poll().run_id, poll.run_id, "the same run is followed");
+    assert_eq!(fixture.acr.runs().len(), 1, "one run for one build");
+    assert_eq!(fixture.acr.uploads(), 1, "one context uploaded");
+    let mut poll = poll;
+    let built = loop {
+        let (outcome, _) = fixture.handle_retrying(poll.clone().into(), 1).await;
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
+    assert_eq!(fixture.acr.manifests(), 1);
+}
