@@ -4,7 +4,13 @@
 //! against the Entra double: the federated token file, the token request,
 //! the ARM bearer, the registry's `/oauth2/exchange` and `/oauth2/token`,
 //! the context upload to the SAS URL, `scheduleRun`, the polls, the log and
-//! the image read back over the OCI API.
+//! the image read back over the OCI API. Asserted: a 429 (with
+//! `Retry-After`) on `scheduleRun` and a 503 on a poll are retried through
+//! to one run and one image under its tag and `bosun-<key>`; the same event
+//! again schedules nothing (and, before its commit, follows the run it
+//! scheduled); a Dockerfile that fails gives a permanent error; and
+//! `azure_identity`'s `ClientSecretCredential` reads the double's tokens
+//! and AADSTS errors.
 //!
 //! `azure_identity` 1.0 refuses an authority host that is not https
 //! (`get_authority_host`), so the credential is given a custom cloud
@@ -20,8 +26,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
+use azure_core::credentials::Secret;
 use azure_core::http::{AsyncRawResponse, ClientOptions, HttpClient, Request, Transport};
-use azure_identity::{ClientAssertionCredentialOptions, WorkloadIdentityCredential, WorkloadIdentityCredentialOptions};
+use azure_identity::{
+    ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
+    WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
+};
 use bosun_azure_doubles::acr::{self, AcrConfig, AcrDouble};
 use bosun_azure_doubles::entra::{self, EntraDouble, FederatedCredential, FederatedToken, GrantKind};
 use bosun_azure_doubles::{Auth, Fault, FaultRule, Faults, Journal, TokenBook};
@@ -63,6 +73,22 @@ impl HttpClient for Loopback {
         url.set_host(Some("127.0.0.1")).unwrap();
         url.set_port(Some(self.port)).unwrap();
         self.inner.execute_request(&request).await
+    }
+}
+
+/// `azure_identity`'s client options for the Entra double: a custom cloud
+/// whose authority host is `https://login.entra.test`, and the
+/// [`Loopback`] transport.
+fn entra_options(entra: &EntraDouble) -> ClientOptions {
+    let mut cloud = CustomConfiguration::default();
+    cloud.authority_host = "https://login.entra.test".into();
+    ClientOptions {
+        transport: Some(Transport::new(Arc::new(Loopback {
+            port: entra.running().addr().port(),
+            inner: azure_core::http::new_http_client(None),
+        }))),
+        cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
+        ..ClientOptions::default()
     }
 }
 
@@ -118,17 +144,7 @@ async fn fixture() -> Fixture {
     // The projected service-account token, as the webhook writes it.
     let token_file = dir.path().join("azure-identity-token");
     std::fs::write(&token_file, FederatedToken::new(ISSUER, SUBJECT).jwt()).unwrap();
-    let port = entra.running().addr().port();
-    let mut cloud = CustomConfiguration::default();
-    cloud.authority_host = "https://login.entra.test".into();
-    let client_options = ClientOptions {
-        transport: Some(Transport::new(Arc::new(Loopback {
-            port,
-            inner: azure_core::http::new_http_client(None),
-        }))),
-        cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
-        ..ClientOptions::default()
-    };
+    let client_options = entra_options(&entra);
     let credential: Arc<dyn TokenCredential> =
         WorkloadIdentityCredential::new(Some(WorkloadIdentityCredentialOptions {
             credential_options: ClientAssertionCredentialOptions { client_options },
@@ -407,4 +423,30 @@ async fn the_event_handled_again_before_its_commit_follows_the_run_it_scheduled(
     };
     assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
     assert_eq!(fixture.acr.manifests(), 1);
+}
+
+#[tokio::test]
+async fn azure_identity_reads_the_entra_doubles_tokens_and_errors() {
+    let fixture = fixture().await;
+    fixture.entra.add_client_secret(TENANT_ID, CLIENT_ID, "s3cret");
+    let credential = |secret: &'static str| {
+        ClientSecretCredential::new(
+            TENANT_ID,
+            CLIENT_ID.into(),
+            Secret::new(secret),
+            Some(ClientSecretCredentialOptions {
+                client_options: entra_options(&fixture.entra),
+            }),
+        )
+        .unwrap()
+    };
+    let token = credential("s3cret").get_token(&[ARM_SCOPE], None).await.unwrap();
+    assert!(fixture.entra.tokens().check(token.token.secret()).is_ok());
+    let lifetime = token.expires_on - time::OffsetDateTime::now_utc();
+    assert!(lifetime > time::Duration::minutes(55), "{lifetime}");
+
+    let err = credential("wrong").get_token(&[ARM_SCOPE], None).await.unwrap_err();
+    let text = format!("{err:?}");
+    assert!(text.contains("7000215"), "the AADSTS code reaches the error: {text}");
+    assert!(text.contains("Invalid client secret"), "{text}");
 }
