@@ -450,3 +450,36 @@ async fn azure_identity_reads_the_entra_doubles_tokens_and_errors() {
     assert!(text.contains("7000215"), "the AADSTS code reaches the error: {text}");
     assert!(text.contains("Invalid client secret"), "{text}");
 }
+
+#[tokio::test]
+async fn tokens_that_expire_between_polls_are_fetched_again_through_the_federated_token() {
+    let fixture = fixture().await;
+    // Tokens live 2 s: every poll finds the last one expired.
+    fixture.entra.set_token_lifetime(Duration::from_secs(2));
+    let (first, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let mut poll = next(&first).poll();
+    let built = loop {
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let (outcome, errors) = fixture.handle_retrying(poll.clone().into(), 1).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
+    let arm_grants = fixture
+        .entra
+        .grants()
+        .iter()
+        .filter(|grant| grant.scope == ARM_SCOPE)
+        .count();
+    assert!(
+        arm_grants >= 3,
+        "a new ARM token for the build and each poll: {arm_grants}"
+    );
+    assert!(
+        fixture.journal.entries().iter().all(|entry| entry.status != 401),
+        "no request went with an expired token"
+    );
+}
