@@ -28,8 +28,10 @@
 //!   (`AADSTS1002012`), as the client credentials flow requires;
 //! - a `client_secret` is one of the application's secrets
 //!   (`AADSTS7000215`);
+//! - a `client_secret` or a `client_assertion` is there (`AADSTS7000218`);
 //! - a `client_assertion` has the jwt-bearer assertion type
-//!   (`AADSTS700023`-like `invalid_request`), is a JWT (three base64url
+//!   (`invalid_request`; its AADSTS code, 700023, is the double's guess),
+//!   is a JWT (three base64url
 //!   parts with JSON header and claims: `AADSTS50027`), is within its
 //!   `nbf`/`exp` window (`AADSTS700024`), and its `iss`, `sub` and `aud`
 //!   match one federated credential registered on the application
