@@ -1,0 +1,485 @@
+//! bosun's real ACR Tasks builder (`container_build::acr_tasks::AcrTasks`
+//! under the container-build consumer) against the ACR Tasks double, with
+//! its Entra tokens from `azure_identity`'s own `WorkloadIdentityCredential`
+//! against the Entra double: the federated token file, the token request,
+//! the ARM bearer, the registry's `/oauth2/exchange` and `/oauth2/token`,
+//! the context upload to the SAS URL, `scheduleRun`, the polls, the log and
+//! the image read back over the OCI API. Asserted: a 429 (with
+//! `Retry-After`) on `scheduleRun` and a 503 on a poll are retried through
+//! to one run and one image under its tag and `bosun-<key>`; the same event
+//! again schedules nothing (and, before its commit, follows the run it
+//! scheduled); a Dockerfile that fails gives a permanent error; and
+//! `azure_identity`'s `ClientSecretCredential` reads the double's tokens
+//! and AADSTS errors.
+//!
+//! `azure_identity` 1.0 refuses an authority host that is not https
+//! (`get_authority_host`), so the credential is given a custom cloud
+//! (`https://login.entra.test`) and a transport that sends its requests to
+//! the double's loopback port over http: every other line of the
+//! credential (reading the token file, the form, parsing the answer,
+//! caching) is Microsoft's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
+use azure_core::credentials::Secret;
+use azure_core::http::{AsyncRawResponse, ClientOptions, HttpClient, Request, Transport};
+use azure_identity::{
+    ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
+    WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
+};
+use bosun_azure_doubles::acr::{self, AcrConfig, AcrDouble};
+use bosun_azure_doubles::entra::{self, EntraDouble, FederatedCredential, FederatedToken, GrantKind};
+use bosun_azure_doubles::{Auth, Fault, FaultRule, Faults, Journal, TokenBook};
+use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, AcrTasksConfig, acr_build_key, key_tag};
+use bosun_consumers::container_build::azure::{
+    ACR_SCOPE, AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig,
+};
+use bosun_consumers::container_build::{ContainerBuild, image_spec};
+use bosun_consumers::delivery::archive::tar::TarWriter;
+use bosun_consumers::delivery::azure::credential::{RefreshingToken, TokenCredential};
+use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
+use bosun_consumers::{Consumer, HandlerError, Inbound, Outcome, Outgoing};
+use bosun_contracts::messages::{ArtifactKind, BuildCompleted, ContainerImageBuilt, PollContainerBuild};
+use bosun_contracts::{Envelope, Message, samples};
+use uuid::Uuid;
+
+const TENANT_ID: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+const CLIENT_ID: &str = "6c3c2b4e-7a8d-4c1e-9f0a-1b2c3d4e5f60";
+const ISSUER: &str = "https://oidc.prod-aks.azure.com/cluster/";
+const SUBJECT: &str = "system:serviceaccount:bosun:bosun";
+const SUBSCRIPTION: &str = "4385cf00-2d3a-425a-832f-f4285b1c9dce";
+const REGISTRY: &str = "contoso.azurecr.io";
+const REPOSITORY: &str = "contoso/payments-api";
+
+/// Sends the credential's https requests to the Entra double over http.
+#[derive(Debug)]
+struct Loopback {
+    port: u16,
+    inner: Arc<dyn HttpClient>,
+}
+
+#[async_trait]
+impl HttpClient for Loopback {
+    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
+        let mut request = request.clone();
+        let url = request.url_mut();
+        assert_eq!(url.host_str(), Some("login.entra.test"), "only the authority is asked");
+        url.set_scheme("http").unwrap();
+        url.set_host(Some("127.0.0.1")).unwrap();
+        url.set_port(Some(self.port)).unwrap();
+        self.inner.execute_request(&request).await
+    }
+}
+
+/// `azure_identity`'s client options for the Entra double: a custom cloud
+/// whose authority host is `https://login.entra.test`, and the
+/// [`Loopback`] transport.
+fn entra_options(entra: &EntraDouble) -> ClientOptions {
+    let mut cloud = CustomConfiguration::default();
+    cloud.authority_host = "https://login.entra.test".into();
+    ClientOptions {
+        transport: Some(Transport::new(Arc::new(Loopback {
+            port: entra.running().addr().port(),
+            inner: azure_core::http::new_http_client(None),
+        }))),
+        cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
+        ..ClientOptions::default()
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    entra: EntraDouble,
+    acr: AcrDouble,
+    faults: Faults,
+    journal: Journal,
+    consumer: ContainerBuild<AcrTasks>,
+    event: BuildCompleted,
+    blobs: Arc<FilesystemBlobStore>,
+}
+
+fn context_tar() -> Vec<u8> {
+    let mut writer = TarWriter::new();
+    writer
+        .file(
+            "Dockerfile",
+            0o644,
+            0,
+            0,
+            b"FROM mcr.microsoft.com/dotnet/aspnet:9.0\nARG DOTNET_VERSION\nENV DOTNET_VERSION=$DOTNET_VERSION\nRUN dotnet --info\nCOPY app/ /app/\nENTRYPOINT [\"dotnet\", \"/app/server.dll\"]\n",
+        )
+        .unwrap();
+    writer.file("app/server.dll", 0o644, 0, 0, b"server").unwrap();
+    writer.finish().unwrap()
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::default();
+    let journal = Journal::default();
+    let book = TokenBook::default();
+    let entra = EntraDouble::start(faults.clone(), journal.clone(), book.clone())
+        .await
+        .unwrap();
+    entra.add_federated_credential(
+        TENANT_ID,
+        CLIENT_ID,
+        FederatedCredential {
+            issuer: ISSUER.into(),
+            subject: SUBJECT.into(),
+            audience: entra::TOKEN_EXCHANGE_AUDIENCE.into(),
+        },
+    );
+    let mut config = AcrConfig::new(SUBSCRIPTION, "delivery-rg", "contoso");
+    config.entra = Some(book.clone());
+    let acr = AcrDouble::start(faults.clone(), journal.clone(), Auth::default().entra(book), config)
+        .await
+        .unwrap();
+
+    // The projected service-account token, as the webhook writes it.
+    let token_file = dir.path().join("azure-identity-token");
+    std::fs::write(&token_file, FederatedToken::new(ISSUER, SUBJECT).jwt()).unwrap();
+    let client_options = entra_options(&entra);
+    let credential: Arc<dyn TokenCredential> =
+        WorkloadIdentityCredential::new(Some(WorkloadIdentityCredentialOptions {
+            credential_options: ClientAssertionCredentialOptions { client_options },
+            client_id: Some(CLIENT_ID.into()),
+            tenant_id: Some(TENANT_ID.into()),
+            token_file_path: Some(token_file),
+        }))
+        .unwrap();
+
+    let blobs = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
+    let context = blobs
+        .put(
+            "artifacts",
+            "contoso/payments-api/build-4711/container-context.tar",
+            context_tar(),
+            "application/x-tar",
+        )
+        .await
+        .unwrap();
+    let mut event = samples::build_completed();
+    for artifact in &mut event.artifacts {
+        if artifact.kind == ArtifactKind::ContainerContext {
+            artifact.blob = context.clone();
+        }
+    }
+    let mut registry_config = AzureContainerRegistryConfig::new(
+        REGISTRY,
+        AcrAuth::Entra {
+            tokens: Arc::new(RefreshingToken::new(credential.clone(), ACR_SCOPE)),
+            tenant: Some(TENANT_ID.into()),
+        },
+    );
+    registry_config.endpoint = Some(acr.registry_url());
+    let registry = AzureContainerRegistry::new(&registry_config, blobs.clone()).unwrap();
+    let mut tasks_config = AcrTasksConfig::new(SUBSCRIPTION, "delivery-rg", "contoso");
+    tasks_config.arm_endpoint = Some(acr.base_url());
+    let tasks = AcrTasks::new(
+        &tasks_config,
+        Arc::new(RefreshingToken::new(credential, ARM_SCOPE)),
+        registry,
+        blobs.clone(),
+    )
+    .unwrap();
+    let consumer = ContainerBuild::new(tasks).with_polling(Duration::from_secs(1), Duration::from_secs(4), 5);
+    Fixture {
+        _dir: dir,
+        entra,
+        acr,
+        faults,
+        journal,
+        consumer,
+        event,
+        blobs,
+    }
+}
+
+impl Fixture {
+    async fn handle(&self, message: Message) -> Result<Outcome, HandlerError> {
+        let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "build-ingestion");
+        self.consumer.handle(Inbound::new(&envelope, &message)).await
+    }
+
+    /// Handles `message` as the runtime does: again after a retryable
+    /// error, at most `tries` times; returns the outcome and the errors.
+    async fn handle_retrying(&self, message: Message, tries: usize) -> (Outcome, Vec<HandlerError>) {
+        let mut errors = Vec::new();
+        for _ in 0..tries {
+            match self.handle(message.clone()).await {
+                Ok(outcome) => return (outcome, errors),
+                Err(err @ (HandlerError::Transient(_) | HandlerError::RetryAfter { .. })) => errors.push(err),
+                Err(err) => panic!("a permanent error: {err}"),
+            }
+        }
+        panic!("not handled within {tries} tries: {errors:?}");
+    }
+
+    fn key(&self) -> String {
+        let spec = image_spec("contoso", &self.event).unwrap().unwrap();
+        acr_build_key(&spec, REPOSITORY)
+    }
+}
+
+/// What a handled message led to: the next poll, or the image.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Poll(PollContainerBuild),
+    Built(ContainerImageBuilt),
+}
+
+impl Step {
+    fn poll(self) -> PollContainerBuild {
+        match self {
+            Self::Poll(poll) => poll,
+            Self::Built(built) => panic!("expected a poll, got {built:?}"),
+        }
+    }
+
+    fn built(self) -> ContainerImageBuilt {
+        match self {
+            Self::Built(built) => built,
+            Self::Poll(poll) => panic!("expected the image, got {poll:?}"),
+        }
+    }
+}
+
+fn next(outcome: &Outcome) -> Step {
+    assert_eq!(outcome.messages.len(), 1, "{outcome:?}");
+    match &outcome.messages[0] {
+        Outgoing {
+            message: Message::PollContainerBuild(poll),
+            delay: Some(_),
+        } => Step::Poll(poll.clone()),
+        Outgoing {
+            message: Message::ContainerImageBuilt(built),
+            delay: None,
+        } => Step::Built(built.clone()),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_build_runs_once_through_a_429_and_a_5xx_and_its_image_is_in_the_registry() {
+    let fixture = fixture().await;
+    let key = fixture.key();
+    fixture
+        .faults
+        .add(FaultRule::new(acr::SERVICE, "/scheduleRun", Fault::Throttle { retry_after_secs: 3 }, 1).method("POST"));
+    fixture
+        .faults
+        .add(FaultRule::new(acr::SERVICE, "/runs/", Fault::Status(503), 1).method("GET"));
+
+    let (first, errors) = fixture.handle_retrying(fixture.event.clone().into(), 3).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        matches!(&errors[0], HandlerError::RetryAfter { after, .. } if *after == Duration::from_secs(3)),
+        "{}",
+        errors[0]
+    );
+    let mut poll = next(&first).poll();
+    assert_eq!(fixture.acr.runs().len(), 1, "one run scheduled");
+    assert_eq!(poll.run_id, fixture.acr.runs()[0].run_id);
+
+    let mut polled_errors = Vec::new();
+    let built = loop {
+        let (outcome, errors) = fixture.handle_retrying(poll.clone().into(), 3).await;
+        polled_errors.extend(errors);
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(polled_errors.len(), 1, "the 503 was retried through: {polled_errors:?}");
+    assert!(
+        matches!(polled_errors[0], HandlerError::Transient(_)),
+        "{}",
+        polled_errors[0]
+    );
+    assert!(fixture.faults.pending().is_empty(), "both faults fired");
+
+    // Exactly one run, one image under its tag and its key tag.
+    let runs = fixture.acr.runs();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, acr::RunStatus::Succeeded);
+    let image = fixture
+        .acr
+        .image(REPOSITORY, "1.4.0")
+        .expect("the image is in the registry");
+    assert_eq!(built.digest, image.digest);
+    assert_eq!(built.image, REPOSITORY);
+    assert!(!built.already_present);
+    let mut expected_tags = vec!["1.4.0".to_owned(), key_tag(&key)];
+    expected_tags.sort();
+    assert_eq!(fixture.acr.tags(REPOSITORY), expected_tags);
+    assert_eq!(fixture.acr.manifests(), 1);
+    assert_eq!(
+        fixture.acr.uploads(),
+        2,
+        "the throttled attempt had uploaded its context too"
+    );
+    assert!(
+        runs[0]
+            .log
+            .contains("Successfully pushed image: contoso.azurecr.io/contoso/payments-api:1.4.0")
+    );
+
+    // The same event again: the key tag is there, nothing is scheduled.
+    let (again, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let present = next(&again).built();
+    assert!(present.already_present);
+    assert_eq!(present.digest, image.digest);
+    assert_eq!(fixture.acr.runs().len(), 1, "still one run");
+
+    // The tokens came from the Entra double through the federated token:
+    // one for ARM, one for the registry, each cached afterwards.
+    let grants = fixture.entra.grants();
+    assert!(grants.iter().all(|grant| grant.kind == GrantKind::FederatedAssertion));
+    let mut scopes: Vec<&str> = grants.iter().map(|grant| grant.scope.as_str()).collect();
+    scopes.sort_unstable();
+    assert_eq!(scopes, [ACR_SCOPE, ARM_SCOPE]);
+    assert_eq!(fixture.journal.succeeded(acr::SERVICE, "POST", "/scheduleRun"), 1);
+    assert!(
+        fixture
+            .journal
+            .succeeded(acr::REGISTRY_SERVICE, "POST", "/oauth2/exchange")
+            >= 1
+    );
+    assert_eq!(
+        fixture.journal.succeeded(acr::BLOB_SERVICE, "GET", "/rawtext.log"),
+        1,
+        "the log was read once, at the end"
+    );
+}
+
+#[tokio::test]
+async fn a_run_whose_dockerfile_fails_is_a_permanent_error_with_its_log() {
+    let mut fixture = fixture().await;
+    // A context whose Dockerfile copies a file the context lacks.
+    let mut writer = TarWriter::new();
+    writer
+        .file("Dockerfile", 0o644, 0, 0, b"FROM scratch\nCOPY missing.txt /\n")
+        .unwrap();
+    let context = fixture
+        .blobs
+        .put(
+            "artifacts",
+            "contoso/payments-api/build-4711/container-context.tar",
+            writer.finish().unwrap(),
+            "application/x-tar",
+        )
+        .await
+        .unwrap();
+    for artifact in &mut fixture.event.artifacts {
+        if artifact.kind == ArtifactKind::ContainerContext {
+            artifact.blob = context.clone();
+        }
+    }
+    let (first, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let mut poll = next(&first).poll();
+    let err = loop {
+        match fixture.handle(poll.clone().into()).await {
+            Ok(outcome) => poll = next(&outcome).poll(),
+            Err(err) => break err,
+        }
+    };
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    assert!(text.contains("COPY failed"), "{text}");
+    let runs = fixture.acr.runs();
+    assert_eq!((runs.len(), runs[0].status), (1, acr::RunStatus::Failed));
+    assert_eq!(fixture.acr.manifests(), 0, "nothing pushed");
+}
+
+#[tokio::test]
+async fn the_event_handled_again_before_its_commit_follows_the_run_it_scheduled() {
+    let fixture = fixture().await;
+    let (first, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let poll = next(&first).poll();
+    // The process died before the runtime committed: the same event again
+    // finds the run recorded under the build key and follows it.
+    let (again, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    assert_eq!(next(&again).poll().run_id, poll.run_id, "the same run is followed");
+    assert_eq!(fixture.acr.runs().len(), 1, "one run for one build");
+    assert_eq!(fixture.acr.uploads(), 1, "one context uploaded");
+    let mut poll = poll;
+    let built = loop {
+        let (outcome, _) = fixture.handle_retrying(poll.clone().into(), 1).await;
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
+    assert_eq!(fixture.acr.manifests(), 1);
+}
+
+#[tokio::test]
+async fn azure_identity_reads_the_entra_doubles_tokens_and_errors() {
+    let fixture = fixture().await;
+    fixture.entra.add_client_secret(TENANT_ID, CLIENT_ID, "s3cret");
+    let credential = |secret: &'static str| {
+        ClientSecretCredential::new(
+            TENANT_ID,
+            CLIENT_ID.into(),
+            Secret::new(secret),
+            Some(ClientSecretCredentialOptions {
+                client_options: entra_options(&fixture.entra),
+            }),
+        )
+        .unwrap()
+    };
+    let token = credential("s3cret").get_token(&[ARM_SCOPE], None).await.unwrap();
+    assert!(fixture.entra.tokens().check(token.token.secret()).is_ok());
+    let lifetime = token.expires_on - time::OffsetDateTime::now_utc();
+    assert!(lifetime > time::Duration::minutes(55), "{lifetime}");
+
+    let err = credential("wrong").get_token(&[ARM_SCOPE], None).await.unwrap_err();
+    let text = format!("{err:?}");
+    assert!(text.contains("7000215"), "the AADSTS code reaches the error: {text}");
+    assert!(text.contains("Invalid client secret"), "{text}");
+}
+
+#[tokio::test]
+async fn tokens_that_expire_between_polls_are_fetched_again_through_the_federated_token() {
+    let fixture = fixture().await;
+    // Tokens live 2 s: every poll finds the last one expired.
+    fixture.entra.set_token_lifetime(Duration::from_secs(2));
+    let (first, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let mut poll = next(&first).poll();
+    let built = loop {
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let (outcome, errors) = fixture.handle_retrying(poll.clone().into(), 1).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
+    let arm_grants = fixture
+        .entra
+        .grants()
+        .iter()
+        .filter(|grant| grant.scope == ARM_SCOPE)
+        .count();
+    assert!(
+        arm_grants >= 3,
+        "a new ARM token for the build and each poll: {arm_grants}"
+    );
+    assert!(
+        fixture.journal.entries().iter().all(|entry| entry.status != 401),
+        "no request went with an expired token"
+    );
+}
