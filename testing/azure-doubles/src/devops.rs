@@ -15,8 +15,9 @@
 //! - refs: list by `filter` prefix (and `$top`); `POST refs` compares each
 //!   `oldObjectId` with the ref (zeros for a new ref) and answers
 //!   `success: false`, `updateStatus: staleOldObjectId` for a stale one;
-//! - pushes: one ref update whose `oldObjectId` must be the branch head
-//!   (409 TF401028 otherwise), commits of `add` (the file must not exist),
+//! - pushes: one ref update whose `oldObjectId` must be the branch head,
+//!   or for a new branch the commit it starts from (zeros for a first
+//!   commit; 409 TF401028 otherwise), commits of `add` (the file must not exist),
 //!   `edit` (it must), `delete` (a file or a folder) with `rawtext` or
 //!   `base64encoded` content; each commit gets a fresh 40-hex id and keeps
 //!   its whole tree, so items are readable at any commit or branch; the

@@ -267,7 +267,8 @@ fn tree_id(files: &BTreeMap<String, Vec<u8>>) -> String {
 }
 
 /// `POST pushes`: one ref update, its `oldObjectId` compared with the
-/// branch (zeros for a new branch); a stale one is 409 TF401028.
+/// branch (for a new branch: the commit it starts from, or zeros); a stale
+/// one is 409 TF401028.
 fn push(state: &mut State, index: usize, req: &Req) -> Response {
     let body = match req.json() {
         Ok(body) => body,
@@ -283,8 +284,13 @@ fn push(state: &mut State, index: usize, req: &Req) -> Response {
     };
     let org_url = state.org_url();
     let repository = &mut state.repositories[index];
-    let current = repository.refs.get(name).cloned().unwrap_or_else(|| ZERO_ID.to_owned());
-    if current != old {
+    // An existing branch must be at `oldObjectId`; a new one starts from
+    // `oldObjectId` (the base branch's commit, or zeros for a first commit).
+    let stale = match repository.refs.get(name) {
+        Some(current) => *current != old,
+        None => old != ZERO_ID && !repository.commits.contains_key(&old),
+    };
+    if stale {
         return error(
             StatusCode::CONFLICT,
             "GitReferenceStaleException",
