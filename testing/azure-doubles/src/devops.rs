@@ -40,7 +40,8 @@
 //! - policy configurations: create (a type id and settings), list, get, and
 //!   the per-branch query under `git/policy/configurations` by repository,
 //!   ref and type; evaluations of a pull request's artifact id, one per
-//!   enabled policy in scope, `queued` unless the test set a status
+//!   enabled policy in scope (a preview API: a released `api-version` is
+//!   400 as Azure DevOps answers it), `queued` unless the test set a status
 //!   ([`DevOpsDouble::set_policy_evaluation`]);
 //! - pipelines: create from a YAML path in a repository of the project (a
 //!   second of the same name in the same folder is refused), get, list;
@@ -370,6 +371,10 @@ async fn handle(
     {
         versions.push(("api-version".to_owned(), version.to_owned()));
     }
+    let api_version = versions
+        .iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case("api-version"))
+        .map(|(_, version)| version.clone());
     if let Err(answer) = check_api_version(&versions) {
         return *answer;
     }
@@ -397,6 +402,7 @@ async fn handle(
         query: query.clone(),
         accept: accept.clone(),
         body: body.clone(),
+        api_version: api_version.clone(),
     };
     if second == "_apis" {
         return organization(&mut state, &req(&segments[2..]), uri.path());

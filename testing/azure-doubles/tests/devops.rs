@@ -408,3 +408,23 @@ async fn credentials_versions_and_faults_are_answered_as_azure_devops_does() {
             .any(|l| l["id"] == "9946fd70-0d40-406e-b686-b4744cbbcc37" && l["resourceName"] == "pullRequests")
     );
 }
+
+#[tokio::test]
+async fn policy_evaluations_are_a_preview_api() {
+    let (_double, client, project_id) = start().await;
+    let artifact = format!("vstfs:///CodeReview/CodeReviewId/{project_id}/1");
+    let (status, refused) = client.get(&format!("policy/evaluations?artifactId={artifact}")).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["typeKey"], "VssInvalidPreviewVersionException");
+    let preview = client
+        .http
+        .get(format!(
+            "{}/_apis/policy/evaluations?artifactId={artifact}&api-version=7.1-preview.1",
+            client.project_url
+        ))
+        .basic_auth("", Some(PAT))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preview.status().as_u16(), 200);
+}

@@ -172,6 +172,8 @@ pub(crate) fn locations(area: &str) -> Value {
         .iter()
         .filter(|(name, ..)| name.eq_ignore_ascii_case(area))
         .map(|(name, id, resource, template, version)| {
+            // Policy evaluations are only in preview: no released version.
+            let released = if *resource == "evaluations" { "0.0" } else { "7.1" };
             json!({
                 "id": id,
                 "area": name,
@@ -180,7 +182,7 @@ pub(crate) fn locations(area: &str) -> Value {
                 "resourceVersion": version,
                 "minVersion": "1.0",
                 "maxVersion": "7.2",
-                "releasedVersion": "7.1",
+                "releasedVersion": released,
             })
         })
         .collect();

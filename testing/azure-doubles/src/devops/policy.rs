@@ -193,6 +193,9 @@ pub(crate) fn evaluations(state: &State, pr: &PullRequest) -> Vec<Value> {
 
 /// `GET policy/evaluations?artifactId=vstfs:///CodeReview/CodeReviewId/{projectId}/{id}`.
 fn evaluations_of(state: &State, project: &Project, req: &Req) -> Response {
+    if let Err(answer) = req.require_preview() {
+        return *answer;
+    }
     let Some(artifact) = req.param("artifactId") else {
         return error(
             StatusCode::BAD_REQUEST,

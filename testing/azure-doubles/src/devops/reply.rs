@@ -25,6 +25,8 @@ pub(crate) struct Req {
     pub(crate) accept: String,
     /// The body.
     pub(crate) body: Bytes,
+    /// The `api-version` asked for (query or `Accept`), if any.
+    pub(crate) api_version: Option<String>,
 }
 
 impl Req {
@@ -54,6 +56,7 @@ impl Req {
             query: self.query.clone(),
             accept: self.accept.clone(),
             body: self.body.clone(),
+            api_version: self.api_version.clone(),
         }
     }
 
@@ -71,6 +74,21 @@ impl Req {
                 &format!("The request body is not valid JSON: {err}"),
             ))
         })
+    }
+
+    /// `400` unless the `api-version` asks for a preview, as Azure DevOps
+    /// answers a released version of a resource that is only in preview.
+    pub(crate) fn require_preview(&self) -> Result<(), Box<Response>> {
+        match self.api_version.as_deref() {
+            Some(version) if !version.contains("-preview") => Err(Box::new(error(
+                StatusCode::BAD_REQUEST,
+                "VssInvalidPreviewVersionException",
+                &format!(
+                    "The requested version \"{version}\" of the resource is under preview. The -preview flag must be supplied in the api-version for such requests. For example: \"{version}-preview\""
+                ),
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the caller asked for raw bytes (`Accept:
