@@ -518,3 +518,37 @@ async fn build_ingestion_reads_the_test_runs_through_a_429_and_a_503() {
     assert_eq!(again, built);
     world.assert_faults_fired(10);
 }
+
+#[tokio::test]
+async fn an_entra_bearer_token_is_accepted_and_a_wrong_pat_is_refused_for_good() {
+    let tokens = bosun_azure_doubles::TokenBook::default();
+    let double = DevOpsDouble::start(
+        Faults::default(),
+        Journal::default(),
+        Auth::default().entra(tokens.clone()),
+        "contoso",
+    )
+    .await
+    .unwrap();
+    double.add_project(PROJECT);
+    let token = tokens.issue(
+        "bosun-client",
+        bosun_consumers::delivery::azure::devops::AZURE_DEVOPS_SCOPE,
+        std::time::Duration::from_secs(600),
+    );
+    let bearer = AzureDevOpsConfig::new(double.organization_url(), PROJECT, AzureDevOpsAuth::Bearer(token));
+    let host = AzureRepositoryHost::new(&bearer).unwrap();
+    assert!(host.provision(&repository_spec(0)).await.unwrap().created);
+    let wrong = AzureDevOpsConfig::new(
+        double.organization_url(),
+        PROJECT,
+        AzureDevOpsAuth::Pat("wrong".to_owned()),
+    );
+    let err = AzureRepositoryHost::new(&wrong)
+        .unwrap()
+        .provision(&repository_spec(0))
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "a refused credential is not retried: {err}");
+    assert_eq!(double.repositories(PROJECT).len(), 1);
+}
