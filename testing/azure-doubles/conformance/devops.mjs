@@ -139,6 +139,16 @@ async function main() {
   }, created.id, project), 409, 'TF401028');
   ok('git: push on a moved branch is 409 TF401028');
 
+  const branched = await git.createPush({
+    refUpdates: [{ name: 'refs/heads/release', oldObjectId: first }],
+    commits: [{ comment: 'Start a release branch', changes: [{ changeType: GitInterfaces.VersionControlChangeType.Add, item: { path: '/RELEASE.md' }, newContent: { content: 'v1\n', contentType: GitInterfaces.ItemContentType.RawText } }] }],
+  }, created.id, project);
+  const release = await git.getRefs(created.id, project, 'heads/release');
+  check(release.length === 1 && release[0].objectId === branched.refUpdates[0].newObjectId, 'a push makes a new branch from the base commit', { branched, release });
+  const releaseCommit = await git.getCommit(release[0].objectId, created.id, project);
+  check(releaseCommit.parents[0] === first, 'the new branch starts at the base commit', releaseCommit);
+  ok('git: a push with oldObjectId = the base commit creates a new branch');
+
   const atHead = await readStream(await git.getItemContent(created.id, '/README.md', project, undefined, undefined, undefined, undefined, undefined,
     { version: head, versionType: GitInterfaces.GitVersionType.Commit }));
   check(atHead === 'hello, world\n', 'getItemContent at the new commit', atHead);

@@ -27,7 +27,7 @@ const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const PAT: &str = "conformance-pat";
 const PROJECT: &str = "delivery";
 /// The `ok` lines conformance/devops.mjs prints when every check passes.
-const CHECKS: usize = 25;
+const CHECKS: usize = 26;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs azure-devops-node-api: scripts/azure-devops-sdk install (scripts/test runs it)"]
