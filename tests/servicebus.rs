@@ -17,38 +17,11 @@ mod common;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use bosun::backends::servicebus::connection::ServiceBusEndpoint;
-use bosun::backends::servicebus::credential::TokenSource;
-use bosun::backends::servicebus::management::ManagementClient;
 use bosun::backends::servicebus::plan::{Description, TopologyOptions, desired_entities};
 use bosun::runtime::registry;
-use bosun_servicebus_broker::{Broker, BrokerConfig, RunningBroker};
+use bosun_servicebus_broker::{Broker, BrokerConfig};
 use common::bosun;
 use serde_json::Value;
-
-/// The in-process test broker with bosun's topology applied to it the way
-/// `bosun topology apply` does (the management client over the broker's
-/// REST API; the test below does it through the binary).
-async fn test_broker() -> RunningBroker {
-    let broker = Broker::start(BrokerConfig::default())
-        .await
-        .expect("the test broker starts");
-    let endpoint =
-        ServiceBusEndpoint::from_connection_string(&broker.connection_string()).expect("its connection string");
-    let tokens = TokenSource::for_endpoint(&endpoint).expect("its tokens");
-    let management = ManagementClient::new(&endpoint, tokens)
-        .expect("a management client")
-        .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
-    let plan = management
-        .plan(&registry::topology(), &TopologyOptions::default())
-        .await
-        .expect("the topology planned on the test broker");
-    management
-        .apply(&plan)
-        .await
-        .expect("the topology applied to the test broker");
-    broker
-}
 
 /// The connection string in `BOSUN_TEST_SERVICEBUS`, if one is set.
 fn external_service_bus() -> Option<String> {
@@ -64,7 +37,7 @@ fn a_whole_delivery_travels_over_service_bus() {
     let external = external_service_bus();
     let broker = match external {
         Some(_) => None,
-        None => Some(runtime.block_on(test_broker())),
+        None => Some(runtime.block_on(common::servicebus_test_broker())),
     };
     let connection_string = match (&external, &broker) {
         (Some(text), _) => text.clone(),

@@ -10,11 +10,16 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use bosun::backends::servicebus::connection::ServiceBusEndpoint;
+use bosun::backends::servicebus::credential::TokenSource;
+use bosun::backends::servicebus::management::ManagementClient;
+use bosun::backends::servicebus::plan::TopologyOptions;
 use bosun::ports::store::{DeadLetterRecord, DeadLetterStatus};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 use bosun_contracts::routing::EVENTS_TOPIC;
 use bosun_contracts::{Destination, Envelope};
+use bosun_servicebus_broker::{Broker, BrokerConfig, RunningBroker};
 
 /// The `bosun` binary with a clean environment (no `BOSUN_*`, `OTEL_*`,
 /// `TRACEPARENT`) pointing at `data_dir`.
@@ -514,4 +519,28 @@ pub fn demo_output_with_progress(command: &mut Command, progress: &Progress) -> 
         stdout: stdout.join().expect("stdout reader"),
         stderr: seen.join("\n").into_bytes(),
     }
+}
+
+/// The in-process test broker with bosun's topology applied to it the way
+/// `bosun topology apply` does (the management client over the broker's
+/// REST API; the test below does it through the binary).
+pub async fn servicebus_test_broker() -> RunningBroker {
+    let broker = Broker::start(BrokerConfig::default())
+        .await
+        .expect("the test broker starts");
+    let endpoint =
+        ServiceBusEndpoint::from_connection_string(&broker.connection_string()).expect("its connection string");
+    let tokens = TokenSource::for_endpoint(&endpoint).expect("its tokens");
+    let management = ManagementClient::new(&endpoint, tokens)
+        .expect("a management client")
+        .with_base_url(format!("http://127.0.0.1:{}", broker.port()));
+    let plan = management
+        .plan(&bosun::runtime::registry::topology(), &TopologyOptions::default())
+        .await
+        .expect("the topology planned on the test broker");
+    management
+        .apply(&plan)
+        .await
+        .expect("the topology applied to the test broker");
+    broker
 }

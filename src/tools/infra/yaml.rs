@@ -40,6 +40,43 @@ fn document(value: &Value) -> Result<String, YamlError> {
     serde_saphyr::to_string_with_options(value, options).map_err(YamlError)
 }
 
+/// Reads the documents of a YAML file someone edited (an overlay's
+/// `config.yaml`), for `bosun infra check`: strings, numbers, booleans and
+/// null as JSON, anchors resolved; the parser's message when it does not
+/// parse or holds a key that is not a string. yaml-rust2 reads it, a
+/// parser of its own beside the writer, as the infra tests read back what
+/// was written.
+pub fn parse(text: &str) -> Result<Vec<Value>, String> {
+    let documents = yaml_rust2::YamlLoader::load_from_str(text).map_err(|err| err.to_string())?;
+    documents.iter().map(to_json).collect()
+}
+
+fn to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
+    use yaml_rust2::Yaml;
+    Ok(match yaml {
+        Yaml::String(text) => Value::String(text.clone()),
+        Yaml::Integer(n) => Value::from(*n),
+        Yaml::Real(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Null | Yaml::BadValue => Value::Null,
+        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect::<Result<_, _>>()?),
+        Yaml::Hash(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    let key = match key {
+                        Yaml::String(text) => text.clone(),
+                        Yaml::Integer(n) => n.to_string(),
+                        Yaml::Boolean(b) => b.to_string(),
+                        other => return Err(format!("a key that is not a string: {other:?}")),
+                    };
+                    Ok((key, to_json(value)?))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Yaml::Alias(_) => return Err("an alias the parser did not resolve".to_owned()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -157,41 +194,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Reads the documents of a YAML file someone edited (an overlay's
-/// `config.yaml`), for `bosun infra check`: strings, numbers, booleans and
-/// null as JSON, anchors resolved; the parser's message when it does not
-/// parse or holds a key that is not a string. yaml-rust2 reads it, a
-/// parser of its own beside the writer, as the infra tests read back what
-/// was written.
-pub fn parse(text: &str) -> Result<Vec<Value>, String> {
-    let documents = yaml_rust2::YamlLoader::load_from_str(text).map_err(|err| err.to_string())?;
-    documents.iter().map(to_json).collect()
-}
-
-fn to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
-    use yaml_rust2::Yaml;
-    Ok(match yaml {
-        Yaml::String(text) => Value::String(text.clone()),
-        Yaml::Integer(n) => Value::from(*n),
-        Yaml::Real(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
-        Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Null | Yaml::BadValue => Value::Null,
-        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect::<Result<_, _>>()?),
-        Yaml::Hash(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| {
-                    let key = match key {
-                        Yaml::String(text) => text.clone(),
-                        Yaml::Integer(n) => n.to_string(),
-                        Yaml::Boolean(b) => b.to_string(),
-                        other => return Err(format!("a key that is not a string: {other:?}")),
-                    };
-                    Ok((key, to_json(value)?))
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        Yaml::Alias(_) => return Err("an alias the parser did not resolve".to_owned()),
-    })
 }
