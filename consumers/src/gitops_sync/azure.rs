@@ -266,7 +266,22 @@ fn applied_of(result: &SyncResult) -> Vec<AppliedResource> {
 }
 
 /// What the application reports: the commit it runs, if it can tell.
+/// Whether an operation (a sync) is under way: its phase is `Running` or
+/// `Terminating`.
+fn operation_running(status: &ApplicationStatus) -> bool {
+    status
+        .operation_state
+        .as_ref()
+        .is_some_and(|operation| matches!(operation.phase.as_str(), "Running" | "Terminating"))
+}
+
+/// The commit the application runs: that of the last sync that succeeded,
+/// else the one it is in sync with; none while an operation is under way
+/// (what the previous sync left says nothing about the one running).
 fn reported_commit(status: &ApplicationStatus) -> Option<String> {
+    if operation_running(status) {
+        return None;
+    }
     let succeeded = status
         .operation_state
         .as_ref()
@@ -407,7 +422,9 @@ impl AzureEnvironments {
 
     /// The name of the application to sync for a tenant's environment (see
     /// the module documentation).
-    async fn resolve_application(&self, tenant: &str, environment: &str) -> Result<String, GitOpsError> {
+    /// The tenant's application (or the one named before tenants, labelled
+    /// for the tenant), as read: its name and its state.
+    async fn resolve_application(&self, tenant: &str, environment: &str) -> Result<(String, Application), GitOpsError> {
         let name = application_name(&self.application_prefix, tenant, environment);
         let refuse = |app: &str, owner: &str| {
             GitOpsError::from(ForeignTenant::new(
@@ -420,7 +437,7 @@ impl AzureEnvironments {
             Ok(application) => {
                 return match application.tenant() {
                     Some(owner) if owner != tenant => Err(refuse(&name, owner)),
-                    _ => Ok(name),
+                    _ => Ok((name, application)),
                 };
             }
             Err((err, _, Some(StatusCode::NOT_FOUND | StatusCode::FORBIDDEN))) => err,
@@ -436,7 +453,7 @@ impl AzureEnvironments {
         match application.tenant() {
             Some(owner) if owner == tenant => {
                 tracing::debug!(application = %legacy, tenant, "using the application named before tenants, labelled for this tenant");
-                Ok(legacy)
+                Ok((legacy, application))
             }
             Some(owner) => Err(refuse(&legacy, owner)),
             None => Err(GitOpsError::Rejected(
@@ -487,23 +504,37 @@ impl Environments for AzureEnvironments {
             validate::git_sha("commitSha", commit)?;
         }
         validate::tenant_id("tenant", &request.tenant)?;
-        let name = self.resolve_application(&request.tenant, &request.environment).await?;
-        let mut body = json!({ "prune": true });
-        if let Some(commit) = &request.commit_sha {
-            body["revision"] = json!(commit);
-        }
-        match self
-            .send(Method::POST, self.application_url(&name, &["sync"]), Some(&body))
-            .await
-        {
-            Ok(_) => {}
-            Err((_, message, _)) if message.contains("another operation is already in progress") => {
-                tracing::debug!(application = %name, "a sync is already running; observing it");
+        // A sync is asked for only when one is needed: not while an
+        // operation runs (it is observed instead), and not when the
+        // application already runs the commit in sync (a reconcile asked
+        // again, by a retry or a redelivery, starts no second sync).
+        let (name, before) = self.resolve_application(&request.tenant, &request.environment).await?;
+        let running = operation_running(&before.status);
+        let there = request.commit_sha.as_deref().is_some_and(|commit| {
+            !running
+                && before.status.sync.status == "Synced"
+                && reported_commit(&before.status).as_deref() == Some(commit)
+        });
+        let status = if running || there {
+            tracing::debug!(application = %name, running, "no sync asked: observing the application");
+            before.status
+        } else {
+            let mut body = json!({ "prune": true });
+            if let Some(commit) = &request.commit_sha {
+                body["revision"] = json!(commit);
             }
-            Err((err, _, _)) => return Err(err),
-        }
-        let application = self.application(&name).await.map_err(|(err, _, _)| err)?;
-        let status = application.status;
+            match self
+                .send(Method::POST, self.application_url(&name, &["sync"]), Some(&body))
+                .await
+            {
+                Ok(_) => {}
+                Err((_, message, _)) if message.contains("another operation is already in progress") => {
+                    tracing::debug!(application = %name, "a sync is already running; observing it");
+                }
+                Err((err, _, _)) => return Err(err),
+            }
+            self.application(&name).await.map_err(|(err, _, _)| err)?.status
+        };
         if let Some(operation) = &status.operation_state
             && matches!(operation.phase.as_str(), "Failed" | "Error")
         {

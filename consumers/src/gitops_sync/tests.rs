@@ -814,8 +814,26 @@ mod azure {
 
     #[tokio::test]
     async fn argo_cd_sync_in_progress_reports_nothing_yet() {
+        // A sync runs: it is observed, no second one is asked for, and what
+        // the previous sync left (Synced at SHA_1) is not reported.
+        let server = MockAzure::start(vec![Reply::json(
+            "GET",
+            APP,
+            200,
+            &application("Running", "Synced", SHA_1, "Progressing"),
+        )])
+        .await;
+        let report = adapter(&server).reconcile(&request(Some(SHA_2))).await;
+        let requests = server.finish().await;
+        let report = report.unwrap();
+        assert_eq!(report.commit_sha, None);
+        assert!(!report.healthy);
+        assert_eq!(requests.len(), 1, "no sync asked while one runs");
+
+        // The sync was asked for between the read and the request (by
+        // another reconcile): Argo CD's "already in progress" is observed.
         let server = MockAzure::start(vec![
-            Reply::json("GET", APP, 200, &application("Running", "OutOfSync", SHA_1, "Progressing")),
+            Reply::json("GET", APP, 200, &application("Succeeded", "Synced", SHA_1, "Healthy")),
             Reply::json(
                 "POST",
                 &format!("{APP}/sync"),
@@ -827,9 +845,25 @@ mod azure {
         .await;
         let report = adapter(&server).reconcile(&request(Some(SHA_2))).await;
         server.finish().await;
+        assert_eq!(report.unwrap().commit_sha, None);
+    }
+
+    #[tokio::test]
+    async fn argo_cd_already_running_the_commit_is_not_synced_again() {
+        let server = MockAzure::start(vec![Reply::json(
+            "GET",
+            APP,
+            200,
+            &application("Succeeded", "Synced", SHA_2, "Healthy"),
+        )])
+        .await;
+        let report = adapter(&server).reconcile(&request(Some(SHA_2))).await;
+        let requests = server.finish().await;
         let report = report.unwrap();
-        assert_eq!(report.commit_sha, None);
-        assert!(!report.healthy);
+        assert_eq!(report.commit_sha.as_deref(), Some(SHA_2));
+        assert!(report.healthy);
+        assert_eq!(report.applied.len(), 3, "what the sync applied");
+        assert_eq!(requests.len(), 1, "no second sync");
     }
 
     #[tokio::test]
@@ -932,12 +966,7 @@ mod azure {
             "bosun-fabrikam.dev"
         );
         let theirs = "/api/v1/applications/bosun-fabrikam.dev";
-        let server = MockAzure::start(vec![
-            Reply::json("GET", theirs, 200, &labelled(Some("fabrikam"))),
-            Reply::json("POST", &format!("{theirs}/sync"), 200, "{}"),
-            Reply::json("GET", theirs, 200, &labelled(Some("fabrikam"))),
-        ])
-        .await;
+        let server = MockAzure::start(vec![Reply::json("GET", theirs, 200, &labelled(Some("fabrikam")))]).await;
         let mut fabrikam = request(Some(SHA_2));
         fabrikam.tenant = "fabrikam".into();
         let report = adapter(&server).reconcile(&fabrikam).await;
@@ -970,8 +999,6 @@ mod azure {
                 404,
                 r#"{"message":"applications.argoproj.io \"bosun-contoso.dev\" not found"}"#,
             ),
-            Reply::json("GET", OLD_APP, 200, &labelled(Some("contoso"))),
-            Reply::json("POST", &format!("{OLD_APP}/sync"), 200, "{}"),
             Reply::json("GET", OLD_APP, 200, &labelled(Some("contoso"))),
         ])
         .await;
