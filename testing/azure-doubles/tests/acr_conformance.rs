@@ -12,11 +12,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
+mod common;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use std::path::Path;
+use std::time::Duration;
 
 use bosun_azure_doubles::acr::{AcrConfig, AcrDouble, RunStatus};
 use bosun_azure_doubles::entra::{
@@ -25,7 +24,6 @@ use bosun_azure_doubles::entra::{
 use bosun_azure_doubles::{Auth, Faults, Journal, TokenBook};
 
 const PYTHON_VAR: &str = "BOSUN_TEST_AZURE_PYTHON_SDK";
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const CLIENT: &str = "6c3c2b4e-7a8d-4c1e-9f0a-1b2c3d4e5f60";
 const SECRET: &str = "conformance-secret";
@@ -70,7 +68,8 @@ async fn microsofts_python_sdks_conform() {
     std::fs::write(&token_file, FederatedToken::new(ISSUER, SUBJECT).jwt()).unwrap();
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/acr.py");
-    let mut child = tokio::process::Command::new(&python)
+    let mut command = tokio::process::Command::new(&python);
+    command
         .arg(&script)
         .env("ENTRA_URL", entra.base_url())
         .env("ARM_URL", acr.base_url())
@@ -83,31 +82,9 @@ async fn microsofts_python_sdks_conform() {
         .env("REGISTRY", "contoso")
         .env("LOGIN_SERVER", acr.login_server())
         .env("PYTHONUNBUFFERED", "1")
-        .env_remove("AZURE_AUTHORITY_HOST")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run {python} ({PYTHON_VAR}): {error}"));
-    let stdout = tokio::spawn(lines(child.stdout.take().unwrap(), "acr.py"));
-    let stderr = tokio::spawn(lines(child.stderr.take().unwrap(), "acr.py stderr"));
-    let status = tokio::time::timeout(SCRIPT_TIMEOUT, child.wait()).await;
-    if status.is_err() {
-        child.kill().await.unwrap();
-    }
-    let stdout = stdout.await.unwrap();
-    let stderr = stderr.await.unwrap();
-    let status = status
-        .unwrap_or_else(|_| panic!("acr.py did not finish within {SCRIPT_TIMEOUT:?}:\n{stdout}\n{stderr}"))
-        .unwrap();
+        .env_remove("AZURE_AUTHORITY_HOST");
+    common::run_script(command, &format!("acr.py ({python}, {PYTHON_VAR})"), CHECKS).await;
     std::fs::remove_dir_all(&dir).ok();
-    assert!(status.success(), "acr.py failed ({status}):\n{stdout}\n{stderr}");
-    assert!(!stdout.contains("FAIL"), "a check failed:\n{stdout}");
-    assert_eq!(
-        stdout.lines().filter(|line| line.starts_with("ok ")).count(),
-        CHECKS,
-        "expected an `ok` line per check:\n{stdout}"
-    );
     // What the SDKs did is what the doubles hold.
     let runs = acr.runs();
     assert_eq!(runs.len(), 1);
@@ -122,16 +99,4 @@ fn tempfile_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("bosun-acr-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Prints each line of `stream` as it comes and returns them all.
-async fn lines(stream: impl AsyncRead + Unpin, name: &str) -> String {
-    let mut lines = BufReader::new(stream).lines();
-    let mut all = String::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        println!("{name}: {line}");
-        all.push_str(&line);
-        all.push('\n');
-    }
-    all
 }

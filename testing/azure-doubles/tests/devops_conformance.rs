@@ -14,16 +14,14 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use bosun_azure_doubles::devops::{DevOpsDouble, RunScript, ScriptedTest};
 use bosun_azure_doubles::{Auth, Faults, Journal};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 const NODE_PATH_VAR: &str = "BOSUN_TEST_AZURE_DEVOPS_SDK_NODE_PATH";
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const PAT: &str = "conformance-pat";
 const PROJECT: &str = "delivery";
 /// The `ok` lines conformance/devops.mjs prints when every check passes.
@@ -65,37 +63,17 @@ async fn microsofts_node_client_conforms() {
     });
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/devops.mjs");
-    let mut child = tokio::process::Command::new("node")
+    let mut command = tokio::process::Command::new("node");
+    command
         .arg(&script)
         .env("NODE_PATH", &node_path)
         .env("DEVOPS_ORG_URL", double.organization_url())
         .env("DEVOPS_PAT", PAT)
-        .env("DEVOPS_PROJECT", PROJECT)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run node: {error}"));
-    let stdout = tokio::spawn(lines(child.stdout.take().unwrap(), "devops.mjs"));
-    let stderr = tokio::spawn(lines(child.stderr.take().unwrap(), "devops.mjs stderr"));
-    let status = tokio::time::timeout(SCRIPT_TIMEOUT, child.wait()).await;
-    if status.is_err() {
-        child.kill().await.unwrap();
-    }
-    let stdout = stdout.await.unwrap();
-    let stderr = stderr.await.unwrap();
-    let status = status
-        .unwrap_or_else(|_| panic!("devops.mjs did not finish within {SCRIPT_TIMEOUT:?}:\n{stdout}\n{stderr}"))
-        .unwrap();
-    assert!(status.success(), "devops.mjs failed ({status}):\n{stdout}\n{stderr}");
+        .env("DEVOPS_PROJECT", PROJECT);
+    let stdout = common::run_script(command, "devops.mjs", CHECKS).await;
     assert!(
         stdout.contains("all checks passed"),
         "devops.mjs did not finish its checks:\n{stdout}"
-    );
-    assert_eq!(
-        stdout.lines().filter(|line| line.starts_with("ok ")).count(),
-        CHECKS,
-        "expected an `ok` line per check:\n{stdout}"
     );
     // The client found its routes through the location service, as it
     // does against Azure DevOps.
@@ -116,16 +94,4 @@ async fn microsofts_node_client_conforms() {
         Some(&b"hello, world\n"[..])
     );
     assert_eq!(double.test_run_count(PROJECT), 1);
-}
-
-/// Prints each line of `stream` as it comes and returns them all.
-async fn lines(stream: impl AsyncRead + Unpin, name: &str) -> String {
-    let mut lines = BufReader::new(stream).lines();
-    let mut all = String::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        println!("{name}: {line}");
-        all.push_str(&line);
-        all.push('\n');
-    }
-    all
 }
