@@ -15,7 +15,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use bosun_azure_doubles::acr::{AcrConfig, AcrDouble, RunStatus};
 use bosun_azure_doubles::entra::{
