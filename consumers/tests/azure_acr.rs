@@ -425,6 +425,32 @@ async fn the_event_handled_again_before_its_commit_follows_the_run_it_scheduled(
     assert_eq!(fixture.acr.manifests(), 1);
 }
 
+/// `scheduleRun` is a long-running operation in ARM's API (`200` or `202`):
+/// answered `202 Accepted`, the run is read from its `Location` once it is
+/// there, and followed like any other; one run, one image.
+#[tokio::test]
+async fn a_schedule_answered_202_accepted_is_followed_to_its_run() {
+    let fixture = fixture().await;
+    fixture.acr.answer_schedule_accepted(true);
+    let (first, errors) = fixture.handle_retrying(fixture.event.clone().into(), 3).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut poll = next(&first).poll();
+    assert_eq!(poll.run_id, fixture.acr.runs()[0].run_id);
+    assert!(
+        fixture.journal.succeeded("acr", "GET", "/operationResults/") >= 1,
+        "the operation's result was read"
+    );
+    let built = loop {
+        let (outcome, _) = fixture.handle_retrying(poll.clone().into(), 1).await;
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
+    assert_eq!(fixture.acr.runs().len(), 1, "one run for one build");
+}
+
 #[tokio::test]
 async fn azure_identity_reads_the_entra_doubles_tokens_and_errors() {
     let fixture = fixture().await;

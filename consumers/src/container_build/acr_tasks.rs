@@ -53,7 +53,9 @@
 //!    [`ContainerBuildError::BuilderFailed`] with the log's blob and last
 //!    lines.
 //!
-//! `scheduleRun` answers with the `Run` resource; an answer without a
+//! `scheduleRun` answers with the `Run` resource (or, as a long-running
+//! operation, `202 Accepted` whose `Location` gives the `Run` once it is
+//! there); an answer without a
 //! usable `runId` is a permanent error naming the operation, so the event
 //! is dead-lettered for an operator to look at the registry's runs rather
 //! than scheduling the build again.
@@ -100,6 +102,11 @@ pub const ARM_SCOPE: &str = "https://management.azure.com/.default";
 
 /// Azure Resource Manager in the public cloud.
 pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
+
+/// How long a `scheduleRun` answered `202` is followed for its `Run`.
+pub const LRO_PATIENCE: Duration = Duration::from_secs(120);
+/// How often its result is read when the answer gives no `Retry-After`.
+const LRO_POLL: Duration = Duration::from_secs(2);
 
 /// The ARM api-version of every call: the one with `scheduleRun`,
 /// `runs/{runId}`, `listLogSasUrl` and `listBuildSourceUploadUrl`.
@@ -457,13 +464,61 @@ impl AcrTasks {
         };
         let body = if method == Method::GET { None } else { body };
         let answer = self.send(method, self.arm_url(suffix), true, headers, body).await?;
-        if !answer.status.is_success() {
-            return Err(arm_failure(&answer));
+        arm_body(answer)
+    }
+
+    /// `POST scheduleRun`, a long-running operation in ARM's sense: the
+    /// `Run` comes in the answer (`200`), or the answer is `202 Accepted`
+    /// and the `Run` is the result at its `Location`, read again (after
+    /// `Retry-After`, within [`LRO_PATIENCE`]) while it answers `202`. A
+    /// `Location` off the ARM endpoint is refused (the ARM token goes to
+    /// ARM only).
+    async fn schedule_run(&self, request: serde_json::Value) -> Result<RunResource, RegistryError> {
+        let url = self.arm_url("scheduleRun");
+        let body = Some(request.to_string().into_bytes());
+        let answer = self
+            .send(Method::POST, url, true, &[("content-type", "application/json")], body)
+            .await?;
+        if answer.status != StatusCode::ACCEPTED {
+            return arm_body(answer);
         }
-        serde_json::from_slice(&answer.body).map_err(|err| RegistryError::UnexpectedResponse {
-            operation: answer.operation.clone(),
-            reason: format!("the answer is not the documented JSON: {err}"),
-        })
+        let unexpected = |reason: String| RegistryError::UnexpectedResponse {
+            operation: "POST scheduleRun".to_owned(),
+            reason,
+        };
+        let location = answer
+            .headers
+            .get(reqwest::header::LOCATION)
+            .and_then(|value| value.to_str().ok())
+            .ok_or_else(|| {
+                unexpected("202 Accepted without a Location (look for the run among the registry's runs)".to_owned())
+            })?;
+        let location = self
+            .resource
+            .join(location)
+            .map_err(|err| unexpected(format!("the Location is not a URL: {err}")))?;
+        if location.origin() != self.resource.origin() {
+            return Err(unexpected(format!(
+                "the Location is not on the ARM endpoint {} (look for the run among the registry's runs)",
+                self.resource.origin().ascii_serialization()
+            )));
+        }
+        let deadline = tokio::time::Instant::now() + LRO_PATIENCE;
+        let mut wait = retry_after(&answer.headers).unwrap_or(LRO_POLL);
+        loop {
+            tokio::time::sleep(wait.min(LRO_PATIENCE)).await;
+            let answer = self.send(Method::GET, location.clone(), true, &[], None).await?;
+            if answer.status != StatusCode::ACCEPTED {
+                return arm_body(answer);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(unexpected(format!(
+                    "the run was accepted but not scheduled within {LRO_PATIENCE:?} (look for the run among the \
+                     registry's runs)"
+                )));
+            }
+            wait = retry_after(&answer.headers).unwrap_or(LRO_POLL);
+        }
     }
 
     /// Uploads the context and returns its `relativePath`.
@@ -542,7 +597,7 @@ impl AcrTasks {
             "timeout": self.run_timeout.as_secs(),
             "isArchiveEnabled": false,
         });
-        let run: RunResource = self.arm_json(Method::POST, "scheduleRun", Some(request)).await?;
+        let run: RunResource = self.schedule_run(request).await?;
         let properties = run.properties.ok_or_else(|| RegistryError::UnexpectedResponse {
             operation: "POST scheduleRun".to_owned(),
             reason: "the answer has no run properties (look for the run among the registry's runs)".to_owned(),
@@ -751,6 +806,17 @@ fn acr_os(os: &str) -> String {
 
 /// The error of a non-success answer, with ARM's `error.code` and
 /// `error.message` when the body has them (never the body itself).
+/// The JSON body of a successful ARM answer, or the failure it says.
+fn arm_body<T: serde::de::DeserializeOwned>(answer: Answer) -> Result<T, RegistryError> {
+    if !answer.status.is_success() {
+        return Err(arm_failure(&answer));
+    }
+    serde_json::from_slice(&answer.body).map_err(|err| RegistryError::UnexpectedResponse {
+        operation: answer.operation.clone(),
+        reason: format!("the answer is not the documented JSON: {err}"),
+    })
+}
+
 fn arm_failure(answer: &Answer) -> RegistryError {
     let parsed: Option<serde_json::Value> = serde_json::from_slice(&answer.body).ok();
     let message = match parsed.as_ref().map(|value| &value["error"]) {

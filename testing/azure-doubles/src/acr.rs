@@ -180,6 +180,10 @@ struct AcrState {
     runs: BTreeMap<u64, Run>,
     next_run: u64,
     registry: registry::Store,
+    /// Whether `scheduleRun` answers as a long-running operation (`202`).
+    schedule_accepted: bool,
+    /// Operation id → (the run's number, reads of it still answered `202`).
+    operations: HashMap<String, (u64, u32)>,
 }
 
 type Shared = Arc<Mutex<AcrState>>;
@@ -206,6 +210,8 @@ impl AcrDouble {
             runs: BTreeMap::new(),
             next_run: 1,
             registry: registry::Store::default(),
+            schedule_accepted: false,
+            operations: HashMap::new(),
         }));
         let blob = serve(
             BLOB_SERVICE,
@@ -262,6 +268,14 @@ impl AcrDouble {
     /// The registry's ARM resource path.
     pub fn resource_path(&self) -> String {
         arm::resource_path(&lock(&self.state).config)
+    }
+
+    /// From now on `scheduleRun` answers as ARM's long-running operations
+    /// may (the API declares `200` and `202`): `202 Accepted` with no body,
+    /// `Location` naming an operation result that answers `202` once, then
+    /// `200` with the `Run`.
+    pub fn answer_schedule_accepted(&self, accepted: bool) {
+        lock(&self.state).schedule_accepted = accepted;
     }
 
     /// Every run, in the order they were scheduled.

@@ -11,7 +11,10 @@
 //! - `scheduleRun`: a `DockerBuildRequest` (other run request types are
 //!   refused with `400`); `dockerFilePath` and `platform.os` are required
 //!   and `timeout` is 300 to 28800 s, as in the API's schema; answers
-//!   `200` with the `Run` resource, `Queued`;
+//!   `200` with the `Run` resource, `Queued` (or, after
+//!   [`super::AcrDouble::answer_schedule_accepted`], `202` with a
+//!   `Location` of `operationResults/{id}`, which answers `202` once, then
+//!   `200` with the `Run`);
 //! - `runs/{runId}`: the `Run` (`404 ResourceNotFound` for an unknown id),
 //!   one step further each read (see [`super`]);
 //! - `runs/{runId}/listLogSasUrl`: `logLink`, a read SAS URL of the log.
@@ -36,6 +39,10 @@ pub(super) fn router(state: Shared) -> Router {
         .route(&format!("{REGISTRY}/scheduleRun"), post(schedule_run))
         .route(&format!("{REGISTRY}/runs/{{run}}"), get(get_run))
         .route(&format!("{REGISTRY}/runs/{{run}}/listLogSasUrl"), post(log_url))
+        .route(
+            &format!("{REGISTRY}/operationResults/{{operation}}"),
+            get(operation_result),
+        )
         .with_state(state)
 }
 
@@ -184,6 +191,7 @@ async fn schedule_run(
     State(state): State<Shared>,
     Path(names): Path<HashMap<String, String>>,
     Query(query): Query<HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
     body: String,
 ) -> Response {
     if let Err(refused) = locate(&state, &names, &query) {
@@ -212,7 +220,58 @@ async fn schedule_run(
     };
     let body = run_resource(&resource_path(&state.config), &run);
     state.runs.insert(number, run);
-    axum::Json(body).into_response()
+    if !state.schedule_accepted {
+        return axum::Json(body).into_response();
+    }
+    let operation = uuid::Uuid::new_v4().to_string();
+    state.operations.insert(operation.clone(), (number, 1));
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    let location = format!(
+        "http://{host}{}/operationResults/{operation}?api-version={API_VERSION}",
+        resource_path(&state.config)
+    );
+    (
+        StatusCode::ACCEPTED,
+        [
+            (axum::http::header::LOCATION, location),
+            (axum::http::header::RETRY_AFTER, "1".to_owned()),
+        ],
+    )
+        .into_response()
+}
+
+/// The result of a `scheduleRun` answered `202`: `202` while its reads left
+/// last, then `200` with the `Run`.
+async fn operation_result(
+    State(state): State<Shared>,
+    Path(names): Path<HashMap<String, String>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if let Err(refused) = locate(&state, &names, &query) {
+        return *refused;
+    }
+    let mut state = lock(&state);
+    let operation = names.get("operation").cloned().unwrap_or_default();
+    let Some((number, left)) = state.operations.get_mut(&operation) else {
+        return arm_error(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFound",
+            "The operation was not found.",
+        );
+    };
+    if *left > 0 {
+        *left -= 1;
+        return (StatusCode::ACCEPTED, [(axum::http::header::RETRY_AFTER, "1")]).into_response();
+    }
+    let number = *number;
+    let path = resource_path(&state.config);
+    match state.runs.get(&number) {
+        Some(run) => axum::Json(run_resource(&path, run)).into_response(),
+        None => arm_error(StatusCode::NOT_FOUND, "ResourceNotFound", "The run was not found."),
+    }
 }
 
 /// `c` and a letter of the registry's name, then the run's number in base
