@@ -20,12 +20,18 @@
 //! - [`port`] — the [`InfrastructureEngine`] port and its [`IacError`];
 //! - [`local`] — the embedded engine: state file, journal, resources as
 //!   files ([`local::LocalInfrastructure`]);
-//! - [`azure`] — the Pulumi CLI ([`azure::PulumiEngine`]).
+//! - [`azure`] — the Pulumi CLI ([`azure::PulumiEngine`]);
+//! - [`program`] — where the Pulumi program comes from: a configured
+//!   folder, or Git (the module's repository at the release's commit, or a
+//!   configured repository), fetched per plan ([`program::ProgramSource`]).
 
 pub mod azure;
 pub mod local;
 pub mod port;
+pub mod program;
 
+#[cfg(test)]
+mod program_tests;
 #[cfg(test)]
 mod tests;
 
@@ -39,7 +45,7 @@ use bosun_contracts::validate::{self, Validate};
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use serde_json::json;
 
-pub use port::{IacError, InfrastructureEngine, ProvisionReport, ProvisionRequest};
+pub use port::{IacError, InfrastructureEngine, ProgramCommit, ProvisionReport, ProvisionRequest};
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
 
@@ -89,6 +95,15 @@ pub fn command_request(envelope: &Envelope, command: &ProvisionInfrastructure) -
         config: command.config.clone(),
         resources: command.resources.clone(),
         preview_only: command.preview_only,
+        program: program_commit(command.repository.as_ref(), command.commit_sha.as_ref()),
+    })
+}
+
+/// The repository and commit a message names, when it names both.
+fn program_commit(repository: Option<&String>, commit_sha: Option<&String>) -> Option<ProgramCommit> {
+    Some(ProgramCommit {
+        repository: repository?.clone(),
+        commit_sha: commit_sha?.clone(),
     })
 }
 
@@ -146,6 +161,7 @@ pub fn release_request(envelope: &Envelope, approved: &ReleaseApproved) -> Resul
         config: BTreeMap::new(),
         resources: default_resources(&approved.module_id, &approved.environment),
         preview_only: false,
+        program: program_commit(approved.repository.as_ref(), approved.commit_sha.as_ref()),
     })
 }
 
