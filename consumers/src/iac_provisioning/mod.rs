@@ -16,6 +16,9 @@
 //! engine — `local:namespace/<moduleId>`, `local:storage/<moduleId>-data`
 //! and `local:settings/<moduleId>-settings` (a Pulumi program declares its
 //! own resources and ignores them). The tenant comes from the envelope.
+//! The approval's `repository` and `commitSha` (the release's build) say
+//! where the module's Pulumi program is ([`ProvisionRequest::program`]);
+//! a `ProvisionInfrastructure` may name them too.
 //!
 //! - [`port`] — the [`InfrastructureEngine`] port and its [`IacError`];
 //! - [`local`] — the embedded engine: state file, journal, resources as

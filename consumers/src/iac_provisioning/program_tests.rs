@@ -9,7 +9,10 @@
 //! - a configured repository and ref win over the request's repository;
 //! - a commit without the program's folder is a permanent error naming
 //!   repository, commit and path; a failed fetch is transient; a request
-//!   naming no repository with none configured is permanent.
+//!   naming no repository with none configured is permanent;
+//! - the Azure DevOps credential reaches git's HTTP requests as an
+//!   `Authorization` header for URLs under the organization only, and
+//!   never shows in an error.
 
 #![cfg(unix)]
 
@@ -305,4 +308,64 @@ fn azure_repos_urls_are_the_tenants_project_percent_encoded() {
         urls.url("fabrikam", "payments-api").unwrap(),
         "https://dev.azure.com/contoso/Delivery%20fabrikam/_git/payments-api"
     );
+}
+
+/// Serves one HTTP request on a loopback port, answering 500; returns the
+/// base URL and the request's head as git sent it.
+async fn one_request_server() -> (String, tokio::task::JoinHandle<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let read = socket.read(&mut buffer).await.unwrap();
+            if read == 0 {
+                break;
+            }
+            head.extend_from_slice(&buffer[..read]);
+        }
+        socket
+            .write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&head).into_owned()
+    });
+    (url, served)
+}
+
+#[tokio::test]
+async fn the_azure_devops_credential_goes_to_git_as_a_header_only_under_the_organization() {
+    use crate::delivery::azure::devops::AzureDevOpsAuth;
+    for (scoped, expected) in [(true, true), (false, false)] {
+        let (url, served) = one_request_server().await;
+        let setup = setup(|_| {
+            let mut program = GitProgram::new(RepositoryUrls::Template(format!("{url}/{{repository}}")), "infra");
+            program.auth = Some(AzureDevOpsAuth::Pat("s3cret-pat".to_owned()));
+            program.credential_scope = if scoped {
+                format!("{url}/")
+            } else {
+                "https://dev.azure.com/contoso/".to_owned()
+            };
+            program
+        });
+        let err = setup
+            .engine
+            .provision(&request("payments-api", "0123456789abcdef0123456789abcdef01234567"))
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        assert!(!err.to_string().contains("s3cret-pat"), "{err}");
+        let head = served.await.unwrap();
+        assert!(
+            head.starts_with("GET /payments-api/info/refs?service=git-upload-pack"),
+            "{head}"
+        );
+        // Basic base64(":s3cret-pat").
+        let header = "Authorization: Basic OnMzY3JldC1wYXQ=";
+        assert_eq!(head.contains(header), expected, "scoped: {scoped}: {head}");
+        assert!(setup.programs_left().is_empty());
+    }
 }

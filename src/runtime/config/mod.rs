@@ -497,8 +497,7 @@ impl Settings {
                         token: Secret::new(required("BOSUN_ARGOCD_TOKEN")?),
                     }),
                 };
-                // Empty is unset (the rendered ConfigMap lists the
-                // repository setting empty: each module's own).
+                // Empty is unset (infra/'s ConfigMap lists the repository empty).
                 let text = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
                 let pulumi = PulumiSettings {
                     program_dir: get("BOSUN_PULUMI_PROGRAM_DIR").map(PathBuf::from),
