@@ -19,9 +19,9 @@
 //!
 //!   In both, the program is the folder [`GitProgram::path`] of that
 //!   commit (`BOSUN_PULUMI_PROGRAM_PATH`, default [`DEFAULT_PROGRAM_PATH`]).
-//!   A commit without that folder is a permanent error naming repository,
-//!   commit and path ([`IacError::ProgramNotFound`]); a failed fetch is
-//!   transient.
+//!   A commit without that folder, or whose folder holds no `Pulumi.yaml`,
+//!   is a permanent error naming repository, commit and path
+//!   ([`IacError::ProgramNotFound`]); a failed fetch is transient.
 //!
 //! The fetch drives the `git` CLI through the isolated runner of the local
 //! Git host ([`Git`]): a bare repository in the plan's folder,
@@ -157,12 +157,14 @@ impl GitProgram {
     ) -> Result<Checkout, IacError> {
         let (url, shown, wanted) = match (&self.repository, &request.program) {
             (Some(configured), _) => {
-                let url = if configured.repository.contains("://") {
-                    configured.repository.replace(TENANT_VARIABLE, &request.tenant)
+                let (url, shown) = if configured.repository.contains("://") {
+                    let url = configured.repository.replace(TENANT_VARIABLE, &request.tenant);
+                    (url.clone(), without_password(&url))
                 } else {
-                    self.urls.url(&request.tenant, &configured.repository)?
+                    let url = self.urls.url(&request.tenant, &configured.repository)?;
+                    (url, configured.repository.clone())
                 };
-                (url, configured.repository.clone(), configured.reference.clone())
+                (url, shown, configured.reference.clone())
             }
             (None, Some(ProgramCommit { repository, commit_sha })) => (
                 self.urls.url(&request.tenant, repository)?,
@@ -267,8 +269,34 @@ impl GitProgram {
         )
         .await
         .map_err(fetching)?;
+        if !["Pulumi.yaml", "Pulumi.yml"]
+            .iter()
+            .any(|name| program.join(name).is_file())
+        {
+            return Err(IacError::ProgramNotFound {
+                repository: shown,
+                commit,
+                path: if path.is_empty() {
+                    ".".to_owned()
+                } else {
+                    path.to_owned()
+                },
+            });
+        }
         tracing::info!(repository = %shown, %commit, path = %self.path, "fetched the Pulumi program");
         Ok(checkout)
+    }
+}
+
+/// A URL as it may be shown: without a password in it.
+fn without_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("redacted"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        Err(_) => "the configured repository URL".to_owned(),
     }
 }
 

@@ -255,6 +255,24 @@ async fn a_commit_without_the_program_folder_is_a_permanent_error_naming_reposit
 }
 
 #[tokio::test]
+async fn a_folder_without_pulumi_yaml_is_no_program() {
+    // The repository's root holds the module, not a Pulumi project.
+    let setup = setup(|root| {
+        repository(root, "payments-api");
+        GitProgram::new(urls(root), ".")
+    });
+    let v2 = git(
+        &setup.dir.path().join("contoso/payments-api.git"),
+        &["rev-parse", "main"],
+    );
+    let err = setup.engine.provision(&request("payments-api", &v2)).await.unwrap_err();
+    assert!(matches!(err, IacError::ProgramNotFound { .. }), "{err}");
+    assert!(err.to_string().contains("at `.` in repository `payments-api`"), "{err}");
+    assert!(setup.seen().is_empty(), "pulumi never ran");
+    assert!(setup.programs_left().is_empty());
+}
+
+#[tokio::test]
 async fn a_failed_fetch_is_transient_and_leaves_nothing_behind() {
     let setup = setup(|root| {
         repository(root, "payments-api");
