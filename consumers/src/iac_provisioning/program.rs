@@ -33,6 +33,7 @@
 //! for URLs under the Azure DevOps organization (a configured repository
 //! elsewhere is fetched without it).
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -306,9 +307,31 @@ pub struct Checkout {
     root: PathBuf,
 }
 
+/// The plan folders in use in this process: a second delivery of a plan
+/// still running here waits rather than empty the folder under it.
+static IN_USE: std::sync::Mutex<BTreeSet<PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
+
+fn in_use() -> std::sync::MutexGuard<'static, BTreeSet<PathBuf>> {
+    IN_USE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Checkout {
-    /// An empty folder at `root` (anything left there is removed first).
+    /// An empty folder at `root` (anything left there by a process that
+    /// stopped is removed first). Throttled while this process uses it.
     async fn fresh(root: PathBuf) -> Result<Self, IacError> {
+        if !in_use().insert(root.clone()) {
+            return Err(IacError::Throttled {
+                after: Duration::from_secs(30),
+                source: format!(
+                    "the plan's program folder {} is in use by a provisioning still running",
+                    root.display()
+                )
+                .into(),
+            });
+        }
+        // From here on, dropping the checkout releases the folder.
+        let checkout = Self { root };
+        let root = &checkout.root;
         let io = |context: String| move |source| IacError::Io { context, source };
         match tokio::fs::remove_dir_all(&root).await {
             Ok(()) => {}
@@ -318,7 +341,7 @@ impl Checkout {
         tokio::fs::create_dir_all(&root)
             .await
             .map_err(io(format!("creating {}", root.display())))?;
-        Ok(Self { root })
+        Ok(checkout)
     }
 
     /// The folder holding the program (`Pulumi.yaml`): where the CLI runs.
@@ -329,8 +352,39 @@ impl Checkout {
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        if let Err(err) = std::fs::remove_dir_all(&self.root) {
-            tracing::warn!(folder = %self.root.display(), error = %err, "could not remove the Pulumi program's folder");
+        match std::fs::remove_dir_all(&self.root) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(folder = %self.root.display(), error = %err, "could not remove the Pulumi program's folder");
+            }
         }
+        in_use().remove(&self.root);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_plan_folder_in_use_is_not_emptied_under_its_provisioning() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("contoso.plan-1");
+        let first = Checkout::fresh(root.clone()).await.unwrap();
+        std::fs::write(root.join("marker"), "").unwrap();
+        let err = Checkout::fresh(root.clone()).await.unwrap_err();
+        assert!(matches!(err, IacError::Throttled { .. }), "{err}");
+        assert!(
+            root.join("marker").exists(),
+            "the running provisioning keeps its folder"
+        );
+        drop(first);
+        assert!(!root.exists());
+        let again = Checkout::fresh(root.clone()).await.unwrap();
+        assert!(root.is_dir());
+        drop(again);
     }
 }
