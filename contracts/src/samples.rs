@@ -529,6 +529,8 @@ pub fn release_approved() -> ReleaseApproved {
         approved_at: datetime!(2026-11-29 14:05:00 UTC),
         auto: false,
         comment: Some("Change CHG-1234 approved by CAB.".to_owned()),
+        repository: Some(REPOSITORY.to_owned()),
+        commit_sha: Some(COMMIT_SHA.to_owned()),
     }
 }
 
@@ -575,6 +577,8 @@ pub fn provision_infrastructure() -> ProvisionInfrastructure {
             ]),
         }],
         preview_only: false,
+        repository: Some(REPOSITORY.to_owned()),
+        commit_sha: Some(COMMIT_SHA.to_owned()),
     }
 }
 

@@ -1,7 +1,10 @@
 //! The cloud adapter: the Pulumi CLI, driving a Pulumi program (e.g. one
 //! declaring Azure resources with `azure-native`) for each stack.
 //!
-//! Every call runs `pulumi` (the configured binary) in the program folder,
+//! The program comes from a configured folder or, per plan, from Git
+//! (the module's repository at the release's commit, or a configured
+//! repository): see [`super::program`]. Every call runs `pulumi` (the
+//! configured binary) in the program folder,
 //! non-interactively, with the configured environment (backend URL,
 //! credentials — never logged) and:
 //!
@@ -47,7 +50,7 @@
 //! its arguments and prints JSON shaped like Pulumi's.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -61,6 +64,7 @@ use time::format_description::well_known::Rfc3339;
 use tokio::process::Command;
 
 use super::port::{IacError, InfrastructureEngine, ProvisionReport, ProvisionRequest};
+use super::program::ProgramSource;
 use crate::delivery::blob::sha256_hex;
 
 /// Longest stderr excerpt kept in an error.
@@ -71,10 +75,11 @@ const MAX_STDERR: usize = 2000;
 pub struct PulumiConfig {
     /// The `pulumi` executable (a path, or a name looked up on `PATH`).
     pub binary: PathBuf,
-    /// The Pulumi program's folder (holding `Pulumi.yaml`); the CLI runs
-    /// there.
-    pub program_dir: PathBuf,
-    /// Folder for saved update plans.
+    /// Where the Pulumi program (the folder holding `Pulumi.yaml`, where
+    /// the CLI runs) comes from: a folder, or Git per plan.
+    pub program: ProgramSource,
+    /// Folder for saved update plans, and for the programs fetched from
+    /// Git (`programs/<tenant>.<planId>`, removed after each plan).
     pub work_dir: PathBuf,
     /// Environment given to the CLI (e.g. `PULUMI_BACKEND_URL`,
     /// `PULUMI_CONFIG_PASSPHRASE`, `ARM_*`); values are never logged.
@@ -90,7 +95,7 @@ impl std::fmt::Debug for PulumiConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PulumiConfig")
             .field("binary", &self.binary)
-            .field("program_dir", &self.program_dir)
+            .field("program", &self.program)
             .field("work_dir", &self.work_dir)
             .field("environment", &self.environment.keys().collect::<Vec<_>>())
             .field("use_update_plans", &self.use_update_plans)
@@ -103,9 +108,14 @@ impl PulumiConfig {
     /// `pulumi` on `PATH` for the program in `program_dir`, plans saved in
     /// `work_dir`, update plans on, 30 minutes per call.
     pub fn new(program_dir: impl Into<PathBuf>, work_dir: impl Into<PathBuf>) -> Self {
+        Self::with_program(ProgramSource::Folder(program_dir.into()), work_dir)
+    }
+
+    /// The same, for a program from `program` (e.g. Git).
+    pub fn with_program(program: ProgramSource, work_dir: impl Into<PathBuf>) -> Self {
         Self {
             binary: PathBuf::from("pulumi"),
-            program_dir: program_dir.into(),
+            program,
             work_dir: work_dir.into(),
             environment: BTreeMap::new(),
             use_update_plans: true,
@@ -256,12 +266,17 @@ fn config_value(value: &Value) -> String {
 
 impl PulumiEngine {
     /// An engine running the configured CLI. Fails when the program folder
-    /// is not configured.
+    /// is not configured, or the program's path in Git is not a relative
+    /// path.
     pub fn new(config: &PulumiConfig) -> Result<Self, IacError> {
-        if config.program_dir.as_os_str().is_empty() {
-            return Err(IacError::Invalid(
-                "the Pulumi program folder is not configured".to_owned(),
-            ));
+        match &config.program {
+            ProgramSource::Folder(dir) if dir.as_os_str().is_empty() => {
+                return Err(IacError::Invalid(
+                    "the Pulumi program folder is not configured".to_owned(),
+                ));
+            }
+            ProgramSource::Folder(_) => {}
+            ProgramSource::Git(git) => git.check()?,
         }
         if config.binary.as_os_str().is_empty() {
             return Err(IacError::Invalid("the pulumi binary is not configured".to_owned()));
@@ -270,12 +285,12 @@ impl PulumiEngine {
     }
 
     /// Runs `pulumi <args>` and returns its stdout.
-    async fn pulumi(&self, args: &[String]) -> Result<String, IacError> {
+    async fn pulumi(&self, dir: &Path, args: &[String]) -> Result<String, IacError> {
         let mut command = Command::new(&self.config.binary);
         command
             .args(args)
             .arg("--non-interactive")
-            .current_dir(&self.config.program_dir)
+            .current_dir(dir)
             .env("PULUMI_SKIP_UPDATE_CHECK", "true")
             .envs(&self.config.environment)
             .stdin(Stdio::null())
@@ -339,9 +354,9 @@ impl PulumiEngine {
     }
 
     /// Whether a stack exists (selecting it, without creating it).
-    async fn stack_exists(&self, stack: &str) -> Result<bool, IacError> {
+    async fn stack_exists(&self, dir: &Path, stack: &str) -> Result<bool, IacError> {
         match self
-            .pulumi(&["stack".into(), "select".into(), "--stack".into(), stack.into()])
+            .pulumi(dir, &["stack".into(), "select".into(), "--stack".into(), stack.into()])
             .await
         {
             Ok(_) => Ok(true),
@@ -350,15 +365,18 @@ impl PulumiEngine {
         }
     }
 
-    async fn outputs(&self, stack: &str) -> Result<BTreeMap<String, Value>, IacError> {
+    async fn outputs(&self, dir: &Path, stack: &str) -> Result<BTreeMap<String, Value>, IacError> {
         let text = self
-            .pulumi(&[
-                "stack".into(),
-                "output".into(),
-                "--json".into(),
-                "--stack".into(),
-                stack.into(),
-            ])
+            .pulumi(
+                dir,
+                &[
+                    "stack".into(),
+                    "output".into(),
+                    "--json".into(),
+                    "--stack".into(),
+                    stack.into(),
+                ],
+            )
             .await?;
         let outputs: BTreeMap<String, Value> = Self::parse("stack output", &text)?;
         // Output names must be identifiers on the wire.
@@ -375,33 +393,55 @@ impl InfrastructureEngine for PulumiEngine {
         validate::stack_name("stack", &request.stack)?;
         validate::identifier("planId", &request.plan_id)?;
         validate::tenant_id("tenant", &request.tenant)?;
+        match &self.config.program {
+            ProgramSource::Folder(dir) => self.provision_in(dir, request).await,
+            ProgramSource::Git(git) => {
+                // Removed when dropped, whatever the outcome.
+                let checkout = git
+                    .checkout(request, &self.config.work_dir, self.config.command_timeout)
+                    .await?;
+                self.provision_in(&checkout.program(), request).await
+            }
+        }
+    }
+}
+
+impl PulumiEngine {
+    /// Provisions `request` with the program in `dir`.
+    async fn provision_in(&self, dir: &Path, request: &ProvisionRequest) -> Result<ProvisionReport, IacError> {
         let stack = tenant_stack(&request.tenant, &request.stack);
         let message = plan_message(&request.plan_id);
-        if !self.stack_exists(&stack).await? {
-            if self.stack_exists(&request.stack).await? {
+        if !self.stack_exists(dir, &stack).await? {
+            if self.stack_exists(dir, &request.stack).await? {
                 return Err(IacError::UnscopedStack {
                     stack: request.stack.clone(),
                     tenant_stack: stack,
                 });
             }
-            self.pulumi(&[
-                "stack".into(),
-                "select".into(),
-                "--create".into(),
-                "--stack".into(),
-                stack.clone(),
-            ])
+            self.pulumi(
+                dir,
+                &[
+                    "stack".into(),
+                    "select".into(),
+                    "--create".into(),
+                    "--stack".into(),
+                    stack.clone(),
+                ],
+            )
             .await?;
         }
 
         let text = self
-            .pulumi(&[
-                "stack".into(),
-                "history".into(),
-                "--json".into(),
-                "--stack".into(),
-                stack.clone(),
-            ])
+            .pulumi(
+                dir,
+                &[
+                    "stack".into(),
+                    "history".into(),
+                    "--json".into(),
+                    "--stack".into(),
+                    stack.clone(),
+                ],
+            )
             .await?;
         let history: Vec<HistoryEntry> = if text.trim().is_empty() {
             Vec::new()
@@ -420,7 +460,7 @@ impl InfrastructureEngine for PulumiEngine {
                 .unwrap_or_else(OffsetDateTime::now_utc);
             return Ok(ProvisionReport {
                 changes: applied.resource_changes.as_ref().map(changes_of).unwrap_or_default(),
-                outputs: self.outputs(&stack).await?,
+                outputs: self.outputs(dir, &stack).await?,
                 provisioned_at,
                 preview_hash: String::new(),
                 drift: Vec::new(),
@@ -442,25 +482,31 @@ impl InfrastructureEngine for PulumiEngine {
                 %stack,
                 "the last update did not finish; refreshing from the cloud and previewing again before applying"
             );
-            self.pulumi(&[
-                "refresh".into(),
-                "--yes".into(),
-                "--skip-preview".into(),
-                "--stack".into(),
-                stack.clone(),
-                "--message".into(),
-                format!("{message} (refresh after an interrupted update)"),
-            ])
+            self.pulumi(
+                dir,
+                &[
+                    "refresh".into(),
+                    "--yes".into(),
+                    "--skip-preview".into(),
+                    "--stack".into(),
+                    stack.clone(),
+                    "--message".into(),
+                    format!("{message} (refresh after an interrupted update)"),
+                ],
+            )
             .await?;
         } else {
             let text = self
-                .pulumi(&[
-                    "refresh".into(),
-                    "--preview-only".into(),
-                    "--json".into(),
-                    "--stack".into(),
-                    stack.clone(),
-                ])
+                .pulumi(
+                    dir,
+                    &[
+                        "refresh".into(),
+                        "--preview-only".into(),
+                        "--json".into(),
+                        "--stack".into(),
+                        stack.clone(),
+                    ],
+                )
                 .await?;
             let digest: PulumiDigest = Self::parse("refresh", &text)?;
             drift = drift_of(&digest);
@@ -498,7 +544,7 @@ impl InfrastructureEngine for PulumiEngine {
                 })?;
             preview_args.push(format!("--save-plan={}", plan_file.display()));
         }
-        let text = self.pulumi(&preview_args).await?;
+        let text = self.pulumi(dir, &preview_args).await?;
         let preview: PulumiDigest = Self::parse("preview", &text)?;
         let listing: Vec<String> = preview
             .steps
@@ -535,19 +581,22 @@ impl InfrastructureEngine for PulumiEngine {
         if self.config.use_update_plans {
             up_args.push(format!("--plan={}", plan_file.display()));
         }
-        let text = self.pulumi(&up_args).await.map_err(|err| IacError::ApplyInterrupted {
-            plan_id: request.plan_id.clone(),
-            done: 0,
-            total: preview.steps.iter().filter(|step| step.op != "same").count(),
-            source: Box::new(err),
-        })?;
+        let text = self
+            .pulumi(dir, &up_args)
+            .await
+            .map_err(|err| IacError::ApplyInterrupted {
+                plan_id: request.plan_id.clone(),
+                done: 0,
+                total: preview.steps.iter().filter(|step| step.op != "same").count(),
+                source: Box::new(err),
+            })?;
         let applied: PulumiDigest = Self::parse("up", &text)?;
         if self.config.use_update_plans {
             let _ = tokio::fs::remove_file(&plan_file).await;
         }
         Ok(ProvisionReport {
             changes: changes_of(&applied.change_summary),
-            outputs: self.outputs(&stack).await?,
+            outputs: self.outputs(dir, &stack).await?,
             provisioned_at: OffsetDateTime::now_utc(),
             preview_hash,
             drift,

@@ -16,16 +16,25 @@
 //! engine — `local:namespace/<moduleId>`, `local:storage/<moduleId>-data`
 //! and `local:settings/<moduleId>-settings` (a Pulumi program declares its
 //! own resources and ignores them). The tenant comes from the envelope.
+//! The approval's `repository` and `commitSha` (the release's build) say
+//! where the module's Pulumi program is ([`ProvisionRequest::program`]);
+//! a `ProvisionInfrastructure` may name them too.
 //!
 //! - [`port`] — the [`InfrastructureEngine`] port and its [`IacError`];
 //! - [`local`] — the embedded engine: state file, journal, resources as
 //!   files ([`local::LocalInfrastructure`]);
-//! - [`azure`] — the Pulumi CLI ([`azure::PulumiEngine`]).
+//! - [`azure`] — the Pulumi CLI ([`azure::PulumiEngine`]);
+//! - [`program`] — where the Pulumi program comes from: a configured
+//!   folder, or Git (the module's repository at the release's commit, or a
+//!   configured repository), fetched per plan ([`program::ProgramSource`]).
 
 pub mod azure;
 pub mod local;
 pub mod port;
+pub mod program;
 
+#[cfg(test)]
+mod program_tests;
 #[cfg(test)]
 mod tests;
 
@@ -39,7 +48,7 @@ use bosun_contracts::validate::{self, Validate};
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use serde_json::json;
 
-pub use port::{IacError, InfrastructureEngine, ProvisionReport, ProvisionRequest};
+pub use port::{IacError, InfrastructureEngine, ProgramCommit, ProvisionReport, ProvisionRequest};
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, RetryPolicy, UnexpectedMessage};
 
@@ -89,6 +98,15 @@ pub fn command_request(envelope: &Envelope, command: &ProvisionInfrastructure) -
         config: command.config.clone(),
         resources: command.resources.clone(),
         preview_only: command.preview_only,
+        program: program_commit(command.repository.as_ref(), command.commit_sha.as_ref()),
+    })
+}
+
+/// The repository and commit a message names, when it names both.
+fn program_commit(repository: Option<&String>, commit_sha: Option<&String>) -> Option<ProgramCommit> {
+    Some(ProgramCommit {
+        repository: repository?.clone(),
+        commit_sha: commit_sha?.clone(),
     })
 }
 
@@ -146,6 +164,7 @@ pub fn release_request(envelope: &Envelope, approved: &ReleaseApproved) -> Resul
         config: BTreeMap::new(),
         resources: default_resources(&approved.module_id, &approved.environment),
         preview_only: false,
+        program: program_commit(approved.repository.as_ref(), approved.commit_sha.as_ref()),
     })
 }
 

@@ -35,6 +35,19 @@ pub struct ProvisionRequest {
     pub resources: Vec<ResourceSpec>,
     /// Only preview: report the changes without applying them.
     pub preview_only: bool,
+    /// Where the module's Pulumi program is (the release's repository and
+    /// commit), for engines that fetch it ([`super::program`]); `None`
+    /// when the message did not say.
+    pub program: Option<ProgramCommit>,
+}
+
+/// A repository at a commit: where a module's Pulumi program is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramCommit {
+    /// The repository's name (in the tenant's Azure DevOps project).
+    pub repository: String,
+    /// The commit.
+    pub commit_sha: String,
 }
 
 /// What a provisioning did (or, for a preview, would do).
@@ -159,6 +172,30 @@ pub enum IacError {
         /// The tenant's stack it would be.
         tenant_stack: String,
     },
+    /// The Pulumi program's folder is not in the repository at that
+    /// commit. Permanent: the program is added there, or the configured
+    /// path corrected, and the message replayed.
+    #[error(
+        "no Pulumi program at `{path}` in repository `{repository}` at commit `{commit}`: add the program \
+         (its Pulumi.yaml) there, or set BOSUN_PULUMI_PROGRAM_PATH to the folder that holds it"
+    )]
+    ProgramNotFound {
+        /// The repository (as configured or named by the request).
+        repository: String,
+        /// The commit fetched.
+        commit: String,
+        /// The folder looked for.
+        path: String,
+    },
+    /// The request names no repository and no program is configured.
+    /// Permanent.
+    #[error(
+        "no Pulumi program: the request names no repository and commit (a release approval written before \
+         they were carried, or a ProvisionInfrastructure without them); set BOSUN_PULUMI_PROGRAM_REPOSITORY \
+         (with BOSUN_PULUMI_PROGRAM_REF and BOSUN_PULUMI_PROGRAM_PATH) or BOSUN_PULUMI_PROGRAM_DIR, or send \
+         repository and commitSha"
+    )]
+    ProgramNotConfigured,
     /// The stack is another tenant's. Permanent.
     #[error(transparent)]
     ForeignTenant(#[from] ForeignTenant),
@@ -173,6 +210,8 @@ impl IacError {
                 | Self::ResourceConflict { .. }
                 | Self::Rejected(_)
                 | Self::UnscopedStack { .. }
+                | Self::ProgramNotFound { .. }
+                | Self::ProgramNotConfigured
                 | Self::ForeignTenant(_)
         )
     }

@@ -64,6 +64,8 @@ fn command(plan_id: &str, resources: Vec<ResourceSpec>) -> ProvisionInfrastructu
         config: BTreeMap::new(),
         resources,
         preview_only: false,
+        repository: None,
+        commit_sha: None,
     }
 }
 
@@ -327,6 +329,7 @@ fn request_for(plan_id: &str) -> ProvisionRequest {
         config: BTreeMap::new(),
         resources: command.resources,
         preview_only: false,
+        program: None,
     }
 }
 
@@ -613,14 +616,14 @@ async fn a_state_from_before_tenants_is_adopted_and_one_of_another_tenant_refuse
 // ---- the Pulumi adapter ----
 
 #[cfg(unix)]
-mod pulumi {
+pub(super) mod pulumi {
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
     use super::*;
     use crate::iac_provisioning::azure::{PulumiConfig, PulumiEngine, tenant_stack};
 
-    const FAKE: &str = r#"#!/bin/sh
+    pub(in crate::iac_provisioning) const FAKE: &str = r#"#!/bin/sh
 echo "$*" >> "$FAKE_PULUMI_DIR/args.log"
 case "$1 $2" in
   "stack select")
@@ -649,7 +652,7 @@ case "$1" in
 esac
 "#;
 
-    const PREVIEW: &str = r#"{
+    pub(in crate::iac_provisioning) const PREVIEW: &str = r#"{
   "config": {"azure-native:location": "westeurope"},
   "steps": [
     {"op": "same", "urn": "urn:pulumi:dev::payments::pulumi:pulumi:Stack::payments-dev", "provider": ""},
@@ -662,7 +665,7 @@ esac
   "changeSummary": {"create": 1, "update": 1, "same": 1}
 }"#;
 
-    const UP: &str = r#"{
+    pub(in crate::iac_provisioning) const UP: &str = r#"{
   "steps": [
     {"op": "create", "urn": "urn:pulumi:dev::payments::azure-native:storage:StorageAccount::receipts"},
     {"op": "update", "urn": "urn:pulumi:dev::payments::azure-native:web:WebApp::api"}
@@ -671,7 +674,7 @@ esac
   "changeSummary": {"create": 1, "update": 1, "same": 1}
 }"#;
 
-    const OUTPUTS: &str =
+    pub(in crate::iac_provisioning) const OUTPUTS: &str =
         r#"{"receiptsEndpoint": "https://receipts.blob.core.windows.net/", "databasePassword": "[secret]"}"#;
 
     struct Fake {
@@ -729,6 +732,7 @@ esac
             ]),
             resources: vec![],
             preview_only: false,
+            program: None,
         }
     }
 

@@ -82,6 +82,17 @@ pub struct ProvisionInfrastructure {
     /// Only preview: report the changes without applying them.
     #[serde(default)]
     pub preview_only: bool,
+    /// The repository holding the Pulumi program (with `commitSha`): the
+    /// Pulumi engine takes the program from it at that commit. When
+    /// absent, the engine's configured program is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_name)]
+    pub repository: Option<String>,
+    /// The commit of `repository` the program is taken at; required with
+    /// `repository`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::git_sha)]
+    pub commit_sha: Option<String>,
 }
 
 impl Validate for ProvisionInfrastructure {
@@ -109,7 +120,16 @@ impl Validate for ProvisionInfrastructure {
             .iter()
             .map(|r| format!("{}/{}", r.resource_type, r.name))
             .collect();
-        validate::unique("resources", keys.iter().map(String::as_str))
+        validate::unique("resources", keys.iter().map(String::as_str))?;
+        match (&self.repository, &self.commit_sha) {
+            (Some(repository), Some(commit_sha)) => {
+                validate::repository_name("repository", repository)?;
+                validate::git_sha("commitSha", commit_sha)
+            }
+            (None, None) => Ok(()),
+            (Some(_), None) => Err(FieldError::new("commitSha", "is required with repository")),
+            (None, Some(_)) => Err(FieldError::new("repository", "is required with commitSha")),
+        }
     }
 }
 

@@ -279,6 +279,19 @@ pub struct ReleaseApproved {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::max_chars(MAX_REASON_CHARS))]
     pub comment: Option<String>,
+    /// The repository the release was built from (the plan's
+    /// `artifacts.build.repository`): infrastructure provisioning takes
+    /// the module's Pulumi program from it. Absent in approvals written
+    /// before it was carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::repository_name)]
+    pub repository: Option<String>,
+    /// The commit the release was built from (the plan's
+    /// `artifacts.build.commitSha`): the Pulumi program is taken at this
+    /// commit. Absent in approvals written before it was carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::git_sha)]
+    pub commit_sha: Option<String>,
 }
 
 impl Validate for ReleaseApproved {
@@ -289,6 +302,12 @@ impl Validate for ReleaseApproved {
         validate::text("approver", &self.approver, MAX_APPROVER_CHARS)?;
         if let Some(comment) = &self.comment {
             validate::max_chars("comment", comment, MAX_REASON_CHARS)?;
+        }
+        if let Some(repository) = &self.repository {
+            validate::repository_name("repository", repository)?;
+        }
+        if let Some(commit_sha) = &self.commit_sha {
+            validate::git_sha("commitSha", commit_sha)?;
         }
         Ok(())
     }

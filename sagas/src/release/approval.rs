@@ -71,11 +71,11 @@ impl Step<'_> {
     /// Records the approval of `environment`, emits its `ReleaseApproved`
     /// and goes on to its infrastructure.
     pub(super) fn approve(&mut self, environment: &str, record: ApprovalRecord) -> Result<(), SagaError> {
-        let module_id = self
+        let (module_id, build) = self
             .state
             .plan
             .as_ref()
-            .map(|plan| plan.module_id.clone())
+            .map(|plan| (plan.module_id.clone(), plan.artifacts.build.clone()))
             .ok_or_else(|| self.refuse(format!("release {} is approved before it is planned", self.release_id)))?;
         let approved = ReleaseApproved {
             release_id: self.release_id.clone(),
@@ -85,6 +85,9 @@ impl Step<'_> {
             approved_at: record.at,
             auto: record.auto,
             comment: record.comment.clone(),
+            // Where the module's infrastructure program is: the release's build.
+            repository: Some(build.repository),
+            commit_sha: Some(build.commit_sha),
         };
         match &record.note {
             Some(note) => self.note(format!("{environment} approved by {} (as \"{note}\")", record.approver)),

@@ -151,6 +151,8 @@ fn auto_approved(environment: &str) -> Message {
         approved_at: NOW,
         auto: true,
         comment: None,
+        repository: Some(samples::release_planned().artifacts.build.repository),
+        commit_sha: Some(samples::release_planned().artifacts.build.commit_sha),
     }
     .into()
 }

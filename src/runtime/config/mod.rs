@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bosun_consumers::iac_provisioning::program::{DEFAULT_PROGRAM_PATH, DEFAULT_PROGRAM_REF};
+
 mod message_versions;
 mod origin;
 mod places;
@@ -495,10 +497,15 @@ impl Settings {
                         token: Secret::new(required("BOSUN_ARGOCD_TOKEN")?),
                     }),
                 };
-                let pulumi = get("BOSUN_PULUMI_PROGRAM_DIR").map(|dir| PulumiSettings {
-                    program_dir: PathBuf::from(dir),
+                // Empty is unset (infra/'s ConfigMap lists the repository empty).
+                let text = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+                let pulumi = PulumiSettings {
+                    program_dir: get("BOSUN_PULUMI_PROGRAM_DIR").map(PathBuf::from),
+                    repository: text("BOSUN_PULUMI_PROGRAM_REPOSITORY"),
+                    reference: text("BOSUN_PULUMI_PROGRAM_REF").unwrap_or_else(|| DEFAULT_PROGRAM_REF.to_owned()),
+                    path: text("BOSUN_PULUMI_PROGRAM_PATH").unwrap_or_else(|| DEFAULT_PROGRAM_PATH.to_owned()),
                     binary: get("BOSUN_PULUMI_BINARY").map(PathBuf::from),
-                });
+                };
                 AdapterKind::Azure(Box::new(AzureDevOpsSettings {
                     acr,
                     artifacts,

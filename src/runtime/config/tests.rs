@@ -481,3 +481,45 @@ fn every_setting_read_is_known_and_every_known_setting_is_read() {
     known.dedup();
     assert_eq!(known.len(), declared, "a setting is both generic and a consumer's");
 }
+
+/// iac-provisioning's program: from each module's repository (`infra`)
+/// by default; a configured repository and ref instead; and a folder set
+/// yesterday is still the folder.
+#[test]
+fn the_pulumi_program_defaults_to_the_modules_repository_and_a_program_dir_still_wins() {
+    let azure = [
+        ("BOSUN_ADAPTERS", "azure"),
+        ("BOSUN_AZURE_DEVOPS_ORG_URL", "https://dev.azure.com/contoso"),
+        ("BOSUN_AZURE_DEVOPS_PROJECT", "delivery"),
+        ("BOSUN_AZURE_DEVOPS_PAT", "pat"),
+    ];
+    let pulumi = |extra: &[(&str, &str)]| {
+        let pairs: Vec<(&str, &str)> = azure.iter().chain(extra).copied().collect();
+        match Settings::from_sources(&map(&pairs), &BTreeMap::new()).unwrap().adapters {
+            AdapterKind::Azure(azure) => azure.pulumi,
+            AdapterKind::Local => panic!("azure adapters"),
+        }
+    };
+    let default = pulumi(&[]);
+    assert_eq!(
+        (
+            default.program_dir,
+            default.repository,
+            default.reference.as_str(),
+            default.path.as_str()
+        ),
+        (None, None, "main", "infra")
+    );
+    let configured = pulumi(&[
+        ("BOSUN_PULUMI_PROGRAM_REPOSITORY", "platform-infra"),
+        ("BOSUN_PULUMI_PROGRAM_REF", "release/2026"),
+        ("BOSUN_PULUMI_PROGRAM_PATH", "stacks/payments"),
+    ]);
+    assert_eq!(configured.repository.as_deref(), Some("platform-infra"));
+    assert_eq!(
+        (configured.reference.as_str(), configured.path.as_str()),
+        ("release/2026", "stacks/payments")
+    );
+    let yesterday = pulumi(&[("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi")]);
+    assert_eq!(yesterday.program_dir, Some(std::path::PathBuf::from("/srv/pulumi")));
+}

@@ -244,11 +244,29 @@ pub struct ArgoCdSettings {
     pub token: Secret,
 }
 
-/// Pulumi settings (iac-provisioning with `azure` adapters).
+/// Pulumi settings (iac-provisioning with `azure` adapters): where the
+/// Pulumi program comes from, first match wins — a folder on this machine
+/// (`BOSUN_PULUMI_PROGRAM_DIR`), a configured repository at a ref
+/// (`BOSUN_PULUMI_PROGRAM_REPOSITORY`, `BOSUN_PULUMI_PROGRAM_REF`), or the
+/// module's own repository at the release's commit (the default) — and
+/// the CLI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PulumiSettings {
-    /// `BOSUN_PULUMI_PROGRAM_DIR`: the Pulumi program (project) directory.
-    pub program_dir: PathBuf,
+    /// `BOSUN_PULUMI_PROGRAM_DIR`: a Pulumi program (project) directory on
+    /// this machine (baked into the image, a mounted volume), used for
+    /// every plan. Unset by default: the program is fetched from Git.
+    pub program_dir: Option<PathBuf>,
+    /// `BOSUN_PULUMI_PROGRAM_REPOSITORY`: one repository holding the
+    /// programs — a repository name in the tenant's Azure DevOps project,
+    /// or a Git URL (`{tenant}` is replaced). Unset by default: the
+    /// module's own repository, as the release names it.
+    pub repository: Option<String>,
+    /// `BOSUN_PULUMI_PROGRAM_REF`: the branch, tag or commit of
+    /// `BOSUN_PULUMI_PROGRAM_REPOSITORY` fetched (default `main`).
+    pub reference: String,
+    /// `BOSUN_PULUMI_PROGRAM_PATH`: the program's folder inside the
+    /// repository (default `infra`; `.` for the root).
+    pub path: String,
     /// `BOSUN_PULUMI_BINARY`: the `pulumi` executable (default `pulumi` on PATH).
     pub binary: Option<PathBuf>,
 }
@@ -264,7 +282,7 @@ pub struct AzureDevOpsSettings {
     /// Argo CD, for gitops-sync.
     pub argo_cd: Option<ArgoCdSettings>,
     /// Pulumi, for iac-provisioning.
-    pub pulumi: Option<PulumiSettings>,
+    pub pulumi: PulumiSettings,
     /// `https://dev.azure.com/<organization>`.
     pub organization_url: String,
     /// `BOSUN_AZURE_DEVOPS_PROJECT`: the project the repositories,

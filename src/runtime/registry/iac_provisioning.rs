@@ -1,12 +1,21 @@
 //! iac-provisioning: Pulumi preview then apply.
+//!
+//! With `azure` adapters the Pulumi program comes, first match wins, from
+//! `BOSUN_PULUMI_PROGRAM_DIR` (a folder in the container, as before), from
+//! `BOSUN_PULUMI_PROGRAM_REPOSITORY` at `BOSUN_PULUMI_PROGRAM_REF`, or from
+//! the module's own repository at the release's commit; in Git, the folder
+//! `BOSUN_PULUMI_PROGRAM_PATH` (default `infra`). Repository names are
+//! Azure Repos repositories of the tenant's project, fetched with the Azure
+//! DevOps credential.
 
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
 use bosun_consumers::iac_provisioning::azure::{PulumiConfig, PulumiEngine};
+use bosun_consumers::iac_provisioning::program::{ConfiguredRepository, GitProgram, ProgramSource, RepositoryUrls};
 use bosun_consumers::iac_provisioning::{IacProvisioning, NAME, local};
 
-use super::{Registration, RegistryError, Shared, adapter_error};
+use super::{Registration, RegistryError, Shared, adapter_error, azure_config};
 use crate::runtime::config::{AdapterKind, Settings};
 
 pub(super) const REGISTRATION: Registration = Registration {
@@ -14,7 +23,13 @@ pub(super) const REGISTRATION: Registration = Registration {
     build,
     keeps_blobs: false,
     blob_containers: &[],
-    settings: &["BOSUN_PULUMI_PROGRAM_DIR", "BOSUN_PULUMI_BINARY"],
+    settings: &[
+        "BOSUN_PULUMI_PROGRAM_DIR",
+        "BOSUN_PULUMI_PROGRAM_REPOSITORY",
+        "BOSUN_PULUMI_PROGRAM_REF",
+        "BOSUN_PULUMI_PROGRAM_PATH",
+        "BOSUN_PULUMI_BINARY",
+    ],
     saga: None,
 };
 
@@ -28,13 +43,29 @@ fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, Reg
         }
         AdapterKind::Azure(azure) => azure,
     };
-    let pulumi = azure.pulumi.as_ref().ok_or(RegistryError::MissingSetting {
-        consumer: NAME,
-        settings: &["BOSUN_PULUMI_PROGRAM_DIR"],
-        what: "the directory of the Pulumi program it previews and applies (a path in the container, e.g. a \
-               mounted volume; BOSUN_PULUMI_BINARY names the pulumi executable if it is not on PATH)",
-    })?;
-    let mut config = PulumiConfig::new(pulumi.program_dir.clone(), data.join("pulumi"));
+    let pulumi = &azure.pulumi;
+    let program = match &pulumi.program_dir {
+        Some(dir) => ProgramSource::Folder(dir.clone()),
+        None => {
+            let devops = azure_config(azure)?;
+            let mut git = GitProgram::new(
+                RepositoryUrls::AzureRepos {
+                    organization_url: devops.organization_url.clone(),
+                    project: devops.project.clone(),
+                },
+                pulumi.path.clone(),
+            );
+            git.repository = pulumi.repository.as_ref().map(|repository| ConfiguredRepository {
+                repository: repository.clone(),
+                reference: pulumi.reference.clone(),
+            });
+            // The credential goes to the organization's repositories only.
+            git.credential_scope = format!("{}/", devops.organization_url.trim_end_matches('/'));
+            git.auth = Some(devops.auth);
+            ProgramSource::Git(git)
+        }
+    };
+    let mut config = PulumiConfig::with_program(program, data.join("pulumi"));
     if let Some(binary) = &pulumi.binary {
         config.binary = binary.clone();
     }

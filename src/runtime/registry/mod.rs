@@ -609,8 +609,9 @@ mod tests {
         },
         AzureNeeds {
             consumer: "iac-provisioning",
-            required: &["BOSUN_PULUMI_PROGRAM_DIR"],
-            enough: &[("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi/delivery")],
+            // The program comes from the module's repository by default.
+            required: &[],
+            enough: &[],
         },
         AzureNeeds {
             consumer: "gitops-sync",

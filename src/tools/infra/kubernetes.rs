@@ -25,8 +25,12 @@
 //! cannot change, so a Job under a fixed name fails on the next image, and
 //! one named per image is ordered against nothing.
 
-use bosun_consumers::{container_build, iac_provisioning, pipeline_monitor};
+use bosun_consumers::iac_provisioning;
 use serde_json::{Value, json};
+
+mod size;
+
+pub use size::{PodSize, pod_size};
 
 use super::bicep::API_COMPONENT;
 use super::yaml::{self, YamlError};
@@ -37,6 +41,19 @@ use super::{API_PORT, ConsumerInfra, InfraSettings, OPS_PORT, RenderedFile, even
 pub const GRACE_MARGIN_SECONDS: u64 = 15;
 /// The image the base names; the overlay's `images:` sets its registry.
 pub const IMAGE: &str = "bosun";
+/// The image of iac-provisioning's pod: [`IMAGE`] with the Pulumi CLI (the
+/// Dockerfile's `iac` target).
+pub const IAC_IMAGE: &str = "bosun-iac";
+
+/// The image a component runs: [`IAC_IMAGE`] for iac-provisioning (it
+/// runs the Pulumi CLI), [`IMAGE`] for every other.
+pub fn image_of(component: &str) -> &'static str {
+    if component == iac_provisioning::NAME {
+        IAC_IMAGE
+    } else {
+        IMAGE
+    }
+}
 /// The ConfigMap every pod reads its `BOSUN_*` settings from.
 pub const CONFIG_MAP: &str = "bosun-config";
 /// The Secret every pod reads its secret settings from:
@@ -78,77 +95,6 @@ pub const API_REPLICAS: u32 = 2;
 pub const STARTUP_PROBE_SECONDS: u32 = 300;
 /// How often the startup probe asks.
 pub const STARTUP_PROBE_PERIOD_SECONDS: u32 = 5;
-
-/// The CPU, memory and scratch space of one component's bosun container
-/// and its `emptyDir` volumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodSize {
-    /// CPU request.
-    pub cpu_request: &'static str,
-    /// Memory request.
-    pub memory_request: &'static str,
-    /// CPU limit.
-    pub cpu_limit: &'static str,
-    /// Memory limit.
-    pub memory_limit: &'static str,
-    /// `sizeLimit` of the data directory's `emptyDir`.
-    pub data_limit: &'static str,
-    /// `sizeLimit` of `/tmp`'s `emptyDir`.
-    pub tmp_limit: &'static str,
-}
-
-/// What most components need: they hold a few messages at a time and
-/// write little to disk (the store is PostgreSQL, payloads are blobs).
-const DEFAULT_SIZE: PodSize = PodSize {
-    cpu_request: "100m",
-    memory_request: "128Mi",
-    cpu_limit: "1",
-    memory_limit: "512Mi",
-    data_limit: "1Gi",
-    tmp_limit: "1Gi",
-};
-
-/// The size of a component's pod.
-///
-/// These figures are NOT measured: no load profile of bosun on AKS exists
-/// yet. They are estimates from what each consumer does, to be replaced by
-/// what `kubectl top pod` and the pods' OOM kills and evictions show under
-/// real load (an overlay may patch them meanwhile):
-/// - `container-build` packs a build context into an archive under `/tmp`
-///   and uploads it (ACR Tasks), or builds the image locally with the
-///   other builders: the most scratch space and more memory;
-/// - `iac-provisioning` runs the Pulumi CLI and its language host beside
-///   bosun, and keeps its journal under the data directory: the most
-///   memory;
-/// - `pipeline-monitor` reads whole pipeline logs and JUnit reports:
-///   more memory and `/tmp` than the rest.
-pub fn pod_size(component: &str) -> PodSize {
-    match component {
-        container_build::NAME => PodSize {
-            cpu_request: "250m",
-            memory_request: "256Mi",
-            cpu_limit: "2",
-            memory_limit: "1Gi",
-            data_limit: "2Gi",
-            tmp_limit: "8Gi",
-        },
-        iac_provisioning::NAME => PodSize {
-            cpu_request: "250m",
-            memory_request: "512Mi",
-            cpu_limit: "2",
-            memory_limit: "2Gi",
-            data_limit: "2Gi",
-            tmp_limit: "2Gi",
-        },
-        pipeline_monitor::NAME => PodSize {
-            memory_request: "256Mi",
-            memory_limit: "1Gi",
-            tmp_limit: "2Gi",
-            ..DEFAULT_SIZE
-        },
-        _ => DEFAULT_SIZE,
-    }
-}
 
 /// Every file of `kubernetes/`.
 pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<Vec<RenderedFile>, YamlError> {
@@ -306,6 +252,13 @@ fn config_map() -> Value {
             // (`bosun version`) so every pod writes what the old pods read,
             // and empties it once no old pod runs (docs/UPGRADING.md).
             "BOSUN_COMPAT_VERSION": "",
+            // iac-provisioning's Pulumi program: the folder `infra` of the
+            // module's repository at the release's commit. An overlay may
+            // name one repository for every module (a name in the tenant's
+            // project, or a URL) and its ref instead.
+            "BOSUN_PULUMI_PROGRAM_REPOSITORY": "",
+            "BOSUN_PULUMI_PROGRAM_REF": "main",
+            "BOSUN_PULUMI_PROGRAM_PATH": "infra",
         },
     })
 }
@@ -339,10 +292,17 @@ fn service_account(name: &str, component: &str) -> Value {
 /// The pod of one component: the migrate init container, then the bosun
 /// container with `args`, its probes, its volumes (limited to `size`) and
 /// its security context (Pod Security Standards `restricted`).
-fn pod_spec(service_account: &str, args: &[&str], ports: Value, size: &PodSize, settings: &InfraSettings) -> Value {
+fn pod_spec(
+    service_account: &str,
+    image: &str,
+    args: &[&str],
+    ports: Value,
+    size: &PodSize,
+    settings: &InfraSettings,
+) -> Value {
     let container = json!({
         "name": "bosun",
-        "image": format!("{IMAGE}:{}", settings.image_tag),
+        "image": format!("{image}:{}", settings.image_tag),
         "imagePullPolicy": "Always",
         "args": args,
         "envFrom": [{"configMapRef": {"name": CONFIG_MAP}}, {"secretRef": {"name": SECRETS}}],
@@ -487,6 +447,7 @@ pub fn consumer_objects(consumer: &ConsumerInfra, settings: &InfraSettings) -> V
     let component = consumer.name.as_str();
     let pod = pod_spec(
         &name,
+        image_of(component),
         &["serve", "--consumers", component],
         json!([ops_port()]),
         &pod_size(component),
@@ -562,6 +523,7 @@ fn api(settings: &InfraSettings) -> Vec<Value> {
     let http = format!("0.0.0.0:{API_PORT}");
     let pod = pod_spec(
         name,
+        IMAGE,
         &["api", "--http", &http],
         json!([
             {"name": "http", "containerPort": API_PORT, "protocol": "TCP"},
@@ -623,22 +585,22 @@ pub fn migrate_container(main: &Value) -> Value {
 /// replacement, the storage account, Azure DevOps, ACR and ACR Tasks) and
 /// the Secret, generated from `secrets.env`.
 fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> {
+    let images = [IMAGE, IAC_IMAGE].map(
+        |image| json!({"name": image, "newName": format!("contoso.azurecr.io/{image}"), "digest": EXAMPLE_DIGEST}),
+    );
     Ok(vec![
         overlay_file(
             "kustomization.yaml",
-            "the namespace and the image: its registry (newName) and the digest of\n\
-             the build you deploy (`az acr repository show -n REGISTRY\n\
-             --image bosun:TAG --query digest -o tsv`)",
+            "the namespace and the images (bosun, and bosun-iac for iac-provisioning:\n\
+             the Dockerfile's iac target): their registry (newName) and the digest\n\
+             of the build you deploy (`az acr repository show -n REGISTRY\n\
+             --image bosun:TAG --query digest -o tsv`, the same for bosun-iac)",
             &[json!({
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "namespace": OVERLAY_NAMESPACE,
                 "resources": ["../../base"],
-                "images": [{
-                    "name": IMAGE,
-                    "newName": "contoso.azurecr.io/bosun",
-                    "digest": EXAMPLE_DIGEST,
-                }],
+                "images": images,
                 "patches": [{"path": "config.yaml"}, {"path": IDENTITIES_FILE}],
                 // The Secret every pod reads, from the file you write; its
                 // name gets a hash of its content, so a changed secret rolls

@@ -668,15 +668,16 @@ fn every_empty_dir_is_limited_and_heavier_consumers_get_more() {
 fn the_example_overlay_pins_the_digest_generates_the_secret_and_is_for_editing() {
     let files = default_files();
     let kustomization = &overlay_documents(&files, "kustomization.yaml")[0];
-    let image = &kustomization["images"][0];
-    assert_eq!(image["name"], kubernetes::IMAGE);
-    let digest = image["digest"].as_str().unwrap();
-    let hex = digest.strip_prefix("sha256:").unwrap();
-    assert!(
-        hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()),
-        "{digest}"
-    );
-    assert!(image["newTag"].is_null(), "the digest, not a tag");
+    for image in kustomization["images"].as_array().unwrap() {
+        let digest = image["digest"].as_str().unwrap();
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        assert!(
+            hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+            "{digest}"
+        );
+        assert!(image["newTag"].is_null(), "the digest, not a tag");
+    }
+    assert_eq!(kustomization["images"][0]["name"], kubernetes::IMAGE);
     assert_eq!(kustomization["resources"], serde_json::json!(["../../base"]));
     let generator = &kustomization["secretGenerator"][0];
     assert_eq!(generator["name"], kubernetes::SECRETS);
@@ -728,10 +729,73 @@ fn the_example_overlay_settings_load_and_build_with_acr_tasks() {
     let AdapterKind::Azure(azure) = settings.adapters else {
         panic!("azure adapters")
     };
+    // iac-provisioning fetches each module's program from its repository.
+    assert_eq!(azure.pulumi.program_dir, None);
+    assert_eq!(
+        azure.pulumi.repository, None,
+        "the empty setting is the module's repository"
+    );
+    assert_eq!(azure.pulumi.path, "infra");
+    assert_eq!(azure.pulumi.reference, "main");
     let tasks = azure.acr.unwrap().tasks.expect("ACR Tasks");
     assert_eq!(tasks.subscription, data["BOSUN_ACR_SUBSCRIPTION"]);
     assert_eq!(tasks.resource_group, data["BOSUN_ACR_RESOURCE_GROUP"]);
     assert_eq!(tasks.registry_name, "contoso");
+}
+
+/// iac-provisioning runs the image with the Pulumi CLI (the Dockerfile's
+/// `iac` target), every other pod bosun's; the base's ConfigMap says
+/// where its program comes from, and the overlay pins both images by
+/// digest.
+#[test]
+fn iac_provisioning_runs_the_pulumi_image_with_its_program_settings() {
+    let files = default_files();
+    let overlay = &overlay_documents(&files, "kustomization.yaml")[0];
+    let pinned: Vec<&str> = overlay["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|image| image["digest"].as_str().is_some_and(|d| d.starts_with("sha256:")))
+        .map(|image| image["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(pinned, [kubernetes::IMAGE, kubernetes::IAC_IMAGE]);
+    let dockerfile = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("FROM runtime AS iac"),
+        "the Dockerfile builds the iac image"
+    );
+    assert!(
+        dockerfile.contains("sha256sum -c"),
+        "the Pulumi CLI's checksum is checked"
+    );
+    for (path, pod) in pods(&files) {
+        let expected = if path.ends_with("/iac-provisioning.yaml") {
+            kubernetes::IAC_IMAGE
+        } else {
+            kubernetes::IMAGE
+        };
+        for container in pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(pod["initContainers"].as_array().unwrap())
+        {
+            let image = container["image"].as_str().unwrap();
+            assert_eq!(image.split(':').next(), Some(expected), "{path}: {image}");
+        }
+    }
+    let config = base_objects(&files)
+        .into_iter()
+        .find(|(_, o)| kind_of(o) == "ConfigMap")
+        .unwrap()
+        .1;
+    assert_eq!(config["data"]["BOSUN_PULUMI_PROGRAM_PATH"], "infra");
+    assert_eq!(config["data"]["BOSUN_PULUMI_PROGRAM_REF"], "main");
+    assert_eq!(config["data"]["BOSUN_PULUMI_PROGRAM_REPOSITORY"], "");
+    assert!(
+        config["data"].get("BOSUN_PULUMI_PROGRAM_DIR").is_none(),
+        "nothing baked in by hand"
+    );
 }
 
 /// What `az deployment group show -o json` prints for a deployment of

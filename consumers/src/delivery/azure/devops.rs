@@ -193,15 +193,39 @@ impl AzureDevOpsAuth {
     /// [`Self::Entra`], whose header is made per request.
     fn static_header(&self) -> Option<Result<HeaderValue, AzureDevOpsError>> {
         let value = match self {
-            Self::Pat(token) => format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!(":{token}"))
-            ),
+            Self::Pat(token) => basic_pat(token),
             Self::Bearer(token) => format!("Bearer {token}"),
             Self::Entra(_) => return None,
         };
         Some(sensitive_header(&value))
     }
+}
+
+impl AzureDevOpsAuth {
+    /// The value of the `Authorization` header this credential sends now
+    /// (`Basic …` for a PAT, `Bearer …` for a token, a fresh Entra ID
+    /// token when the cached one is near expiry), for clients other than
+    /// [`AzureDevOpsClient`] (`git fetch`'s `http.extraHeader`). Never log
+    /// it.
+    pub async fn authorization(&self) -> Result<String, AzureDevOpsError> {
+        match self {
+            Self::Pat(token) => Ok(basic_pat(token)),
+            Self::Bearer(token) => Ok(format!("Bearer {token}")),
+            Self::Entra(source) => source
+                .token()
+                .await
+                .map(|token| format!("Bearer {token}"))
+                .map_err(|err| AzureDevOpsError::Credential(err.to_string())),
+        }
+    }
+}
+
+/// HTTP Basic auth of a PAT: an empty user name and the token.
+fn basic_pat(token: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!(":{token}"))
+    )
 }
 
 /// A header value that is never logged.

@@ -159,7 +159,7 @@ impl Git {
     }
 
     /// Runs a command and returns its stdout as trimmed text.
-    pub(super) async fn run_text(
+    pub(crate) async fn run_text(
         &self,
         args: &[&str],
         input: Option<&[u8]>,
