@@ -182,6 +182,19 @@ fn replaced(stand_ins: &StandIns) -> Vec<(&'static str, Option<String>)> {
     ]
 }
 
+/// The pods started, killed if the test ends early (a panic), so no
+/// process outlives it.
+struct Pods(Vec<(String, Child, u16)>);
+
+impl Drop for Pods {
+    fn drop(&mut self) {
+        for (_, child, _) in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -276,7 +289,7 @@ fn every_rendered_deployment_starts_and_turns_ready() {
 
     let deployments = rendered_deployments();
     assert!(deployments.len() > 10, "the API and every consumer");
-    let mut running: Vec<(String, Child, u16)> = Vec::new();
+    let mut pods = Pods(Vec::new());
     for deployment in &deployments {
         let dir = scratch.path().join(&deployment.name);
         std::fs::create_dir_all(&dir).unwrap();
@@ -317,7 +330,7 @@ fn every_rendered_deployment_starts_and_turns_ready() {
             deployment.name,
             args.join(" ")
         );
-        running.push((deployment.name.clone(), child, ops));
+        pods.0.push((deployment.name.clone(), child, ops));
     }
 
     let client = reqwest::Client::builder()
@@ -325,6 +338,7 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         .build()
         .unwrap();
     let deadline = Instant::now() + READY_WITHIN;
+    let running = &mut pods.0;
     let mut waiting: Vec<usize> = (0..running.len()).collect();
     while !waiting.is_empty() {
         waiting.retain(|&i| {
@@ -348,7 +362,7 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         std::thread::sleep(Duration::from_millis(250));
     }
 
-    for (name, child, _) in &mut running {
+    for (name, child, _) in running.iter_mut() {
         let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
