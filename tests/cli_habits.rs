@@ -3,7 +3,7 @@
 //! closed pipe ends quietly; `deliveries list` filters by status and time;
 //! a tenant's second demo on one directory is refused at once; the operator
 //! falls back to the account's name; id prefixes are taken only when they
-//! are unambiguous.
+//! are unambiguous; `infra check` names what an overlay leaves to set.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -250,4 +250,62 @@ fn an_ambiguous_id_prefix_is_refused_naming_the_candidates_and_a_full_id_works()
         let shown = run_json(data, &["dead-letters", "show", id]);
         assert_eq!(shown["id"], id.as_str());
     }
+}
+
+/// `bosun infra check DIR`: the example overlay as rendered exits 1 naming
+/// what is left to set (text and JSON); a copy with every value set exits 0.
+#[test]
+fn infra_check_names_what_an_overlay_leaves_and_passes_a_filled_one() {
+    let data = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/kubernetes/overlays/example");
+    let example_arg = example.to_str().unwrap();
+    let refused = output(data.path(), &["infra", "check", example_arg]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert!(stdout.contains("kustomization.yaml: images[0].digest: "), "{stdout}");
+    assert!(stdout.contains("secrets.env: BOSUN_DATABASE_URL: "), "{stdout}");
+    let json = output(data.path(), &["infra", "check", example_arg, "--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let problems: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(problems["problems"].as_array().unwrap().len() > 15, "{problems}");
+
+    let copy = data.path().join("prod");
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(&example).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text
+            .replace(
+                "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                "sha256:4bf5e0a1c9d3b6e2f7a8c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1",
+            )
+            .replace(
+                "00000000-0000-0000-0000-000000000000",
+                "3f1c9a0e-5b7d-4c2a-9e8f-1a2b3c4d5e6f",
+            )
+            .replace(
+                "PASSWORD@POSTGRES_HOST",
+                "s3cret@contoso-bosun.postgres.database.azure.com",
+            )
+            .replace("<a PAT with Packaging read and write>", "pat-value")
+            .replace("<an Argo CD API token>", "argocd-token");
+        let text: String = text
+            .lines()
+            .map(|line| match line.split_once("azure.workload.identity/client-id: <") {
+                Some((indent, _)) => {
+                    format!("{indent}azure.workload.identity/client-id: 6c8d1e2f-0a1b-4c3d-8e9f-0a1b2c3d4e5f\n")
+                }
+                None => format!("{line}\n"),
+            })
+            .collect();
+        std::fs::write(copy.join(path.file_name().unwrap()), text).unwrap();
+    }
+    let ready = output(data.path(), &["infra", "check", copy.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&ready.stdout);
+    assert!(
+        ready.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&ready.stderr)
+    );
+    assert!(stdout.contains("is ready to apply"), "{stdout}");
 }
