@@ -82,7 +82,7 @@ impl Call {
 }
 
 /// What every component calls.
-const EVERY_COMPONENT: [Call; 4] = [Call::AzureBasics, Call::ServiceBus, Call::Postgres, Call::Otlp];
+pub const EVERY_COMPONENT: [Call; 4] = [Call::AzureBasics, Call::ServiceBus, Call::Postgres, Call::Otlp];
 
 /// What a component calls beyond [`EVERY_COMPONENT`]; `None` for a name
 /// that is not a component (a consumer added without saying what it calls
