@@ -15,6 +15,14 @@
 //! Argo CD. A setting a consumer needs that the render or the overlay does
 //! not give therefore fails here, naming the Deployment and the setting.
 //!
+//! Workload identity is not replaced: each pod gets the variables the
+//! webhook injects (its client id, the tenant, a projected token of its
+//! ServiceAccount, the authority), the authority being the Entra double
+//! over HTTPS, and Azure DevOps takes only that double's tokens. Once every
+//! pod is ready, a `ProvisionRepository` sent over the broker must come out
+//! as a repository in the Azure DevOps double, asked for with
+//! repository-provisioning's own token.
+//!
 //! Ignored unless Azurite runs (scripts/test starts it and runs this with
 //! --ignored); it needs PostgreSQL too.
 
@@ -34,8 +42,17 @@ use bosun_azure_doubles::acr::{AcrConfig, AcrDouble};
 use bosun_azure_doubles::argocd::ArgoCdDouble;
 use bosun_azure_doubles::artifacts::ArtifactsDouble;
 use bosun_azure_doubles::devops::DevOpsDouble;
-use bosun_azure_doubles::{Auth, Faults, Journal};
+use bosun_azure_doubles::entra::{
+    EntraDouble, FederatedCredential, FederatedToken, GrantKind, TOKEN_EXCHANGE_AUDIENCE,
+};
+use bosun_azure_doubles::{Auth, Faults, Journal, TlsIdentity, TokenBook};
 use serde_json::Value;
+
+/// The Entra tenant the pods' identities are in.
+const TENANT_ID: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+/// The cluster's OIDC issuer, as the workload identity webhook's projected
+/// service-account tokens name it.
+const ISSUER: &str = "https://oidc.prod-aks.azure.com/deployments-start/";
 
 /// How long a pod may take to turn ready (the rendered startup probe
 /// allows five minutes; here nothing is slow).
@@ -236,10 +253,22 @@ fn every_rendered_deployment_starts_and_turns_ready() {
     let (faults, journal) = (Faults::default(), Journal::default());
     let overlay_dir = repository().join("infra/kubernetes/overlays/example");
     let mut pod_env = Overlay::read(&overlay_dir).unwrap().pod_settings().unwrap();
-    let (devops, artifacts, argocd, acr) = runtime.block_on(async {
-        let devops = DevOpsDouble::start(faults.clone(), journal.clone(), Auth::open(), "contoso")
+    // Azure DevOps takes only the Entra double's tokens: the pods' workload
+    // identity, as rendered (`BOSUN_AZURE_DEVOPS_AUTH=workload-identity`),
+    // against an authority over HTTPS, as Microsoft's clients require.
+    let book = TokenBook::default();
+    let (entra, devops, artifacts, argocd, acr) = runtime.block_on(async {
+        let entra = EntraDouble::start_tls(faults.clone(), journal.clone(), book.clone(), TlsIdentity::loopback())
             .await
             .unwrap();
+        let devops = DevOpsDouble::start(
+            faults.clone(),
+            journal.clone(),
+            Auth::default().entra(book.clone()),
+            "contoso",
+        )
+        .await
+        .unwrap();
         devops.add_project(&pod_env["BOSUN_AZURE_DEVOPS_PROJECT"]);
         let artifacts = ArtifactsDouble::start(faults.clone(), journal.clone(), Auth::open(), "contoso")
             .await
@@ -255,7 +284,7 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         let acr = AcrDouble::start(faults.clone(), journal.clone(), Auth::open(), config)
             .await
             .unwrap();
-        (devops, artifacts, argocd, acr)
+        (entra, devops, artifacts, argocd, acr)
     });
     let stand_ins = StandIns {
         servicebus: broker.connection_string(),
@@ -276,16 +305,15 @@ fn every_rendered_deployment_starts_and_turns_ready() {
     }
     let scratch = tempfile::tempdir().unwrap();
     // What the workload identity webhook injects into a pod labelled
-    // `azure.workload.identity/use: "true"` (nothing here asks Entra ID for a
-    // token while starting).
-    let token_file = scratch.path().join("azure-identity-token");
-    std::fs::write(&token_file, "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJib3N1biJ9.c2lnbmF0dXJl").unwrap();
-    pod_env.insert("AZURE_TENANT_ID".into(), "72f988bf-86f1-41af-91ab-2d7cd011db47".into());
+    // `azure.workload.identity/use: "true"` (the client id and token file
+    // per pod, below), the authority being the Entra double; the pods trust
+    // its certificate as they would Entra's.
+    pod_env.insert("AZURE_TENANT_ID".into(), TENANT_ID.into());
+    pod_env.insert("AZURE_AUTHORITY_HOST".into(), format!("{}/", entra.base_url()));
     pod_env.insert(
-        "AZURE_AUTHORITY_HOST".into(),
-        "https://login.microsoftonline.com/".into(),
+        "SSL_CERT_FILE".into(),
+        TlsIdentity::certificate_file().display().to_string(),
     );
-    pod_env.insert("AZURE_FEDERATED_TOKEN_FILE".into(), token_file.display().to_string());
 
     let deployments = rendered_deployments();
     assert!(deployments.len() > 10, "the API and every consumer");
@@ -297,7 +325,23 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         let ops = free_port();
         env.insert("BOSUN_DATA_DIR".into(), dir.display().to_string());
         env.insert("BOSUN_OPS_ADDR".into(), format!("127.0.0.1:{ops}"));
-        env.insert("AZURE_CLIENT_ID".into(), format!("client-id-of-{}", deployment.name));
+        // The Deployment's ServiceAccount has its name; its identity trusts
+        // that account's tokens (main.bicep's federated credential).
+        let client_id = format!("client-id-of-{}", deployment.name);
+        let subject = format!("system:serviceaccount:bosun:{}", deployment.name);
+        entra.add_federated_credential(
+            TENANT_ID,
+            &client_id,
+            FederatedCredential {
+                issuer: ISSUER.into(),
+                subject: subject.clone(),
+                audience: TOKEN_EXCHANGE_AUDIENCE.into(),
+            },
+        );
+        let token_file = dir.join("azure-identity-token");
+        std::fs::write(&token_file, FederatedToken::new(ISSUER, &subject).jwt()).unwrap();
+        env.insert("AZURE_CLIENT_ID".into(), client_id);
+        env.insert("AZURE_FEDERATED_TOKEN_FILE".into(), token_file.display().to_string());
         for init in &deployment.init {
             let output = pod_command(init, &env, &dir).output().unwrap();
             assert!(
@@ -362,6 +406,54 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         std::thread::sleep(Duration::from_millis(250));
     }
 
+    // The first hop of a delivery on the Azure path, through the pods as
+    // started: a command sent over the broker, handled by
+    // repository-provisioning, which asks Azure DevOps with its workload
+    // identity's token from Entra.
+    let mut send_env = pod_env.clone();
+    send_env.insert("BOSUN_DATA_DIR".into(), scratch.path().display().to_string());
+    let payload = r#"{"name": "orders", "defaultBranch": "main", "minimumReviewers": 1}"#;
+    let sent = pod_command(
+        &[
+            "send",
+            "ProvisionRepository",
+            "--tenant",
+            "contoso",
+            "--payload",
+            payload,
+        ]
+        .map(str::to_owned),
+        &send_env,
+        scratch.path(),
+    )
+    .output()
+    .unwrap();
+    assert!(
+        sent.status.success(),
+        "bosun send: {}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let project = &pod_env["BOSUN_AZURE_DEVOPS_PROJECT"];
+    let deadline = Instant::now() + READY_WITHIN;
+    while !devops
+        .repositories(project)
+        .iter()
+        .any(|repository| repository.name == "orders")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no repository `orders` in Azure DevOps within {READY_WITHIN:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let grants = entra.grants();
+    assert!(
+        grants.iter().any(|grant| grant.kind == GrantKind::FederatedAssertion
+            && grant.client_id == "client-id-of-bosun-repository-provisioning"),
+        "repository-provisioning's own identity got the token: {grants:?}"
+    );
+    eprintln!("deployments_start: repository `orders` provisioned through the pods, with workload identity");
+
     for (name, child, _) in running.iter_mut() {
         let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(40);
@@ -379,5 +471,5 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         }
     }
     runtime.block_on(schema.drop());
-    drop((devops, artifacts, argocd, acr, broker));
+    drop((entra, devops, artifacts, argocd, acr, broker));
 }

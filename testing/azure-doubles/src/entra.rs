@@ -58,7 +58,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use crate::serve::lock;
-use crate::{Auth, Faults, Journal, Running, ServeError, TokenBook, serve};
+use crate::{Auth, Faults, Journal, Running, ServeError, TlsIdentity, TokenBook, serve, serve_tls};
 
 pub use jwt::{FederatedToken, unsigned_jwt};
 
@@ -142,6 +142,27 @@ impl EntraDouble {
     /// `tokens` (the book the other doubles' [`Auth::entra`] reads). The
     /// endpoint itself takes no credentials in a header, as Entra's.
     pub async fn start(faults: Faults, journal: Journal, tokens: TokenBook) -> Result<Self, ServeError> {
+        Self::start_with(faults, journal, tokens, None).await
+    }
+
+    /// [`EntraDouble::start`] over HTTPS with `identity`: what Microsoft's
+    /// identity clients require of an authority (`azure_identity` refuses
+    /// an `AZURE_AUTHORITY_HOST` that is not https).
+    pub async fn start_tls(
+        faults: Faults,
+        journal: Journal,
+        tokens: TokenBook,
+        identity: TlsIdentity,
+    ) -> Result<Self, ServeError> {
+        Self::start_with(faults, journal, tokens, Some(identity)).await
+    }
+
+    async fn start_with(
+        faults: Faults,
+        journal: Journal,
+        tokens: TokenBook,
+        tls: Option<TlsIdentity>,
+    ) -> Result<Self, ServeError> {
         let state = Arc::new(Mutex::new(EntraState {
             tenants: HashMap::new(),
             lifetime: DEFAULT_TOKEN_LIFETIME,
@@ -159,11 +180,15 @@ impl EntraDouble {
             )
             .route("/common/discovery/instance", get(instance_discovery))
             .with_state(shared);
-        let running = serve(SERVICE, router, faults, journal, Auth::open()).await?;
+        let running = match tls {
+            None => serve(SERVICE, router, faults, journal, Auth::open()).await?,
+            Some(identity) => serve_tls(SERVICE, router, faults, journal, Auth::open(), identity).await?,
+        };
         Ok(Self { running, state, tokens })
     }
 
-    /// `http://127.0.0.1:PORT`: the authority host clients are pointed at.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS): the authority host
+    /// clients are pointed at.
     pub fn base_url(&self) -> String {
         self.running.base_url()
     }

@@ -29,5 +29,6 @@ pub mod entra;
 mod serve;
 
 pub use serve::{
-    Auth, Entry, Fault, FaultRule, Faults, Issued, Journal, Running, ServeError, TokenBook, TokenProblem, serve,
+    Auth, Entry, Fault, FaultRule, Faults, Issued, Journal, Running, ServeError, TlsIdentity, TokenBook, TokenProblem,
+    serve, serve_tls,
 };

@@ -35,6 +35,44 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The TLS identity could not be loaded; the test cannot run.
+    #[error("the {service} double cannot serve TLS: {source}")]
+    Tls {
+        /// Which double.
+        service: &'static str,
+        /// Why.
+        source: native_tls::Error,
+    },
+}
+
+/// The certificate and key a double serves HTTPS with: a self-signed
+/// certificate for `127.0.0.1` and `localhost` (a CA, valid until 2126),
+/// made for these tests only and kept in `testdata/`. A client trusts it by
+/// [`TlsIdentity::certificate_file`] (OpenSSL reads `SSL_CERT_FILE`).
+#[derive(Debug, Clone, Copy)]
+pub struct TlsIdentity {
+    certificate: &'static [u8],
+    key: &'static [u8],
+}
+
+impl TlsIdentity {
+    /// The loopback certificate of `testdata/`.
+    pub fn loopback() -> Self {
+        Self {
+            certificate: include_bytes!("../testdata/loopback.crt"),
+            key: include_bytes!("../testdata/loopback.key"),
+        }
+    }
+
+    /// The certificate's file, for a client's trust store.
+    pub fn certificate_file() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/loopback.crt")
+    }
+
+    /// The certificate, PEM.
+    pub fn certificate(&self) -> &'static [u8] {
+        self.certificate
+    }
 }
 
 /// Locks a mutex whose data stays consistent even if a holder panicked
@@ -401,6 +439,7 @@ struct Front {
 #[derive(Debug)]
 pub struct Running {
     service: &'static str,
+    scheme: &'static str,
     addr: SocketAddr,
     faults: Faults,
     journal: Journal,
@@ -414,9 +453,10 @@ impl Running {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    /// `http://127.0.0.1:PORT` (`https://` when served with TLS), without
+    /// a trailing slash.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// The double's name.
@@ -463,6 +503,33 @@ pub async fn serve(
     journal: Journal,
     auth: Auth,
 ) -> Result<Running, ServeError> {
+    start(service, router, faults, journal, auth, None).await
+}
+
+/// [`serve`] over HTTPS with `identity`.
+pub async fn serve_tls(
+    service: &'static str,
+    router: Router,
+    faults: Faults,
+    journal: Journal,
+    auth: Auth,
+    identity: TlsIdentity,
+) -> Result<Running, ServeError> {
+    let identity = native_tls::Identity::from_pkcs8(identity.certificate, identity.key)
+        .map_err(|source| ServeError::Tls { service, source })?;
+    let acceptor = native_tls::TlsAcceptor::new(identity).map_err(|source| ServeError::Tls { service, source })?;
+    let acceptor = tokio_native_tls::TlsAcceptor::from(acceptor);
+    start(service, router, faults, journal, auth, Some(acceptor)).await
+}
+
+async fn start(
+    service: &'static str,
+    router: Router,
+    faults: Faults,
+    journal: Journal,
+    auth: Auth,
+    tls: Option<tokio_native_tls::TlsAcceptor>,
+) -> Result<Running, ServeError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|source| ServeError::Bind { service, source })?;
@@ -479,22 +546,56 @@ pub async fn serve(
     };
     let app = router.layer(middleware::from_fn_with_state(front, in_front));
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-            tracing::warn!(service, %error, "a double stopped serving");
-        }
-    });
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let task = match tls {
+        None => tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+                tracing::warn!(service, %error, "a double stopped serving");
+            }
+        }),
+        Some(acceptor) => tokio::spawn(serve_tls_connections(listener, app, acceptor, stopped)),
+    };
     Ok(Running {
         service,
+        scheme,
         addr,
         faults,
         journal,
         stop: Some(stop),
         task: Some(task),
     })
+}
+
+/// Accepts TLS connections until `stopped`, each served by `app` over
+/// HTTP/1.1 on its own task.
+async fn serve_tls_connections(
+    listener: TcpListener,
+    app: Router,
+    acceptor: tokio_native_tls::TlsAcceptor,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(stream).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 /// Journal, then faults, then auth, then the double.

@@ -277,3 +277,56 @@ async fn the_metadata_msal_asks_for_points_at_the_double() {
             .ends_with("/openid-configuration")
     );
 }
+
+/// Over HTTPS (`start_tls`), as Microsoft's identity clients require of an
+/// authority: a client trusting the loopback certificate gets a token; one
+/// that does not trust it cannot connect.
+#[tokio::test]
+async fn over_tls_the_double_answers_clients_that_trust_its_certificate() {
+    use bosun_azure_doubles::TlsIdentity;
+    let entra = EntraDouble::start_tls(
+        Faults::default(),
+        Journal::default(),
+        TokenBook::default(),
+        TlsIdentity::loopback(),
+    )
+    .await
+    .unwrap();
+    entra.add_client_secret(TENANT, CLIENT, "s3cret");
+    assert!(
+        entra.base_url().starts_with("https://127.0.0.1:"),
+        "{}",
+        entra.base_url()
+    );
+    let certificate = reqwest::Certificate::from_pem(TlsIdentity::loopback().certificate()).unwrap();
+    let trusting = reqwest::Client::builder()
+        .add_root_certificate(certificate)
+        .build()
+        .unwrap();
+    let form = encode(&[
+        ("grant_type", "client_credentials"),
+        ("client_id", CLIENT),
+        ("client_secret", "s3cret"),
+        ("scope", SCOPE),
+    ]);
+    let answer = trusting
+        .post(entra.token_url(TENANT))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert!(body["access_token"].as_str().is_some_and(|token| !token.is_empty()));
+    let untrusting = reqwest::Client::new()
+        .post(entra.token_url(TENANT))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await;
+    assert!(
+        untrusting.is_err(),
+        "a client that does not trust the certificate cannot connect"
+    );
+}
