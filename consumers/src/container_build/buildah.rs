@@ -49,7 +49,8 @@
 //!
 //! A failed build is a permanent error ([`ContainerBuildError::BuilderFailed`])
 //! with the log's blob and its last lines, unless the log says a registry
-//! could not be reached (then it is retried).
+//! could not be reached or the OCI runtime could not start a step (then it
+//! is retried).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -82,9 +83,10 @@ pub const TENANT_LABEL: &str = "dev.bosun.tenant";
 /// The lines of a failed build's log an error carries.
 const TAIL_LINES: usize = 15;
 
-/// What the log of a build says when a registry could not be reached: a
-/// build that failed so is retried.
-const UNREACHABLE: &[&str] = &[
+/// What the log of a build says when the build failed for a cause outside
+/// the Dockerfile: a build that failed so is retried.
+const TRANSIENT: &[&str] = &[
+    // A registry could not be reached.
     "pinging container registry",
     "connection refused",
     "i/o timeout",
@@ -93,7 +95,16 @@ const UNREACHABLE: &[&str] = &[
     "503 Service Unavailable",
     "429 Too Many Requests",
     "toomanyrequests",
+    // The OCI runtime could not start a `RUN` step's container (runc's
+    // copy of itself sealed while the host was busy): the step never ran.
+    "sealing memfd copy",
 ];
+
+/// Whether a failed build's log says it failed for a cause outside the
+/// Dockerfile ([`TRANSIENT`]).
+fn failed_transiently(log: &str) -> bool {
+    TRANSIENT.iter().any(|needle| log.contains(needle))
+}
 
 /// Where buildah keeps its files and where it pushes.
 #[derive(Clone, PartialEq, Eq)]
@@ -596,10 +607,7 @@ impl BuildahBuilder {
         let built = self.buildah(&args, &mut log).await?;
         drop(dir);
         if !built {
-            let transient = {
-                let text = String::from_utf8_lossy(&log);
-                UNREACHABLE.iter().any(|needle| text.contains(needle))
-            };
+            let transient = failed_transiently(&String::from_utf8_lossy(&log));
             let tail = tail(&log);
             let log = self.store_log(spec, &key, log).await.ok().map(Box::new);
             return Err(ContainerBuildError::BuilderFailed {
@@ -669,5 +677,28 @@ impl BuildahBuilder {
 impl ImageBuilder for BuildahBuilder {
     async fn build(&self, spec: &ImageSpec) -> Result<BuildProgress, ContainerBuildError> {
         self.build_image(spec).await.map(BuildProgress::Built)
+    }
+}
+
+#[cfg(test)]
+mod transient_tests {
+    use super::failed_transiently;
+
+    /// A registry out of reach or a runtime that could not start a step is
+    /// retried; a step that ran and failed is the Dockerfile's.
+    #[test]
+    fn only_causes_outside_the_dockerfile_are_transient() {
+        let runtime = "[1/2] STEP 5/5: RUN sh build.sh && sh test.sh\n\
+                       Close_Fd sealing memfd copy: Device or resource busy\n\
+                       subprocess exited with status 1\n\
+                       Error: building at STEP \"RUN sh build.sh && sh test.sh\": exit status 1\n";
+        assert!(failed_transiently(runtime));
+        assert!(failed_transiently(
+            "Error: creating build container: pinging container registry 127.0.0.1:5000: connection refused"
+        ));
+        let failing_test = "[1/2] STEP 5/5: RUN sh build.sh && sh test.sh\n\
+                            FAIL: refunds\n\
+                            Error: building at STEP \"RUN sh build.sh && sh test.sh\": exit status 1\n";
+        assert!(!failed_transiently(failing_test));
     }
 }
