@@ -86,12 +86,12 @@ pub struct ProvisionInfrastructure {
     /// Pulumi engine takes the program from it at that commit. When
     /// absent, the engine's configured program is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = rule::repository_name)]
+    #[schemars(transform = rule::repository_name, transform = rule::also_checked("given only with `commitSha`"))]
     pub repository: Option<String>,
     /// The commit of `repository` the program is taken at; required with
     /// `repository`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = rule::git_sha)]
+    #[schemars(transform = rule::git_sha, transform = rule::also_checked("given only with `repository`"))]
     pub commit_sha: Option<String>,
 }
 
