@@ -63,29 +63,7 @@ pub(super) fn base_objects(files: &[RenderedFile]) -> Vec<(String, Value)> {
 /// parser, so the tests check the rendered text, not the values it was
 /// made from.
 pub(super) fn parse_documents(text: &str) -> Vec<Value> {
-    yaml_rust2::YamlLoader::load_from_str(text)
-        .unwrap_or_else(|err| panic!("rendered YAML does not parse: {err}\n{text}"))
-        .iter()
-        .map(to_json)
-        .collect()
-}
-
-fn to_json(yaml: &yaml_rust2::Yaml) -> Value {
-    use yaml_rust2::Yaml;
-    match yaml {
-        Yaml::String(text) => Value::String(text.clone()),
-        Yaml::Integer(n) => Value::from(*n),
-        Yaml::Real(text) => serde_json::from_str(text).unwrap(),
-        Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Null => Value::Null,
-        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Hash(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| (key.as_str().expect("string keys").to_owned(), to_json(value)))
-                .collect(),
-        ),
-        other => panic!("unexpected YAML node {other:?}"),
-    }
+    super::yaml::parse(text).unwrap_or_else(|err| panic!("rendered YAML does not parse: {err}\n{text}"))
 }
 
 pub(super) fn kind_of(object: &Value) -> &str {

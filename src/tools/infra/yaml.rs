@@ -58,7 +58,7 @@ fn to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
         Yaml::Integer(n) => Value::from(*n),
         Yaml::Real(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
         Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Null | Yaml::BadValue => Value::Null,
+        Yaml::Null => Value::Null,
         Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect::<Result<_, _>>()?),
         Yaml::Hash(map) => Value::Object(
             map.iter()
@@ -74,6 +74,7 @@ fn to_json(yaml: &yaml_rust2::Yaml) -> Result<Value, String> {
                 .collect::<Result<_, _>>()?,
         ),
         Yaml::Alias(_) => return Err("an alias the parser did not resolve".to_owned()),
+        Yaml::BadValue => return Err("a value the parser could not read".to_owned()),
     })
 }
 
