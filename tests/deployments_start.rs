@@ -71,27 +71,7 @@ fn repository() -> PathBuf {
 }
 
 fn parse(text: &str) -> Vec<Value> {
-    yaml_rust2::YamlLoader::load_from_str(text)
-        .unwrap()
-        .iter()
-        .map(to_json)
-        .collect()
-}
-
-fn to_json(yaml: &yaml_rust2::Yaml) -> Value {
-    use yaml_rust2::Yaml;
-    match yaml {
-        Yaml::String(text) | Yaml::Real(text) => Value::String(text.clone()),
-        Yaml::Integer(n) => Value::from(*n),
-        Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Hash(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| (key.as_str().unwrap().to_owned(), to_json(value)))
-                .collect(),
-        ),
-        _ => Value::Null,
-    }
+    bosun::tools::infra::yaml::parse(text).unwrap()
 }
 
 fn strings(value: &Value) -> Vec<String> {
@@ -310,10 +290,11 @@ fn every_rendered_deployment_starts_and_turns_ready() {
     // its certificate as they would Entra's.
     pod_env.insert("AZURE_TENANT_ID".into(), TENANT_ID.into());
     pod_env.insert("AZURE_AUTHORITY_HOST".into(), format!("{}/", entra.base_url()));
-    pod_env.insert(
-        "SSL_CERT_FILE".into(),
-        TlsIdentity::certificate_file().display().to_string(),
-    );
+    // The certificate from the library's bytes, not its source path (the
+    // test binary may have been built from another checkout).
+    let certificate = scratch.path().join("entra-double.crt");
+    std::fs::write(&certificate, TlsIdentity::loopback().certificate()).unwrap();
+    pod_env.insert("SSL_CERT_FILE".into(), certificate.display().to_string());
 
     let deployments = rendered_deployments();
     assert!(deployments.len() > 10, "the API and every consumer");
@@ -440,10 +421,17 @@ fn every_rendered_deployment_starts_and_turns_ready() {
         .iter()
         .any(|repository| repository.name == "orders")
     {
-        assert!(
-            Instant::now() < deadline,
-            "no repository `orders` in Azure DevOps within {READY_WITHIN:?}"
-        );
+        if Instant::now() >= deadline {
+            let (_, child, _) = running
+                .iter_mut()
+                .find(|(name, _, _)| name == "bosun-repository-provisioning")
+                .unwrap();
+            let _ = child.kill();
+            panic!(
+                "no repository `orders` in Azure DevOps within {READY_WITHIN:?}; repository-provisioning said:\n{}",
+                stderr_of(child)
+            );
+        }
         std::thread::sleep(Duration::from_millis(250));
     }
     let grants = entra.grants();

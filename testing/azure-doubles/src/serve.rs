@@ -48,7 +48,8 @@ pub enum ServeError {
 /// The certificate and key a double serves HTTPS with: a self-signed
 /// certificate for `127.0.0.1` and `localhost` (a CA, valid until 2126),
 /// made for these tests only and kept in `testdata/`. A client trusts it by
-/// [`TlsIdentity::certificate_file`] (OpenSSL reads `SSL_CERT_FILE`).
+/// [`TlsIdentity::certificate`], written to a file a client's trust store
+/// names (OpenSSL reads `SSL_CERT_FILE`).
 #[derive(Debug, Clone, Copy)]
 pub struct TlsIdentity {
     certificate: &'static [u8],
@@ -62,11 +63,6 @@ impl TlsIdentity {
             certificate: include_bytes!("../testdata/loopback.crt"),
             key: include_bytes!("../testdata/loopback.key"),
         }
-    }
-
-    /// The certificate's file, for a client's trust store.
-    pub fn certificate_file() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/loopback.crt")
     }
 
     /// The certificate, PEM.
