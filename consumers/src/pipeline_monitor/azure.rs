@@ -24,9 +24,11 @@
 //!    1000), written as one JUnit XML file per test run and uploaded to the
 //!    `test-results` container under `<tenant>/<runId>/azure-test-run-<id>.xml`.
 //!
-//! Pipeline artifacts are not copied: Azure serves them as zip downloads
-//! from its own storage, and the container-build and package-publishing
-//! consumers' Azure adapters take them from there.
+//! 5. the pipeline artifacts the consumers after the build read
+//!    (`container-context.tar`, `package-content.tar`, `*.nupkg`),
+//!    downloaded as zips and stored as tars in the `artifacts` container
+//!    under `<tenant>/<runId>/<name>`, as the local runner stores them
+//!    ([`artifacts`]).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -41,6 +43,8 @@ use super::port::{FinishedRun, MonitorError, PipelineRunStatus, RunQuery, RunSta
 use crate::delivery::azure::devops::{AzureDevOpsClient, AzureDevOpsConfig, AzureDevOpsError, check_pipeline_folder};
 use crate::delivery::blob::BlobStore;
 use crate::delivery::pipeline::{LOG_CONTAINER, TEST_RESULTS_CONTAINER};
+
+pub mod artifacts;
 
 /// Test results fetched per request.
 const RESULTS_PAGE: usize = 1000;
@@ -204,6 +208,7 @@ impl PipelineRunStatus for AzureRunStatus {
         let (failed_step, started_at) = self.timeline(&query.tenant, &query.pipeline_run_id).await?;
         let log = self.log(&query.tenant, &query.pipeline_run_id).await?;
         let test_results = self.test_results(&query.tenant, &query.pipeline_run_id).await?;
+        let artifacts = self.artifacts(&query.tenant, &query.pipeline_run_id).await?;
         let finished_at = date(run.finished_date.as_deref()).unwrap_or_else(OffsetDateTime::now_utc);
         Ok(RunState::Finished(Box::new(FinishedRun {
             result,
@@ -212,7 +217,7 @@ impl PipelineRunStatus for AzureRunStatus {
             failed_step,
             log,
             test_results,
-            artifacts: Vec::new(),
+            artifacts,
             url: run.links.and_then(|links| links.web).map(|web| web.href),
         })))
     }

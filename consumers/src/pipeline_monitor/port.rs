@@ -113,6 +113,18 @@ pub enum MonitorError {
     /// The run is another tenant's. Permanent.
     #[error(transparent)]
     ForeignTenant(#[from] ForeignTenant),
+    /// A pipeline artifact of the run cannot be copied (too large, not a
+    /// readable zip, an unsafe path). Permanent: the run gives the same
+    /// bytes again; fix the pipeline's artifact and run it again.
+    #[error("pipeline artifact `{name}` of run `{run_id}` cannot be copied: {reason}")]
+    Artifact {
+        /// The run.
+        run_id: String,
+        /// The artifact.
+        name: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl MonitorError {

@@ -607,6 +607,7 @@ async fn azure_run_is_polled_then_its_log_and_tests_are_copied() {
                 {"automatedTestName":"Payments.Tests.Refunds","automatedTestStorage":"Payments.Tests.dll","outcome":"Failed","durationInMs":30.5,"errorMessage":"expected 1 but was 2","stackTrace":"at Refunds()"}
             ]}"#,
         ),
+        Reply::json("GET", &api("/build/builds/4711/artifacts"), 200, r#"{"count":0,"value":[]}"#),
     ])
     .await;
     let consumer = monitor(azure_port(&server, &blobs));
@@ -670,6 +671,7 @@ fn finished_run_replies(project: &str, tenant: &str) -> Vec<Reply> {
         Reply::json("GET", &api("/build/builds/4711/timeline"), 404, "{}"),
         Reply::json("GET", &api("/build/builds/4711/logs"), 404, "{}"),
         Reply::json("GET", &api("/test/runs"), 200, r#"{"value":[],"count":0}"#),
+        Reply::json("GET", &api("/build/builds/4711/artifacts"), 404, "{}"),
     ]
 }
 
@@ -715,6 +717,34 @@ async fn azure_project_template_gives_each_tenant_its_own_project() {
     script.extend(finished_run_replies("Delivery", "fabrikam"));
     let server = MockAzure::start(script).await;
     poll_as_both_tenants(&azure_port(&server, &blobs)).await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn azure_artifact_download_outside_azure_devops_is_refused_without_sending_the_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = Arc::new(FilesystemBlobStore::new(dir.path()));
+    let mut script = finished_run_replies("Delivery", "contoso");
+    script.pop();
+    script.push(Reply::json(
+        "GET",
+        &api("/build/builds/4711/artifacts"),
+        200,
+        r#"{"count":1,"value":[{"id":1,"name":"package-content.tar","resource":{"type":"PipelineArtifact","downloadUrl":"https://artifacts.example.net/steal?format=zip"}}]}"#,
+    ));
+    let server = MockAzure::start(script).await;
+    let err = azure_port(&server, &blobs)
+        .run_status(&RunQuery {
+            tenant: "contoso".into(),
+            pipeline_run_id: "4711".into(),
+            pipeline_id: "42".into(),
+            repository: "payments-api".into(),
+            commit_sha: "0123456789abcdef0123456789abcdef01234567".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("artifacts.example.net"), "{err}");
     server.finish().await;
 }
 

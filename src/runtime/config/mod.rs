@@ -472,8 +472,19 @@ impl Settings {
                         } else {
                             None
                         };
+                        let endpoint = get("BOSUN_ACR_ENDPOINT").map(|url| url.trim().trim_end_matches('/').to_owned());
+                        if let Some(url) = &endpoint
+                            && !url.starts_with("https://")
+                            && !url.starts_with("http://")
+                        {
+                            return Err(invalid(
+                                "BOSUN_ACR_ENDPOINT",
+                                "must be an http(s) URL such as https://contoso.azurecr.io",
+                            ));
+                        }
                         Some(AcrSettings {
                             registry,
+                            endpoint,
                             credential,
                             tasks,
                         })

@@ -194,6 +194,10 @@ pub enum AcrCredential {
 pub struct AcrSettings {
     /// `BOSUN_ACR_REGISTRY`: e.g. `contoso.azurecr.io`.
     pub registry: String,
+    /// `BOSUN_ACR_ENDPOINT`: the registry's URL; by default
+    /// `https://<BOSUN_ACR_REGISTRY>` (another endpoint: a private link's
+    /// address, or a test registry).
+    pub endpoint: Option<String>,
     /// The credential.
     pub credential: AcrCredential,
     /// ACR Tasks, when `BOSUN_CONTAINER_BUILDER=acr-tasks`: the registry

@@ -41,6 +41,7 @@ pub(super) const REGISTRATION: Registration = Registration {
         "BOSUN_CONTAINER_REGISTRY_PASSWORD",
         "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
         "BOSUN_ACR_REGISTRY",
+        "BOSUN_ACR_ENDPOINT",
         "BOSUN_ACR_USERNAME",
         "BOSUN_ACR_PASSWORD",
         "BOSUN_ACR_REFRESH_TOKEN",
@@ -216,7 +217,8 @@ fn acr_registry(azure: &AzureDevOpsSettings, shared: &Shared) -> Result<AzureCon
             tenant: tenant.clone(),
         },
     };
-    let config = AzureContainerRegistryConfig::new(acr.registry.clone(), auth);
+    let mut config = AzureContainerRegistryConfig::new(acr.registry.clone(), auth);
+    config.endpoint = acr.endpoint.clone();
     AzureContainerRegistry::new(&config, Arc::clone(&shared.blobs)).map_err(|err| adapter_error(NAME, &err))
 }
 

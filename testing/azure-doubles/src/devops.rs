@@ -52,7 +52,13 @@
 //!   progress until [`DevOpsDouble::finish_run`] when the script says so;
 //! - build definitions (the pipelines, by name, with their repository) and
 //!   builds: list by definition and branch, get, timeline (stage, job and
-//!   one task per step), logs and a log's lines (JSON or text);
+//!   one task per step), logs and a log's lines (JSON or text); the
+//!   pipeline artifacts a finished run published (`builds/{id}/artifacts`,
+//!   all or `?artifactName=`; 404 `ArtifactNotFoundException`), each of
+//!   resource type `PipelineArtifact` with a `downloadUrl` that answers,
+//!   with the same credentials, a zip of the artifact's files under a
+//!   folder of its name (`format=zip`, as Azure DevOps serves them; also
+//!   `$format=zip` on the artifact's own URL);
 //! - test runs by build URI (`runStatistics` with `includeRunDetails`) and
 //!   their results (`$top`, `$skip`, `outcomes`);
 //! - the location service: `GET _apis/ResourceAreas` and `OPTIONS
@@ -80,7 +86,9 @@ use axum::extract::{Query, State as Shared};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::Response;
 
-pub use script::{PipelineScript, RunResult, RunScript, RunStart, ScriptedStep, ScriptedTest, ScriptedTestRun};
+pub use script::{
+    PipelineScript, RunResult, RunScript, RunStart, ScriptedArtifact, ScriptedStep, ScriptedTest, ScriptedTestRun,
+};
 
 use crate::serve::lock;
 use crate::{Auth, Faults, Journal, Running, ServeError, serve};
@@ -423,6 +431,7 @@ async fn handle(
         ("policy", _) => policy::route(&mut state, &project, &req),
         ("pipelines", _) => pipelines::route_pipelines(&mut state, &project, &req),
         ("build", _) => pipelines::route_build(&mut state, &project, &req),
+        ("artifact", _) => pipelines::route_artifact_content(&state, &project, &req),
         ("test", _) => tests_api::route(&state, &project, &req),
         _ => None,
     };

@@ -450,6 +450,38 @@ impl AzureDevOpsClient {
         }
     }
 
+    /// GETs a download Azure DevOps named in an answer (a pipeline
+    /// artifact's `downloadUrl`), with this client's credential. The URL
+    /// must be the organization's own host or an Azure DevOps service host
+    /// over HTTPS (`dev.azure.com`, `*.dev.azure.com`,
+    /// `*.visualstudio.com`): the credential goes nowhere else, and any
+    /// other URL is a permanent [`AzureDevOpsError::UnexpectedResponse`].
+    /// Redirects to storage are followed without the credential (reqwest
+    /// drops `Authorization` when the host changes).
+    pub async fn download(&self, url: &str) -> Result<Vec<u8>, AzureDevOpsError> {
+        let refused = |reason: String| AzureDevOpsError::UnexpectedResponse {
+            operation: "GET (a download URL)".to_owned(),
+            reason,
+        };
+        let url = Url::parse(url).map_err(|err| refused(format!("the download URL is not a URL: {err}")))?;
+        let same_origin = url.origin() == self.organization.origin();
+        let azure_devops = url.scheme() == "https"
+            && url.host_str().is_some_and(|host| {
+                let host = host.to_ascii_lowercase();
+                host == "dev.azure.com" || host.ends_with(".dev.azure.com") || host.ends_with(".visualstudio.com")
+            });
+        if !same_origin && !azure_devops {
+            return Err(refused(format!(
+                "the download URL's host `{}` is not Azure DevOps; bosun sends its credential only there",
+                url.host_str().unwrap_or_default()
+            )));
+        }
+        let (_, body) = self
+            .send(Method::GET, url, None::<&()>, Some("application/zip, application/octet-stream"))
+            .await?;
+        Ok(body)
+    }
+
     /// POSTs a JSON body and reads a JSON answer.
     pub async fn post_json<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,

@@ -1,14 +1,16 @@
 //! Pipelines and their runs (`{project}/_apis/pipelines[/{id}/runs[/{runId}]]`),
 //! build definitions (`{project}/_apis/build/definitions`) and builds with
-//! their timelines and logs (`{project}/_apis/build/builds/...`). A run is
-//! a build of the same id; what it does is the test's [`super::RunScript`].
+//! their timelines, logs and pipeline artifacts
+//! (`{project}/_apis/build/builds/...`, `{project}/_apis/artifact/...`). A
+//! run is a build of the same id; what it does is the test's
+//! [`super::RunScript`].
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::reply::{Req, enum_name, error, list, now, ok, text};
-use super::script::{RunScript, RunStart};
+use super::reply::{Req, enum_name, error, list, now, octets, ok, text};
+use super::script::{RunScript, RunStart, ScriptedArtifact};
 use super::state::{Build, Pipeline, Project, State, TestRun, identity};
 
 fn pipeline_not_found(id: &str) -> Response {
@@ -218,6 +220,16 @@ fn run_pipeline(state: &mut State, index: usize, req: &Req) -> Response {
             ),
         );
     };
+    let files = repository
+        .commits
+        .get(&commit)
+        .map(|c| {
+            c.files
+                .iter()
+                .map(|(path, bytes)| (path.trim_start_matches('/').to_owned(), bytes.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     let id = state.next();
     let start = RunStart {
         run_id: id,
@@ -228,6 +240,7 @@ fn run_pipeline(state: &mut State, index: usize, req: &Req) -> Response {
         branch: branch.clone(),
         commit: commit.clone(),
         yaml: String::from_utf8(yaml).ok(),
+        files,
     };
     let script = state
         .script
@@ -389,6 +402,7 @@ pub(crate) fn route_build(state: &mut State, project: &Project, req: &Req) -> Op
                     "BuildLogNotFoundException",
                     &format!("Build log {} could not be found.", req.raw(4)),
                 ),
+                ("artifacts", 4) => artifacts(state, build, req),
                 _ => return None,
             }
         }
@@ -591,4 +605,148 @@ fn logs_json(state: &State, build: &Build) -> Vec<Value> {
         "type": "Container",
         "url": url,
     })]
+}
+
+/// The opaque id in an artifact's download URL: project, build and name.
+fn artifact_token(project_id: &str, build_id: u64, name: &str) -> String {
+    let text = format!("pipelineartifact://{project_id}/{build_id}/{name}");
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `(build id, name)` of an artifact token, for `project_id`.
+fn parse_artifact_token(project_id: &str, token: &str) -> Option<(u64, String)> {
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| token.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let rest = text.strip_prefix("pipelineartifact://")?;
+    let (project, rest) = rest.split_once('/')?;
+    let (build, name) = rest.split_once('/')?;
+    (project == project_id).then(|| Some((build.parse().ok()?, name.to_owned())))?
+}
+
+/// A `BuildArtifact` of resource type `PipelineArtifact`.
+fn artifact_json(state: &State, build: &Build, index: usize, artifact: &ScriptedArtifact) -> Value {
+    let token = artifact_token(&build.project_id, build.id, &artifact.name);
+    let size: usize = artifact.files.values().map(Vec::len).sum();
+    json!({
+        "id": index + 1,
+        "name": artifact.name,
+        "source": "3b3f9c2e-6a55-4c36-9d0e-2f8f1a7c5b10",
+        "resource": {
+            "type": "PipelineArtifact",
+            "data": token,
+            "properties": {
+                "RootId": token,
+                "artifactsize": size.to_string(),
+                "HashType": "DEDUP1024K",
+                "DomainId": "0",
+            },
+            "url": format!(
+                "{}/{}/_apis/build/builds/{}/artifacts?artifactName={}&api-version=7.1",
+                state.org_url(),
+                build.project_id,
+                build.id,
+                artifact.name
+            ),
+            "downloadUrl": format!(
+                "{}/{}/_apis/artifact/{token}/content?format=zip",
+                state.org_url(),
+                build.project_id
+            ),
+        },
+    })
+}
+
+fn artifact_not_found(build_id: u64, name: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "ArtifactNotFoundException",
+        &format!("Artifact {name} does not exist for build {build_id}."),
+    )
+}
+
+/// `GET builds/{id}/artifacts[?artifactName=..[&$format=zip]]`: what a
+/// finished run published (nothing while it runs).
+fn artifacts(state: &State, build: &Build, req: &Req) -> Response {
+    let published: &[ScriptedArtifact] = if build.completed { &build.script.artifacts } else { &[] };
+    let Some(name) = req.param("artifactName") else {
+        let values = published
+            .iter()
+            .enumerate()
+            .map(|(index, artifact)| artifact_json(state, build, index, artifact))
+            .collect();
+        return list(values);
+    };
+    let Some((index, artifact)) = published.iter().enumerate().find(|(_, a)| a.name == name) else {
+        return artifact_not_found(build.id, name);
+    };
+    if req.param("$format").is_some_and(|format| format.eq_ignore_ascii_case("zip")) {
+        return artifact_zip(artifact);
+    }
+    ok(artifact_json(state, build, index, artifact))
+}
+
+/// `GET {project}/_apis/artifact/{token}/content?format=zip`: the download
+/// URL of an artifact.
+pub(crate) fn route_artifact_content(state: &State, project: &Project, req: &Req) -> Option<Response> {
+    if req.method != Method::GET || req.segments.len() != 3 || req.seg(2) != "content" {
+        return None;
+    }
+    let Some((build_id, name)) = parse_artifact_token(&project.id, req.raw(1)) else {
+        return Some(error(
+            StatusCode::NOT_FOUND,
+            "ArtifactNotFoundException",
+            "The artifact in the URL does not exist.",
+        ));
+    };
+    if !req.param("format").is_some_and(|format| format.eq_ignore_ascii_case("zip")) {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgumentValueException",
+            "format: only zip is served for a pipeline artifact.",
+        ));
+    }
+    let artifact = state
+        .builds
+        .iter()
+        .find(|b| b.id == build_id && b.project_id == project.id && b.completed)
+        .and_then(|b| b.script.artifacts.iter().find(|a| a.name == name));
+    Some(match artifact {
+        Some(artifact) => artifact_zip(artifact),
+        None => artifact_not_found(build_id, &name),
+    })
+}
+
+/// The artifact as Azure DevOps zips it: a folder entry of its name, then
+/// each file under it, deflated, with no Unix permissions (the service
+/// does not keep them).
+fn artifact_zip(artifact: &ScriptedArtifact) -> Response {
+    match zipped(artifact) {
+        Ok(bytes) => {
+            let mut response = octets(bytes);
+            response.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/zip"),
+            );
+            response
+        }
+        Err(err) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "ArtifactException",
+            &format!("could not zip the artifact: {err}"),
+        ),
+    }
+}
+
+fn zipped(artifact: &ScriptedArtifact) -> zip::result::ZipResult<Vec<u8>> {
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    writer.add_directory(format!("{}/", artifact.name), options)?;
+    for (path, bytes) in &artifact.files {
+        writer.start_file(format!("{}/{path}", artifact.name), options)?;
+        std::io::Write::write_all(&mut writer, bytes)?;
+    }
+    Ok(writer.finish()?.into_inner())
 }

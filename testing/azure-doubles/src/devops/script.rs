@@ -1,8 +1,10 @@
 //! How a test decides what a pipeline run does: a [`PipelineScript`]
 //! (set with [`super::DevOpsDouble::on_run`]) answers each started run
 //! with a [`RunScript`]: its result, its steps, its log lines, the test
-//! runs it publishes, and whether it finishes at once or when the test
-//! says so ([`super::DevOpsDouble::finish_run`]).
+//! runs and pipeline artifacts it publishes, and whether it finishes at
+//! once or when the test says so ([`super::DevOpsDouble::finish_run`]).
+
+use std::collections::BTreeMap;
 
 /// A run being started, as the script sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +25,9 @@ pub struct RunStart {
     pub commit: String,
     /// The YAML file's text at that commit, when it is there.
     pub yaml: Option<String>,
+    /// Every file of the commit (path without a leading `/` → bytes): what
+    /// the run's `checkout: self` gives its steps.
+    pub files: BTreeMap<String, Vec<u8>>,
 }
 
 /// A test's answer to every started run.
@@ -110,6 +115,17 @@ pub struct ScriptedTestRun {
     pub tests: Vec<ScriptedTest>,
 }
 
+/// A pipeline artifact the run publishes (`PublishPipelineArtifact@1`): a
+/// folder of files, served as Azure DevOps serves it, a zip whose entries
+/// are under a folder of the artifact's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptedArtifact {
+    /// The artifact's name.
+    pub name: String,
+    /// Its files: path inside the artifact → bytes.
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
 /// What one run does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunScript {
@@ -121,6 +137,8 @@ pub struct RunScript {
     pub log: Vec<String>,
     /// The test runs it publishes when it ends.
     pub test_runs: Vec<ScriptedTestRun>,
+    /// The pipeline artifacts it publishes, listed once it ends.
+    pub artifacts: Vec<ScriptedArtifact>,
     /// Whether it stays `inProgress` until the test calls
     /// [`super::DevOpsDouble::finish_run`].
     pub held: bool,
@@ -137,6 +155,7 @@ impl RunScript {
             }],
             log: vec!["Starting: Build".to_owned(), "Finishing: Build".to_owned()],
             test_runs: Vec::new(),
+            artifacts: Vec::new(),
             held: false,
         }
     }
@@ -157,6 +176,7 @@ impl RunScript {
             ],
             log: vec![format!("Starting: {step}"), format!("##[error]{step} failed")],
             test_runs: Vec::new(),
+            artifacts: Vec::new(),
             held: false,
         }
     }
@@ -167,6 +187,16 @@ impl RunScript {
         self.test_runs.push(ScriptedTestRun {
             name: name.to_owned(),
             tests,
+        });
+        self
+    }
+
+    /// Publishes the pipeline artifact `name` holding `files`.
+    #[must_use]
+    pub fn with_artifact(mut self, name: &str, files: BTreeMap<String, Vec<u8>>) -> Self {
+        self.artifacts.push(ScriptedArtifact {
+            name: name.to_owned(),
+            files,
         });
         self
     }
