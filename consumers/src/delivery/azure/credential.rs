@@ -326,11 +326,11 @@ impl RefreshingToken {
     /// fetch one new token, not one each.
     pub async fn invalidate(&self, rejected: &str) -> bool {
         let mut state = self.state.lock().await;
-        if !state
+        let still_cached = state
             .cached
             .as_ref()
-            .is_some_and(|token| token.token.secret() == rejected)
-        {
+            .is_some_and(|token| token.token.secret() == rejected);
+        if !still_cached {
             return false;
         }
         state.cached = None;

@@ -22,9 +22,9 @@
 //! rollover) is not final: the token is dropped, a new one fetched (from the
 //! credential made again, whose own cache would give the refused one back)
 //! and the request sent once more
-//! ([`RefreshingToken::send_with_token`](super::credential::RefreshingToken::send_with_token)).
-//! Refused again, it is permanent, and its message says the new token was
-//! refused too ([`FRESH_TOKEN_REFUSED`](super::credential::FRESH_TOKEN_REFUSED)).
+//! ([`RefreshingToken::send_with_token`]). Refused again, it is permanent,
+//! and its message says the new token was refused too
+//! ([`FRESH_TOKEN_REFUSED`]).
 //! A PAT or a static token is refused for good at the first 401.
 //!
 //! # Tenants
