@@ -10,30 +10,22 @@
 //! again schedules nothing (and, before its commit, follows the run it
 //! scheduled); a Dockerfile that fails gives a permanent error; and
 //! `azure_identity`'s `ClientSecretCredential` reads the double's tokens
-//! and AADSTS errors.
-//!
-//! `azure_identity` 1.0 refuses an authority host that is not https
-//! (`get_authority_host`), so the credential is given a custom cloud
-//! (`https://login.entra.test`) and a transport that sends its requests to
-//! the double's loopback port over http: every other line of the
-//! credential (reading the token file, the form, parsing the answer,
-//! caching) is Microsoft's.
+//! and AADSTS errors; and a token revoked before its expiry (ARM's 401,
+//! the registry exchange's 401) is replaced once by a new one, while a new
+//! token refused too is a permanent error saying so. How the credential
+//! reaches the Entra double: `support`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
 use azure_core::credentials::Secret;
-use azure_core::http::{AsyncRawResponse, ClientOptions, HttpClient, Request, Transport};
-use azure_identity::{
-    ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
-    WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
-};
+use azure_identity::{ClientSecretCredential, ClientSecretCredentialOptions};
 use bosun_azure_doubles::acr::{self, AcrConfig, AcrDouble};
-use bosun_azure_doubles::entra::{self, EntraDouble, FederatedCredential, FederatedToken, GrantKind};
+use bosun_azure_doubles::entra::{EntraDouble, GrantKind};
 use bosun_azure_doubles::{Auth, Fault, FaultRule, Faults, Journal, TokenBook};
 use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, AcrTasksConfig, acr_build_key, key_tag};
 use bosun_consumers::container_build::azure::{
@@ -41,56 +33,17 @@ use bosun_consumers::container_build::azure::{
 };
 use bosun_consumers::container_build::{ContainerBuild, image_spec};
 use bosun_consumers::delivery::archive::tar::TarWriter;
-use bosun_consumers::delivery::azure::credential::{RefreshingToken, TokenCredential};
+use bosun_consumers::delivery::azure::credential::{FRESH_TOKEN_REFUSED, TokenCredential};
 use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::{Consumer, HandlerError, Inbound, Outcome, Outgoing};
 use bosun_contracts::messages::{ArtifactKind, BuildCompleted, ContainerImageBuilt, PollContainerBuild};
 use bosun_contracts::{Envelope, Message, samples};
+use support::{CLIENT_ID, TENANT_ID, entra_options};
 use uuid::Uuid;
 
-const TENANT_ID: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
-const CLIENT_ID: &str = "6c3c2b4e-7a8d-4c1e-9f0a-1b2c3d4e5f60";
-const ISSUER: &str = "https://oidc.prod-aks.azure.com/cluster/";
-const SUBJECT: &str = "system:serviceaccount:bosun:bosun";
 const SUBSCRIPTION: &str = "4385cf00-2d3a-425a-832f-f4285b1c9dce";
 const REGISTRY: &str = "contoso.azurecr.io";
 const REPOSITORY: &str = "contoso/payments-api";
-
-/// Sends the credential's https requests to the Entra double over http.
-#[derive(Debug)]
-struct Loopback {
-    port: u16,
-    inner: Arc<dyn HttpClient>,
-}
-
-#[async_trait]
-impl HttpClient for Loopback {
-    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
-        let mut request = request.clone();
-        let url = request.url_mut();
-        assert_eq!(url.host_str(), Some("login.entra.test"), "only the authority is asked");
-        url.set_scheme("http").unwrap();
-        url.set_host(Some("127.0.0.1")).unwrap();
-        url.set_port(Some(self.port)).unwrap();
-        self.inner.execute_request(&request).await
-    }
-}
-
-/// `azure_identity`'s client options for the Entra double: a custom cloud
-/// whose authority host is `https://login.entra.test`, and the
-/// [`Loopback`] transport.
-fn entra_options(entra: &EntraDouble) -> ClientOptions {
-    let mut cloud = CustomConfiguration::default();
-    cloud.authority_host = "https://login.entra.test".into();
-    ClientOptions {
-        transport: Some(Transport::new(Arc::new(Loopback {
-            port: entra.running().addr().port(),
-            inner: azure_core::http::new_http_client(None),
-        }))),
-        cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
-        ..ClientOptions::default()
-    }
-}
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -126,33 +79,13 @@ async fn fixture() -> Fixture {
     let entra = EntraDouble::start(faults.clone(), journal.clone(), book.clone())
         .await
         .unwrap();
-    entra.add_federated_credential(
-        TENANT_ID,
-        CLIENT_ID,
-        FederatedCredential {
-            issuer: ISSUER.into(),
-            subject: SUBJECT.into(),
-            audience: entra::TOKEN_EXCHANGE_AUDIENCE.into(),
-        },
-    );
     let mut config = AcrConfig::new(SUBSCRIPTION, "delivery-rg", "contoso");
     config.entra = Some(book.clone());
     let acr = AcrDouble::start(faults.clone(), journal.clone(), Auth::default().entra(book), config)
         .await
         .unwrap();
 
-    // The projected service-account token, as the webhook writes it.
-    let token_file = dir.path().join("azure-identity-token");
-    std::fs::write(&token_file, FederatedToken::new(ISSUER, SUBJECT).jwt()).unwrap();
-    let client_options = entra_options(&entra);
-    let credential: Arc<dyn TokenCredential> =
-        WorkloadIdentityCredential::new(Some(WorkloadIdentityCredentialOptions {
-            credential_options: ClientAssertionCredentialOptions { client_options },
-            client_id: Some(CLIENT_ID.into()),
-            tenant_id: Some(TENANT_ID.into()),
-            token_file_path: Some(token_file),
-        }))
-        .unwrap();
+    let token_file = support::workload_identity(&entra, dir.path());
 
     let blobs = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
     let context = blobs
@@ -173,7 +106,7 @@ async fn fixture() -> Fixture {
     let mut registry_config = AzureContainerRegistryConfig::new(
         REGISTRY,
         AcrAuth::Entra {
-            tokens: Arc::new(RefreshingToken::new(credential.clone(), ACR_SCOPE)),
+            tokens: Arc::new(support::refreshing_token(&entra, &token_file, ACR_SCOPE)),
             tenant: Some(TENANT_ID.into()),
         },
     );
@@ -183,7 +116,7 @@ async fn fixture() -> Fixture {
     tasks_config.arm_endpoint = Some(acr.base_url());
     let tasks = AcrTasks::new(
         &tasks_config,
-        Arc::new(RefreshingToken::new(credential, ARM_SCOPE)),
+        Arc::new(support::refreshing_token(&entra, &token_file, ARM_SCOPE)),
         registry,
         blobs.clone(),
     )
@@ -508,4 +441,110 @@ async fn tokens_that_expire_between_polls_are_fetched_again_through_the_federate
         fixture.journal.entries().iter().all(|entry| entry.status != 401),
         "no request went with an expired token"
     );
+}
+
+/// The error's text with all its causes.
+fn error_chain(err: &HandlerError) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// How many tokens the Entra double issued for `scope`.
+fn grants_for(fixture: &Fixture, scope: &str) -> usize {
+    fixture
+        .entra
+        .grants()
+        .iter()
+        .filter(|grant| grant.scope == scope)
+        .count()
+}
+
+/// The requests to `service` answered 401.
+fn refusals(fixture: &Fixture, service: &str) -> usize {
+    fixture
+        .journal
+        .entries()
+        .iter()
+        .filter(|entry| entry.service == service && entry.status == 401)
+        .count()
+}
+
+#[tokio::test]
+async fn tokens_revoked_before_their_expiry_are_replaced_once_for_arm_and_the_registry() {
+    let fixture = fixture().await;
+    // The build is scheduled: one ARM token and one registry token, cached
+    // for the hour they were issued for.
+    let (first, _) = fixture.handle_retrying(fixture.event.clone().into(), 1).await;
+    let mut poll = next(&first).poll();
+    assert_eq!(
+        (grants_for(&fixture, ARM_SCOPE), grants_for(&fixture, ACR_SCOPE)),
+        (1, 1)
+    );
+
+    // Entra revokes both (a signing-key rollover): the services answer 401
+    // to tokens bosun still holds as valid. Every poll must go through
+    // without an error, the runtime never seeing the refusals.
+    fixture.entra.tokens().expire_all();
+    let built = loop {
+        let (outcome, errors) = fixture.handle_retrying(poll.clone().into(), 1).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        match next(&outcome) {
+            Step::Poll(again) => poll = again,
+            Step::Built(built) => break built,
+        }
+    };
+    assert_eq!(built.digest, fixture.acr.image(REPOSITORY, "1.4.0").unwrap().digest);
+    assert_eq!(
+        (grants_for(&fixture, ARM_SCOPE), grants_for(&fixture, ACR_SCOPE)),
+        (2, 2),
+        "one new token each, fetched past azure_identity's own cache"
+    );
+    assert_eq!(
+        refusals(&fixture, acr::SERVICE),
+        1,
+        "ARM refused the revoked token once"
+    );
+    assert_eq!(
+        refusals(&fixture, acr::REGISTRY_SERVICE),
+        1,
+        "the exchange refused the revoked token once"
+    );
+}
+
+#[tokio::test]
+async fn arm_refusing_the_new_token_too_is_a_permanent_error_saying_so() {
+    let fixture = fixture().await;
+    fixture
+        .faults
+        .add(FaultRule::new(acr::SERVICE, "/listBuildSourceUploadUrl", Fault::TokenExpired, 2).method("POST"));
+    let err = fixture.handle(fixture.event.clone().into()).await.unwrap_err();
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+    let text = error_chain(&err);
+    assert!(text.contains("HTTP 401"), "{text}");
+    assert!(text.contains(FRESH_TOKEN_REFUSED), "{text}");
+    assert_eq!(grants_for(&fixture, ARM_SCOPE), 2, "one new token, not more");
+    assert_eq!(refusals(&fixture, acr::SERVICE), 2, "sent twice, never a third time");
+    assert!(fixture.faults.pending().is_empty());
+    assert!(fixture.acr.runs().is_empty(), "nothing scheduled");
+}
+
+#[tokio::test]
+async fn the_registry_refusing_the_new_token_too_is_a_permanent_error_saying_so() {
+    let fixture = fixture().await;
+    fixture
+        .faults
+        .add(FaultRule::new(acr::REGISTRY_SERVICE, "/oauth2/exchange", Fault::TokenExpired, 2).method("POST"));
+    let err = fixture.handle(fixture.event.clone().into()).await.unwrap_err();
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err}");
+    let text = error_chain(&err);
+    assert!(text.contains("POST /oauth2/exchange: HTTP 401"), "{text}");
+    assert!(text.contains(FRESH_TOKEN_REFUSED), "{text}");
+    assert_eq!(grants_for(&fixture, ACR_SCOPE), 2, "one new token, not more");
+    assert_eq!(refusals(&fixture, acr::REGISTRY_SERVICE), 2);
+    assert!(fixture.faults.pending().is_empty());
 }

@@ -5,18 +5,26 @@
 //! failure must be one the runtime retries, the retried request must end
 //! as one request would, and handling the same request again must change
 //! nothing (one repository, one push, one pull request, one pipeline, one
-//! run), as the double's state shows.
+//! run), as the double's state shows. With Entra ID tokens from
+//! `azure_identity`'s workload identity credential against the Entra
+//! double (`support`): a token refused before its expiry is replaced once
+//! by a new one, and a new token refused too is a permanent error saying
+//! so; a static token refused is permanent at once.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 
 use bosun_azure_doubles::devops::{DevOpsDouble, RunResult, RunScript, ScriptedTest};
-use bosun_azure_doubles::{Auth, Fault, FaultRule, Faults, Journal};
+use bosun_azure_doubles::entra::EntraDouble;
+use bosun_azure_doubles::{Auth, Fault, FaultRule, Faults, Journal, TokenBook};
 use bosun_consumers::build_ingestion::azure::AzureBuildResults;
 use bosun_consumers::build_ingestion::{BuildResults, IngestRequest};
-use bosun_consumers::delivery::azure::devops::{AzureDevOpsAuth, AzureDevOpsConfig};
+use bosun_consumers::delivery::azure::credential::FRESH_TOKEN_REFUSED;
+use bosun_consumers::delivery::azure::devops::{AZURE_DEVOPS_SCOPE, AzureDevOpsAuth, AzureDevOpsConfig};
 use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::delivery::git::commit::{AzureCommitWriter, CommitSpec, CommitWriter, FileWrite};
 use bosun_consumers::pipeline_generation::azure::AzurePipelineGenerator;
@@ -521,7 +529,7 @@ async fn build_ingestion_reads_the_test_runs_through_a_429_and_a_503() {
 
 #[tokio::test]
 async fn an_entra_bearer_token_is_accepted_and_a_wrong_pat_is_refused_for_good() {
-    let tokens = bosun_azure_doubles::TokenBook::default();
+    let tokens = TokenBook::default();
     let double = DevOpsDouble::start(
         Faults::default(),
         Journal::default(),
@@ -531,11 +539,7 @@ async fn an_entra_bearer_token_is_accepted_and_a_wrong_pat_is_refused_for_good()
     .await
     .unwrap();
     double.add_project(PROJECT);
-    let token = tokens.issue(
-        "bosun-client",
-        bosun_consumers::delivery::azure::devops::AZURE_DEVOPS_SCOPE,
-        std::time::Duration::from_secs(600),
-    );
+    let token = tokens.issue("bosun-client", AZURE_DEVOPS_SCOPE, std::time::Duration::from_secs(600));
     let bearer = AzureDevOpsConfig::new(double.organization_url(), PROJECT, AzureDevOpsAuth::Bearer(token));
     let host = AzureRepositoryHost::new(&bearer).unwrap();
     assert!(host.provision(&repository_spec(0)).await.unwrap().created);
@@ -551,4 +555,154 @@ async fn an_entra_bearer_token_is_accepted_and_a_wrong_pat_is_refused_for_good()
         .unwrap_err();
     assert!(!err.is_retryable(), "a refused credential is not retried: {err}");
     assert_eq!(double.repositories(PROJECT).len(), 1);
+}
+
+/// Azure DevOps taking only tokens of the Entra double, and bosun's
+/// adapters with tokens from `azure_identity`'s workload identity
+/// credential against it, as the runtime makes them.
+struct EntraWorld {
+    _dir: tempfile::TempDir,
+    _double: DevOpsDouble,
+    entra: EntraDouble,
+    faults: Faults,
+    journal: Journal,
+    config: AzureDevOpsConfig,
+}
+
+impl EntraWorld {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::default();
+        let journal = Journal::default();
+        let book = TokenBook::default();
+        let entra = EntraDouble::start(faults.clone(), journal.clone(), book.clone())
+            .await
+            .unwrap();
+        let token_file = support::workload_identity(&entra, dir.path());
+        let double = DevOpsDouble::start(faults.clone(), journal.clone(), Auth::default().entra(book), "contoso")
+            .await
+            .unwrap();
+        double.add_project(PROJECT);
+        let tokens = support::refreshing_token(&entra, &token_file, AZURE_DEVOPS_SCOPE);
+        let config = AzureDevOpsConfig::new(
+            double.organization_url(),
+            PROJECT,
+            AzureDevOpsAuth::Entra(Arc::new(tokens)),
+        );
+        Self {
+            _dir: dir,
+            _double: double,
+            entra,
+            faults,
+            journal,
+            config,
+        }
+    }
+
+    async fn provision(&self) -> Result<bool, String> {
+        let host = AzureRepositoryHost::new(&self.config).unwrap();
+        match host.provision(&repository_spec(0)).await {
+            Ok(provisioned) => Ok(provisioned.created),
+            Err(err) => {
+                assert!(!err.is_retryable(), "only permanent failures are expected here: {err}");
+                Err(error_chain(&err))
+            }
+        }
+    }
+
+    /// How many Azure DevOps tokens the Entra double issued.
+    fn grants(&self) -> usize {
+        self.entra
+            .grants()
+            .iter()
+            .filter(|grant| grant.scope == AZURE_DEVOPS_SCOPE)
+            .count()
+    }
+
+    /// The requests Azure DevOps answered 401.
+    fn refusals(&self) -> usize {
+        self.journal
+            .entries()
+            .iter()
+            .filter(|entry| entry.service == SERVICE && entry.status == 401)
+            .count()
+    }
+}
+
+/// An error's text with all its causes.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn an_entra_token_revoked_before_its_expiry_is_replaced_once_and_the_request_succeeds() {
+    let world = EntraWorld::start().await;
+    assert_eq!(world.provision().await, Ok(true));
+    assert_eq!(world.grants(), 1, "one token, cached for the hour it was issued for");
+
+    // Azure DevOps refuses the cached token (and the book forgets it: only
+    // a new token works; azure_identity's own cache would give it back).
+    world
+        .faults
+        .add(FaultRule::new(SERVICE, "/_apis/", Fault::TokenExpired, 1));
+    assert_eq!(
+        world.provision().await,
+        Ok(false),
+        "the same repository, found with a new token"
+    );
+    assert!(world.faults.pending().is_empty());
+    assert_eq!(world.grants(), 2, "one new token from the Entra double");
+    assert_eq!(world.refusals(), 1);
+
+    // The new token serves the next requests.
+    assert_eq!(world.provision().await, Ok(false));
+    assert_eq!(world.grants(), 2);
+    assert_eq!(world.refusals(), 1);
+}
+
+#[tokio::test]
+async fn a_new_entra_token_refused_too_is_a_permanent_error_saying_so() {
+    let world = EntraWorld::start().await;
+    world
+        .faults
+        .add(FaultRule::new(SERVICE, "/_apis/", Fault::TokenExpired, 2));
+    let err = world.provision().await.unwrap_err();
+    assert!(err.contains("HTTP 401"), "{err}");
+    assert!(err.contains(FRESH_TOKEN_REFUSED), "{err}");
+    assert_eq!(world.grants(), 2, "one new token, not more");
+    assert_eq!(world.refusals(), 2, "sent twice, never a third time");
+}
+
+#[tokio::test]
+async fn a_static_bearer_token_refused_is_permanent_at_once() {
+    let tokens = TokenBook::default();
+    let faults = Faults::default();
+    let journal = Journal::default();
+    let double = DevOpsDouble::start(
+        faults.clone(),
+        journal.clone(),
+        Auth::default().entra(tokens.clone()),
+        "contoso",
+    )
+    .await
+    .unwrap();
+    double.add_project(PROJECT);
+    let token = tokens.issue("bosun-client", AZURE_DEVOPS_SCOPE, std::time::Duration::from_secs(3600));
+    let config = AzureDevOpsConfig::new(double.organization_url(), PROJECT, AzureDevOpsAuth::Bearer(token));
+    faults.add(FaultRule::new(SERVICE, "/_apis/", Fault::TokenExpired, 1));
+    let err = AzureRepositoryHost::new(&config)
+        .unwrap()
+        .provision(&repository_spec(0))
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    let text = error_chain(&err);
+    assert!(!text.contains(FRESH_TOKEN_REFUSED), "no new token to fetch: {text}");
+    assert_eq!(journal.entries().len(), 1, "sent once: {:?}", journal.entries());
 }

@@ -63,7 +63,11 @@
 //! Errors follow the one Azure retry policy
 //! ([`crate::delivery::azure::retry`]): 408, 409, 429 and 5xx with
 //! `Retry-After` → retry after it, without → transient; other 4xx and
-//! answers that break the API → permanent.
+//! answers that break the API → permanent. A 401 from ARM to a token still
+//! valid by its expiry (revoked, a signing-key rollover) is first answered
+//! by one more try with a new token
+//! ([`RefreshingToken::send_with_token`]); refused again, it is permanent
+//! and says the new token was refused too.
 //!
 //! Over 800 lines on purpose: the whole ACR Tasks exchange (context upload,
 //! scheduling, polling, log reading, digest) in the order a build runs it.
@@ -284,6 +288,8 @@ struct Answer {
     status: StatusCode,
     headers: HeaderMap,
     body: Vec<u8>,
+    /// ARM refused the token and then a new one (both 401).
+    fresh_token_refused: bool,
 }
 
 /// `SourceUploadDefinition`.
@@ -397,7 +403,10 @@ impl AcrTasks {
     }
 
     /// Sends a request; the ARM token goes only to ARM (`arm: true`), never
-    /// to a SAS URL.
+    /// to a SAS URL. ARM's 401 to a token still valid by its expiry is
+    /// answered by sending once more with a new token
+    /// ([`RefreshingToken::send_with_token`]); the answer then says whether
+    /// that one was refused too.
     async fn send(
         &self,
         method: Method,
@@ -408,16 +417,40 @@ impl AcrTasks {
     ) -> Result<Answer, RegistryError> {
         // The path only: a SAS URL's query is its signature.
         let operation = format!("{method} {}", url.path());
+        let attempt =
+            |token: Option<String>| self.attempt(method.clone(), url.clone(), &operation, token, headers, body.clone());
+        if !arm {
+            return attempt(None).await;
+        }
+        let answered = self
+            .tokens
+            .send_with_token(
+                |token| attempt(Some(token)),
+                |answer: &Answer| answer.status == StatusCode::UNAUTHORIZED,
+            )
+            .await?;
+        Ok(Answer {
+            fresh_token_refused: answered.fresh_token_refused,
+            ..answered.answer
+        })
+    }
+
+    /// Sends one request, with `token` as its bearer when given, and reads
+    /// its whole answer.
+    async fn attempt(
+        &self,
+        method: Method,
+        url: Url,
+        operation: &str,
+        token: Option<String>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, RegistryError> {
         let mut request = self.http.request(method, url);
-        if arm {
-            let token = self
-                .tokens
-                .token()
-                .await
-                .map_err(|err| RegistryError::Credential(err.to_string()))?;
+        if let Some(token) = token {
             let mut value =
                 HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| RegistryError::UnexpectedResponse {
-                    operation: operation.clone(),
+                    operation: operation.to_owned(),
                     reason: "the ARM token cannot be sent in a header".to_owned(),
                 })?;
             value.set_sensitive(true);
@@ -432,7 +465,7 @@ impl AcrTasks {
         // Without the URL: a SAS URL's signature must not reach a log or a
         // dead letter through the error's text.
         let transport = |source: reqwest::Error| RegistryError::Transport {
-            operation: operation.clone(),
+            operation: operation.to_owned(),
             source: source.without_url(),
         };
         let response = http::send(request).await.map_err(transport)?;
@@ -441,10 +474,11 @@ impl AcrTasks {
         let body = response.bytes().await.map_err(transport)?.to_vec();
         tracing::debug!(%operation, status = status.as_u16(), "ACR Tasks call");
         Ok(Answer {
-            operation,
+            operation: operation.to_owned(),
             status,
             headers,
             body,
+            fresh_token_refused: false,
         })
     }
 
@@ -832,11 +866,16 @@ fn arm_failure(answer: &Answer) -> RegistryError {
         }
         _ => answer.status.canonical_reason().unwrap_or("error").to_owned(),
     };
-    RegistryError::Status {
+    let failure = RegistryError::Status {
         operation: answer.operation.clone(),
         status: answer.status.as_u16(),
         message,
         retry_after: retry_after(&answer.headers),
+    };
+    if answer.fresh_token_refused {
+        failure.fresh_token_refused()
+    } else {
+        failure
     }
 }
 

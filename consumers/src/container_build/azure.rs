@@ -45,7 +45,12 @@
 //! ([`crate::delivery::azure::retry`]): 408, 409, 429 and 5xx with
 //! `Retry-After` → retry after it, without → transient, as are connection
 //! failures; 401, 403, other 4xx and answers that break the protocol →
-//! permanent.
+//! permanent. One exception: with [`AcrAuth::Entra`], a 401 from
+//! `/oauth2/exchange` to an Entra token still valid by its expiry (revoked,
+//! a signing-key rollover) is answered by one more exchange with a new
+//! token ([`RefreshingToken::send_with_token`]); refused again, it is
+//! permanent and says the new token was refused too. A static
+//! [`AcrAuth::EntraToken`] is refused for good at the first 401.
 
 use std::fmt;
 use std::sync::Arc;
@@ -60,7 +65,7 @@ use time::OffsetDateTime;
 
 use super::image::build_from_context;
 use super::port::{BuildProgress, BuiltImage, ContainerBuildError, ImageBuilder, ImageSpec};
-use crate::delivery::azure::credential::RefreshingToken;
+use crate::delivery::azure::credential::{CredentialError, FRESH_TOKEN_REFUSED, RefreshingToken};
 use crate::delivery::azure::http::{self, Redirects, Timeout};
 use crate::delivery::azure::retry::{Disposition, retry_after};
 use crate::delivery::blob::BlobStore;
@@ -197,6 +202,34 @@ impl RegistryError {
             Self::Credential(_) => Disposition::Transient,
             Self::UnexpectedResponse { .. } => Disposition::Permanent,
         }
+    }
+}
+
+impl RegistryError {
+    /// The same error, saying that a new Entra ID token was refused as the
+    /// first was ([`FRESH_TOKEN_REFUSED`]): still permanent, and the reader
+    /// knows it is the identity, not an expired token.
+    pub fn fresh_token_refused(self) -> Self {
+        match self {
+            Self::Status {
+                operation,
+                status,
+                message,
+                retry_after,
+            } => Self::Status {
+                operation,
+                status,
+                message: format!("{message}; {FRESH_TOKEN_REFUSED}"),
+                retry_after,
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<CredentialError> for RegistryError {
+    fn from(err: CredentialError) -> Self {
+        Self::Credential(err.to_string())
     }
 }
 
@@ -350,11 +383,23 @@ impl AzureContainerRegistry {
             AcrAuth::RefreshToken(refresh) => self.refresh_to_access(refresh, &scope).await,
             AcrAuth::EntraToken { token, tenant } => self.exchange(token, tenant.as_deref(), &scope).await,
             AcrAuth::Entra { tokens, tenant } => {
-                let token = tokens
-                    .token()
-                    .await
-                    .map_err(|err| RegistryError::Credential(err.to_string()))?;
-                self.exchange(&token, tenant.as_deref(), &scope).await
+                // A 401 to a token still valid by its expiry: once more
+                // with a new one.
+                let answered = tokens
+                    .send_with_token(
+                        |token| async move { self.post_exchange(&token, tenant.as_deref()).await },
+                        |(_, answer): &(String, Answer)| answer.status == StatusCode::UNAUTHORIZED,
+                    )
+                    .await?;
+                let (operation, answer) = answered.answer;
+                let refresh = token_field(&operation, &answer, &["refresh_token"]).map_err(|err| {
+                    if answered.fresh_token_refused {
+                        err.fresh_token_refused()
+                    } else {
+                        err
+                    }
+                })?;
+                self.refresh_to_access(&refresh, &scope).await
             }
         }
     }
@@ -362,6 +407,14 @@ impl AzureContainerRegistry {
     /// Exchanges an Entra access token for an ACR refresh token, then that
     /// for an access token of `scope`.
     async fn exchange(&self, token: &str, tenant: Option<&str>, scope: &str) -> Result<String, RegistryError> {
+        let (operation, answer) = self.post_exchange(token, tenant).await?;
+        let refresh = token_field(&operation, &answer, &["refresh_token"])?;
+        self.refresh_to_access(&refresh, scope).await
+    }
+
+    /// `POST /oauth2/exchange`: an Entra access token for an ACR refresh
+    /// token; the answer whatever its status.
+    async fn post_exchange(&self, token: &str, tenant: Option<&str>) -> Result<(String, Answer), RegistryError> {
         let mut form = vec![
             ("grant_type", "access_token"),
             ("service", self.registry.as_str()),
@@ -370,9 +423,7 @@ impl AzureContainerRegistry {
         if let Some(tenant) = tenant {
             form.push(("tenant", tenant));
         }
-        let (operation, answer) = self.post_form("/oauth2/exchange", &form).await?;
-        let refresh = token_field(&operation, &answer, &["refresh_token"])?;
-        self.refresh_to_access(&refresh, scope).await
+        self.post_form("/oauth2/exchange", &form).await
     }
 
     async fn refresh_to_access(&self, refresh: &str, scope: &str) -> Result<String, RegistryError> {

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::delivery::azure::credential::{EntraIdCredential, RefreshingToken, entra_id_credential};
+use bosun_consumers::delivery::azure::credential::{EntraIdCredential, RefreshingToken};
 use bosun_consumers::delivery::azure::devops::{
     AZURE_DEVOPS_SCOPE, AzureDevOpsAuth, AzureDevOpsConfig, AzureDevOpsError,
 };
@@ -308,7 +308,8 @@ fn azure_config(settings: &AzureDevOpsSettings) -> Result<AzureDevOpsConfig, Reg
     ))
 }
 
-/// Tokens for `scope` from `identity`, for `user` (named in errors).
+/// Tokens for `scope` from `identity`, for `user` (named in errors); its
+/// credential is made again after a refused token.
 fn refreshing_token(
     user: &'static str,
     identity: EntraIdentity,
@@ -320,8 +321,9 @@ fn refreshing_token(
         EntraIdentity::ManagedIdentity => EntraIdCredential::ManagedIdentity { client_id: None },
         EntraIdentity::AzureCli => EntraIdCredential::DeveloperTools,
     };
-    let credential = entra_id_credential(credential).map_err(|err| adapter_error(user, &err))?;
-    Ok(RefreshingToken::new(credential, scope))
+    // Made again from the same settings after a refused token, so the new
+    // token does not come from the old credential's own cache.
+    RefreshingToken::from_identity(credential, scope).map_err(|err| adapter_error(user, &err))
 }
 
 /// The blob store the settings choose: the filesystem under the data

@@ -91,6 +91,8 @@ pub enum Fault {
     Hang,
     /// `401` saying the bearer token presented has expired; the token is
     /// marked expired in the [`TokenBook`] too, so only a new one works.
+    /// The client's token still says it is valid for as long as it was
+    /// issued for: to the client, it is a token revoked before its expiry.
     TokenExpired,
 }
 
@@ -315,6 +317,18 @@ impl TokenBook {
     pub fn expire(&self, token: &str) {
         if let Some(issued) = lock(&self.tokens).get_mut(token) {
             issued.expires_at = Instant::now();
+        }
+    }
+
+    /// Makes every token issued so far expired from now on, whatever its
+    /// lifetime said, as a revocation or a signing-key rollover leaves them:
+    /// a client still holds tokens it believes valid, and only new ones
+    /// work. Unlike [`Fault::TokenExpired`], it also reaches tokens sent in
+    /// a form rather than a header (ACR's `/oauth2/exchange`).
+    pub fn expire_all(&self) {
+        let now = Instant::now();
+        for issued in lock(&self.tokens).values_mut() {
+            issued.expires_at = issued.expires_at.min(now);
         }
     }
 
@@ -738,5 +752,24 @@ mod tests {
         );
         let fresh = book.issue("app", "scope", Duration::from_secs(60));
         assert_eq!(status(client.get(&url).bearer_auth(&fresh)).await, 200);
+    }
+
+    #[tokio::test]
+    async fn expiring_all_tokens_refuses_those_issued_before_and_accepts_new_ones() {
+        let book = TokenBook::default();
+        let running = start(Auth::default().entra(book.clone())).await;
+        let client = reqwest::Client::new();
+        let url = format!("{}/hello", running.base_url());
+        let status = |token: String| {
+            let request = client.get(&url).bearer_auth(token);
+            async move { request.send().await.unwrap().status().as_u16() }
+        };
+        let old = book.issue("app", "scope", Duration::from_secs(3600));
+        assert_eq!(status(old.clone()).await, 200);
+        book.expire_all();
+        assert_eq!(book.check(&old).unwrap_err(), TokenProblem::Expired);
+        assert_eq!(status(old).await, 401);
+        let new = book.issue("app", "scope", Duration::from_secs(3600));
+        assert_eq!(status(new).await, 200);
     }
 }

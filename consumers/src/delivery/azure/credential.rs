@@ -3,6 +3,14 @@
 //! token credential by [`entra_id_credential`]. Shared by every Azure
 //! client that takes Entra ID tokens (the blob store, the Service Bus
 //! transport), so they all pick an identity the same way.
+//!
+//! The REST adapters (Azure DevOps, ACR Tasks' ARM calls, the registry's
+//! token exchange) take their tokens from a [`RefreshingToken`]: cached,
+//! fetched again before expiry, and, when a service answers 401 to a token
+//! still valid by its expiry (revoked, a signing-key rollover), dropped and
+//! replaced by a new one for one more try
+//! ([`RefreshingToken::send_with_token`]); a second 401 is permanent
+//! ([`FRESH_TOKEN_REFUSED`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -149,28 +157,79 @@ impl TokenCredential for DefaultChain {
 /// leaves with a token that could expire on the way.
 pub const REFRESH_BEFORE_EXPIRY: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
+/// What an adapter's error says when a service refused a token, and then
+/// the new token [`RefreshingToken::send_with_token`] fetched for it: the
+/// identity, not an expired token, is what the service refuses.
+pub const FRESH_TOKEN_REFUSED: &str = "a new Entra ID token, fetched after the first was refused, was refused too: \
+     the service does not accept this identity (check its role assignments and federated credential)";
+
+/// Makes the credential a [`RefreshingToken`] asks for tokens.
+type BuildCredential = dyn Fn() -> Result<Arc<dyn TokenCredential>, CredentialError> + Send + Sync;
+
 /// An Entra ID token for one scope, from a credential (workload identity on
 /// AKS, managed identity, the Azure CLI), cached and fetched again once it
 /// is within [`REFRESH_BEFORE_EXPIRY`] of its expiry, so a long-running
 /// adapter never sends an expired token. `Debug` never shows the token.
+///
+/// # A token refused before its expiry
+///
+/// A service may refuse a token that is valid by its expiry (revoked, a
+/// signing-key rollover, `invalid_token`). Adapters send through
+/// [`Self::send_with_token`]: on a refusal (a 401) it drops the token
+/// ([`Self::invalidate`]), fetches a new one and sends once more; a second
+/// refusal is the adapter's permanent error, naming
+/// [`FRESH_TOKEN_REFUSED`], so a wrong identity is never retried for ever.
+///
+/// `azure_identity`'s credentials keep their own cache until five minutes
+/// before expiry, and `azure_core` 1.1's `TokenRequestOptions` has no way
+/// around it, so asking the same credential again gives the refused token
+/// back. A source made by [`Self::from_identity`] or [`Self::rebuilding`]
+/// therefore makes its credential again after a refusal (its cache goes
+/// with it); one made by [`Self::new`] can only ask its one credential
+/// again.
 pub struct RefreshingToken {
-    credential: Arc<dyn TokenCredential>,
     scope: String,
-    cached: tokio::sync::Mutex<Option<AccessToken>>,
+    /// The credential it was made with: what equality compares.
+    origin: Arc<dyn TokenCredential>,
+    /// Makes the credential again after a refusal; `None`: keep `origin`.
+    rebuild: Option<Arc<BuildCredential>>,
+    state: tokio::sync::Mutex<TokenState>,
+}
+
+/// The credential in use and its last token.
+struct TokenState {
+    credential: Arc<dyn TokenCredential>,
+    cached: Option<AccessToken>,
+    /// A token was refused: the credential is made again before the next
+    /// token is asked of it.
+    refused: bool,
+}
+
+/// The answer [`RefreshingToken::send_with_token`] got.
+#[derive(Debug)]
+pub struct TokenAnswer<A> {
+    /// The last answer: to the first token, or to the new one fetched
+    /// after the first was refused.
+    pub answer: A,
+    /// The service refused the first token and the new one too: the
+    /// adapter's error is permanent and says [`FRESH_TOKEN_REFUSED`].
+    pub fresh_token_refused: bool,
 }
 
 impl fmt::Debug for RefreshingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RefreshingToken")
             .field("scope", &self.scope)
+            .field("rebuilds", &self.rebuild.is_some())
             .finish_non_exhaustive()
     }
 }
 
-/// Two sources are the same when they share their credential and scope.
+/// Two sources are the same when they were made with the same credential
+/// and scope.
 impl PartialEq for RefreshingToken {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.credential, &other.credential) && self.scope == other.scope
+        Arc::ptr_eq(&self.origin, &other.origin) && self.scope == other.scope
     }
 }
 
@@ -178,25 +237,71 @@ impl Eq for RefreshingToken {}
 
 impl RefreshingToken {
     /// Tokens for `scope` (e.g. `499b84ac-1321-427f-aa17-267ca6975798/.default`
-    /// for Azure DevOps) from `credential`.
+    /// for Azure DevOps) from `credential`. After a refused token the same
+    /// credential is asked again: one that caches its tokens (every
+    /// `azure_identity` credential but the Azure CLI's) gives the refused
+    /// token back until it nears its expiry. Production sources are made by
+    /// [`Self::from_identity`].
     pub fn new(credential: Arc<dyn TokenCredential>, scope: impl Into<String>) -> Self {
+        Self::with(credential, None, scope.into())
+    }
+
+    /// Tokens for `scope` from the credential `build` makes: now, and again
+    /// each time a service refuses one of its tokens, so the new token
+    /// cannot come from the old credential's cache. Fails when `build`
+    /// fails now.
+    pub fn rebuilding(
+        build: impl Fn() -> Result<Arc<dyn TokenCredential>, CredentialError> + Send + Sync + 'static,
+        scope: impl Into<String>,
+    ) -> Result<Self, CredentialError> {
+        let credential = build()?;
+        Ok(Self::with(credential, Some(Arc::new(build)), scope.into()))
+    }
+
+    /// Tokens for `scope` as `identity` ([`entra_id_credential`]), whose
+    /// credential is built again from the same settings after a refused
+    /// token ([`Self::rebuilding`]; a [`EntraIdCredential::Credential`]
+    /// the caller built stays that one credential).
+    pub fn from_identity(identity: EntraIdCredential, scope: impl Into<String>) -> Result<Self, CredentialError> {
+        Self::rebuilding(move || entra_id_credential(identity.clone()), scope)
+    }
+
+    fn with(credential: Arc<dyn TokenCredential>, rebuild: Option<Arc<BuildCredential>>, scope: String) -> Self {
         Self {
-            credential,
-            scope: scope.into(),
-            cached: tokio::sync::Mutex::new(None),
+            scope,
+            origin: Arc::clone(&credential),
+            rebuild,
+            state: tokio::sync::Mutex::new(TokenState {
+                credential,
+                cached: None,
+                refused: false,
+            }),
         }
     }
 
     /// A token valid for at least [`REFRESH_BEFORE_EXPIRY`]: the cached one,
-    /// or a new one from the credential. Fails when the credential fails or
-    /// gives a token that has already expired.
+    /// or a new one from the credential (made again first when a token was
+    /// refused since). Fails when the credential cannot be made or fails,
+    /// or gives a token that has already expired.
     pub async fn token(&self) -> Result<String, CredentialError> {
-        let mut cached = self.cached.lock().await;
+        let mut state = self.state.lock().await;
         let fresh = |token: &AccessToken| token.expires_on - REFRESH_BEFORE_EXPIRY > time::OffsetDateTime::now_utc();
-        if let Some(token) = cached.as_ref().filter(|token| fresh(token)) {
+        if let Some(token) = state.cached.as_ref().filter(|token| fresh(token)) {
             return Ok(token.token.secret().to_owned());
         }
-        let token = self
+        if state.refused {
+            if let Some(rebuild) = &self.rebuild {
+                state.credential = rebuild().map_err(|err| {
+                    CredentialError(format!(
+                        "a new credential for {} after a refused token: {}",
+                        self.scope, err.0
+                    ))
+                })?;
+                tracing::debug!(scope = %self.scope, "Entra ID credential made again after a refused token");
+            }
+            state.refused = false;
+        }
+        let token = state
             .credential
             .get_token(&[self.scope.as_str()], None)
             .await
@@ -209,7 +314,66 @@ impl RefreshingToken {
         }
         tracing::debug!(scope = %self.scope, expires_on = %token.expires_on, "new Entra ID token");
         let text = token.token.secret().to_owned();
-        *cached = Some(token);
+        state.cached = Some(token);
         Ok(text)
     }
+
+    /// A service refused `rejected` (a 401) although it is valid by its
+    /// expiry: drops it, when it is still the cached token, so the next
+    /// [`Self::token`] fetches a new one (from a credential made again,
+    /// see the type's docs). Returns whether it did; `false` when another
+    /// request already replaced it, so concurrent refusals of one token
+    /// fetch one new token, not one each.
+    pub async fn invalidate(&self, rejected: &str) -> bool {
+        let mut state = self.state.lock().await;
+        let still_cached = state
+            .cached
+            .as_ref()
+            .is_some_and(|token| token.token.secret() == rejected);
+        if !still_cached {
+            return false;
+        }
+        state.cached = None;
+        state.refused = true;
+        true
+    }
+
+    /// Sends a request with a token: `send` sends it with the token it is
+    /// given, `refused` says whether its answer refused the token (a 401).
+    /// A refused token is dropped ([`Self::invalidate`]) and `send` called
+    /// once more with a new one; whether that one was refused too is
+    /// [`TokenAnswer::fresh_token_refused`]. Fails when no token can be had
+    /// (`E` from [`CredentialError`]) or `send` fails.
+    pub async fn send_with_token<A, E, Fut>(
+        &self,
+        mut send: impl FnMut(String) -> Fut,
+        refused: impl Fn(&A) -> bool,
+    ) -> Result<TokenAnswer<A>, E>
+    where
+        Fut: Future<Output = Result<A, E>>,
+        E: From<CredentialError>,
+    {
+        let token = self.token().await?;
+        let answer = send(token.clone()).await?;
+        if !refused(&answer) {
+            return Ok(TokenAnswer {
+                answer,
+                fresh_token_refused: false,
+            });
+        }
+        tracing::warn!(scope = %self.scope, "the service refused an Entra ID token before its expiry; sending once more with a new one");
+        self.invalidate(&token).await;
+        let answer = send(self.token().await?).await?;
+        let fresh_token_refused = refused(&answer);
+        if fresh_token_refused {
+            tracing::warn!(scope = %self.scope, "the service refused the new Entra ID token too");
+        }
+        Ok(TokenAnswer {
+            answer,
+            fresh_token_refused,
+        })
+    }
 }
+
+#[cfg(test)]
+mod tests;

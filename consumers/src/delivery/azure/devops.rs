@@ -17,6 +17,16 @@
 //! 403, 203 (the sign-in page Azure DevOps serves for a bad token) and other
 //! 4xx → permanent.
 //!
+//! With Entra ID tokens from a credential ([`AzureDevOpsAuth::Entra`]), a
+//! 401 or 203 to a token still valid by its expiry (revoked, a signing-key
+//! rollover) is not final: the token is dropped, a new one fetched (from the
+//! credential made again, whose own cache would give the refused one back)
+//! and the request sent once more
+//! ([`RefreshingToken::send_with_token`]). Refused again, it is permanent,
+//! and its message says the new token was refused too
+//! ([`FRESH_TOKEN_REFUSED`]).
+//! A PAT or a static token is refused for good at the first 401.
+//!
 //! # Tenants
 //!
 //! The project setting ([`AzureDevOpsConfig::project`],
@@ -64,7 +74,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::credential::RefreshingToken;
+use super::credential::{CredentialError, FRESH_TOKEN_REFUSED, RefreshingToken};
 use super::http::{self, Redirects, Timeout};
 use super::retry::Disposition;
 use super::retry::retry_after;
@@ -211,11 +221,7 @@ impl AzureDevOpsAuth {
         match self {
             Self::Pat(token) => Ok(basic_pat(token)),
             Self::Bearer(token) => Ok(format!("Bearer {token}")),
-            Self::Entra(source) => source
-                .token()
-                .await
-                .map(|token| format!("Bearer {token}"))
-                .map_err(|err| AzureDevOpsError::Credential(err.to_string())),
+            Self::Entra(source) => Ok(format!("Bearer {}", source.token().await?)),
         }
     }
 }
@@ -503,6 +509,10 @@ impl AzureDevOpsClient {
     }
 
     /// Sends a request and returns the body of a 2xx answer (other than 203).
+    /// With Entra ID tokens from a credential, an answer refusing the token
+    /// (401, or the 203 sign-in page) before its expiry is sent once more
+    /// with a new token ([`RefreshingToken::send_with_token`]); refused
+    /// again, the error says so and stays permanent.
     async fn send<B: Serialize + ?Sized>(
         &self,
         method: Method,
@@ -511,39 +521,45 @@ impl AzureDevOpsClient {
         accept: Option<&'static str>,
     ) -> Result<(String, Vec<u8>), AzureDevOpsError> {
         let operation = format!("{method} {}", url.path());
-        let mut request = self.http.request(method, url);
-        if let Some(tokens) = &self.tokens {
-            let token = tokens
-                .token()
-                .await
-                .map_err(|err| AzureDevOpsError::Credential(err.to_string()))?;
-            request = request.header(AUTHORIZATION, sensitive_header(&format!("Bearer {token}"))?);
-        }
-        if let Some(accept) = accept {
-            request = request.header(ACCEPT, accept);
-        }
-        if let Some(body) = body {
-            let bytes = serde_json::to_vec(body).map_err(|err| AzureDevOpsError::UnexpectedResponse {
+        let body = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|err| AzureDevOpsError::UnexpectedResponse {
                 operation: operation.clone(),
                 reason: format!("could not encode the request: {err}"),
             })?;
-            request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(bytes);
-        }
-        let transport = |source| AzureDevOpsError::Transport {
-            operation: operation.clone(),
-            source,
+        let attempt = |token: Option<String>| Attempt {
+            method: method.clone(),
+            url: url.clone(),
+            operation: &operation,
+            accept,
+            body: body.clone(),
+            token,
         };
-        let response = http::send(request).await.map_err(transport)?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let body = response.bytes().await.map_err(transport)?.to_vec();
-        tracing::debug!(%operation, status = status.as_u16(), "azure devops call");
+        let (reply, fresh_token_refused) = match &self.tokens {
+            Some(tokens) => {
+                let answered = tokens
+                    .send_with_token(
+                        |token| self.attempt(attempt(Some(token))),
+                        |reply: &Reply| refuses_token(reply.status),
+                    )
+                    .await?;
+                (answered.answer, answered.fresh_token_refused)
+            }
+            None => (self.attempt(attempt(None)).await?, false),
+        };
+        let Reply {
+            status,
+            retry_after,
+            body,
+        } = reply;
         if status.is_success() && status != StatusCode::NON_AUTHORITATIVE_INFORMATION {
             return Ok((operation, body));
         }
-        let (type_key, message) = error_details(status, &body);
+        let (type_key, mut message) = error_details(status, &body);
+        if fresh_token_refused {
+            message = format!("{message}; {FRESH_TOKEN_REFUSED}");
+        }
         Err(AzureDevOpsError::Status {
             operation,
             status: status.as_u16(),
@@ -551,6 +567,75 @@ impl AzureDevOpsClient {
             message,
             retry_after,
         })
+    }
+
+    /// Sends one request and reads its whole answer, whatever its status.
+    async fn attempt(&self, attempt: Attempt<'_>) -> Result<Reply, AzureDevOpsError> {
+        let Attempt {
+            method,
+            url,
+            operation,
+            accept,
+            body,
+            token,
+        } = attempt;
+        let mut request = self.http.request(method, url);
+        if let Some(token) = token {
+            request = request.header(AUTHORIZATION, sensitive_header(&format!("Bearer {token}"))?);
+        }
+        if let Some(accept) = accept {
+            request = request.header(ACCEPT, accept);
+        }
+        if let Some(body) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+        }
+        let transport = |source| AzureDevOpsError::Transport {
+            operation: operation.to_owned(),
+            source,
+        };
+        let response = http::send(request).await.map_err(transport)?;
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        let body = response.bytes().await.map_err(transport)?.to_vec();
+        tracing::debug!(%operation, status = status.as_u16(), "azure devops call");
+        Ok(Reply {
+            status,
+            retry_after,
+            body,
+        })
+    }
+}
+
+/// One request [`AzureDevOpsClient::send`] sends: the same for a retry
+/// with a new token, but the token.
+struct Attempt<'a> {
+    method: Method,
+    url: Url,
+    operation: &'a str,
+    accept: Option<&'static str>,
+    body: Option<Vec<u8>>,
+    /// The Entra ID token; `None` when the credential is a default header.
+    token: Option<String>,
+}
+
+/// An answer, read whole.
+struct Reply {
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Vec<u8>,
+}
+
+/// Whether Azure DevOps refused the bearer token: 401, or the 203 sign-in
+/// page it serves for a token it does not take.
+fn refuses_token(status: StatusCode) -> bool {
+    status == StatusCode::UNAUTHORIZED || status == StatusCode::NON_AUTHORITATIVE_INFORMATION
+}
+
+impl From<CredentialError> for AzureDevOpsError {
+    fn from(err: CredentialError) -> Self {
+        Self::Credential(err.to_string())
     }
 }
 

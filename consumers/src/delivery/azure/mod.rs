@@ -6,7 +6,9 @@
 //!   classification of an answer into transient, permanent or retry-after
 //!   ([`retry::Disposition`]);
 //! - [`credential`] — Microsoft Entra ID credentials (the blob store and
-//!   the Service Bus transport take tokens from them);
+//!   the Service Bus transport take tokens from them) and the cached token
+//!   source of the REST adapters, which replaces a token a service refused
+//!   before its expiry and sends once more;
 //! - [`devops`] — the Azure DevOps REST client (repositories, pushes, pull
 //!   requests, pipelines, builds) and its tenant-to-project mapping.
 

@@ -7,7 +7,11 @@
 //!   delay, without it [`Disposition::Transient`] (the consumer's backoff);
 //! - any other status that reaches an error (401, 403, 404 where a missing
 //!   resource is an error, other 4xx, the 203 sign-in page Azure DevOps
-//!   serves for a bad token) is [`Disposition::Permanent`];
+//!   serves for a bad token) is [`Disposition::Permanent`]. A 401 to an
+//!   Entra ID token still valid by its expiry reaches this only after the
+//!   adapter sent once more with a new token
+//!   ([`super::credential::RefreshingToken::send_with_token`]): a wrong
+//!   identity is not retried, a revoked token is not dead-lettered;
 //! - a request that got no answer (connection refused, timeout) is
 //!   transient, unless it could not even be built (a bad URL or header),
 //!   which is permanent;
