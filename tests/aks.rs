@@ -53,7 +53,10 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
     cluster.devops.on_run(delivery::pipeline_run);
     let extra = iac_path(&cluster);
     cluster.start(&extra);
-    eprintln!("aks: every Deployment ready after {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "aks: every Deployment ready after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
 
     let correlation = delivery::send_delivery(&mut cluster);
     delivery::wait_for(&mut cluster, &correlation, "GitOpsSynced", |_, _| {});
@@ -61,7 +64,11 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
     delivery::assert_done_once(&cluster, &correlation);
     // Each pod used its own workload identity.
     let grants = cluster.entra.grants();
-    for deployment in ["bosun-repository-provisioning", "bosun-container-build", "bosun-pipeline-monitor"] {
+    for deployment in [
+        "bosun-repository-provisioning",
+        "bosun-container-build",
+        "bosun-pipeline-monitor",
+    ] {
         assert!(
             grants
                 .iter()
@@ -75,9 +82,7 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
 
 /// A 429 and then a 503 for the first request of one adapter's operation.
 fn throttle_then_fail(faults: &Faults, service: &'static str, method: &str, path: &str) {
-    faults.add(
-        FaultRule::new(service, path, Fault::Throttle { retry_after_secs: 1 }, 1).method(method),
-    );
+    faults.add(FaultRule::new(service, path, Fault::Throttle { retry_after_secs: 1 }, 1).method(method));
     faults.add(FaultRule::new(service, path, Fault::Status(503), 1).method(method));
 }
 
@@ -104,7 +109,10 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
     cluster.devops.on_run(|run| delivery::pipeline_run(run).held());
     let extra = iac_path(&cluster);
     cluster.start(&extra);
-    eprintln!("aks: every Deployment ready after {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "aks: every Deployment ready after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
 
     let correlation = delivery::send_delivery(&mut cluster);
     delivery::wait_for(&mut cluster, &correlation, "PipelineRunStarted", |_, _| {});
@@ -117,12 +125,18 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert!(cluster.devops.finish_run(runs[0].id));
     delivery::wait_for(&mut cluster, &correlation, "GitOpsSynced", |_, _| {});
-    eprintln!("aks: delivered through faults in {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "aks: delivered through faults in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     delivery::assert_done_once(&cluster, &correlation);
     let pending = faults.pending();
     assert!(pending.is_empty(), "every planned fault fired: {pending:#?}");
     let fired = cluster.journal.faults();
     eprintln!("aks: {} faults answered: {fired:?}", fired.len());
     cluster.stop();
-    eprintln!("aks: delivery with faults and a SIGKILL, {:.1}s in all", started.elapsed().as_secs_f64());
+    eprintln!(
+        "aks: delivery with faults and a SIGKILL, {:.1}s in all",
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -182,7 +182,10 @@ fn replaced(stand_ins: &StandIns) -> Vec<(&'static str, Option<String>)> {
         ("BOSUN_ARGOCD_TOKEN", Some(ARGOCD_TOKEN.to_owned())),
         ("BOSUN_ACR_ENDPOINT", Some(stand_ins.acr_registry.clone())),
         ("BOSUN_ACR_ARM_ENDPOINT", Some(stand_ins.acr_arm.clone())),
-        ("BOSUN_PULUMI_PROGRAM_REPOSITORY", Some(stand_ins.pulumi_program.clone())),
+        (
+            "BOSUN_PULUMI_PROGRAM_REPOSITORY",
+            Some(stand_ins.pulumi_program.clone()),
+        ),
     ]
 }
 
@@ -308,9 +311,14 @@ impl Cluster {
             );
             // The login server exchanges the Entra double's tokens.
             config.entra = Some(book.clone());
-            let acr = AcrDouble::start(faults.clone(), journal.clone(), Auth::default().entra(book.clone()), config)
-                .await
-                .unwrap();
+            let acr = AcrDouble::start(
+                faults.clone(),
+                journal.clone(),
+                Auth::default().entra(book.clone()),
+                config,
+            )
+            .await
+            .unwrap();
             (entra, devops, artifacts, argocd, acr)
         });
         let scratch = tempfile::tempdir().unwrap();
@@ -490,6 +498,18 @@ impl Cluster {
         tail(&self.pods[self.pod_index(name)].log(), lines)
     }
 
+    /// Copies every pod's whole output to a folder that outlives the test
+    /// (the scratch folder does not), and returns its path: what a failure
+    /// points at.
+    pub fn keep_logs(&self) -> PathBuf {
+        let kept = std::env::temp_dir().join(format!("bosun-aks-logs-{}", std::process::id()));
+        std::fs::create_dir_all(&kept).unwrap();
+        for pod in &self.pods {
+            let _ = std::fs::copy(pod.log(), kept.join(format!("{}.log", pod.name)));
+        }
+        kept
+    }
+
     /// `bosun ARGS --json` as an operator runs it next to the pods (their
     /// shared environment), its stdout read as JSON.
     pub fn bosun_json(&self, args: &[&str]) -> Value {
@@ -516,7 +536,10 @@ impl Cluster {
     /// Stops every pod with SIGTERM; each must exit 0 within 40 s.
     pub fn stop(&mut self) {
         for pod in &mut self.pods {
-            let _ = Command::new("kill").arg("-TERM").arg(pod.child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pod.child.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(40);
             loop {
                 if let Some(status) = pod.child.try_wait().unwrap() {

@@ -92,7 +92,9 @@ pub fn pipeline_run(run: &RunStart) -> RunScript {
             }
             _ => {}
         }
-        script.log.push(format!("Finishing: {}", script.steps.last().unwrap().name));
+        script
+            .log
+            .push(format!("Finishing: {}", script.steps.last().unwrap().name));
     }
     for needed in ["Build", "Test"] {
         if !script.steps.iter().any(|step| step.name == needed) {
@@ -259,7 +261,12 @@ pub fn message_counts(cluster: &Cluster, correlation: &str) -> BTreeMap<String, 
 
 /// Waits until the delivery has a handled `message_type`, showing
 /// progress; `during` runs on each look (a test's faults, a kill).
-pub fn wait_for(cluster: &mut Cluster, correlation: &str, message_type: &str, mut during: impl FnMut(&mut Cluster, &BTreeMap<String, usize>)) {
+pub fn wait_for(
+    cluster: &mut Cluster,
+    correlation: &str,
+    message_type: &str,
+    mut during: impl FnMut(&mut Cluster, &BTreeMap<String, usize>),
+) {
     let started = Instant::now();
     let mut shown = Instant::now();
     loop {
@@ -282,7 +289,11 @@ pub fn wait_for(cluster: &mut Cluster, correlation: &str, message_type: &str, mu
             for pod in &cluster.pods {
                 logs.push_str(&format!("\n--- {} ---\n{}", pod.name, cluster.pod_log(&pod.name, 15)));
             }
-            panic!("no {message_type} within {DELIVERY_WITHIN:?}; the delivery has {counts:?}{logs}");
+            let kept = cluster.keep_logs();
+            panic!(
+                "no {message_type} within {DELIVERY_WITHIN:?}; the delivery has {counts:?} (every pod's output is in {}){logs}",
+                kept.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }

@@ -41,7 +41,14 @@ pub(crate) struct Addressed {
 }
 
 /// The sends `message` becomes on Service Bus under `topology`.
-pub(crate) fn address(topology: &Topology, message: OutboundMessage) -> Vec<Addressed> {
+///
+/// A message for one subscription (a retry, a wait, a replay of an event)
+/// goes through the topic, whose duplicate detection is topic-wide: its
+/// broker message id gets the subscription's [`COPY_SUFFIX`] (unless it
+/// ends with it already), so two consumers' retries of one event — both
+/// `<id>.retry-1` — are two messages, not one dropped as a duplicate of
+/// the other.
+pub(crate) fn address(topology: &Topology, mut message: OutboundMessage) -> Vec<Addressed> {
     let consumer = match &message.destination {
         Destination::Queue(name) => Some(name.clone()),
         Destination::Subscription { topic, subscription } if *topic == topology.topic => Some(subscription.clone()),
@@ -49,6 +56,12 @@ pub(crate) fn address(topology: &Topology, message: OutboundMessage) -> Vec<Addr
         Destination::Topic(topic) => return fan_out(topology, topic.clone(), message),
     };
     let session_id = consumer.and_then(|name| topology.session_id(&name, &message.body, &message.broker_message_id));
+    if let Destination::Subscription { subscription, .. } = &message.destination {
+        let own = format!("{COPY_SUFFIX}{subscription}");
+        if !message.broker_message_id.ends_with(&own) {
+            message.broker_message_id.push_str(&own);
+        }
+    }
     vec![Addressed { message, session_id }]
 }
 
@@ -155,6 +168,31 @@ mod tests {
     }
 
     #[test]
+    fn two_consumers_retries_of_one_event_are_two_messages_to_the_topic() {
+        let retry = |subscription: &str| {
+            let mut message = provisioned();
+            message.destination = Destination::Subscription {
+                topic: EVENTS_TOPIC.into(),
+                subscription: subscription.into(),
+            };
+            message.broker_message_id = format!("{}.retry-1", message.broker_message_id);
+            address(&topology(), message).remove(0).message.broker_message_id
+        };
+        let (first, second) = (retry("container-build"), retry("package-publishing"));
+        assert_ne!(first, second, "the topic's duplicate detection would drop one");
+        assert!(first.ends_with(".retry-1.to-container-build"), "{first}");
+        // Addressed again (a retry of that copy keeps its base), the suffix
+        // is not repeated.
+        let mut again = provisioned();
+        again.destination = Destination::Subscription {
+            topic: EVENTS_TOPIC.into(),
+            subscription: "container-build".into(),
+        };
+        again.broker_message_id = first.clone();
+        assert_eq!(address(&topology(), again).remove(0).message.broker_message_id, first);
+    }
+
+    #[test]
     fn an_event_for_two_session_subscriptions_is_one_copy_each_with_its_own_session() {
         let message = provisioned();
         let sent = address(&topology(), message.clone());
@@ -219,10 +257,12 @@ mod tests {
         };
         message.broker_message_id = format!("{}.retry-2", message.broker_message_id);
         let sent = address(&topology(), message.clone());
+        let mut expected = message.clone();
+        expected.broker_message_id.push_str(".to-gitops-sync");
         assert_eq!(
             sent,
             [Addressed {
-                message: message.clone(),
+                message: expected,
                 session_id: Some("acme/prod".into())
             }],
             "a retry or replay to one subscription keeps its saga's session"

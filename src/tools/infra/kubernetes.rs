@@ -68,6 +68,15 @@ pub const NAMESPACE_PLACEHOLDER: &str = "set-by-overlay";
 pub const MESSAGES_PER_REPLICA: u32 = 5;
 /// The most replicas KEDA gives one consumer.
 pub const MAX_REPLICAS: u32 = 10;
+
+/// Each pod's PostgreSQL pool (`BOSUN_DATABASE_POOL_SIZE` in the
+/// ConfigMap).
+pub const DATABASE_POOL_SIZE: u32 = 3;
+
+/// The user connections of the server main.bicep makes by default
+/// (`Standard_B2s`: 429, less the 15 Azure keeps for itself; Azure
+/// Database for PostgreSQL flexible server's limits).
+pub const DEFAULT_SERVER_USER_CONNECTIONS: u32 = 414;
 /// Failed reads of a scaler in a row after which KEDA holds a consumer at
 /// [`FALLBACK_REPLICAS`] (a broken KEDA identity or a Service Bus outage
 /// must not leave a scaled-to-zero consumer at zero with work waiting).
@@ -259,6 +268,11 @@ fn config_map() -> Value {
             "BOSUN_PULUMI_PROGRAM_REPOSITORY": "",
             "BOSUN_PULUMI_PROGRAM_REF": "main",
             "BOSUN_PULUMI_PROGRAM_PATH": "infra",
+            // Each pod's PostgreSQL pool: every pod at full scale (the API's
+            // replicas, each consumer at KEDA's maxReplicaCount) times this
+            // stays within the default server's user connections
+            // (`DEFAULT_SERVER_USER_CONNECTIONS`; a test checks it).
+            "BOSUN_DATABASE_POOL_SIZE": DATABASE_POOL_SIZE.to_string(),
         },
     })
 }

@@ -471,6 +471,48 @@ fn keda_gets_the_service_bus_namespace_name_whichever_form_the_settings_use() {
     }
 }
 
+/// Every pod at full scale (the API's replicas, each consumer at KEDA's
+/// `maxReplicaCount`) with its pool full stays within the user connections
+/// of the PostgreSQL server main.bicep makes by default, so scaling out
+/// never turns into "too many connections".
+#[test]
+fn every_pod_at_full_scale_fits_the_default_servers_connections() {
+    let files = default_files();
+    let objects = base_objects(&files);
+    let config = objects
+        .iter()
+        .map(|(_, o)| o)
+        .find(|o| kind_of(o) == "ConfigMap")
+        .unwrap();
+    let pool: u32 = config["data"]["BOSUN_DATABASE_POOL_SIZE"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(pool, kubernetes::DATABASE_POOL_SIZE);
+    let mut pods = 0u32;
+    for (_, deployment) in objects.iter().filter(|(_, o)| kind_of(o) == "Deployment") {
+        let name = deployment["metadata"]["name"].as_str().unwrap();
+        let scaled = objects
+            .iter()
+            .map(|(_, o)| o)
+            .find(|o| kind_of(o) == "ScaledObject" && o["metadata"]["name"] == name)
+            .map_or(0, |o| o["spec"]["maxReplicaCount"].as_u64().unwrap());
+        let replicas = deployment["spec"]["replicas"].as_u64().unwrap_or(1).max(scaled);
+        pods += u32::try_from(replicas).unwrap();
+    }
+    assert!(
+        pods * pool <= kubernetes::DEFAULT_SERVER_USER_CONNECTIONS,
+        "{pods} pods x {pool} connections > {} user connections of the default server",
+        kubernetes::DEFAULT_SERVER_USER_CONNECTIONS
+    );
+    let bicep = &files.iter().find(|f| f.path == "bicep/main.bicep").unwrap().text;
+    assert!(
+        bicep.contains("param postgresSkuName string = 'Standard_B2s'"),
+        "DEFAULT_SERVER_USER_CONNECTIONS is Standard_B2s's; change both together"
+    );
+}
+
 /// Every Deployment that may run more than one pod (the API, and every
 /// consumer KEDA may scale past one) prefers one pod per zone and per
 /// node, without refusing to schedule on a small cluster.

@@ -483,7 +483,12 @@ impl AzureDevOpsClient {
             )));
         }
         let (_, body) = self
-            .send(Method::GET, url, None::<&()>, Some("application/zip, application/octet-stream"))
+            .send(
+                Method::GET,
+                url,
+                None::<&()>,
+                Some("application/zip, application/octet-stream"),
+            )
             .await?;
         Ok(body)
     }

@@ -135,7 +135,9 @@ pub(super) fn tar_of_zip(name: &str, zip: &[u8]) -> Result<Vec<u8>, String> {
         let bytes = extract(zip, entry).map_err(|err| format!("`{}`: {err}", entry.name))?;
         total = total.saturating_add(bytes.len());
         if total > MAX_ARTIFACT_BYTES {
-            return Err(format!("its files are over the {MAX_ARTIFACT_BYTES} bytes bosun copies"));
+            return Err(format!(
+                "its files are over the {MAX_ARTIFACT_BYTES} bytes bosun copies"
+            ));
         }
         contents.push((path, bytes));
     }
@@ -173,8 +175,7 @@ mod tests {
 
     fn zip(entries: &[(&str, &[u8])]) -> Vec<u8> {
         let mut writer = ::zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        let options =
-            ::zip::write::SimpleFileOptions::default().compression_method(::zip::CompressionMethod::Deflated);
+        let options = ::zip::write::SimpleFileOptions::default().compression_method(::zip::CompressionMethod::Deflated);
         for (name, bytes) in entries {
             if name.ends_with('/') {
                 writer.add_directory(*name, options).unwrap();

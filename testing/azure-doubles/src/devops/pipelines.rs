@@ -682,7 +682,10 @@ fn artifacts(state: &State, build: &Build, req: &Req) -> Response {
     let Some((index, artifact)) = published.iter().enumerate().find(|(_, a)| a.name == name) else {
         return artifact_not_found(build.id, name);
     };
-    if req.param("$format").is_some_and(|format| format.eq_ignore_ascii_case("zip")) {
+    if req
+        .param("$format")
+        .is_some_and(|format| format.eq_ignore_ascii_case("zip"))
+    {
         return artifact_zip(artifact);
     }
     ok(artifact_json(state, build, index, artifact))
@@ -701,7 +704,10 @@ pub(crate) fn route_artifact_content(state: &State, project: &Project, req: &Req
             "The artifact in the URL does not exist.",
         ));
     };
-    if !req.param("format").is_some_and(|format| format.eq_ignore_ascii_case("zip")) {
+    if !req
+        .param("format")
+        .is_some_and(|format| format.eq_ignore_ascii_case("zip"))
+    {
         return Some(error(
             StatusCode::BAD_REQUEST,
             "InvalidArgumentValueException",
