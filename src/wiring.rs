@@ -7,10 +7,10 @@ use bosun_consumers::Consumer;
 use bosun_contracts::routing::ConsumerRoute;
 use tokio_util::sync::CancellationToken;
 
-use crate::backends::postgres::PoolSettings;
 use crate::backends::postgres::settle::PostgresSettle;
 use crate::backends::postgres::store::PostgresStore;
 use crate::backends::postgres::transport::PostgresTransport;
+use crate::backends::postgres::{PasswordSource, PoolSettings, PostgresDatabase};
 use crate::backends::servicebus::credential::{CredentialError, TokenSource};
 use crate::backends::servicebus::management::{ManagementClient, ManagementError};
 use crate::backends::servicebus::plan::{InvalidTopologyOptions, TopologyOptions};
@@ -88,6 +88,11 @@ pub enum StartError {
     /// Settings that do not fit together.
     #[error("{0}")]
     Config(String),
+    /// The Entra ID credential of `BOSUN_DATABASE_AUTH` could not be set
+    /// up (its environment is missing: for workload identity the
+    /// `AZURE_*` variables the webhook injects); nothing was connected.
+    #[error("BOSUN_DATABASE_AUTH: {0}; fix the identity's environment and start again")]
+    DatabaseCredential(#[source] bosun_consumers::delivery::azure::credential::CredentialError),
 }
 
 /// The transport and store chosen by the settings.
@@ -155,7 +160,7 @@ impl Backends {
                     (store.clone(), store, None)
                 }
                 StoreKind::Postgres(url) => {
-                    let store = PostgresStore::connect_with(url.expose(), pool(settings)).await?;
+                    let store = PostgresStore::new(open_database(url.expose(), settings, pool(settings)).await?);
                     store.check_schema().await?;
                     let shared = Arc::new(store.clone());
                     (shared.clone(), shared, Some(store))
@@ -477,6 +482,28 @@ pub fn topology_options(settings: &Settings) -> Result<TopologyOptions, StartErr
     };
     options.validate()?;
     Ok(options)
+}
+
+/// Where the PostgreSQL password comes from, as `BOSUN_DATABASE_AUTH`
+/// says: the URL's, or Entra ID tokens of the identity it names (through
+/// the credential every Azure client of bosun shares).
+pub fn database_password(settings: &Settings) -> Result<PasswordSource, StartError> {
+    match settings.database_auth.credential() {
+        None => Ok(PasswordSource::Url),
+        Some(credential) => bosun_consumers::delivery::azure::credential::entra_id_credential(credential)
+            .map(PasswordSource::EntraId)
+            .map_err(StartError::DatabaseCredential),
+    }
+}
+
+/// Opens the PostgreSQL database at `url` with `pool`, signing in as the
+/// settings say ([`database_password`]): the store of `serve` and `api`,
+/// and `bosun migrate`.
+pub async fn open_database(url: &str, settings: &Settings, pool: PoolSettings) -> Result<PostgresDatabase, StartError> {
+    let password = database_password(settings)?;
+    Ok(PostgresDatabase::connect_as(url, pool, &password)
+        .await
+        .map_err(StoreError::from)?)
 }
 
 /// The PostgreSQL pool as configured (`BOSUN_DATABASE_POOL_SIZE`).

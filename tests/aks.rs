@@ -76,6 +76,12 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
             "{deployment}'s own identity got its tokens: {grants:?}"
         );
     }
+    // Every pod signed in to PostgreSQL with the database identity's token.
+    assert!(
+        grants.iter().any(|grant| grant.client_id == cluster::DATABASE_CLIENT_ID
+            && grant.scope == "https://ossrdbms-aad.database.windows.net/.default"),
+        "the pods asked for PostgreSQL tokens of the database identity: {grants:?}"
+    );
     cluster.stop();
     eprintln!("aks: plain delivery, {:.1}s in all", started.elapsed().as_secs_f64());
 }

@@ -283,9 +283,10 @@ fn infra_check_names_what_an_overlay_leaves_and_passes_a_filled_one() {
                 "00000000-0000-0000-0000-000000000000",
                 "3f1c9a0e-5b7d-4c2a-9e8f-1a2b3c4d5e6f",
             )
+            .replace("POSTGRES_HOST", "contoso-bosun.postgres.database.azure.com")
             .replace(
-                "PASSWORD@POSTGRES_HOST",
-                "s3cret@contoso-bosun.postgres.database.azure.com",
+                "<databaseClientId of the Bicep deployment>",
+                "0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00",
             )
             .replace("<a PAT with Packaging read and write>", "pat-value")
             .replace("<an Argo CD API token>", "argocd-token");

@@ -5,10 +5,13 @@
 // Deploys what bosun needs on Azure, into one resource group:
 //   az deployment group create --resource-group RG --template-file infra/bicep/main.bicep \
 //     --parameters serviceBusNamespaceName=... storageAccountName=... postgresServerName=... \
-//                  postgresAdminPassword=... aksOidcIssuerUrl=... aksEgressIp=...
+//                  aksOidcIssuerUrl=... aksEgressIp=...
 // The deployment also removes the `$Default` rule Azure gives every new
 // subscription (it would let every event through), with a deployment script
 // of its own identity: no step needs a person with Manage rights.
+// bosun signs in to PostgreSQL with Microsoft Entra ID tokens of its database
+// identity, the server's Entra administrator; password sign-in is off unless
+// postgresPasswordAuth=Enabled (an install that still uses a password URL).
 
 targetScope = 'resourceGroup'
 
@@ -24,12 +27,16 @@ param storageAccountName string
 @description('PostgreSQL flexible server name (globally unique).')
 param postgresServerName string
 
-@description('PostgreSQL administrator login.')
+@description('Password sign-in to PostgreSQL. Disabled: bosun signs in with Entra ID tokens of its database identity, and nothing else needs a password. Enabled (with postgresAdminLogin and postgresAdminPassword): only while an install moves from a password BOSUN_DATABASE_URL to Entra ID (docs/UPGRADING.md).')
+@allowed(['Disabled', 'Enabled'])
+param postgresPasswordAuth string = 'Disabled'
+
+@description('PostgreSQL password administrator login, with postgresPasswordAuth=Enabled (it cannot change once the server exists).')
 param postgresAdminLogin string = 'bosun'
 
 @secure()
-@description('PostgreSQL administrator password (goes into BOSUN_DATABASE_URL in the bosun-secrets Secret).')
-param postgresAdminPassword string
+@description('PostgreSQL password administrator password, with postgresPasswordAuth=Enabled.')
+param postgresAdminPassword string = ''
 
 @description('PostgreSQL compute size.')
 param postgresSkuName string = 'Standard_B2s'
@@ -289,8 +296,13 @@ resource postgres 'Microsoft.DBforPostgreSQL/flexibleServers@2024-08-01' = {
   }
   properties: {
     version: '16'
-    administratorLogin: postgresAdminLogin
-    administratorLoginPassword: postgresAdminPassword
+    administratorLogin: postgresPasswordAuth == 'Enabled' ? postgresAdminLogin : null
+    administratorLoginPassword: postgresPasswordAuth == 'Enabled' ? postgresAdminPassword : null
+    authConfig: {
+      activeDirectoryAuth: 'Enabled'
+      passwordAuth: postgresPasswordAuth
+      tenantId: subscription().tenantId
+    }
     storage: {
       storageSizeGB: 32
       autoGrow: 'Enabled'
@@ -328,6 +340,49 @@ resource database 'Microsoft.DBforPostgreSQL/flexibleServers/databases@2024-08-0
     collation: 'en_US.utf8'
   }
   dependsOn: [postgresFirewall]
+}
+
+// The identity every component signs in to PostgreSQL as. One principal for
+// all: they share one schema, and the pod whose init container runs a
+// migration owns the tables it creates, so per-component principals would
+// lack rights on each other's tables. Each ServiceAccount of bosun's may
+// exchange its token for this identity's (BOSUN_DATABASE_CLIENT_ID); its own
+// identity keeps the Service Bus and blob rights alone.
+resource databaseIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: topology.database.identity
+  location: location
+}
+
+// One federated credential per ServiceAccount (Azure takes one write of an
+// identity's credentials at a time).
+@batchSize(1)
+resource databaseFederatedCredentials 'Microsoft.ManagedIdentity/userAssignedIdentities/federatedIdentityCredentials@2023-01-31' = [
+  for serviceAccount in topology.database.serviceAccounts: {
+    parent: databaseIdentity
+    name: serviceAccount
+    properties: {
+      issuer: aksOidcIssuerUrl
+      subject: 'system:serviceaccount:${kubernetesNamespace}:${serviceAccount}'
+      audiences: ['api://AzureADTokenExchange']
+    }
+  }
+]
+
+// The database identity is the server's Microsoft Entra administrator: the
+// server creates its role (named as the identity: the user of
+// BOSUN_DATABASE_URL) with the rights of the password administrator
+// (azure_pg_admin, CREATEROLE, CREATEDB), so `bosun migrate` creates, and
+// then owns, bosun's tables in the bosun database. No SQL step for a person.
+// After the database: one change at a time.
+resource databaseAdministrator 'Microsoft.DBforPostgreSQL/flexibleServers/administrators@2024-08-01' = {
+  parent: postgres
+  name: databaseIdentity.properties.principalId
+  properties: {
+    principalName: databaseIdentity.name
+    principalType: 'ServicePrincipal'
+    tenantId: subscription().tenantId
+  }
+  dependsOn: [database]
 }
 
 // -- Identities: one per consumer, the API's, KEDA's ---------------------------------
@@ -443,3 +498,9 @@ output blobUrl string = storage.properties.primaryEndpoints.blob
 
 @description('The PostgreSQL host for BOSUN_DATABASE_URL.')
 output postgresHost string = postgres.properties.fullyQualifiedDomainName
+
+@description('BOSUN_DATABASE_CLIENT_ID: the client id of the identity every component signs in to PostgreSQL as.')
+output databaseClientId string = databaseIdentity.properties.clientId
+
+@description('The PostgreSQL user of BOSUN_DATABASE_URL: the database identity\'s name.')
+output databaseUser string = databaseIdentity.name

@@ -109,6 +109,7 @@ pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
             for (setting, value) in [
                 ("BOSUN_SERVICEBUS_NAMESPACE", &outputs.service_bus_namespace),
                 ("BOSUN_BLOB_URL", &outputs.blob_url),
+                ("BOSUN_DATABASE_CLIENT_ID", &outputs.database_client_id),
             ] {
                 if let Some(value) = value {
                     outln!("{setting} in config.yaml: {value}")?;
@@ -116,6 +117,9 @@ pub fn run(command: InfraCommand, settings: &Settings) -> Result<()> {
             }
             if let Some(host) = &outputs.postgres_host {
                 outln!("the PostgreSQL host in secrets.env: {host}")?;
+            }
+            if let Some(user) = &outputs.database_user {
+                outln!("the PostgreSQL user in secrets.env (BOSUN_DATABASE_URL, no password): {user}")?;
             }
             Ok(())
         }

@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use bosun::backends::postgres::{MigrationPlan, MigrationReport, PostgresDatabase, SCHEMA_VERSION};
+use bosun::backends::postgres::{MigrationPlan, MigrationReport, PoolSettings, SCHEMA_VERSION};
 use bosun::runtime::config::Settings;
 
 use super::output::print_json;
@@ -42,7 +42,9 @@ pub async fn run(args: MigrateArgs, settings: &Settings) -> Result<()> {
         .database_url
         .or_else(|| settings.database_url.as_ref().map(|url| url.expose().to_owned()))
         .context("no database: pass --database-url or set BOSUN_DATABASE_URL")?;
-    let database = PostgresDatabase::connect(&url).await?;
+    // Signs in as `serve` does (BOSUN_DATABASE_AUTH): with Entra ID, the
+    // same identity and token path as the pods' own connections.
+    let database = bosun::wiring::open_database(&url, settings, PoolSettings::default()).await?;
     if args.check {
         let plan = database.plan().await?;
         return if args.json {

@@ -22,7 +22,10 @@
 //! webhook injects (its client id, the tenant, a projected token of its
 //! ServiceAccount, the authority), the authority being the Entra double
 //! over HTTPS; Azure DevOps, ACR's Resource Manager and its login server
-//! take only that double's tokens.
+//! take only that double's tokens, and every pod signs in to PostgreSQL
+//! with a token of the database identity (`BOSUN_DATABASE_AUTH`, as
+//! rendered), which the local server, trusting local connections, does not
+//! check.
 //!
 //! Each pod's output goes to `<scratch>/<deployment>/pod.log`; a failure
 //! shows its end.
@@ -55,6 +58,10 @@ const ISSUER: &str = "https://oidc.prod-aks.azure.com/aks-test/";
 const ARTIFACTS_PAT: &str = "artifacts-pat-of-the-test";
 /// The token the Argo CD double takes (the overlay's `BOSUN_ARGOCD_TOKEN`).
 const ARGOCD_TOKEN: &str = "argocd-token-of-the-test";
+/// The client id of the database identity every pod signs in to
+/// PostgreSQL as (the overlay's `BOSUN_DATABASE_CLIENT_ID`, main.bicep's
+/// `databaseClientId`): it trusts every bosun ServiceAccount's tokens.
+pub const DATABASE_CLIENT_ID: &str = "client-id-of-bosun-database";
 
 /// How long a pod may take to turn ready (the rendered startup probe
 /// allows five minutes; here nothing is slow).
@@ -174,7 +181,11 @@ fn replaced(stand_ins: &StandIns) -> Vec<(&'static str, Option<String>)> {
         ("BOSUN_BLOB_URL", None),
         ("BOSUN_BLOB_AUTH", None),
         ("BOSUN_BLOB_CONNECTION_STRING", Some(stand_ins.azurite.clone())),
+        // PostgreSQL here trusts every local connection: the pods still get
+        // an Entra token for the database identity and send it as the
+        // password, as on Azure, and the test sees them ask for it.
         ("BOSUN_DATABASE_URL", Some(stand_ins.database.clone())),
+        ("BOSUN_DATABASE_CLIENT_ID", Some(DATABASE_CLIENT_ID.to_owned())),
         ("BOSUN_AZURE_DEVOPS_ORG_URL", Some(stand_ins.devops.clone())),
         ("BOSUN_ARTIFACTS_URL", Some(stand_ins.artifacts.clone())),
         ("BOSUN_ARTIFACTS_PAT", Some(ARTIFACTS_PAT.to_owned())),
@@ -397,6 +408,15 @@ impl Cluster {
                     audience: TOKEN_EXCHANGE_AUDIENCE.into(),
                 },
             );
+            self.entra.add_federated_credential(
+                TENANT_ID,
+                DATABASE_CLIENT_ID,
+                FederatedCredential {
+                    issuer: ISSUER.into(),
+                    subject: subject.clone(),
+                    audience: TOKEN_EXCHANGE_AUDIENCE.into(),
+                },
+            );
             let token_file = dir.join("azure-identity-token");
             std::fs::write(&token_file, FederatedToken::new(ISSUER, &subject).jwt()).unwrap();
             env.insert("AZURE_CLIENT_ID".into(), client_id);
@@ -510,11 +530,13 @@ impl Cluster {
         kept
     }
 
-    /// `bosun ARGS --json` as an operator runs it next to the pods (their
-    /// shared environment), its stdout read as JSON.
+    /// `bosun ARGS --json` as an operator runs it in the API's pod
+    /// (`kubectl exec deploy/bosun-api -- bosun ...`: its environment and
+    /// identity), its stdout read as JSON.
     pub fn bosun_json(&self, args: &[&str]) -> Value {
-        let mut env = self.pod_env.clone();
-        env.insert("BOSUN_DATA_DIR".into(), self.scratch.path().display().to_string());
+        let api = &self.pods[self.pod_index("bosun-api")];
+        let mut env = api.env.clone();
+        env.remove("BOSUN_OPS_ADDR");
         env.insert("BOSUN_OPERATOR".into(), "aks-test".into());
         let args: Vec<String> = args.iter().chain(&["--json"]).map(|arg| (*arg).to_owned()).collect();
         let output = pod_command(&args, &env, self.scratch.path()).output().unwrap();

@@ -19,7 +19,10 @@
 //!
 //! TLS follows the URL's `sslmode` (`?sslmode=require` for Azure Database
 //! for PostgreSQL); certificates are checked by the platform's native TLS.
+//! The password is the URL's, or an Entra ID access token per new
+//! connection ([`PasswordSource`], see `entra`).
 
+mod entra;
 mod listen;
 mod migrations;
 mod notify;
@@ -34,6 +37,7 @@ use std::time::Duration;
 use sqlx_core::executor::Executor;
 use sqlx_postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+pub use self::entra::{EntraUrlProblem, OSSRDBMS_SCOPE, PasswordSource, check_entra_url};
 #[cfg(test)]
 use self::migrations::MIGRATIONS;
 use self::migrations::{Breaking, apply_migrations, read_applied};
@@ -77,6 +81,14 @@ pub enum DatabaseError {
     /// hold a password).
     #[error("invalid PostgreSQL URL: {0}")]
     InvalidUrl(#[source] sqlx_core::Error),
+    /// The URL does not suit Entra ID sign-in (the URL itself is not
+    /// repeated). Nothing was connected; fix the URL.
+    #[error("the PostgreSQL URL cannot be used with Entra ID tokens: {0}")]
+    EntraUrl(#[source] EntraUrlProblem),
+    /// No Entra ID token for PostgreSQL could be had (the identity's
+    /// environment, or Entra itself); connecting is tried again.
+    #[error("no Entra ID token for PostgreSQL: {0}")]
+    Token(#[source] bosun_consumers::delivery::azure::credential::CredentialError),
     /// A schema name that cannot be used.
     #[error("`{0}` is not a usable schema name")]
     InvalidSchemaName(String),
@@ -135,6 +147,7 @@ impl DatabaseError {
     fn is_transient(&self) -> bool {
         match self {
             Self::Unavailable(err) => classify(err) == Failure::Unavailable,
+            Self::Token(_) => true,
             _ => false,
         }
     }
@@ -235,6 +248,9 @@ pub struct PostgresDatabase {
     notifier: std::sync::Arc<notify::Notifier>,
     /// Saga turns held at once (each holds a connection; see `store::turns`).
     turn_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// With Entra ID sign-in, the task that renews the token of new
+    /// connections (stopped with the last clone).
+    token_refresh: Option<std::sync::Arc<entra::TokenRefresh>>,
 }
 
 impl std::fmt::Debug for PostgresDatabase {
@@ -256,17 +272,32 @@ impl PostgresDatabase {
 
     /// Connects to `url` with `settings`.
     pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<Self, DatabaseError> {
-        let options = PgConnectOptions::from_str(url).map_err(DatabaseError::InvalidUrl)?;
-        Self::connect_options(options, settings).await
+        Self::connect_as(url, settings, &PasswordSource::Url).await
+    }
+
+    /// Connects to `url` with `settings`, each new connection signing in
+    /// with the password `password` gives: the URL's, or a fresh Entra ID
+    /// token (then the URL names the principal as its user and holds no
+    /// password: [`DatabaseError::EntraUrl`] otherwise).
+    pub async fn connect_as(
+        url: &str,
+        settings: PoolSettings,
+        password: &PasswordSource,
+    ) -> Result<Self, DatabaseError> {
+        let (options, tokens) = entra::connect_options(url, password).await?;
+        let options = named(options);
+        let mut database = Self::connect_options(options.clone(), settings).await?;
+        if let Some((tokens, expires_on)) = tokens {
+            let refresh = entra::TokenRefresh::start(database.pool.clone(), options, tokens, expires_on);
+            database.token_refresh = Some(std::sync::Arc::new(refresh));
+        }
+        Ok(database)
     }
 
     /// Connects with already parsed options (tests use this to pin the
     /// `search_path` to a schema of their own).
     pub async fn connect_options(options: PgConnectOptions, settings: PoolSettings) -> Result<Self, DatabaseError> {
-        let options = match options.get_application_name() {
-            Some(_) => options,
-            None => options.application_name("bosun"),
-        };
+        let options = named(options);
         // No ping before each acquire: a connection the server dropped
         // fails its statement, which is retried as any unavailable
         // database is; a ping would be one more round trip per statement.
@@ -281,6 +312,7 @@ impl PostgresDatabase {
             turn_slots: store::turns::turn_slots(settings.max_connections.max(2)),
             pool,
             notifier: std::sync::Arc::default(),
+            token_refresh: None,
         })
     }
 
@@ -378,6 +410,14 @@ impl PostgresDatabase {
         let applied = read_applied(&mut conn).await?;
         applied.verify()?;
         Ok(applied.plan(SCHEMA_VERSION))
+    }
+}
+
+/// `options` with bosun's `application_name` unless they name one.
+fn named(options: PgConnectOptions) -> PgConnectOptions {
+    match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name("bosun"),
     }
 }
 

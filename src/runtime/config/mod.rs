@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use bosun_consumers::iac_provisioning::program::{DEFAULT_PROGRAM_PATH, DEFAULT_PROGRAM_REF};
 
+mod database;
 mod message_versions;
 mod origin;
 mod places;
 mod telemetry;
 mod types;
 
+pub use database::DatabaseAuth;
 pub use message_versions::MessageVersionSettings;
 pub use origin::{AllowedOrigin, Origin, OriginError, parse_allowed_origins};
 pub use telemetry::{OtlpExport, OtlpMetrics, TelemetrySettings, TraceSampler};
@@ -78,6 +80,8 @@ const GENERIC: &[&str] = &[
     "BOSUN_DATA_DIR",
     "BOSUN_TRANSPORT",
     "BOSUN_DATABASE_URL",
+    "BOSUN_DATABASE_AUTH",
+    "BOSUN_DATABASE_CLIENT_ID",
     "BOSUN_DATABASE_POOL_SIZE",
     "BOSUN_DATABASE_POOL_MIN",
     "BOSUN_SERVICEBUS_CONNECTION_STRING",
@@ -281,13 +285,7 @@ impl Settings {
             Ok(value)
         };
 
-        let database_url = get("BOSUN_DATABASE_URL").map(Secret::new);
-        if database_url
-            .as_ref()
-            .is_some_and(|url| !url.expose().starts_with("postgres://") && !url.expose().starts_with("postgresql://"))
-        {
-            return Err(invalid("BOSUN_DATABASE_URL", "must be a postgres:// URL"));
-        }
+        let (database_url, database_auth) = database::read(&get)?;
         let blob = match (get("BOSUN_BLOB_CONNECTION_STRING"), get("BOSUN_BLOB_URL")) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
@@ -733,6 +731,7 @@ impl Settings {
             transport,
             servicebus,
             database_url,
+            database_auth,
             blob,
             claim_check_bytes,
             http_max_body_bytes: usize::try_from(number("BOSUN_HTTP_MAX_BODY_BYTES", 4_194_304, 1024)?)

@@ -523,3 +523,108 @@ fn the_pulumi_program_defaults_to_the_modules_repository_and_a_program_dir_still
     let yesterday = pulumi(&[("BOSUN_PULUMI_PROGRAM_DIR", "/srv/pulumi")]);
     assert_eq!(yesterday.program_dir, Some(std::path::PathBuf::from("/srv/pulumi")));
 }
+
+/// `BOSUN_DATABASE_AUTH`: the URL's password by default; Entra ID tokens
+/// of an identity with a URL that names the principal and holds no
+/// password; a URL with a password beside it is refused, naming both
+/// settings and never the password.
+#[test]
+fn the_database_signs_in_with_the_urls_password_or_entra_tokens_never_both() {
+    use bosun_consumers::delivery::azure::credential::EntraIdCredential;
+    let read = |pairs: &[(&str, &str)]| Settings::from_sources(&map(pairs), &map(&[]));
+    let with_password = "postgres://bosun:s3cret@db.example.com/bosun?sslmode=require";
+    let without = "postgres://bosun-database@db.example.com/bosun?sslmode=require";
+
+    // The password URL still works when the setting is absent.
+    let settings = read(&[("BOSUN_DATABASE_URL", with_password)]).unwrap();
+    assert_eq!(settings.database_auth, DatabaseAuth::Password);
+    assert!(settings.database_auth.credential().is_none());
+    let settings = read(&[
+        ("BOSUN_DATABASE_URL", with_password),
+        ("BOSUN_DATABASE_AUTH", "password"),
+    ])
+    .unwrap();
+    assert_eq!(settings.database_auth, DatabaseAuth::Password);
+
+    let settings = read(&[
+        ("BOSUN_DATABASE_URL", without),
+        ("BOSUN_DATABASE_AUTH", "workload-identity"),
+        ("BOSUN_DATABASE_CLIENT_ID", "0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00"),
+    ])
+    .unwrap();
+    assert_eq!(
+        settings.database_auth,
+        DatabaseAuth::EntraId {
+            identity: EntraIdentity::WorkloadIdentity,
+            client_id: Some("0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00".to_owned()),
+        }
+    );
+    assert!(matches!(
+        settings.database_auth.credential(),
+        Some(EntraIdCredential::WorkloadIdentityFor { client_id }) if client_id == "0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00"
+    ));
+    let pods_own = read(&[
+        ("BOSUN_DATABASE_URL", without),
+        ("BOSUN_DATABASE_AUTH", "workload-identity"),
+    ])
+    .unwrap();
+    assert!(matches!(
+        pods_own.database_auth.credential(),
+        Some(EntraIdCredential::WorkloadIdentity)
+    ));
+    let managed = read(&[
+        ("BOSUN_DATABASE_URL", without),
+        ("BOSUN_DATABASE_AUTH", "managed-identity"),
+    ])
+    .unwrap();
+    assert!(matches!(
+        managed.database_auth.credential(),
+        Some(EntraIdCredential::ManagedIdentity { client_id: None })
+    ));
+
+    // A URL with a password and Entra ID: refused, naming both.
+    for url in [
+        with_password,
+        "postgres://bosun-database@db.example.com/bosun?password=s3cret",
+    ] {
+        let err = read(&[
+            ("BOSUN_DATABASE_URL", url),
+            ("BOSUN_DATABASE_AUTH", "workload-identity"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("BOSUN_DATABASE_URL") && err.contains("BOSUN_DATABASE_AUTH") && err.contains("password"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "the password is never repeated: {err}");
+    }
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        // No user to sign in as.
+        (
+            &[
+                ("BOSUN_DATABASE_URL", "postgres://db.example.com/bosun"),
+                ("BOSUN_DATABASE_AUTH", "azure-cli"),
+            ],
+            "BOSUN_DATABASE_URL",
+        ),
+        // Entra ID without a database.
+        (&[("BOSUN_DATABASE_AUTH", "workload-identity")], "BOSUN_DATABASE_AUTH"),
+        // A client id that nothing would use.
+        (
+            &[
+                ("BOSUN_DATABASE_URL", with_password),
+                ("BOSUN_DATABASE_CLIENT_ID", "0b5c8e1a"),
+            ],
+            "BOSUN_DATABASE_CLIENT_ID",
+        ),
+        (
+            &[("BOSUN_DATABASE_URL", without), ("BOSUN_DATABASE_AUTH", "kerberos")],
+            "BOSUN_DATABASE_AUTH",
+        ),
+    ];
+    for (pairs, named) in cases {
+        let err = read(pairs).unwrap_err().to_string();
+        assert!(err.contains(named), "{pairs:?}: {err}");
+    }
+}

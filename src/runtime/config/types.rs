@@ -521,6 +521,9 @@ pub struct Settings {
     /// `BOSUN_DATABASE_URL`: `postgres://...`; when set, the stores live in
     /// PostgreSQL instead of SQLite. A secret: it may hold a password.
     pub database_url: Option<Secret>,
+    /// `BOSUN_DATABASE_AUTH` (+ `BOSUN_DATABASE_CLIENT_ID`): the URL's
+    /// password (`password`, the default) or Entra ID tokens of an identity.
+    pub database_auth: super::DatabaseAuth,
     /// The blob store.
     pub blob: BlobBackend,
     /// `BOSUN_CLAIM_CHECK_BYTES`: envelopes larger than this have their

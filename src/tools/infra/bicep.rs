@@ -16,6 +16,17 @@
 //! The API's identity sends to and receives from the whole namespace (it
 //! sends any command and lists and replays any dead letter) and uses every
 //! container; KEDA's reads the message counts it scales on.
+//!
+//! PostgreSQL signs in Microsoft Entra principals, and bosun's components
+//! share one: the identity [`DATABASE_IDENTITY`], with a federated
+//! credential for every ServiceAccount of bosun's, made the server's Entra
+//! administrator. One principal, because every component reads and writes
+//! the same tables in one schema, and whichever pod's init container runs
+//! a migration owns what it creates: per-component principals would each
+//! own some tables and lack rights on the others'. A pod asks for the
+//! database's tokens as that identity (`BOSUN_DATABASE_CLIENT_ID`) with its
+//! own ServiceAccount's token; its own identity keeps its Service Bus and
+//! blob rights alone.
 
 use serde_json::{Value, json};
 
@@ -43,6 +54,13 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Vec<Rend
 pub const API_COMPONENT: &str = "api";
 /// What KEDA's identity is called in `topology.json`'s identities.
 pub const KEDA_COMPONENT: &str = "keda";
+/// The identity every component signs in to PostgreSQL as (the server's
+/// Microsoft Entra administrator), and so the PostgreSQL user of
+/// `BOSUN_DATABASE_URL`.
+pub const DATABASE_IDENTITY: &str = "bosun-database";
+/// How many federated credentials one user-assigned identity may have
+/// (Azure's limit): the database identity has one per ServiceAccount.
+pub const MAX_FEDERATED_CREDENTIALS: usize = 20;
 
 /// `topology.json`: the entities, the containers and every identity's
 /// grants, as indices into those lists (Bicep's resource loops are indexed
@@ -126,6 +144,13 @@ pub fn topology_json(consumers: &[ConsumerInfra], settings: &InfraSettings) -> V
     // KEDA's Service Bus scaler reads runtime counts through the
     // management API, which needs the Manage right (Data Owner).
     namespace_grants.push(json!({"identity": keda, "role": "serviceBusDataOwner"}));
+    // Every ServiceAccount of bosun's (not KEDA's) may sign in to the
+    // database as its identity.
+    let database_accounts: Vec<Value> = identities
+        .iter()
+        .filter_map(|identity| identity["serviceAccount"].as_str())
+        .map(|account| json!(account))
+        .collect();
 
     json!({
         "entity": {
@@ -143,6 +168,10 @@ pub fn topology_json(consumers: &[ConsumerInfra], settings: &InfraSettings) -> V
         "containers": containers,
         "claimCheckContainer": claim_check::CONTAINER,
         "identities": identities,
+        "database": {
+            "identity": DATABASE_IDENTITY,
+            "serviceAccounts": database_accounts,
+        },
         "grants": {
             "queues": queue_grants,
             "subscriptions": subscription_grants,
@@ -158,10 +187,13 @@ const MAIN_BICEP: &str = r#"//
 // Deploys what bosun needs on Azure, into one resource group:
 //   az deployment group create --resource-group RG --template-file infra/bicep/main.bicep \
 //     --parameters serviceBusNamespaceName=... storageAccountName=... postgresServerName=... \
-//                  postgresAdminPassword=... aksOidcIssuerUrl=... aksEgressIp=...
+//                  aksOidcIssuerUrl=... aksEgressIp=...
 // The deployment also removes the `$Default` rule Azure gives every new
 // subscription (it would let every event through), with a deployment script
 // of its own identity: no step needs a person with Manage rights.
+// bosun signs in to PostgreSQL with Microsoft Entra ID tokens of its database
+// identity, the server's Entra administrator; password sign-in is off unless
+// postgresPasswordAuth=Enabled (an install that still uses a password URL).
 
 targetScope = 'resourceGroup'
 
@@ -177,12 +209,16 @@ param storageAccountName string
 @description('PostgreSQL flexible server name (globally unique).')
 param postgresServerName string
 
-@description('PostgreSQL administrator login.')
+@description('Password sign-in to PostgreSQL. Disabled: bosun signs in with Entra ID tokens of its database identity, and nothing else needs a password. Enabled (with postgresAdminLogin and postgresAdminPassword): only while an install moves from a password BOSUN_DATABASE_URL to Entra ID (docs/UPGRADING.md).')
+@allowed(['Disabled', 'Enabled'])
+param postgresPasswordAuth string = 'Disabled'
+
+@description('PostgreSQL password administrator login, with postgresPasswordAuth=Enabled (it cannot change once the server exists).')
 param postgresAdminLogin string = 'bosun'
 
 @secure()
-@description('PostgreSQL administrator password (goes into BOSUN_DATABASE_URL in the bosun-secrets Secret).')
-param postgresAdminPassword string
+@description('PostgreSQL password administrator password, with postgresPasswordAuth=Enabled.')
+param postgresAdminPassword string = ''
 
 @description('PostgreSQL compute size.')
 param postgresSkuName string = 'Standard_B2s'
@@ -442,8 +478,13 @@ resource postgres 'Microsoft.DBforPostgreSQL/flexibleServers@2024-08-01' = {
   }
   properties: {
     version: '16'
-    administratorLogin: postgresAdminLogin
-    administratorLoginPassword: postgresAdminPassword
+    administratorLogin: postgresPasswordAuth == 'Enabled' ? postgresAdminLogin : null
+    administratorLoginPassword: postgresPasswordAuth == 'Enabled' ? postgresAdminPassword : null
+    authConfig: {
+      activeDirectoryAuth: 'Enabled'
+      passwordAuth: postgresPasswordAuth
+      tenantId: subscription().tenantId
+    }
     storage: {
       storageSizeGB: 32
       autoGrow: 'Enabled'
@@ -481,6 +522,49 @@ resource database 'Microsoft.DBforPostgreSQL/flexibleServers/databases@2024-08-0
     collation: 'en_US.utf8'
   }
   dependsOn: [postgresFirewall]
+}
+
+// The identity every component signs in to PostgreSQL as. One principal for
+// all: they share one schema, and the pod whose init container runs a
+// migration owns the tables it creates, so per-component principals would
+// lack rights on each other's tables. Each ServiceAccount of bosun's may
+// exchange its token for this identity's (BOSUN_DATABASE_CLIENT_ID); its own
+// identity keeps the Service Bus and blob rights alone.
+resource databaseIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: topology.database.identity
+  location: location
+}
+
+// One federated credential per ServiceAccount (Azure takes one write of an
+// identity's credentials at a time).
+@batchSize(1)
+resource databaseFederatedCredentials 'Microsoft.ManagedIdentity/userAssignedIdentities/federatedIdentityCredentials@2023-01-31' = [
+  for serviceAccount in topology.database.serviceAccounts: {
+    parent: databaseIdentity
+    name: serviceAccount
+    properties: {
+      issuer: aksOidcIssuerUrl
+      subject: 'system:serviceaccount:${kubernetesNamespace}:${serviceAccount}'
+      audiences: ['api://AzureADTokenExchange']
+    }
+  }
+]
+
+// The database identity is the server's Microsoft Entra administrator: the
+// server creates its role (named as the identity: the user of
+// BOSUN_DATABASE_URL) with the rights of the password administrator
+// (azure_pg_admin, CREATEROLE, CREATEDB), so `bosun migrate` creates, and
+// then owns, bosun's tables in the bosun database. No SQL step for a person.
+// After the database: one change at a time.
+resource databaseAdministrator 'Microsoft.DBforPostgreSQL/flexibleServers/administrators@2024-08-01' = {
+  parent: postgres
+  name: databaseIdentity.properties.principalId
+  properties: {
+    principalName: databaseIdentity.name
+    principalType: 'ServicePrincipal'
+    tenantId: subscription().tenantId
+  }
+  dependsOn: [database]
 }
 
 // -- Identities: one per consumer, the API's, KEDA's ---------------------------------
@@ -596,4 +680,10 @@ output blobUrl string = storage.properties.primaryEndpoints.blob
 
 @description('The PostgreSQL host for BOSUN_DATABASE_URL.')
 output postgresHost string = postgres.properties.fullyQualifiedDomainName
+
+@description('BOSUN_DATABASE_CLIENT_ID: the client id of the identity every component signs in to PostgreSQL as.')
+output databaseClientId string = databaseIdentity.properties.clientId
+
+@description('The PostgreSQL user of BOSUN_DATABASE_URL: the database identity\'s name.')
+output databaseUser string = databaseIdentity.name
 "#;

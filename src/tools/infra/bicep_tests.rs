@@ -102,3 +102,56 @@ fn the_deployment_removes_the_default_rules_itself() {
     );
     assert!(grant.contains("roles.serviceBusDataOwner"));
 }
+
+/// bosun signs in to PostgreSQL with Entra ID tokens: the server takes
+/// Entra principals, password sign-in is off unless a parameter keeps it
+/// for an install moving over, and the one database identity every
+/// component shares is its Entra administrator, trusting every bosun
+/// ServiceAccount's token (within Azure's limit of federated credentials
+/// per identity).
+#[test]
+fn the_database_identity_is_the_servers_entra_administrator() {
+    use super::bicep::{DATABASE_IDENTITY, MAX_FEDERATED_CREDENTIALS};
+    let bicep = main_bicep();
+    let server = body(&bicep, "postgres");
+    assert!(server.contains("activeDirectoryAuth: 'Enabled'"), "{server}");
+    assert!(server.contains("passwordAuth: postgresPasswordAuth"), "{server}");
+    assert!(bicep.contains("param postgresPasswordAuth string = 'Disabled'"));
+    assert!(
+        server.contains("administratorLoginPassword: postgresPasswordAuth == 'Enabled' ? postgresAdminPassword : null"),
+        "no password administrator unless password sign-in is on:\n{server}"
+    );
+    let administrator = body(&bicep, "databaseAdministrator");
+    assert!(administrator.contains("'Microsoft.DBforPostgreSQL/flexibleServers/administrators@2024-08-01'"));
+    assert!(administrator.contains("name: databaseIdentity.properties.principalId"));
+    assert!(administrator.contains("principalName: databaseIdentity.name"));
+    assert!(administrator.contains("principalType: 'ServicePrincipal'"));
+    let credentials_at = bicep.find("resource databaseFederatedCredentials ").unwrap();
+    assert!(
+        bicep[..credentials_at].trim_end().ends_with("@batchSize(1)"),
+        "one federated credential of an identity at a time"
+    );
+    let credentials = body(&bicep, "databaseFederatedCredentials");
+    assert!(credentials.contains("for serviceAccount in topology.database.serviceAccounts"));
+    assert!(credentials.contains("'system:serviceaccount:${kubernetesNamespace}:${serviceAccount}'"));
+    assert!(bicep.contains("output databaseClientId string = databaseIdentity.properties.clientId"));
+
+    let files = default_files();
+    let topology: serde_json::Value =
+        serde_json::from_str(&files.iter().find(|f| f.path == "bicep/topology.json").unwrap().text).unwrap();
+    assert_eq!(topology["database"]["identity"], DATABASE_IDENTITY);
+    let accounts: Vec<&str> = topology["database"]["serviceAccounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|account| account.as_str().unwrap())
+        .collect();
+    let mut expected: Vec<String> = super::consumers().iter().map(|c| c.object_name()).collect();
+    expected.push("bosun-api".to_owned());
+    assert_eq!(accounts, expected, "every ServiceAccount of bosun's, not KEDA's");
+    assert!(
+        accounts.len() <= MAX_FEDERATED_CREDENTIALS,
+        "{} ServiceAccounts: more than one identity may trust",
+        accounts.len()
+    );
+}

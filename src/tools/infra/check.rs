@@ -172,7 +172,7 @@ pub fn check(overlay: &Overlay, consumers: &[ConsumerInfra]) -> Result<Vec<Probl
             problem(
                 file,
                 name,
-                "still the example's PASSWORD@POSTGRES_HOST: set the password and the postgresHost output".to_owned(),
+                "still the example's POSTGRES_HOST: set the postgresHost output of the Bicep deployment".to_owned(),
             );
         }
     }
@@ -228,8 +228,10 @@ pub fn check(overlay: &Overlay, consumers: &[ConsumerInfra]) -> Result<Vec<Probl
     let scratch = std::env::temp_dir().join(format!("bosun-infra-check-{}", std::process::id()));
     let mut building = settings;
     building.insert("BOSUN_DATA_DIR".to_owned(), scratch.display().to_string());
+    // (The database's credential is not built here: only `serve`, `api`
+    // and `migrate` sign in to it.)
     for (name, value) in &mut building {
-        if name.ends_with("_AUTH") && value == "workload-identity" {
+        if name.ends_with("_AUTH") && name != "BOSUN_DATABASE_AUTH" && value == "workload-identity" {
             "default".clone_into(value);
         }
     }

@@ -14,10 +14,16 @@ fn example() -> Overlay {
 /// The example overlay with every value an environment must set, set.
 fn filled() -> Overlay {
     let mut overlay = example();
-    let config = overlay.text("config.yaml").replace(
-        "00000000-0000-0000-0000-000000000000",
-        "3f1c9a0e-5b7d-4c2a-9e8f-1a2b3c4d5e6f",
-    );
+    let config = overlay
+        .text("config.yaml")
+        .replace(
+            "00000000-0000-0000-0000-000000000000",
+            "3f1c9a0e-5b7d-4c2a-9e8f-1a2b3c4d5e6f",
+        )
+        .replace(
+            "<databaseClientId of the Bicep deployment>",
+            "0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00",
+        );
     overlay.set("config.yaml", config);
     let kustomization = overlay.text("kustomization.yaml").replace(
         super::kubernetes::EXAMPLE_DIGEST,
@@ -26,10 +32,7 @@ fn filled() -> Overlay {
     overlay.set("kustomization.yaml", kustomization);
     let secrets = overlay
         .text("secrets.env")
-        .replace(
-            "PASSWORD@POSTGRES_HOST",
-            "s3cret@contoso-bosun.postgres.database.azure.com",
-        )
+        .replace("POSTGRES_HOST", "contoso-bosun.postgres.database.azure.com")
         .replace("<a PAT with Packaging read and write>", "pat-value")
         .replace("<an Argo CD API token>", "argocd-token");
     overlay.set("secrets.env", secrets);
@@ -161,4 +164,24 @@ fn an_overlay_that_does_not_parse_is_an_error_naming_the_file() {
     overlay.set("config.yaml", "data: [unclosed\n".to_owned());
     let err = check(&overlay, &consumers()).unwrap_err();
     assert!(err.to_string().contains("config.yaml"), "{err}");
+}
+
+/// A copy of an older overlay keeps its password URL in `secrets.env`;
+/// with the base's Entra ID sign-in the pods would refuse it, and the
+/// check says so first, naming both settings and not the password.
+#[test]
+fn a_password_url_beside_entra_id_sign_in_is_named() {
+    let mut overlay = filled();
+    let secrets = overlay
+        .text("secrets.env")
+        .replace("postgres://bosun-database@", "postgres://bosun:s3cret@");
+    overlay.set("secrets.env", secrets);
+    let problems = check(&overlay, &consumers()).unwrap();
+    assert_eq!(fields(&problems), ["config.yaml: settings"], "{problems:#?}");
+    let message = &problems[0].message;
+    assert!(
+        message.contains("BOSUN_DATABASE_URL") && message.contains("BOSUN_DATABASE_AUTH"),
+        "{message}"
+    );
+    assert!(!message.contains("s3cret"), "{message}");
 }

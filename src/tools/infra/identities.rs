@@ -26,6 +26,11 @@ pub struct DeploymentOutputs {
     pub blob_url: Option<String>,
     /// `postgresHost`: the host of `BOSUN_DATABASE_URL`, when present.
     pub postgres_host: Option<String>,
+    /// `databaseClientId`: `BOSUN_DATABASE_CLIENT_ID`, the identity every
+    /// component signs in to PostgreSQL as, when present.
+    pub database_client_id: Option<String>,
+    /// `databaseUser`: the user of `BOSUN_DATABASE_URL`, when present.
+    pub database_user: Option<String>,
 }
 
 impl DeploymentOutputs {
@@ -85,6 +90,8 @@ pub fn read_outputs(json: &str) -> Result<DeploymentOutputs, IdentitiesError> {
         service_bus_namespace: text("serviceBusNamespace"),
         blob_url: text("blobUrl"),
         postgres_host: text("postgresHost"),
+        database_client_id: text("databaseClientId"),
+        database_user: text("databaseUser"),
     })
 }
 

@@ -32,7 +32,7 @@ mod size;
 
 pub use size::{PodSize, pod_size};
 
-use super::bicep::API_COMPONENT;
+use super::bicep::{API_COMPONENT, DATABASE_IDENTITY};
 use super::yaml::{self, YamlError};
 use super::{API_PORT, ConsumerInfra, InfraSettings, OPS_PORT, RenderedFile, events_topic, header};
 
@@ -57,8 +57,9 @@ pub fn image_of(component: &str) -> &'static str {
 /// The ConfigMap every pod reads its `BOSUN_*` settings from.
 pub const CONFIG_MAP: &str = "bosun-config";
 /// The Secret every pod reads its secret settings from:
-/// `BOSUN_DATABASE_URL`, and the PATs where workload identity is not used
-/// (made by the operator, never rendered: it holds passwords).
+/// `BOSUN_DATABASE_URL` (which names the database identity and holds no
+/// password), and the PATs where workload identity is not used (made by
+/// the operator, never rendered: it holds tokens).
 pub const SECRETS: &str = "bosun-secrets";
 /// The KEDA TriggerAuthentication of every ScaledObject.
 pub const TRIGGER_AUTHENTICATION: &str = "bosun-servicebus";
@@ -252,6 +253,11 @@ fn config_map() -> Value {
             "BOSUN_SERVICEBUS_AUTH": "workload-identity",
             "BOSUN_BLOB_URL": "https://set-by-overlay.blob.core.windows.net",
             "BOSUN_BLOB_AUTH": "workload-identity",
+            // PostgreSQL: Entra ID tokens of the database identity every
+            // component shares (main.bicep's databaseClientId), asked for
+            // with the pod's own ServiceAccount token.
+            "BOSUN_DATABASE_AUTH": "workload-identity",
+            "BOSUN_DATABASE_CLIENT_ID": NAMESPACE_PLACEHOLDER,
             "BOSUN_ADAPTERS": "azure",
             "BOSUN_OPS_ADDR": format!("0.0.0.0:{OPS_PORT}"),
             "BOSUN_LOG_FORMAT": "json",
@@ -625,9 +631,10 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
         )?,
         overlay_patch(
             "config.yaml",
-            "the Service Bus namespace, the storage account, Azure DevOps, the\n\
-             registry and its subscription and resource group (ACR Tasks builds\n\
-             the images), Azure Artifacts and Argo CD",
+            "the Service Bus namespace, the storage account, the database\n\
+             identity's client id, Azure DevOps, the registry and its subscription\n\
+             and resource group (ACR Tasks builds the images), Azure Artifacts and\n\
+             Argo CD",
             &[json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -635,6 +642,7 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
                 "data": {
                     "BOSUN_SERVICEBUS_NAMESPACE": "contoso-bosun",
                     "BOSUN_BLOB_URL": "https://contosobosun.blob.core.windows.net",
+                    "BOSUN_DATABASE_CLIENT_ID": "<databaseClientId of the Bicep deployment>",
                     "BOSUN_AZURE_DEVOPS_ORG_URL": "https://dev.azure.com/contoso",
                     "BOSUN_AZURE_DEVOPS_PROJECT": "platform",
                     "BOSUN_AZURE_DEVOPS_AUTH": "workload-identity",
@@ -663,15 +671,17 @@ fn overlay(consumers: &[ConsumerInfra]) -> Result<Vec<RenderedFile>, YamlError> 
                 "{}\
                  # The Secret's values, one NAME=value a line. Keep your copy out of Git\n\
                  # (or encrypt it: SOPS, Sealed Secrets, External Secrets).\n\
-                 BOSUN_DATABASE_URL=postgres://bosun:PASSWORD@POSTGRES_HOST/bosun?sslmode=require\n\
+                 # PostgreSQL: no password, the pods sign in with Entra ID tokens of the\n\
+                 # database identity (BOSUN_DATABASE_AUTH in the base), named as the user.\n\
+                 BOSUN_DATABASE_URL=postgres://{DATABASE_IDENTITY}@POSTGRES_HOST/bosun?sslmode=require\n\
                  # Azure Artifacts takes a personal access token with Packaging (read and write)\n\
                  # (Azure DevOps and ACR use the workload identity):\n\
                  BOSUN_ARTIFACTS_PAT=<a PAT with Packaging read and write>\n\
                  # An Argo CD API token of an account that may sync the applications:\n\
                  BOSUN_ARGOCD_TOKEN=<an Argo CD API token>\n",
                 overlay_header(
-                    "the PostgreSQL password and host (the postgresHost output), the\n\
-                     Azure Artifacts PAT and the Argo CD token",
+                    "the PostgreSQL host (the postgresHost output), the Azure Artifacts\n\
+                     PAT and the Argo CD token",
                 )
             ),
         },

@@ -746,6 +746,20 @@ fn the_example_overlay_settings_load_and_build_with_acr_tasks() {
     }
     assert_eq!(data["BOSUN_CONTAINER_BUILDER"], "acr-tasks");
     let settings = Settings::from_sources(&data, &BTreeMap::new()).unwrap_or_else(|err| panic!("{err}"));
+    // PostgreSQL: Entra ID tokens of the shared database identity, for the
+    // user the URL names, with no password in it.
+    assert_eq!(
+        settings.database_auth,
+        crate::runtime::config::DatabaseAuth::EntraId {
+            identity: crate::runtime::config::EntraIdentity::WorkloadIdentity,
+            client_id: Some(data["BOSUN_DATABASE_CLIENT_ID"].clone()),
+        }
+    );
+    let url = settings.database_url.as_ref().unwrap().expose();
+    assert!(
+        url.starts_with(&format!("postgres://{}@", super::bicep::DATABASE_IDENTITY)),
+        "{url}"
+    );
     let AdapterKind::Azure(azure) = settings.adapters else {
         panic!("azure adapters")
     };
@@ -847,6 +861,8 @@ fn sample_deployment(files: &[RenderedFile]) -> Value {
                 "serviceBusNamespace": {"type": "String", "value": "contoso-bosun"},
                 "blobUrl": {"type": "String", "value": "https://contosobosun.blob.core.windows.net/"},
                 "postgresHost": {"type": "String", "value": "contoso-bosun.postgres.database.azure.com"},
+                "databaseClientId": {"type": "String", "value": "0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00"},
+                "databaseUser": {"type": "String", "value": "bosun-database"},
             },
         },
     })
@@ -875,6 +891,11 @@ fn identities_from_a_deployment_annotate_every_service_account_with_its_client_i
         let outputs = identities::read_outputs(&json).unwrap();
         assert_eq!(outputs.client_ids, by_component);
         assert_eq!(outputs.service_bus_namespace.as_deref(), Some("contoso-bosun"));
+        assert_eq!(
+            outputs.database_client_id.as_deref(),
+            Some("0b5c8e1a-3f2d-4c7b-9e6a-5d4c3b2a1f00")
+        );
+        assert_eq!(outputs.database_user.as_deref(), Some(super::bicep::DATABASE_IDENTITY));
         assert_eq!(outputs.keda_client_id(), Some(by_component["keda"].as_str()));
         let file = identities::identities_file(&consumers(), &outputs).unwrap();
         assert!(file.path.ends_with("/identities.yaml"));

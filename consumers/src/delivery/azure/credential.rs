@@ -2,7 +2,8 @@
 //! authenticates as ([`EntraIdCredential`]), built into an `azure_identity`
 //! token credential by [`entra_id_credential`]. Shared by every Azure
 //! client that takes Entra ID tokens (the blob store, the Service Bus
-//! transport), so they all pick an identity the same way.
+//! transport, the PostgreSQL pool), so they all pick an identity the same
+//! way.
 //!
 //! The REST adapters (Azure DevOps, ACR Tasks' ARM calls, the registry's
 //! token exchange) take their tokens from a [`RefreshingToken`]: cached,
@@ -20,7 +21,7 @@ use async_trait::async_trait;
 use azure_core::error::ErrorKind;
 use azure_identity::{
     DeveloperToolsCredential, ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId,
-    WorkloadIdentityCredential,
+    WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
 };
 
 pub use azure_core::credentials::{AccessToken, TokenCredential, TokenRequestOptions};
@@ -34,7 +35,7 @@ use super::error_chain;
 pub struct CredentialError(pub String);
 
 /// Which Entra ID credential authenticates bosun to an Azure service
-/// (Blob Storage, Service Bus).
+/// (Blob Storage, Service Bus, Azure Database for PostgreSQL).
 #[derive(Clone)]
 pub enum EntraIdCredential {
     /// Tries, in order: workload identity (when its environment is set),
@@ -44,6 +45,15 @@ pub enum EntraIdCredential {
     /// AKS workload identity: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and
     /// `AZURE_FEDERATED_TOKEN_FILE`, as the webhook injects them.
     WorkloadIdentity,
+    /// AKS workload identity as another identity than the pod's own: the
+    /// pod's federated token (`AZURE_FEDERATED_TOKEN_FILE`, tenant
+    /// `AZURE_TENANT_ID`) exchanged for a token of `client_id`, an identity
+    /// with a federated credential for the pod's ServiceAccount (the
+    /// database identity that every component of bosun shares).
+    WorkloadIdentityFor {
+        /// The client id of the identity the tokens are issued to.
+        client_id: String,
+    },
     /// The managed identity of the VM, App Service or container host;
     /// system-assigned, or user-assigned by client id.
     ManagedIdentity {
@@ -62,6 +72,10 @@ impl fmt::Debug for EntraIdCredential {
         match self {
             Self::Default => f.write_str("Default"),
             Self::WorkloadIdentity => f.write_str("WorkloadIdentity"),
+            Self::WorkloadIdentityFor { client_id } => f
+                .debug_struct("WorkloadIdentityFor")
+                .field("client_id", client_id)
+                .finish(),
             Self::ManagedIdentity { client_id } => {
                 f.debug_struct("ManagedIdentity").field("client_id", client_id).finish()
             }
@@ -80,6 +94,13 @@ pub fn entra_id_credential(credential: EntraIdCredential) -> Result<Arc<dyn Toke
         EntraIdCredential::Default => Arc::new(DefaultChain::new()?),
         EntraIdCredential::WorkloadIdentity => {
             WorkloadIdentityCredential::new(None).map_err(|err| failed("workload identity", err))?
+        }
+        EntraIdCredential::WorkloadIdentityFor { client_id } => {
+            WorkloadIdentityCredential::new(Some(WorkloadIdentityCredentialOptions {
+                client_id: Some(client_id),
+                ..WorkloadIdentityCredentialOptions::default()
+            }))
+            .map_err(|err| failed("workload identity", err))?
         }
         EntraIdCredential::ManagedIdentity { client_id } => {
             ManagedIdentityCredential::new(Some(ManagedIdentityCredentialOptions {
@@ -284,10 +305,17 @@ impl RefreshingToken {
     /// refused since). Fails when the credential cannot be made or fails,
     /// or gives a token that has already expired.
     pub async fn token(&self) -> Result<String, CredentialError> {
+        self.token_until().await.map(|(token, _)| token)
+    }
+
+    /// [`token`](Self::token) and when it expires, for a caller that
+    /// must act before then (the PostgreSQL pool puts the token into its
+    /// connect options and replaces it ahead of its expiry).
+    pub async fn token_until(&self) -> Result<(String, time::OffsetDateTime), CredentialError> {
         let mut state = self.state.lock().await;
         let fresh = |token: &AccessToken| token.expires_on - REFRESH_BEFORE_EXPIRY > time::OffsetDateTime::now_utc();
         if let Some(token) = state.cached.as_ref().filter(|token| fresh(token)) {
-            return Ok(token.token.secret().to_owned());
+            return Ok((token.token.secret().to_owned(), token.expires_on));
         }
         if state.refused {
             if let Some(rebuild) = &self.rebuild {
@@ -314,8 +342,9 @@ impl RefreshingToken {
         }
         tracing::debug!(scope = %self.scope, expires_on = %token.expires_on, "new Entra ID token");
         let text = token.token.secret().to_owned();
+        let expires_on = token.expires_on;
         state.cached = Some(token);
-        Ok(text)
+        Ok((text, expires_on))
     }
 
     /// A service refused `rejected` (a 401) although it is valid by its
