@@ -257,6 +257,18 @@ async function main() {
   check(Array.isArray(lines) && lines.some((line) => line.includes('Unit tests')), 'getBuildLogLines', lines);
   ok('build: logs and log lines');
 
+  const artifacts = await build.getArtifacts(project, run.id);
+  check(artifacts.length === 1 && artifacts[0].name === 'drop' && artifacts[0].resource
+    && artifacts[0].resource.type === 'PipelineArtifact' && artifacts[0].resource.downloadUrl, 'getArtifacts', artifacts);
+  const drop = await build.getArtifact(project, run.id, 'drop');
+  check(drop.name === 'drop' && drop.resource.downloadUrl === artifacts[0].resource.downloadUrl, 'getArtifact by name', drop);
+  // The client reads a 404 on a GET as no result.
+  const missing = await build.getArtifact(project, run.id, 'missing');
+  check(missing === null, 'getArtifact of a missing artifact is a 404', missing);
+  const zip = await readStream(await build.getArtifactContentZip(project, run.id, 'drop'));
+  check(zip.startsWith('PK') && zip.includes('drop/out/payments'), 'getArtifactContentZip: a zip of the folder', zip.slice(0, 80));
+  ok('build: pipeline artifacts, one by name (404 for a missing one) and its zip');
+
   const test = await connection.getTestApi();
   const testRuns = await test.getTestRuns(project, `vstfs:///Build/Build/${run.id}`, undefined, undefined, undefined, true);
   check(testRuns.length === 1 && testRuns[0].name === 'unit' && testRuns[0].totalTests === 2 && testRuns[0].passedTests === 1, 'getTestRuns by build', testRuns);

@@ -58,7 +58,8 @@
 //!   resource type `PipelineArtifact` with a `downloadUrl` that answers,
 //!   with the same credentials, a zip of the artifact's files under a
 //!   folder of its name (`format=zip`, as Azure DevOps serves them; also
-//!   `$format=zip` on the artifact's own URL);
+//!   `$format=zip` or `Accept: application/zip` on the artifact's own
+//!   URL);
 //! - test runs by build URI (`runStatistics` with `includeRunDetails`) and
 //!   their results (`$top`, `$skip`, `outcomes`);
 //! - the location service: `GET _apis/ResourceAreas` and `OPTIONS

@@ -5,7 +5,7 @@
 //! each operation bosun's adapters use (project, repository create and
 //! get, refs, pushes, items, commits, pull requests and their statuses,
 //! policy configurations and evaluations, pipelines and runs, builds,
-//! timelines, logs, test runs and results), checking the client parses
+//! timelines, logs, pipeline artifacts, test runs and results), checking the client parses
 //! each answer into the fields bosun reads and that the errors bosun
 //! relies on (409 TF400948, TF401028, TF401179) come back as Azure DevOps
 //! sends them. Ignored unless the client is installed; scripts/test
@@ -25,7 +25,7 @@ const NODE_PATH_VAR: &str = "BOSUN_TEST_AZURE_DEVOPS_SDK_NODE_PATH";
 const PAT: &str = "conformance-pat";
 const PROJECT: &str = "delivery";
 /// The `ok` lines conformance/devops.mjs prints when every check passes.
-const CHECKS: usize = 26;
+const CHECKS: usize = 27;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs azure-devops-node-api: scripts/azure-devops-sdk install (scripts/test runs it)"]
@@ -53,13 +53,20 @@ async fn microsofts_node_client_conforms() {
     .unwrap();
     double.add_project(PROJECT);
     double.on_run(|_| {
-        RunScript::failed("Unit tests").with_test_run(
-            "unit",
-            vec![
-                ScriptedTest::passed("Payments.Tests.Pays", "Payments.Tests.dll"),
-                ScriptedTest::failed("Payments.Tests.Refunds", "Payments.Tests.dll", "expected 1, got 2"),
-            ],
-        )
+        RunScript::failed("Unit tests")
+            .with_test_run(
+                "unit",
+                vec![
+                    ScriptedTest::passed("Payments.Tests.Pays", "Payments.Tests.dll"),
+                    ScriptedTest::failed("Payments.Tests.Refunds", "Payments.Tests.dll", "expected 1, got 2"),
+                ],
+            )
+            .with_artifact(
+                "drop",
+                [("out/payments".to_owned(), b"#!/bin/sh\n".to_vec())]
+                    .into_iter()
+                    .collect(),
+            )
     });
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/devops.mjs");

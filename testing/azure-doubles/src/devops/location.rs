@@ -117,6 +117,13 @@ const LOCATIONS: &[(&str, &str, &str, &str, u32)] = &[
     ),
     (
         "build",
+        "1db06c96-014e-44e1-ac91-90b2d4b3e984",
+        "artifacts",
+        "{project}/_apis/{area}/builds/{buildId}/{resource}",
+        5,
+    ),
+    (
+        "build",
         "dbeaf647-6167-421a-bda9-c9327b25e2e6",
         "Definitions",
         "{project}/_apis/{area}/{resource}/{definitionId}",

@@ -668,7 +668,9 @@ fn artifact_not_found(build_id: u64, name: &str) -> Response {
 }
 
 /// `GET builds/{id}/artifacts[?artifactName=..[&$format=zip]]`: what a
-/// finished run published (nothing while it runs).
+/// finished run published (nothing while it runs); one artifact's zip
+/// with `$format=zip` or `Accept: application/zip` (as
+/// azure-devops-node-api's `getArtifactContentZip` asks).
 fn artifacts(state: &State, build: &Build, req: &Req) -> Response {
     let published: &[ScriptedArtifact] = if build.completed { &build.script.artifacts } else { &[] };
     let Some(name) = req.param("artifactName") else {
@@ -682,10 +684,11 @@ fn artifacts(state: &State, build: &Build, req: &Req) -> Response {
     let Some((index, artifact)) = published.iter().enumerate().find(|(_, a)| a.name == name) else {
         return artifact_not_found(build.id, name);
     };
-    if req
+    let zip_asked = req
         .param("$format")
         .is_some_and(|format| format.eq_ignore_ascii_case("zip"))
-    {
+        || req.accept.contains("application/zip");
+    if zip_asked {
         return artifact_zip(artifact);
     }
     ok(artifact_json(state, build, index, artifact))
