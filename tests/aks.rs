@@ -82,8 +82,25 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
             && grant.scope == "https://ossrdbms-aad.database.windows.net/.default"),
         "the pods asked for PostgreSQL tokens of the database identity: {grants:?}"
     );
+    report_usage(&cluster);
     cluster.stop();
     eprintln!("aks: plain delivery, {:.1}s in all", started.elapsed().as_secs_f64());
+}
+
+/// Prints each pod's peak memory and CPU time after the delivery, with
+/// its rendered memory request and limit; a pod whose peak passed its
+/// limit would have been OOM-killed on AKS.
+fn report_usage(cluster: &Cluster) {
+    for (name, peak_kib, cpu_s, (request, limit)) in cluster.usage() {
+        let peak_mib = peak_kib as f64 / 1024.0;
+        eprintln!(
+            "aks: usage {name}: peak RSS {peak_mib:.1} MiB (request {request} MiB, limit {limit} MiB), CPU {cpu_s:.2} s"
+        );
+        assert!(
+            peak_mib < limit as f64,
+            "{name} peaked at {peak_mib:.1} MiB, over its rendered memory limit {limit} MiB"
+        );
+    }
 }
 
 /// A 429 and then a 503 for the first request of one adapter's operation.
@@ -140,6 +157,7 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
     assert!(pending.is_empty(), "every planned fault fired: {pending:#?}");
     let fired = cluster.journal.faults();
     eprintln!("aks: {} faults answered: {fired:?}", fired.len());
+    report_usage(&cluster);
     cluster.stop();
     eprintln!(
         "aks: delivery with faults and a SIGKILL, {:.1}s in all",

@@ -74,6 +74,18 @@ pub struct Rendered {
     pub name: String,
     pub init: Vec<Vec<String>>,
     pub args: Vec<String>,
+    /// The bosun container's memory request and limit, in MiB.
+    pub memory_mib: (u64, u64),
+}
+
+/// A Kubernetes memory quantity (`64Mi`, `1Gi`) in MiB.
+fn mebibytes(quantity: &Value) -> u64 {
+    let text = quantity.as_str().unwrap();
+    if let Some(gi) = text.strip_suffix("Gi") {
+        gi.parse::<u64>().unwrap() * 1024
+    } else {
+        text.strip_suffix("Mi").unwrap().parse().unwrap()
+    }
 }
 
 pub fn repository() -> PathBuf {
@@ -148,6 +160,10 @@ pub fn rendered_deployments() -> Vec<Rendered> {
                     .map(|c| strings(&c["args"]))
                     .collect(),
                 args: strings(&bosun["args"]),
+                memory_mib: (
+                    mebibytes(&bosun["resources"]["requests"]["memory"]),
+                    mebibytes(&bosun["resources"]["limits"]["memory"]),
+                ),
             });
         }
     }
@@ -232,6 +248,8 @@ pub fn tail(path: &Path, lines: usize) -> String {
 /// One started pod.
 pub struct Pod {
     pub name: String,
+    /// Its rendered memory request and limit, MiB.
+    pub memory_mib: (u64, u64),
     child: Child,
     ops: u16,
     env: BTreeMap<String, String>,
@@ -448,6 +466,7 @@ impl Cluster {
                 .collect();
             let mut pod = Pod {
                 name: deployment.name.clone(),
+                memory_mib: deployment.memory_mib,
                 child: Command::new("true").spawn().unwrap(),
                 ops,
                 env,
@@ -516,6 +535,41 @@ impl Cluster {
     /// The end of the pod `name`'s output.
     pub fn pod_log(&self, name: &str, lines: usize) -> String {
         tail(&self.pods[self.pod_index(name)].log(), lines)
+    }
+
+    /// Each running pod's peak resident memory (KiB, `VmHWM`), CPU time
+    /// used so far (seconds), from `/proc`, and its rendered memory
+    /// request and limit (MiB).
+    pub fn usage(&self) -> Vec<(String, u64, f64, (u64, u64))> {
+        let ticks: f64 = Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(100.0);
+        self.pods
+            .iter()
+            .map(|pod| {
+                let pid = pod.child.id();
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let peak_kib = status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("VmHWM:"))
+                    .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+                    .unwrap_or(0);
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Fields after the command's closing parenthesis: utime and
+                // stime are the 12th and 13th.
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+                let cpu_ticks: f64 = fields
+                    .get(11..13)
+                    .map_or(0.0, |both| both.iter().filter_map(|f| f.parse::<f64>().ok()).sum());
+                (pod.name.clone(), peak_kib, cpu_ticks / ticks, pod.memory_mib)
+            })
+            .collect()
     }
 
     /// Copies every pod's whole output to a folder that outlives the test
