@@ -59,7 +59,9 @@
 //! at the second, so a test polls it deterministically.
 
 mod arm;
+mod buildah;
 mod builder;
+mod docker_registry;
 mod registry;
 mod storage;
 
@@ -69,7 +71,9 @@ use std::sync::{Arc, Mutex};
 use crate::serve::lock;
 use crate::{Auth, Faults, Journal, Running, ServeError, TokenBook, serve};
 
+pub use buildah::{BUILDAH, BuildahConfig};
 pub use builder::{BuildOutcome, BuiltImage};
+pub use docker_registry::{BUSYBOX, DOCKER_REGISTRY, DockerRegistry, ToolError, missing_tools, push_busybox_base};
 pub use registry::Image;
 
 /// The ARM double's name in the journal and fault rules.
@@ -99,6 +103,23 @@ pub struct AcrConfig {
     pub entra: Option<TokenBook>,
     /// The admin user (`GET /oauth2/token` with Basic auth), when enabled.
     pub admin: Option<(String, String)>,
+    /// What builds the runs and where their images land.
+    pub backend: AcrBackend,
+}
+
+/// What builds a run and where its images land.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AcrBackend {
+    /// The double's own builder (`RUN` not run, `FROM` empty), the images
+    /// kept in the login server's memory ([`AcrDouble::image`]).
+    #[default]
+    Builtin,
+    /// Debian's buildah builds the run (`RUN`, multi-stage) and pushes it
+    /// to the real registry [`BuildahConfig::registry`] (a
+    /// [`DockerRegistry`]); the login server's `/v2/` reads are proxied
+    /// there after ACR's token check, and [`AcrDouble::image`] sees
+    /// nothing (read the registry itself).
+    Buildah(BuildahConfig),
 }
 
 impl AcrConfig {
@@ -113,7 +134,15 @@ impl AcrConfig {
             login_server: format!("{registry_name}.azurecr.io"),
             entra: None,
             admin: None,
+            backend: AcrBackend::Builtin,
         }
+    }
+
+    /// This registry, its runs built by buildah and pushed to `buildah`'s
+    /// registry ([`AcrBackend::Buildah`]).
+    pub fn with_buildah(mut self, buildah: BuildahConfig) -> Self {
+        self.backend = AcrBackend::Buildah(buildah);
+        self
     }
 }
 
@@ -184,6 +213,12 @@ struct AcrState {
     schedule_accepted: bool,
     /// Operation id → (the run's number, reads of it still answered `202`).
     operations: HashMap<String, (u64, u32)>,
+    /// The buildah backend's work folder (storage, contexts, its
+    /// configuration), removed with the double.
+    buildah_work: Option<tempfile::TempDir>,
+    /// The client the login server proxies `/v2/` reads with (buildah
+    /// backend).
+    http: reqwest::Client,
 }
 
 type Shared = Arc<Mutex<AcrState>>;
@@ -202,6 +237,21 @@ impl AcrDouble {
     /// and login server behind their own checks (SAS signatures, ACR
     /// tokens).
     pub async fn start(faults: Faults, journal: Journal, auth: Auth, config: AcrConfig) -> Result<Self, ServeError> {
+        let buildah_work = match &config.backend {
+            AcrBackend::Builtin => None,
+            AcrBackend::Buildah(buildah) => {
+                let work = tempfile::Builder::new()
+                    .prefix("bosun-acr-buildah.")
+                    .tempdir()
+                    .and_then(|work| buildah::prepare(work.path(), buildah).map(|()| work))
+                    .map_err(|source| ServeError::Io {
+                        service: SERVICE,
+                        what: "preparing buildah's work folder",
+                        source,
+                    })?;
+                Some(work)
+            }
+        };
         let state: Shared = Arc::new(Mutex::new(AcrState {
             config,
             blob_base: String::new(),
@@ -212,6 +262,8 @@ impl AcrDouble {
             registry: registry::Store::default(),
             schedule_accepted: false,
             operations: HashMap::new(),
+            buildah_work,
+            http: reqwest::Client::new(),
         }));
         let blob = serve(
             BLOB_SERVICE,
