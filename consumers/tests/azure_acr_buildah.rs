@@ -65,7 +65,9 @@ async fn fixture(dockerfile: &str) -> Fixture {
     if let Some(missing) = acr::missing_tools() {
         panic!("{NEEDS}: {missing}");
     }
-    let registry = DockerRegistry::start().await.unwrap_or_else(|err| panic!("{NEEDS}: {err}"));
+    let registry = DockerRegistry::start()
+        .await
+        .unwrap_or_else(|err| panic!("{NEEDS}: {err}"));
     let buildah = BuildahConfig::new(registry.host());
     let base = acr::push_busybox_base(&buildah, "library/busybox:stable")
         .await
@@ -88,7 +90,13 @@ async fn fixture(dockerfile: &str) -> Fixture {
     let blobs = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
     let mut writer = TarWriter::new();
     writer
-        .file("Dockerfile", 0o644, 0, 0, dockerfile.replace("{base}", &base).as_bytes())
+        .file(
+            "Dockerfile",
+            0o644,
+            0,
+            0,
+            dockerfile.replace("{base}", &base).as_bytes(),
+        )
         .unwrap();
     let context = blobs
         .put(
@@ -221,18 +229,23 @@ fn layer_files(layer: &[u8]) -> Vec<(String, Vec<u8>)> {
 #[tokio::test]
 #[ignore = "needs buildah and docker-registry: scripts/container-tools (scripts/test runs it)"]
 async fn buildah_builds_a_multi_stage_run_whose_image_lands_in_the_registry() {
-    let fixture = fixture(
-        "FROM {base} AS build\nRUN echo built > /out.txt\nFROM {base}\nCOPY --from=build /out.txt /\n",
-    )
-    .await;
-    let built = fixture.build().await.unwrap_or_else(|err| panic!("the build failed: {err}"));
+    let fixture =
+        fixture("FROM {base} AS build\nRUN echo built > /out.txt\nFROM {base}\nCOPY --from=build /out.txt /\n").await;
+    let built = fixture
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("the build failed: {err}"));
     assert_eq!(built.image, REPOSITORY);
     assert!(!built.already_present);
 
     let runs = fixture.acr.runs();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].status, acr::RunStatus::Succeeded);
-    assert!(runs[0].log.contains("STEP"), "buildah's output is the log: {}", runs[0].log);
+    assert!(
+        runs[0].log.contains("STEP"),
+        "buildah's output is the log: {}",
+        runs[0].log
+    );
     assert!(
         runs[0]
             .log
@@ -249,7 +262,12 @@ async fn buildah_builds_a_multi_stage_run_whose_image_lands_in_the_registry() {
         .json()
         .await
         .unwrap();
-    let mut tags: Vec<&str> = tags["tags"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let mut tags: Vec<&str> = tags["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
     tags.sort_unstable();
     let key_tag = key_tag(&fixture.key());
     let mut expected = vec!["1.4.0", key_tag.as_str()];

@@ -18,8 +18,23 @@
 //!   `POST /oauth2/token` (a refresh token for a repository-scoped access
 //!   token), `GET /oauth2/token` with the admin user (`acr/registry.rs`).
 //!
-//! A run is built by the double's own builder (`acr/builder.rs`), not by
-//! buildah: it unpacks the uploaded gzipped tar, reads the Dockerfile
+//! Two backends build the runs, chosen by [`AcrConfig::backend`]:
+//!
+//! - [`AcrBackend::Builtin`] (the default): the double's own builder
+//!   (`acr/builder.rs`), described below; the images stay in the login
+//!   server's memory ([`AcrDouble::image`]);
+//! - [`AcrBackend::Buildah`] ([`AcrConfig::with_buildah`]): Debian's
+//!   buildah builds the run for real (`RUN`, multi-stage `COPY --from`,
+//!   `arguments` as `--build-arg`, the `platform`) in a background task and
+//!   pushes it to a real registry, Debian's docker-registry
+//!   ([`DockerRegistry`], started by the test); the run's log is buildah's
+//!   output, a failing step makes it `Failed` (`runErrorMessage` `failed
+//!   during run, err: exit status <n>`), and the login server's `/v2/`
+//!   reads are proxied to that registry after ACR's token check
+//!   (`acr/buildah.rs`). Base images come from that registry too:
+//!   [`push_busybox_base`] makes one from Debian's busybox-static.
+//!
+//! The builtin builder unpacks the uploaded gzipped tar, reads the Dockerfile
 //! (`FROM` any base, taken as an empty root filesystem; `ARG`, `ENV`,
 //! `LABEL`, `WORKDIR`, `USER`, `EXPOSE`, `CMD`, `ENTRYPOINT`; `COPY`/`ADD`
 //! of context files as one layer each; `RUN` is logged and not run, but
@@ -51,12 +66,18 @@
 //!   `NAME_UNKNOWN`;
 //! - the build: the source was uploaded, the Dockerfile exists, every
 //!   `COPY` source exists in the context; otherwise the run is `Failed`
-//!   with a `runErrorMessage` and its log says why.
+//!   with a `runErrorMessage` and its log says why. With buildah: whatever
+//!   buildah checks (every instruction, `RUN` exit codes, base images
+//!   pulled from the registry), the push, and the request's `timeout`;
+//!   the `/v2/` answers (`404 MANIFEST_UNKNOWN`, ...) are the real
+//!   registry's.
 //!
 //! A run moves one step each time it is read (`GET runs/{runId}`):
 //! `Queued` when scheduled, `Running` at the first read, then built and
 //! `Succeeded` (with `outputImages`) or `Failed` (with `runErrorMessage`)
-//! at the second, so a test polls it deterministically.
+//! at the second, so a test polls it deterministically. With buildah the
+//! first read starts the build, and the run stays `Running` until buildah
+//! is done, however often it is read.
 
 mod arm;
 mod buildah;

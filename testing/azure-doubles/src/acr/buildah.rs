@@ -171,9 +171,7 @@ pub(super) fn start(shared: &Shared, state: &AcrState, number: u64) {
     let work = work.path().to_owned();
     let shared = shared.clone();
     tokio::spawn(async move {
-        let timeout = request["timeout"]
-            .as_u64()
-            .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+        let timeout = request["timeout"].as_u64().map_or(DEFAULT_TIMEOUT, Duration::from_secs);
         let run = Build {
             shared: &shared,
             number,
@@ -277,7 +275,12 @@ impl Build<'_> {
         if !self.request["isPushEnabled"].as_bool().unwrap_or(true) {
             return Ok(images);
         }
-        for name in self.request["imageNames"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        for name in self.request["imageNames"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
             let name = name.strip_prefix(&format!("{}/", self.login_server)).unwrap_or(name);
             let (repository, tag) = match name.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')) {
                 Some((repository, tag)) => (repository, tag),
@@ -330,7 +333,10 @@ impl Build<'_> {
 fn platform(request: &Value) -> String {
     let platform = &request["platform"];
     let os = platform["os"].as_str().unwrap_or("Linux").to_ascii_lowercase();
-    let architecture = platform["architecture"].as_str().unwrap_or("amd64").to_ascii_lowercase();
+    let architecture = platform["architecture"]
+        .as_str()
+        .unwrap_or("amd64")
+        .to_ascii_lowercase();
     match platform["variant"].as_str() {
         Some(variant) => format!("{os}/{architecture}/{variant}"),
         None => format!("{os}/{architecture}"),

@@ -32,7 +32,9 @@ pub enum ToolError {
         source: std::io::Error,
     },
     /// The registry did not start; its log says why.
-    #[error("docker-registry did not answer on {addr} within {secs} s (install it with scripts/container-tools): {log}")]
+    #[error(
+        "docker-registry did not answer on {addr} within {secs} s (install it with scripts/container-tools): {log}"
+    )]
     RegistryDown {
         /// Where it was to listen.
         addr: String,
@@ -108,11 +110,7 @@ impl DockerRegistry {
                 "starting {} (install it with scripts/container-tools)",
                 binary.display()
             )))?;
-        let mut registry = Self {
-            child,
-            host,
-            _dir: dir,
-        };
+        let mut registry = Self { child, host, _dir: dir };
         let client = reqwest::Client::new();
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {

@@ -296,12 +296,7 @@ async fn base(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     }
 }
 
-async fn read(
-    State(shared): State<Shared>,
-    Path(rest): Path<String>,
-    method: Method,
-    headers: HeaderMap,
-) -> Response {
+async fn read(State(shared): State<Shared>, Path(rest): Path<String>, method: Method, headers: HeaderMap) -> Response {
     let (repository, kind, reference) = if let Some((repository, reference)) = rest.rsplit_once("/manifests/") {
         (repository, "manifests", reference)
     } else if let Some((repository, reference)) = rest.rsplit_once("/blobs/") {
