@@ -7,7 +7,8 @@
 //! the test (no outside registry). Asserted: the image bosun reports is the
 //! one in the registry, read back directly (not through the double), and
 //! its layers hold the file the `RUN` of the first stage wrote; the same
-//! event again finds the image through the login server; a `RUN`
+//! event again finds the image through the login server, which still
+//! answers `401` with ACR's challenge without a token; a `RUN`
 //! that exits 3 is a permanent error carrying the log's last lines, and
 //! nothing is pushed.
 //!
@@ -300,6 +301,24 @@ async fn buildah_builds_a_multi_stage_run_whose_image_lands_in_the_registry() {
 
     // The base image is the one the test pushed.
     assert!(fixture.base.ends_with("/library/busybox:stable"));
+
+    // The login server still asks for ACR's token before it reads the
+    // registry.
+    let anonymous = reqwest::get(format!(
+        "{}/v2/{REPOSITORY}/manifests/1.4.0",
+        fixture.acr.registry_url()
+    ))
+    .await
+    .unwrap();
+    assert_eq!(anonymous.status(), reqwest::StatusCode::UNAUTHORIZED);
+    assert!(
+        anonymous.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains(&format!("scope=\"repository:{REPOSITORY}:pull\"")),
+        "{:?}",
+        anonymous.headers()
+    );
 
     // The same event again: bosun finds the key tag through the login
     // server's proxy, and nothing is scheduled.

@@ -236,7 +236,7 @@ struct AcrState {
     operations: HashMap<String, (u64, u32)>,
     /// The buildah backend's work folder (storage, contexts, its
     /// configuration), removed with the double.
-    buildah_work: Option<tempfile::TempDir>,
+    buildah_work: Option<Arc<tempfile::TempDir>>,
     /// The client the login server proxies `/v2/` reads with (buildah
     /// backend).
     http: reqwest::Client,
@@ -270,7 +270,7 @@ impl AcrDouble {
                         what: "preparing buildah's work folder",
                         source,
                     })?;
-                Some(work)
+                Some(Arc::new(work))
             }
         };
         let state: Shared = Arc::new(Mutex::new(AcrState {

@@ -168,14 +168,16 @@ pub(super) fn start(shared: &Shared, state: &AcrState, number: u64) {
     let run_id = run.run_id.clone();
     let login_server = state.config.login_server.clone();
     let config = config.clone();
-    let work = work.path().to_owned();
+    // The task keeps the folder until buildah is done, even if the double
+    // is dropped first.
+    let work = work.clone();
     let shared = shared.clone();
     tokio::spawn(async move {
         let timeout = request["timeout"].as_u64().map_or(DEFAULT_TIMEOUT, Duration::from_secs);
         let run = Build {
             shared: &shared,
             number,
-            work: &work,
+            work: work.path(),
             config: &config,
             request: &request,
             run_id: &run_id,
@@ -323,7 +325,7 @@ impl Build<'_> {
         }
         // The local image only takes room now; base images stay for the
         // next run.
-        let _ = self.buildah(&["rmi".to_owned(), local]).await;
+        let _ = run_buildah(self.config, self.work, &["rmi".to_owned(), local], |_| {}).await;
         Ok(images)
     }
 }
