@@ -18,8 +18,23 @@
 //!   `POST /oauth2/token` (a refresh token for a repository-scoped access
 //!   token), `GET /oauth2/token` with the admin user (`acr/registry.rs`).
 //!
-//! A run is built by the double's own builder (`acr/builder.rs`), not by
-//! buildah: it unpacks the uploaded gzipped tar, reads the Dockerfile
+//! Two backends build the runs, chosen by [`AcrConfig::backend`]:
+//!
+//! - [`AcrBackend::Builtin`] (the default): the double's own builder
+//!   (`acr/builder.rs`), described below; the images stay in the login
+//!   server's memory ([`AcrDouble::image`]);
+//! - [`AcrBackend::Buildah`] ([`AcrConfig::with_buildah`]): Debian's
+//!   buildah builds the run for real (`RUN`, multi-stage `COPY --from`,
+//!   `arguments` as `--build-arg`, the `platform`) in a background task and
+//!   pushes it to a real registry, Debian's docker-registry
+//!   ([`DockerRegistry`], started by the test); the run's log is buildah's
+//!   output, a failing step makes it `Failed` (`runErrorMessage` `failed
+//!   during run, err: exit status <n>`), and the login server's `/v2/`
+//!   reads are proxied to that registry after ACR's token check
+//!   (`acr/buildah.rs`). Base images come from that registry too:
+//!   [`push_busybox_base`] makes one from Debian's busybox-static.
+//!
+//! The builtin builder unpacks the uploaded gzipped tar, reads the Dockerfile
 //! (`FROM` any base, taken as an empty root filesystem; `ARG`, `ENV`,
 //! `LABEL`, `WORKDIR`, `USER`, `EXPOSE`, `CMD`, `ENTRYPOINT`; `COPY`/`ADD`
 //! of context files as one layer each; `RUN` is logged and not run, but
@@ -51,15 +66,23 @@
 //!   `NAME_UNKNOWN`;
 //! - the build: the source was uploaded, the Dockerfile exists, every
 //!   `COPY` source exists in the context; otherwise the run is `Failed`
-//!   with a `runErrorMessage` and its log says why.
+//!   with a `runErrorMessage` and its log says why. With buildah: whatever
+//!   buildah checks (every instruction, `RUN` exit codes, base images
+//!   pulled from the registry), the push, and the request's `timeout`;
+//!   the `/v2/` answers (`404 MANIFEST_UNKNOWN`, ...) are the real
+//!   registry's.
 //!
 //! A run moves one step each time it is read (`GET runs/{runId}`):
 //! `Queued` when scheduled, `Running` at the first read, then built and
 //! `Succeeded` (with `outputImages`) or `Failed` (with `runErrorMessage`)
-//! at the second, so a test polls it deterministically.
+//! at the second, so a test polls it deterministically. With buildah the
+//! first read starts the build, and the run stays `Running` until buildah
+//! is done, however often it is read.
 
 mod arm;
+mod buildah;
 mod builder;
+mod docker_registry;
 mod registry;
 mod storage;
 
@@ -69,7 +92,9 @@ use std::sync::{Arc, Mutex};
 use crate::serve::lock;
 use crate::{Auth, Faults, Journal, Running, ServeError, TokenBook, serve};
 
+pub use buildah::{BUILDAH, BuildahConfig};
 pub use builder::{BuildOutcome, BuiltImage};
+pub use docker_registry::{BUSYBOX, DOCKER_REGISTRY, DockerRegistry, ToolError, missing_tools, push_busybox_base};
 pub use registry::Image;
 
 /// The ARM double's name in the journal and fault rules.
@@ -99,6 +124,23 @@ pub struct AcrConfig {
     pub entra: Option<TokenBook>,
     /// The admin user (`GET /oauth2/token` with Basic auth), when enabled.
     pub admin: Option<(String, String)>,
+    /// What builds the runs and where their images land.
+    pub backend: AcrBackend,
+}
+
+/// What builds a run and where its images land.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AcrBackend {
+    /// The double's own builder (`RUN` not run, `FROM` empty), the images
+    /// kept in the login server's memory ([`AcrDouble::image`]).
+    #[default]
+    Builtin,
+    /// Debian's buildah builds the run (`RUN`, multi-stage) and pushes it
+    /// to the real registry [`BuildahConfig::registry`] (a
+    /// [`DockerRegistry`]); the login server's `/v2/` reads are proxied
+    /// there after ACR's token check, and [`AcrDouble::image`] sees
+    /// nothing (read the registry itself).
+    Buildah(BuildahConfig),
 }
 
 impl AcrConfig {
@@ -113,7 +155,15 @@ impl AcrConfig {
             login_server: format!("{registry_name}.azurecr.io"),
             entra: None,
             admin: None,
+            backend: AcrBackend::Builtin,
         }
+    }
+
+    /// This registry, its runs built by buildah and pushed to `buildah`'s
+    /// registry ([`AcrBackend::Buildah`]).
+    pub fn with_buildah(mut self, buildah: BuildahConfig) -> Self {
+        self.backend = AcrBackend::Buildah(buildah);
+        self
     }
 }
 
@@ -184,6 +234,12 @@ struct AcrState {
     schedule_accepted: bool,
     /// Operation id → (the run's number, reads of it still answered `202`).
     operations: HashMap<String, (u64, u32)>,
+    /// The buildah backend's work folder (storage, contexts, its
+    /// configuration), removed with the double.
+    buildah_work: Option<Arc<tempfile::TempDir>>,
+    /// The client the login server proxies `/v2/` reads with (buildah
+    /// backend).
+    http: reqwest::Client,
 }
 
 type Shared = Arc<Mutex<AcrState>>;
@@ -202,6 +258,21 @@ impl AcrDouble {
     /// and login server behind their own checks (SAS signatures, ACR
     /// tokens).
     pub async fn start(faults: Faults, journal: Journal, auth: Auth, config: AcrConfig) -> Result<Self, ServeError> {
+        let buildah_work = match &config.backend {
+            AcrBackend::Builtin => None,
+            AcrBackend::Buildah(buildah) => {
+                let work = tempfile::Builder::new()
+                    .prefix("bosun-acr-buildah.")
+                    .tempdir()
+                    .and_then(|work| buildah::prepare(work.path(), buildah).map(|()| work))
+                    .map_err(|source| ServeError::Io {
+                        service: SERVICE,
+                        what: "preparing buildah's work folder",
+                        source,
+                    })?;
+                Some(Arc::new(work))
+            }
+        };
         let state: Shared = Arc::new(Mutex::new(AcrState {
             config,
             blob_base: String::new(),
@@ -212,6 +283,8 @@ impl AcrDouble {
             registry: registry::Store::default(),
             schedule_accepted: false,
             operations: HashMap::new(),
+            buildah_work,
+            http: reqwest::Client::new(),
         }));
         let blob = serve(
             BLOB_SERVICE,

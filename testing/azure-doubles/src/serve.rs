@@ -43,6 +43,16 @@ pub enum ServeError {
         /// Why.
         source: native_tls::Error,
     },
+    /// A double's files could not be prepared; the test cannot run.
+    #[error("the {service} double could not start: {what}: {source}")]
+    Io {
+        /// Which double.
+        service: &'static str,
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The certificate and key a double serves HTTPS with: a self-signed

@@ -27,7 +27,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
-use super::{API_VERSION, AcrConfig, Run, RunStatus, Shared, builder, storage};
+use super::{API_VERSION, AcrBackend, AcrConfig, Run, RunStatus, Shared, buildah, builder, storage};
 use crate::serve::lock;
 
 const REGISTRY: &str =
@@ -367,15 +367,17 @@ async fn get_run(
     else {
         return run_not_found(&run_id);
     };
-    advance(&mut state, number);
+    advance(&shared, &mut state, number);
     let Some(run) = state.runs.get(&number) else {
         return run_not_found(&run_id);
     };
     axum::Json(run_resource(&resource_path(&state.config), run)).into_response()
 }
 
-/// Moves a run one step: `Queued` → `Running` → built.
-fn advance(state: &mut super::AcrState, number: u64) {
+/// Moves a run one step: `Queued` → `Running` → built (with the buildah
+/// backend, `Running` starts the build in the background and its task
+/// finishes the run).
+fn advance(shared: &Shared, state: &mut super::AcrState, number: u64) {
     let Some(run) = state.runs.get(&number) else {
         return;
     };
@@ -386,7 +388,11 @@ fn advance(state: &mut super::AcrState, number: u64) {
                 run.start_time = Some(now_rfc3339());
                 run.log.push_str(&builder::log_line("Downloading source code..."));
             }
+            buildah::start(shared, state, number);
         }
+        // buildah's runs are finished by their build task; until then
+        // they are `Running`.
+        RunStatus::Running if matches!(state.config.backend, AcrBackend::Buildah(_)) => {}
         RunStatus::Running => {
             let source = run.request["sourceLocation"].as_str().unwrap_or_default();
             let path = format!("/{}/{source}", storage::SOURCE_CONTAINER);

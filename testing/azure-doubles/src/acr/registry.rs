@@ -23,14 +23,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::json;
 
-use super::Shared;
+use super::{AcrBackend, Shared};
 use crate::entra::percent_decode;
 use crate::serve::lock;
 
@@ -296,7 +296,7 @@ async fn base(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     }
 }
 
-async fn read(State(shared): State<Shared>, Path(rest): Path<String>, headers: HeaderMap) -> Response {
+async fn read(State(shared): State<Shared>, Path(rest): Path<String>, method: Method, headers: HeaderMap) -> Response {
     let (repository, kind, reference) = if let Some((repository, reference)) = rest.rsplit_once("/manifests/") {
         (repository, "manifests", reference)
     } else if let Some((repository, reference)) = rest.rsplit_once("/blobs/") {
@@ -308,6 +308,16 @@ async fn read(State(shared): State<Shared>, Path(rest): Path<String>, headers: H
     };
     if pullable(&shared, &headers).as_deref() != Some(repository) {
         return challenge(&shared, &headers, Some(repository));
+    }
+    let upstream = {
+        let state = lock(&shared);
+        match &state.config.backend {
+            AcrBackend::Buildah(config) => Some((config.registry.clone(), state.http.clone())),
+            AcrBackend::Builtin => None,
+        }
+    };
+    if let Some((registry, client)) = upstream {
+        return proxy(&client, &registry, method, &rest, &headers).await;
     }
     let state = lock(&shared);
     match kind {
@@ -362,5 +372,55 @@ async fn read(State(shared): State<Shared>, Path(rest): Path<String>, headers: H
             }
             axum::Json(json!({"name": repository, "tags": state.registry.tags(repository)})).into_response()
         }
+    }
+}
+
+/// The headers of the registry's answer passed on to the client.
+const PASSED_ON: [&str; 4] = ["content-type", "content-length", "docker-content-digest", "etag"];
+
+/// Reads `/v2/<rest>` from the real registry (buildah backend), with the
+/// client's `Accept`; its status, headers of [`PASSED_ON`] and body are the
+/// answer. A registry that cannot be reached is `503`.
+async fn proxy(client: &reqwest::Client, registry: &str, method: Method, rest: &str, headers: &HeaderMap) -> Response {
+    let method = if method == Method::HEAD {
+        reqwest::Method::HEAD
+    } else {
+        reqwest::Method::GET
+    };
+    let mut request = client.request(method, format!("http://{registry}/v2/{rest}"));
+    for accept in headers.get_all(header::ACCEPT) {
+        if let Ok(accept) = accept.to_str() {
+            request = request.header(reqwest::header::ACCEPT, accept);
+        }
+    }
+    let answer = match request.send().await {
+        Ok(answer) => answer,
+        Err(err) => {
+            tracing::warn!(%registry, error = %err, "the ACR double's registry cannot be reached");
+            return oci_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                &format!("the registry behind the login server cannot be reached: {err}"),
+            );
+        }
+    };
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut passed = HeaderMap::new();
+    for name in PASSED_ON {
+        if let Some(value) = answer
+            .headers()
+            .get(name)
+            .and_then(|value| header::HeaderValue::from_bytes(value.as_bytes()).ok())
+        {
+            passed.insert(header::HeaderName::from_static(name), value);
+        }
+    }
+    match answer.bytes().await {
+        Ok(body) => (status, passed, body.to_vec()).into_response(),
+        Err(err) => oci_error(
+            StatusCode::BAD_GATEWAY,
+            "UNAVAILABLE",
+            &format!("the registry's answer was cut: {err}"),
+        ),
     }
 }
