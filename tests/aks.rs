@@ -49,7 +49,16 @@ fn iac_path(cluster: &Cluster) -> PodEnv {
 #[ignore = "needs Azurite (scripts/test starts it and runs this with --ignored) and PostgreSQL"]
 fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
     let started = Instant::now();
-    let mut cluster = Cluster::new("aks_plain", Faults::default(), delivery::program_repository);
+    // ACR Tasks builds the module's multi-stage Dockerfile with buildah when
+    // scripts/test provides the container tools (it says so with
+    // BOSUN_TEST_AKS_BUILDAH=1; they need root to install); else the ACR
+    // double's own builder builds Dockerfile.scratch.
+    let buildah = std::env::var("BOSUN_TEST_AKS_BUILDAH").is_ok_and(|value| value == "1");
+    eprintln!(
+        "aks: ACR Tasks builds with {}",
+        if buildah { "buildah, into Debian's docker-registry" } else { "the double's own builder (no RUN)" }
+    );
+    let mut cluster = Cluster::new("aks_plain", Faults::default(), buildah, delivery::program_repository);
     cluster.devops.on_run(delivery::pipeline_run);
     let extra = iac_path(&cluster);
     cluster.start(&extra);
@@ -127,7 +136,7 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
     throttle_then_fail(&faults, acr::SERVICE, "POST", "/scheduleRun");
     throttle_then_fail(&faults, artifacts::SERVICE, "PUT", "/nuget/v2");
     throttle_then_fail(&faults, argocd::SERVICE, "POST", "/sync");
-    let mut cluster = Cluster::new("aks_faults", faults.clone(), delivery::program_repository);
+    let mut cluster = Cluster::new("aks_faults", faults.clone(), false, delivery::program_repository);
     // The run stays in progress until the test has killed the monitor.
     cluster.devops.on_run(|run| delivery::pipeline_run(run).held());
     let extra = iac_path(&cluster);

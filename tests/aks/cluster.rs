@@ -37,7 +37,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bosun::tools::infra::check::Overlay;
-use bosun_azure_doubles::acr::{AcrConfig, AcrDouble};
+use bosun_azure_doubles::acr::{self, AcrConfig, AcrDouble, BuildahConfig, DockerRegistry};
 use bosun_azure_doubles::argocd::ArgoCdDouble;
 use bosun_azure_doubles::artifacts::ArtifactsDouble;
 use bosun_azure_doubles::devops::DevOpsDouble;
@@ -289,6 +289,9 @@ pub struct Cluster {
     pub artifacts: ArtifactsDouble,
     pub argocd: ArgoCdDouble,
     pub acr: AcrDouble,
+    /// With ACR Tasks building by buildah: the real registry the images
+    /// land in, and the busybox base image pushed there.
+    pub registry: Option<(DockerRegistry, String)>,
     /// The environment every pod shares (before its own identity).
     pub pod_env: BTreeMap<String, String>,
     pub scratch: tempfile::TempDir,
@@ -299,7 +302,9 @@ pub struct Cluster {
 impl Cluster {
     /// The stand-ins, with faults from `faults`; `pulumi_program` is the
     /// Git URL of the Pulumi program repository. No pod runs yet.
-    pub fn new(label: &str, faults: Faults, pulumi_program: impl FnOnce(&Path) -> String) -> Self {
+    /// With `buildah`, ACR Tasks runs build with buildah (real `RUN`, real
+    /// base images) into a real registry (Debian's docker-registry).
+    pub fn new(label: &str, faults: Faults, buildah: bool, pulumi_program: impl FnOnce(&Path) -> String) -> Self {
         let azurite = std::env::var("BOSUN_TEST_AZURITE_CONNECTION_STRING")
             .expect("BOSUN_TEST_AZURITE_CONNECTION_STRING: run this under scripts/azurite (scripts/test does)");
         let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -309,6 +314,18 @@ impl Cluster {
         let overlay_dir = repository().join("infra/kubernetes/overlays/example");
         let mut pod_env = Overlay::read(&overlay_dir).unwrap().pod_settings().unwrap();
         let book = TokenBook::default();
+        let registry = buildah.then(|| {
+            if let Some(missing) = acr::missing_tools() {
+                panic!("ACR Tasks with buildah: {missing}");
+            }
+            runtime.block_on(async {
+                let registry = DockerRegistry::start().await.unwrap();
+                let base = acr::push_busybox_base(&BuildahConfig::new(registry.host()), "library/busybox:stable")
+                    .await
+                    .unwrap();
+                (registry, base)
+            })
+        });
         let (entra, devops, artifacts, argocd, acr) = runtime.block_on(async {
             let entra = EntraDouble::start_tls(faults.clone(), journal.clone(), book.clone(), TlsIdentity::loopback())
                 .await
@@ -340,6 +357,9 @@ impl Cluster {
             );
             // The login server exchanges the Entra double's tokens.
             config.entra = Some(book.clone());
+            if let Some((registry, _)) = &registry {
+                config = config.with_buildah(BuildahConfig::new(registry.host()));
+            }
             let acr = AcrDouble::start(
                 faults.clone(),
                 journal.clone(),
@@ -389,6 +409,7 @@ impl Cluster {
             artifacts,
             argocd,
             acr,
+            registry,
             pod_env,
             scratch,
             pods: Vec::new(),

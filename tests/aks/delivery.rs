@@ -230,14 +230,21 @@ pub fn program_repository(dir: &Path) -> String {
 }
 
 /// The sample module's files, its package on the tenant's feed and its
-/// image in the overlay's registry.
-fn module_files(registry: &str) -> Vec<Value> {
+/// image in the overlay's registry: the multi-stage `Dockerfile` (its
+/// `RUN` builds and tests the service) on `base` when ACR Tasks builds
+/// with buildah, else `Dockerfile.scratch` (the double's own builder runs
+/// no `RUN`).
+fn module_files(registry: &str, base: Option<&str>) -> Vec<Value> {
     let mut files = bosun::tools::demo::sample_files(false);
     for file in &mut files {
         if file["path"] == "bosun.module.json" {
             let mut module: Value = serde_json::from_str(file["content"].as_str().unwrap()).unwrap();
             module["package"] = json!({"packageId": PACKAGE_ID, "feed": FEED});
-            module["container"] = json!({"registry": registry, "image": IMAGE, "dockerfile": "Dockerfile.scratch"});
+            module["container"] = match base {
+                Some(base) => json!({"registry": registry, "image": IMAGE, "dockerfile": "Dockerfile",
+                                     "buildArgs": {"BASE": base}}),
+                None => json!({"registry": registry, "image": IMAGE, "dockerfile": "Dockerfile.scratch"}),
+            };
             file["content"] = Value::String(serde_json::to_string_pretty(&module).unwrap() + "\n");
         }
     }
@@ -378,7 +385,8 @@ pub fn send_delivery(cluster: &mut Cluster) -> String {
         &correlation,
         "--payload",
         &json!({"repository": REPOSITORY, "branch": "feature/payments-api", "baseBranch": "main",
-                "message": "Add the payments service", "files": module_files(&registry),
+                "message": "Add the payments service",
+                "files": module_files(&registry, cluster.registry.as_ref().map(|(_, base)| base.as_str())),
                 "pullRequestTarget": "main"})
         .to_string(),
     ]);
@@ -424,11 +432,31 @@ pub fn assert_done_once(cluster: &Cluster, correlation: &str) {
     );
     let acr_runs = cluster.acr.runs();
     assert_eq!(acr_runs.len(), 1, "one ACR Tasks run: {acr_runs:?}");
-    assert!(
-        !cluster.acr.tags(IMAGE).is_empty(),
-        "the image is in the registry: {:?}",
-        cluster.acr.tags(IMAGE)
-    );
+    let built = &acr_runs[0].output_images;
+    assert!(!built.is_empty(), "the ACR Tasks run pushed the image: {acr_runs:?}");
+    match &cluster.registry {
+        // The image buildah built is in the real registry, under the
+        // digest ACR reported.
+        Some((registry, _)) => {
+            for image in built {
+                let url = format!("{}/v2/{}/manifests/{}", registry.url(), image.repository, image.digest);
+                let status = cluster.runtime.block_on(async {
+                    reqwest::Client::new()
+                        .get(&url)
+                        .header("Accept", "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json")
+                        .send()
+                        .await
+                        .map(|answer| answer.status())
+                });
+                assert!(status.as_ref().is_ok_and(|s| s.is_success()), "{url}: {status:?}");
+            }
+        }
+        None => assert!(
+            !cluster.acr.tags(IMAGE).is_empty(),
+            "the image is in the registry: {:?}",
+            cluster.acr.tags(IMAGE)
+        ),
+    }
     let updates = pulumi_updates(cluster.scratch.path());
     assert_eq!(updates.len(), 1, "one Pulumi update: {updates:?}");
     let syncs = cluster.argocd.syncs(APPLICATION);
