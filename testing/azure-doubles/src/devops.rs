@@ -71,11 +71,13 @@
 
 mod git;
 mod location;
+mod objects;
 mod pipelines;
 mod policy;
 mod pulls;
 mod reply;
 mod script;
+mod smart;
 mod state;
 mod tests_api;
 
@@ -156,6 +158,9 @@ pub struct RunInfo {
 pub struct DevOpsDouble {
     running: Running,
     state: Arc<Mutex<State>>,
+    /// The repositories' bare Git repositories, removed with the double
+    /// (after `running`, which stops serving them).
+    git_root: tempfile::TempDir,
 }
 
 impl std::fmt::Debug for DevOpsDouble {
@@ -169,14 +174,39 @@ impl std::fmt::Debug for DevOpsDouble {
 impl DevOpsDouble {
     /// Serves an organization named `organization` (no projects yet).
     pub async fn start(faults: Faults, journal: Journal, auth: Auth, organization: &str) -> Result<Self, ServeError> {
+        let git_root = tempfile::Builder::new()
+            .prefix("bosun-devops-double-")
+            .tempdir()
+            .map_err(|source| ServeError::Io {
+                service: SERVICE,
+                what: "making the directory of its Git repositories",
+                source,
+            })?;
         let state = Arc::new(Mutex::new(State {
             organization: organization.to_owned(),
+            git_root: git_root.path().to_path_buf(),
             ..State::default()
         }));
         let router = Router::new().fallback(handle).with_state(Arc::clone(&state));
         let running = serve(SERVICE, router, faults, journal, auth).await?;
         lock(&state).base_url = running.base_url();
-        Ok(Self { running, state })
+        Ok(Self {
+            running,
+            state,
+            git_root,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT/{organization}/{project}/_git/{repository}`,
+    /// the URL `git` fetches a repository from (as Azure Repos', the
+    /// repository's `remoteUrl`).
+    pub fn git_url(&self, project: &str, repository: &str) -> String {
+        format!("{}/{project}/_git/{repository}", self.organization_url())
+    }
+
+    /// The directory the repositories' bare Git repositories are in.
+    pub fn git_root(&self) -> &std::path::Path {
+        self.git_root.path()
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -393,16 +423,24 @@ async fn handle(
         .filter(|s| !s.is_empty())
         .map(percent_decode)
         .collect();
+    if segments.get(2).is_some_and(|s| s.eq_ignore_ascii_case("_git")) {
+        // Found under the lock, served (a git process) without it.
+        let located = {
+            let state = lock(&shared);
+            if serves_organization(&state, &segments) {
+                smart::locate(&state, &method, uri.path(), &segments, &query)
+            } else {
+                Err(organization_not_found())
+            }
+        };
+        return match located {
+            Ok(service) => smart::serve(service, &headers, body).await,
+            Err(answer) => answer,
+        };
+    }
     let mut state = lock(&shared);
-    if segments
-        .first()
-        .is_none_or(|org| !org.eq_ignore_ascii_case(&state.organization))
-    {
-        return error(
-            StatusCode::NOT_FOUND,
-            "OrganizationNotFoundException",
-            "The organization in the URL is not the one this double serves.",
-        );
+    if !serves_organization(&state, &segments) {
+        return organization_not_found();
     }
     let second = segments.get(1).map(|s| s.to_ascii_lowercase()).unwrap_or_default();
     let req = |rest: &[String]| Req {
@@ -437,6 +475,20 @@ async fn handle(
         _ => None,
     };
     answer.unwrap_or_else(|| no_route(&method, uri.path()))
+}
+
+fn serves_organization(state: &State, segments: &[String]) -> bool {
+    segments
+        .first()
+        .is_some_and(|org| org.eq_ignore_ascii_case(&state.organization))
+}
+
+fn organization_not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "OrganizationNotFoundException",
+        "The organization in the URL is not the one this double serves.",
+    )
 }
 
 fn project_not_found(name: &str) -> Response {
