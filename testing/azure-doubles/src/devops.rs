@@ -19,9 +19,27 @@
 //!   or for a new branch the commit it starts from (zeros for a first
 //!   commit; 409 TF401028 otherwise), commits of `add` (the file must not exist),
 //!   `edit` (it must), `delete` (a file or a folder) with `rawtext` or
-//!   `base64encoded` content; each commit gets a fresh 40-hex id and keeps
-//!   its whole tree, so items are readable at any commit or branch; the
-//!   first branch pushed becomes the default branch;
+//!   `base64encoded` content; each commit keeps its whole tree, so items
+//!   are readable at any commit or branch; the first branch pushed becomes
+//!   the default branch;
+//! - commits are Git's own: every commit the double makes (a push's, a
+//!   pull request's merge) is written with Git's plumbing into a bare
+//!   repository of its repository (in a temporary directory the double
+//!   removes when dropped, [`DevOpsDouble::git_root`]), so `commitId` and
+//!   `treeId` are Git's SHA-1s (author and committer name, email and date
+//!   from the push, the push's time when it gives none), and the bare
+//!   repository's refs and `HEAD` (the default branch) follow every ref
+//!   change (push, `POST refs`, completion, a deleted source branch); a
+//!   path Git cannot hold (an empty part, a file where a folder is) is 400;
+//! - Git over smart HTTP ([`DevOpsDouble::git_url`],
+//!   `{org}/{project}/_git/{repository}`, the repository's `remoteUrl`, by
+//!   name or id, `.git` optional): `GET info/refs?service=git-upload-pack`
+//!   and `POST git-upload-pack` (gzip bodies too) answered by `git
+//!   upload-pack --stateless-rpc`, protocol v0/v1 and v2 (`Git-Protocol`
+//!   passed on), any commit fetchable by id (`git fetch --depth 1 <url>
+//!   <commit>`), behind the same credentials and faults as the REST API
+//!   (401 without them); 404 for an unknown project or repository, 403 for
+//!   `git-receive-pack` (commits come through `pushes`);
 //! - items: one file as raw bytes (`Accept: application/octet-stream` or
 //!   `$format=octetStream`) or JSON (`content` with `includeContent`), a
 //!   folder, or with `recursionLevel` the items under `scopePath`; 404
