@@ -448,12 +448,12 @@ async fn handle(
             if serves_organization(&state, &segments) {
                 smart::locate(&state, &method, uri.path(), &segments, &query)
             } else {
-                Err(organization_not_found())
+                Err(Box::new(organization_not_found()))
             }
         };
         return match located {
             Ok(service) => smart::serve(service, &headers, body).await,
-            Err(answer) => answer,
+            Err(answer) => *answer,
         };
     }
     let mut state = lock(&shared);

@@ -28,11 +28,15 @@ async fn start(auth: Auth) -> (DevOpsDouble, String) {
     (double, project_id)
 }
 
-/// A REST call with the PAT; its status and JSON body.
+/// A REST `POST` with the PAT; its status and JSON body.
 async fn rest(double: &DevOpsDouble, rest: &str, body: Value) -> (u16, Value) {
+    send(double, reqwest::Method::POST, rest, body).await
+}
+
+async fn send(double: &DevOpsDouble, method: reqwest::Method, rest: &str, body: Value) -> (u16, Value) {
     let url = format!("{}/delivery/_apis/{rest}?api-version=7.1", double.organization_url());
     let response = reqwest::Client::new()
-        .post(url)
+        .request(method, url)
         .basic_auth("", Some(PAT))
         .json(&body)
         .send()
@@ -206,7 +210,14 @@ async fn git_fetches_the_rest_commits_by_id_with_the_pat() {
             .journal()
             .succeeded("devops", "POST", "/_git/payments-api/git-upload-pack")
             >= 1
+    ); // The bare repositories go with the double.
+    let root = double.git_root().to_path_buf();
+    assert!(
+        root.join(format!("{}.git", double.repositories("delivery")[0].id))
+            .is_dir()
     );
+    drop(double);
+    assert!(!root.exists(), "{} left behind", root.display());
 }
 
 #[tokio::test]
@@ -303,6 +314,78 @@ async fn git_over_http_needs_the_credential_and_meets_the_faults() {
         assert!(said.contains("503"), "{said}");
         faults.clear();
         stdout(&fetch(&dir, &url, Some(&basic()), &second));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_pull_request_s_merge_commit_is_a_git_commit_and_refs_follow() {
+    let (double, project_id) = start(Auth::default().basic_password(PAT)).await;
+    let (_, second) = two_commits(&double, &project_id).await;
+    let (status, pushed) = rest(
+        &double,
+        "git/repositories/payments-api/pushes",
+        json!({
+            "refUpdates": [{ "name": "refs/heads/feature", "oldObjectId": second }],
+            "commits": [{ "comment": "feature", "changes": [{ "changeType": "add", "item": { "path": "/feature.txt" },
+                "newContent": { "content": "on a branch\n", "contentType": "rawtext" } }] }],
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{pushed}");
+    let feature = pushed["refUpdates"][0]["newObjectId"].as_str().unwrap().to_owned();
+    let (status, pr) = rest(
+        &double,
+        "git/repositories/payments-api/pullrequests",
+        json!({ "sourceRefName": "refs/heads/feature", "targetRefName": "refs/heads/main", "title": "Feature" }),
+    )
+    .await;
+    assert_eq!(status, 201, "{pr}");
+    let id = pr["pullRequestId"].as_u64().unwrap();
+    let (status, done) = send(
+        &double,
+        reqwest::Method::PATCH,
+        &format!("git/repositories/payments-api/pullrequests/{id}"),
+        json!({
+            "status": "completed",
+            "lastMergeSourceCommit": { "commitId": feature },
+            "completionOptions": { "deleteSourceBranch": true, "mergeCommitMessage": "Merged feature" },
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{done}");
+    let merge = double.pull_requests("delivery")[0].merge_commit.clone().unwrap();
+    let url = double.git_url("delivery", "payments-api");
+    // Git refuses pushes: commits come through the REST API.
+    let receive = reqwest::Client::new()
+        .get(format!("{url}/info/refs?service=git-receive-pack"))
+        .basic_auth("", Some(PAT))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(receive.status().as_u16(), 403);
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let auth = basic();
+        let listed = stdout(&git(&dir, Some((&url, &auth)), &["ls-remote", &url]));
+        assert_eq!(
+            listed,
+            format!("{merge}\tHEAD\n{merge}\trefs/heads/main\n"),
+            "the source branch deleted"
+        );
+        let bare = dir.join("merge.git");
+        stdout(&git(&dir, None, &["init", "--quiet", "--bare", bare.to_str().unwrap()]));
+        stdout(&git(&bare, Some((&url, &auth)), &["fetch", "--no-tags", &url, "main"]));
+        let commit = stdout(&git(&bare, None, &["cat-file", "-p", &merge]));
+        assert!(
+            commit.contains(&format!("parent {second}\nparent {feature}\n")),
+            "{commit}"
+        );
+        assert!(commit.ends_with("\nMerged feature"), "{commit}");
+        let file = stdout(&git(&bare, None, &["show", &format!("{merge}:feature.txt")]));
+        assert_eq!(file, "on a branch\n");
     })
     .await
     .unwrap();

@@ -35,16 +35,16 @@ pub(crate) fn locate(
     path: &str,
     segments: &[String],
     query: &[(String, String)],
-) -> Result<Service, Response> {
+) -> Result<Service, Box<Response>> {
     let Some(project) = state.project(&segments[1]) else {
-        return Err(super::project_not_found(&segments[1]));
+        return Err(Box::new(super::project_not_found(&segments[1])));
     };
     let Some(name) = segments.get(3) else {
-        return Err(no_route(method, path));
+        return Err(Box::new(no_route(method, path)));
     };
     let name = name.strip_suffix(".git").unwrap_or(name);
     let Some(index) = state.repository_index(&project.id, name) else {
-        return Err(super::git::repository_not_found(name));
+        return Err(Box::new(super::git::repository_not_found(name)));
     };
     let dir = state.repositories[index].objects.dir().to_path_buf();
     let service = query
@@ -55,12 +55,12 @@ pub(crate) fn locate(
     match (method.clone(), rest.as_slice(), service) {
         (Method::GET, ["info", "refs"], Some("git-upload-pack")) => Ok(Service::Advertise(dir)),
         (Method::POST, ["git-upload-pack"], _) => Ok(Service::UploadPack(dir)),
-        (_, ["info", "refs"], Some("git-receive-pack")) | (_, ["git-receive-pack"], _) => Err(error(
+        (_, ["info", "refs"], Some("git-receive-pack")) | (_, ["git-receive-pack"], _) => Err(Box::new(error(
             StatusCode::FORBIDDEN,
             "GitPushNotSupportedException",
             "The Azure DevOps double takes commits through the REST pushes API, not git push.",
-        )),
-        _ => Err(no_route(method, path)),
+        ))),
+        _ => Err(Box::new(no_route(method, path))),
     }
 }
 
