@@ -27,6 +27,8 @@ use bosun_consumers::delivery::azure::credential::FRESH_TOKEN_REFUSED;
 use bosun_consumers::delivery::azure::devops::{AZURE_DEVOPS_SCOPE, AzureDevOpsAuth, AzureDevOpsConfig};
 use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::delivery::git::commit::{AzureCommitWriter, CommitSpec, CommitWriter, FileWrite};
+use bosun_consumers::iac_provisioning::port::{ProgramCommit, ProvisionRequest};
+use bosun_consumers::iac_provisioning::program::{GitProgram, RepositoryUrls};
 use bosun_consumers::pipeline_generation::azure::AzurePipelineGenerator;
 use bosun_consumers::pipeline_generation::{DefinitionSpec, PipelineFile, PipelineHost, RunSpec};
 use bosun_consumers::pipeline_monitor::azure::AzureRunStatus;
@@ -206,6 +208,70 @@ async fn provisioning_makes_one_repository_and_one_policy_through_a_429_and_a_50
     assert_eq!(settings["scope"][0]["refName"], "refs/heads/main");
     world.assert_faults_fired(3);
     assert_eq!(world.journal.succeeded(SERVICE, "POST", "/_apis/git/repositories?"), 1);
+}
+
+/// iac-provisioning's program fetch (`git fetch --depth 1 <url> <commit>`
+/// with the PAT as an `extraHeader`) from the module's own repository in
+/// the double, over Git's smart HTTP, at the commit bosun pushed.
+#[tokio::test]
+async fn the_pulumi_program_is_fetched_with_git_at_the_pushed_commit() {
+    let world = World::start().await;
+    world.provision(0).await;
+    world
+        .commit("main", &[("infra/Pulumi.yaml", "name: payments\nruntime: yaml\n")], &[])
+        .await;
+    let commit = world
+        .commit(
+            "main",
+            &[("infra/Pulumi.dev.yaml", "config: {}\n"), ("README.md", "# payments\n")],
+            &[],
+        )
+        .await;
+    let organization_url = world.double.organization_url();
+    let mut program = GitProgram::new(
+        RepositoryUrls::AzureRepos {
+            organization_url: organization_url.clone(),
+            project: PROJECT.to_owned(),
+        },
+        "infra",
+    );
+    program.auth = Some(AzureDevOpsAuth::Pat(PAT.to_owned()));
+    program.credential_scope = format!("{organization_url}/");
+    let request = ProvisionRequest {
+        tenant: TENANT.to_owned(),
+        plan_id: "payments-api-1.4.0-dev".to_owned(),
+        stack: "payments/dev".to_owned(),
+        environment: "dev".to_owned(),
+        release_id: None,
+        config: Default::default(),
+        resources: vec![],
+        preview_only: false,
+        program: Some(ProgramCommit {
+            repository: REPOSITORY.to_owned(),
+            commit_sha: commit.clone(),
+        }),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let checkout = program
+        .checkout(&request, work.path(), std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let folder = checkout.program();
+    assert_eq!(
+        std::fs::read_to_string(folder.join("Pulumi.yaml")).unwrap(),
+        "name: payments\nruntime: yaml\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("Pulumi.dev.yaml")).unwrap(),
+        "config: {}\n"
+    );
+    assert!(!folder.join("README.md").exists(), "only the program folder");
+    assert!(
+        world
+            .journal
+            .succeeded(SERVICE, "POST", "/delivery/_git/payments-api/git-upload-pack")
+            >= 1
+    );
 }
 
 #[tokio::test]

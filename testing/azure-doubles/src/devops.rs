@@ -19,9 +19,27 @@
 //!   or for a new branch the commit it starts from (zeros for a first
 //!   commit; 409 TF401028 otherwise), commits of `add` (the file must not exist),
 //!   `edit` (it must), `delete` (a file or a folder) with `rawtext` or
-//!   `base64encoded` content; each commit gets a fresh 40-hex id and keeps
-//!   its whole tree, so items are readable at any commit or branch; the
-//!   first branch pushed becomes the default branch;
+//!   `base64encoded` content; each commit keeps its whole tree, so items
+//!   are readable at any commit or branch; the first branch pushed becomes
+//!   the default branch;
+//! - commits are Git's own: every commit the double makes (a push's, a
+//!   pull request's merge) is written with Git's plumbing into a bare
+//!   repository of its repository (in a temporary directory the double
+//!   removes when dropped, [`DevOpsDouble::git_root`]), so `commitId` and
+//!   `treeId` are Git's SHA-1s (author and committer name, email and date
+//!   from the push, the push's time when it gives none), and the bare
+//!   repository's refs and `HEAD` (the default branch) follow every ref
+//!   change (push, `POST refs`, completion, a deleted source branch); a
+//!   path Git cannot hold (an empty part, a file where a folder is) is 400;
+//! - Git over smart HTTP ([`DevOpsDouble::git_url`],
+//!   `{org}/{project}/_git/{repository}`, the repository's `remoteUrl`, by
+//!   name or id, `.git` optional): `GET info/refs?service=git-upload-pack`
+//!   and `POST git-upload-pack` (gzip bodies too) answered by `git
+//!   upload-pack --stateless-rpc`, protocol v0/v1 and v2 (`Git-Protocol`
+//!   passed on), any commit fetchable by id (`git fetch --depth 1 <url>
+//!   <commit>`), behind the same credentials and faults as the REST API
+//!   (401 without them); 404 for an unknown project or repository, 403 for
+//!   `git-receive-pack` (commits come through `pushes`);
 //! - items: one file as raw bytes (`Accept: application/octet-stream` or
 //!   `$format=octetStream`) or JSON (`content` with `includeContent`), a
 //!   folder, or with `recursionLevel` the items under `scopePath`; 404
@@ -71,11 +89,13 @@
 
 mod git;
 mod location;
+mod objects;
 mod pipelines;
 mod policy;
 mod pulls;
 mod reply;
 mod script;
+mod smart;
 mod state;
 mod tests_api;
 
@@ -156,6 +176,9 @@ pub struct RunInfo {
 pub struct DevOpsDouble {
     running: Running,
     state: Arc<Mutex<State>>,
+    /// The repositories' bare Git repositories, removed with the double
+    /// (after `running`, which stops serving them).
+    git_root: tempfile::TempDir,
 }
 
 impl std::fmt::Debug for DevOpsDouble {
@@ -169,14 +192,39 @@ impl std::fmt::Debug for DevOpsDouble {
 impl DevOpsDouble {
     /// Serves an organization named `organization` (no projects yet).
     pub async fn start(faults: Faults, journal: Journal, auth: Auth, organization: &str) -> Result<Self, ServeError> {
+        let git_root = tempfile::Builder::new()
+            .prefix("bosun-devops-double-")
+            .tempdir()
+            .map_err(|source| ServeError::Io {
+                service: SERVICE,
+                what: "making the directory of its Git repositories",
+                source,
+            })?;
         let state = Arc::new(Mutex::new(State {
             organization: organization.to_owned(),
+            git_root: git_root.path().to_path_buf(),
             ..State::default()
         }));
         let router = Router::new().fallback(handle).with_state(Arc::clone(&state));
         let running = serve(SERVICE, router, faults, journal, auth).await?;
         lock(&state).base_url = running.base_url();
-        Ok(Self { running, state })
+        Ok(Self {
+            running,
+            state,
+            git_root,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT/{organization}/{project}/_git/{repository}`,
+    /// the URL `git` fetches a repository from (as Azure Repos', the
+    /// repository's `remoteUrl`).
+    pub fn git_url(&self, project: &str, repository: &str) -> String {
+        format!("{}/{project}/_git/{repository}", self.organization_url())
+    }
+
+    /// The directory the repositories' bare Git repositories are in.
+    pub fn git_root(&self) -> &std::path::Path {
+        self.git_root.path()
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -393,16 +441,24 @@ async fn handle(
         .filter(|s| !s.is_empty())
         .map(percent_decode)
         .collect();
+    if segments.get(2).is_some_and(|s| s.eq_ignore_ascii_case("_git")) {
+        // Found under the lock, served (a git process) without it.
+        let located = {
+            let state = lock(&shared);
+            if serves_organization(&state, &segments) {
+                smart::locate(&state, &method, uri.path(), &segments, &query)
+            } else {
+                Err(Box::new(organization_not_found()))
+            }
+        };
+        return match located {
+            Ok(service) => smart::serve(service, &headers, body).await,
+            Err(answer) => *answer,
+        };
+    }
     let mut state = lock(&shared);
-    if segments
-        .first()
-        .is_none_or(|org| !org.eq_ignore_ascii_case(&state.organization))
-    {
-        return error(
-            StatusCode::NOT_FOUND,
-            "OrganizationNotFoundException",
-            "The organization in the URL is not the one this double serves.",
-        );
+    if !serves_organization(&state, &segments) {
+        return organization_not_found();
     }
     let second = segments.get(1).map(|s| s.to_ascii_lowercase()).unwrap_or_default();
     let req = |rest: &[String]| Req {
@@ -437,6 +493,20 @@ async fn handle(
         _ => None,
     };
     answer.unwrap_or_else(|| no_route(&method, uri.path()))
+}
+
+fn serves_organization(state: &State, segments: &[String]) -> bool {
+    segments
+        .first()
+        .is_some_and(|org| org.eq_ignore_ascii_case(&state.organization))
+}
+
+fn organization_not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "OrganizationNotFoundException",
+        "The organization in the URL is not the one this double serves.",
+    )
 }
 
 fn project_not_found(name: &str) -> Response {

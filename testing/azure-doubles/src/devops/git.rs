@@ -9,8 +9,27 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use super::reply::{Req, created, enum_name, error, list, now, octets, ok};
+use super::objects::{self, ObjectError, Objects};
+use super::reply::{Req, created, date, enum_name, error, list, octets, ok};
 use super::state::{Commit, Project, Repository, State, ZERO_ID, identity, object_id};
+
+/// The answer to a write the repository's Git objects refused: 400 for a
+/// path Git cannot hold, 500 when `git` itself failed.
+pub(crate) fn object_failure(err: &ObjectError) -> Response {
+    if err.is_bad_request() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgumentValueException",
+            &err.to_string(),
+        );
+    }
+    tracing::error!(error = %err, "the Azure DevOps double could not write Git objects");
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "GitObjectStoreException",
+        &err.to_string(),
+    )
+}
 
 /// `404` TF401019 for a repository that does not exist.
 pub(crate) fn repository_not_found(name: &str) -> Response {
@@ -86,14 +105,20 @@ fn create_repository(state: &mut State, project: &Project, req: &Req) -> Respons
             &format!("TF400948: A Git repository with the name {name} already exists."),
         );
     }
+    let id = uuid::Uuid::new_v4().to_string();
+    let git_dir = state.git_root.join(format!("{id}.git"));
+    if let Err(err) = objects::init(&git_dir) {
+        return object_failure(&err);
+    }
     let repository = Repository {
-        id: uuid::Uuid::new_v4().to_string(),
+        id,
         name: name.to_owned(),
         project_id: project.id.clone(),
         default_branch: None,
         commits: BTreeMap::new(),
         refs: BTreeMap::new(),
         pushes: 0,
+        objects: Objects::new(git_dir),
     };
     let value = state.repository_json(&repository);
     state.repositories.push(repository);
@@ -167,13 +192,9 @@ fn update_refs(state: &mut State, index: usize, req: &Req) -> Response {
         } else if new != ZERO_ID && !repository.commits.contains_key(&new) {
             "unresolvableToCommit"
         } else {
-            if new == ZERO_ID {
-                repository.refs.remove(&name);
-            } else {
-                repository.refs.insert(name.clone(), new.clone());
-                if repository.default_branch.is_none() && name.starts_with("refs/heads/") {
-                    repository.default_branch = Some(name.clone());
-                }
+            let new = (new != ZERO_ID).then_some(new.as_str());
+            if let Err(err) = repository.set_ref(&name, new) {
+                return object_failure(&err);
             }
             "succeeded"
         };
@@ -257,15 +278,6 @@ fn apply_changes(files: &mut BTreeMap<String, Vec<u8>>, changes: &[Value]) -> Re
     Ok(())
 }
 
-fn tree_id(files: &BTreeMap<String, Vec<u8>>) -> String {
-    let mut parts: Vec<&[u8]> = vec![b"tree"];
-    for (path, content) in files {
-        parts.push(path.as_bytes());
-        parts.push(content);
-    }
-    object_id(&parts)
-}
-
 /// `POST pushes`: one ref update, its `oldObjectId` compared with the
 /// branch (for a new branch: the commit it starts from, or zeros); a stale
 /// one is 409 TF401028.
@@ -305,7 +317,8 @@ fn push(state: &mut State, index: usize, req: &Req) -> Response {
         .and_then(|p| repository.commits.get(p))
         .map(|c| c.files.clone())
         .unwrap_or_default();
-    let date = now();
+    let at = time::OffsetDateTime::now_utc();
+    let date = date(at);
     let mut made = Vec::new();
     for commit in commits {
         if let Err(answer) = apply_changes(&mut files, commit["changes"].as_array().map_or(&[][..], Vec::as_slice)) {
@@ -325,20 +338,23 @@ fn push(state: &mut State, index: usize, req: &Req) -> Response {
         };
         let author = signature(&commit["author"]);
         let committer = signature(&commit["committer"]);
-        let tree = tree_id(&files);
-        let id = object_id(&[
-            tree.as_bytes(),
-            parent.as_deref().unwrap_or_default().as_bytes(),
-            comment.as_bytes(),
-            author.to_string().as_bytes(),
-            uuid::Uuid::new_v4().as_bytes(),
-        ]);
+        let parents: Vec<String> = parent.iter().cloned().collect();
+        let written = repository.objects.tree(&files).and_then(|tree| {
+            let id = repository
+                .objects
+                .commit(&tree, &parents, &comment, &author, &committer, at)?;
+            Ok((tree, id))
+        });
+        let (tree, id) = match written {
+            Ok(written) => written,
+            Err(err) => return object_failure(&err),
+        };
         repository.commits.insert(
             id.clone(),
             Commit {
                 id: id.clone(),
                 tree_id: tree,
-                parents: parent.iter().cloned().collect(),
+                parents,
                 comment,
                 author,
                 committer,
@@ -349,9 +365,8 @@ fn push(state: &mut State, index: usize, req: &Req) -> Response {
         parent = Some(id);
     }
     let new = parent.unwrap_or_default();
-    repository.refs.insert(name.to_owned(), new.clone());
-    if repository.default_branch.is_none() && name.starts_with("refs/heads/") {
-        repository.default_branch = Some(name.to_owned());
+    if let Err(err) = repository.set_ref(name, Some(&new)) {
+        return object_failure(&err);
     }
     repository.pushes += 1;
     let push_id = repository.pushes;

@@ -5,7 +5,8 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::reply::{PULL_REQUEST_STATUS, Req, created, enum_name, error, list, now, ok};
+use super::objects::ObjectError;
+use super::reply::{PULL_REQUEST_STATUS, Req, created, date, enum_name, error, list, now, ok};
 use super::state::{Commit, Project, PullRequest, State, identity, object_id};
 
 /// Routes `segments[2] == pullrequests` of repository `index`.
@@ -222,7 +223,9 @@ fn update(state: &mut State, index: usize, req: &Req) -> Response {
                         "TF401192: The pull request was updated by another client; lastMergeSourceCommit does not match the source branch.",
                     );
                 }
-                complete(state, index);
+                if let Err(err) = complete(state, index) {
+                    return super::git::object_failure(&err);
+                }
                 None
             }
             other => {
@@ -255,65 +258,72 @@ pub(crate) fn auto_complete(state: &mut State, index: usize) {
     let pending = super::policy::evaluations(state, pr).iter().any(|evaluation| {
         evaluation["configuration"]["isBlocking"] == json!(true) && evaluation["status"] != json!("approved")
     });
-    if !pending {
-        complete(state, index);
+    if !pending && let Err(err) = complete(state, index) {
+        // Left active: a later PATCH or evaluation tries again.
+        tracing::error!(error = %err, "the Azure DevOps double could not merge a pull request");
     }
 }
 
 /// Merges the pull request (no fast-forward: a merge commit on the target
 /// whose tree is the source's, with the target and the source as parents)
-/// and marks it completed.
-fn complete(state: &mut State, index: usize) {
+/// and marks it completed; `Err` (and nothing changed) when the merge
+/// commit cannot be written.
+fn complete(state: &mut State, index: usize) -> Result<(), ObjectError> {
     let pr = state.pull_requests[index].clone();
     let Some(repository) = state.repositories.iter_mut().find(|r| r.id == pr.repository_id) else {
-        return;
+        return Ok(());
     };
     let (Some(source), Some(target)) = (
         repository.refs.get(&pr.source).cloned(),
         repository.refs.get(&pr.target).cloned(),
     ) else {
-        return;
+        return Ok(());
     };
     let Some(files) = repository.commits.get(&source).map(|c| c.files.clone()) else {
-        return;
+        return Ok(());
     };
     let message = pr
         .completion_options
         .as_ref()
         .and_then(|o| o["mergeCommitMessage"].as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("Merged PR {}: {}", pr.id, pr.title));
-    let signature = json!({ "name": "Bosun Service", "email": "bosun@contoso.example", "date": now() });
+    let at = time::OffsetDateTime::now_utc();
+    let signature = json!({ "name": "Bosun Service", "email": "bosun@contoso.example", "date": date(at) });
     let tree = repository
         .commits
         .get(&source)
         .map(|c| c.tree_id.clone())
         .unwrap_or_default();
-    let id = object_id(&[b"merge", target.as_bytes(), source.as_bytes(), message.as_bytes()]);
+    let parents = vec![target.clone(), source.clone()];
+    let id = repository
+        .objects
+        .commit(&tree, &parents, &message, &signature, &signature, at)?;
     repository.commits.insert(
         id.clone(),
         Commit {
             id: id.clone(),
             tree_id: tree,
-            parents: vec![target.clone(), source.clone()],
+            parents,
             comment: message,
             author: signature.clone(),
             committer: signature,
             files,
         },
     );
-    repository.refs.insert(pr.target.clone(), id.clone());
+    repository.set_ref(&pr.target, Some(&id))?;
     let delete_source = pr
         .completion_options
         .as_ref()
         .is_some_and(|o| o["deleteSourceBranch"] == json!(true));
     if delete_source {
-        repository.refs.remove(&pr.source);
+        repository.set_ref(&pr.source, None)?;
     }
     let pr = &mut state.pull_requests[index];
     pr.status = "completed".to_owned();
     pr.last_merge_source_commit = Some(source);
     pr.last_merge_target_commit = Some(target);
     pr.last_merge_commit = Some(id);
+    Ok(())
 }
 
 /// `POST pullrequests/{id}/statuses`: `state` and `context.name` needed.

@@ -3,11 +3,13 @@
 //! and their runs (builds, timelines, logs, test runs).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::objects::{ObjectError, Objects};
 use super::script::{PipelineScript, RunScript};
 
 /// The id of a commit or a ref that does not exist.
@@ -26,8 +28,9 @@ pub(crate) fn identity() -> Value {
     })
 }
 
-/// A 40-hex object id of `parts` (SHA-256 cut to Git's SHA-1 length: the
-/// ids are deterministic and distinct, not Git's own).
+/// A 40-hex id of `parts` (SHA-256 cut to Git's SHA-1 length) for what is
+/// not a Git object of the repository (items' object ids, merge ids);
+/// commits and trees have Git's own ids ([`Objects`]).
 pub(crate) fn object_id(parts: &[&[u8]]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
@@ -45,7 +48,8 @@ pub(crate) struct Project {
     pub(crate) name: String,
 }
 
-/// A commit: its whole tree (path → bytes) is kept with it.
+/// A commit: its whole tree (path → bytes) is kept with it; `id` and
+/// `tree_id` are the Git objects' ids in the repository's [`Objects`].
 #[derive(Debug, Clone)]
 pub(crate) struct Commit {
     pub(crate) id: String,
@@ -68,6 +72,33 @@ pub(crate) struct Repository {
     /// `refs/heads/main` → commit id.
     pub(crate) refs: BTreeMap<String, String>,
     pub(crate) pushes: u64,
+    /// The bare repository holding every commit, whose refs follow `refs`.
+    pub(crate) objects: Objects,
+}
+
+impl Repository {
+    /// Points ref `name` at commit `id` (deletes it for `None`), in `refs`
+    /// and in the bare repository; the first branch set becomes the
+    /// default branch (and the bare repository's `HEAD`).
+    pub(crate) fn set_ref(&mut self, name: &str, id: Option<&str>) -> Result<(), ObjectError> {
+        let default_branch = match &self.default_branch {
+            None if id.is_some() && name.starts_with("refs/heads/") => Some(name.to_owned()),
+            _ => None,
+        };
+        self.objects.set_ref(name, id, default_branch.as_deref())?;
+        match id {
+            Some(id) => {
+                self.refs.insert(name.to_owned(), id.to_owned());
+            }
+            None => {
+                self.refs.remove(name);
+            }
+        }
+        if default_branch.is_some() {
+            self.default_branch = default_branch;
+        }
+        Ok(())
+    }
 }
 
 /// A pull request.
@@ -142,6 +173,9 @@ pub(crate) struct TestRun {
 pub(crate) struct State {
     pub(crate) organization: String,
     pub(crate) base_url: String,
+    /// Where the repositories' bare Git repositories are made (a directory
+    /// the [`super::DevOpsDouble`] owns and removes).
+    pub(crate) git_root: PathBuf,
     pub(crate) projects: Vec<Project>,
     pub(crate) repositories: Vec<Repository>,
     pub(crate) pull_requests: Vec<PullRequest>,
