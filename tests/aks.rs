@@ -56,9 +56,13 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
     let buildah = std::env::var("BOSUN_TEST_AKS_BUILDAH").is_ok_and(|value| value == "1");
     eprintln!(
         "aks: ACR Tasks builds with {}",
-        if buildah { "buildah, into Debian's docker-registry" } else { "the double's own builder (no RUN)" }
+        if buildah {
+            "buildah, into Debian's docker-registry"
+        } else {
+            "the double's own builder (no RUN)"
+        }
     );
-    let mut cluster = Cluster::new("aks_plain", Faults::default(), buildah, delivery::program_repository);
+    let mut cluster = Cluster::new("aks_plain", Faults::default(), buildah);
     cluster.devops.on_run(delivery::pipeline_run);
     let extra = iac_path(&cluster);
     cluster.start(&extra);
@@ -136,7 +140,7 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
     throttle_then_fail(&faults, acr::SERVICE, "POST", "/scheduleRun");
     throttle_then_fail(&faults, artifacts::SERVICE, "PUT", "/nuget/v2");
     throttle_then_fail(&faults, argocd::SERVICE, "POST", "/sync");
-    let mut cluster = Cluster::new("aks_faults", faults.clone(), false, delivery::program_repository);
+    let mut cluster = Cluster::new("aks_faults", faults.clone(), false);
     // The run stays in progress until the test has killed the monitor.
     cluster.devops.on_run(|run| delivery::pipeline_run(run).held());
     let extra = iac_path(&cluster);

@@ -12,11 +12,12 @@
 //! account and workload identity: Azurite takes Entra tokens only over
 //! HTTPS), a fresh PostgreSQL schema, the Azure doubles for Azure DevOps,
 //! Azure Artifacts (the PAT it takes), ACR (login server and Resource
-//! Manager) and Argo CD (the token it takes), and the Pulumi program's Git
-//! repository (a local bare repository: the Azure DevOps double does not
-//! speak Git's HTTP protocol). A setting a consumer needs that the render
-//! or the overlay does not give therefore fails here, naming the Deployment
-//! and the setting.
+//! Manager) and Argo CD (the token it takes). A setting a consumer needs
+//! that the render or the overlay does not give therefore fails here,
+//! naming the Deployment and the setting. iac-provisioning fetches its
+//! Pulumi program as rendered: from the module's own repository at the
+//! release's commit, over Git's smart HTTP from the Azure DevOps double,
+//! with its workload identity's token.
 //!
 //! Workload identity is not replaced: each pod gets the variables the
 //! webhook injects (its client id, the tenant, a projected token of its
@@ -181,7 +182,6 @@ struct StandIns {
     argocd: String,
     acr_registry: String,
     acr_arm: String,
-    pulumi_program: String,
 }
 
 /// What [`StandIns`] replace, as `(setting, value)`; `None` removes it.
@@ -209,10 +209,6 @@ fn replaced(stand_ins: &StandIns) -> Vec<(&'static str, Option<String>)> {
         ("BOSUN_ARGOCD_TOKEN", Some(ARGOCD_TOKEN.to_owned())),
         ("BOSUN_ACR_ENDPOINT", Some(stand_ins.acr_registry.clone())),
         ("BOSUN_ACR_ARM_ENDPOINT", Some(stand_ins.acr_arm.clone())),
-        (
-            "BOSUN_PULUMI_PROGRAM_REPOSITORY",
-            Some(stand_ins.pulumi_program.clone()),
-        ),
     ]
 }
 
@@ -255,9 +251,25 @@ pub struct Pod {
     env: BTreeMap<String, String>,
     args: Vec<String>,
     dir: PathBuf,
+    /// Whether it was given new ports after a bind failed.
+    rebound: bool,
 }
 
 impl Pod {
+    /// New loopback ports for its ops port and any port in its arguments.
+    fn rebind(&mut self) {
+        self.rebound = true;
+        self.ops = free_port();
+        self.env
+            .insert("BOSUN_OPS_ADDR".into(), format!("127.0.0.1:{}", self.ops));
+        for arg in &mut self.args {
+            if arg.starts_with("127.0.0.1:") {
+                *arg = format!("127.0.0.1:{}", free_port());
+            }
+        }
+        // The failed start's output stays in pod.log, above the next one's.
+    }
+
     fn log(&self) -> PathBuf {
         self.dir.join("pod.log")
     }
@@ -300,11 +312,10 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The stand-ins, with faults from `faults`; `pulumi_program` is the
-    /// Git URL of the Pulumi program repository. No pod runs yet.
+    /// The stand-ins, with faults from `faults`. No pod runs yet.
     /// With `buildah`, ACR Tasks runs build with buildah (real `RUN`, real
     /// base images) into a real registry (Debian's docker-registry).
-    pub fn new(label: &str, faults: Faults, buildah: bool, pulumi_program: impl FnOnce(&Path) -> String) -> Self {
+    pub fn new(label: &str, faults: Faults, buildah: bool) -> Self {
         let azurite = std::env::var("BOSUN_TEST_AZURITE_CONNECTION_STRING")
             .expect("BOSUN_TEST_AZURITE_CONNECTION_STRING: run this under scripts/azurite (scripts/test does)");
         let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -381,7 +392,6 @@ impl Cluster {
             argocd: argocd.base_url(),
             acr_registry: acr.registry_url(),
             acr_arm: acr.base_url(),
-            pulumi_program: pulumi_program(scratch.path()),
         };
         for (name, value) in replaced(&stand_ins) {
             match value {
@@ -493,6 +503,7 @@ impl Cluster {
                 env,
                 args,
                 dir,
+                rebound: false,
             };
             pod.spawn();
             eprintln!("aks: started {} (`bosun {}`)", pod.name, pod.args.join(" "));
@@ -517,11 +528,17 @@ impl Cluster {
             waiting.retain(|&i| {
                 let pod = &mut pods[i];
                 if let Some(status) = pod.child.try_wait().unwrap() {
-                    panic!(
-                        "{} exited ({status}) before it was ready:\n{}",
-                        pod.name,
-                        tail(&pod.log(), 40)
-                    );
+                    let log = tail(&pod.log(), 40);
+                    // A port the test picked was taken by another process
+                    // between picking and binding: pick again, once per pod
+                    // start.
+                    if log.contains("Address already in use") && !pod.rebound {
+                        eprintln!("aks: {} found its port taken; starting it on another", pod.name);
+                        pod.rebind();
+                        pod.spawn();
+                        return true;
+                    }
+                    panic!("{} exited ({status}) before it was ready:\n{log}", pod.name);
                 }
                 let url = format!("http://127.0.0.1:{}/readyz", pod.ops);
                 let ready = runtime
@@ -549,6 +566,7 @@ impl Cluster {
         pod.child.kill().unwrap();
         let status = pod.child.wait().unwrap();
         eprintln!("aks: {name} killed ({status}); restarting it");
+        pod.rebound = false;
         pod.spawn();
         self.wait_ready(vec![index]);
     }

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bosun_azure_doubles::devops::{RunScript, RunStart, ScriptedStep, ScriptedTest};
@@ -185,50 +184,6 @@ pub fn pulumi_updates(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let output = Command::new("git")
-        .args(["-c", "user.name=Platform", "-c", "user.email=platform@contoso.example"])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// The platform team's repository of Pulumi programs: `infra/Pulumi.yaml`
-/// on `main`, as a bare repository; its `file://` URL.
-pub fn program_repository(dir: &Path) -> String {
-    let work = dir.join("programs-work");
-    std::fs::create_dir_all(work.join("infra")).unwrap();
-    std::fs::write(
-        work.join("infra/Pulumi.yaml"),
-        "name: payments\nruntime: yaml\nresources:\n  receipts:\n    type: azure-native:storage:StorageAccount\n",
-    )
-    .unwrap();
-    git(&work, &["init", "--quiet"]);
-    git(&work, &["add", "."]);
-    git(&work, &["commit", "--quiet", "-m", "The payments program"]);
-    let bare = dir.join("programs.git");
-    git(
-        dir,
-        &[
-            "clone",
-            "--quiet",
-            "--bare",
-            work.to_str().unwrap(),
-            bare.to_str().unwrap(),
-        ],
-    );
-    format!("file://{}", bare.display())
-}
-
 /// The sample module's files, its package on the tenant's feed and its
 /// image in the overlay's registry: the multi-stage `Dockerfile` (its
 /// `RUN` builds and tests the service) on `base` when ACR Tasks builds
@@ -248,6 +203,10 @@ fn module_files(registry: &str, base: Option<&str>) -> Vec<Value> {
             file["content"] = Value::String(serde_json::to_string_pretty(&module).unwrap() + "\n");
         }
     }
+    // The module's infrastructure: the Pulumi program iac-provisioning
+    // fetches at the release's commit (`BOSUN_PULUMI_PROGRAM_PATH`, `infra`).
+    files.push(json!({"path": "infra/Pulumi.yaml", "content":
+        "name: payments\nruntime: yaml\nresources:\n  receipts:\n    type: azure-native:storage:StorageAccount\n"}));
     files
 }
 
