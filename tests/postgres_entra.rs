@@ -35,9 +35,6 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
-use azure_core::http::{AsyncRawResponse, ClientOptions, HttpClient, Request, Transport};
 use azure_identity::{ClientAssertionCredentialOptions, WorkloadIdentityCredential, WorkloadIdentityCredentialOptions};
 use bosun::backends::postgres::{OSSRDBMS_SCOPE, PasswordSource, PoolSettings, PostgresDatabase};
 use bosun_azure_doubles::entra::{
@@ -312,28 +309,6 @@ async fn migrate_signs_in_as_the_database_identity_with_its_entra_token() {
     );
 }
 
-/// Sends the credential's https requests to the Entra double over http
-/// (`azure_identity` refuses an authority that is not https; a process
-/// cannot be told to trust the double's certificate from inside).
-#[derive(Debug)]
-struct Loopback {
-    port: u16,
-    inner: Arc<dyn HttpClient>,
-}
-
-#[async_trait]
-impl HttpClient for Loopback {
-    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
-        let mut request = request.clone();
-        let url = request.url_mut();
-        assert_eq!(url.host_str(), Some("login.entra.test"), "only the authority is asked");
-        url.set_scheme("http").unwrap();
-        url.set_host(Some("127.0.0.1")).unwrap();
-        url.set_port(Some(self.port)).unwrap();
-        self.inner.execute_request(&request).await
-    }
-}
-
 #[tokio::test]
 async fn a_new_connection_gets_a_new_token_once_the_old_one_nears_expiry() {
     let (entra, book) = entra(false).await;
@@ -344,16 +319,7 @@ async fn a_new_connection_gets_a_new_token_once_the_old_one_nears_expiry() {
     let scratch = tempfile::tempdir().unwrap();
     let token_file = scratch.path().join("azure-identity-token");
     std::fs::write(&token_file, FederatedToken::new(ISSUER, SERVICE_ACCOUNT).jwt()).unwrap();
-    let mut cloud = CustomConfiguration::default();
-    cloud.authority_host = "https://login.entra.test".into();
-    let client_options = ClientOptions {
-        transport: Some(Transport::new(Arc::new(Loopback {
-            port: entra.running().addr().port(),
-            inner: azure_core::http::new_http_client(None),
-        }))),
-        cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
-        ..ClientOptions::default()
-    };
+    let client_options = bosun_azure_doubles::entra::identity::client_options(&entra);
     let credential: Arc<dyn TokenCredential> =
         WorkloadIdentityCredential::new(Some(WorkloadIdentityCredentialOptions {
             credential_options: ClientAssertionCredentialOptions { client_options },

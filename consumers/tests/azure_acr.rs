@@ -27,10 +27,8 @@ use azure_identity::{ClientSecretCredential, ClientSecretCredentialOptions};
 use bosun_azure_doubles::acr::{self, AcrConfig, AcrDouble};
 use bosun_azure_doubles::entra::{EntraDouble, GrantKind};
 use bosun_azure_doubles::{Auth, Fault, FaultRule, Faults, Journal, TokenBook};
-use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, AcrTasksConfig, acr_build_key, key_tag};
-use bosun_consumers::container_build::azure::{
-    ACR_SCOPE, AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig,
-};
+use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, acr_build_key, key_tag};
+use bosun_consumers::container_build::azure::ACR_SCOPE;
 use bosun_consumers::container_build::{ContainerBuild, image_spec};
 use bosun_consumers::delivery::archive::tar::TarWriter;
 use bosun_consumers::delivery::azure::credential::{FRESH_TOKEN_REFUSED, TokenCredential};
@@ -41,8 +39,7 @@ use bosun_contracts::{Envelope, Message, samples};
 use support::{CLIENT_ID, TENANT_ID, entra_options};
 use uuid::Uuid;
 
-const SUBSCRIPTION: &str = "4385cf00-2d3a-425a-832f-f4285b1c9dce";
-const REGISTRY: &str = "contoso.azurecr.io";
+const SUBSCRIPTION: &str = support::ACR_SUBSCRIPTION;
 const REPOSITORY: &str = "contoso/payments-api";
 
 struct Fixture {
@@ -103,24 +100,7 @@ async fn fixture() -> Fixture {
             artifact.blob = context.clone();
         }
     }
-    let mut registry_config = AzureContainerRegistryConfig::new(
-        REGISTRY,
-        AcrAuth::Entra {
-            tokens: Arc::new(support::refreshing_token(&entra, &token_file, ACR_SCOPE)),
-            tenant: Some(TENANT_ID.into()),
-        },
-    );
-    registry_config.endpoint = Some(acr.registry_url());
-    let registry = AzureContainerRegistry::new(&registry_config, blobs.clone()).unwrap();
-    let mut tasks_config = AcrTasksConfig::new(SUBSCRIPTION, "delivery-rg", "contoso");
-    tasks_config.arm_endpoint = Some(acr.base_url());
-    let tasks = AcrTasks::new(
-        &tasks_config,
-        Arc::new(support::refreshing_token(&entra, &token_file, ARM_SCOPE)),
-        registry,
-        blobs.clone(),
-    )
-    .unwrap();
+    let tasks = support::acr_tasks(&entra, &token_file, &acr, blobs.clone());
     let consumer = ContainerBuild::new(tasks).with_polling(Duration::from_secs(1), Duration::from_secs(4), 5);
     Fixture {
         _dir: dir,

@@ -27,10 +27,7 @@ use std::time::{Duration, Instant};
 use bosun_azure_doubles::acr::{self, AcrConfig, AcrDouble, BuildahConfig, DockerRegistry};
 use bosun_azure_doubles::entra::EntraDouble;
 use bosun_azure_doubles::{Auth, Faults, Journal, TokenBook};
-use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, AcrTasksConfig, acr_build_key, key_tag};
-use bosun_consumers::container_build::azure::{
-    ACR_SCOPE, AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig,
-};
+use bosun_consumers::container_build::acr_tasks::{AcrTasks, acr_build_key, key_tag};
 use bosun_consumers::container_build::{ContainerBuild, image_spec};
 use bosun_consumers::delivery::archive::tar::TarWriter;
 use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
@@ -38,11 +35,9 @@ use bosun_consumers::{Consumer, HandlerError, Inbound, Outcome, Outgoing};
 use bosun_contracts::messages::{ArtifactKind, BuildCompleted, ContainerImageBuilt, PollContainerBuild};
 use bosun_contracts::{Envelope, Message, samples};
 use serde_json::Value;
-use support::TENANT_ID;
 use uuid::Uuid;
 
-const SUBSCRIPTION: &str = "4385cf00-2d3a-425a-832f-f4285b1c9dce";
-const REGISTRY: &str = "contoso.azurecr.io";
+const SUBSCRIPTION: &str = support::ACR_SUBSCRIPTION;
 const REPOSITORY: &str = "contoso/payments-api";
 const NEEDS: &str = "needs buildah and docker-registry: scripts/container-tools (scripts/test runs it)";
 /// The longest a build may take.
@@ -114,24 +109,7 @@ async fn fixture(dockerfile: &str) -> Fixture {
             artifact.blob = context.clone();
         }
     }
-    let mut registry_config = AzureContainerRegistryConfig::new(
-        REGISTRY,
-        AcrAuth::Entra {
-            tokens: Arc::new(support::refreshing_token(&entra, &token_file, ACR_SCOPE)),
-            tenant: Some(TENANT_ID.into()),
-        },
-    );
-    registry_config.endpoint = Some(acr.registry_url());
-    let adapter_registry = AzureContainerRegistry::new(&registry_config, blobs.clone()).unwrap();
-    let mut tasks_config = AcrTasksConfig::new(SUBSCRIPTION, "delivery-rg", "contoso");
-    tasks_config.arm_endpoint = Some(acr.base_url());
-    let tasks = AcrTasks::new(
-        &tasks_config,
-        Arc::new(support::refreshing_token(&entra, &token_file, ARM_SCOPE)),
-        adapter_registry,
-        blobs,
-    )
-    .unwrap();
+    let tasks = support::acr_tasks(&entra, &token_file, &acr, blobs);
     // The test polls on its own clock (below); the consumer must not give
     // up before the build is done.
     let consumer = ContainerBuild::new(tasks).with_polling(Duration::from_secs(1), Duration::from_secs(4), 10_000);

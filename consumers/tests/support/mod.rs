@@ -1,22 +1,26 @@
 //! What the Azure adapter tests share: `azure_identity`'s own
-//! `WorkloadIdentityCredential` against the Entra double.
+//! `WorkloadIdentityCredential` against the Entra double, and bosun's ACR
+//! Tasks adapter assembled against the ACR double.
 //!
-//! `azure_identity` 1.0 refuses an authority host that is not https
-//! (`get_authority_host`), so the credential is given a custom cloud
-//! (`https://login.entra.test`) and a transport that sends its requests to
-//! the double's loopback port over http: every other line of the
-//! credential (reading the token file, the form, parsing the answer,
-//! caching) is Microsoft's.
+//! The credential reaches the double through the client options of
+//! `bosun_azure_doubles::entra::identity` (an https authority name, a
+//! loopback transport).
+
+#![allow(dead_code)] // each test binary uses its part
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
-use azure_core::http::{AsyncRawResponse, ClientOptions, HttpClient, Request, Transport};
+use azure_core::http::ClientOptions;
 use azure_identity::{ClientAssertionCredentialOptions, WorkloadIdentityCredential, WorkloadIdentityCredentialOptions};
+use bosun_azure_doubles::acr::AcrDouble;
 use bosun_azure_doubles::entra::{self, EntraDouble, FederatedCredential, FederatedToken};
+use bosun_consumers::container_build::acr_tasks::{ARM_SCOPE, AcrTasks, AcrTasksConfig};
+use bosun_consumers::container_build::azure::{
+    ACR_SCOPE, AcrAuth, AzureContainerRegistry, AzureContainerRegistryConfig,
+};
 use bosun_consumers::delivery::azure::credential::{CredentialError, RefreshingToken, TokenCredential};
+use bosun_consumers::delivery::blob::BlobStore;
 
 /// The Entra tenant of the tests' identity.
 pub const TENANT_ID: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
@@ -27,40 +31,10 @@ pub const ISSUER: &str = "https://oidc.prod-aks.azure.com/cluster/";
 /// The service account the federated credential trusts.
 pub const SUBJECT: &str = "system:serviceaccount:bosun:bosun";
 
-/// Sends the credential's https requests to the Entra double over http.
-#[derive(Debug)]
-struct Loopback {
-    port: u16,
-    inner: Arc<dyn HttpClient>,
-}
-
-#[async_trait]
-impl HttpClient for Loopback {
-    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
-        let mut request = request.clone();
-        let url = request.url_mut();
-        assert_eq!(url.host_str(), Some("login.entra.test"), "only the authority is asked");
-        url.set_scheme("http").unwrap();
-        url.set_host(Some("127.0.0.1")).unwrap();
-        url.set_port(Some(self.port)).unwrap();
-        self.inner.execute_request(&request).await
-    }
-}
-
-/// `azure_identity`'s client options for the Entra double: a custom cloud
-/// whose authority host is `https://login.entra.test`, and the
-/// [`Loopback`] transport.
+/// `azure_identity`'s client options for the Entra double
+/// ([`bosun_azure_doubles::entra::identity`]).
 pub fn entra_options(entra: &EntraDouble) -> ClientOptions {
-    let mut cloud = CustomConfiguration::default();
-    cloud.authority_host = "https://login.entra.test".into();
-    ClientOptions {
-        transport: Some(Transport::new(Arc::new(Loopback {
-            port: entra.running().addr().port(),
-            inner: azure_core::http::new_http_client(None),
-        }))),
-        cloud: Some(Arc::new(CloudConfiguration::Custom(cloud))),
-        ..ClientOptions::default()
-    }
+    entra::identity::client_options(entra)
 }
 
 /// Registers the tests' workload identity with `entra` (a federated
@@ -107,6 +81,35 @@ pub fn refreshing_token(entra: &EntraDouble, token_file: &Path, scope: &str) -> 
                 .map_err(|err| CredentialError(format!("workload identity: {err}")))
         },
         scope,
+    )
+    .unwrap()
+}
+
+/// The ACR double's subscription and resource group in the tests.
+pub const ACR_SUBSCRIPTION: &str = "4385cf00-2d3a-425a-832f-f4285b1c9dce";
+/// The registry's login server (`contoso` in `delivery-rg`).
+pub const ACR_REGISTRY: &str = "contoso.azurecr.io";
+
+/// bosun's ACR Tasks adapter against `acr`, as the runtime assembles it:
+/// the registry at the double's login server and ARM at the double's, each
+/// with workload-identity tokens (from `token_file`) for its scope.
+pub fn acr_tasks(entra: &EntraDouble, token_file: &Path, acr: &AcrDouble, blobs: Arc<dyn BlobStore>) -> AcrTasks {
+    let mut registry_config = AzureContainerRegistryConfig::new(
+        ACR_REGISTRY,
+        AcrAuth::Entra {
+            tokens: Arc::new(refreshing_token(entra, token_file, ACR_SCOPE)),
+            tenant: Some(TENANT_ID.into()),
+        },
+    );
+    registry_config.endpoint = Some(acr.registry_url());
+    let registry = AzureContainerRegistry::new(&registry_config, Arc::clone(&blobs)).unwrap();
+    let mut tasks_config = AcrTasksConfig::new(ACR_SUBSCRIPTION, "delivery-rg", "contoso");
+    tasks_config.arm_endpoint = Some(acr.base_url());
+    AcrTasks::new(
+        &tasks_config,
+        Arc::new(refreshing_token(entra, token_file, ARM_SCOPE)),
+        registry,
+        blobs,
     )
     .unwrap()
 }

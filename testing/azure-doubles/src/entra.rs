@@ -44,6 +44,7 @@
 //! double's token lifetime ([`EntraDouble::set_token_lifetime`]), so the
 //! other doubles accept it until then, and a test can make tokens expire.
 
+pub mod identity;
 mod jwt;
 
 use std::collections::HashMap;

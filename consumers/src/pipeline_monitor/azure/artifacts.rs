@@ -9,7 +9,7 @@
 //!    artifacts of other names (the module's own `drop` ...) are left
 //!    where they are;
 //! 2. each wanted artifact is downloaded from its `downloadUrl` as a zip
-//!    ([`AzureDevOpsClient::download`]: only from Azure DevOps hosts, with
+//!    ([`AzureDevOpsClient::download`](crate::delivery::azure::devops::AzureDevOpsClient::download): only from Azure DevOps hosts, with
 //!    the adapter's credential), whose entries are the artifact's files
 //!    under a folder of its name;
 //! 3. the files become a tar as the local runner makes one (names sorted,
