@@ -71,8 +71,8 @@ fn every_deployment_starts_and_the_pods_carry_a_delivery_to_gitops_synced() {
         started.elapsed().as_secs_f64()
     );
 
-    let correlation = delivery::send_delivery(&mut cluster);
-    delivery::wait_for(&mut cluster, &correlation, "GitOpsSynced", |_, _| {});
+    let correlation = delivery::send_delivery(&cluster);
+    delivery::wait_for(&cluster, &correlation, "GitOpsSynced", 1, delivery::DELIVERY_WITHIN);
     eprintln!("aks: delivered in {:.1}s", started.elapsed().as_secs_f64());
     delivery::assert_done_once(&cluster, &correlation);
     // Each pod used its own workload identity.
@@ -150,8 +150,14 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
         started.elapsed().as_secs_f64()
     );
 
-    let correlation = delivery::send_delivery(&mut cluster);
-    delivery::wait_for(&mut cluster, &correlation, "PipelineRunStarted", |_, _| {});
+    let correlation = delivery::send_delivery(&cluster);
+    delivery::wait_for(
+        &cluster,
+        &correlation,
+        "PipelineRunStarted",
+        1,
+        delivery::DELIVERY_WITHIN,
+    );
     // The monitor has a poll of the run in flight: kill it, start it
     // again, and let the run finish.
     std::thread::sleep(std::time::Duration::from_secs(3));
@@ -160,7 +166,7 @@ fn through_faults_and_a_sigkilled_consumer_the_delivery_completes_once() {
     let runs = cluster.devops.runs(&project);
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert!(cluster.devops.finish_run(runs[0].id));
-    delivery::wait_for(&mut cluster, &correlation, "GitOpsSynced", |_, _| {});
+    delivery::wait_for(&cluster, &correlation, "GitOpsSynced", 1, delivery::DELIVERY_WITHIN);
     eprintln!(
         "aks: delivered through faults in {:.1}s",
         started.elapsed().as_secs_f64()

@@ -28,7 +28,7 @@ pub const IMAGE: &str = "contoso/payments-api";
 pub const APPLICATION: &str = "contoso.dev";
 
 /// How long the whole delivery may take once sent.
-const DELIVERY_WITHIN: Duration = Duration::from_secs(300);
+pub const DELIVERY_WITHIN: Duration = Duration::from_secs(300);
 
 /// A pipeline run as Azure Pipelines would make it of the YAML bosun
 /// generated, at the commit it runs: its steps by display name, a passing
@@ -225,23 +225,17 @@ pub fn message_counts(cluster: &Cluster, correlation: &str) -> BTreeMap<String, 
     counts
 }
 
-/// Waits until the delivery has a handled `message_type`, showing
-/// progress; `during` runs on each look (a test's faults, a kill).
-pub fn wait_for(
-    cluster: &mut Cluster,
-    correlation: &str,
-    message_type: &str,
-    mut during: impl FnMut(&mut Cluster, &BTreeMap<String, usize>),
-) {
+/// Waits until the delivery has `at_least` handled `message_type`s,
+/// showing progress; after `within`, fails with every pod's output.
+pub fn wait_for(cluster: &Cluster, correlation: &str, message_type: &str, at_least: usize, within: Duration) {
     let started = Instant::now();
     let mut shown = Instant::now();
     loop {
         let counts = message_counts(cluster, correlation);
-        if counts.contains_key(message_type) {
+        if counts.get(message_type).copied().unwrap_or(0) >= at_least {
             eprintln!("aks: {message_type} after {:.1}s", started.elapsed().as_secs_f64());
             return;
         }
-        during(cluster, &counts);
         if shown.elapsed() > Duration::from_secs(10) {
             eprintln!(
                 "aks: waiting for {message_type} ({:.0}s): {}",
@@ -250,14 +244,14 @@ pub fn wait_for(
             );
             shown = Instant::now();
         }
-        if started.elapsed() > DELIVERY_WITHIN {
+        if started.elapsed() > within {
             let mut logs = String::new();
             for pod in &cluster.pods {
                 logs.push_str(&format!("\n--- {} ---\n{}", pod.name, cluster.pod_log(&pod.name, 15)));
             }
             let kept = cluster.keep_logs();
             panic!(
-                "no {message_type} within {DELIVERY_WITHIN:?}; the delivery has {counts:?} (every pod's output is in {}){logs}",
+                "no {at_least} {message_type} within {within:?}; the delivery has {counts:?} (every pod's output is in {}){logs}",
                 kept.display()
             );
         }
@@ -265,11 +259,23 @@ pub fn wait_for(
     }
 }
 
+/// `bosun send MESSAGE_TYPE` of the tenant with `payload`, in the
+/// delivery `correlation` (a new one when `None`); the delivery's
+/// correlation id.
+fn send(cluster: &Cluster, message_type: &str, correlation: Option<&str>, payload: &Value) -> String {
+    let payload = payload.to_string();
+    let mut args = vec!["send", message_type, "--tenant", TENANT, "--payload", &payload];
+    if let Some(correlation) = correlation {
+        args.extend(["--correlation-id", correlation]);
+    }
+    cluster.bosun_json(&args)["correlationId"].as_str().unwrap().to_owned()
+}
+
 /// Sends the delivery's commands as an agent would: the module's and the
 /// environments' repositories, an initial commit, then the module on a
 /// feature branch with a pull request into `main`. Returns the delivery's
 /// correlation id once the last command is sent.
-pub fn send_delivery(cluster: &mut Cluster) -> String {
+pub fn send_delivery(cluster: &Cluster) -> String {
     // The platform team's part: the tenant's Argo CD application and
     // Azure Artifacts feed exist before the first delivery.
     cluster
@@ -285,70 +291,43 @@ pub fn send_delivery(cluster: &mut Cluster) -> String {
         .unwrap();
     cluster.artifacts.create_feed(None, FEED);
 
-    let sent = cluster.bosun_json(&[
-        "send",
+    let correlation = send(
+        cluster,
         "ProvisionRepository",
-        "--tenant",
-        TENANT,
-        "--payload",
-        &json!({"name": REPOSITORY, "defaultBranch": "main"}).to_string(),
-    ]);
-    let correlation = sent["correlationId"].as_str().unwrap().to_owned();
-    cluster.bosun_json(&[
-        "send",
+        None,
+        &json!({"name": REPOSITORY, "defaultBranch": "main"}),
+    );
+    send(
+        cluster,
         "ProvisionRepository",
-        "--tenant",
-        TENANT,
-        "--correlation-id",
+        Some(&correlation),
+        &json!({"name": ENVIRONMENTS, "defaultBranch": "main"}),
+    );
+    wait_for(
+        cluster,
         &correlation,
-        "--payload",
-        &json!({"name": ENVIRONMENTS, "defaultBranch": "main"}).to_string(),
-    ]);
-    let provisioned = |cluster: &Cluster| {
-        message_counts(cluster, &correlation)
-            .get("RepositoryProvisioned")
-            .copied()
-            .unwrap_or(0)
-            >= 2
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !provisioned(cluster) {
-        assert!(
-            Instant::now() < deadline,
-            "the repositories were not provisioned within 60 s:\n{}",
-            cluster.pod_log("bosun-repository-provisioning", 30)
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    eprintln!("aks: repositories {REPOSITORY} and {ENVIRONMENTS} provisioned");
-    cluster.bosun_json(&[
-        "send",
+        "RepositoryProvisioned",
+        2,
+        Duration::from_secs(60),
+    );
+    send(
+        cluster,
         "CreateCommit",
-        "--tenant",
-        TENANT,
-        "--correlation-id",
-        &correlation,
-        "--payload",
+        Some(&correlation),
         &json!({"repository": REPOSITORY, "branch": "main", "message": "Initial commit",
-                "files": [{"path": "README.md", "content": "# payments-api\n"}]})
-        .to_string(),
-    ]);
-    wait_for(cluster, &correlation, "CommitCreated", |_, _| {});
+                "files": [{"path": "README.md", "content": "# payments-api\n"}]}),
+    );
+    wait_for(cluster, &correlation, "CommitCreated", 1, DELIVERY_WITHIN);
     let registry = cluster.pod_env["BOSUN_ACR_REGISTRY"].clone();
-    cluster.bosun_json(&[
-        "send",
+    let base = cluster.registry.as_ref().map(|(_, base)| base.as_str());
+    send(
+        cluster,
         "CreateCommit",
-        "--tenant",
-        TENANT,
-        "--correlation-id",
-        &correlation,
-        "--payload",
+        Some(&correlation),
         &json!({"repository": REPOSITORY, "branch": "feature/payments-api", "baseBranch": "main",
-                "message": "Add the payments service",
-                "files": module_files(&registry, cluster.registry.as_ref().map(|(_, base)| base.as_str())),
-                "pullRequestTarget": "main"})
-        .to_string(),
-    ]);
+                "message": "Add the payments service", "files": module_files(&registry, base),
+                "pullRequestTarget": "main"}),
+    );
     correlation
 }
 
