@@ -21,7 +21,7 @@ use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::settle::{Settle, StoreThenSettle};
-use crate::ports::store::{AccessStore, ProcessRecord, Store, StoreError};
+use crate::ports::store::{AccessStore, PolicyStore, ProcessRecord, Store, StoreError};
 use crate::ports::transport::{Broker, Transport, TransportError};
 use crate::runtime::config::{ServiceBusSettings, Settings, StoreKind, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
@@ -95,6 +95,17 @@ pub enum StartError {
     DatabaseCredential(#[source] bosun_consumers::delivery::azure::credential::CredentialError),
 }
 
+/// The store's concerns as [`Backends::open`] opens them, one store
+/// behind each: everything the host uses, the front door's, the release
+/// policies, and the PostgreSQL store itself when that is the one (its
+/// transport may share its pool).
+type StoreParts = (
+    Arc<dyn Store>,
+    Arc<dyn AccessStore>,
+    Arc<dyn PolicyStore>,
+    Option<PostgresStore>,
+);
+
 /// The transport and store chosen by the settings.
 #[derive(Clone)]
 pub struct Backends {
@@ -109,6 +120,9 @@ pub struct Backends {
     pub settle: Arc<dyn Settle>,
     /// API keys and HTTP idempotency (same database as the store).
     pub access: Arc<dyn AccessStore>,
+    /// Each tenant's release policy, versioned and append-only (same
+    /// database as the store).
+    pub policies: Arc<dyn PolicyStore>,
     /// The blob store and when payloads go there.
     pub claim_check: ClaimCheck,
     /// The transport's `messaging.system`, for the spans of what is sent.
@@ -153,19 +167,18 @@ impl Backends {
             path: settings.data_dir.clone(),
             source,
         })?;
-        let (store, access, postgres): (Arc<dyn Store>, Arc<dyn AccessStore>, Option<PostgresStore>) =
-            match settings.store_kind() {
-                StoreKind::Sqlite(path) => {
-                    let store = Arc::new(SqliteStore::open(&path)?.with_timeline_fallback(settings.poll_interval));
-                    (store.clone(), store, None)
-                }
-                StoreKind::Postgres(url) => {
-                    let store = PostgresStore::new(open_database(url.expose(), settings, pool(settings)).await?);
-                    store.check_schema().await?;
-                    let shared = Arc::new(store.clone());
-                    (shared.clone(), shared, Some(store))
-                }
-            };
+        let (store, access, policies, postgres): StoreParts = match settings.store_kind() {
+            StoreKind::Sqlite(path) => {
+                let store = Arc::new(SqliteStore::open(&path)?.with_timeline_fallback(settings.poll_interval));
+                (store.clone(), store.clone(), store, None)
+            }
+            StoreKind::Postgres(url) => {
+                let store = PostgresStore::new(open_database(url.expose(), settings, pool(settings)).await?);
+                store.check_schema().await?;
+                let shared = Arc::new(store.clone());
+                (shared.clone(), shared.clone(), shared, Some(store))
+            }
+        };
         let (transport, atomic_settle): (Arc<dyn Broker>, Option<Arc<dyn Settle>>) = match settings.transport {
             TransportKind::Embedded => (
                 Arc::new(EmbeddedTransport::open(
@@ -228,6 +241,7 @@ impl Backends {
             store,
             settle,
             access,
+            policies,
             claim_check,
             messaging_system: telemetry::messaging_system(settings.transport),
             wire: settings.message_versions.wire(),

@@ -1,4 +1,5 @@
-//! The store behaviour suite: what every [`Store`] (and [`AccessStore`]) must do.
+//! The store behaviour suite: what every [`Store`] (and [`AccessStore`],
+//! and [`PolicyStore`]) must do.
 //!
 //! Test code only (this module is compiled under `cfg(test)`), and over
 //! 800 lines on purpose: it is the definition of a correct store, read top to
@@ -15,8 +16,9 @@ use uuid::Uuid;
 
 use crate::ports::store::{
     AcceptedCommand, AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord,
-    DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, Pruned,
-    ReplayRecord, RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
+    DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, PolicyStore,
+    Pruned, ReleasePolicyRecord, ReplayRecord, RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError,
+    TimelineEntry, TimelineStatus,
 };
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
@@ -115,7 +117,7 @@ fn at(offset_ms: u64) -> OffsetDateTime {
 /// Runs every behaviour against fresh stores made by `make`.
 pub(crate) async fn run_all<S, F, Fut>(make: F)
 where
-    S: Store + AccessStore + Clone + 'static,
+    S: Store + AccessStore + PolicyStore + Clone + 'static,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
@@ -142,6 +144,10 @@ where
     replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
     replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
     ended_replay_jobs_go_with_the_timelines_retention(&make().await).await;
+    a_first_release_policy_is_version_one_and_a_stale_put_is_refused(&make().await).await;
+    release_policy_history_is_oldest_first_and_outlives_retention(&make().await).await;
+    release_policies_stay_in_their_tenant(&make().await).await;
+    concurrent_release_policy_puts_have_one_winner(make().await).await;
 }
 
 async fn idempotency_record_is_written_once<S: Store>(store: &S) {
@@ -1600,4 +1606,232 @@ async fn ended_replay_jobs_go_with_the_timelines_retention<S: Store + AccessStor
         "a running job is never pruned"
     );
     assert_eq!(store.prune(&retention(100), now).await.unwrap().replay_jobs, 0);
+}
+
+// -- release policies --------------------------------------------------------
+
+/// Puts `document` as `tenant`'s next version over `expected`, by alice,
+/// `offset_ms` after [`at`].
+async fn put_policy<S: PolicyStore>(
+    store: &S,
+    tenant: &str,
+    document: serde_json::Value,
+    expected: Option<u64>,
+    offset_ms: u64,
+) -> Result<ReleasePolicyRecord, StoreError> {
+    store
+        .put_release_policy(
+            tenant,
+            &document,
+            "cli:alice",
+            Some("tighten prod"),
+            expected,
+            at(offset_ms),
+        )
+        .await
+}
+
+/// The refusal a put over `expected` gets when the tenant is at `found`.
+fn assert_policy_changed(
+    refused: Result<ReleasePolicyRecord, StoreError>,
+    tenant: &str,
+    expected: Option<u64>,
+    found: Option<u64>,
+) {
+    match refused {
+        Err(StoreError::PolicyChanged {
+            tenant: refused_tenant,
+            expected: refused_expected,
+            found: refused_found,
+        }) => assert_eq!(
+            (refused_tenant.as_str(), refused_expected, refused_found),
+            (tenant, expected, found)
+        ),
+        other => panic!("expected PolicyChanged over {expected:?} (at {found:?}), got {other:?}"),
+    }
+}
+
+async fn a_first_release_policy_is_version_one_and_a_stale_put_is_refused<S: PolicyStore>(store: &S) {
+    assert_eq!(store.release_policy("contoso").await.unwrap(), None);
+    assert!(store.release_policy_history("contoso").await.unwrap().is_empty());
+
+    let document = json!({"environments": ["dev", "prod"], "prod": {"approvals": 2}});
+    let first = put_policy(store, "contoso", document.clone(), None, 0).await.unwrap();
+    assert_eq!(
+        first,
+        ReleasePolicyRecord {
+            tenant_id: "contoso".into(),
+            version: 1,
+            document,
+            changed_by: "cli:alice".into(),
+            changed_at: at(0),
+            reason: Some("tighten prod".into()),
+        }
+    );
+    assert_eq!(store.release_policy("contoso").await.unwrap(), Some(first.clone()));
+
+    // A writer who read no policy, once there is one.
+    let refused = put_policy(store, "contoso", json!({"v": "late"}), None, 1000).await;
+    let Err(err) = &refused else {
+        panic!("a put over no version stored over version 1: {refused:?}");
+    };
+    assert_eq!(err.next_step(), crate::ports::error::NextStep::Retry, "{err}");
+    assert!(err.to_string().contains("read it again and retry"), "{err}");
+    assert_policy_changed(refused, "contoso", None, Some(1));
+
+    // The next version, without a reason, by another changer.
+    let second = store
+        .put_release_policy("contoso", &json!({"v": 2}), "key:k1", None, Some(1), at(2000))
+        .await
+        .unwrap();
+    assert_eq!((second.version, second.reason.as_deref()), (2, None));
+    assert_eq!(second.changed_by, "key:k1");
+
+    // A stale version (read before the second), and one that was never stored.
+    assert_policy_changed(
+        put_policy(store, "contoso", json!({"v": "stale"}), Some(1), 3000).await,
+        "contoso",
+        Some(1),
+        Some(2),
+    );
+    assert_policy_changed(
+        put_policy(store, "contoso", json!({"v": "ahead"}), Some(7), 3000).await,
+        "contoso",
+        Some(7),
+        Some(2),
+    );
+    // Refused puts stored nothing.
+    assert_eq!(store.release_policy_history("contoso").await.unwrap(), [first, second.clone()]);
+    assert_eq!(store.release_policy("contoso").await.unwrap(), Some(second));
+}
+
+async fn release_policy_history_is_oldest_first_and_outlives_retention<S: Store + PolicyStore>(store: &S) {
+    let mut stored = Vec::new();
+    let mut expected = None;
+    for n in 1..=4u64 {
+        let record = put_policy(store, "contoso", json!({"n": n}), expected, n * 1000)
+            .await
+            .unwrap();
+        assert_eq!(record.version, n);
+        expected = Some(record.version);
+        stored.push(record);
+    }
+    let history = store.release_policy_history("contoso").await.unwrap();
+    assert_eq!(history, stored);
+    assert_eq!(
+        history.iter().map(|record| record.version).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert_eq!(store.release_policy("contoso").await.unwrap().as_ref(), stored.last());
+
+    // Retention never prunes a policy version, however old.
+    let long_after = at(0) + DAY * 3650;
+    store.prune(&retention(1), long_after).await.unwrap();
+    store
+        .prune(
+            &RetentionPolicy {
+                handled: Some(Duration::ZERO),
+                outbox_sent: Some(Duration::ZERO),
+                timeline: Some(Duration::ZERO),
+                finished_sagas: Some(Duration::ZERO),
+                ..retention(1000)
+            },
+            long_after,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.release_policy_history("contoso").await.unwrap(), stored);
+}
+
+async fn release_policies_stay_in_their_tenant<S: PolicyStore>(store: &S) {
+    let contoso = put_policy(store, "contoso", json!({"of": "contoso"}), None, 0)
+        .await
+        .unwrap();
+    let contoso = vec![
+        contoso.clone(),
+        put_policy(store, "contoso", json!({"of": "contoso", "n": 2}), Some(1), 1000)
+            .await
+            .unwrap(),
+    ];
+    // Another tenant's versions start at 1 and count on their own, whatever
+    // contoso's are; a tenant whose id begins with another's is another.
+    let fabrikam = put_policy(store, "fabrikam", json!({"of": "fabrikam"}), None, 2000)
+        .await
+        .unwrap();
+    assert_eq!(fabrikam.version, 1);
+    let prefixed = put_policy(store, "contoso-eu", json!({"of": "contoso-eu"}), None, 3000)
+        .await
+        .unwrap();
+    assert_eq!(prefixed.version, 1);
+    // contoso's version is no answer for fabrikam.
+    assert_policy_changed(
+        put_policy(store, "fabrikam", json!({"of": "fabrikam"}), Some(2), 4000).await,
+        "fabrikam",
+        Some(2),
+        Some(1),
+    );
+
+    assert_eq!(store.release_policy_history("contoso").await.unwrap(), contoso);
+    assert_eq!(
+        store.release_policy_history("fabrikam").await.unwrap(),
+        [fabrikam.clone()]
+    );
+    assert_eq!(store.release_policy_history("contoso-eu").await.unwrap(), [prefixed]);
+    assert_eq!(store.release_policy("contoso").await.unwrap().as_ref(), contoso.last());
+    assert_eq!(store.release_policy("fabrikam").await.unwrap(), Some(fabrikam));
+    assert_eq!(store.release_policy("northwind").await.unwrap(), None);
+    assert!(store.release_policy_history("northwind").await.unwrap().is_empty());
+    assert!(store.release_policy_history("").await.unwrap().is_empty());
+}
+
+/// Puts `writers` versions of contoso's policy over `expected` at once,
+/// from as many tasks; returns each writer's number and answer.
+async fn put_policies_concurrently<S: PolicyStore + Clone + 'static>(
+    store: &S,
+    expected: Option<u64>,
+    writers: u64,
+) -> Vec<(u64, Result<ReleasePolicyRecord, StoreError>)> {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(usize::try_from(writers).unwrap()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for writer in 0..writers {
+        let (store, start) = (store.clone(), std::sync::Arc::clone(&start));
+        tasks.spawn(async move {
+            start.wait().await;
+            let put = put_policy(&store, "contoso", json!({"writer": writer}), expected, writer).await;
+            (writer, put)
+        });
+    }
+    tasks.join_all().await
+}
+
+/// Exactly one put won, with the version over `expected`; every other was
+/// refused naming that version. Returns the winner's record.
+fn assert_one_policy_winner(
+    puts: Vec<(u64, Result<ReleasePolicyRecord, StoreError>)>,
+    expected: Option<u64>,
+) -> ReleasePolicyRecord {
+    let version = expected.map_or(1, |expected| expected + 1);
+    let described = format!("{puts:?}");
+    let (won, refused): (Vec<_>, Vec<_>) = puts.into_iter().partition(|(_, put)| put.is_ok());
+    assert_eq!(won.len(), 1, "{described}");
+    let Some((writer, Ok(winner))) = won.into_iter().next() else {
+        panic!("no winner: {described}");
+    };
+    assert_eq!(winner.version, version, "{described}");
+    assert_eq!(winner.document, json!({"writer": writer}), "{described}");
+    for (_, put) in refused {
+        assert_policy_changed(put, "contoso", expected, Some(version));
+    }
+    winner
+}
+
+async fn concurrent_release_policy_puts_have_one_winner<S: PolicyStore + Clone + 'static>(store: S) {
+    let first = assert_one_policy_winner(put_policies_concurrently(&store, None, 8).await, None);
+    let second = assert_one_policy_winner(put_policies_concurrently(&store, Some(1), 8).await, Some(1));
+    // Two writers exactly, the brief's case.
+    let third = assert_one_policy_winner(put_policies_concurrently(&store, Some(2), 2).await, Some(2));
+    assert_eq!(
+        store.release_policy_history("contoso").await.unwrap(),
+        [first, second, third]
+    );
 }

@@ -1,6 +1,7 @@
 //! What each store operation is doing, as its errors name it
 //! ([`StoreError::doing`](super::StoreError::doing)): one function per
-//! [`Store`](super::Store) and [`AccessStore`](super::AccessStore) method,
+//! [`Store`](super::Store), [`AccessStore`](super::AccessStore) and
+//! [`PolicyStore`](super::PolicyStore) method,
 //! written once for every backend.
 
 use bosun_contracts::Destination;
@@ -222,3 +223,21 @@ pub(crate) const HEARTBEAT: &str = "recording this process in the fleet";
 
 /// [`AdminStore::fleet`](super::AdminStore::fleet).
 pub(crate) const FLEET: &str = "listing the fleet of processes";
+
+/// [`PolicyStore::put_release_policy`](super::PolicyStore::put_release_policy).
+pub(crate) fn put_release_policy(tenant_id: &str, expected: Option<u64>) -> String {
+    match expected {
+        Some(version) => format!("storing the release policy of tenant {tenant_id} over version {version}"),
+        None => format!("storing the first release policy of tenant {tenant_id}"),
+    }
+}
+
+/// [`PolicyStore::release_policy`](super::PolicyStore::release_policy).
+pub(crate) fn release_policy(tenant_id: &str) -> String {
+    format!("reading the release policy of tenant {tenant_id}")
+}
+
+/// [`PolicyStore::release_policy_history`](super::PolicyStore::release_policy_history).
+pub(crate) fn release_policy_history(tenant_id: &str) -> String {
+    format!("reading the release policy history of tenant {tenant_id}")
+}

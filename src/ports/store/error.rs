@@ -19,6 +19,22 @@ pub enum StoreError {
         /// Version in the store.
         found: i64,
     },
+    /// A tenant's release policy changed since the writer read it (another
+    /// writer stored a version in between): nothing was stored; read the
+    /// policy again, re-apply the change and retry.
+    #[error(
+        "release policy of tenant {tenant} is at version {}, expected {}: another writer changed it; read it again and retry",
+        policy_version(*.found),
+        policy_version(*.expected)
+    )]
+    PolicyChanged {
+        /// The tenant.
+        tenant: String,
+        /// The version the writer read (`None`: it read none).
+        expected: Option<u64>,
+        /// The version in the store (`None`: there is none).
+        found: Option<u64>,
+    },
     /// No record with that id.
     #[error("no {what} `{id}`")]
     NotFound {
@@ -105,7 +121,7 @@ impl StoreError {
     /// What the work that met this error should do next.
     pub fn next_step(&self) -> NextStep {
         match self {
-            Self::SagaConflict { .. } | Self::Unavailable { .. } => NextStep::Retry,
+            Self::SagaConflict { .. } | Self::PolicyChanged { .. } | Self::Unavailable { .. } => NextStep::Retry,
             Self::NotFound { .. } | Self::Ambiguous { .. } | Self::Corrupt { .. } | Self::Unencodable { .. } => {
                 NextStep::DeadLetter
             }
@@ -157,6 +173,11 @@ impl StoreError {
             other => other,
         }
     }
+}
+
+/// A release policy's version as [`StoreError::PolicyChanged`] names it.
+fn policy_version(version: Option<u64>) -> String {
+    version.map_or_else(|| "none".to_owned(), |version| version.to_string())
 }
 
 /// What to tell an operator whose database a newer bosun migrated past

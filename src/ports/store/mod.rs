@@ -7,8 +7,9 @@
 //! original bytes), [`TimelineStore`] (what happened to each message of a
 //! correlation id), [`DeliveryStore`] (how each delivery started),
 //! [`AdminStore`] (the schema check, retention and the fleet of processes), and beside them
-//! [`AccessStore`] (API keys, HTTP idempotency) and [`ReplayJobStore`]
-//! (bulk replay jobs). [`Store`] is all of the first seven; a part of
+//! [`AccessStore`] (API keys, HTTP idempotency), [`ReplayJobStore`]
+//! (bulk replay jobs) and [`PolicyStore`] (each tenant's release policy,
+//! versioned and append-only). [`Store`] is all of the first seven; a part of
 //! bosun takes the traits it uses. A backend implements each trait in the
 //! file that holds that concern's SQL.
 //!
@@ -21,7 +22,8 @@
 //! What the trait reads and writes is declared beside it, one file per
 //! kind of record: `writes.rs` (what a settlement or an accepted command
 //! writes), `sagas.rs`, `timeline.rs`, `dead_letters.rs`, `access.rs` (with
-//! [`AccessStore`]), `retention.rs`, `jobs.rs` (with [`ReplayJobStore`]).
+//! [`AccessStore`]), `retention.rs`, `jobs.rs` (with [`ReplayJobStore`]),
+//! `policies.rs` (with [`PolicyStore`]).
 //!
 //! The implementations live with their technology under
 //! [`crate::backends`]: SQLite (the default, a file under the data
@@ -49,6 +51,7 @@ pub use watch::{TimelineWait, TimelineWatch, Woken};
 mod access;
 mod dead_letters;
 mod fleet;
+mod policies;
 mod retention;
 mod sagas;
 mod timeline;
@@ -57,6 +60,7 @@ mod writes;
 pub use access::*;
 pub use dead_letters::*;
 pub use fleet::*;
+pub use policies::*;
 pub use retention::*;
 pub use sagas::*;
 pub use timeline::*;

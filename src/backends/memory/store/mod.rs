@@ -17,8 +17,9 @@
 //! retries), `sagas` ([`SagaStore`]), `outbox` ([`OutboxStore`]),
 //! `dead_letters` ([`DeadLetterStore`]), `timeline` ([`TimelineStore`] and
 //! [`DeliveryStore`]), `retention` ([`AdminStore`]), `access`
-//! ([`AccessStore`]: API keys, HTTP idempotency) and `jobs`
-//! ([`ReplayJobStore`]).
+//! ([`AccessStore`]: API keys, HTTP idempotency), `jobs`
+//! ([`ReplayJobStore`]) and `policies` ([`PolicyStore`]: each tenant's
+//! release policy, append-only).
 //!
 //! What only a durable store can show, this one does not pretend to: there
 //! is no schema to check ([`AdminStore::check_schema`] answers Ok), no
@@ -38,6 +39,7 @@
 //! [`AdminStore::check_schema`]: crate::ports::store::AdminStore::check_schema
 //! [`AccessStore`]: crate::ports::store::AccessStore
 //! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
+//! [`PolicyStore`]: crate::ports::store::PolicyStore
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -52,6 +54,7 @@ mod dead_letters;
 mod handled;
 mod jobs;
 mod outbox;
+mod policies;
 mod retention;
 mod sagas;
 mod timeline;
@@ -74,6 +77,7 @@ struct State {
     deliveries: timeline::Deliveries,
     access: access::Access,
     jobs: jobs::Jobs,
+    policies: policies::Policies,
 }
 
 impl Default for MemoryStore {

@@ -19,8 +19,9 @@
 //! commit of a handled message, retries), `sagas` ([`SagaStore`]),
 //! `outbox` ([`OutboxStore`]), `dead_letters` ([`DeadLetterStore`]),
 //! `timeline` ([`TimelineStore`] and [`DeliveryStore`]), `retention`
-//! ([`AdminStore`]), `access` ([`AccessStore`]: API keys, HTTP idempotency)
-//! and `jobs` ([`ReplayJobStore`]). Each method names what it was
+//! ([`AdminStore`]), `access` ([`AccessStore`]: API keys, HTTP idempotency),
+//! `jobs` ([`ReplayJobStore`]) and `policies` ([`PolicyStore`]: each
+//! tenant's release policy, append-only; migration 15). Each method names what it was
 //! doing in its errors with the port's words (`ports::store::doing`).
 //!
 //! [`HandledStore`]: crate::ports::store::HandledStore
@@ -32,6 +33,7 @@
 //! [`AdminStore`]: crate::ports::store::AdminStore
 //! [`AccessStore`]: crate::ports::store::AccessStore
 //! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
+//! [`PolicyStore`]: crate::ports::store::PolicyStore
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +53,7 @@ pub(crate) mod handled;
 mod jobs;
 mod listen;
 pub(crate) mod outbox;
+mod policies;
 mod retention;
 mod sagas;
 pub(crate) mod timeline;

@@ -6,7 +6,8 @@
 //! `outbox` ([`OutboxStore`]), `dead_letters` ([`DeadLetterStore`]),
 //! `timeline` ([`TimelineStore`] and [`DeliveryStore`]), `retention`
 //! ([`AdminStore`]), `access` ([`AccessStore`]: API keys, HTTP idempotency)
-//! and `jobs` ([`ReplayJobStore`]) and `schema` (tables and
+//! and `jobs` ([`ReplayJobStore`]), `policies` ([`PolicyStore`]: each
+//! tenant's release policy, append-only) and `schema` (tables and
 //! upgrades of older files). Each method names what it was
 //! doing in its errors with the port's words (`ports::store::doing`).
 //!
@@ -19,6 +20,7 @@
 //! [`AdminStore`]: crate::ports::store::AdminStore
 //! [`AccessStore`]: crate::ports::store::AccessStore
 //! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
+//! [`PolicyStore`]: crate::ports::store::PolicyStore
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,6 +38,7 @@ mod dead_letters;
 mod handled;
 mod jobs;
 mod outbox;
+mod policies;
 mod retention;
 mod sagas;
 mod schema;

@@ -171,6 +171,23 @@ CREATE TABLE IF NOT EXISTS replay_job_items (
     at INTEGER,
     PRIMARY KEY (job_id, position)
 );
+-- Each tenant's release policy (policies.rs; see
+-- migrations/postgres/0015_release_policies.sql): one row per version,
+-- only ever inserted, the key the tenant and the version. Retention leaves
+-- it alone, and the triggers refuse an update or a delete.
+CREATE TABLE IF NOT EXISTS release_policies (
+    tenant_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    document TEXT NOT NULL,
+    changed_by TEXT NOT NULL,
+    changed_at INTEGER NOT NULL,
+    reason TEXT,
+    PRIMARY KEY (tenant_id, version)
+);
+CREATE TRIGGER IF NOT EXISTS release_policies_no_update BEFORE UPDATE ON release_policies
+BEGIN SELECT RAISE(ABORT, 'release policy versions are append-only: store a new version'); END;
+CREATE TRIGGER IF NOT EXISTS release_policies_no_delete BEFORE DELETE ON release_policies
+BEGIN SELECT RAISE(ABORT, 'release policy versions are append-only: they are never deleted'); END;
 ";
 
 /// Columns added to tables after their first release: state.db files made by
