@@ -66,12 +66,14 @@ pub trait PolicyStore: Send + Sync {
 /// The version a put over `expected` stores (1 over none), or the
 /// refusal of a version past what a store can count.
 pub(crate) fn next_version(tenant_id: &str, expected: Option<u64>) -> Result<u64, StoreError> {
-    expected.map_or(Some(1), |version| version.checked_add(1)).ok_or_else(|| {
-        StoreError::unencodable(
-            format!("release policy of tenant {tenant_id}"),
-            "its version would pass the largest a store keeps",
-        )
-    })
+    expected
+        .map_or(Some(1), |version| version.checked_add(1))
+        .ok_or_else(|| {
+            StoreError::unencodable(
+                format!("release policy of tenant {tenant_id}"),
+                "its version would pass the largest a store keeps",
+            )
+        })
 }
 
 /// `version` as the durable stores keep it (a signed 64-bit integer).

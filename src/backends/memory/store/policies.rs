@@ -29,10 +29,14 @@ impl PolicyStore for MemoryStore {
     ) -> Result<ReleasePolicyRecord, StoreError> {
         let version = next_version(tenant_id, expected)?;
         self.with(|state| {
-            let versions = state.policies.by_tenant.entry(tenant_id.to_owned()).or_default();
-            let found = versions.last().map(|record| record.version);
             // Checked and pushed under the one lock: no other put comes
             // between.
+            let found = state
+                .policies
+                .by_tenant
+                .get(tenant_id)
+                .and_then(|versions| versions.last())
+                .map(|record| record.version);
             if found != expected {
                 return Err(StoreError::PolicyChanged {
                     tenant: tenant_id.to_owned(),
@@ -48,7 +52,12 @@ impl PolicyStore for MemoryStore {
                 changed_at: ms(at),
                 reason: reason.map(str::to_owned),
             };
-            versions.push(record.clone());
+            state
+                .policies
+                .by_tenant
+                .entry(tenant_id.to_owned())
+                .or_default()
+                .push(record.clone());
             Ok(record)
         })
     }
@@ -64,13 +73,6 @@ impl PolicyStore for MemoryStore {
     }
 
     async fn release_policy_history(&self, tenant_id: &str) -> Result<Vec<ReleasePolicyRecord>, StoreError> {
-        Ok(self.with(|state| {
-            state
-                .policies
-                .by_tenant
-                .get(tenant_id)
-                .cloned()
-                .unwrap_or_default()
-        }))
+        Ok(self.with(|state| state.policies.by_tenant.get(tenant_id).cloned().unwrap_or_default()))
     }
 }

@@ -346,3 +346,97 @@ async fn the_fleet_lists_processes_seen_lately_and_forgets_the_ones_long_gone() 
     assert_eq!(rows, 1, "the process gone for a day is forgotten");
     test.finish().await;
 }
+
+/// Two stores on two pools of one database (two processes, as far as the
+/// database can tell) put contoso's policy over the same version at once:
+/// one wins, the other is told the policy changed.
+#[tokio::test]
+async fn release_policy_puts_from_two_pools_have_one_winner() {
+    use crate::ports::store::{PolicyStore, StoreError};
+
+    let test = testing::migrated().await;
+    let stores = [
+        PostgresStore::new(test.database.clone()),
+        PostgresStore::new(test.connect_again().await),
+    ];
+    stores[0]
+        .put_release_policy(
+            "contoso",
+            &json!({"n": 0}),
+            "cli:alice",
+            None,
+            None,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+        .unwrap();
+    for round in 1..=5u64 {
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let puts = stores.iter().enumerate().map(|(writer, store)| {
+            let (store, start) = (store.clone(), Arc::clone(&start));
+            tokio::spawn(async move {
+                start.wait().await;
+                store
+                    .put_release_policy(
+                        "contoso",
+                        &json!({"round": round, "writer": writer}),
+                        "cli:alice",
+                        None,
+                        Some(round),
+                        OffsetDateTime::now_utc(),
+                    )
+                    .await
+            })
+        });
+        let mut answers = Vec::new();
+        for put in puts.collect::<Vec<_>>() {
+            answers.push(put.await.unwrap());
+        }
+        let won: Vec<_> = answers.iter().filter_map(|answer| answer.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1, "round {round}: {answers:?}");
+        assert_eq!(won[0].version, round + 1);
+        assert!(
+            answers.iter().any(|answer| matches!(
+                answer,
+                Err(StoreError::PolicyChanged { expected, found, .. })
+                    if *expected == Some(round) && *found == Some(round + 1)
+            )),
+            "round {round}: {answers:?}"
+        );
+    }
+    let history = stores[1].release_policy_history("contoso").await.unwrap();
+    assert_eq!(
+        history.iter().map(|record| record.version).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+    test.finish().await;
+}
+
+/// The table itself refuses to change or delete a stored version.
+#[tokio::test]
+async fn a_stored_release_policy_version_cannot_be_updated_or_deleted() {
+    use crate::ports::store::PolicyStore;
+
+    let test = testing::migrated().await;
+    let store = PostgresStore::new(test.database.clone());
+    let stored = store
+        .put_release_policy(
+            "contoso",
+            &json!({"n": 1}),
+            "cli:alice",
+            Some("first"),
+            None,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+        .unwrap();
+    for statement in [
+        "UPDATE bosun_release_policies SET document = '{}' WHERE tenant_id = 'contoso'",
+        "DELETE FROM bosun_release_policies WHERE tenant_id = 'contoso'",
+    ] {
+        let err = query(statement).execute(test.database.pool()).await.unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{statement}: {err}");
+    }
+    assert_eq!(store.release_policy_history("contoso").await.unwrap(), [stored]);
+    test.finish().await;
+}

@@ -80,9 +80,7 @@ impl PolicyStore for SqliteStore {
                         )
                         .optional()?
                         .flatten();
-                    let found = found
-                        .map(|found| read_version(&record.tenant_id, found))
-                        .transpose()?;
+                    let found = found.map(|found| read_version(&record.tenant_id, found)).transpose()?;
                     if found != expected {
                         return Err(StoreError::PolicyChanged {
                             tenant: record.tenant_id,

@@ -392,3 +392,114 @@ async fn a_key_of_an_old_state_db_keeps_working_without_an_expiry_and_can_be_rot
         .unwrap();
     assert_eq!(scopes, "[\"deliveries:read\"]");
 }
+
+/// Two stores opened on one file (two connections, as two processes
+/// have) put contoso's policy over the same version at once: one wins,
+/// the other is told the policy changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_policy_puts_from_two_connections_have_one_winner() {
+    use crate::ports::store::PolicyStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let stores = [SqliteStore::open(&path).unwrap(), SqliteStore::open(&path).unwrap()];
+    stores[0]
+        .put_release_policy(
+            "contoso",
+            &json!({"n": 0}),
+            "cli:alice",
+            None,
+            None,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+        .unwrap();
+    for round in 1..=5u64 {
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let mut puts = Vec::new();
+        for (writer, store) in stores.iter().enumerate() {
+            let (store, start) = (store.clone(), std::sync::Arc::clone(&start));
+            puts.push(tokio::spawn(async move {
+                start.wait().await;
+                store
+                    .put_release_policy(
+                        "contoso",
+                        &json!({"round": round, "writer": writer}),
+                        "cli:alice",
+                        None,
+                        Some(round),
+                        OffsetDateTime::now_utc(),
+                    )
+                    .await
+            }));
+        }
+        let mut answers = Vec::new();
+        for put in puts {
+            answers.push(put.await.unwrap());
+        }
+        let won: Vec<_> = answers.iter().filter_map(|answer| answer.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1, "round {round}: {answers:?}");
+        assert_eq!(won[0].version, round + 1);
+        assert!(
+            answers.iter().any(|answer| matches!(
+                answer,
+                Err(StoreError::PolicyChanged { expected, found, .. })
+                    if *expected == Some(round) && *found == Some(round + 1)
+            )),
+            "round {round}: {answers:?}"
+        );
+    }
+    let history = stores[1].release_policy_history("contoso").await.unwrap();
+    assert_eq!(
+        history.iter().map(|record| record.version).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+}
+
+/// A state.db of the previous release (no `release_policies`) gets the
+/// table when this release opens it, its data version unchanged (nothing
+/// the previous release would not find when it opens the file again), and
+/// the table refuses to change or delete a stored version.
+#[tokio::test]
+async fn release_policies_are_added_to_an_older_file_and_are_append_only() {
+    use crate::ports::store::PolicyStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let user_version = |path: &Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap()
+    };
+    let before = user_version(&path);
+    // What the previous release made: the same file without the table.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE release_policies")
+        .unwrap();
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(user_version(&path), before);
+    let stored = store
+        .put_release_policy(
+            "contoso",
+            &json!({"n": 1}),
+            "cli:alice",
+            Some("first"),
+            None,
+            OffsetDateTime::now_utc(),
+        )
+        .await
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for statement in [
+        "UPDATE release_policies SET document = '{}' WHERE tenant_id = 'contoso'",
+        "DELETE FROM release_policies WHERE tenant_id = 'contoso'",
+    ] {
+        let err = conn.execute_batch(statement).unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{statement}: {err}");
+    }
+    assert_eq!(store.release_policy_history("contoso").await.unwrap(), [stored]);
+}
