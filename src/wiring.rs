@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_consumers::Consumer;
+use bosun_consumers::release_orchestration::ReleaseGovernance;
 use bosun_contracts::routing::ConsumerRoute;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +22,7 @@ use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::settle::{Settle, StoreThenSettle};
-use crate::ports::store::{AccessStore, PolicyStore, ProcessRecord, Store, StoreError};
+use crate::ports::store::{AccessStore, DeliveryStore, PolicyStore, ProcessRecord, Store, StoreError};
 use crate::ports::transport::{Broker, Transport, TransportError};
 use crate::runtime::config::{ServiceBusSettings, Settings, StoreKind, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
@@ -261,6 +262,16 @@ impl Backends {
         .with_claim_check(self.claim_check.clone())
     }
 
+    /// The release saga's view of tenants' approval policies and of who
+    /// requested each delivery, over these stores.
+    pub fn governance(&self) -> Arc<dyn ReleaseGovernance> {
+        Arc::new(governance::StoreGovernance::new(
+            Arc::clone(&self.policies),
+            Arc::clone(&self.store) as Arc<dyn DeliveryStore>,
+            Arc::clone(&self.access),
+        ))
+    }
+
     /// Operator actions over these backends.
     pub fn operator(&self, identity: &str) -> Operator {
         Operator::new(Arc::clone(&self.transport), Arc::clone(&self.store), identity)
@@ -387,7 +398,7 @@ pub async fn serve_with_metrics(
     metrics: Arc<Metrics>,
 ) -> Result<(), StartError> {
     verify_topology(settings).await?;
-    let consumers = registry::build(settings)?;
+    let consumers = registry::build(settings, backends.governance())?;
     let names: Vec<&str> = consumers.iter().map(|c| c.name()).collect();
     tracing::info!(
         consumers = ?names,
@@ -592,5 +603,6 @@ pub fn cancel_on_signals(token: CancellationToken) {
     });
 }
 
+pub mod governance;
 #[cfg(test)]
 mod tests;

@@ -496,6 +496,7 @@ pub fn approve_release() -> ApproveRelease {
         on_behalf_of: Some("alice@contoso.com".to_owned()),
         comment: Some("Change CHG-1234 approved by CAB.".to_owned()),
         approved_by: Some("key:0123456789ab (release board)".to_owned()),
+        approver_identities: vec!["key:0123456789ab".to_owned(), "cli:alice".to_owned()],
     }
 }
 
@@ -531,6 +532,7 @@ pub fn release_approved() -> ReleaseApproved {
         comment: Some("Change CHG-1234 approved by CAB.".to_owned()),
         repository: Some(REPOSITORY.to_owned()),
         commit_sha: Some(COMMIT_SHA.to_owned()),
+        approvers: vec!["cli:carol".to_owned(), "key:0123456789ab (release board)".to_owned()],
     }
 }
 

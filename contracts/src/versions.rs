@@ -236,7 +236,9 @@ fn approver_to_on_behalf_of(payload: Value) -> Result<Value, ContractError> {
     rename(payload, "approver", "onBehalfOf")
 }
 
-/// `ApproveRelease` and `RejectRelease` v2 → v1.
+/// `ApproveRelease` and `RejectRelease` v2 → v1. `approverIdentities`
+/// (added to version 2 later, optional) stays: a reader of version 1
+/// ignores a field it does not know, and this release reads it back.
 fn on_behalf_of_to_approver(payload: Value) -> Result<Value, ContractError> {
     rename(payload, "onBehalfOf", "approver")
 }
@@ -389,8 +391,14 @@ mod tests {
         assert_eq!(sent["payload"].get("onBehalfOf"), None);
         let v1_schema: Value = serde_json::from_str(include_str!("../schemas/ApproveRelease.v1.schema.json")).unwrap();
         let known: Vec<&String> = v1_schema["properties"].as_object().unwrap().keys().collect();
+        // Besides version 1's fields, only optional fields added since,
+        // which a version 1 reader ignores (its schema allows more).
+        assert_ne!(v1_schema["additionalProperties"], false);
         for field in sent["payload"].as_object().unwrap().keys() {
-            assert!(known.contains(&field), "`{field}` is not a version 1 field");
+            assert!(
+                known.contains(&field) || field == "approverIdentities",
+                "`{field}` is not a version 1 field"
+            );
         }
         // At the current wire, nothing changes.
         assert_eq!(bytes_for_wire(&envelope.to_vec(), WIRE_VERSION).unwrap(), None);

@@ -3,8 +3,10 @@
 -- audit trail of who changed a tenant's policy, when and why. A version is
 -- stored only over the one its writer read (the primary key refuses a
 -- second version N of a tenant), retention never prunes them, and the
--- trigger refuses an update or a delete. Compatible: a new table, which the
--- previous release never reads. Applied by `bosun migrate` inside one
+-- trigger refuses an update or a delete. And who an API key acts for
+-- (`bosun keys create --sponsor`), which approval policies keep from
+-- approving what the key requested. Compatible: a new table and a nullable
+-- column, which the previous release never reads (its keys have no sponsor). Applied by `bosun migrate` inside one
 -- transaction; never edit a migration that has shipped: add a new one.
 
 CREATE TABLE bosun_release_policies (
@@ -27,3 +29,5 @@ $$;
 CREATE TRIGGER bosun_release_policies_append_only
     BEFORE UPDATE OR DELETE ON bosun_release_policies
     FOR EACH ROW EXECUTE FUNCTION bosun_release_policies_append_only();
+
+ALTER TABLE bosun_api_keys ADD COLUMN sponsor text;

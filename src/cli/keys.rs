@@ -35,6 +35,11 @@ pub enum KeysCommand {
         /// key gives (`key:<id> (<description>)`).
         #[arg(long)]
         description: Option<String>,
+        /// Who the key acts for, e.g. the person an agent's key works for
+        /// (`cli:dana`, or another key `key:<id>`): neither the key nor its
+        /// sponsor may approve a release the key requested.
+        #[arg(long, value_name = "IDENTITY")]
+        sponsor: Option<String>,
         /// How long the key lives: `90d`, `12h`, `30m` (default and most:
         /// BOSUN_KEY_MAX_LIFETIME_DAYS, 90 days unless set).
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -99,12 +104,22 @@ pub async fn run(command: KeysCommand, settings: &Settings) -> Result<()> {
             tenant,
             scopes,
             description,
+            sponsor,
             expires_in,
             json,
         } => {
             let lifetime = lifetime(expires_in, settings)?;
             let scopes = access::parse_scopes(&scopes)?;
-            let made = access::generate(&tenant, &scopes, &settings.operator, description, lifetime)?;
+            let mut made = access::generate(&tenant, &scopes, &settings.operator, description, lifetime)?;
+            if let Some(sponsor) = sponsor {
+                bosun_contracts::validate::text(
+                    "--sponsor",
+                    sponsor.trim(),
+                    bosun_contracts::messages::MAX_APPROVER_CHARS,
+                )
+                .map_err(|err| anyhow::anyhow!("{}: {}", err.field, err.reason))?;
+                made.record.sponsor = Some(sponsor.trim().to_owned());
+            }
             backends.access.insert_api_key(made.record.clone()).await?;
             tracing::info!(by = %settings.operator, key_id = %made.record.id, tenant_id = %made.record.tenant_id, "API key created");
             if json {
@@ -113,6 +128,7 @@ pub async fn run(command: KeysCommand, settings: &Settings) -> Result<()> {
                     "id": made.record.id,
                     "tenantId": made.record.tenant_id,
                     "scopes": made.record.scopes,
+                    "sponsor": made.record.sponsor,
                     "expiresAt": made.record.expires_at.map(short_time),
                 }))?;
             } else {
@@ -326,6 +342,7 @@ mod tests {
             last_used_at: None,
             rotated_from: None,
             rotated_to: None,
+            sponsor: None,
         }
     }
 

@@ -27,6 +27,7 @@ mod keys;
 mod migrate;
 pub mod output;
 mod prune;
+mod releases;
 mod sagas;
 mod schema;
 mod send;
@@ -51,6 +52,7 @@ use infra::InfraCommand;
 use keys::KeysCommand;
 use migrate::MigrateArgs;
 use prune::PruneArgs;
+use releases::ReleasesCommand;
 use sagas::SagasCommand;
 use schema::SchemaCommand;
 use send::SendArgs;
@@ -136,6 +138,13 @@ pub enum Command {
         #[command(subcommand)]
         command: DeadLettersCommand,
     },
+    /// Releases: one release's state, approve and reject it, and the
+    /// tenant's approval policy.
+    Releases {
+        /// What to do.
+        #[command(subcommand)]
+        command: ReleasesCommand,
+    },
     /// Inspect sagas.
     Sagas {
         /// What to do.
@@ -186,6 +195,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Send(args) => send::run(args, &settings).await,
         Command::Deliveries { command } => deliveries::run(command, &settings).await,
         Command::DeadLetters { command } => dead_letters::run(command, &settings).await,
+        Command::Releases { command } => releases::run(command, &settings).await,
         Command::Sagas { command } => sagas::run(command, &settings).await,
         Command::Schema { command } => schema::run(command),
         Command::Version(args) => version::run(&args, &settings),

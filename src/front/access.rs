@@ -173,6 +173,10 @@ pub struct Caller {
     pub approve_environments: Option<Vec<String>>,
     /// The key's description, recorded with the approvals it gives.
     pub description: Option<String>,
+    /// Who the key acts for (`bosun keys create --sponsor`): an approval
+    /// policy never lets the key nor its sponsor approve a release the key
+    /// requested.
+    pub sponsor: Option<String>,
 }
 
 impl Caller {
@@ -184,7 +188,18 @@ impl Caller {
             scopes,
             approve_environments: None,
             description: None,
+            sponsor: None,
         }
+    }
+
+    /// The identities the key answers to in approval policies: itself
+    /// (`key:<id>`) and its sponsor.
+    pub fn identities(&self) -> Vec<String> {
+        let mut identities = vec![self.identity()];
+        if let Some(sponsor) = self.sponsor.as_ref().filter(|sponsor| **sponsor != identities[0]) {
+            identities.push(sponsor.clone());
+        }
+        identities
     }
 
     /// Whether the key has `scope` (admin has every scope).
@@ -354,6 +369,7 @@ pub fn generate<G: Clone + Into<Grant>>(
             last_used_at: None,
             rotated_from: None,
             rotated_to: None,
+            sponsor: None,
         },
         key,
     })
@@ -370,6 +386,7 @@ pub fn successor(old: &ApiKeyRecord, created_by: &str, lifetime: Duration) -> Re
         .collect::<Result<Vec<_>, _>>()?;
     let mut made = generate(&old.tenant_id, &grants, created_by, old.description.clone(), lifetime)?;
     made.record.rotated_from = Some(old.id.clone());
+    made.record.sponsor = old.sponsor.clone();
     Ok(made)
 }
 
@@ -433,6 +450,7 @@ pub fn check(record: &ApiKeyRecord, now: OffsetDateTime) -> Result<Caller, Refus
         scopes,
         approve_environments,
         description: record.description.clone(),
+        sponsor: record.sponsor.clone(),
     })
 }
 

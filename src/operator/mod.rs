@@ -5,6 +5,7 @@
 
 pub mod describe;
 pub mod groups;
+pub mod policies;
 mod send;
 pub mod status;
 
@@ -153,6 +154,9 @@ pub struct Operator {
     identity: String,
     source: String,
     principal: String,
+    /// The identities the principal answers to in approval policies
+    /// (`approverIdentities`).
+    identities: Vec<String>,
     claim_check: Option<ClaimCheck>,
     /// The transport's `messaging.system`, on the producer spans of sends.
     messaging_system: &'static str,
@@ -170,6 +174,7 @@ impl Operator {
             topology: Topology::from_routing(),
             source: format!("cli:{identity}"),
             principal: format!("cli:{identity}"),
+            identities: vec![format!("cli:{identity}")],
             identity,
             claim_check: None,
             messaging_system: "bosun",
@@ -189,6 +194,14 @@ impl Operator {
     /// is `cli:<operator>`, an API key's `key:<id> (<description>)`.
     pub fn approving_as(mut self, principal: impl Into<String>) -> Self {
         self.principal = principal.into();
+        self
+    }
+
+    /// Records `identities` as who the principal answers to in approval
+    /// policies (`approverIdentities` of its approvals): the CLI's is
+    /// `cli:<operator>`, an API key's `key:<id>` and its sponsor.
+    pub fn answering_to(mut self, identities: Vec<String>) -> Self {
+        self.identities = identities;
         self
     }
 
@@ -548,6 +561,10 @@ impl Operator {
                 } && let Some(object) = payload.as_object_mut()
                 {
                     object.insert(field.to_owned(), Value::String(self.principal.clone()));
+                    if field == "approvedBy" {
+                        // And who that caller answers to in approval policies.
+                        object.insert("approverIdentities".to_owned(), serde_json::json!(self.identities));
+                    }
                 }
                 // Sent as the contract reads it (defaults filled in), so the
                 // diff shows what the edit changed, not what it left out.

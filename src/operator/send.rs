@@ -120,7 +120,10 @@ impl Operator {
         // Who decides on a release is who bosun authenticated, whatever the
         // payload says.
         match &mut message {
-            Message::ApproveRelease(approve) => approve.approved_by = Some(self.principal.clone()),
+            Message::ApproveRelease(approve) => {
+                approve.approved_by = Some(self.principal.clone());
+                approve.approver_identities = self.identities.clone();
+            }
             Message::RejectRelease(reject) => reject.rejected_by = Some(self.principal.clone()),
             _ => {}
         }

@@ -22,6 +22,8 @@
 //! the one the saga waits on changes nothing and is logged; one that
 //! arrives before its deadline is scheduled again for it.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::Action;
@@ -31,8 +33,11 @@ use time::OffsetDateTime;
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy};
 
+mod governance;
 #[cfg(test)]
 mod tests;
+
+pub use governance::{DefaultGovernance, GovernanceError, ReleaseGovernance, VersionedApprovalPolicy};
 
 /// The consumer's name: its queue and subscription.
 pub const NAME: ConsumerName = "release-orchestration";
@@ -44,12 +49,35 @@ pub const SAGA_KIND: &str = "release";
 #[derive(Debug, Clone)]
 pub struct ReleaseOrchestration {
     saga: ReleaseSaga,
+    governance: Arc<dyn ReleaseGovernance>,
 }
 
 impl ReleaseOrchestration {
-    /// The consumer running `saga` (built from the release policy).
+    /// The consumer running `saga` (built from the release policy), with
+    /// the default approval policy for every tenant and requesters
+    /// unknown ([`DefaultGovernance`]).
     pub fn new(saga: ReleaseSaga) -> Self {
-        Self { saga }
+        Self {
+            saga,
+            governance: Arc::new(DefaultGovernance),
+        }
+    }
+
+    /// Reads tenants' approval policies and deliveries' requesters from
+    /// `governance`.
+    #[must_use]
+    pub fn with_governance(mut self, governance: Arc<dyn ReleaseGovernance>) -> Self {
+        self.governance = governance;
+        self
+    }
+}
+
+impl From<GovernanceError> for HandlerError {
+    fn from(err: GovernanceError) -> Self {
+        match err {
+            GovernanceError::Unavailable { .. } => HandlerError::transient(err),
+            GovernanceError::Unreadable { .. } => HandlerError::needs_newer(err),
+        }
     }
 }
 
@@ -160,9 +188,20 @@ impl Consumer for ReleaseOrchestration {
             key: saga.key.clone(),
             source,
         })?;
-        let transition = self
-            .saga
-            .apply_at(&state, inbound.message, inbound.envelope.occurred_at)
+        // The tenant's approval policy as it is now, and, until the release
+        // knows it, who requested the delivery this message is part of.
+        let machine = match self.governance.approval_policy(tenant).await? {
+            Some(stored) => self.saga.with_approval(stored.version, stored.policy),
+            None => self.saga.clone(),
+        };
+        let requesters = if state.requested_by.is_empty() && decision_on(inbound.message).is_none() {
+            let correlation_id = inbound.envelope.correlation_id.to_string();
+            self.governance.requesters(tenant, &correlation_id).await?
+        } else {
+            Vec::new()
+        };
+        let transition = machine
+            .apply_with(&state, inbound.message, inbound.envelope.occurred_at, &requesters)
             .map_err(HandlerError::permanent)?;
         if transition.state == state && transition.actions.is_empty() {
             if let Message::ReleaseApprovalTimeout(timeout) = inbound.message {

@@ -280,3 +280,94 @@ async fn a_version_one_approval_is_upcast_and_handled() {
     let state = outcome.saga_state.expect("state saved");
     assert_eq!(state["approvals"]["prod"]["note"], "alice", "{state:#}");
 }
+
+/// A tenant with a stored policy (prod: two approvals) whose deliveries
+/// were all fired by one agent key.
+#[derive(Debug)]
+struct Governed {
+    unreadable: bool,
+}
+
+#[async_trait]
+impl ReleaseGovernance for Governed {
+    async fn approval_policy(&self, tenant: &str) -> Result<Option<VersionedApprovalPolicy>, GovernanceError> {
+        if self.unreadable {
+            return Err(GovernanceError::Unreadable {
+                tenant: tenant.to_owned(),
+                version: 9,
+                reason: "unknown field `freezeWindows`".to_owned(),
+            });
+        }
+        let policy: bosun_sagas::release::ApprovalPolicy =
+            serde_json::from_value(serde_json::json!({"environments": {"prod": {"requiredApprovals": 2}}})).unwrap();
+        Ok(Some(VersionedApprovalPolicy { version: 7, policy }))
+    }
+
+    async fn requesters(&self, _tenant: &str, _correlation_id: &str) -> Result<Vec<String>, GovernanceError> {
+        Ok(vec!["key:0a0a0a0a0a0a".to_owned(), "cli:dana".to_owned()])
+    }
+}
+
+#[tokio::test]
+async fn the_tenants_policy_and_the_deliverys_requester_are_read_when_handling() {
+    let consumer = ReleaseOrchestration::new(ReleaseSaga::new(ReleasePolicy {
+        environments: vec!["prod".to_owned()],
+        auto_approve: Vec::new(),
+        ..ReleasePolicy::default()
+    }))
+    .with_governance(Arc::new(Governed { unreadable: false }));
+    let mut state = serde_json::Value::Null;
+    for (version, message) in [
+        samples::build_completed().into(),
+        samples::container_image_built().into(),
+        samples::package_published().into(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (outcome, _) = run(&consumer, state, i64::try_from(version).unwrap(), message).await;
+        state = outcome.saga_state.expect("state saved");
+    }
+    assert_eq!(
+        state["requestedBy"],
+        serde_json::json!(["key:0a0a0a0a0a0a", "cli:dana"])
+    );
+    assert_eq!(state["waitingFor"]["required"], 2, "{state:#}");
+    assert_eq!(state["waitingFor"]["policyVersion"], 7, "{state:#}");
+    // The agent's sponsor approves: refused, recorded, nothing sent.
+    let approve = bosun_contracts::messages::ApproveRelease {
+        approver_identities: vec!["cli:dana".to_owned()],
+        approved_by: Some("cli:dana".to_owned()),
+        ..samples::approve_release()
+    };
+    let (outcome, _) = run(&consumer, state, 3, approve.into()).await;
+    assert!(outcome.messages.is_empty());
+    let state = outcome.saga_state.expect("the refusal is recorded");
+    assert_eq!(
+        state["refusedApprovals"][0]["rule"], "requester-cannot-approve",
+        "{state:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_a_later_release_wrote_waits_for_that_release() {
+    let consumer = consumer().with_governance(Arc::new(Governed { unreadable: true }));
+    let message: Message = samples::build_completed().into();
+    let envelope = Envelope::new(&message, Uuid::now_v7(), "contoso", "test");
+    let (kind, key) = consumer.saga_of(&envelope, &message).unwrap();
+    let saga = SagaInstance {
+        kind,
+        key,
+        version: 0,
+        state: serde_json::Value::Null,
+    };
+    let err = consumer
+        .handle(Inbound {
+            envelope: &envelope,
+            message: &message,
+            saga: Some(&saga),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HandlerError::NeedsNewer(_)), "{err:?}");
+}

@@ -159,6 +159,37 @@ pub struct ApproveRelease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approved_by: Option<String>,
+    /// The identities the authenticated caller answers to, set by bosun's
+    /// front door with `approvedBy`: `key:<id>` and the key's sponsor (who
+    /// made the key, e.g. `cli:alice`) for an API key, `cli:<operator>`
+    /// for the command line. An approval policy matches them against its
+    /// groups and against who requested the release. Absent in approvals
+    /// written before they were carried (then `approvedBy` alone counts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_APPROVER_CHARS)), transform = rule::unique)]
+    pub approver_identities: Vec<String>,
+}
+
+/// The most identities an approval carries (`approverIdentities`) or a
+/// `ReleaseApproved` names (`approvers`).
+pub const MAX_APPROVERS: usize = 32;
+
+/// Checks a list of identities: each a short text, none twice, at most
+/// [`MAX_APPROVERS`].
+fn validate_identities(field: &str, identities: &[String]) -> Result<(), FieldError> {
+    if identities.len() > MAX_APPROVERS {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "names {} identities; at most {MAX_APPROVERS} are allowed",
+                identities.len()
+            ),
+        ));
+    }
+    for (index, identity) in identities.iter().enumerate() {
+        validate::text(&format!("{field}[{index}]"), identity, MAX_APPROVER_CHARS)?;
+    }
+    validate::unique(field, identities.iter().map(String::as_str))
 }
 
 impl Validate for ApproveRelease {
@@ -174,7 +205,7 @@ impl Validate for ApproveRelease {
         if let Some(approved_by) = &self.approved_by {
             validate::text("approvedBy", approved_by, MAX_APPROVER_CHARS)?;
         }
-        Ok(())
+        validate_identities("approverIdentities", &self.approver_identities)
     }
 }
 
@@ -292,6 +323,12 @@ pub struct ReleaseApproved {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::git_sha)]
     pub commit_sha: Option<String>,
+    /// Everyone whose approval counted, in the order given, when the
+    /// environment's policy required more than one (`approver` is the
+    /// last of them). Empty for a single approval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_APPROVER_CHARS)), transform = rule::unique)]
+    pub approvers: Vec<String>,
 }
 
 impl Validate for ReleaseApproved {
@@ -309,7 +346,7 @@ impl Validate for ReleaseApproved {
         if let Some(commit_sha) = &self.commit_sha {
             validate::git_sha("commitSha", commit_sha)?;
         }
-        Ok(())
+        validate_identities("approvers", &self.approvers)
     }
 }
 

@@ -7,7 +7,10 @@ use bosun_contracts::messages::{MAX_REASON_CHARS, ReleaseApprovalTimeout, Releas
 
 use super::apply::{Step, clip, rfc3339};
 use super::state::step;
-use super::{AUTO_APPROVER, ApprovalRecord, PendingTimeout, ReleasePhase};
+use super::{
+    AUTO_APPROVER, ApprovalProgress, ApprovalRecord, ApprovalRefused, MAX_REFUSALS_KEPT, PendingTimeout,
+    RefusedApproval, ReleasePhase,
+};
 use crate::{Action, SagaError};
 
 impl Step<'_> {
@@ -34,14 +37,87 @@ impl Step<'_> {
                 comment: None,
                 auto: true,
                 at: self.now,
+                identities: Vec::new(),
+                approvers: Vec::new(),
             };
             return self.approve(&environment, record);
         }
+        // Given ahead of time in a state written before approval policies.
         if let Some(record) = self.state.approvals.get(&environment).cloned() {
             return self.approve(&environment, record);
         }
+        if let Some(record) = self.tally(&environment) {
+            return self.approve(&environment, record);
+        }
         self.enter(ReleasePhase::AwaitingApproval)?;
+        self.state.waiting_for = Some(self.progress(&environment));
         self.schedule_timeout(&environment)
+    }
+
+    /// The approvals counting towards `environment` once the expired ones
+    /// are dropped: the record completing its approval when there are as
+    /// many as its rule requires (they leave [`ReleaseState::approvals_given`]),
+    /// else `None`.
+    fn tally(&mut self, environment: &str) -> Option<ApprovalRecord> {
+        let rule = self.policy.approval.rule(environment);
+        let now = self.now;
+        let pending = self.state.approvals_given.get_mut(environment)?;
+        if let Some(expiry) = rule
+            .expires_after()
+            .and_then(|after| time::Duration::try_from(after).ok())
+        {
+            let expired: Vec<String> = pending
+                .iter()
+                .filter(|record| record.at + expiry < now)
+                .map(|record| record.approver.clone())
+                .collect();
+            pending.retain(|record| record.at + expiry >= now);
+            let left = pending.len();
+            if !expired.is_empty() {
+                if left == 0 {
+                    self.state.approvals_given.remove(environment);
+                }
+                self.note(format!(
+                    "approval of {environment} by {} expired (an approval counts for {}s)",
+                    expired.join(", "),
+                    expiry.whole_seconds()
+                ));
+            }
+            if left < rule.required_approvals as usize {
+                return None;
+            }
+        } else if pending.len() < rule.required_approvals as usize {
+            return None;
+        }
+        let records = self.state.approvals_given.remove(environment)?;
+        let mut last = records.last()?.clone();
+        if records.len() > 1 {
+            last.approvers = records.iter().map(|record| record.approver.clone()).collect();
+        }
+        Some(last)
+    }
+
+    /// What `environment` waits for, as the policy and the counted
+    /// approvals say now.
+    fn progress(&self, environment: &str) -> ApprovalProgress {
+        let rule = self.policy.approval.rule(environment);
+        let approved_by: Vec<String> = self
+            .state
+            .approvals_given
+            .get(environment)
+            .map(|records| records.iter().map(|record| record.approver.clone()).collect())
+            .unwrap_or_default();
+        let counted = u32::try_from(approved_by.len()).unwrap_or(u32::MAX);
+        ApprovalProgress {
+            environment: environment.to_owned(),
+            required: rule.required_approvals,
+            still_needed: rule.required_approvals.saturating_sub(counted),
+            approved_by,
+            approver_groups: rule.approver_groups,
+            comment_pattern: rule.comment_pattern,
+            excluded: self.state.requested_by.clone(),
+            policy_version: self.policy.approval_version,
+        }
     }
 
     pub(super) fn schedule_timeout(&mut self, environment: &str) -> Result<(), SagaError> {
@@ -88,10 +164,24 @@ impl Step<'_> {
             // Where the module's infrastructure program is: the release's build.
             repository: Some(build.repository),
             commit_sha: Some(build.commit_sha),
+            approvers: record.approvers.clone(),
+        };
+        let by = if record.approvers.is_empty() {
+            record.approver.clone()
+        } else {
+            record.approvers.join(", ")
         };
         match &record.note {
-            Some(note) => self.note(format!("{environment} approved by {} (as \"{note}\")", record.approver)),
-            None => self.note(format!("{environment} approved by {}", record.approver)),
+            Some(note) => self.note(format!("{environment} approved by {by} (as \"{note}\")")),
+            None => self.note(format!("{environment} approved by {by}")),
+        }
+        if self
+            .state
+            .waiting_for
+            .as_ref()
+            .is_some_and(|waiting| waiting.environment == environment)
+        {
+            self.state.waiting_for = None;
         }
         self.state.approvals.insert(environment.to_owned(), record);
         self.send(step::approved(environment), approved.into());
@@ -134,19 +224,79 @@ impl Step<'_> {
             ReleasePhase::Completed => return Ok(()),
             _ => {}
         }
-        if !requires_approval || self.state.approvals.contains_key(environment) {
+        if !requires_approval || self.is_approved(environment) {
             // Auto-approved by the policy, or already approved: nothing to add.
             return Ok(());
         }
-        if self.state.phase == ReleasePhase::AwaitingApproval && self.is_current(environment) {
-            return self.approve(environment, record);
+        if let Err(refused) = self.policy.approval.check(
+            environment,
+            &record.who(),
+            record.comment.as_deref(),
+            &self.state.requested_by,
+        ) {
+            return Ok(self.refuse_approval(environment, &record, refused));
+        }
+        let pending = self.state.approvals_given.entry(environment.to_owned()).or_default();
+        if let Some(earlier) = pending.iter().find(|given| given.same_person(&record)) {
+            let earlier = earlier.approver.clone();
+            self.note(format!(
+                "approval of {environment} by {} not counted again: {earlier} approved it already, and they share an identity",
+                record.approver
+            ));
+            return Ok(());
+        }
+        let approver = record.approver.clone();
+        pending.push(record);
+        let waiting = self.state.phase == ReleasePhase::AwaitingApproval && self.is_current(environment);
+        if waiting {
+            if let Some(record) = self.tally(environment) {
+                return self.approve(environment, record);
+            }
+            let progress = self.progress(environment);
+            self.note(format!(
+                "approval of {environment} by {approver} counted ({} of {}); {} more needed",
+                progress.required - progress.still_needed,
+                progress.required,
+                progress.still_needed
+            ));
+            self.state.waiting_for = Some(progress);
+            return Ok(());
         }
         self.note(format!(
-            "approval of {environment} by {} recorded: it applies when the release reaches {environment}",
-            record.approver
+            "approval of {environment} by {approver} recorded: it counts when the release reaches {environment}"
         ));
-        self.state.approvals.insert(environment.to_owned(), record);
         Ok(())
+    }
+
+    /// Whether `environment` has its approval: decided, or enough counted
+    /// approvals given ahead of time (expiry aside: it is applied when the
+    /// release gets there).
+    fn is_approved(&self, environment: &str) -> bool {
+        self.state.approvals.contains_key(environment)
+            || self
+                .state
+                .approvals_given
+                .get(environment)
+                .is_some_and(|given| given.len() >= self.policy.approval.rule(environment).required_approvals as usize)
+    }
+
+    /// Records an approval the policy refused (the rule and why, in the
+    /// state and the history), keeping the last [`MAX_REFUSALS_KEPT`].
+    fn refuse_approval(&mut self, environment: &str, record: &ApprovalRecord, refused: ApprovalRefused) {
+        self.note(format!(
+            "approval of {environment} by {} refused by rule `{}`: {}",
+            record.approver, refused.rule, refused.reason
+        ));
+        self.state.refused_approvals.push(RefusedApproval {
+            environment: environment.to_owned(),
+            approver: record.approver.clone(),
+            rule: refused.rule,
+            reason: refused.reason,
+            policy_version: self.policy.approval_version,
+            at: self.now,
+        });
+        let excess = self.state.refused_approvals.len().saturating_sub(MAX_REFUSALS_KEPT);
+        self.state.refused_approvals.drain(..excess);
     }
 
     pub(super) fn on_reject(
@@ -180,7 +330,7 @@ impl Step<'_> {
                                 self.release_id
                             )));
                         }
-                        Some(true) if self.state.approvals.contains_key(environment) => {
+                        Some(true) if self.is_approved(environment) => {
                             return Err(self.refuse(format!(
                                 "{environment} is already approved for release {}: a rejection of it no longer applies",
                                 self.release_id
@@ -239,6 +389,7 @@ impl Step<'_> {
         self.send(step::rejected(), rejected.clone().into());
         self.state.rejected = Some(rejected);
         self.state.pending_timeout = None;
+        self.state.waiting_for = None;
         self.enter(ReleasePhase::Rejected)
     }
 }

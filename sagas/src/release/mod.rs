@@ -88,6 +88,9 @@ mod phase;
 mod plan;
 mod policy;
 mod promotion;
+mod rules;
+#[cfg(test)]
+mod rules_tests;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -102,8 +105,12 @@ use time::OffsetDateTime;
 use self::apply::{Step, claimed_name};
 pub use self::phase::{PhaseTransition, ReleasePhase, TRANSITIONS, machine};
 pub use self::policy::{ReleasePolicy, ReleasePolicyError};
+pub use self::rules::{
+    ApprovalPolicy, ApprovalRefused, ApprovalRule, MAX_GROUP_MEMBERS, MAX_PATTERN_CHARS, MAX_REQUIRED_APPROVALS, Rule,
+};
 pub use self::state::{
-    ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, ReleaseState, SyncRecord,
+    ApprovalProgress, ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, RefusedApproval,
+    ReleaseState, SyncRecord,
 };
 use crate::{SagaError, SagaKind, StateMachine, Transition};
 
@@ -118,6 +125,10 @@ pub const PENDING_DESIRED_COMMIT: &str = "00000000000000000000000000000000000000
 
 /// The environment repository of [`ReleasePolicy::default`].
 pub const DEFAULT_ENVIRONMENT_REPOSITORY: &str = "environments";
+
+/// The most refused approvals a release keeps ([`ReleaseState::refused_approvals`]);
+/// older ones are dropped (the audit trail keeps them).
+pub const MAX_REFUSALS_KEPT: usize = 64;
 
 /// The approval timeout of [`ReleasePolicy::default`]: 24 hours.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -147,6 +158,15 @@ impl ReleaseSaga {
         &self.policy
     }
 
+    /// This saga under a tenant's stored approval policy (`version` of
+    /// it), the rest of the policy unchanged.
+    pub fn with_approval(&self, version: u64, approval: ApprovalPolicy) -> Self {
+        let mut policy = self.policy.clone();
+        policy.approval = approval;
+        policy.approval_version = Some(version);
+        Self { policy }
+    }
+
     /// Applies one message that occurred at `now` (the envelope's
     /// `occurredAt`): the emitted messages, the history and the approval
     /// deadline are stamped with it. Pure: the same inputs give the same
@@ -156,6 +176,21 @@ impl ReleaseSaga {
         state: &ReleaseState,
         message: &Message,
         now: OffsetDateTime,
+    ) -> Result<Transition<ReleaseState>, SagaError> {
+        self.apply_with(state, message, now, &[])
+    }
+
+    /// [`ReleaseSaga::apply_at`], knowing who requested the release
+    /// (`requested_by`: the identities of the principal that fired its
+    /// delivery and of its key's sponsor; empty when unknown). The first
+    /// message that brings them records them
+    /// ([`ReleaseState::requested_by`]); none of them may approve.
+    pub fn apply_with(
+        &self,
+        state: &ReleaseState,
+        message: &Message,
+        now: OffsetDateTime,
+        requested_by: &[String],
     ) -> Result<Transition<ReleaseState>, SagaError> {
         let unchanged = || Transition {
             state: state.clone(),
@@ -177,6 +212,9 @@ impl ReleaseSaga {
             emitted: Vec::new(),
             notes: Vec::new(),
         };
+        if step.state.requested_by.is_empty() && !requested_by.is_empty() && !is_decision(message) {
+            step.state.requested_by = requested_by.to_vec();
+        }
         match message {
             Message::BuildCompleted(build) => step.on_build_completed(build)?,
             Message::ContainerImageBuilt(image) => step.on_image(image)?,
@@ -191,6 +229,8 @@ impl ReleaseSaga {
                         comment: approve.comment.clone(),
                         auto: false,
                         at: now,
+                        identities: approve.approver_identities.clone(),
+                        approvers: Vec::new(),
                     },
                 )?
             }
@@ -221,6 +261,16 @@ impl ReleaseSaga {
             _ => state.last_step_at().unwrap_or(OffsetDateTime::UNIX_EPOCH),
         }
     }
+}
+
+/// Whether `message` is a decision or its timeout: sent with a
+/// correlation of its own, so who requested the delivery it came in is not
+/// who requested the release.
+fn is_decision(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::ApproveRelease(_) | Message::RejectRelease(_) | Message::ReleaseApprovalTimeout(_)
+    )
 }
 
 /// The release a message belongs to (the release saga's key within its

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bosun_contracts::messages::PlannedEnvironment;
 use bosun_contracts::validate;
 
+use super::rules::ApprovalPolicy;
 use super::{DEFAULT_APPROVAL_TIMEOUT, DEFAULT_ENVIRONMENT_REPOSITORY};
 
 /// How releases are promoted: the path, what approves on its own, how long
@@ -24,6 +25,13 @@ pub struct ReleasePolicy {
     /// The repository holding the environments' desired state, named on
     /// `DeploymentPromoted` (default [`DEFAULT_ENVIRONMENT_REPOSITORY`]).
     pub environment_repository: String,
+    /// Who may approve each environment and how many must: the tenant's
+    /// stored approval policy, else the default (one approval by anyone
+    /// with the right, never the requester).
+    pub approval: ApprovalPolicy,
+    /// The stored version of [`ReleasePolicy::approval`], if it is one
+    /// (named in the saga's notes and refusals).
+    pub approval_version: Option<u64>,
 }
 
 impl Default for ReleasePolicy {
@@ -33,6 +41,8 @@ impl Default for ReleasePolicy {
             auto_approve: vec!["dev".to_owned()],
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             environment_repository: DEFAULT_ENVIRONMENT_REPOSITORY.to_owned(),
+            approval: ApprovalPolicy::default(),
+            approval_version: None,
         }
     }
 }
@@ -45,7 +55,8 @@ impl ReleasePolicy {
 
     /// Checks the policy: at least one environment, valid and unique names,
     /// auto-approval only for environments on the path, a valid repository
-    /// name and a non-zero timeout. The saga refuses to plan a release under
+    /// name, a non-zero timeout and a valid approval policy
+    /// ([`ApprovalPolicy::validate`]). The saga refuses to plan a release under
     /// an invalid policy ([`SagaError::Rejected`](crate::SagaError::Rejected)).
     pub fn validate(&self) -> Result<(), ReleasePolicyError> {
         if self.environments.is_empty() {
@@ -75,7 +86,7 @@ impl ReleasePolicy {
         if self.approval_timeout.is_zero() {
             return Err(ReleasePolicyError::ZeroApprovalTimeout);
         }
-        Ok(())
+        self.approval.validate().map_err(ReleasePolicyError::Approval)
     }
 
     pub(super) fn planned_environments(&self) -> Vec<PlannedEnvironment> {
@@ -120,4 +131,7 @@ pub enum ReleasePolicyError {
     /// A zero timeout would reject every release that needs a person.
     #[error("the release policy's approval timeout is zero")]
     ZeroApprovalTimeout,
+    /// The approval policy is not valid.
+    #[error("approval policy `{}`: {}", .0.field, .0.reason)]
+    Approval(bosun_contracts::validate::FieldError),
 }

@@ -10,7 +10,7 @@ use bosun_contracts::messages::{
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{ReleasePhase, ReleasePolicy};
+use super::{ReleasePhase, ReleasePolicy, Rule};
 
 /// The successful build a release ships, and what its module requires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +82,83 @@ pub struct ApprovalRecord {
     /// When.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
+    /// The identities the approver answers to (`approverIdentities` of
+    /// the command: the key and its sponsor); empty in records written
+    /// before they were kept, where `approver` alone names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identities: Vec<String>,
+    /// Everyone whose approval counted, in order, where the policy required
+    /// more than one (kept on the record that completed the approval).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+}
+
+impl ApprovalRecord {
+    /// The identities this approval answers to: its `identities`, else the
+    /// identity its approver names (`key:<id>` of `key:<id> (<description>)`).
+    pub fn who(&self) -> Vec<String> {
+        if self.identities.is_empty() {
+            let identity = self.approver.split(" (").next().unwrap_or(&self.approver);
+            vec![identity.to_owned()]
+        } else {
+            self.identities.clone()
+        }
+    }
+
+    /// Whether this approval and `other` are one person's (they share an
+    /// identity).
+    pub fn same_person(&self, other: &ApprovalRecord) -> bool {
+        let theirs = other.who();
+        self.who().iter().any(|identity| theirs.contains(identity))
+    }
+}
+
+/// An approval the policy refused: who, which rule, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedApproval {
+    /// The environment it was for.
+    pub environment: String,
+    /// Who sent it (the authenticated caller).
+    pub approver: String,
+    /// The rule not satisfied.
+    pub rule: Rule,
+    /// What the rule found.
+    pub reason: String,
+    /// The approval policy version in force, if a stored one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// The approval an environment waits for: how many are required, who
+/// approved so far and how many more are needed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalProgress {
+    /// The environment.
+    pub environment: String,
+    /// Distinct approvals required.
+    pub required: u32,
+    /// Who approved so far (counted approvals, in order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<String>,
+    /// How many more approvals are needed.
+    pub still_needed: u32,
+    /// The groups an approver must belong to (empty: anyone with the right).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approver_groups: Vec<String>,
+    /// The pattern the approval's comment must match, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment_pattern: Option<String>,
+    /// Who may not approve: the release's requester identities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<String>,
+    /// The approval policy version in force, if a stored one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
 }
 
 /// Infrastructure provisioned for one environment of the release.
@@ -168,10 +245,31 @@ pub struct ReleaseState {
     /// The environment the release is being promoted to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_environment: Option<String>,
-    /// Approvals by environment: the policy's and people's, including those
-    /// given ahead of time.
+    /// Approvals by environment: the policy's and people's, each the record
+    /// that completed the environment's approval (with every counted
+    /// approver in `approvers` where the policy required more than one).
+    /// States written before approval policies may also hold one given
+    /// ahead of time here; it is used when the release gets there.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub approvals: BTreeMap<String, ApprovalRecord>,
+    /// Who requested the release: the identities of the principal that
+    /// fired its delivery and of its key's sponsor, none of whom may
+    /// approve it. Empty when not known (a release planned before bosun
+    /// recorded requesters).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested_by: Vec<String>,
+    /// Approvals that satisfied the policy and count towards an
+    /// environment not approved yet (given ahead of time, or fewer than it
+    /// requires), by environment.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub approvals_given: BTreeMap<String, Vec<ApprovalRecord>>,
+    /// Approvals the policy refused, oldest first (the last
+    /// [`MAX_REFUSALS_KEPT`](super::MAX_REFUSALS_KEPT)).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused_approvals: Vec<RefusedApproval>,
+    /// While the release waits for a person: what it waits for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<ApprovalProgress>,
     /// Infrastructure provisioned, by environment.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub infrastructure: BTreeMap<String, InfrastructureRecord>,

@@ -261,3 +261,22 @@ impl<'de> Deserialize<'de> for DeadLetterId {
         }
     }
 }
+
+/// `PUT /v1/tenants/{tenant}/release-policy`: the tenant's next approval
+/// policy version.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = no_null_defaults)]
+pub struct ReleasePolicyBody {
+    /// The approval policy: groups of identities, and per environment the
+    /// approvals required, the groups that may give them, how long one
+    /// counts and the pattern its comment must match.
+    pub document: bosun_sagas::release::ApprovalPolicy,
+    /// Why it changes (kept in the history).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The version this change was made against; refused (409) if another
+    /// was stored since. Absent: the version in force now.
+    #[serde(default)]
+    pub expected_version: Option<u64>,
+}

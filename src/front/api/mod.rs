@@ -42,7 +42,7 @@ use uuid::Uuid;
 
 use self::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
-    ReplayBody, SagaList,
+    ReleasePolicyBody, ReplayBody, SagaList,
 };
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::query::QueryValues;
@@ -713,6 +713,59 @@ async fn saga_diagram(
     let caller = caller(&state, &headers).await?;
     no_query(&uri)?;
     Ok(Json(state.gateway.saga_diagram(&caller, &kind, &key).await?).into_response())
+}
+
+// -- approval policies ------------------------------------------------------
+
+async fn release_policy(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(tenant): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    Ok(Json(state.gateway.release_policy(&caller, &tenant).await?).into_response())
+}
+
+async fn release_policy_history(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(tenant): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    Ok(Json(state.gateway.release_policy_history(&caller, &tenant).await?).into_response())
+}
+
+async fn set_release_policy(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(tenant): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let body = typed_body::<ReleasePolicyBody>(body)?.ok_or_else(|| {
+        invalid(
+            "body",
+            "the body is the new policy: {\"document\": {...}, \"reason\": \"...\"}",
+        )
+    })?;
+    let document = serde_json::to_value(&body.document).map_err(|err| invalid("document", &err.to_string()))?;
+    let record = state
+        .gateway
+        .set_release_policy(
+            &caller,
+            &tenant,
+            &document,
+            body.reason.as_deref(),
+            body.expected_version,
+        )
+        .await?;
+    Ok(Json(record).into_response())
 }
 
 // -- dead letters -------------------------------------------------------------

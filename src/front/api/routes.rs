@@ -18,12 +18,12 @@
 //! document.
 
 use axum::handler::Handler;
-use axum::routing::{MethodRouter, delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use serde_json::Value;
 
 use super::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
-    ReplayBody, SagaList,
+    ReleasePolicyBody, ReplayBody, SagaList,
 };
 use super::openapi::{
     self, Body, Content, Operation, PathItem, QueryDoc, QueryType, Reply, SAGA_KINDS, delivery_event, json_reply,
@@ -32,15 +32,16 @@ use super::openapi::{
 use super::{
     ApiState, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
     dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz, metrics,
-    openapi_document, pause_replay_job, purge, purge_group, readyz, replay, replay_group, replay_job, replay_jobs,
-    resume_replay_job, saga, saga_diagram, sagas, send_command, to_console,
+    openapi_document, pause_replay_job, purge, purge_group, readyz, release_policy, release_policy_history, replay,
+    replay_group, replay_job, replay_jobs, resume_replay_job, saga, saga_diagram, sagas, send_command,
+    set_release_policy, to_console,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{DeadLetterDetail, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram};
 use crate::front::mcp::jsonrpc::ErrorResponse;
 use crate::front::ops::Readiness;
 use crate::operator::Delivery;
-use crate::ports::store::SagaRecord;
+use crate::ports::store::{ReleasePolicyRecord, SagaRecord};
 
 /// An HTTP method a route answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,15 +52,18 @@ pub(crate) enum Method {
     Post,
     /// `DELETE`.
     Delete,
+    /// `PUT`.
+    Put,
 }
 
 impl Method {
-    /// As the OpenAPI document writes it: `get`, `post`, `delete`.
+    /// As the OpenAPI document writes it: `get`, `post`, `delete`, `put`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Get => "get",
             Self::Post => "post",
             Self::Delete => "delete",
+            Self::Put => "put",
         }
     }
 }
@@ -167,6 +171,7 @@ where
         Method::Get => get(handler),
         Method::Post => post(handler),
         Method::Delete => delete(handler),
+        Method::Put => put(handler),
     };
     NewRoute {
         method,
@@ -387,6 +392,39 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
             replies: vec![json_reply(200, "the diagram", schema::<SagaDiagram>)],
             errors: &[401, 403, 404, 422, 429, 503],
         }),
+        route(Method::Get, "/v1/tenants/{tenant}/release-policy", release_policy).documented(Operation {
+            operation_id: "getReleasePolicy",
+            summary: "The tenant's approval policy in force: its version, who set it, when and why, and the document (404 when the tenant has none: the default applies).",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the policy in force", schema::<ReleasePolicyRecord>)],
+            errors: READ_ONE,
+        }),
+        route(Method::Put, "/v1/tenants/{tenant}/release-policy", set_release_policy).documented(Operation {
+            operation_id: "setReleasePolicy",
+            summary: "Stores the tenant's next approval policy version, checked as the release saga reads it; 409 when another version was stored since `expectedVersion`.",
+            scope: Some("admin"),
+            query: &[],
+            body: Some(Body {
+                description: "the new policy, why, and the version it was made against",
+                required: true,
+                content: Content::Json(schema::<ReleasePolicyBody>),
+            }),
+            replies: vec![json_reply(200, "the version stored", schema::<ReleasePolicyRecord>)],
+            errors: &[400, 401, 403, 404, 409, 413, 422, 429, 503],
+        }),
+        route(Method::Get, "/v1/tenants/{tenant}/release-policy/history", release_policy_history).documented(
+            Operation {
+                operation_id: "getReleasePolicyHistory",
+                summary: "Every version of the tenant's approval policy, oldest first: who changed it, when and why.",
+                scope: Some("deliveries:read"),
+                query: &[],
+                body: None,
+                replies: vec![json_reply(200, "the versions", schema::<Vec<ReleasePolicyRecord>>)],
+                errors: READ_ONE,
+            },
+        ),
         route(Method::Get, "/v1/dead-letters", dead_letters).documented(Operation {
             operation_id: "listDeadLetters",
             summary: "Dead letters of the key's tenant, newest first.",

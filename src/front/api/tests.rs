@@ -1125,6 +1125,7 @@ async fn metrics_openapi_and_console_are_served_and_every_documented_route_exist
                 "get" => api.client.get(format!("{}{concrete}", api.url)),
                 "post" => api.client.post(format!("{}{concrete}", api.url)),
                 "delete" => api.client.delete(format!("{}{concrete}", api.url)),
+                "put" => api.client.put(format!("{}{concrete}", api.url)),
                 other => panic!("undocumented method {other}"),
             };
             let response = request.bearer_auth(&key).send().await.unwrap();

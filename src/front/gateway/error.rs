@@ -196,7 +196,9 @@ impl From<StoreError> for GatewayError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::NotFound { what, id } => Self::NotFound { what, id },
-            StoreError::SagaConflict { .. } | StoreError::Ambiguous { .. } => Self::Conflict(err.to_string()),
+            StoreError::SagaConflict { .. } | StoreError::Ambiguous { .. } | StoreError::PolicyChanged { .. } => {
+                Self::Conflict(err.to_string())
+            }
             other => Self::Unavailable(Outage::Store(other)),
         }
     }

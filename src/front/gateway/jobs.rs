@@ -312,11 +312,21 @@ impl Gateway {
             total = job.total,
             "replay job claimed"
         );
+        // Who the job's key answers to in approval policies (itself and its
+        // sponsor): an edited approval it replays is that key's decision.
+        let identities = match job.requested_by.strip_prefix("key:") {
+            Some(key_id) => self
+                .recheck(&Caller::new(key_id, job.tenant_id.clone(), Vec::new()))
+                .await
+                .map_or_else(|_| vec![job.requested_by.clone()], |caller| caller.identities()),
+            None => vec![job.requested_by.clone()],
+        };
         let operator = self
             .backends
             .operator(&job.requested_by)
             .acting_as(job.requested_by.clone(), job.source.clone())
-            .approving_as(job.principal.clone());
+            .approving_as(job.principal.clone())
+            .answering_to(identities);
         let interval = job
             .rate
             .filter(|rate| *rate > 0.0 && rate.is_finite())

@@ -13,6 +13,7 @@ mod commands;
 mod dead_letters;
 mod error;
 pub mod jobs;
+mod policies;
 mod reads;
 mod views;
 
@@ -83,6 +84,7 @@ impl Gateway {
             .operator(&caller.identity())
             .acting_as(caller.identity(), format!("api:{}", caller.key_id))
             .approving_as(caller.principal())
+            .answering_to(caller.identities())
     }
 
     fn require(caller: &Caller, scope: Scope) -> Result<(), GatewayError> {

@@ -785,6 +785,7 @@ fn api_key(id: &str, tenant: &str, offset_ms: u64) -> ApiKeyRecord {
         last_used_at: None,
         rotated_from: None,
         rotated_to: None,
+        sponsor: None,
     }
 }
 

@@ -42,6 +42,11 @@ pub struct ApiKeyRecord {
     /// The key that succeeds this one, which ends this one's life at the
     /// end of the grace period.
     pub rotated_to: Option<String>,
+    /// Who the key acts for (`bosun keys create --sponsor`, e.g. the
+    /// person an agent's key works for, `cli:dana`): an approval policy
+    /// lets neither the key nor its sponsor approve a release the key
+    /// requested. `None`: the key answers for itself only.
+    pub sponsor: Option<String>,
 }
 
 /// The outcome of claiming an `Idempotency-Key`.

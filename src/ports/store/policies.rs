@@ -8,13 +8,14 @@
 //! who read the same version cannot both store theirs.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::StoreError;
 
 /// One version of a tenant's release policy document.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePolicyRecord {
     /// The tenant whose policy it is.
@@ -28,6 +29,7 @@ pub struct ReleasePolicyRecord {
     pub changed_by: String,
     /// When (whole milliseconds, as every store keeps it).
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub changed_at: OffsetDateTime,
     /// Why, as the changer said.
     pub reason: Option<String>,

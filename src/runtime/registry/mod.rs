@@ -33,6 +33,7 @@ use bosun_consumers::delivery::blob::{AzureBlobAuth, AzureBlobConfigError, Azure
 use bosun_consumers::delivery::blob::{BlobStore, FilesystemBlobStore};
 use bosun_consumers::delivery::git::LocalGitHost;
 use bosun_consumers::delivery::pipeline::{LocalPipelines, RunnerSettings};
+use bosun_consumers::release_orchestration::{DefaultGovernance, ReleaseGovernance};
 use bosun_contracts::ConsumerName;
 
 use crate::ports::store::FinishedSaga;
@@ -373,6 +374,9 @@ struct Shared {
     git: Arc<LocalGitHost>,
     blobs: Arc<dyn BlobStore>,
     pipelines: Arc<LocalPipelines>,
+    /// Tenants' approval policies and deliveries' requesters, for the
+    /// release saga.
+    governance: Arc<dyn ReleaseGovernance>,
 }
 
 impl Shared {
@@ -385,7 +389,12 @@ impl Shared {
             Arc::clone(&blobs),
             RunnerSettings::default(),
         ));
-        Ok(Self { git, blobs, pipelines })
+        Ok(Self {
+            git,
+            blobs,
+            pipelines,
+            governance: Arc::new(DefaultGovernance),
+        })
     }
 }
 
@@ -402,13 +411,21 @@ fn build_with(name: &str, settings: &Settings, shared: &Shared) -> Result<Arc<dy
     (registration.build)(settings, shared)
 }
 
-/// Builds the consumers the settings select (all by default).
-pub fn build(settings: &Settings) -> Result<Vec<Arc<dyn Consumer>>, RegistryError> {
+/// Builds the consumers the settings select (all by default), the release
+/// saga reading tenants' approval policies and deliveries' requesters from
+/// `governance`.
+pub fn build(
+    settings: &Settings,
+    governance: Arc<dyn ReleaseGovernance>,
+) -> Result<Vec<Arc<dyn Consumer>>, RegistryError> {
     let names: Vec<String> = match &settings.consumers {
         Some(names) => names.clone(),
         None => available().map(str::to_owned).collect(),
     };
-    let shared = Shared::new(settings)?;
+    let shared = Shared {
+        governance,
+        ..Shared::new(settings)?
+    };
     names.iter().map(|name| build_with(name, settings, &shared)).collect()
 }
 

@@ -32,10 +32,12 @@ pub(super) const REGISTRATION: Registration = Registration {
     }),
 };
 
-fn build(settings: &Settings, _shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
+fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, RegistryError> {
     let policy = release_policy(settings);
     policy.validate().map_err(RegistryError::Policy)?;
-    Ok(Arc::new(ReleaseOrchestration::new(ReleaseSaga::new(policy))))
+    Ok(Arc::new(
+        ReleaseOrchestration::new(ReleaseSaga::new(policy)).with_governance(Arc::clone(&shared.governance)),
+    ))
 }
 
 /// The release saga's state machine under the configured policy.

@@ -214,7 +214,7 @@ pub async fn run(
             started_at: latest.started_at,
         });
     }
-    let consumers = registry::build(settings)?;
+    let consumers = registry::build(settings, backends.governance())?;
     let names: BTreeSet<&str> = consumers.iter().map(|c| c.name()).collect();
     let goal = goal(&names);
     let shutdown = CancellationToken::new();

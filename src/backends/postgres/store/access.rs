@@ -16,7 +16,7 @@ use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreErro
 use crate::ports::transport::duration_ms;
 
 const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at, \
-                               expires_at, last_used_at, rotated_from, rotated_to";
+                               expires_at, last_used_at, rotated_from, rotated_to, sponsor";
 
 fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
     let Json(scopes): Json<Vec<String>> = row.try_get(2)?;
@@ -33,6 +33,7 @@ fn api_key_from_row(row: &PgRow) -> Result<ApiKeyRecord, StoreError> {
         last_used_at: row.try_get(9)?,
         rotated_from: row.try_get(10)?,
         rotated_to: row.try_get(11)?,
+        sponsor: row.try_get(12)?,
     })
 }
 
@@ -45,7 +46,7 @@ fn insert_key_row(
     key: &ApiKeyRecord,
 ) -> sqlx_core::query::Query<'_, sqlx_postgres::Postgres, sqlx_postgres::PgArguments> {
     query(sqlx_core::sql_str::AssertSqlSafe(format!(
-        "INSERT INTO bosun_api_keys ({API_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        "INSERT INTO bosun_api_keys ({API_KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
     )))
     .bind(&key.id)
     .bind(&key.tenant_id)
@@ -59,6 +60,7 @@ fn insert_key_row(
     .bind(key.last_used_at)
     .bind(&key.rotated_from)
     .bind(&key.rotated_to)
+    .bind(&key.sponsor)
 }
 
 #[async_trait::async_trait]

@@ -13,7 +13,7 @@ use crate::ports::store::{AccessStore, ApiKeyRecord, IdempotencyClaim, StoreErro
 use crate::ports::transport::{duration_ms, from_unix_ms, unix_ms};
 
 const API_KEY_COLUMNS: &str = "id, tenant_id, scopes, secret_hash, description, created_by, created_at, revoked_at, \
-                               expires_at, last_used_at, rotated_from, rotated_to";
+                               expires_at, last_used_at, rotated_from, rotated_to, sponsor";
 
 fn api_key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
     let scopes: String = row.get(2)?;
@@ -30,6 +30,7 @@ fn api_key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
         last_used_at: row.get::<_, Option<i64>>(9)?.map(from_unix_ms),
         rotated_from: row.get(10)?,
         rotated_to: row.get(11)?,
+        sponsor: row.get(12)?,
     })
 }
 
@@ -45,7 +46,9 @@ struct IdempotencyRow {
 /// Inserts one key row.
 fn insert_key_row(conn: &rusqlite::Connection, key: &ApiKeyRecord) -> Result<(), StoreError> {
     conn.execute(
-        &format!("INSERT INTO api_keys ({API_KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+        &format!(
+            "INSERT INTO api_keys ({API_KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+        ),
         params![
             key.id,
             key.tenant_id,
@@ -59,6 +62,7 @@ fn insert_key_row(conn: &rusqlite::Connection, key: &ApiKeyRecord) -> Result<(),
             key.last_used_at.map(unix_ms),
             key.rotated_from,
             key.rotated_to,
+            key.sponsor,
         ],
     )?;
     Ok(())

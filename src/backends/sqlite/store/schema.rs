@@ -123,7 +123,8 @@ CREATE TABLE IF NOT EXISTS api_keys (
     expires_at INTEGER,
     last_used_at INTEGER,
     rotated_from TEXT,
-    rotated_to TEXT
+    rotated_to TEXT,
+    sponsor TEXT
 );
 CREATE TABLE IF NOT EXISTS http_idempotency (
     tenant_id TEXT NOT NULL,
@@ -206,6 +207,8 @@ pub(super) const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("api_keys", "last_used_at", "INTEGER"),
     ("api_keys", "rotated_from", "TEXT"),
     ("api_keys", "rotated_to", "TEXT"),
+    // Who a key acts for (see migrations/postgres/0015_release_policies.sql).
+    ("api_keys", "sponsor", "TEXT"),
 ];
 
 /// Data migrations of `state.db`, numbered by `PRAGMA user_version` and

@@ -1,0 +1,354 @@
+//! `bosun releases ...`: the release manager's commands. One release's
+//! state (where it is, what it waits for, who approved, what was refused
+//! and why), approving and rejecting it, and the tenant's approval policy
+//! (show, set, history).
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use bosun::operator::policies::{self, PolicyChange};
+use bosun::operator::{Operator, SendOptions};
+use bosun::ports::store::ReleasePolicyRecord;
+use bosun::runtime::config::Settings;
+use bosun::wiring::Backends;
+
+use super::output::{print_json, short_time};
+use super::send::read_payload;
+
+/// `bosun releases ...`
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum ReleasesCommand {
+    /// One release: its phase, the approval it waits for (required, given,
+    /// still needed, who may not approve), approvals, refusals and history.
+    Show {
+        /// The release id.
+        release_id: String,
+        /// The tenant whose release it is.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+        /// Print the saga as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a release in an environment, as this operator
+    /// (`cli:<operator>`); the tenant's approval policy decides whether it
+    /// counts (`bosun releases show` says).
+    Approve {
+        /// The release id.
+        release_id: String,
+        /// The environment approved.
+        #[arg(long, value_name = "ENV")]
+        environment: String,
+        /// Why, or the change ticket a policy may require.
+        #[arg(long)]
+        comment: Option<String>,
+        /// The tenant whose release it is.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+    },
+    /// Reject a release (in one environment, or the whole release).
+    Reject {
+        /// The release id.
+        release_id: String,
+        /// The environment whose approval is refused (default: the whole
+        /// release).
+        #[arg(long, value_name = "ENV")]
+        environment: Option<String>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        /// The tenant whose release it is.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+    },
+    /// The tenant's approval policy: who may approve each environment and
+    /// how many must.
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+/// `bosun releases policy ...`
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum PolicyCommand {
+    /// The policy in force (its version, who set it, the document).
+    Show {
+        /// The tenant.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Store a new version of the policy, checked first.
+    Set {
+        /// The policy document as JSON, or @FILE (@- for stdin).
+        #[arg(long, value_name = "JSON|@FILE")]
+        document: String,
+        /// Why it changes (kept in the history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The version this change was made against (default: the one in
+        /// force now); refused if someone stored another since.
+        #[arg(long, value_name = "VERSION")]
+        expect_version: Option<u64>,
+        /// The tenant.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every version, oldest first: who changed the policy, when and why.
+    History {
+        /// The tenant.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a releases command.
+pub async fn run(command: ReleasesCommand, settings: &Settings) -> Result<()> {
+    match command {
+        ReleasesCommand::Show {
+            release_id,
+            tenant,
+            json,
+        } => {
+            let backends = Backends::open_existing(settings).await?;
+            let saga = backends
+                .operator(&settings.operator)
+                .saga("release", &format!("{tenant}/{release_id}"))
+                .await?;
+            if json {
+                print_json(&saga)
+            } else {
+                write_release(&mut std::io::stdout().lock(), &saga.state)
+            }
+        }
+        ReleasesCommand::Approve {
+            release_id,
+            environment,
+            comment,
+            tenant,
+        } => {
+            let mut payload = json!({"releaseId": release_id, "environment": environment});
+            if let Some(comment) = comment {
+                payload["comment"] = Value::String(comment);
+            }
+            decide(settings, "ApproveRelease", &payload, &tenant).await
+        }
+        ReleasesCommand::Reject {
+            release_id,
+            environment,
+            reason,
+            tenant,
+        } => {
+            let mut payload = json!({"releaseId": release_id, "reason": reason});
+            if let Some(environment) = environment {
+                payload["environment"] = Value::String(environment);
+            }
+            decide(settings, "RejectRelease", &payload, &tenant).await
+        }
+        ReleasesCommand::Policy { command } => policy(command, settings).await,
+    }
+}
+
+async fn decide(settings: &Settings, message_type: &str, payload: &Value, tenant: &str) -> Result<()> {
+    let backends = Backends::open(settings).await?;
+    let operator: Operator = backends.operator(&settings.operator);
+    let sent = operator
+        .send_with(message_type, payload, tenant, &SendOptions::default())
+        .await?;
+    println!(
+        "sent {message_type} {} as cli:{}; `bosun releases show {} --tenant {tenant}` shows whether it counted",
+        sent.message_id,
+        settings.operator,
+        payload["releaseId"].as_str().unwrap_or_default()
+    );
+    Ok(())
+}
+
+async fn policy(command: PolicyCommand, settings: &Settings) -> Result<()> {
+    match command {
+        PolicyCommand::Show { tenant, json } => {
+            let backends = Backends::open_existing(settings).await?;
+            let current = policies::current(backends.policies.as_ref(), &tenant).await?;
+            match (current, json) {
+                (Some(record), true) => print_json(&record),
+                (None, true) => print_json(&Value::Null),
+                (Some(record), false) => write_policy(&mut std::io::stdout().lock(), &record),
+                (None, false) => {
+                    println!(
+                        "tenant {tenant} has no approval policy: every environment that needs a person needs \
+                         one approval by a holder of releases:approve, never by who requested the release"
+                    );
+                    Ok(())
+                }
+            }
+        }
+        PolicyCommand::Set {
+            document,
+            reason,
+            expect_version,
+            tenant,
+            json,
+        } => {
+            let document = read_payload(&document, std::io::stdin()).context("--document")?;
+            policies::check(&document)?;
+            let backends = Backends::open(settings).await?;
+            let store = backends.policies.as_ref();
+            let expected = match expect_version {
+                Some(version) => Some(version),
+                None => policies::current(store, &tenant).await?.map(|record| record.version),
+            };
+            let changed_by = format!("cli:{}", settings.operator);
+            let record = policies::store_change(
+                store,
+                PolicyChange {
+                    tenant: &tenant,
+                    document: &document,
+                    changed_by: &changed_by,
+                    reason: reason.as_deref(),
+                    expected,
+                },
+            )
+            .await?;
+            if json {
+                print_json(&record)
+            } else {
+                println!("tenant {tenant}'s approval policy is now version {}", record.version);
+                Ok(())
+            }
+        }
+        PolicyCommand::History { tenant, json } => {
+            let backends = Backends::open_existing(settings).await?;
+            let versions = policies::history(backends.policies.as_ref(), &tenant).await?;
+            if json {
+                return print_json(&versions);
+            }
+            let mut out = std::io::stdout().lock();
+            if versions.is_empty() {
+                writeln!(out, "tenant {tenant} has never stored an approval policy")?;
+            }
+            for record in &versions {
+                writeln!(
+                    out,
+                    "v{:<4} {}  {}  {}",
+                    record.version,
+                    short_time(record.changed_at),
+                    record.changed_by,
+                    record.reason.as_deref().unwrap_or("-")
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn write_policy(out: &mut impl Write, record: &ReleasePolicyRecord) -> Result<()> {
+    writeln!(
+        out,
+        "tenant {} approval policy version {}, set by {} at {}{}",
+        record.tenant_id,
+        record.version,
+        record.changed_by,
+        short_time(record.changed_at),
+        record
+            .reason
+            .as_deref()
+            .map(|reason| format!(" ({reason})"))
+            .unwrap_or_default()
+    )?;
+    writeln!(out, "{}", serde_json::to_string_pretty(&record.document)?)?;
+    Ok(())
+}
+
+/// `bosun releases show`: the parts of the state a release manager reads.
+fn write_release(out: &mut impl Write, state: &Value) -> Result<()> {
+    let text = |value: &Value| value.as_str().unwrap_or("-").to_owned();
+    writeln!(
+        out,
+        "release {}  phase {}  environment {}",
+        text(&state["releaseId"]),
+        text(&state["phase"]),
+        text(&state["currentEnvironment"])
+    )?;
+    if let Some(requested) = state["requestedBy"].as_array() {
+        let names: Vec<String> = requested.iter().map(text).collect();
+        writeln!(out, "requested by {}", names.join(", "))?;
+    }
+    let waiting = &state["waitingFor"];
+    if waiting.is_object() {
+        let list = |value: &Value| {
+            value
+                .as_array()
+                .map(|items| items.iter().map(text).collect::<Vec<_>>().join(", "))
+                .filter(|joined| !joined.is_empty())
+                .unwrap_or_else(|| "-".to_owned())
+        };
+        writeln!(
+            out,
+            "waiting for {}: {} of {} approvals given, {} more needed",
+            text(&waiting["environment"]),
+            waiting["required"].as_u64().unwrap_or(1) - waiting["stillNeeded"].as_u64().unwrap_or(0),
+            waiting["required"].as_u64().unwrap_or(1),
+            waiting["stillNeeded"].as_u64().unwrap_or(0)
+        )?;
+        writeln!(out, "  approved by      {}", list(&waiting["approvedBy"]))?;
+        writeln!(out, "  approver groups  {}", list(&waiting["approverGroups"]))?;
+        writeln!(out, "  may not approve  {}", list(&waiting["excluded"]))?;
+        if let Some(pattern) = waiting["commentPattern"].as_str() {
+            writeln!(out, "  comment must match {pattern}")?;
+        }
+        if let Some(version) = waiting["policyVersion"].as_u64() {
+            writeln!(out, "  under approval policy version {version}")?;
+        }
+    }
+    if let Some(approvals) = state["approvals"].as_object() {
+        writeln!(out, "approvals:")?;
+        for (environment, record) in approvals {
+            let by = match record["approvers"].as_array() {
+                Some(all) if !all.is_empty() => all.iter().map(text).collect::<Vec<_>>().join(", "),
+                _ => text(&record["approver"]),
+            };
+            writeln!(out, "  {environment:<12} {by}  {}", text(&record["at"]))?;
+        }
+    }
+    if let Some(refused) = state["refusedApprovals"].as_array() {
+        writeln!(out, "refused approvals:")?;
+        for refusal in refused {
+            writeln!(
+                out,
+                "  {}  {:<12} {}  rule {}: {}",
+                text(&refusal["at"]),
+                text(&refusal["environment"]),
+                text(&refusal["approver"]),
+                text(&refusal["rule"]),
+                text(&refusal["reason"])
+            )?;
+        }
+    }
+    if let Some(history) = state["history"].as_array() {
+        writeln!(out, "history:")?;
+        for entry in history {
+            writeln!(
+                out,
+                "  {}  {:<26} {:<18} {}",
+                text(&entry["at"]),
+                text(&entry["messageType"]),
+                text(&entry["phase"]),
+                text(&entry["note"])
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! A tenant's approval policy through the front door: reading it (and its
+//! history) needs `deliveries:read`, changing it `admin`; a tenant's key
+//! names only its own tenant, and another tenant's policy reads as "not
+//! found", as one that does not exist.
+
+use crate::operator::policies::{self, PolicyChange};
+
+use super::*;
+use crate::ports::store::ReleasePolicyRecord;
+
+impl Gateway {
+    /// The approval policy in force for `tenant`.
+    pub async fn release_policy(&self, caller: &Caller, tenant: &str) -> Result<ReleasePolicyRecord, GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        let not_found = || GatewayError::not_found("approval policy of tenant", tenant);
+        if !caller.sees(Some(tenant)) {
+            return Err(not_found());
+        }
+        policies::current(self.backends.policies.as_ref(), tenant)
+            .await?
+            .ok_or_else(not_found)
+    }
+
+    /// Every version of `tenant`'s approval policy, oldest first (empty
+    /// when it never stored one).
+    pub async fn release_policy_history(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+    ) -> Result<Vec<ReleasePolicyRecord>, GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        if !caller.sees(Some(tenant)) {
+            return Err(GatewayError::not_found("approval policy of tenant", tenant));
+        }
+        Ok(policies::history(self.backends.policies.as_ref(), tenant).await?)
+    }
+
+    /// Stores a new version of `tenant`'s approval policy, made against
+    /// version `expected` (`None`: the one in force now), as the caller.
+    pub async fn set_release_policy(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        document: &serde_json::Value,
+        reason: Option<&str>,
+        expected: Option<u64>,
+    ) -> Result<ReleasePolicyRecord, GatewayError> {
+        Self::require(caller, Scope::Admin)?;
+        if !caller.sees(Some(tenant)) {
+            return Err(GatewayError::not_found("approval policy of tenant", tenant));
+        }
+        let store = self.backends.policies.as_ref();
+        let expected = match expected {
+            Some(version) => Some(version),
+            None => policies::current(store, tenant).await?.map(|record| record.version),
+        };
+        let changed_by = caller.principal();
+        Ok(policies::store_change(
+            store,
+            PolicyChange {
+                tenant,
+                document,
+                changed_by: &changed_by,
+                reason,
+                expected,
+            },
+        )
+        .await?)
+    }
+}

@@ -1,0 +1,114 @@
+//! The release saga's governance over bosun's stores: a tenant's approval
+//! policy is its latest stored version ([`PolicyStore`]); who requested a
+//! delivery is who started it ([`DeliveryStore`]), and for an API key, the
+//! key and the person it acts for, its sponsor ([`AccessStore`]).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bosun_consumers::release_orchestration::{GovernanceError, ReleaseGovernance, VersionedApprovalPolicy};
+use bosun_sagas::release::ApprovalPolicy;
+
+use crate::ports::store::{AccessStore, DeliveryStore, PolicyStore, StoreError};
+
+/// [`ReleaseGovernance`] over the stores.
+#[derive(Clone)]
+pub struct StoreGovernance {
+    policies: Arc<dyn PolicyStore>,
+    deliveries: Arc<dyn DeliveryStore>,
+    keys: Arc<dyn AccessStore>,
+}
+
+impl std::fmt::Debug for StoreGovernance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreGovernance").finish_non_exhaustive()
+    }
+}
+
+impl StoreGovernance {
+    /// Governance reading policies, deliveries and keys from these stores.
+    pub fn new(policies: Arc<dyn PolicyStore>, deliveries: Arc<dyn DeliveryStore>, keys: Arc<dyn AccessStore>) -> Self {
+        Self {
+            policies,
+            deliveries,
+            keys,
+        }
+    }
+}
+
+fn unavailable(what: &'static str, tenant: &str, err: StoreError) -> GovernanceError {
+    GovernanceError::Unavailable {
+        what,
+        tenant: tenant.to_owned(),
+        source: Box::new(err),
+    }
+}
+
+/// Reads a stored approval policy document as this release's
+/// [`ApprovalPolicy`], checked as when it was stored.
+pub fn read_policy(
+    tenant: &str,
+    version: u64,
+    document: &serde_json::Value,
+) -> Result<ApprovalPolicy, GovernanceError> {
+    let unreadable = |reason: String| GovernanceError::Unreadable {
+        tenant: tenant.to_owned(),
+        version,
+        reason,
+    };
+    let policy: ApprovalPolicy = serde_path_to_error::deserialize(document)
+        .map_err(|err| unreadable(format!("`{}`: {}", err.path(), err.inner())))?;
+    policy
+        .validate()
+        .map_err(|err| unreadable(format!("`{}`: {}", err.field, err.reason)))?;
+    Ok(policy)
+}
+
+#[async_trait]
+impl ReleaseGovernance for StoreGovernance {
+    async fn approval_policy(&self, tenant: &str) -> Result<Option<VersionedApprovalPolicy>, GovernanceError> {
+        let Some(record) = self
+            .policies
+            .release_policy(tenant)
+            .await
+            .map_err(|err| unavailable("the approval policy", tenant, err))?
+        else {
+            return Ok(None);
+        };
+        let policy = read_policy(tenant, record.version, &record.document)?;
+        Ok(Some(VersionedApprovalPolicy {
+            version: record.version,
+            policy,
+        }))
+    }
+
+    async fn requesters(&self, tenant: &str, correlation_id: &str) -> Result<Vec<String>, GovernanceError> {
+        let record = self
+            .deliveries
+            .delivery_record(correlation_id)
+            .await
+            .map_err(|err| unavailable("who requested the delivery", tenant, err))?;
+        let Some(record) = record.filter(|record| record.tenant_id == tenant) else {
+            return Ok(Vec::new());
+        };
+        // A delivery the HTTP API or MCP started names the key as
+        // `api:<id>`; the command line as `cli:<operator>`.
+        let Some(key_id) = record.started_by.strip_prefix("api:") else {
+            return Ok(vec![record.started_by]);
+        };
+        let mut identities = vec![format!("key:{key_id}")];
+        let key = self
+            .keys
+            .api_key(key_id)
+            .await
+            .map_err(|err| unavailable("the key that requested the delivery", tenant, err))?;
+        if let Some(sponsor) = key
+            .and_then(|key| key.sponsor)
+            .filter(|sponsor| !sponsor.trim().is_empty())
+            && !identities.contains(&sponsor)
+        {
+            identities.push(sponsor);
+        }
+        Ok(identities)
+    }
+}
