@@ -302,8 +302,15 @@ async fn with_compat_one_an_approval_is_sent_as_version_one() {
     let v1: serde_json::Value =
         serde_json::from_str(include_str!("../../contracts/schemas/ApproveRelease.v1.schema.json")).unwrap();
     let fields = v1["properties"].as_object().unwrap();
+    // Besides version 1's fields, only the optional `approverIdentities`
+    // added since, which a version 1 reader ignores (its schema allows it).
+    assert_ne!(v1["additionalProperties"], false);
+    assert_eq!(sent["payload"]["approverIdentities"], serde_json::json!(["cli:alice"]));
     for field in sent["payload"].as_object().unwrap().keys() {
-        assert!(fields.contains_key(field), "`{field}` is not a version 1 field");
+        assert!(
+            fields.contains_key(field) || field == "approverIdentities",
+            "`{field}` is not a version 1 field"
+        );
     }
     let (_, message) = Envelope::parse(&received[0].body).unwrap();
     let bosun_contracts::Message::ApproveRelease(read) = message else {

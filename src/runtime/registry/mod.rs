@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn a_session_key_is_the_saga_key_its_consumer_computes() {
         let dir = tempfile::tempdir().unwrap();
-        let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();
+        let consumers = build(&Settings::with_data_dir(dir.path()), Arc::new(DefaultGovernance)).unwrap();
         let keyed: Vec<_> = CONSUMERS
             .iter()
             .filter(|registration| registration.saga.is_some())
@@ -545,7 +545,7 @@ mod tests {
     #[test]
     fn the_default_builds_every_consumer_with_local_adapters() {
         let dir = tempfile::tempdir().unwrap();
-        let consumers = build(&Settings::with_data_dir(dir.path())).unwrap();
+        let consumers = build(&Settings::with_data_dir(dir.path()), Arc::new(DefaultGovernance)).unwrap();
         let names: Vec<_> = consumers.iter().map(|c| c.name()).collect();
         assert_eq!(names, available().collect::<Vec<_>>());
     }
@@ -555,7 +555,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = Settings::with_data_dir(dir.path());
         settings.consumers = Some(vec!["billing".into()]);
-        let err = build(&settings).err().unwrap();
+        let err = build(&settings, Arc::new(DefaultGovernance)).err().unwrap();
         assert!(err.to_string().contains("billing"), "{err}");
     }
 
@@ -669,7 +669,7 @@ mod tests {
         .collect();
         let settings = Settings::from_sources(&env, &std::collections::BTreeMap::new())
             .map_err(|err| format!("settings: {err}"))?;
-        match std::panic::catch_unwind(|| build(&settings)) {
+        match std::panic::catch_unwind(|| build(&settings, Arc::new(DefaultGovernance))) {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(err)) => Err(err.to_string()),
             Err(_) => panic!("{consumer}: building it panicked"),

@@ -310,6 +310,42 @@ async fn every_operation_answers_what_the_openapi_document_says() {
         ),
         case("listSagas", 200, get("/v1/sagas?kind=release")),
         case("listSagas", 401, anonymous("/v1/sagas")),
+        case(
+            "setReleasePolicy",
+            200,
+            api.client
+                .put(url("/v1/tenants/contoso/release-policy"))
+                .bearer_auth(&admin)
+                .json(&json!({"document": {"environments": {"prod": {"requiredApprovals": 2}}}, "reason": "CAB"})),
+        ),
+        case(
+            "setReleasePolicy",
+            409,
+            api.client
+                .put(url("/v1/tenants/contoso/release-policy"))
+                .bearer_auth(&admin)
+                .json(&json!({"document": {}, "expectedVersion": 7})),
+        ),
+        case(
+            "setReleasePolicy",
+            422,
+            api.client
+                .put(url("/v1/tenants/contoso/release-policy"))
+                .bearer_auth(&admin)
+                .json(&json!({"document": {"environments": {"prod": {"required": 2}}}})),
+        ),
+        case("getReleasePolicy", 200, get("/v1/tenants/contoso/release-policy")),
+        case("getReleasePolicy", 404, get("/v1/tenants/nobody/release-policy")),
+        case(
+            "getReleasePolicyHistory",
+            200,
+            get("/v1/tenants/contoso/release-policy/history"),
+        ),
+        case(
+            "getReleasePolicyHistory",
+            401,
+            anonymous("/v1/tenants/contoso/release-policy/history"),
+        ),
         case("getSaga", 200, get("/v1/sagas/release/rel-1")),
         case("getSaga", 404, get("/v1/sagas/release/rel-404")),
         case("getSagaDiagram", 200, get("/v1/sagas/release/rel-1/diagram")),

@@ -30,6 +30,7 @@ mod describe_command;
 mod failure_groups;
 mod get_delivery;
 mod get_failure;
+mod get_release;
 mod list_failures;
 mod replay_failure;
 mod replay_jobs;
@@ -40,6 +41,7 @@ pub use self::describe_command::DescribeCommand;
 pub use self::failure_groups::{PurgeFailureGroup, ReplayFailureGroup};
 pub use self::get_delivery::GetDelivery;
 pub use self::get_failure::GetFailure;
+pub use self::get_release::GetRelease;
 pub use self::list_failures::ListFailures;
 pub use self::replay_failure::ReplayFailure;
 pub use self::replay_jobs::{ControlReplayJob, GetReplayJob};
@@ -126,6 +128,7 @@ catalogue![
     WaitForDelivery,
     ListFailures,
     GetFailure,
+    GetRelease,
     ReplayFailure,
     ReplayFailureGroup,
     GetReplayJob,
