@@ -6,6 +6,8 @@
 //! The tenant's approval policy is set, shown and audited from the command
 //! line and read over the API, within the tenant's wall.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;
@@ -198,7 +200,7 @@ fn an_agent_never_approves_its_own_release_and_two_of_the_board_do() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("environments.prod.requiredApprovals"), "{stderr}");
 
-    let (mut server, url) = serve_with_http(data, &env, None);
+    let (server, url) = serve_with_http(data, &env, None);
 
     // The agent fires the delivery over the API.
     let first = command(

@@ -234,7 +234,8 @@ impl Step<'_> {
             record.comment.as_deref(),
             &self.state.requested_by,
         ) {
-            return Ok(self.refuse_approval(environment, &record, refused));
+            self.refuse_approval(environment, &record, refused);
+            return Ok(());
         }
         let pending = self.state.approvals_given.entry(environment.to_owned()).or_default();
         if let Some(earlier) = pending.iter().find(|given| given.same_person(&record)) {

@@ -754,7 +754,7 @@ async fn set_release_policy(
             "the body is the new policy: {\"document\": {...}, \"reason\": \"...\"}",
         )
     })?;
-    let document = serde_json::to_value(&body.document).map_err(|err| invalid("document", &err.to_string()))?;
+    let document = serde_json::to_value(&body.document).map_err(|err| invalid("document", err.to_string()))?;
     let record = state
         .gateway
         .set_release_policy(
