@@ -8,6 +8,7 @@ use clap::error::ErrorKind;
 use uuid::Uuid;
 
 use super::dead_letters::DeadLetterFilterArgs;
+use super::releases::PolicyCommand;
 use super::*;
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -228,6 +229,41 @@ fn every_command_parses_into_its_variant_and_fields() {
                     sponsor: some("cli:dana"),
                     expires_in: Some(std::time::Duration::from_secs(30 * 86_400)),
                     json: true,
+                },
+            }),
+        ),
+        (
+            vec![
+                "releases",
+                "approve",
+                "payments-api-71cc96bd583b",
+                "--environment",
+                "prod",
+                "--comment",
+                "CHG-1234",
+                "--tenant",
+                "demo",
+            ],
+            plain(Command::Releases {
+                command: ReleasesCommand::Approve {
+                    release_id: "payments-api-71cc96bd583b".to_owned(),
+                    environment: "prod".to_owned(),
+                    comment: some("CHG-1234"),
+                    tenant: "demo".to_owned(),
+                },
+            }),
+        ),
+        (
+            vec!["releases", "policy", "set", "--document", "@policy.json", "--expect-version", "3"],
+            plain(Command::Releases {
+                command: ReleasesCommand::Policy {
+                    command: PolicyCommand::Set {
+                        document: "@policy.json".to_owned(),
+                        reason: None,
+                        expect_version: Some(3),
+                        tenant: "default".to_owned(),
+                        json: false,
+                    },
                 },
             }),
         ),
@@ -663,6 +699,7 @@ fn the_top_level_help_lists_every_command_in_order() {
             "send",
             "deliveries",
             "dead-letters",
+            "releases",
             "sagas",
             "schema",
             "version"
