@@ -254,7 +254,15 @@ fn every_command_parses_into_its_variant_and_fields() {
             }),
         ),
         (
-            vec!["releases", "policy", "set", "--document", "@policy.json", "--expect-version", "3"],
+            vec![
+                "releases",
+                "policy",
+                "set",
+                "--document",
+                "@policy.json",
+                "--expect-version",
+                "3",
+            ],
             plain(Command::Releases {
                 command: ReleasesCommand::Policy {
                     command: PolicyCommand::Set {

@@ -335,7 +335,14 @@ impl BuildahBuilder {
                 log.push(b'\n');
             }
         };
-        if tokio::time::timeout(self.config.timeout, output).await.is_err() {
+        // One deadline for the output and the exit: a buildah that closed
+        // its pipes but never exits is stopped as one that hangs writing.
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let finished = match tokio::time::timeout_at(deadline, output).await {
+            Ok(()) => tokio::time::timeout_at(deadline, child.wait()).await.ok(),
+            Err(_) => None,
+        };
+        let Some(status) = finished else {
             let _ = child.kill().await;
             for reader in &readers {
                 reader.abort();
@@ -352,15 +359,12 @@ impl BuildahBuilder {
                 limit: self.config.timeout,
                 setting: "BOSUN_CONTAINER_BUILD_TIMEOUT_MS",
             });
-        }
+        };
         for reader in readers {
-            // The readers end with the pipes; a reader that panicked lost lines only.
+            // The readers ended with the pipes; a reader that panicked lost lines only.
             let _ = reader.await;
         }
-        let status = child
-            .wait()
-            .await
-            .map_err(|err| ContainerBuildError::storage("waiting for buildah", err))?;
+        let status = status.map_err(|err| ContainerBuildError::storage("waiting for buildah", err))?;
         log.extend_from_slice(format!("[bosun] buildah {command} exited: {status}\n").as_bytes());
         Ok(status.success())
     }
@@ -700,5 +704,52 @@ mod transient_tests {
                             FAIL: refunds\n\
                             Error: building at STEP \"RUN sh build.sh && sh test.sh\": exit status 1\n";
         assert!(!failed_transiently(failing_test));
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::delivery::blob::FilesystemBlobStore;
+
+    /// A `buildah` that closes its output and then never exits is stopped
+    /// at the deadline like one that hangs while writing: the handler
+    /// gets `TimedOut` (a retry), not a wait without end.
+    #[tokio::test]
+    async fn a_buildah_that_closes_its_pipes_and_hangs_is_stopped_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("buildah");
+        std::fs::write(
+            &binary,
+            "#!/bin/sh\necho 'STEP 1/1: FROM scratch'\nexec >/dev/null 2>&1\nexec sleep 60\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let blobs: Arc<dyn BlobStore> = Arc::new(FilesystemBlobStore::new(dir.path().join("blobs")));
+        let builder = BuildahBuilder::new(
+            BuildahConfig {
+                binary,
+                work_dir: dir.path().join("work"),
+                registry: "127.0.0.1:5000".to_owned(),
+                insecure_registries: Vec::new(),
+                credential: None,
+                timeout: Duration::from_millis(500),
+            },
+            blobs,
+        )
+        .unwrap();
+        let started = Instant::now();
+        let mut log = Vec::new();
+        let err = builder.buildah(&["bud".to_owned()], &mut log).await.unwrap_err();
+        assert!(matches!(err, ContainerBuildError::TimedOut { .. }), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+        let log = String::from_utf8_lossy(&log);
+        assert!(log.contains("STEP 1/1") && log.contains("did not finish"), "{log}");
     }
 }
