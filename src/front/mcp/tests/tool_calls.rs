@@ -669,3 +669,61 @@ async fn a_failure_group_is_replayed_or_purged_whole_within_the_callers_tenant()
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn get_release_shows_what_the_release_waits_for_to_its_tenant_only() {
+    use crate::ports::store::{CommitOutcome, HandledMessage, SagaWrite};
+    let f = fixture().await;
+    let state = json!({
+        "releaseId": "payments-api-71cc96bd583b",
+        "phase": "awaitingApproval",
+        "currentEnvironment": "prod",
+        "requestedBy": ["key:0a0a0a0a0a0a", "cli:dana"],
+        "waitingFor": {"environment": "prod", "required": 2, "stillNeeded": 1, "approvedBy": ["cli:alice"]},
+        "refusedApprovals": [{"environment": "prod", "approver": "key:0a0a0a0a0a0a (agent)",
+            "rule": "requester-cannot-approve", "reason": "…", "at": "2026-12-05T03:00:00Z"}],
+        "history": [{"at": "2026-12-05T03:00:00Z", "messageType": "ApproveRelease", "phase": "awaitingApproval", "note": "refused"}],
+        "emitted": ["ReleasePlanned"]
+    });
+    let outcome = f
+        .backends
+        .store
+        .commit_handled(HandledMessage {
+            consumer: "release-orchestration".into(),
+            message_id: Uuid::now_v7().to_string(),
+            message_type: "ApproveRelease".into(),
+            saga: Some(SagaWrite {
+                kind: "release".into(),
+                key: "contoso/payments-api-71cc96bd583b".into(),
+                expected_version: 0,
+                state,
+                tenant_id: Some("contoso".into()),
+            }),
+            outbox: vec![],
+            timeline: vec![],
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed);
+    let arguments = json!({"releaseId": "payments-api-71cc96bd583b"});
+    let (failed, release) = call(&f.tools, &contoso(), "get_release", arguments.clone()).await;
+    assert!(!failed, "{release}");
+    assert_eq!(release["waitingFor"]["stillNeeded"], 1, "{release}");
+    assert_eq!(release["refusedApprovals"][0]["rule"], "requester-cannot-approve");
+    assert_eq!(release["requestedBy"][1], "cli:dana");
+    assert_eq!(release["recentSteps"][0]["messageType"], "ApproveRelease");
+    assert!(release.get("emitted").is_none(), "only what an agent needs: {release}");
+    // Another tenant's key: not found, as a release that does not exist.
+    let (failed, error) = call(
+        &f.tools,
+        &caller("fabrikam", &[Scope::DeliveriesRead]),
+        "get_release",
+        arguments,
+    )
+    .await;
+    assert!(failed);
+    assert_eq!(error["error"]["code"], "not-found", "{error}");
+    let (failed, error) = call(&f.tools, &contoso(), "get_release", json!({"releaseId": "nope"})).await;
+    assert!(failed);
+    assert_eq!(error["error"]["code"], "not-found", "{error}");
+}
