@@ -16,6 +16,10 @@ use crate::wiring::governance::read_policy;
 /// The most characters of the reason given with a policy change.
 pub const MAX_POLICY_REASON_CHARS: usize = 1000;
 
+/// The latest version a policy can have (stores keep a signed 64-bit
+/// version).
+pub const MAX_POLICY_VERSION: u64 = i64::MAX as u64;
+
 /// The largest policy document, in bytes of its JSON.
 pub const MAX_POLICY_BYTES: usize = 256 * 1024;
 
@@ -56,6 +60,11 @@ pub async fn store_change(
 ) -> Result<ReleasePolicyRecord, OperatorError> {
     check_tenant(change.tenant)?;
     check(change.document)?;
+    if change.expected.is_some_and(|version| version > MAX_POLICY_VERSION) {
+        return Err(OperatorError::Invalid(format!(
+            "`expectedVersion`: at most {MAX_POLICY_VERSION}; no policy has a later version"
+        )));
+    }
     if let Some(reason) = change.reason {
         validate::max_chars("reason", reason, MAX_POLICY_REASON_CHARS)
             .map_err(|err| OperatorError::Invalid(format!("`{}`: {}", err.field, err.reason)))?;

@@ -278,5 +278,6 @@ pub struct ReleasePolicyBody {
     /// The version this change was made against; refused (409) if another
     /// was stored since. Absent: the version in force now.
     #[serde(default)]
+    #[schemars(range(min = 1, max = crate::operator::policies::MAX_POLICY_VERSION))]
     pub expected_version: Option<u64>,
 }
