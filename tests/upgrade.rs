@@ -362,6 +362,9 @@ struct Deployment {
     data: PathBuf,
     env: Vec<(&'static str, String)>,
     key: String,
+    /// The release board's key: approvals are never given by the key that
+    /// fired the delivery (the approval policy refuses the requester).
+    approver: String,
     serves: Vec<Process>,
     apis: Vec<Process>,
     urls: ApiUrls,
@@ -378,12 +381,25 @@ impl Deployment {
         tenant: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
+        self.call_as(&self.key, slot, method, path, tenant, body)
+    }
+
+    /// [`Deployment::call`] with `key`.
+    fn call_as(
+        &self,
+        key: &str,
+        slot: usize,
+        method: reqwest::Method,
+        path: &str,
+        tenant: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let url = self.urls.lock().unwrap()[slot].clone();
         self.runtime.block_on(async {
             let mut request = self
                 .client
                 .request(method, format!("{url}{path}"))
-                .bearer_auth(&self.key)
+                .bearer_auth(key)
                 .header("X-Bosun-Tenant", tenant)
                 .timeout(Duration::from_secs(30));
             if let Some(body) = body {
@@ -518,7 +534,8 @@ impl Deployment {
     fn approve(&self, slot: usize, tenant: &str) {
         let state = self.release(tenant).expect("a release to approve");
         let release_id = state["releaseId"].as_str().expect("a release id");
-        let (status, body) = self.call(
+        let (status, body) = self.call_as(
+            &self.approver,
             slot,
             reqwest::Method::POST,
             "/v1/commands/ApproveRelease",
@@ -717,6 +734,23 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         ],
     ))
     .unwrap();
+    let approver: Value = serde_json::from_str(&run(
+        &previous,
+        &data,
+        &env,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "*",
+            "--scopes",
+            "releases:approve,deliveries:read",
+            "--description",
+            "release board",
+            "--json",
+        ],
+    ))
+    .unwrap();
     let client = reqwest::Client::new();
     let mut serves: Vec<Process> = (0..2)
         .map(|_| Process::start(Role::Serve, &previous, &data, &env))
@@ -739,6 +773,7 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
         data,
         env,
         key: key["key"].as_str().expect("a key").to_owned(),
+        approver: approver["key"].as_str().expect("a key").to_owned(),
         serves,
         apis,
         urls,
