@@ -11,7 +11,6 @@ use bosun_contracts::validate;
 
 use crate::operator::OperatorError;
 use crate::ports::store::{PolicyStore, ReleasePolicyRecord};
-use crate::wiring::governance::read_policy;
 
 /// The most characters of the reason given with a policy change.
 pub const MAX_POLICY_REASON_CHARS: usize = 1000;
@@ -61,13 +60,18 @@ pub async fn store_change(
     check_tenant(change.tenant)?;
     check(change.document)?;
     if change.expected.is_some_and(|version| version > MAX_POLICY_VERSION) {
-        return Err(OperatorError::Invalid(format!(
-            "`expectedVersion`: at most {MAX_POLICY_VERSION}; no policy has a later version"
-        )));
+        return Err(OperatorError::Contract(bosun_contracts::ContractError::InvalidField {
+            field: "expectedVersion".to_owned(),
+            reason: format!("at most {MAX_POLICY_VERSION}; no policy has a later version"),
+        }));
     }
     if let Some(reason) = change.reason {
-        validate::max_chars("reason", reason, MAX_POLICY_REASON_CHARS)
-            .map_err(|err| OperatorError::Invalid(format!("`{}`: {}", err.field, err.reason)))?;
+        validate::max_chars("reason", reason, MAX_POLICY_REASON_CHARS).map_err(|err| {
+            OperatorError::Contract(bosun_contracts::ContractError::InvalidField {
+                field: err.field,
+                reason: err.reason,
+            })
+        })?;
     }
     let record = store
         .put_release_policy(
@@ -89,20 +93,32 @@ pub async fn store_change(
 }
 
 /// Checks a policy document: JSON of at most [`MAX_POLICY_BYTES`] that
-/// reads as an approval policy and is valid; the error names the field.
+/// reads as an approval policy and is valid, as the release saga reads it
+/// ([`ApprovalPolicy::from_document`](bosun_sagas::release::ApprovalPolicy::from_document));
+/// the error names the field (`document.<path>`).
 pub fn check(document: &Value) -> Result<(), OperatorError> {
+    let invalid = |field: String, reason: String| {
+        OperatorError::Contract(bosun_contracts::ContractError::InvalidField {
+            field: format!(
+                "document{}",
+                if field.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{field}")
+                }
+            ),
+            reason,
+        })
+    };
     let size = serde_json::to_vec(document).map_or(usize::MAX, |bytes| bytes.len());
     if size > MAX_POLICY_BYTES {
-        return Err(OperatorError::Invalid(format!(
-            "the approval policy is {size} bytes; at most {MAX_POLICY_BYTES} are allowed"
-        )));
+        return Err(invalid(
+            String::new(),
+            format!("the approval policy is {size} bytes; at most {MAX_POLICY_BYTES} are allowed"),
+        ));
     }
-    read_policy("", 0, document).map_err(|err| match err {
-        bosun_consumers::release_orchestration::GovernanceError::Unreadable { reason, .. } => {
-            OperatorError::Invalid(format!("approval policy {reason}"))
-        }
-        other => OperatorError::Invalid(other.to_string()),
-    })?;
+    // The one reader the release saga's governance uses too.
+    bosun_sagas::release::ApprovalPolicy::from_document(document).map_err(|err| invalid(err.field, err.reason))?;
     Ok(())
 }
 

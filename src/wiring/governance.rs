@@ -44,24 +44,15 @@ fn unavailable(what: &'static str, tenant: &str, err: StoreError) -> GovernanceE
     }
 }
 
-/// Reads a stored approval policy document as this release's
-/// [`ApprovalPolicy`], checked as when it was stored.
-pub fn read_policy(
-    tenant: &str,
-    version: u64,
-    document: &serde_json::Value,
-) -> Result<ApprovalPolicy, GovernanceError> {
-    let unreadable = |reason: String| GovernanceError::Unreadable {
+/// Reads a stored approval policy document as this release reads it
+/// ([`ApprovalPolicy::from_document`]): one it cannot read is
+/// [`GovernanceError::Unreadable`] (a later release wrote it).
+fn read_policy(tenant: &str, version: u64, document: &serde_json::Value) -> Result<ApprovalPolicy, GovernanceError> {
+    ApprovalPolicy::from_document(document).map_err(|err| GovernanceError::Unreadable {
         tenant: tenant.to_owned(),
         version,
-        reason,
-    };
-    let policy: ApprovalPolicy = serde_path_to_error::deserialize(document)
-        .map_err(|err| unreadable(format!("`{}`: {}", err.path(), err.inner())))?;
-    policy
-        .validate()
-        .map_err(|err| unreadable(format!("`{}`: {}", err.field, err.reason)))?;
-    Ok(policy)
+        reason: format!("`{}`: {}", err.field, err.reason),
+    })
 }
 
 #[async_trait]

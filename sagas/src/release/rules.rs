@@ -49,10 +49,13 @@ const PATTERN_SIZE_LIMIT: usize = 64 * 1024;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalPolicy {
     /// Groups by name: the identities (`key:<id>`, `cli:<operator>`) that
-    /// belong to each.
+    /// belong to each. Also checked by bosun, beyond this schema: a group's
+    /// name is an identifier (letters, digits, `.`, `_`, `-`), and it has 1
+    /// to 256 members, each named once.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub groups: BTreeMap<String, Vec<String>>,
-    /// The rule of each environment that has one.
+    /// The rule of each environment that has one. Also checked by bosun,
+    /// beyond this schema: each name is an environment name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environments: BTreeMap<String, ApprovalRule>,
 }
@@ -61,21 +64,29 @@ pub struct ApprovalPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalRule {
-    /// How many distinct people must approve (1 to 16; default 1).
+    /// How many distinct people must approve (1 to 16; default 1). Also
+    /// checked by bosun, beyond this schema: a whole number, and no more
+    /// than the members of `approverGroups` when it names groups.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 16))]
     pub required_approvals: u32,
     /// The groups an approver must belong to (one of them); empty: anyone
-    /// with the right.
+    /// with the right. Also checked by bosun, beyond this schema: each is a
+    /// group `groups` defines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approver_groups: Vec<String>,
     /// How long an approval counts, in seconds: an approval given earlier
     /// than that before the environment's last approval is needed again.
+    /// Also checked by bosun, beyond this schema: a whole number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub expires_after_seconds: Option<u64>,
     /// A regular expression the approval's comment must match (e.g. a
     /// change ticket, `^CHG-[0-9]+`); an approval without a comment does
-    /// not match.
+    /// not match. Also checked by bosun, beyond this schema: it compiles
+    /// (Rust's `regex` syntax).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub comment_pattern: Option<String>,
 }
 
@@ -147,6 +158,20 @@ impl ApprovalPolicy {
     /// The rule of `environment` (the default rule when it names none).
     pub fn rule(&self, environment: &str) -> ApprovalRule {
         self.environments.get(environment).cloned().unwrap_or_default()
+    }
+
+    /// Reads a policy document (as stored, or as a person submits it):
+    /// its fields as this release knows them, then [`ApprovalPolicy::validate`].
+    /// The error names the field by its path in the document (empty: the
+    /// document itself).
+    pub fn from_document(document: &serde_json::Value) -> Result<Self, validate::FieldError> {
+        let policy: Self = serde_path_to_error::deserialize(document).map_err(|err| {
+            let path = err.path().to_string();
+            let field = if path == "." { String::new() } else { path };
+            validate::FieldError::new(field, err.inner().to_string())
+        })?;
+        policy.validate()?;
+        Ok(policy)
     }
 
     /// Whether this is the default policy (no group, no rule).

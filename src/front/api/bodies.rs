@@ -274,6 +274,7 @@ pub struct ReleasePolicyBody {
     pub document: bosun_sagas::release::ApprovalPolicy,
     /// Why it changes (kept in the history).
     #[serde(default)]
+    #[schemars(length(max = 1000))]
     pub reason: Option<String>,
     /// The version this change was made against; refused (409) if another
     /// was stored since. Absent: the version in force now.
