@@ -112,13 +112,7 @@ pub async fn run(command: KeysCommand, settings: &Settings) -> Result<()> {
             let scopes = access::parse_scopes(&scopes)?;
             let mut made = access::generate(&tenant, &scopes, &settings.operator, description, lifetime)?;
             if let Some(sponsor) = sponsor {
-                bosun_contracts::validate::text(
-                    "--sponsor",
-                    sponsor.trim(),
-                    bosun_contracts::messages::MAX_APPROVER_CHARS,
-                )
-                .map_err(|err| anyhow::anyhow!("{}: {}", err.field, err.reason))?;
-                made.record.sponsor = Some(sponsor.trim().to_owned());
+                made.record.sponsor = Some(access::parse_sponsor(&sponsor)?);
             }
             backends.access.insert_api_key(made.record.clone()).await?;
             tracing::info!(by = %settings.operator, key_id = %made.record.id, tenant_id = %made.record.tenant_id, "API key created");

@@ -108,6 +108,9 @@ pub enum KeyError {
     /// Text that is not a bosun key.
     #[error("not a bosun API key (expected `bsn_<id>_<secret>`)")]
     Malformed,
+    /// A sponsor that names no identity approval policies match.
+    #[error("invalid field `--sponsor`: `{0}` is neither `cli:<operator>` nor `key:<12 hex digits>`")]
+    InvalidSponsor(String),
 }
 
 /// One right a key holds: a scope, and for `releases:approve` optionally
@@ -390,6 +393,27 @@ pub fn successor(old: &ApiKeyRecord, created_by: &str, lifetime: Duration) -> Re
     Ok(made)
 }
 
+/// Reads `bosun keys create --sponsor`: an identity approval policies
+/// match, `cli:<operator>` or `key:<12 hex digits>`, so that a sponsor
+/// written another way (`dana`) cannot silently match nobody.
+pub fn parse_sponsor(text: &str) -> Result<String, KeyError> {
+    let text = text.trim();
+    let valid = match (text.strip_prefix("cli:"), text.strip_prefix("key:")) {
+        (Some(operator), _) => {
+            bosun_contracts::validate::text("--sponsor", operator, bosun_contracts::messages::MAX_APPROVER_CHARS)
+                .is_ok()
+                && !operator.chars().any(char::is_whitespace)
+        }
+        (_, Some(id)) => id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        _ => false,
+    };
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(KeyError::InvalidSponsor(text.to_owned()))
+    }
+}
+
 /// Splits a presented key into its id and secret.
 pub fn parse_key(presented: &str) -> Result<(&str, &str), KeyError> {
     let rest = presented.trim().strip_prefix("bsn_").ok_or(KeyError::Malformed)?;
@@ -459,6 +483,15 @@ mod tests {
     use super::*;
 
     const DAY: Duration = Duration::from_secs(86_400);
+
+    #[test]
+    fn a_sponsor_is_an_identity_policies_match() {
+        assert_eq!(parse_sponsor(" cli:dana ").unwrap(), "cli:dana");
+        assert_eq!(parse_sponsor("key:0a1b2c3d4e5f").unwrap(), "key:0a1b2c3d4e5f");
+        for bad in ["dana", "cli:", "cli:da na", "key:xyz", "key:0a1b2c3d4e5", "user:dana"] {
+            assert!(matches!(parse_sponsor(bad), Err(KeyError::InvalidSponsor(_))), "{bad}");
+        }
+    }
 
     fn now() -> OffsetDateTime {
         OffsetDateTime::now_utc()

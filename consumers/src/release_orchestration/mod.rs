@@ -188,13 +188,19 @@ impl Consumer for ReleaseOrchestration {
             key: saga.key.clone(),
             source,
         })?;
-        // The tenant's approval policy as it is now, and, until the release
-        // knows it, who requested the delivery this message is part of.
+        // The tenant's approval policy as it is now, and who requested the
+        // delivery this message is part of (for what brings the release a
+        // build or an artifact, and until the release knows anyone).
         let machine = match self.governance.approval_policy(tenant).await? {
             Some(stored) => self.saga.with_approval(stored.version, stored.policy),
             None => self.saga.clone(),
         };
-        let requesters = if state.requested_by.is_empty() && decision_on(inbound.message).is_none() {
+        let brings_a_build = matches!(
+            inbound.message,
+            Message::BuildCompleted(_) | Message::ContainerImageBuilt(_) | Message::PackagePublished(_)
+        );
+        let requesters = if decision_on(inbound.message).is_none() && (brings_a_build || state.requested_by.is_empty())
+        {
             let correlation_id = inbound.envelope.correlation_id.to_string();
             self.governance.requesters(tenant, &correlation_id).await?
         } else {

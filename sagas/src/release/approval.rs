@@ -42,9 +42,24 @@ impl Step<'_> {
             };
             return self.approve(&environment, record);
         }
-        // Given ahead of time in a state written before approval policies.
-        if let Some(record) = self.state.approvals.get(&environment).cloned() {
-            return self.approve(&environment, record);
+        // Given ahead of time in a state written before approval policies
+        // (or by the previous release during a rolling update): it counts
+        // only if the policy in force lets it.
+        if let Some(record) = self.state.approvals.remove(&environment) {
+            match self.policy.approval.check(
+                &environment,
+                &record.who(),
+                record.comment.as_deref(),
+                &self.state.requested_by,
+            ) {
+                Ok(()) => self
+                    .state
+                    .approvals_given
+                    .entry(environment.clone())
+                    .or_default()
+                    .push(record),
+                Err(refused) => self.refuse_approval(&environment, &record, refused),
+            }
         }
         if let Some(record) = self.tally(&environment) {
             return self.approve(&environment, record);
@@ -54,39 +69,84 @@ impl Step<'_> {
         self.schedule_timeout(&environment)
     }
 
-    /// The approvals counting towards `environment` once the expired ones
-    /// are dropped: the record completing its approval when there are as
-    /// many as its rule requires (they leave [`ReleaseState::approvals_given`]),
-    /// else `None`.
-    fn tally(&mut self, environment: &str) -> Option<ApprovalRecord> {
-        let rule = self.policy.approval.rule(environment);
-        let now = self.now;
-        let pending = self.state.approvals_given.get_mut(environment)?;
-        if let Some(expiry) = rule
+    /// Drops from `environment`'s counted approvals those that no longer
+    /// count: expired ones, and ones the policy in force refuses now (a
+    /// requester learnt since, a group or a pattern changed), each refusal
+    /// recorded.
+    fn prune_given(&mut self, environment: &str) {
+        let Some(given) = self.state.approvals_given.remove(environment) else {
+            return;
+        };
+        let mut kept = Vec::with_capacity(given.len());
+        let mut expired = Vec::new();
+        for record in given {
+            if self.expired(environment, &record) {
+                expired.push(record.approver.clone());
+                continue;
+            }
+            match self.policy.approval.check(
+                environment,
+                &record.who(),
+                record.comment.as_deref(),
+                &self.state.requested_by,
+            ) {
+                Ok(()) => kept.push(record),
+                Err(refused) => self.refuse_approval(environment, &record, refused),
+            }
+        }
+        if !expired.is_empty() {
+            let seconds = self
+                .policy
+                .approval
+                .rule(environment)
+                .expires_after_seconds
+                .unwrap_or_default();
+            self.note(format!(
+                "approval of {environment} by {} expired (an approval counts for {seconds}s)",
+                expired.join(", ")
+            ));
+        }
+        if !kept.is_empty() {
+            self.state.approvals_given.insert(environment.to_owned(), kept);
+        }
+    }
+
+    /// Whether `record` no longer counts for `environment` at this step's
+    /// time (an expiry too far to add never passes).
+    fn expired(&self, environment: &str, record: &ApprovalRecord) -> bool {
+        self.policy
+            .approval
+            .rule(environment)
             .expires_after()
             .and_then(|after| time::Duration::try_from(after).ok())
-        {
-            let expired: Vec<String> = pending
-                .iter()
-                .filter(|record| record.at + expiry < now)
-                .map(|record| record.approver.clone())
-                .collect();
-            pending.retain(|record| record.at + expiry >= now);
-            let left = pending.len();
-            if !expired.is_empty() {
-                if left == 0 {
-                    self.state.approvals_given.remove(environment);
-                }
-                self.note(format!(
-                    "approval of {environment} by {} expired (an approval counts for {}s)",
-                    expired.join(", "),
-                    expiry.whole_seconds()
-                ));
-            }
-            if left < rule.required_approvals as usize {
-                return None;
-            }
-        } else if pending.len() < rule.required_approvals as usize {
+            .and_then(|expiry| record.at.checked_add(expiry))
+            .is_some_and(|until| until < self.now)
+    }
+
+    /// Whether `record` counts for `environment` now: not expired, and the
+    /// policy in force lets it.
+    fn counts(&self, environment: &str, record: &ApprovalRecord) -> bool {
+        !self.expired(environment, record)
+            && self
+                .policy
+                .approval
+                .check(
+                    environment,
+                    &record.who(),
+                    record.comment.as_deref(),
+                    &self.state.requested_by,
+                )
+                .is_ok()
+    }
+
+    /// The approvals counting towards `environment` once those that no
+    /// longer count are dropped ([`Step::prune_given`]): the record
+    /// completing its approval when there are as many as its rule requires
+    /// (they leave [`ReleaseState::approvals_given`]), else `None`.
+    fn tally(&mut self, environment: &str) -> Option<ApprovalRecord> {
+        self.prune_given(environment);
+        let required = self.policy.approval.rule(environment).required_approvals as usize;
+        if self.state.approvals_given.get(environment)?.len() < required {
             return None;
         }
         let records = self.state.approvals_given.remove(environment)?;
@@ -237,6 +297,9 @@ impl Step<'_> {
             self.refuse_approval(environment, &record, refused);
             return Ok(());
         }
+        // An approval that no longer counts (expired, say) does not stand
+        // in the way of the same person approving again.
+        self.prune_given(environment);
         let pending = self.state.approvals_given.entry(environment.to_owned()).or_default();
         if let Some(earlier) = pending.iter().find(|given| given.same_person(&record)) {
             let earlier = earlier.approver.clone();
@@ -269,16 +332,21 @@ impl Step<'_> {
         Ok(())
     }
 
-    /// Whether `environment` has its approval: decided, or enough counted
-    /// approvals given ahead of time (expiry aside: it is applied when the
-    /// release gets there).
+    /// Whether `environment` has its approval: decided, or enough
+    /// approvals given ahead of time that still count now.
     fn is_approved(&self, environment: &str) -> bool {
-        self.state.approvals.contains_key(environment)
+        let required = self.policy.approval.rule(environment).required_approvals as usize;
+        (self.state.approvals.contains_key(environment) && self.is_decided(environment))
             || self
                 .state
                 .approvals_given
                 .get(environment)
-                .is_some_and(|given| given.len() >= self.policy.approval.rule(environment).required_approvals as usize)
+                .is_some_and(|given| given.iter().filter(|record| self.counts(environment, record)).count() >= required)
+    }
+
+    /// Whether `environment`'s approval was emitted (it is decided for good).
+    fn is_decided(&self, environment: &str) -> bool {
+        self.state.emitted.contains(&super::state::step::approved(environment))
     }
 
     /// Records an approval the policy refused (the rule and why, in the

@@ -106,7 +106,8 @@ use self::apply::{Step, claimed_name};
 pub use self::phase::{PhaseTransition, ReleasePhase, TRANSITIONS, machine};
 pub use self::policy::{ReleasePolicy, ReleasePolicyError};
 pub use self::rules::{
-    ApprovalPolicy, ApprovalRefused, ApprovalRule, MAX_GROUP_MEMBERS, MAX_PATTERN_CHARS, MAX_REQUIRED_APPROVALS, Rule,
+    ApprovalPolicy, ApprovalRefused, ApprovalRule, MAX_EXPIRY_SECONDS, MAX_GROUP_MEMBERS, MAX_PATTERN_CHARS,
+    MAX_REQUIRED_APPROVALS, Rule,
 };
 pub use self::state::{
     ApprovalProgress, ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, RefusedApproval,
@@ -181,9 +182,9 @@ impl ReleaseSaga {
     }
 
     /// [`ReleaseSaga::apply_at`], knowing who requested the release
-    /// (`requested_by`: the identities of the principal that fired its
-    /// delivery and of its key's sponsor; empty when unknown). The first
-    /// message that brings them records them
+    /// (`requested_by`: the identities of the principal that fired the
+    /// delivery `message` belongs to and of its key's sponsor; empty when
+    /// unknown). They are added to the release's
     /// ([`ReleaseState::requested_by`]); none of them may approve.
     pub fn apply_with(
         &self,
@@ -212,8 +213,14 @@ impl ReleaseSaga {
             emitted: Vec::new(),
             notes: Vec::new(),
         };
-        if step.state.requested_by.is_empty() && !requested_by.is_empty() && !is_decision(message) {
-            step.state.requested_by = requested_by.to_vec();
+        if !is_decision(message) {
+            // Every delivery that brings the release something adds who
+            // requested it: a re-run fired by someone else is theirs too.
+            for requester in requested_by {
+                if !step.state.requested_by.contains(requester) {
+                    step.state.requested_by.push(requester.clone());
+                }
+            }
         }
         match message {
             Message::BuildCompleted(build) => step.on_build_completed(build)?,

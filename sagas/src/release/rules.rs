@@ -34,6 +34,9 @@ pub const MAX_REQUIRED_APPROVALS: u32 = 16;
 /// The longest comment pattern, in characters.
 pub const MAX_PATTERN_CHARS: usize = 256;
 
+/// The longest an approval can be set to count: 366 days, in seconds.
+pub const MAX_EXPIRY_SECONDS: u64 = 366 * 24 * 3600;
+
 /// The most members a group can have.
 pub const MAX_GROUP_MEMBERS: usize = 256;
 
@@ -75,11 +78,12 @@ pub struct ApprovalRule {
     /// group `groups` defines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approver_groups: Vec<String>,
-    /// How long an approval counts, in seconds: an approval given earlier
-    /// than that before the environment's last approval is needed again.
+    /// How long an approval counts, in seconds (at most 366 days): an
+    /// approval given earlier than that before the environment's last
+    /// approval is needed again.
     /// Also checked by bosun, beyond this schema: a whole number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31_622_400))]
     pub expires_after_seconds: Option<u64>,
     /// A regular expression the approval's comment must match (e.g. a
     /// change ticket, `^CHG-[0-9]+`); an approval without a comment does
@@ -285,10 +289,13 @@ impl ApprovalPolicy {
                     ),
                 ));
             }
-            if rule.expires_after_seconds == Some(0) {
+            if rule
+                .expires_after_seconds
+                .is_some_and(|seconds| !(1..=MAX_EXPIRY_SECONDS).contains(&seconds))
+            {
                 return Err(validate::FieldError::new(
                     format!("{field}.expiresAfterSeconds"),
-                    "must be more than 0",
+                    format!("must be between 1 and {MAX_EXPIRY_SECONDS} (366 days)"),
                 ));
             }
             if let Some(pattern) = &rule.comment_pattern {

@@ -95,10 +95,9 @@ fn run(saga: &ReleaseSaga, state: ReleaseState, messages: &[Message]) -> (Releas
     run_at(saga, state, messages, NOW)
 }
 
-/// The release deployed to dev and waiting for prod's approval.
-fn waiting_for_prod(saga: &ReleaseSaga) -> ReleaseState {
-    let inputs: Vec<Message> = vec![
-        samples::build_completed().into(),
+/// After the build: its artifacts, then dev provisioned and synced.
+fn artifacts_and_dev() -> Vec<Message> {
+    vec![
         samples::container_image_built().into(),
         samples::package_published().into(),
         bosun_contracts::messages::InfrastructureProvisioned {
@@ -111,7 +110,13 @@ fn waiting_for_prod(saga: &ReleaseSaga) -> ReleaseState {
             ..samples::gitops_synced()
         }
         .into(),
-    ];
+    ]
+}
+
+/// The release deployed to dev and waiting for prod's approval.
+fn waiting_for_prod(saga: &ReleaseSaga) -> ReleaseState {
+    let mut inputs: Vec<Message> = vec![samples::build_completed().into()];
+    inputs.extend(artifacts_and_dev());
     let (state, _) = run(saga, ReleaseState::default(), &inputs);
     assert_eq!(state.phase, ReleasePhase::AwaitingApproval, "{state:#?}");
     assert_eq!(state.current_environment.as_deref(), Some("prod"));
@@ -242,24 +247,7 @@ fn approvals_given_ahead_of_time_count_when_the_release_gets_there() {
         ],
     );
     assert_eq!(state.approvals_given["prod"].len(), 2);
-    let (state, actions) = run(
-        &saga,
-        state,
-        &[
-            samples::container_image_built().into(),
-            samples::package_published().into(),
-            bosun_contracts::messages::InfrastructureProvisioned {
-                environment: "dev".to_owned(),
-                ..samples::infrastructure_provisioned()
-            }
-            .into(),
-            bosun_contracts::messages::GitOpsSynced {
-                environment: "dev".to_owned(),
-                ..samples::gitops_synced()
-            }
-            .into(),
-        ],
-    );
+    let (state, actions) = run(&saga, state, &artifacts_and_dev());
     assert_eq!(approved(&actions)[0].approvers, ["cli:alice", "cli:carol"]);
     assert_eq!(state.phase, ReleasePhase::Provisioning);
 }
@@ -301,6 +289,12 @@ fn a_policy_that_no_release_could_satisfy_is_refused_with_the_field_named() {
     let mut policy = governed(None).policy().approval.clone();
     policy.environments.get_mut("prod").unwrap().comment_pattern = Some("CHG-(".to_owned());
     assert_eq!(policy.validate().unwrap_err().field, "environments.prod.commentPattern");
+    let mut policy = governed(None).policy().approval.clone();
+    policy.environments.get_mut("prod").unwrap().expires_after_seconds = Some(1_000_000_000_000);
+    assert_eq!(
+        policy.validate().unwrap_err().field,
+        "environments.prod.expiresAfterSeconds"
+    );
     let mut policy = governed(None).policy().approval.clone();
     policy.groups.insert("empty".to_owned(), Vec::new());
     assert_eq!(policy.validate().unwrap_err().field, "groups.empty");
@@ -355,4 +349,127 @@ proptest! {
         let promoted = all.iter().any(|action| matches!(action, Action::Send(Message::DeploymentPromoted(p)) if p.environment == "prod"));
         prop_assert!(!promoted || state.approvals.contains_key("prod"));
     }
+}
+
+/// Applies `messages` with `requesters` as who fired their delivery.
+fn run_for(
+    saga: &ReleaseSaga,
+    state: ReleaseState,
+    messages: &[Message],
+    requesters: &[String],
+) -> (ReleaseState, Vec<Action>) {
+    let mut state = state;
+    let mut actions = Vec::new();
+    for message in messages {
+        let transition = saga.apply_with(&state, message, NOW, requesters).unwrap();
+        state = transition.state;
+        actions.extend(transition.actions);
+    }
+    (state, actions)
+}
+
+#[test]
+fn a_rerun_fired_by_someone_else_makes_them_a_requester_too() {
+    let saga = governed(None);
+    let state = waiting_for_prod(&saga);
+    // Another build of the same release (same commit), fired by Alice's key.
+    let mut rerun = samples::build_completed();
+    rerun.build_id = "build-rerun".to_owned();
+    let alice = vec!["key:0f0f0f0f0f0f".to_owned(), "cli:alice".to_owned()];
+    let (state, _) = run_for(&saga, state, &[rerun.into()], &alice);
+    assert_eq!(
+        state.requested_by,
+        ["key:0a0a0a0a0a0a", "cli:dana", "key:0f0f0f0f0f0f", "cli:alice"]
+    );
+    let (state, _) = run(&saga, state, &[ticketed(&["cli:alice"])]);
+    assert_eq!(
+        state.refused_approvals.last().unwrap().rule,
+        Rule::RequesterCannotApprove
+    );
+}
+
+#[test]
+fn an_approval_given_before_the_requester_was_known_is_checked_again() {
+    let saga = governed(None);
+    // The agent (acting for Dana, a board member) approves prod ahead of
+    // time, before anything of its delivery told the release who
+    // requested it.
+    let (state, _) = run_for(
+        &saga,
+        ReleaseState::default(),
+        &[ticketed(&[AGENT, SPONSOR]), ticketed(&["cli:alice"])],
+        &[],
+    );
+    assert_eq!(state.approvals_given["prod"].len(), 2, "{state:#?}");
+    let mut inputs: Vec<Message> = vec![samples::build_completed().into()];
+    inputs.extend(artifacts_and_dev());
+    let (state, actions) = run(&saga, state, &inputs);
+    assert!(approved(&actions).is_empty(), "{actions:?}");
+    assert_eq!(state.phase, ReleasePhase::AwaitingApproval);
+    assert_eq!(
+        state.refused_approvals.last().unwrap().rule,
+        Rule::RequesterCannotApprove
+    );
+    assert_eq!(state.waiting_for.as_ref().unwrap().approved_by, ["cli:alice"]);
+}
+
+#[test]
+fn an_expired_approval_is_renewed_by_approving_again_and_no_longer_blocks_a_rejection() {
+    let saga = governed(Some(3600));
+    let state = waiting_for_prod(&saga);
+    let (state, _) = run(&saga, state, &[ticketed(&["cli:alice"])]);
+    let later = NOW + time::Duration::hours(2);
+    // Alice again, after hers expired: counted, not "already approved".
+    let (state, _) = run_at(&saga, state, &[ticketed(&["cli:alice"])], later);
+    let waiting = state.waiting_for.as_ref().unwrap();
+    assert_eq!(
+        (waiting.approved_by.as_slice(), waiting.still_needed),
+        (&["cli:alice".to_owned()][..], 1)
+    );
+
+    // Given ahead of time and expired by now: prod's approval is not
+    // given, so a rejection of prod still applies.
+    let (ahead, _) = run_for(
+        &saga,
+        ReleaseState::default(),
+        &[ticketed(&["cli:alice"]), ticketed(&["cli:bob"])],
+        &[],
+    );
+    let mut inputs: Vec<Message> = vec![samples::build_completed().into()];
+    inputs.extend(artifacts_and_dev());
+    let (ahead, _) = run_at(&saga, ahead, &inputs[..1], NOW);
+    let reject: Message = bosun_contracts::messages::RejectRelease {
+        environment: Some("prod".to_owned()),
+        ..samples::reject_release()
+    }
+    .into();
+    let transition = saga.apply_with(&ahead, &reject, later, &[]).unwrap();
+    assert_eq!(transition.state.phase, ReleasePhase::Rejected);
+}
+
+#[test]
+fn an_approval_the_previous_release_recorded_ahead_of_time_is_checked_on_arrival() {
+    let saga = governed(None);
+    let (mut state, _) = run(&saga, ReleaseState::default(), &[samples::build_completed().into()]);
+    // As the previous release records one approval given ahead of time.
+    state.approvals.insert(
+        "prod".to_owned(),
+        ApprovalRecord {
+            approver: format!("{AGENT} (release agent)"),
+            note: None,
+            comment: Some("CHG-1".to_owned()),
+            auto: false,
+            at: NOW,
+            identities: Vec::new(),
+            approvers: Vec::new(),
+        },
+    );
+    let (state, actions) = run(&saga, state, &artifacts_and_dev()[..]);
+    assert!(approved(&actions).is_empty(), "{actions:?}");
+    assert_eq!(state.phase, ReleasePhase::AwaitingApproval);
+    assert_eq!(
+        state.refused_approvals.last().unwrap().rule,
+        Rule::RequesterCannotApprove
+    );
+    assert!(!state.approvals.contains_key("prod"));
 }

@@ -252,10 +252,11 @@ pub struct ReleaseState {
     /// ahead of time here; it is used when the release gets there.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub approvals: BTreeMap<String, ApprovalRecord>,
-    /// Who requested the release: the identities of the principal that
-    /// fired its delivery and of its key's sponsor, none of whom may
-    /// approve it. Empty when not known (a release planned before bosun
-    /// recorded requesters).
+    /// Who requested the release: the identities of the principals that
+    /// fired the deliveries that brought it its build and artifacts (a
+    /// re-run too), and of their keys' sponsors, none of whom may approve
+    /// it. Empty when not known (a release planned before bosun recorded
+    /// requesters).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requested_by: Vec<String>,
     /// Approvals that satisfied the policy and count towards an
