@@ -52,13 +52,15 @@ const PATTERN_SIZE_LIMIT: usize = 64 * 1024;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalPolicy {
     /// Groups by name: the identities (`key:<id>`, `cli:<operator>`) that
-    /// belong to each. Also checked by bosun, beyond this schema: a group's
-    /// name is an identifier (letters, digits, `.`, `_`, `-`), and it has 1
-    /// to 256 members, each named once.
+    /// belong to each.
+    /// Also checked by bosun, beyond this schema: a group's name is an
+    /// identifier (letters, digits, `.`, `_`, `-`), and it has 1 to 256
+    /// members, each named once.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub groups: BTreeMap<String, Vec<String>>,
-    /// The rule of each environment that has one. Also checked by bosun,
-    /// beyond this schema: each name is an environment name.
+    /// The rule of each environment that has one.
+    /// Also checked by bosun, beyond this schema: each name is an
+    /// environment name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environments: BTreeMap<String, ApprovalRule>,
 }
@@ -67,15 +69,16 @@ pub struct ApprovalPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalRule {
-    /// How many distinct people must approve (1 to 16; default 1). Also
-    /// checked by bosun, beyond this schema: a whole number, and no more
-    /// than the members of `approverGroups` when it names groups.
+    /// How many distinct people must approve (1 to 16; default 1).
+    /// Also checked by bosun, beyond this schema: a whole number, and no
+    /// more than the members of `approverGroups` when it names groups.
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 16))]
     pub required_approvals: u32,
     /// The groups an approver must belong to (one of them); empty: anyone
-    /// with the right. Also checked by bosun, beyond this schema: each is a
-    /// group `groups` defines.
+    /// with the right.
+    /// Also checked by bosun, beyond this schema: each is a group `groups`
+    /// defines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approver_groups: Vec<String>,
     /// How long an approval counts, in seconds (at most 366 days): an
@@ -87,8 +90,9 @@ pub struct ApprovalRule {
     pub expires_after_seconds: Option<u64>,
     /// A regular expression the approval's comment must match (e.g. a
     /// change ticket, `^CHG-[0-9]+`); an approval without a comment does
-    /// not match. Also checked by bosun, beyond this schema: it compiles
-    /// (Rust's `regex` syntax).
+    /// not match.
+    /// Also checked by bosun, beyond this schema: it compiles (Rust's
+    /// `regex` syntax).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub comment_pattern: Option<String>,
