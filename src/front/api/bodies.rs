@@ -278,6 +278,7 @@ pub struct ReleasePolicyBody {
     pub reason: Option<String>,
     /// The version this change was made against; refused (409) if another
     /// was stored since. Absent: the version in force now.
+    /// Also checked by bosun, beyond this schema: a whole number.
     #[serde(default)]
     #[schemars(range(min = 1, max = crate::operator::policies::MAX_POLICY_VERSION))]
     pub expected_version: Option<u64>,
