@@ -212,6 +212,8 @@ catalogue! {
     Command ApproveRelease version 2 reads 1: "A person approves a release for one environment.";
     Command RejectRelease version 2 reads 1: "A person rejects a release; the release stops.";
     Command ReleaseApprovalTimeout version 1 (internal): "The release saga's scheduled reminder that an environment's approval is overdue.";
+    Command ReleaseWindowCheck version 1 (internal): "The release saga's scheduled look at a promotion window or hold its promotion waits on.";
+    Command OverrideReleaseWindow version 1: "Someone holding releases:override lets one release through a closed promotion window or hold of one environment, with a reason.";
     Event ReleaseApproved version 1: "A release is approved for one environment (the record promotion requires).";
     Event ReleaseRejected version 1: "A release was rejected, or its approval timed out; the release stops.";
     Event ReleaseBlocked version 1: "A release step failed; the release waits for someone to act.";

@@ -81,7 +81,13 @@ pub const CONSUMERS: &[ConsumerRoute] = &[
     },
     ConsumerRoute {
         name: "release-orchestration",
-        commands: &["ApproveRelease", "RejectRelease", "ReleaseApprovalTimeout"],
+        commands: &[
+            "ApproveRelease",
+            "RejectRelease",
+            "ReleaseApprovalTimeout",
+            "ReleaseWindowCheck",
+            "OverrideReleaseWindow",
+        ],
         events: &[
             "BuildCompleted",
             "ContainerImageBuilt",

@@ -67,6 +67,8 @@ pub fn samples() -> Vec<Message> {
         approve_release().into(),
         reject_release().into(),
         release_approval_timeout().into(),
+        release_window_check().into(),
+        override_release_window().into(),
         release_approved().into(),
         release_rejected().into(),
         release_blocked().into(),
@@ -517,6 +519,27 @@ pub fn release_approval_timeout() -> ReleaseApprovalTimeout {
         release_id: RELEASE_ID.to_owned(),
         environment: "prod".to_owned(),
         deadline: datetime!(2026-12-01 10:30:00 UTC),
+    }
+}
+
+/// `ReleaseWindowCheck`.
+pub fn release_window_check() -> ReleaseWindowCheck {
+    ReleaseWindowCheck {
+        release_id: RELEASE_ID.to_owned(),
+        environment: "prod".to_owned(),
+        check_at: datetime!(2026-12-07 07:00:00 UTC),
+    }
+}
+
+/// `OverrideReleaseWindow`.
+pub fn override_release_window() -> OverrideReleaseWindow {
+    OverrideReleaseWindow {
+        release_id: RELEASE_ID.to_owned(),
+        environment: "prod".to_owned(),
+        reason: "CHG-1234: hotfix for INC-42 during the weekend freeze".to_owned(),
+        on_behalf_of: None,
+        overridden_by: Some("cli:carol".to_owned()),
+        overrider_identities: vec!["cli:carol".to_owned()],
     }
 }
 

@@ -105,6 +105,14 @@ pub fn describe(message: &Message) -> Option<String> {
             m.reason
         ),
         Message::ReleaseApprovalTimeout(m) => format!("release {} in {}", m.release_id, m.environment),
+        Message::ReleaseWindowCheck(m) => format!("release {} in {}", m.release_id, m.environment),
+        Message::OverrideReleaseWindow(m) => format!(
+            "release {} in {} by {}: {}",
+            m.release_id,
+            m.environment,
+            decided_by(m.overridden_by.as_deref(), m.on_behalf_of.as_deref()),
+            m.reason
+        ),
         Message::ReleaseApproved(m) => format!("release {} in {} by {}", m.release_id, m.environment, m.approver),
         Message::ReleaseRejected(m) => format!("release {}: {}", m.release_id, m.reason),
         Message::ReleaseBlocked(m) => format!("release {} stopped at {:?}: {}", m.release_id, m.failing_step, m.reason),

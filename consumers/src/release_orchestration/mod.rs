@@ -5,8 +5,9 @@
 //!
 //! Triggered by `BuildCompleted`, `ContainerImageBuilt`, `PackagePublished`,
 //! `InfrastructureProvisioned`, `GitOpsSynced` and the commands
-//! `ApproveRelease`, `RejectRelease` and `ReleaseApprovalTimeout` (the
-//! saga's own scheduled timeout). Emits `ReleasePlanned`, `ReleaseApproved`,
+//! `ApproveRelease`, `RejectRelease`, `OverrideReleaseWindow`,
+//! `ReleaseApprovalTimeout` and `ReleaseWindowCheck` (the saga's own
+//! scheduled timeout and look at a promotion window). Emits `ReleasePlanned`, `ReleaseApproved`,
 //! `ReleaseRejected`, `ReleaseBlocked` and `DeploymentPromoted`.
 //!
 //! Unlike the other consumers this one talks to no outside service, so it
@@ -20,7 +21,8 @@
 //! refused (dead-lettered): they read the same whether or not another
 //! tenant has a release of that id. A `ReleaseApprovalTimeout` that is not
 //! the one the saga waits on changes nothing and is logged; one that
-//! arrives before its deadline is scheduled again for it.
+//! arrives before its deadline is scheduled again for it, and so is a
+//! `ReleaseWindowCheck` that arrives before its `checkAt`.
 
 use std::sync::Arc;
 
@@ -103,6 +105,7 @@ fn decision_on(message: &Message) -> Option<&str> {
     match message {
         Message::ApproveRelease(approve) => Some(&approve.release_id),
         Message::RejectRelease(reject) => Some(&reject.release_id),
+        Message::OverrideReleaseWindow(overriding) => Some(&overriding.release_id),
         _ => None,
     }
 }
@@ -178,6 +181,24 @@ impl Consumer for ReleaseOrchestration {
                 let wait = std::time::Duration::try_from(early).unwrap_or_default();
                 return Ok(Outcome {
                     messages: vec![Outgoing::after(timeout.clone(), wait)],
+                    saga_state: None,
+                });
+            }
+        }
+        if let Message::ReleaseWindowCheck(check) = inbound.message {
+            let early = check.check_at - OffsetDateTime::now_utc();
+            if early > DEADLINE_TOLERANCE {
+                // The saga reads the gate at `checkAt`; looked at sooner, a
+                // closed gate would read as open.
+                tracing::warn!(
+                    release_id = %check.release_id,
+                    environment = %check.environment,
+                    check_at = %check.check_at,
+                    "promotion window check arrived before it was due; scheduled again for its time"
+                );
+                let wait = std::time::Duration::try_from(early).unwrap_or_default();
+                return Ok(Outcome {
+                    messages: vec![Outgoing::after(check.clone(), wait)],
                     saga_state: None,
                 });
             }

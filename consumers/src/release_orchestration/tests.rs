@@ -115,7 +115,11 @@ async fn the_saga_key_names_the_tenant() {
 #[tokio::test]
 async fn a_decision_on_a_release_the_tenant_does_not_have_is_refused() {
     let consumer = consumer();
-    let decisions: [Message; 2] = [samples::approve_release().into(), samples::reject_release().into()];
+    let decisions: [Message; 3] = [
+        samples::approve_release().into(),
+        samples::reject_release().into(),
+        samples::override_release_window().into(),
+    ];
     for message in decisions {
         let envelope = Envelope::new(&message, Uuid::now_v7(), "evil", "test");
         let (kind, key) = consumer.saga_of(&envelope, &message).expect("a release message");
@@ -163,6 +167,28 @@ async fn a_timeout_before_its_deadline_waits_for_it() {
     let delay = again.delay.expect("scheduled, not sent now");
     assert!(
         delay > std::time::Duration::from_secs(3500) && delay <= std::time::Duration::from_secs(3600),
+        "{delay:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_window_check_before_its_time_waits_for_it() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let check = bosun_contracts::messages::ReleaseWindowCheck {
+        check_at: time::OffsetDateTime::now_utc() + time::Duration::hours(2),
+        ..samples::release_window_check()
+    };
+    let state = first.saga_state.clone().expect("state saved");
+    let (outcome, _) = run(&consumer, state, 1, check.clone().into()).await;
+    assert_eq!(outcome.saga_state, None, "the saga is not touched");
+    let [again] = &outcome.messages[..] else {
+        panic!("expected the check scheduled again: {outcome:?}");
+    };
+    assert_eq!(again.message, Message::ReleaseWindowCheck(check));
+    let delay = again.delay.expect("scheduled, not sent now");
+    assert!(
+        delay > std::time::Duration::from_secs(7100) && delay <= std::time::Duration::from_secs(7200),
         "{delay:?}"
     );
 }

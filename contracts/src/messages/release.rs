@@ -281,6 +281,81 @@ impl Validate for ReleaseApprovalTimeout {
     }
 }
 
+/// The release saga's own scheduled look at a promotion window or hold:
+/// the promotion of `environment` waited for it, and it may be open by
+/// `checkAt`. Ignored when the release is no longer waiting there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseWindowCheck {
+    /// The release.
+    #[schemars(transform = rule::identifier)]
+    pub release_id: String,
+    /// The environment whose promotion waits.
+    #[schemars(transform = rule::environment_name)]
+    pub environment: String,
+    /// When the gate was expected to open (or to be looked at again).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub check_at: OffsetDateTime,
+}
+
+impl Validate for ReleaseWindowCheck {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::environment_name("environment", &self.environment)
+    }
+}
+
+/// Someone holding `releases:override` lets one release be promoted to
+/// one environment through a closed promotion window or a hold, with a
+/// reason; recorded on the release.
+///
+/// `overriddenBy` and `overriderIdentities` are set by bosun's front door,
+/// as `approvedBy` is on [`ApproveRelease`]; who requested the release
+/// cannot override its windows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideReleaseWindow {
+    /// The release.
+    #[schemars(transform = rule::identifier)]
+    pub release_id: String,
+    /// The environment it may be promoted to now.
+    #[schemars(transform = rule::environment_name)]
+    pub environment: String,
+    /// Why (an incident, a change ticket).
+    #[schemars(transform = rule::text(MAX_REASON_CHARS))]
+    pub reason: String,
+    /// The person the sender acts for, as the sender names them (kept as a
+    /// note, never as who overrode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
+    pub on_behalf_of: Option<String>,
+    /// The authenticated caller, set by bosun's front door.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
+    pub overridden_by: Option<String>,
+    /// The identities the caller answers to, set by bosun's front door
+    /// with `overriddenBy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_APPROVER_CHARS)), transform = rule::unique)]
+    pub overrider_identities: Vec<String>,
+}
+
+impl Validate for OverrideReleaseWindow {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        validate::environment_name("environment", &self.environment)?;
+        validate::text("reason", &self.reason, MAX_REASON_CHARS)?;
+        if let Some(on_behalf_of) = &self.on_behalf_of {
+            validate::text("onBehalfOf", on_behalf_of, MAX_APPROVER_CHARS)?;
+        }
+        if let Some(overridden_by) = &self.overridden_by {
+            validate::text("overriddenBy", overridden_by, MAX_APPROVER_CHARS)?;
+        }
+        validate_identities("overriderIdentities", &self.overrider_identities)
+    }
+}
+
 /// A release is approved for one environment (the governance record).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

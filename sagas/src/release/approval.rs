@@ -459,6 +459,7 @@ impl Step<'_> {
         self.state.rejected = Some(rejected);
         self.state.pending_timeout = None;
         self.state.waiting_for = None;
+        self.state.window_wait = None;
         self.enter(ReleasePhase::Rejected)
     }
 }

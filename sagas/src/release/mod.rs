@@ -28,7 +28,12 @@
 //!   still waiting, emits `ReleaseRejected` and the release stops
 //!   (`Rejected`). A timeout after the decision is ignored.
 //! - `Provisioning`: after the approval the saga waits for
-//!   `InfrastructureProvisioned` of that release and environment, then emits
+//!   `InfrastructureProvisioned` of that release and environment, then for
+//!   the tenant's promotion windows and holds ([`ApprovalPolicy::promotion_gate`]):
+//!   a closed gate is recorded ([`ReleaseState::window_wait`]: what closes
+//!   it, until when) and a `ReleaseWindowCheck` scheduled for when it opens
+//!   (every [`WINDOW_RECHECK`] when nothing says); an `OverrideReleaseWindow`
+//!   by someone who did not request the release lets it through. Then it emits
 //!   `DeploymentPromoted` (`Syncing`) and waits for `GitOpsSynced` of that
 //!   release and environment. A healthy sync marks the environment deployed
 //!   and the saga enters the next environment, or `Completed` after the
@@ -94,6 +99,9 @@ mod rules_tests;
 mod state;
 #[cfg(test)]
 mod tests;
+mod windows;
+#[cfg(test)]
+mod windows_tests;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -109,9 +117,12 @@ pub use self::rules::{
     ApprovalPolicy, ApprovalRefused, ApprovalRule, MAX_EXPIRY_SECONDS, MAX_GROUP_MEMBERS, MAX_PATTERN_CHARS,
     MAX_REQUIRED_APPROVALS, Rule,
 };
+pub use self::windows::{
+    Closure, Hold, MAX_WINDOW_SECONDS, MAX_WINDOWS, PromotionWindow, WindowKind, WindowRule,
+};
 pub use self::state::{
     ApprovalProgress, ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, RefusedApproval,
-    ReleaseState, SyncRecord,
+    ReleaseState, SyncRecord, WindowOverride, WindowWait,
 };
 use crate::{SagaError, SagaKind, StateMachine, Transition};
 
@@ -130,6 +141,10 @@ pub const DEFAULT_ENVIRONMENT_REPOSITORY: &str = "environments";
 /// The most refused approvals a release keeps ([`ReleaseState::refused_approvals`]);
 /// older ones are dropped (the audit trail keeps them).
 pub const MAX_REFUSALS_KEPT: usize = 64;
+
+/// How often a promotion waiting on a gate with no known opening (a hold
+/// with no end) looks again: 5 minutes.
+pub const WINDOW_RECHECK: Duration = Duration::from_secs(5 * 60);
 
 /// The approval timeout of [`ReleasePolicy::default`]: 24 hours.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -203,6 +218,12 @@ impl ReleaseSaga {
         if state.release_id.as_ref().is_some_and(|known| *known != release_id) {
             return Ok(unchanged());
         }
+        // A window check looks at the gate no earlier than it was due,
+        // whenever its envelope says it was written.
+        let now = match message {
+            Message::ReleaseWindowCheck(check) => now.max(check.check_at),
+            _ => now,
+        };
         let mut step = Step {
             policy: &self.policy,
             release_id,
@@ -247,6 +268,20 @@ impl ReleaseSaga {
                 step.on_reject(reject.environment.clone(), &rejected_by, claimed, &reject.reason)?
             }
             Message::ReleaseApprovalTimeout(timeout) => step.on_timeout(timeout)?,
+            Message::ReleaseWindowCheck(check) => step.on_window_check(check)?,
+            Message::OverrideReleaseWindow(overriding) => {
+                let by = step.authenticated(overriding.overridden_by.as_deref(), "overriddenBy")?;
+                step.on_override(
+                    &overriding.environment,
+                    WindowOverride {
+                        note: claimed_name(overriding.on_behalf_of.as_deref(), &by),
+                        by,
+                        identities: overriding.overrider_identities.clone(),
+                        reason: overriding.reason.clone(),
+                        at: now,
+                    },
+                )?
+            }
             Message::InfrastructureProvisioned(provisioned) => step.on_infrastructure(provisioned)?,
             Message::GitOpsSynced(synced) => step.on_synced(synced)?,
             _ => {}
@@ -263,6 +298,7 @@ impl ReleaseSaga {
             Message::ContainerImageBuilt(m) => m.pushed_at,
             Message::PackagePublished(m) => m.published_at,
             Message::ReleaseApprovalTimeout(m) => m.deadline,
+            Message::ReleaseWindowCheck(m) => m.check_at,
             Message::InfrastructureProvisioned(m) => m.provisioned_at,
             Message::GitOpsSynced(m) => m.synced_at,
             _ => state.last_step_at().unwrap_or(OffsetDateTime::UNIX_EPOCH),
@@ -276,7 +312,11 @@ impl ReleaseSaga {
 fn is_decision(message: &Message) -> bool {
     matches!(
         message,
-        Message::ApproveRelease(_) | Message::RejectRelease(_) | Message::ReleaseApprovalTimeout(_)
+        Message::ApproveRelease(_)
+            | Message::RejectRelease(_)
+            | Message::ReleaseApprovalTimeout(_)
+            | Message::ReleaseWindowCheck(_)
+            | Message::OverrideReleaseWindow(_)
     )
 }
 
@@ -292,6 +332,8 @@ pub fn release_of(message: &Message) -> Option<String> {
         Message::ApproveRelease(m) => Some(m.release_id.clone()),
         Message::RejectRelease(m) => Some(m.release_id.clone()),
         Message::ReleaseApprovalTimeout(m) => Some(m.release_id.clone()),
+        Message::ReleaseWindowCheck(m) => Some(m.release_id.clone()),
+        Message::OverrideReleaseWindow(m) => Some(m.release_id.clone()),
         Message::InfrastructureProvisioned(m) if !m.preview_only => m.release_id.clone(),
         Message::GitOpsSynced(m) => m.release_id.clone(),
         _ => None,

@@ -14,7 +14,8 @@ pub enum ReleasePhase {
     Collecting,
     /// Planned; waiting for a person to approve the current environment.
     AwaitingApproval,
-    /// The current environment is approved; waiting for its infrastructure.
+    /// The current environment is approved; waiting for its infrastructure
+    /// and its promotion window.
     Provisioning,
     /// Promoted to the current environment; waiting for GitOps to sync it.
     Syncing,
@@ -70,7 +71,7 @@ impl ReleasePhase {
         match self {
             Self::Collecting => "waiting for the build and its required image and package",
             Self::AwaitingApproval => "waiting for a person to approve the current environment",
-            Self::Provisioning => "approved, waiting for the environment's infrastructure",
+            Self::Provisioning => "approved, waiting for the environment's infrastructure and promotion window",
             Self::Syncing => "promoted, waiting for GitOps to sync the environment",
             Self::Completed => "deployed to every environment",
             Self::Rejected => "rejected or approval timed out, stopped",
@@ -160,9 +161,15 @@ pub const TRANSITIONS: &[PhaseTransition] = {
         ),
         edge(
             Provisioning,
+            Provisioning,
+            "provisioned, promotion window closed or environment on hold / schedule ReleaseWindowCheck",
+            &["InfrastructureProvisioned", "ApproveRelease", "ReleaseWindowCheck"],
+        ),
+        edge(
+            Provisioning,
             Syncing,
-            "InfrastructureProvisioned / DeploymentPromoted",
-            &["InfrastructureProvisioned"],
+            "InfrastructureProvisioned, window open (ReleaseWindowCheck) or overridden (OverrideReleaseWindow) / DeploymentPromoted",
+            &["InfrastructureProvisioned", "ReleaseWindowCheck", "OverrideReleaseWindow"],
         ),
         edge(
             Syncing,

@@ -2,12 +2,17 @@
 //! `DeploymentPromoted` (only with a recorded approval) and the GitOps sync
 //! that deploys it or blocks the release.
 
-use bosun_contracts::messages::{DeploymentPromoted, GitOpsSynced, InfrastructureProvisioned, ReleaseStep};
+use bosun_contracts::messages::{
+    DeploymentPromoted, GitOpsSynced, InfrastructureProvisioned, ReleaseStep, ReleaseWindowCheck,
+};
 
-use super::apply::Step;
+use super::apply::{Step, rfc3339};
 use super::state::step;
-use super::{InfrastructureRecord, PENDING_DESIRED_COMMIT, ReleasePhase, SyncRecord};
-use crate::SagaError;
+use super::{
+    Closure, InfrastructureRecord, PENDING_DESIRED_COMMIT, ReleasePhase, SyncRecord, WINDOW_RECHECK, WindowOverride,
+    WindowWait,
+};
+use crate::{Action, SagaError};
 
 impl Step<'_> {
     /// Emits the `DeploymentPromoted` of `environment`: only with a recorded
@@ -20,6 +25,20 @@ impl Step<'_> {
                 self.release_id
             )));
         };
+        if self.state.plan.is_none() {
+            return Err(self.refuse(format!("release {} is not planned: not promoting", self.release_id)));
+        }
+        if let Some(closure) = self.gate(environment) {
+            return self.wait_for_window(environment, closure);
+        }
+        if self
+            .state
+            .window_wait
+            .take()
+            .is_some_and(|wait| wait.environment == environment)
+        {
+            self.note(format!("the promotion window of {environment} is open"));
+        }
         let Some(plan) = self.state.plan.as_ref() else {
             return Err(self.refuse(format!("release {} is not planned: not promoting", self.release_id)));
         };
@@ -38,6 +57,143 @@ impl Step<'_> {
         self.send(step::promoted(environment), promoted.into());
         self.enter(ReleasePhase::Syncing)?;
         self.check_sync(environment)
+    }
+
+    /// What closes the promotion gate of `environment` now, unless this
+    /// release has an override for it.
+    fn gate(&mut self, environment: &str) -> Option<Closure> {
+        let closure = self.policy.approval.promotion_gate(environment, self.now)?;
+        if let Some(overriding) = self.state.overrides.get(environment) {
+            let used = format!(
+                "{} overridden by {} ({})",
+                closure.rule, overriding.by, overriding.reason
+            );
+            self.note(used);
+            return None;
+        }
+        Some(closure)
+    }
+
+    /// Records that the promotion of `environment` waits for `closure` to
+    /// open, and schedules a look at it then (one at a time: a check still
+    /// to come is not doubled).
+    fn wait_for_window(&mut self, environment: &str, closure: Closure) -> Result<(), SagaError> {
+        let recheck = time::Duration::try_from(WINDOW_RECHECK).unwrap_or(time::Duration::MINUTE);
+        let check_at = closure
+            .until
+            .map_or(self.now + recheck, |until| until.max(self.now + time::Duration::SECOND));
+        let pending = self
+            .state
+            .window_wait
+            .as_ref()
+            .filter(|wait| wait.environment == environment && wait.check_at > self.now)
+            .map(|wait| (wait.check_at, wait.since));
+        let since = pending.map_or(self.now, |(_, since)| since);
+        let wait = WindowWait {
+            environment: environment.to_owned(),
+            rule: closure.rule,
+            window: closure.window,
+            reason: closure.reason,
+            until: closure.until,
+            since,
+            check_at: pending.map_or(check_at, |(pending, _)| pending),
+            policy_version: self.policy.approval_version,
+        };
+        let changed = self.state.window_wait.as_ref() != Some(&wait);
+        if changed {
+            self.note(format!(
+                "promotion to {environment} waits: {} ({})",
+                wait.reason,
+                match wait.until {
+                    Some(until) => format!("until {}", rfc3339(until)),
+                    None => format!("no end known; looking again at {}", rfc3339(wait.check_at)),
+                }
+            ));
+        }
+        if pending.is_none() {
+            let key = step::window_check(environment, check_at);
+            if self.state.emitted.insert(key) {
+                let after = std::time::Duration::try_from(check_at - self.now).unwrap_or(WINDOW_RECHECK);
+                self.emitted.push("ReleaseWindowCheck (scheduled)".to_owned());
+                self.actions.push(Action::Schedule {
+                    message: ReleaseWindowCheck {
+                        release_id: self.release_id.clone(),
+                        environment: environment.to_owned(),
+                        check_at,
+                    }
+                    .into(),
+                    after,
+                });
+            }
+        }
+        self.state.window_wait = Some(wait);
+        Ok(())
+    }
+
+    /// Whether the current environment's promotion is due: approved,
+    /// provisioned, not promoted yet.
+    fn promotion_due(&self, environment: &str) -> bool {
+        self.state.phase == ReleasePhase::Provisioning
+            && self.is_current(environment)
+            && self.state.infrastructure.contains_key(environment)
+            && !self.state.emitted.contains(&step::promoted(environment))
+    }
+
+    /// The saga's own look at a window it waited for: promotes when the
+    /// gate is open, else waits on.
+    pub(super) fn on_window_check(&mut self, check: &ReleaseWindowCheck) -> Result<(), SagaError> {
+        if self.promotion_due(&check.environment) {
+            self.promote(&check.environment)?;
+        }
+        Ok(())
+    }
+
+    /// An override of `environment`'s windows and holds: recorded (never
+    /// by who requested the release), and used at once when the promotion
+    /// waits there.
+    pub(super) fn on_override(&mut self, environment: &str, overriding: WindowOverride) -> Result<(), SagaError> {
+        if self.requires_approval(environment).is_none() {
+            return Err(self.refuse(format!(
+                "release {} does not go to {environment}: nothing to override",
+                self.release_id
+            )));
+        }
+        if self.state.phase.is_final() || self.state.deployed.iter().any(|deployed| deployed == environment) {
+            return Err(self.refuse(format!(
+                "release {} is {} ({environment} {}): nothing to override",
+                self.release_id,
+                self.state.phase,
+                if self.state.deployed.iter().any(|deployed| deployed == environment) {
+                    "deployed"
+                } else {
+                    "not deployed"
+                }
+            )));
+        }
+        let identities = if overriding.identities.is_empty() {
+            vec![overriding.by.split(" (").next().unwrap_or(&overriding.by).to_owned()]
+        } else {
+            overriding.identities.clone()
+        };
+        if let Some(shared) = identities.iter().find(|identity| self.state.requested_by.contains(identity)) {
+            return Err(self.refuse(format!(
+                "refused by rule `requester-cannot-approve`: {shared} requested release {} (or sponsors the key \
+                 that did) and cannot override its promotion windows",
+                self.release_id
+            )));
+        }
+        if self.state.overrides.contains_key(environment) {
+            return Ok(());
+        }
+        self.note(format!(
+            "{} overrode the promotion windows and holds of {environment}: {}",
+            overriding.by, overriding.reason
+        ));
+        self.state.overrides.insert(environment.to_owned(), overriding);
+        if self.promotion_due(environment) {
+            self.promote(environment)?;
+        }
+        Ok(())
     }
 
     /// With a sync report for the current environment: a healthy one

@@ -1,6 +1,7 @@
 //! Who may approve an environment, and how many must: a tenant's
 //! [`ApprovalPolicy`] (a document stored in versions, see README "Approval
-//! policies"), and the checks a person's approval goes through before it
+//! policies"; it also holds the promotion windows and holds of
+//! [`super::windows`]), and the checks a person's approval goes through before it
 //! counts ([`ApprovalPolicy::check`]).
 //!
 //! Every approval names the identities its sender answers to (the front
@@ -27,6 +28,8 @@ use std::time::Duration;
 use bosun_contracts::validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use super::windows::{Hold, PromotionWindow};
 
 /// The most approvals an environment can require.
 pub const MAX_REQUIRED_APPROVALS: u32 = 16;
@@ -63,6 +66,14 @@ pub struct ApprovalPolicy {
     /// environment name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environments: BTreeMap<String, ApprovalRule>,
+    /// When promotions may happen: allow and deny windows (at most 32).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<PromotionWindow>,
+    /// Holds by environment: no promotion there while one is in force.
+    /// Also checked by bosun, beyond this schema: each name is an
+    /// environment name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holds: BTreeMap<String, Hold>,
 }
 
 /// Who may approve one environment, and how many must.
@@ -184,7 +195,7 @@ impl ApprovalPolicy {
 
     /// Whether this is the default policy (no group, no rule).
     pub fn is_default(&self) -> bool {
-        self.groups.is_empty() && self.environments.is_empty()
+        self.groups.is_empty() && self.environments.is_empty() && self.windows.is_empty() && self.holds.is_empty()
     }
 
     /// Checks one approval of `environment` by someone answering to
@@ -308,7 +319,7 @@ impl ApprovalPolicy {
                 compile(pattern).map_err(|err| validate::FieldError::new(pattern_field, err.to_string()))?;
             }
         }
-        Ok(())
+        super::windows::validate(&self.windows, &self.holds)
     }
 }
 

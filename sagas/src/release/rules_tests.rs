@@ -44,6 +44,7 @@ fn governed(expiry: Option<u64>) -> ReleaseSaga {
                 comment_pattern: Some("^CHG-[0-9]+".to_owned()),
             },
         )]),
+        ..ApprovalPolicy::default()
     };
     let policy = ReleasePolicy {
         environments: vec!["dev".to_owned(), "prod".to_owned()],

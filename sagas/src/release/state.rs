@@ -10,7 +10,7 @@ use bosun_contracts::messages::{
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{ReleasePhase, ReleasePolicy, Rule};
+use super::{ReleasePhase, ReleasePolicy, Rule, WindowRule};
 
 /// The successful build a release ships, and what its module requires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +161,55 @@ pub struct ApprovalProgress {
     pub policy_version: Option<u64>,
 }
 
+/// A promotion waiting for a promotion window to open or a hold to be
+/// lifted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowWait {
+    /// The environment whose promotion waits.
+    pub environment: String,
+    /// What keeps it waiting.
+    pub rule: WindowRule,
+    /// The window that does (none for a hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// For a person: what keeps it waiting and until when.
+    pub reason: String,
+    /// When the gate opens, as far as the policy says (none: a hold with no
+    /// end, or no opening within 400 days).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub until: Option<OffsetDateTime>,
+    /// Since when it waits.
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    /// When the saga looks again (its `ReleaseWindowCheck` is due).
+    #[serde(with = "time::serde::rfc3339")]
+    pub check_at: OffsetDateTime,
+    /// The policy version in force, if a stored one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+}
+
+/// An override of one environment's promotion windows and holds for this
+/// release: who, why, when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowOverride {
+    /// Who overrode (the authenticated caller).
+    pub by: String,
+    /// The identities they answer to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identities: Vec<String>,
+    /// The free-text name the sender gave, when it adds something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
 /// Infrastructure provisioned for one environment of the release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -274,6 +323,13 @@ pub struct ReleaseState {
     /// Infrastructure provisioned, by environment.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub infrastructure: BTreeMap<String, InfrastructureRecord>,
+    /// While the promotion of the current environment waits for a window
+    /// or a hold: what it waits for and until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_wait: Option<WindowWait>,
+    /// Overrides of promotion windows and holds, by environment.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, WindowOverride>,
     /// GitOps sync reports, by environment.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub syncs: BTreeMap<String, SyncRecord>,
@@ -338,6 +394,10 @@ pub(super) mod step {
 
     pub fn approved(environment: &str) -> String {
         format!("ReleaseApproved/{environment}")
+    }
+
+    pub fn window_check(environment: &str, at: time::OffsetDateTime) -> String {
+        format!("ReleaseWindowCheck/{environment}/{}", at.unix_timestamp())
     }
 
     pub fn promoted(environment: &str) -> String {
