@@ -16,56 +16,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use common::{bosun, eventually, run, run_json, serve_with_http};
+use common::{api_key as key, api_request as request, bosun, eventually, run, run_json, serve_with_http};
 
 const TENANT: &str = "acme";
-
-/// `bosun keys create` for `TENANT` with `scopes`: (key, id).
-fn key(data: &Path, tenant: &str, scopes: &str, description: &str, sponsor: Option<&str>) -> (String, String) {
-    let mut args = vec![
-        "keys",
-        "create",
-        "--tenant",
-        tenant,
-        "--scopes",
-        scopes,
-        "--description",
-        description,
-    ];
-    if let Some(sponsor) = sponsor {
-        args.extend(["--sponsor", sponsor]);
-    }
-    let made = run_json(data, &args);
-    (
-        made["key"].as_str().unwrap().to_owned(),
-        made["id"].as_str().unwrap().to_owned(),
-    )
-}
-
-/// An API request as `key`: (status, body).
-fn request(
-    url: &str,
-    key: &str,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<&Value>,
-    correlation: Option<&str>,
-) -> (u16, Value) {
-    common::block_on(async {
-        let mut request = reqwest::Client::new()
-            .request(method, format!("{url}{path}"))
-            .bearer_auth(key);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        if let Some(correlation) = correlation {
-            request = request.header("X-Correlation-Id", correlation);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    })
-}
 
 fn command(url: &str, key: &str, message_type: &str, payload: &Value, correlation: Option<&str>) -> Value {
     let (status, body) = request(

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use bosun::operator::policies::{self, PolicyChange};
+use bosun::operator::policies::{self, HoldChange, PolicyChange};
 use bosun::operator::{Operator, SendOptions};
 use bosun::ports::store::ReleasePolicyRecord;
 use bosun::runtime::config::Settings;
@@ -64,8 +64,48 @@ pub enum ReleasesCommand {
         #[arg(long, value_name = "ID", default_value = "default")]
         tenant: String,
     },
-    /// The tenant's approval policy: who may approve each environment and
-    /// how many must.
+    /// Let a release be promoted to an environment now, through a closed
+    /// promotion window or a hold (recorded with the reason; never by who
+    /// requested the release).
+    Override {
+        /// The release id.
+        release_id: String,
+        /// The environment.
+        #[arg(long, value_name = "ENV")]
+        environment: String,
+        /// Why (an incident, a change ticket).
+        #[arg(long)]
+        reason: String,
+        /// The tenant whose release it is.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+    },
+    /// Stop every promotion to an environment until `bosun releases unhold`
+    /// (or --until): a new version of the tenant's policy.
+    Hold {
+        /// The environment.
+        environment: String,
+        /// Why (shown to every release that waits on it).
+        #[arg(long)]
+        reason: String,
+        /// When it ends on its own (RFC 3339, e.g. 2026-12-24T08:00:00Z).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+        /// The tenant.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+    },
+    /// Lift the hold on an environment: waiting releases go on at their
+    /// next look (within 5 minutes).
+    Unhold {
+        /// The environment.
+        environment: String,
+        /// The tenant.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+    },
+    /// The tenant's release policy: who may approve each environment and
+    /// how many must, promotion windows and holds.
     Policy {
         /// What to do.
         #[command(subcommand)]
@@ -158,8 +198,64 @@ pub async fn run(command: ReleasesCommand, settings: &Settings) -> Result<()> {
             }
             decide(settings, "RejectRelease", &payload, &tenant).await
         }
+        ReleasesCommand::Override {
+            release_id,
+            environment,
+            reason,
+            tenant,
+        } => {
+            let payload = json!({"releaseId": release_id, "environment": environment, "reason": reason});
+            decide(settings, "OverrideReleaseWindow", &payload, &tenant).await
+        }
+        ReleasesCommand::Hold {
+            environment,
+            reason,
+            until,
+            tenant,
+        } => {
+            let until = until
+                .map(|until| {
+                    time::OffsetDateTime::parse(&until, &time::format_description::well_known::Rfc3339)
+                        .with_context(|| format!("--until `{until}` is not an RFC 3339 time"))
+                })
+                .transpose()?;
+            let hold = bosun_sagas::release::Hold { reason, until };
+            change_hold(settings, &tenant, &environment, Some(hold)).await
+        }
+        ReleasesCommand::Unhold { environment, tenant } => change_hold(settings, &tenant, &environment, None).await,
         ReleasesCommand::Policy { command } => policy(command, settings).await,
     }
+}
+
+async fn change_hold(
+    settings: &Settings,
+    tenant: &str,
+    environment: &str,
+    hold: Option<bosun_sagas::release::Hold>,
+) -> Result<()> {
+    let backends = Backends::open(settings).await?;
+    let changed_by = format!("cli:{}", settings.operator);
+    let placing = hold.is_some();
+    let record = policies::change_hold(
+        backends.policies.as_ref(),
+        HoldChange {
+            tenant,
+            environment,
+            hold,
+            changed_by: &changed_by,
+        },
+    )
+    .await?;
+    let version = record.map_or_else(|| "none".to_owned(), |record| record.version.to_string());
+    if placing {
+        println!("{environment} of tenant {tenant} is on hold (policy version {version})");
+    } else {
+        println!(
+            "{environment} of tenant {tenant} is not on hold (policy version {version}); waiting releases go on at \
+             their next look"
+        );
+    }
+    Ok(())
 }
 
 async fn decide(settings: &Settings, message_type: &str, payload: &Value, tenant: &str) -> Result<()> {
@@ -311,6 +407,38 @@ fn write_release(out: &mut impl Write, state: &Value) -> Result<()> {
         }
         if let Some(version) = waiting["policyVersion"].as_u64() {
             writeln!(out, "  under approval policy version {version}")?;
+        }
+    }
+    let window = &state["windowWait"];
+    if window.is_object() {
+        writeln!(
+            out,
+            "promotion to {} waits ({}): {}",
+            text(&window["environment"]),
+            text(&window["rule"]),
+            text(&window["reason"])
+        )?;
+        match window["until"].as_str() {
+            Some(until) => writeln!(out, "  until {until}")?,
+            None => writeln!(out, "  no end known; looking again at {}", text(&window["checkAt"]))?,
+        }
+        writeln!(
+            out,
+            "  `bosun releases override {} --environment {} --reason ...` lets it through now",
+            text(&state["releaseId"]),
+            text(&window["environment"])
+        )?;
+    }
+    if let Some(overrides) = state["overrides"].as_object() {
+        writeln!(out, "overrides:")?;
+        for (environment, record) in overrides {
+            writeln!(
+                out,
+                "  {environment:<12} {}  {}  {}",
+                text(&record["by"]),
+                text(&record["at"]),
+                text(&record["reason"])
+            )?;
         }
     }
     if let Some(approvals) = state["approvals"].as_object() {

@@ -41,6 +41,11 @@ pub enum Scope {
     /// it holds for that environment only.
     #[serde(rename = "releases:approve")]
     ReleasesApprove,
+    /// Let a release through a closed promotion window or a hold
+    /// (`OverrideReleaseWindow`), and place or lift holds; not implied by
+    /// `commands:send` nor by `releases:approve`.
+    #[serde(rename = "releases:override")]
+    ReleasesOverride,
     /// Everything, purging dead letters included.
     #[serde(rename = "admin")]
     Admin,
@@ -48,11 +53,12 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 6] = [
         Scope::CommandsSend,
         Scope::DeliveriesRead,
         Scope::DeadLettersReplay,
         Scope::ReleasesApprove,
+        Scope::ReleasesOverride,
         Scope::Admin,
     ];
 
@@ -63,6 +69,7 @@ impl Scope {
             Self::DeliveriesRead => "deliveries:read",
             Self::DeadLettersReplay => "dead-letters:replay",
             Self::ReleasesApprove => "releases:approve",
+            Self::ReleasesOverride => "releases:override",
             Self::Admin => "admin",
         }
     }
@@ -88,7 +95,7 @@ pub enum KeyError {
     /// A scope name that does not exist.
     #[error(
         "unknown scope `{0}` in field `scopes` (known: commands:send, deliveries:read, dead-letters:replay, \
-         releases:approve, releases:approve:<environment>, admin)"
+         releases:approve, releases:approve:<environment>, releases:override, admin)"
     )]
     UnknownScope(String),
     /// No scope given.
@@ -111,6 +118,17 @@ pub enum KeyError {
     /// A sponsor that names no identity approval policies match.
     #[error("invalid field `--sponsor`: `{0}` is neither `cli:<operator>` nor `key:<12 hex digits>`")]
     InvalidSponsor(String),
+}
+
+/// The right a command of `message_type` needs instead of
+/// `commands:send`, when it decides on a release: `releases:approve` to
+/// approve or reject, `releases:override` to override a promotion window.
+pub fn decision_scope(message_type: &str) -> Option<Scope> {
+    match message_type {
+        "ApproveRelease" | "RejectRelease" => Some(Scope::ReleasesApprove),
+        "OverrideReleaseWindow" => Some(Scope::ReleasesOverride),
+        _ => None,
+    }
 }
 
 /// One right a key holds: a scope, and for `releases:approve` optionally
@@ -224,6 +242,15 @@ impl Caller {
             (None, _) => true,
             (Some(allowed), Some(environment)) => allowed.iter().any(|allowed| allowed == environment),
             (Some(_), None) => false,
+        }
+    }
+
+    /// Whether the key may send a decision on a release that needs
+    /// `scope` ([`decision_scope`]) for `environment`.
+    pub fn may_decide(&self, scope: Scope, environment: Option<&str>) -> bool {
+        match scope {
+            Scope::ReleasesApprove => self.may_approve(environment),
+            other => self.has(other),
         }
     }
 

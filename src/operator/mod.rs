@@ -555,15 +555,17 @@ impl Operator {
                 // replaying caller's, whatever the edit says (the front door
                 // checks that caller's right to decide).
                 if let Some(field) = match envelope.message_type.as_str() {
-                    "ApproveRelease" => Some("approvedBy"),
-                    "RejectRelease" => Some("rejectedBy"),
+                    "ApproveRelease" => Some(("approvedBy", Some("approverIdentities"))),
+                    "RejectRelease" => Some(("rejectedBy", None)),
+                    "OverrideReleaseWindow" => Some(("overriddenBy", Some("overriderIdentities"))),
                     _ => None,
                 } && let Some(object) = payload.as_object_mut()
                 {
+                    let (field, identities) = field;
                     object.insert(field.to_owned(), Value::String(self.principal.clone()));
-                    if field == "approvedBy" {
+                    if let Some(identities) = identities {
                         // And who that caller answers to in approval policies.
-                        object.insert("approverIdentities".to_owned(), serde_json::json!(self.identities));
+                        object.insert(identities.to_owned(), serde_json::json!(self.identities));
                     }
                 }
                 // Sent as the contract reads it (defaults filled in), so the

@@ -126,3 +126,102 @@ fn check_tenant(tenant: &str) -> Result<(), OperatorError> {
     validate::tenant_id("tenantId", tenant)
         .map_err(|err| OperatorError::Invalid(format!("`{}`: {}", err.field, err.reason)))
 }
+
+/// A hold to place on an environment, or to lift.
+#[derive(Debug, Clone)]
+pub struct HoldChange<'a> {
+    /// The tenant whose environment it is.
+    pub tenant: &'a str,
+    /// The environment.
+    pub environment: &'a str,
+    /// The hold to place (`None`: lift the one in force).
+    pub hold: Option<bosun_sagas::release::Hold>,
+    /// Who places or lifts it.
+    pub changed_by: &'a str,
+}
+
+/// How many times a hold is written again when someone else changed the
+/// policy meanwhile.
+const HOLD_ATTEMPTS: usize = 5;
+
+/// Places or lifts a hold on one environment: a new version of the
+/// tenant's policy with only that hold changed (written again on the
+/// version in force if another change lands meanwhile), so who held what,
+/// when and why is in the policy's history. Lifting a hold that is not
+/// there stores nothing and returns the version in force.
+pub async fn change_hold(
+    store: &dyn PolicyStore,
+    change: HoldChange<'_>,
+) -> Result<Option<ReleasePolicyRecord>, OperatorError> {
+    check_tenant(change.tenant)?;
+    validate::environment_name("environment", change.environment).map_err(|err| {
+        OperatorError::Contract(bosun_contracts::ContractError::InvalidField {
+            field: err.field,
+            reason: err.reason,
+        })
+    })?;
+    let reason = match &change.hold {
+        Some(hold) => format!("hold {}: {}", change.environment, hold.reason),
+        None => format!("hold on {} lifted", change.environment),
+    };
+    let reason: String = reason.chars().take(MAX_POLICY_REASON_CHARS).collect();
+    let mut last = None;
+    for _ in 0..HOLD_ATTEMPTS {
+        let current = store.release_policy(change.tenant).await?;
+        let mut document = current.as_ref().map_or_else(
+            || Value::Object(serde_json::Map::new()),
+            |record| record.document.clone(),
+        );
+        let Some(object) = document.as_object_mut() else {
+            return Err(OperatorError::Invalid(format!(
+                "tenant {}'s policy in force is not a JSON object; store a valid one first",
+                change.tenant
+            )));
+        };
+        let holds = object
+            .entry("holds")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        let Some(holds) = holds.as_object_mut() else {
+            return Err(OperatorError::Invalid(format!(
+                "tenant {}'s policy in force has `holds` that is not an object; store a valid one first",
+                change.tenant
+            )));
+        };
+        match &change.hold {
+            Some(hold) => {
+                let value = serde_json::to_value(hold).map_err(|err| OperatorError::Invalid(err.to_string()))?;
+                holds.insert(change.environment.to_owned(), value);
+            }
+            None => {
+                if holds.remove(change.environment).is_none() {
+                    return Ok(current);
+                }
+            }
+        }
+        if holds.is_empty() {
+            object.remove("holds");
+        }
+        let stored = store_change(
+            store,
+            PolicyChange {
+                tenant: change.tenant,
+                document: &document,
+                changed_by: change.changed_by,
+                reason: Some(&reason),
+                expected: current.as_ref().map(|record| record.version),
+            },
+        )
+        .await;
+        match stored {
+            Ok(record) => return Ok(Some(record)),
+            Err(OperatorError::Store(err @ crate::ports::store::StoreError::PolicyChanged { .. })) => {
+                last = Some(err);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.map_or_else(
+        || OperatorError::Invalid("the policy kept changing; try again".to_owned()),
+        OperatorError::Store,
+    ))
+}

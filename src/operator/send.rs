@@ -125,6 +125,10 @@ impl Operator {
                 approve.approver_identities = self.identities.clone();
             }
             Message::RejectRelease(reject) => reject.rejected_by = Some(self.principal.clone()),
+            Message::OverrideReleaseWindow(overriding) => {
+                overriding.overridden_by = Some(self.principal.clone());
+                overriding.overrider_identities = self.identities.clone();
+            }
             _ => {}
         }
         message.validate()?;

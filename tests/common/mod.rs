@@ -241,6 +241,55 @@ pub fn backends(data_dir: &Path) -> Backends {
         .expect("backends open")
 }
 
+/// `bosun keys create` for `tenant` with `scopes` (and `sponsor`, who the
+/// key acts for): (key, id).
+pub fn api_key(data: &Path, tenant: &str, scopes: &str, description: &str, sponsor: Option<&str>) -> (String, String) {
+    let mut args = vec![
+        "keys",
+        "create",
+        "--tenant",
+        tenant,
+        "--scopes",
+        scopes,
+        "--description",
+        description,
+    ];
+    if let Some(sponsor) = sponsor {
+        args.extend(["--sponsor", sponsor]);
+    }
+    let made = run_json(data, &args);
+    (
+        made["key"].as_str().expect("a key").to_owned(),
+        made["id"].as_str().expect("an id").to_owned(),
+    )
+}
+
+/// An HTTP API request as `key`, joining delivery `correlation` when
+/// given: (status, body; `null` when the body is not JSON).
+pub fn api_request(
+    url: &str,
+    key: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+    correlation: Option<&str>,
+) -> (u16, serde_json::Value) {
+    block_on(async {
+        let mut request = reqwest::Client::new()
+            .request(method, format!("{url}{path}"))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        if let Some(correlation) = correlation {
+            request = request.header("X-Correlation-Id", correlation);
+        }
+        let response = request.send().await.expect("the API answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(serde_json::Value::Null))
+    })
+}
+
 /// Runs a future to completion on a fresh runtime.
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()

@@ -117,13 +117,11 @@ pub use self::rules::{
     ApprovalPolicy, ApprovalRefused, ApprovalRule, MAX_EXPIRY_SECONDS, MAX_GROUP_MEMBERS, MAX_PATTERN_CHARS,
     MAX_REQUIRED_APPROVALS, Rule,
 };
-pub use self::windows::{
-    Closure, Hold, MAX_WINDOW_SECONDS, MAX_WINDOWS, PromotionWindow, WindowKind, WindowRule,
-};
 pub use self::state::{
     ApprovalProgress, ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, RefusedApproval,
     ReleaseState, SyncRecord, WindowOverride, WindowWait,
 };
+pub use self::windows::{Closure, Hold, MAX_WINDOW_SECONDS, MAX_WINDOWS, PromotionWindow, WindowKind, WindowRule};
 use crate::{SagaError, SagaKind, StateMachine, Transition};
 
 /// The `approver` of the `ReleaseApproved` the saga emits for an

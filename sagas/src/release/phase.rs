@@ -169,7 +169,11 @@ pub const TRANSITIONS: &[PhaseTransition] = {
             Provisioning,
             Syncing,
             "InfrastructureProvisioned, window open (ReleaseWindowCheck) or overridden (OverrideReleaseWindow) / DeploymentPromoted",
-            &["InfrastructureProvisioned", "ReleaseWindowCheck", "OverrideReleaseWindow"],
+            &[
+                "InfrastructureProvisioned",
+                "ReleaseWindowCheck",
+                "OverrideReleaseWindow",
+            ],
         ),
         edge(
             Syncing,

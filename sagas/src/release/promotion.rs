@@ -175,7 +175,10 @@ impl Step<'_> {
         } else {
             overriding.identities.clone()
         };
-        if let Some(shared) = identities.iter().find(|identity| self.state.requested_by.contains(identity)) {
+        if let Some(shared) = identities
+            .iter()
+            .find(|identity| self.state.requested_by.contains(identity))
+        {
             return Err(self.refuse(format!(
                 "refused by rule `requester-cannot-approve`: {shared} requested release {} (or sponsors the key \
                  that did) and cannot override its promotion windows",

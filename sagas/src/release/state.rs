@@ -177,7 +177,11 @@ pub struct WindowWait {
     pub reason: String,
     /// When the gate opens, as far as the policy says (none: a hold with no
     /// end, or no opening within 400 days).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
     pub until: Option<OffsetDateTime>,
     /// Since when it waits.
     #[serde(with = "time::serde::rfc3339")]

@@ -110,7 +110,11 @@ pub struct Hold {
     #[schemars(length(min = 1, max = 4000))]
     pub reason: String,
     /// When it ends on its own, if it does (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
     #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub until: Option<OffsetDateTime>,
 }
@@ -293,8 +297,9 @@ impl ApprovalPolicy {
             .filter(|window| window.applies_to(environment))
             .filter_map(PromotionWindow::compile)
             .collect();
-        let (deny, allow): (Vec<&Compiled<'_>>, Vec<&Compiled<'_>>) =
-            windows.iter().partition(|window| window.window.kind == WindowKind::Deny);
+        let (deny, allow): (Vec<&Compiled<'_>>, Vec<&Compiled<'_>>) = windows
+            .iter()
+            .partition(|window| window.window.kind == WindowKind::Deny);
         if let Some(hold) = hold {
             let until = match hold.until {
                 Some(until) => opening(&deny, &allow, until),

@@ -63,7 +63,11 @@ fn a_deny_window_closes_the_gate_until_it_ends_in_its_time_zone() {
     assert_eq!(closure.until, Some(datetime!(2026-12-07 07:00:00 UTC)));
     assert_eq!(policy.promotion_gate("prod", datetime!(2026-12-07 07:00:00 UTC)), None);
     // In summer Berlin is UTC+2: the freeze starts at 16:00 UTC.
-    assert!(policy.promotion_gate("prod", datetime!(2026-07-03 16:00:00 UTC)).is_some());
+    assert!(
+        policy
+            .promotion_gate("prod", datetime!(2026-07-03 16:00:00 UTC))
+            .is_some()
+    );
     assert_eq!(policy.promotion_gate("prod", datetime!(2026-07-03 15:59:00 UTC)), None);
 }
 
@@ -76,7 +80,9 @@ fn allow_windows_open_the_gate_only_while_one_is_open_and_deny_wins() {
     let policy = policy_with(vec![business_hours.clone()], BTreeMap::new());
     // Other environments are not limited.
     assert_eq!(policy.promotion_gate("dev", datetime!(2026-12-05 03:00:00 UTC)), None);
-    let closure = policy.promotion_gate("prod", datetime!(2026-12-05 03:00:00 UTC)).unwrap();
+    let closure = policy
+        .promotion_gate("prod", datetime!(2026-12-05 03:00:00 UTC))
+        .unwrap();
     assert_eq!(closure.rule, WindowRule::AllowWindow);
     // Saturday 03:00: the next opening is Monday 09:00.
     assert_eq!(closure.until, Some(datetime!(2026-12-07 09:00:00 UTC)));
@@ -84,9 +90,13 @@ fn allow_windows_open_the_gate_only_while_one_is_open_and_deny_wins() {
     // A freeze over Monday morning pushes the opening to its end.
     let monday_freeze = window("monday-freeze", WindowKind::Deny, "0 8 7 12 *", 3 * 3600, "UTC");
     let policy = policy_with(vec![business_hours, monday_freeze], BTreeMap::new());
-    let closure = policy.promotion_gate("prod", datetime!(2026-12-05 03:00:00 UTC)).unwrap();
+    let closure = policy
+        .promotion_gate("prod", datetime!(2026-12-05 03:00:00 UTC))
+        .unwrap();
     assert_eq!(closure.until, Some(datetime!(2026-12-07 11:00:00 UTC)));
-    let closure = policy.promotion_gate("prod", datetime!(2026-12-07 09:30:00 UTC)).unwrap();
+    let closure = policy
+        .promotion_gate("prod", datetime!(2026-12-07 09:30:00 UTC))
+        .unwrap();
     assert_eq!(closure.rule, WindowRule::DenyWindow);
 }
 
@@ -114,7 +124,9 @@ fn a_hold_closes_one_environment_until_lifted_or_its_end() {
     )]);
     // A hold ending inside the freeze opens when the freeze does.
     let policy = policy_with(vec![weekend_freeze()], ends);
-    let closure = policy.promotion_gate("prod", FRIDAY_5PM - time::Duration::HOUR).unwrap();
+    let closure = policy
+        .promotion_gate("prod", FRIDAY_5PM - time::Duration::HOUR)
+        .unwrap();
     assert_eq!(closure.rule, WindowRule::Hold);
     assert_eq!(closure.until, Some(datetime!(2026-12-07 07:00:00 UTC)));
     assert_eq!(policy.promotion_gate("prod", datetime!(2026-12-07 07:00:00 UTC)), None);
@@ -272,7 +284,9 @@ fn an_override_lets_the_release_through_and_is_recorded() {
     let saga = saga(policy_with(vec![weekend_freeze()], BTreeMap::new()));
     let (state, _) = provisioned_dev_at(&saga, FRIDAY_5PM);
     // Who requested the release cannot override its windows.
-    let refused = saga.apply_with(&state, &override_of("dev", AGENT), FRIDAY_5PM, &[]).unwrap_err();
+    let refused = saga
+        .apply_with(&state, &override_of("dev", AGENT), FRIDAY_5PM, &[])
+        .unwrap_err();
     assert!(refused.to_string().contains("requester-cannot-approve"), "{refused}");
     let (state, actions) = run_at(&saga, state, &[override_of("dev", "cli:alice")], FRIDAY_5PM);
     assert!(promoted_to(&actions, "dev"), "{actions:#?}");
@@ -280,12 +294,18 @@ fn an_override_lets_the_release_through_and_is_recorded() {
     assert_eq!(record.by, "cli:alice");
     assert_eq!(record.reason, "hotfix for INC-42");
     assert!(
-        state.history.iter().any(|entry| entry.note.contains("overridden by cli:alice")),
+        state
+            .history
+            .iter()
+            .any(|entry| entry.note.contains("overridden by cli:alice")),
         "{:#?}",
         state.history
     );
     // An environment the release does not go to cannot be overridden.
-    assert!(saga.apply_with(&state, &override_of("qa", "cli:alice"), FRIDAY_5PM, &[]).is_err());
+    assert!(
+        saga.apply_with(&state, &override_of("qa", "cli:alice"), FRIDAY_5PM, &[])
+            .is_err()
+    );
 }
 
 #[test]

@@ -501,7 +501,11 @@ fn command_operations(
             command_path(template, name),
             json!({
                 "summary": spec.description,
-                "description": format!("Scope: `commands:send` (`releases:approve` for ApproveRelease and RejectRelease). Handled by the `{consumer}` consumer. Schema version {}.", spec.schema_version),
+                "description": format!(
+                    "Scope: `{}`. Handled by the `{consumer}` consumer. Schema version {}.",
+                    crate::front::access::decision_scope(spec.message_type).unwrap_or(crate::front::access::Scope::CommandsSend),
+                    spec.schema_version
+                ),
                 "operationId": format!("send{name}"),
                 "security": [{"apiKey": []}],
                 "parameters": command_headers(),

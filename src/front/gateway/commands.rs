@@ -46,13 +46,11 @@ impl Gateway {
         if spec.internal {
             return Err(OperatorError::Internal(spec.message_type.to_owned()).into());
         }
-        if matches!(spec.message_type, "ApproveRelease" | "RejectRelease") {
+        if let Some(scope) = decision_scope(spec.message_type) {
             // Deciding on a release is its own right, not `commands:send`.
             let environment = payload.get("environment").and_then(Value::as_str);
-            if !caller.may_approve(environment) {
-                return Err(GatewayError::Forbidden {
-                    scope: Scope::ReleasesApprove,
-                });
+            if !caller.may_decide(scope, environment) {
+                return Err(GatewayError::Forbidden { scope });
             }
         } else {
             Self::require(caller, Scope::CommandsSend)?;

@@ -128,28 +128,27 @@ impl Gateway {
         Ok(self.operator(caller).dead_letter_of(id, tenant.as_deref()).await?)
     }
 
-    /// Replaying an approval or a rejection decides on a release again: it
-    /// needs `releases:approve` for the environment the replayed payload
-    /// names, as sending one does.
+    /// Replaying an approval, a rejection or an override decides on a
+    /// release again: it needs the right sending one does
+    /// (`releases:approve` for the environment the replayed payload names,
+    /// `releases:override`).
     pub(super) fn require_decision_right(
         caller: &Caller,
         record: &DeadLetterRecord,
         edited_payload: Option<&Value>,
     ) -> Result<(), GatewayError> {
-        if !matches!(record.message_type.as_deref(), Some("ApproveRelease" | "RejectRelease")) {
+        let Some(scope) = record.message_type.as_deref().and_then(decision_scope) else {
             return Ok(());
-        }
+        };
         let original = bosun_contracts::Envelope::from_slice(&record.body).ok();
         let payload = edited_payload.or(original.as_ref().map(|envelope| &envelope.payload));
         let environment = payload
             .and_then(|payload| payload.get("environment"))
             .and_then(Value::as_str);
-        if caller.may_approve(environment) {
+        if caller.may_decide(scope, environment) {
             Ok(())
         } else {
-            Err(GatewayError::Forbidden {
-                scope: Scope::ReleasesApprove,
-            })
+            Err(GatewayError::Forbidden { scope })
         }
     }
 

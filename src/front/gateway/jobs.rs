@@ -471,9 +471,8 @@ impl Gateway {
         };
         match Self::require_decision_right(&caller, &record, None) {
             Ok(()) => Ok(()),
-            Err(_) => Err(JobRefusal::Refused(format!(
-                "key {key_id} that started the job may not decide on this release (`{}`): dead letter {dead_letter_id}",
-                Scope::ReleasesApprove
+            Err(err) => Err(JobRefusal::Refused(format!(
+                "key {key_id} that started the job may not decide on this release ({err}): dead letter {dead_letter_id}"
             ))),
         }
     }

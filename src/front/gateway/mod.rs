@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use bosun_consumers::delivery::blob::sha256_hex;
 
-use crate::front::access::{self, ALL_TENANTS, Caller, Refusal, Scope};
+use crate::front::access::{self, ALL_TENANTS, Caller, Refusal, Scope, decision_scope};
 use crate::front::ops::{self, Readiness};
 use crate::operator::{Delivery, Operator, OperatorError, PreparedCommand, SendOptions};
 use crate::ports::store::{
