@@ -212,8 +212,6 @@ catalogue! {
     Command ApproveRelease version 2 reads 1: "A person approves a release for one environment.";
     Command RejectRelease version 2 reads 1: "A person rejects a release; the release stops.";
     Command ReleaseApprovalTimeout version 1 (internal): "The release saga's scheduled reminder that an environment's approval is overdue.";
-    Command ReleaseWindowCheck version 1 (internal): "The release saga's scheduled look at a promotion window or hold its promotion waits on.";
-    Command OverrideReleaseWindow version 1: "Someone holding releases:override lets one release through a closed promotion window or hold of one environment, with a reason.";
     Event ReleaseApproved version 1: "A release is approved for one environment (the record promotion requires).";
     Event ReleaseRejected version 1: "A release was rejected, or its approval timed out; the release stops.";
     Event ReleaseBlocked version 1: "A release step failed; the release waits for someone to act.";
@@ -225,6 +223,10 @@ catalogue! {
     Event GitOpsSynced version 1: "An environment matches its desired state at a commit of the environment repository.";
     Command Probe version 1: "Check the runtime end to end with a synthetic message (a canary); no outside service is touched.";
     Event ProbeEchoed version 1: "A probe went through its first hop; the probe consumer tallies it in a saga keyed by group.";
+    // Added after the first catalogue: at the end, so the corpus keeps
+    // the ids it gave the others.
+    Command ReleaseWindowCheck version 1 (internal): "The release saga's scheduled look at a promotion window or hold its promotion waits on.";
+    Command OverrideReleaseWindow version 1: "Someone holding releases:override lets one release through a closed promotion window or hold of one environment, with a reason.";
 }
 
 impl Message {

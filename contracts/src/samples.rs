@@ -67,8 +67,6 @@ pub fn samples() -> Vec<Message> {
         approve_release().into(),
         reject_release().into(),
         release_approval_timeout().into(),
-        release_window_check().into(),
-        override_release_window().into(),
         release_approved().into(),
         release_rejected().into(),
         release_blocked().into(),
@@ -80,6 +78,8 @@ pub fn samples() -> Vec<Message> {
         gitops_synced().into(),
         probe().into(),
         probe_echoed().into(),
+        release_window_check().into(),
+        override_release_window().into(),
     ]
 }
 
