@@ -246,14 +246,17 @@ async fn change_hold(
         },
     )
     .await?;
-    let version = record.map_or_else(|| "none".to_owned(), |record| record.version.to_string());
-    if placing {
-        println!("{environment} of tenant {tenant} is on hold (policy version {version})");
-    } else {
-        println!(
-            "{environment} of tenant {tenant} is not on hold (policy version {version}); waiting releases go on at \
-             their next look"
-        );
+    match (record, placing) {
+        (Some(record), true) => println!(
+            "{environment} of tenant {tenant} is on hold (policy version {})",
+            record.version
+        ),
+        (Some(record), false) => println!(
+            "the hold on {environment} of tenant {tenant} is lifted (policy version {}); waiting releases go on at \
+             their next look",
+            record.version
+        ),
+        (None, _) => println!("{environment} of tenant {tenant} was not on hold: nothing changed"),
     }
     Ok(())
 }

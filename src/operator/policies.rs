@@ -147,8 +147,8 @@ const HOLD_ATTEMPTS: usize = 5;
 /// Places or lifts a hold on one environment: a new version of the
 /// tenant's policy with only that hold changed (written again on the
 /// version in force if another change lands meanwhile), so who held what,
-/// when and why is in the policy's history. Lifting a hold that is not
-/// there stores nothing and returns the version in force.
+/// when and why is in the policy's history. Returns the version stored,
+/// or `None` when lifting a hold that is not there (nothing is stored).
 pub async fn change_hold(
     store: &dyn PolicyStore,
     change: HoldChange<'_>,
@@ -194,7 +194,7 @@ pub async fn change_hold(
             }
             None => {
                 if holds.remove(change.environment).is_none() {
-                    return Ok(current);
+                    return Ok(None);
                 }
             }
         }

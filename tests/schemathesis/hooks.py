@@ -58,7 +58,10 @@ def refusals_are_announced(ctx, response, case):
         if field == "payload" or field.startswith("payload."):
             return None
         raise AssertionError(f"a schema-valid replay was refused for something else than its payload: {error}")
-    policy = case.path == "/v1/tenants/{tenant}/release-policy"
+    policy = case.path in (
+        "/v1/tenants/{tenant}/release-policy",
+        "/v1/tenants/{tenant}/release-policy/holds/{environment}",
+    )
     if not case.path.startswith("/v1/commands/") and not policy:
         return None
     if error.get("code") == "idempotency-key-reused":

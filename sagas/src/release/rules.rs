@@ -67,7 +67,9 @@ pub struct ApprovalPolicy {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environments: BTreeMap<String, ApprovalRule>,
     /// When promotions may happen: allow and deny windows (at most 32).
+    /// Also checked by bosun, beyond this schema: each window's name is used once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub windows: Vec<PromotionWindow>,
     /// Holds by environment: no promotion there while one is in force.
     /// Also checked by bosun, beyond this schema: each name is an
@@ -191,6 +193,13 @@ impl ApprovalPolicy {
         })?;
         policy.validate()?;
         Ok(policy)
+    }
+
+    /// Whether a promotion to `environment` may happen `at` under the
+    /// policy's windows and holds: `None` when it may, else what closes the
+    /// gate and when it opens ([`super::windows`]).
+    pub fn promotion_gate(&self, environment: &str, at: time::OffsetDateTime) -> Option<super::Closure> {
+        super::windows::gate(&self.windows, &self.holds, environment, at)
     }
 
     /// Whether this is the default policy (no group, no rule).

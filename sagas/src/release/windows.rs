@@ -1,6 +1,6 @@
 //! When a release may be promoted: a tenant's promotion windows and holds
 //! (part of its release policy document, beside the approval rules), and
-//! the gate a promotion passes ([`ApprovalPolicy::promotion_gate`]).
+//! the gate a promotion passes ([`ApprovalPolicy::promotion_gate`](super::ApprovalPolicy::promotion_gate)).
 //!
 //! - A **deny window** (a freeze) is open from each time its `schedule` (a
 //!   cron pattern, seconds optional) matches in its `timeZone`, for
@@ -29,7 +29,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::ApprovalPolicy;
+use time::format_description::well_known::Rfc3339;
 
 /// The most windows a policy can have.
 pub const MAX_WINDOWS: usize = 32;
@@ -110,6 +110,7 @@ pub struct Hold {
     #[schemars(length(min = 1, max = 4000))]
     pub reason: String,
     /// When it ends on its own, if it does (RFC 3339).
+    /// Also checked by bosun, beyond this schema: a year from 1 to 9999, and no leap second.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -198,6 +199,10 @@ fn from_chrono<Tz: TimeZone>(at: &DateTime<Tz>) -> Option<OffsetDateTime> {
     OffsetDateTime::from_unix_timestamp(at.timestamp()).ok()
 }
 
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&Rfc3339).unwrap_or_else(|_| at.to_string())
+}
+
 fn parse_schedule(schedule: &str) -> Result<Cron, String> {
     CronParser::new().parse(schedule).map_err(|err| err.to_string())
 }
@@ -283,71 +288,70 @@ pub(super) fn validate(
     Ok(())
 }
 
-impl ApprovalPolicy {
-    /// Whether a promotion to `environment` may happen `at`: `None` when
-    /// it may, else what closes the gate and when it opens.
-    pub fn promotion_gate(&self, environment: &str, at: OffsetDateTime) -> Option<Closure> {
-        let hold = self
-            .holds
-            .get(environment)
-            .filter(|hold| hold.until.is_none_or(|until| until > at));
-        let windows: Vec<Compiled<'_>> = self
-            .windows
-            .iter()
-            .filter(|window| window.applies_to(environment))
-            .filter_map(PromotionWindow::compile)
-            .collect();
-        let (deny, allow): (Vec<&Compiled<'_>>, Vec<&Compiled<'_>>) = windows
-            .iter()
-            .partition(|window| window.window.kind == WindowKind::Deny);
-        if let Some(hold) = hold {
-            let until = match hold.until {
-                Some(until) => opening(&deny, &allow, until),
-                None => None,
-            };
-            return Some(Closure {
-                rule: WindowRule::Hold,
-                window: None,
-                reason: format!(
-                    "{environment} is on hold: {}{}",
-                    hold.reason,
-                    hold.until
-                        .map(|until| format!(" (until {})", super::apply::rfc3339(until)))
-                        .unwrap_or_default()
-                ),
-                until,
-            });
-        }
-        if let Some(denying) = deny.iter().find(|window| window.open_until(at).is_some()) {
-            let until = opening(&deny, &allow, at);
-            return Some(Closure {
-                rule: WindowRule::DenyWindow,
-                window: Some(denying.window.name.clone()),
-                reason: format!(
-                    "deny window `{}` ({} for {}s, {}) is open",
-                    denying.window.name,
-                    denying.window.schedule,
-                    denying.window.duration_seconds,
-                    denying.window.time_zone
-                ),
-                until,
-            });
-        }
-        if !allow.is_empty() && allow.iter().all(|window| window.open_until(at).is_none()) {
-            let until = opening(&deny, &allow, at);
-            let names: Vec<&str> = allow.iter().map(|window| window.window.name.as_str()).collect();
-            return Some(Closure {
-                rule: WindowRule::AllowWindow,
-                window: names.first().map(|name| (*name).to_owned()),
-                reason: format!(
-                    "{environment} is promoted only inside its allow windows ({}), and none is open",
-                    names.join(", ")
-                ),
-                until,
-            });
-        }
-        None
+/// Whether a promotion to `environment` may happen `at` under `windows`
+/// and `holds`: `None` when it may, else what closes the gate and when it
+/// opens.
+pub(super) fn gate(
+    windows: &[PromotionWindow],
+    holds: &BTreeMap<String, Hold>,
+    environment: &str,
+    at: OffsetDateTime,
+) -> Option<Closure> {
+    let hold = holds
+        .get(environment)
+        .filter(|hold| hold.until.is_none_or(|until| until > at));
+    let windows: Vec<Compiled<'_>> = windows
+        .iter()
+        .filter(|window| window.applies_to(environment))
+        .filter_map(PromotionWindow::compile)
+        .collect();
+    let (deny, allow): (Vec<&Compiled<'_>>, Vec<&Compiled<'_>>) = windows
+        .iter()
+        .partition(|window| window.window.kind == WindowKind::Deny);
+    if let Some(hold) = hold {
+        let until = match hold.until {
+            Some(until) => opening(&deny, &allow, until),
+            None => None,
+        };
+        return Some(Closure {
+            rule: WindowRule::Hold,
+            window: None,
+            reason: format!(
+                "{environment} is on hold: {}{}",
+                hold.reason,
+                hold.until
+                    .map(|until| format!(" (until {})", rfc3339(until)))
+                    .unwrap_or_default()
+            ),
+            until,
+        });
     }
+    if let Some(denying) = deny.iter().find(|window| window.open_until(at).is_some()) {
+        let until = opening(&deny, &allow, at);
+        return Some(Closure {
+            rule: WindowRule::DenyWindow,
+            window: Some(denying.window.name.clone()),
+            reason: format!(
+                "deny window `{}` ({} for {}s, {}) is open",
+                denying.window.name, denying.window.schedule, denying.window.duration_seconds, denying.window.time_zone
+            ),
+            until,
+        });
+    }
+    if !allow.is_empty() && allow.iter().all(|window| window.open_until(at).is_none()) {
+        let until = opening(&deny, &allow, at);
+        let names: Vec<&str> = allow.iter().map(|window| window.window.name.as_str()).collect();
+        return Some(Closure {
+            rule: WindowRule::AllowWindow,
+            window: names.first().map(|name| (*name).to_owned()),
+            reason: format!(
+                "{environment} is promoted only inside its allow windows ({}), and none is open",
+                names.join(", ")
+            ),
+            until,
+        });
+    }
+    None
 }
 
 /// The first time from `from` at which no deny window is open and, where

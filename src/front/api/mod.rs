@@ -768,6 +768,39 @@ async fn set_release_policy(
     Ok(Json(record).into_response())
 }
 
+async fn place_release_hold(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((tenant, environment)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let hold = typed_body::<bosun_sagas::release::Hold>(body)?
+        .ok_or_else(|| invalid("body", "the body is the hold: {\"reason\": \"...\", \"until\": \"<RFC 3339>\"}"))?;
+    let record = state
+        .gateway
+        .change_release_hold(&caller, &tenant, &environment, Some(hold))
+        .await?;
+    Ok(Json(record).into_response())
+}
+
+async fn lift_release_hold(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((tenant, environment)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let record = state
+        .gateway
+        .change_release_hold(&caller, &tenant, &environment, None)
+        .await?;
+    Ok(Json(record).into_response())
+}
+
 // -- dead letters -------------------------------------------------------------
 
 /// The dead-letter filter of `GET /v1/dead-letters` and its groups.

@@ -594,6 +594,8 @@ fn path_schema(path: &str, name: &str) -> Value {
         "id" => json!({"type": "string", "format": "uuid"}),
         // The first 16 hex digits of a SHA-256.
         "fingerprint" => json!({"type": "string", "pattern": "^[0-9a-f]{16}$"}),
+        // An environment name (a DNS label).
+        "environment" => json!({"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", "maxLength": 63}),
         _ => json!({"type": "string", "minLength": 1}),
     }
 }

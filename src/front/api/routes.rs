@@ -34,7 +34,7 @@ use super::{
     dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz, metrics,
     openapi_document, pause_replay_job, purge, purge_group, readyz, release_policy, release_policy_history, replay,
     replay_group, replay_job, replay_jobs, resume_replay_job, saga, saga_diagram, sagas, send_command,
-    set_release_policy, to_console,
+    set_release_policy, to_console, place_release_hold, lift_release_hold,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{DeadLetterDetail, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram};
@@ -414,6 +414,32 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
             replies: vec![json_reply(200, "the version stored", schema::<ReleasePolicyRecord>)],
             errors: &[400, 401, 403, 404, 409, 413, 422, 429, 503],
         }),
+        route(Method::Put, "/v1/tenants/{tenant}/release-policy/holds/{environment}", place_release_hold).documented(
+            Operation {
+                operation_id: "placeReleaseHold",
+                summary: "Holds every promotion to one environment of the tenant (a new policy version, as the caller): releases that reach it wait, saying why, until the hold is lifted or its `until` passes.",
+                scope: Some("releases:override"),
+                query: &[],
+                body: Some(Body {
+                    description: "why, and when the hold ends on its own",
+                    required: true,
+                    content: Content::Json(schema::<bosun_sagas::release::Hold>),
+                }),
+                replies: vec![json_reply(200, "the policy version stored", schema::<ReleasePolicyRecord>)],
+                errors: &[400, 401, 403, 404, 409, 413, 422, 429, 503],
+            },
+        ),
+        route(Method::Delete, "/v1/tenants/{tenant}/release-policy/holds/{environment}", lift_release_hold).documented(
+            Operation {
+                operation_id: "liftReleaseHold",
+                summary: "Lifts the hold on one environment of the tenant (a new policy version, as the caller); waiting releases go on at their next look. 404 when it is not on hold.",
+                scope: Some("releases:override"),
+                query: &[],
+                body: None,
+                replies: vec![json_reply(200, "the policy version stored", schema::<ReleasePolicyRecord>)],
+                errors: &[401, 403, 404, 409, 429, 503],
+            },
+        ),
         route(Method::Get, "/v1/tenants/{tenant}/release-policy/history", release_policy_history).documented(
             Operation {
                 operation_id: "getReleasePolicyHistory",

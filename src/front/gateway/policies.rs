@@ -1,9 +1,10 @@
 //! A tenant's approval policy through the front door: reading it (and its
-//! history) needs `deliveries:read`, changing it `admin`; a tenant's key
+//! history) needs `deliveries:read`, changing it `admin`, placing and
+//! lifting a hold `releases:override`; a tenant's key
 //! names only its own tenant, and another tenant's policy reads as "not
 //! found", as one that does not exist.
 
-use crate::operator::policies::{self, PolicyChange};
+use crate::operator::policies::{self, HoldChange, PolicyChange};
 
 use super::*;
 use crate::ports::store::ReleasePolicyRecord;
@@ -66,5 +67,37 @@ impl Gateway {
             },
         )
         .await?)
+    }
+
+    /// Places a hold on `environment` of `tenant` (`Some`), or lifts it
+    /// (`None`): a new policy version, as the caller. Needs
+    /// `releases:override`; lifting a hold that is not there is "not
+    /// found", as is an invalid environment name.
+    pub async fn change_release_hold(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        environment: &str,
+        hold: Option<bosun_sagas::release::Hold>,
+    ) -> Result<ReleasePolicyRecord, GatewayError> {
+        Self::require(caller, Scope::ReleasesOverride)?;
+        if !caller.sees(Some(tenant)) {
+            return Err(GatewayError::not_found("approval policy of tenant", tenant));
+        }
+        if bosun_contracts::validate::environment_name("environment", environment).is_err() {
+            return Err(GatewayError::not_found("hold on environment", environment));
+        }
+        let changed_by = caller.principal();
+        policies::change_hold(
+            self.backends.policies.as_ref(),
+            HoldChange {
+                tenant,
+                environment,
+                hold,
+                changed_by: &changed_by,
+            },
+        )
+        .await?
+        .ok_or_else(|| GatewayError::not_found("hold on environment", environment))
     }
 }

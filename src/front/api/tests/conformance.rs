@@ -334,6 +334,32 @@ async fn every_operation_answers_what_the_openapi_document_says() {
                 .bearer_auth(&admin)
                 .json(&json!({"document": {"environments": {"prod": {"required": 2}}}})),
         ),
+        case(
+            "placeReleaseHold",
+            200,
+            api.client
+                .put(url("/v1/tenants/contoso/release-policy/holds/prod"))
+                .bearer_auth(&admin)
+                .json(&json!({"reason": "INC-42 under way", "until": "2030-01-01T00:00:00Z"})),
+        ),
+        case(
+            "placeReleaseHold",
+            422,
+            api.client
+                .put(url("/v1/tenants/contoso/release-policy/holds/prod"))
+                .bearer_auth(&admin)
+                .json(&json!({"reason": "INC-42", "until": "tomorrow"})),
+        ),
+        case(
+            "placeReleaseHold",
+            404,
+            api.client
+                .put(url("/v1/tenants/contoso/release-policy/holds/Prod!"))
+                .bearer_auth(&admin)
+                .json(&json!({"reason": "INC-42"})),
+        ),
+        case("liftReleaseHold", 200, delete("/v1/tenants/contoso/release-policy/holds/prod")),
+        case("liftReleaseHold", 404, delete("/v1/tenants/contoso/release-policy/holds/prod")),
         case("getReleasePolicy", 200, get("/v1/tenants/contoso/release-policy")),
         case("getReleasePolicy", 404, get("/v1/tenants/nobody/release-policy")),
         case(
