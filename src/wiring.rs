@@ -263,12 +263,13 @@ impl Backends {
     }
 
     /// The release saga's view of tenants' approval policies and of who
-    /// requested each delivery, over these stores.
+    /// requested each delivery, and its audit log, over these stores.
     pub fn governance(&self) -> Arc<dyn ReleaseGovernance> {
         Arc::new(governance::StoreGovernance::new(
             Arc::clone(&self.policies),
             Arc::clone(&self.store) as Arc<dyn DeliveryStore>,
             Arc::clone(&self.access),
+            Arc::clone(&self.audit),
         ))
     }
 

@@ -69,14 +69,14 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
         ("BOSUN_RELEASE_ENVIRONMENTS", "dev,prod"),
         ("BOSUN_AUTO_APPROVE", "dev"),
     ];
-    let (agent, _) = api_key(
+    let (agent, agent_id) = api_key(
         data,
         TENANT,
         "commands:send,deliveries:read",
         "release agent",
         Some("cli:dana"),
     );
-    let (alice, _) = api_key(data, TENANT, "releases:approve", "alice", None);
+    let (alice, alice_id) = api_key(data, TENANT, "releases:approve", "alice", None);
     let (carol, carol_id) = api_key(data, TENANT, "releases:override", "carol", None);
 
     // dev is frozen from now for FREEZE (a yearly cron at this second, in UTC).
@@ -282,5 +282,114 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
     );
     assert_eq!(history[1]["changedBy"], "cli:ops");
     assert!(history[2]["document"].get("holds").is_none(), "{history:#}");
+
+    // The audit log lists every decision in order: who, what, through
+    // which door, why.
+    let exported = run(data, &["audit", "export", "--tenant", TENANT]);
+    let entries: Vec<Value> = exported
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let decisions: Vec<(String, String)> = entries
+        .iter()
+        .map(|entry| {
+            (
+                entry["action"].as_str().unwrap().to_owned(),
+                entry["environment"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("policy-changed", "-"),
+        ("hold-placed", "prod"),
+        ("requested", "-"),
+        ("approved", "dev"),
+        ("waiting-for-window", "dev"),
+        ("promoted", "dev"),
+        ("deployed", "dev"),
+        ("approval-given", "prod"),
+        ("approved", "prod"),
+        ("waiting-for-window", "prod"),
+        ("overridden", "prod"),
+        ("promoted", "prod"),
+        ("deployed", "prod"),
+        ("completed", "-"),
+        ("hold-lifted", "prod"),
+    ]
+    .map(|(action, environment)| (action.to_owned(), environment.to_owned()));
+    assert_eq!(decisions, expected, "{exported}");
+    let entry = |action: &str, environment: &str| {
+        entries
+            .iter()
+            .find(|entry| entry["action"] == action && entry["environment"].as_str().unwrap_or("-") == environment)
+            .unwrap()
+    };
+    assert_eq!(entry("policy-changed", "-")["door"], "cli:test-operator");
+    assert_eq!(entry("hold-placed", "prod")["reason"], "hold prod: INC-42 under way");
+    assert_eq!(entry("requested", "-")["door"], "bosun");
+    assert_eq!(
+        entry("requested", "-")["detail"]["identities"],
+        json!([format!("key:{agent_id}"), "cli:dana"])
+    );
+    assert_eq!(entry("waiting-for-window", "dev")["detail"]["rule"], "deny-window");
+    assert_eq!(entry("approval-given", "prod")["door"], format!("api:{alice_id}"));
+    assert_eq!(entry("waiting-for-window", "prod")["detail"]["rule"], "hold");
+    let overridden = entry("overridden", "prod");
+    assert_eq!(overridden["by"], format!("key:{carol_id} (carol)"));
+    assert_eq!(overridden["door"], format!("api:{carol_id}"));
+    assert_eq!(overridden["reason"], "CHG-7: hotfix");
+    let sequences: Vec<u64> = entries
+        .iter()
+        .map(|entry| entry["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(sequences.windows(2).all(|pair| pair[0] < pair[1]), "{sequences:?}");
+    // Since a time: only what came after it; another tenant's log is empty.
+    let since = entry("overridden", "prod")["at"].as_str().unwrap().to_owned();
+    let later = run(data, &["audit", "export", "--tenant", TENANT, "--since", &since]);
+    assert!(
+        later.lines().count() >= 4 && later.lines().count() < entries.len(),
+        "{later}"
+    );
+    assert!(run(data, &["audit", "export", "--tenant", "globex"]).trim().is_empty());
+    // Over HTTP, within the tenant's wall.
+    let (status, body) = api_request(
+        &url,
+        &alice,
+        reqwest::Method::GET,
+        &format!("/v1/tenants/{TENANT}/audit?limit=3"),
+        None,
+        None,
+    );
+    assert_eq!(status, 403, "alice's key cannot read: {body}");
+    let (reader, _) = api_key(data, TENANT, "deliveries:read", "auditor", None);
+    let (status, page) = api_request(
+        &url,
+        &reader,
+        reqwest::Method::GET,
+        &format!("/v1/tenants/{TENANT}/audit?limit=3"),
+        None,
+        None,
+    );
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page.as_array().unwrap().len(), 3);
+    let after = page[2]["sequence"].as_u64().unwrap();
+    let (_, next) = api_request(
+        &url,
+        &reader,
+        reqwest::Method::GET,
+        &format!("/v1/tenants/{TENANT}/audit?after={after}&limit=3"),
+        None,
+        None,
+    );
+    assert_eq!(next[0]["action"], "approved", "{next}");
+    let (status, _) = api_request(
+        &url,
+        &reader,
+        reqwest::Method::GET,
+        "/v1/tenants/globex/audit",
+        None,
+        None,
+    );
+    assert_eq!(status, 404);
     server.terminate();
 }

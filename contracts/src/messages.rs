@@ -227,6 +227,7 @@ catalogue! {
     // the ids it gave the others.
     Command ReleaseWindowCheck version 1 (internal): "The release saga's scheduled look at a promotion window or hold its promotion waits on.";
     Command OverrideReleaseWindow version 1: "Someone holding releases:override lets one release through a closed promotion window or hold of one environment, with a reason.";
+    Event ReleaseDecisionRecorded version 1: "One decision of a release (requested, approved, refused, rejected, overridden, waiting for a window, promoted, deployed ...), for the tenant's audit log.";
 }
 
 impl Message {

@@ -94,6 +94,7 @@ pub const CONSUMERS: &[ConsumerRoute] = &[
             "PackagePublished",
             "InfrastructureProvisioned",
             "GitOpsSynced",
+            "ReleaseDecisionRecorded",
         ],
     },
     ConsumerRoute {

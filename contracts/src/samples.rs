@@ -80,6 +80,7 @@ pub fn samples() -> Vec<Message> {
         probe_echoed().into(),
         release_window_check().into(),
         override_release_window().into(),
+        release_decision_recorded().into(),
     ]
 }
 
@@ -540,6 +541,28 @@ pub fn override_release_window() -> OverrideReleaseWindow {
         on_behalf_of: None,
         overridden_by: Some("cli:carol".to_owned()),
         overrider_identities: vec!["cli:carol".to_owned()],
+    }
+}
+
+/// `ReleaseDecisionRecorded`.
+pub fn release_decision_recorded() -> ReleaseDecisionRecorded {
+    ReleaseDecisionRecorded {
+        release_id: RELEASE_ID.to_owned(),
+        door: Some("api:0a0a0a0a0a0a".to_owned()),
+        decisions: vec![DecisionEntry {
+            decision: ReleaseDecision::ApprovalRefused,
+            environment: Some("prod".to_owned()),
+            by: Some("key:0a0a0a0a0a0a (release agent)".to_owned()),
+            identities: vec!["key:0a0a0a0a0a0a".to_owned(), "cli:dana".to_owned()],
+            reason: Some(
+                "key:0a0a0a0a0a0a requested this release (or sponsors the key that did) and cannot approve it"
+                    .to_owned(),
+            ),
+            rule: Some("requester-cannot-approve".to_owned()),
+            policy_version: Some(3),
+            until: None,
+            decided_at: datetime!(2026-12-01 10:31:00 UTC),
+        }],
     }
 }
 

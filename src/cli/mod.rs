@@ -17,6 +17,7 @@
 //!   contracts' JSON Schemas;
 //! - `output.rs`: `--json` output and times, shared by all of them.
 
+mod audit;
 mod bench;
 mod dead_letters;
 mod deliveries;
@@ -138,8 +139,14 @@ pub enum Command {
         #[command(subcommand)]
         command: DeadLettersCommand,
     },
-    /// Releases: one release's state, approve and reject it, and the
-    /// tenant's approval policy.
+    /// The release audit log: every release decision of a tenant.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
+    /// Releases: one release's state, approve and reject it, override its
+    /// promotion windows, hold environments, and the tenant's policy.
     Releases {
         /// What to do.
         #[command(subcommand)]
@@ -195,6 +202,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Send(args) => send::run(args, &settings).await,
         Command::Deliveries { command } => deliveries::run(command, &settings).await,
         Command::DeadLetters { command } => dead_letters::run(command, &settings).await,
+        Command::Audit { command } => audit::run(command, &settings).await,
         Command::Releases { command } => releases::run(command, &settings).await,
         Command::Sagas { command } => sagas::run(command, &settings).await,
         Command::Schema { command } => schema::run(command),

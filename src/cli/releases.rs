@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use bosun::operator::audit::{self, PolicyAction};
 use bosun::operator::policies::{self, HoldChange, PolicyChange};
 use bosun::operator::{Operator, SendOptions};
 use bosun::ports::store::ReleasePolicyRecord;
@@ -235,6 +236,11 @@ async fn change_hold(
 ) -> Result<()> {
     let backends = Backends::open(settings).await?;
     let changed_by = format!("cli:{}", settings.operator);
+    let action = if hold.is_some() {
+        PolicyAction::HoldPlaced(environment.to_owned())
+    } else {
+        PolicyAction::HoldLifted(environment.to_owned())
+    };
     let placing = hold.is_some();
     let record = policies::change_hold(
         backends.policies.as_ref(),
@@ -246,6 +252,9 @@ async fn change_hold(
         },
     )
     .await?;
+    if let Some(record) = &record {
+        audit::record_policy_change(backends.audit.as_ref(), record, &action, &changed_by).await?;
+    }
     match (record, placing) {
         (Some(record), true) => println!(
             "{environment} of tenant {tenant} is on hold (policy version {})",
@@ -321,6 +330,7 @@ async fn policy(command: PolicyCommand, settings: &Settings) -> Result<()> {
                 },
             )
             .await?;
+            audit::record_policy_change(backends.audit.as_ref(), &record, &PolicyAction::Changed, &changed_by).await?;
             if json {
                 print_json(&record)
             } else {

@@ -105,6 +105,18 @@ pub fn describe(message: &Message) -> Option<String> {
             m.reason
         ),
         Message::ReleaseApprovalTimeout(m) => format!("release {} in {}", m.release_id, m.environment),
+        Message::ReleaseDecisionRecorded(m) => format!(
+            "release {}: {}",
+            m.release_id,
+            m.decisions
+                .iter()
+                .map(|entry| match &entry.environment {
+                    Some(environment) => format!("{} in {environment}", entry.decision.as_str()),
+                    None => entry.decision.as_str().to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Message::ReleaseWindowCheck(m) => format!("release {} in {}", m.release_id, m.environment),
         Message::OverrideReleaseWindow(m) => format!(
             "release {} in {} by {}: {}",

@@ -3,6 +3,7 @@
 //! sagas. The CLI is a thin layer over this module (and the HTTP API will
 //! be another).
 
+pub mod audit;
 pub mod describe;
 pub mod groups;
 pub mod policies;

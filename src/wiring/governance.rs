@@ -1,15 +1,18 @@
 //! The release saga's governance over bosun's stores: a tenant's approval
 //! policy is its latest stored version ([`PolicyStore`]); who requested a
 //! delivery is who started it ([`DeliveryStore`]), and for an API key, the
-//! key and the person it acts for, its sponsor ([`AccessStore`]).
+//! key and the person it acts for, its sponsor ([`AccessStore`]); the
+//! release's decisions are appended to the tenant's audit log
+//! ([`AuditStore`]).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bosun_consumers::release_orchestration::{GovernanceError, ReleaseGovernance, VersionedApprovalPolicy};
+use bosun_contracts::messages::ReleaseDecisionRecorded;
 use bosun_sagas::release::ApprovalPolicy;
 
-use crate::ports::store::{AccessStore, DeliveryStore, PolicyStore, StoreError};
+use crate::ports::store::{AccessStore, AuditEntry, AuditStore, DeliveryStore, PolicyStore, StoreError};
 
 /// [`ReleaseGovernance`] over the stores.
 #[derive(Clone)]
@@ -17,6 +20,7 @@ pub struct StoreGovernance {
     policies: Arc<dyn PolicyStore>,
     deliveries: Arc<dyn DeliveryStore>,
     keys: Arc<dyn AccessStore>,
+    audit: Arc<dyn AuditStore>,
 }
 
 impl std::fmt::Debug for StoreGovernance {
@@ -26,12 +30,19 @@ impl std::fmt::Debug for StoreGovernance {
 }
 
 impl StoreGovernance {
-    /// Governance reading policies, deliveries and keys from these stores.
-    pub fn new(policies: Arc<dyn PolicyStore>, deliveries: Arc<dyn DeliveryStore>, keys: Arc<dyn AccessStore>) -> Self {
+    /// Governance reading policies, deliveries and keys from these stores,
+    /// and appending release decisions to `audit`.
+    pub fn new(
+        policies: Arc<dyn PolicyStore>,
+        deliveries: Arc<dyn DeliveryStore>,
+        keys: Arc<dyn AccessStore>,
+        audit: Arc<dyn AuditStore>,
+    ) -> Self {
         Self {
             policies,
             deliveries,
             keys,
+            audit,
         }
     }
 }
@@ -102,4 +113,50 @@ impl ReleaseGovernance for StoreGovernance {
         }
         Ok(identities)
     }
+
+    async fn record_decisions(
+        &self,
+        tenant: &str,
+        message_id: &str,
+        recorded: &ReleaseDecisionRecorded,
+    ) -> Result<(), GovernanceError> {
+        for (index, entry) in recorded.decisions.iter().enumerate() {
+            let mut detail = serde_json::Map::new();
+            if !entry.identities.is_empty() {
+                detail.insert("identities".to_owned(), serde_json::json!(entry.identities));
+            }
+            if let Some(rule) = &entry.rule {
+                detail.insert("rule".to_owned(), serde_json::json!(rule));
+            }
+            if let Some(version) = entry.policy_version {
+                detail.insert("policyVersion".to_owned(), serde_json::json!(version));
+            }
+            if let Some(until) = entry.until {
+                detail.insert("until".to_owned(), serde_json::json!(rfc3339(until)));
+            }
+            let audit = AuditEntry {
+                id: format!("{message_id}/{index}"),
+                tenant_id: tenant.to_owned(),
+                sequence: 0,
+                at: entry.decided_at,
+                action: entry.decision.as_str().to_owned(),
+                release_id: Some(recorded.release_id.clone()),
+                environment: entry.environment.clone(),
+                by: entry.by.clone(),
+                door: recorded.door.clone(),
+                reason: entry.reason.clone(),
+                detail: serde_json::Value::Object(detail),
+            };
+            self.audit
+                .append_audit(&audit)
+                .await
+                .map_err(|err| unavailable("the audit log", tenant, err))?;
+        }
+        Ok(())
+    }
+}
+
+fn rfc3339(at: time::OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| at.to_string())
 }

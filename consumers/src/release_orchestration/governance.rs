@@ -6,6 +6,7 @@
 //! what the consumer uses when it is given none.
 
 use async_trait::async_trait;
+use bosun_contracts::messages::ReleaseDecisionRecorded;
 use bosun_sagas::release::ApprovalPolicy;
 
 use crate::BoxError;
@@ -63,6 +64,16 @@ pub trait ReleaseGovernance: Send + Sync + std::fmt::Debug {
     /// key, its sponsor (who made the key). Empty when the delivery is not
     /// known (another tenant's reads the same).
     async fn requesters(&self, tenant: &str, correlation_id: &str) -> Result<Vec<String>, GovernanceError>;
+
+    /// Appends the decisions `recorded` carries to `tenant`'s audit log,
+    /// in order, once: `message_id` (the message that carried them) names
+    /// them, and appending what the log already has stores nothing.
+    async fn record_decisions(
+        &self,
+        tenant: &str,
+        message_id: &str,
+        recorded: &ReleaseDecisionRecorded,
+    ) -> Result<(), GovernanceError>;
 }
 
 /// No stored policies, requesters unknown: the default policy applies and
@@ -78,5 +89,22 @@ impl ReleaseGovernance for DefaultGovernance {
 
     async fn requesters(&self, _tenant: &str, _correlation_id: &str) -> Result<Vec<String>, GovernanceError> {
         Ok(Vec::new())
+    }
+
+    /// No audit log to append to: the decisions are logged and dropped.
+    async fn record_decisions(
+        &self,
+        tenant: &str,
+        message_id: &str,
+        recorded: &ReleaseDecisionRecorded,
+    ) -> Result<(), GovernanceError> {
+        tracing::info!(
+            %tenant,
+            %message_id,
+            release_id = %recorded.release_id,
+            decisions = recorded.decisions.len(),
+            "no audit log configured; release decisions not kept"
+        );
+        Ok(())
     }
 }

@@ -7,11 +7,15 @@
 //! `InfrastructureProvisioned`, `GitOpsSynced` and the commands
 //! `ApproveRelease`, `RejectRelease`, `OverrideReleaseWindow`,
 //! `ReleaseApprovalTimeout` and `ReleaseWindowCheck` (the saga's own
-//! scheduled timeout and look at a promotion window). Emits `ReleasePlanned`, `ReleaseApproved`,
-//! `ReleaseRejected`, `ReleaseBlocked` and `DeploymentPromoted`.
+//! scheduled timeout and look at a promotion window). Emits
+//! `ReleasePlanned`, `ReleaseApproved`, `ReleaseRejected`, `ReleaseBlocked`
+//! and `DeploymentPromoted`, and with every message that made the saga
+//! decide something a `ReleaseDecisionRecorded` (stamped with the door the
+//! deciding message came through), which it handles too: it appends the
+//! decisions to the tenant's audit log through its governance port.
 //!
 //! Unlike the other consumers this one talks to no outside service, so it
-//! has no port and no adapters: the saga is pure, and the runtime loads its
+//! has no adapters: the saga is pure, and the runtime loads its
 //! state, passes it in [`Inbound::saga`], and saves the new state with the
 //! outgoing messages in one transaction (reloading and re-applying on a
 //! version conflict). Idempotency is the saga's: a step is never emitted
@@ -152,6 +156,18 @@ impl Consumer for ReleaseOrchestration {
     }
 
     async fn handle(&self, inbound: Inbound<'_>) -> Result<Outcome, HandlerError> {
+        if let Message::ReleaseDecisionRecorded(recorded) = inbound.message {
+            // The saga's decisions, committed with its state: into the
+            // tenant's audit log, once.
+            self.governance
+                .record_decisions(
+                    &inbound.envelope.tenant_id,
+                    &inbound.envelope.message_id.to_string(),
+                    recorded,
+                )
+                .await?;
+            return Ok(Outcome::default());
+        }
         let Some(saga) = inbound.saga else {
             // Not a message of any release (e.g. a preview-only provisioning).
             return Ok(Outcome::default());
@@ -243,10 +259,21 @@ impl Consumer for ReleaseOrchestration {
             tracing::info!(release_id = %saga.key, "nothing to do for this message in the release's current state");
             return Ok(Outcome::default());
         }
+        // The door the decisions came through: the command's source, or
+        // the saga itself reacting to an event.
+        let door = if decision_on(inbound.message).is_some() {
+            inbound.envelope.source.clone()
+        } else {
+            "bosun".to_owned()
+        };
         let messages = transition
             .actions
             .into_iter()
             .map(|action| match action {
+                Action::Send(Message::ReleaseDecisionRecorded(mut recorded)) => {
+                    recorded.door = Some(door.clone());
+                    Outgoing::now(recorded)
+                }
                 Action::Send(message) => Outgoing::now(message),
                 Action::Schedule { message, after } => Outgoing::after(message, after),
             })

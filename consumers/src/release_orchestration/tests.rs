@@ -194,6 +194,80 @@ async fn a_window_check_before_its_time_waits_for_it() {
 }
 
 #[tokio::test]
+async fn decisions_go_to_the_audit_log_stamped_with_their_door() {
+    let consumer = consumer();
+    let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
+    let state = first.saga_state.clone().expect("state saved");
+    let (second, _) = run(&consumer, state, 1, samples::container_image_built().into()).await;
+    let state = second.saga_state.clone().expect("state saved");
+    let (third, _) = run(&consumer, state, 2, samples::package_published().into()).await;
+    let recorded: Vec<_> = third
+        .messages
+        .iter()
+        .filter_map(|outgoing| match &outgoing.message {
+            Message::ReleaseDecisionRecorded(recorded) => Some(recorded.clone()),
+            _ => None,
+        })
+        .collect();
+    let [recorded] = &recorded[..] else {
+        panic!("one ReleaseDecisionRecorded per message that decided: {recorded:#?}");
+    };
+    // Planned and dev approved by the policy, reacting to an event.
+    assert_eq!(recorded.door.as_deref(), Some("bosun"));
+    let decisions: Vec<&str> = recorded.decisions.iter().map(|d| d.decision.as_str()).collect();
+    assert_eq!(decisions, ["requested", "approved"]);
+    // A decision a command brought carries the command's source.
+    let state = third.saga_state.clone().expect("state saved");
+    let reject: Message = bosun_contracts::messages::RejectRelease {
+        environment: None,
+        ..samples::reject_release()
+    }
+    .into();
+    let (rejected, _) = run(&consumer, state, 3, reject).await;
+    let door = rejected.messages.iter().find_map(|outgoing| match &outgoing.message {
+        Message::ReleaseDecisionRecorded(recorded) => recorded.door.clone(),
+        _ => None,
+    });
+    assert_eq!(door.as_deref(), Some("test"));
+    // Handling the record itself touches no saga, sends nothing, and
+    // appends to the tenant's audit log, named by the message.
+    let audited = Arc::new(Audited::default());
+    let consumer = consumer.with_governance(Arc::clone(&audited) as Arc<dyn ReleaseGovernance>);
+    let envelope = Envelope::new(
+        &Message::ReleaseDecisionRecorded(recorded.clone()),
+        Uuid::now_v7(),
+        "contoso",
+        "test",
+    );
+    let message = Message::ReleaseDecisionRecorded(recorded.clone());
+    // Keyed by its release, so a release's decisions keep their order.
+    let (kind, key) = consumer.saga_of(&envelope, &message).expect("keyed by the release");
+    assert_eq!(
+        (kind, key.clone()),
+        (SAGA_KIND, format!("contoso/{}", samples::RELEASE_ID))
+    );
+    let instance = SagaInstance {
+        kind,
+        key,
+        version: 4,
+        state: rejected.saga_state.clone().expect("state saved"),
+    };
+    let outcome = consumer
+        .handle(Inbound {
+            envelope: &envelope,
+            message: &message,
+            saga: Some(&instance),
+        })
+        .await
+        .expect("recorded");
+    assert!(outcome.messages.is_empty() && outcome.saga_state.is_none());
+    assert_eq!(
+        *audited.kept.lock().unwrap(),
+        [("contoso".to_owned(), envelope.message_id.to_string(), 2)]
+    );
+}
+
+#[tokio::test]
 async fn the_state_it_saves_carries_its_version() {
     let consumer = consumer();
     let (first, _) = run(&consumer, serde_json::Value::Null, 0, samples::build_completed().into()).await;
@@ -332,6 +406,45 @@ impl ReleaseGovernance for Governed {
     async fn requesters(&self, _tenant: &str, _correlation_id: &str) -> Result<Vec<String>, GovernanceError> {
         Ok(vec!["key:0a0a0a0a0a0a".to_owned(), "cli:dana".to_owned()])
     }
+
+    async fn record_decisions(
+        &self,
+        _tenant: &str,
+        _message_id: &str,
+        _recorded: &bosun_contracts::messages::ReleaseDecisionRecorded,
+    ) -> Result<(), GovernanceError> {
+        Ok(())
+    }
+}
+
+/// The default governance, keeping the decisions it is given.
+#[derive(Debug, Default)]
+struct Audited {
+    kept: std::sync::Mutex<Vec<(String, String, usize)>>,
+}
+
+#[async_trait]
+impl ReleaseGovernance for Audited {
+    async fn approval_policy(&self, _tenant: &str) -> Result<Option<VersionedApprovalPolicy>, GovernanceError> {
+        Ok(None)
+    }
+
+    async fn requesters(&self, _tenant: &str, _correlation_id: &str) -> Result<Vec<String>, GovernanceError> {
+        Ok(Vec::new())
+    }
+
+    async fn record_decisions(
+        &self,
+        tenant: &str,
+        message_id: &str,
+        recorded: &bosun_contracts::messages::ReleaseDecisionRecorded,
+    ) -> Result<(), GovernanceError> {
+        self.kept
+            .lock()
+            .unwrap()
+            .push((tenant.to_owned(), message_id.to_owned(), recorded.decisions.len()));
+        Ok(())
+    }
 }
 
 #[tokio::test]
@@ -360,14 +473,15 @@ async fn the_tenants_policy_and_the_deliverys_requester_are_read_when_handling()
     );
     assert_eq!(state["waitingFor"]["required"], 2, "{state:#}");
     assert_eq!(state["waitingFor"]["policyVersion"], 7, "{state:#}");
-    // The agent's sponsor approves: refused, recorded, nothing sent.
+    // The agent's sponsor approves: refused, recorded, nothing sent but
+    // the refusal for the audit log.
     let approve = bosun_contracts::messages::ApproveRelease {
         approver_identities: vec!["cli:dana".to_owned()],
         approved_by: Some("cli:dana".to_owned()),
         ..samples::approve_release()
     };
     let (outcome, _) = run(&consumer, state, 3, approve.into()).await;
-    assert!(outcome.messages.is_empty());
+    assert_eq!(types(&outcome), ["ReleaseDecisionRecorded"]);
     let state = outcome.saga_state.expect("the refusal is recorded");
     assert_eq!(
         state["refusedApprovals"][0]["rule"], "requester-cannot-approve",

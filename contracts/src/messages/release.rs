@@ -665,3 +665,154 @@ mod tests {
         assert_eq!(payload["failingStep"], "containerImage");
     }
 }
+
+/// What a release decision was, as its audit log names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseDecision {
+    /// The release was planned for the build and artifacts its requesters brought.
+    Requested,
+    /// A person's approval counted towards an environment.
+    ApprovalGiven,
+    /// An approval was refused by the approval policy (the rule named).
+    ApprovalRefused,
+    /// An environment is approved (by the policy or by enough people).
+    Approved,
+    /// The release was rejected, or its approval timed out.
+    Rejected,
+    /// Someone let the release through an environment's windows and holds.
+    Overridden,
+    /// A promotion waits for a window to open or a hold to be lifted.
+    WaitingForWindow,
+    /// The release was promoted to an environment.
+    Promoted,
+    /// GitOps reported the environment synced and healthy with the release.
+    Deployed,
+    /// A step failed; the release waits for someone to act.
+    Blocked,
+    /// Every environment is deployed.
+    Completed,
+}
+
+impl ReleaseDecision {
+    /// As written in the audit log (`approval-refused`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::ApprovalGiven => "approval-given",
+            Self::ApprovalRefused => "approval-refused",
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+            Self::Overridden => "overridden",
+            Self::WaitingForWindow => "waiting-for-window",
+            Self::Promoted => "promoted",
+            Self::Deployed => "deployed",
+            Self::Blocked => "blocked",
+            Self::Completed => "completed",
+        }
+    }
+}
+
+/// The most decisions one `ReleaseDecisionRecorded` carries.
+pub const MAX_DECISIONS: usize = 32;
+
+/// The decisions one message made the release saga take, in the order it
+/// took them, for the tenant's audit log. The saga emits one per message
+/// that made it decide anything, through its outbox (so exactly the
+/// decisions it committed are recorded, once), and the
+/// release-orchestration consumer appends them to the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseDecisionRecorded {
+    /// The release.
+    #[schemars(transform = rule::identifier)]
+    pub release_id: String,
+    /// Through which door the message that made them came: the source of
+    /// the command (`cli:<operator>`, `api:<key id>`), or `bosun` for the
+    /// saga's own reaction to an event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
+    pub door: Option<String>,
+    /// The decisions, in the order they were taken (1 to 32).
+    #[schemars(length(min = 1, max = 32))]
+    pub decisions: Vec<DecisionEntry>,
+}
+
+/// One decision of a release: what, about which environment, by whom and
+/// why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionEntry {
+    /// What was decided.
+    pub decision: ReleaseDecision,
+    /// The environment, for a decision about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::environment_name)]
+    pub environment: Option<String>,
+    /// Who decided (the authenticated caller, the policy, or `bosun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
+    pub by: Option<String>,
+    /// The identities concerned (who approved, who requested).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = rule::each(rule::text(MAX_APPROVER_CHARS)), transform = rule::unique)]
+    pub identities: Vec<String>,
+    /// Why: the comment, the reason, what the rule found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::max_chars(MAX_REASON_CHARS))]
+    pub reason: Option<String>,
+    /// The policy rule named (`requester-cannot-approve`, `deny-window` ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
+    pub rule: Option<String>,
+    /// The tenant's policy version in force, when a stored one decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+    /// Until when a promotion waits, when known.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
+    pub until: Option<OffsetDateTime>,
+    /// When it was decided.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub decided_at: OffsetDateTime,
+}
+
+impl Validate for ReleaseDecisionRecorded {
+    fn validate(&self) -> Result<(), FieldError> {
+        validate::identifier("releaseId", &self.release_id)?;
+        if let Some(door) = &self.door {
+            validate::text("door", door, MAX_APPROVER_CHARS)?;
+        }
+        if self.decisions.is_empty() || self.decisions.len() > MAX_DECISIONS {
+            return Err(FieldError::new(
+                "decisions",
+                format!(
+                    "has {} decisions; 1 to {MAX_DECISIONS} are allowed",
+                    self.decisions.len()
+                ),
+            ));
+        }
+        for (index, entry) in self.decisions.iter().enumerate() {
+            let field = |name: &str| format!("decisions[{index}].{name}");
+            if let Some(environment) = &entry.environment {
+                validate::environment_name(&field("environment"), environment)?;
+            }
+            if let Some(by) = &entry.by {
+                validate::text(&field("by"), by, MAX_APPROVER_CHARS)?;
+            }
+            validate_identities(&field("identities"), &entry.identities)?;
+            if let Some(reason) = &entry.reason {
+                validate::max_chars(&field("reason"), reason, MAX_REASON_CHARS)?;
+            }
+            if let Some(rule) = &entry.rule {
+                validate::text(&field("rule"), rule, MAX_APPROVER_CHARS)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -3,7 +3,10 @@
 //! phase changes only along an edge of [`TRANSITIONS`](super::TRANSITIONS).
 
 use bosun_contracts::Message;
-use bosun_contracts::messages::{MAX_REASON_CHARS, ReleaseBlocked, ReleaseStep};
+use bosun_contracts::messages::{
+    DecisionEntry, MAX_DECISIONS, MAX_REASON_CHARS, ReleaseBlocked, ReleaseDecision, ReleaseDecisionRecorded,
+    ReleaseStep,
+};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -22,6 +25,7 @@ pub(super) struct Step<'a> {
     pub(super) actions: Vec<Action>,
     pub(super) emitted: Vec<String>,
     pub(super) notes: Vec<String>,
+    pub(super) decisions: Vec<DecisionEntry>,
 }
 
 impl Step<'_> {
@@ -72,12 +76,56 @@ impl Step<'_> {
         }
     }
 
+    /// A decision for the audit log, stamped with this step's time and
+    /// policy version; the caller fills in who, why and the rule.
+    pub(super) fn decision(&self, decision: ReleaseDecision, environment: Option<&str>) -> DecisionEntry {
+        DecisionEntry {
+            decision,
+            environment: environment.map(str::to_owned),
+            by: None,
+            identities: Vec::new(),
+            reason: None,
+            rule: None,
+            policy_version: self.policy.approval_version,
+            until: None,
+            decided_at: self.now,
+        }
+    }
+
+    /// Keeps `decision` for the audit log: the step's decisions leave in
+    /// one `ReleaseDecisionRecorded`, in order, through the outbox with the
+    /// new state (so exactly the decisions committed are recorded; it is
+    /// not listed in the history's `emitted`, which names the release's
+    /// steps).
+    pub(super) fn record(&mut self, mut decision: DecisionEntry) {
+        decision.reason = decision.reason.map(|reason| clip(reason, MAX_REASON_CHARS));
+        let mut seen = Vec::with_capacity(decision.identities.len());
+        decision.identities.retain(|identity| {
+            let new = !seen.contains(identity);
+            seen.push(identity.clone());
+            new
+        });
+        if self.decisions.len() < MAX_DECISIONS {
+            self.decisions.push(decision);
+        }
+    }
+
     pub(super) fn finish(mut self, before: &ReleaseState) -> Transition<ReleaseState> {
         if self.state == *before {
             return Transition {
                 state: before.clone(),
                 actions: Vec::new(),
             };
+        }
+        if !self.decisions.is_empty() {
+            self.actions.push(Action::Send(
+                ReleaseDecisionRecorded {
+                    release_id: self.release_id.clone(),
+                    door: None,
+                    decisions: std::mem::take(&mut self.decisions),
+                }
+                .into(),
+            ));
         }
         self.state.release_id = Some(self.release_id);
         self.state.history.push(HistoryEntry {
@@ -117,6 +165,13 @@ impl Step<'_> {
             environment: environment.map(str::to_owned),
             blocked_at: self.now,
         };
+        if !self.state.emitted.contains(&step::blocked(failing_step, environment)) {
+            let mut decision = self.decision(ReleaseDecision::Blocked, environment);
+            decision.by = Some("bosun".to_owned());
+            decision.reason = Some(blocked.reason.clone());
+            decision.rule = Some(step::blocked(failing_step, None));
+            self.record(decision);
+        }
         self.send(step::blocked(failing_step, environment), blocked.clone().into());
         self.state.blocked = Some(blocked);
     }

@@ -3,7 +3,9 @@
 //! waiting with an approval timeout scheduled), approvals, rejections and
 //! the timeout.
 
-use bosun_contracts::messages::{MAX_REASON_CHARS, ReleaseApprovalTimeout, ReleaseApproved, ReleaseRejected};
+use bosun_contracts::messages::{
+    MAX_REASON_CHARS, ReleaseApprovalTimeout, ReleaseApproved, ReleaseDecision, ReleaseRejected,
+};
 
 use super::apply::{Step, clip, rfc3339};
 use super::state::step;
@@ -26,6 +28,9 @@ impl Step<'_> {
         let Some(planned) = planned else {
             self.state.current_environment = None;
             self.note("every environment is deployed: the release is complete");
+            let mut decision = self.decision(ReleaseDecision::Completed, None);
+            decision.by = Some("bosun".to_owned());
+            self.record(decision);
             return self.enter(ReleasePhase::Completed);
         };
         let environment = planned.environment;
@@ -243,6 +248,17 @@ impl Step<'_> {
         {
             self.state.waiting_for = None;
         }
+        if !self.is_decided(environment) {
+            let mut decision = self.decision(ReleaseDecision::Approved, Some(environment));
+            decision.by = Some(record.approver.clone());
+            decision.identities = if record.approvers.is_empty() {
+                record.who()
+            } else {
+                record.approvers.clone()
+            };
+            decision.reason = record.comment.clone();
+            self.record(decision);
+        }
         self.state.approvals.insert(environment.to_owned(), record);
         self.send(step::approved(environment), approved.into());
         if self
@@ -310,7 +326,12 @@ impl Step<'_> {
             return Ok(());
         }
         let approver = record.approver.clone();
-        pending.push(record);
+        pending.push(record.clone());
+        let mut decision = self.decision(ReleaseDecision::ApprovalGiven, Some(environment));
+        decision.by = Some(record.approver.clone());
+        decision.identities = record.who();
+        decision.reason = record.comment.clone();
+        self.record(decision);
         let waiting = self.state.phase == ReleasePhase::AwaitingApproval && self.is_current(environment);
         if waiting {
             if let Some(record) = self.tally(environment) {
@@ -356,6 +377,12 @@ impl Step<'_> {
             "approval of {environment} by {} refused by rule `{}`: {}",
             record.approver, refused.rule, refused.reason
         ));
+        let mut decision = self.decision(ReleaseDecision::ApprovalRefused, Some(environment));
+        decision.by = Some(record.approver.clone());
+        decision.identities = record.who();
+        decision.reason = Some(refused.reason.clone());
+        decision.rule = Some(refused.rule.name().to_owned());
+        self.record(decision);
         self.state.refused_approvals.push(RefusedApproval {
             environment: environment.to_owned(),
             approver: record.approver.clone(),
@@ -455,6 +482,13 @@ impl Step<'_> {
             timed_out,
             rejected_at: self.now,
         };
+        if !self.state.emitted.contains(&step::rejected()) {
+            let mut decision = self.decision(ReleaseDecision::Rejected, rejected.environment.as_deref());
+            decision.by = Some(rejected.approver.clone().unwrap_or_else(|| "bosun".to_owned()));
+            decision.reason = Some(rejected.reason.clone());
+            decision.rule = timed_out.then(|| "approval-timeout".to_owned());
+            self.record(decision);
+        }
         self.send(step::rejected(), rejected.clone().into());
         self.state.rejected = Some(rejected);
         self.state.pending_timeout = None;

@@ -231,6 +231,7 @@ impl ReleaseSaga {
             actions: Vec::new(),
             emitted: Vec::new(),
             notes: Vec::new(),
+            decisions: Vec::new(),
         };
         if !is_decision(message) {
             // Every delivery that brings the release something adds who
@@ -315,6 +316,7 @@ fn is_decision(message: &Message) -> bool {
             | Message::ReleaseApprovalTimeout(_)
             | Message::ReleaseWindowCheck(_)
             | Message::OverrideReleaseWindow(_)
+            | Message::ReleaseDecisionRecorded(_)
     )
 }
 
@@ -332,6 +334,10 @@ pub fn release_of(message: &Message) -> Option<String> {
         Message::ReleaseApprovalTimeout(m) => Some(m.release_id.clone()),
         Message::ReleaseWindowCheck(m) => Some(m.release_id.clone()),
         Message::OverrideReleaseWindow(m) => Some(m.release_id.clone()),
+        // Not applied to the saga: keyed by it so that a release's
+        // decisions reach its audit log in the order they were taken (its
+        // turn, its Service Bus session).
+        Message::ReleaseDecisionRecorded(m) => Some(m.release_id.clone()),
         Message::InfrastructureProvisioned(m) if !m.preview_only => m.release_id.clone(),
         Message::GitOpsSynced(m) => m.release_id.clone(),
         _ => None,

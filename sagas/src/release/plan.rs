@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use bosun_contracts::messages::{
-    BuildCompleted, ContainerImageBuilt, PackagePublished, PipelineResult, ReleaseArtifacts, ReleasePlanned,
-    ReleaseStep,
+    BuildCompleted, ContainerImageBuilt, PackagePublished, PipelineResult, ReleaseArtifacts, ReleaseDecision,
+    ReleasePlanned, ReleaseStep,
 };
 
 use super::apply::Step;
@@ -139,6 +139,16 @@ impl Step<'_> {
                 .collect::<Vec<_>>()
                 .join(" then ")
         ));
+        if !self.state.emitted.contains(&step::planned()) {
+            let mut decision = self.decision(ReleaseDecision::Requested, None);
+            decision.by = self.state.requested_by.first().cloned();
+            decision.identities = self.state.requested_by.clone();
+            decision.reason = Some(format!(
+                "build {} of {} at {}",
+                plan.artifacts.build.build_id, plan.artifacts.build.repository, plan.artifacts.build.commit_sha
+            ));
+            self.record(decision);
+        }
         self.send(step::planned(), plan.clone().into());
         self.state.plan = Some(plan);
         self.enter_environment(0)

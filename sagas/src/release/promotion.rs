@@ -3,7 +3,7 @@
 //! that deploys it or blocks the release.
 
 use bosun_contracts::messages::{
-    DeploymentPromoted, GitOpsSynced, InfrastructureProvisioned, ReleaseStep, ReleaseWindowCheck,
+    DeploymentPromoted, GitOpsSynced, InfrastructureProvisioned, ReleaseDecision, ReleaseStep, ReleaseWindowCheck,
 };
 
 use super::apply::{Step, rfc3339};
@@ -54,6 +54,12 @@ impl Step<'_> {
             promoted_at: self.now,
         };
         self.note(format!("promoted to {environment}"));
+        let mut decision = self.decision(ReleaseDecision::Promoted, Some(environment));
+        decision.by = Some(promoted.approved_by.clone());
+        if let Some(overriding) = self.state.overrides.get(environment) {
+            decision.reason = Some(format!("windows and holds overridden by {}", overriding.by));
+        }
+        self.record(decision);
         self.send(step::promoted(environment), promoted.into());
         self.enter(ReleasePhase::Syncing)?;
         self.check_sync(environment)
@@ -100,6 +106,20 @@ impl Step<'_> {
             policy_version: self.policy.approval_version,
         };
         let changed = self.state.window_wait.as_ref() != Some(&wait);
+        if pending.is_none()
+            && self
+                .state
+                .window_wait
+                .as_ref()
+                .is_none_or(|known| known.environment != environment)
+        {
+            let mut decision = self.decision(ReleaseDecision::WaitingForWindow, Some(environment));
+            decision.by = Some("bosun".to_owned());
+            decision.reason = Some(wait.reason.clone());
+            decision.rule = Some(wait.rule.name().to_owned());
+            decision.until = wait.until;
+            self.record(decision);
+        }
         if changed {
             self.note(format!(
                 "promotion to {environment} waits: {} ({})",
@@ -192,6 +212,11 @@ impl Step<'_> {
             "{} overrode the promotion windows and holds of {environment}: {}",
             overriding.by, overriding.reason
         ));
+        let mut decision = self.decision(ReleaseDecision::Overridden, Some(environment));
+        decision.by = Some(overriding.by.clone());
+        decision.identities = identities;
+        decision.reason = Some(overriding.reason.clone());
+        self.record(decision);
         self.state.overrides.insert(environment.to_owned(), overriding);
         if self.promotion_due(environment) {
             self.promote(environment)?;
@@ -223,6 +248,10 @@ impl Step<'_> {
             self.state.blocked = None;
         }
         self.state.deployed.push(environment.to_owned());
+        let mut decision = self.decision(ReleaseDecision::Deployed, Some(environment));
+        decision.by = Some("bosun".to_owned());
+        decision.reason = Some(format!("synced healthy at commit {}", sync.commit_sha));
+        self.record(decision);
         self.note(format!("{environment} deployed at commit {}", sync.commit_sha));
         let next = self
             .state

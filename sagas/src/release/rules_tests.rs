@@ -474,3 +474,86 @@ fn an_approval_the_previous_release_recorded_ahead_of_time_is_checked_on_arrival
     );
     assert!(!state.approvals.contains_key("prod"));
 }
+
+/// The decisions a transition records for the audit log, as
+/// (decision, environment, by, rule).
+fn decisions(actions: &[Action]) -> Vec<(String, Option<String>, Option<String>, Option<String>)> {
+    actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Send(Message::ReleaseDecisionRecorded(recorded)) => Some(&recorded.decisions),
+            _ => None,
+        })
+        .flatten()
+        .map(|entry| {
+            (
+                entry.decision.as_str().to_owned(),
+                entry.environment.clone(),
+                entry.by.clone(),
+                entry.rule.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_decision_is_recorded_for_the_audit_log_in_order_and_once() {
+    let saga = governed(None);
+    let mut inputs: Vec<Message> = vec![samples::build_completed().into()];
+    inputs.extend(artifacts_and_dev());
+    let (state, actions) = run(&saga, ReleaseState::default(), &inputs);
+    let recorded = decisions(&actions);
+    let names: Vec<&str> = recorded.iter().map(|(decision, ..)| decision.as_str()).collect();
+    assert_eq!(
+        names,
+        ["requested", "approved", "promoted", "deployed"],
+        "{recorded:#?}"
+    );
+    assert_eq!(recorded[0].2.as_deref(), Some(AGENT), "the requester");
+    assert_eq!(recorded[1].2.as_deref(), Some(AUTO_APPROVER));
+    // The same inputs again record nothing more.
+    let (_, again) = run(&saga, state.clone(), &inputs);
+    assert!(decisions(&again).is_empty(), "{again:#?}");
+    // prod: the agent refused (rule named), two of the board, completion.
+    let (_, actions) = run(
+        &saga,
+        state,
+        &[
+            ticketed(&[AGENT]),
+            ticketed(&["cli:alice"]),
+            ticketed(&["cli:bob"]),
+            bosun_contracts::messages::InfrastructureProvisioned {
+                environment: "prod".to_owned(),
+                ..samples::infrastructure_provisioned()
+            }
+            .into(),
+            bosun_contracts::messages::GitOpsSynced {
+                environment: "prod".to_owned(),
+                ..samples::gitops_synced()
+            }
+            .into(),
+        ],
+    );
+    let recorded = decisions(&actions);
+    let names: Vec<&str> = recorded.iter().map(|(decision, ..)| decision.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "approval-refused",
+            "approval-given",
+            "approval-given",
+            "approved",
+            "promoted",
+            "deployed",
+            "completed"
+        ],
+        "{recorded:#?}"
+    );
+    assert_eq!(recorded[0].3.as_deref(), Some("requester-cannot-approve"));
+    assert!(
+        recorded[1..6]
+            .iter()
+            .all(|(_, environment, ..)| environment.as_deref() == Some("prod"))
+    );
+    assert_eq!(recorded[2].2.as_deref(), Some("cli:bob"));
+}

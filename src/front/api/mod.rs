@@ -777,8 +777,12 @@ async fn place_release_hold(
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
     no_query(&uri)?;
-    let hold = typed_body::<bosun_sagas::release::Hold>(body)?
-        .ok_or_else(|| invalid("body", "the body is the hold: {\"reason\": \"...\", \"until\": \"<RFC 3339>\"}"))?;
+    let hold = typed_body::<bosun_sagas::release::Hold>(body)?.ok_or_else(|| {
+        invalid(
+            "body",
+            "the body is the hold: {\"reason\": \"...\", \"until\": \"<RFC 3339>\"}",
+        )
+    })?;
     let record = state
         .gateway
         .change_release_hold(&caller, &tenant, &environment, Some(hold))
@@ -799,6 +803,27 @@ async fn lift_release_hold(
         .change_release_hold(&caller, &tenant, &environment, None)
         .await?;
     Ok(Json(record).into_response())
+}
+
+async fn audit_log(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(tenant): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    let query = QueryValues::read(&uri, routes::AUDIT_QUERY)?;
+    let entries = state
+        .gateway
+        .audit_log(
+            &caller,
+            &tenant,
+            query.time("since"),
+            query.integer("after").map(|after| after as u64),
+            query.integer("limit").unwrap_or(100),
+        )
+        .await?;
+    Ok(Json(entries).into_response())
 }
 
 // -- dead letters -------------------------------------------------------------

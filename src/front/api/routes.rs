@@ -31,10 +31,10 @@ use super::openapi::{
 };
 use super::{
     ApiState, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
-    dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz, metrics,
-    openapi_document, pause_replay_job, purge, purge_group, readyz, release_policy, release_policy_history, replay,
-    replay_group, replay_job, replay_jobs, resume_replay_job, saga, saga_diagram, sagas, send_command,
-    set_release_policy, to_console, place_release_hold, lift_release_hold,
+    dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz,
+    lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold, purge, purge_group, readyz,
+    release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs, resume_replay_job, saga,
+    saga_diagram, sagas, send_command, set_release_policy, to_console,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{DeadLetterDetail, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram};
@@ -218,6 +218,31 @@ pub const DEAD_LETTER_QUERY: &[QueryDoc] = &[
             maximum: Some(MAX_LISTED),
         },
         "at most this many, newest first",
+    ),
+];
+
+/// `GET /v1/tenants/{tenant}/audit`.
+pub const AUDIT_QUERY: &[QueryDoc] = &[
+    query(
+        "since",
+        QueryType::DateTime,
+        "only decisions taken at or after this RFC 3339 time",
+    ),
+    query(
+        "after",
+        QueryType::Integer {
+            minimum: 0,
+            maximum: None,
+        },
+        "only entries after this `sequence` (the last one of the previous page)",
+    ),
+    query(
+        "limit",
+        QueryType::Integer {
+            minimum: 1,
+            maximum: Some(crate::operator::audit::MAX_AUDIT_PAGE as u64),
+        },
+        "at most this many, in log order (default 100)",
     ),
 ];
 
@@ -451,6 +476,15 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
                 errors: READ_ONE,
             },
         ),
+        route(Method::Get, "/v1/tenants/{tenant}/audit", audit_log).documented(Operation {
+            operation_id: "getAuditLog",
+            summary: "The tenant's release audit log in log order: every release decision (requested, approvals given and refused with the rule, approved, rejected, overridden, waiting for a window, promoted, deployed, completed) and policy change (holds included), each with who, when, why and through which door. Page with `after`.",
+            scope: Some("deliveries:read"),
+            query: AUDIT_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the entries", schema::<Vec<crate::ports::store::AuditEntry>>)],
+            errors: &[401, 403, 404, 422, 429, 503],
+        }),
         route(Method::Get, "/v1/dead-letters", dead_letters).documented(Operation {
             operation_id: "listDeadLetters",
             summary: "Dead letters of the key's tenant, newest first.",

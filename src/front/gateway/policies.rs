@@ -4,6 +4,7 @@
 //! names only its own tenant, and another tenant's policy reads as "not
 //! found", as one that does not exist.
 
+use crate::operator::audit::{self, PolicyAction};
 use crate::operator::policies::{self, HoldChange, PolicyChange};
 
 use super::*;
@@ -56,7 +57,7 @@ impl Gateway {
             None => policies::current(store, tenant).await?.map(|record| record.version),
         };
         let changed_by = caller.principal();
-        Ok(policies::store_change(
+        let record = policies::store_change(
             store,
             PolicyChange {
                 tenant,
@@ -66,7 +67,15 @@ impl Gateway {
                 expected,
             },
         )
-        .await?)
+        .await?;
+        audit::record_policy_change(
+            self.backends.audit.as_ref(),
+            &record,
+            &PolicyAction::Changed,
+            &format!("api:{}", caller.key_id),
+        )
+        .await?;
+        Ok(record)
     }
 
     /// Places a hold on `environment` of `tenant` (`Some`), or lifts it
@@ -88,7 +97,12 @@ impl Gateway {
             return Err(GatewayError::not_found("hold on environment", environment));
         }
         let changed_by = caller.principal();
-        policies::change_hold(
+        let action = if hold.is_some() {
+            PolicyAction::HoldPlaced(environment.to_owned())
+        } else {
+            PolicyAction::HoldLifted(environment.to_owned())
+        };
+        let record = policies::change_hold(
             self.backends.policies.as_ref(),
             HoldChange {
                 tenant,
@@ -98,6 +112,31 @@ impl Gateway {
             },
         )
         .await?
-        .ok_or_else(|| GatewayError::not_found("hold on environment", environment))
+        .ok_or_else(|| GatewayError::not_found("hold on environment", environment))?;
+        audit::record_policy_change(
+            self.backends.audit.as_ref(),
+            &record,
+            &action,
+            &format!("api:{}", caller.key_id),
+        )
+        .await?;
+        Ok(record)
+    }
+
+    /// A page of `tenant`'s release audit log (`deliveries:read`): entries
+    /// at or after `since`, after the cursor `after`, at most `limit`.
+    pub async fn audit_log(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        since: Option<OffsetDateTime>,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<crate::ports::store::AuditEntry>, GatewayError> {
+        Self::require(caller, Scope::DeliveriesRead)?;
+        if !caller.sees(Some(tenant)) {
+            return Err(GatewayError::not_found("audit log of tenant", tenant));
+        }
+        Ok(audit::entries(self.backends.audit.as_ref(), tenant, since, after, limit).await?)
     }
 }

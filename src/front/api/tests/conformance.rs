@@ -358,8 +358,16 @@ async fn every_operation_answers_what_the_openapi_document_says() {
                 .bearer_auth(&admin)
                 .json(&json!({"reason": "INC-42"})),
         ),
-        case("liftReleaseHold", 200, delete("/v1/tenants/contoso/release-policy/holds/prod")),
-        case("liftReleaseHold", 404, delete("/v1/tenants/contoso/release-policy/holds/prod")),
+        case(
+            "liftReleaseHold",
+            200,
+            delete("/v1/tenants/contoso/release-policy/holds/prod"),
+        ),
+        case(
+            "liftReleaseHold",
+            404,
+            delete("/v1/tenants/contoso/release-policy/holds/prod"),
+        ),
         case("getReleasePolicy", 200, get("/v1/tenants/contoso/release-policy")),
         case("getReleasePolicy", 404, get("/v1/tenants/nobody/release-policy")),
         case(
