@@ -22,7 +22,7 @@ use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::settle::{Settle, StoreThenSettle};
-use crate::ports::store::{AccessStore, DeliveryStore, PolicyStore, ProcessRecord, Store, StoreError};
+use crate::ports::store::{AccessStore, AuditStore, DeliveryStore, PolicyStore, ProcessRecord, Store, StoreError};
 use crate::ports::transport::{Broker, Transport, TransportError};
 use crate::runtime::config::{ServiceBusSettings, Settings, StoreKind, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
@@ -98,12 +98,13 @@ pub enum StartError {
 
 /// The store's concerns as [`Backends::open`] opens them, one store
 /// behind each: everything the host uses, the front door's, the release
-/// policies, and the PostgreSQL store itself when that is the one (its
-/// transport may share its pool).
+/// policies, the release audit, and the PostgreSQL store itself when that
+/// is the one (its transport may share its pool).
 type StoreParts = (
     Arc<dyn Store>,
     Arc<dyn AccessStore>,
     Arc<dyn PolicyStore>,
+    Arc<dyn AuditStore>,
     Option<PostgresStore>,
 );
 
@@ -124,6 +125,9 @@ pub struct Backends {
     /// Each tenant's release policy, versioned and append-only (same
     /// database as the store).
     pub policies: Arc<dyn PolicyStore>,
+    /// Each tenant's release audit log, append-only (same database as
+    /// the store).
+    pub audit: Arc<dyn AuditStore>,
     /// The blob store and when payloads go there.
     pub claim_check: ClaimCheck,
     /// The transport's `messaging.system`, for the spans of what is sent.
@@ -168,16 +172,16 @@ impl Backends {
             path: settings.data_dir.clone(),
             source,
         })?;
-        let (store, access, policies, postgres): StoreParts = match settings.store_kind() {
+        let (store, access, policies, audit, postgres): StoreParts = match settings.store_kind() {
             StoreKind::Sqlite(path) => {
                 let store = Arc::new(SqliteStore::open(&path)?.with_timeline_fallback(settings.poll_interval));
-                (store.clone(), store.clone(), store, None)
+                (store.clone(), store.clone(), store.clone(), store, None)
             }
             StoreKind::Postgres(url) => {
                 let store = PostgresStore::new(open_database(url.expose(), settings, pool(settings)).await?);
                 store.check_schema().await?;
                 let shared = Arc::new(store.clone());
-                (shared.clone(), shared.clone(), shared, Some(store))
+                (shared.clone(), shared.clone(), shared.clone(), shared, Some(store))
             }
         };
         let (transport, atomic_settle): (Arc<dyn Broker>, Option<Arc<dyn Settle>>) = match settings.transport {
@@ -243,6 +247,7 @@ impl Backends {
             settle,
             access,
             policies,
+            audit,
             claim_check,
             messaging_system: telemetry::messaging_system(settings.transport),
             wire: settings.message_versions.wire(),

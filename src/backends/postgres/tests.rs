@@ -298,8 +298,9 @@ async fn compatible_only_makes_a_new_schema_whole_and_leaves_a_breaking_one_for_
 }
 
 /// The first release with the window (built for schema 13) and this one
-/// on one database: `--compatible-only` applies migrations 14 (the fleet)
-/// and 15 (release policies), after which both serve (the path `tests/upgrade.rs` runs with real binaries).
+/// on one database: `--compatible-only` applies migrations 14 (the fleet),
+/// 15 (release policies) and 16 (the release audit), after which both
+/// serve (the path `tests/upgrade.rs` runs with real binaries).
 #[tokio::test]
 async fn compatible_only_applies_the_fleet_and_the_first_release_with_the_window_still_serves() {
     let test = testing::fresh().await;

@@ -1,5 +1,6 @@
 //! The behaviour suites every backend's transport, store and commit pass.
 
+mod audit;
 pub(crate) mod settle;
 pub(crate) mod store;
 pub(crate) mod transport;

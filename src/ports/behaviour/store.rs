@@ -1,5 +1,6 @@
 //! The store behaviour suite: what every [`Store`] (and [`AccessStore`],
-//! and [`PolicyStore`]) must do.
+//! [`PolicyStore`] and [`AuditStore`]) must do; the release audit's
+//! behaviours are in `audit.rs`.
 //!
 //! Test code only (this module is compiled under `cfg(test)`), and over
 //! 800 lines on purpose: it is the definition of a correct store, read top to
@@ -14,10 +15,11 @@ use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::audit;
 use crate::ports::store::{
-    AcceptedCommand, AccessStore, ApiKeyRecord, AttemptRecord, CommitOutcome, DeadLetterFilter, DeadLetterRecord,
-    DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose, PolicyStore,
-    Pruned, ReleasePolicyRecord, ReplayRecord, RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError,
+    AcceptedCommand, AccessStore, ApiKeyRecord, AttemptRecord, AuditStore, CommitOutcome, DeadLetterFilter,
+    DeadLetterRecord, DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose,
+    PolicyStore, Pruned, ReleasePolicyRecord, ReplayRecord, RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError,
     TimelineEntry, TimelineStatus,
 };
 use crate::ports::store::{
@@ -117,7 +119,7 @@ fn at(offset_ms: u64) -> OffsetDateTime {
 /// Runs every behaviour against fresh stores made by `make`.
 pub(crate) async fn run_all<S, F, Fut>(make: F)
 where
-    S: Store + AccessStore + PolicyStore + Clone + 'static,
+    S: Store + AccessStore + PolicyStore + AuditStore + Clone + 'static,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
@@ -148,6 +150,11 @@ where
     release_policy_history_is_oldest_first_and_outlives_retention(&make().await).await;
     release_policies_stay_in_their_tenant(&make().await).await;
     concurrent_release_policy_puts_have_one_winner(make().await).await;
+    audit::audit_entries_are_appended_once_and_numbered_in_order(&make().await).await;
+    audit::the_audit_log_pages_by_sequence_since_a_time_and_to_a_limit(&make().await).await;
+    audit::audit_logs_stay_in_their_tenant(&make().await).await;
+    audit::the_audit_log_outlives_retention(&make().await).await;
+    audit::concurrent_audit_appends_are_numbered_once_each(make().await).await;
 }
 
 async fn idempotency_record_is_written_once<S: Store>(store: &S) {

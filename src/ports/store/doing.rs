@@ -1,13 +1,13 @@
 //! What each store operation is doing, as its errors name it
 //! ([`StoreError::doing`](super::StoreError::doing)): one function per
-//! [`Store`](super::Store), [`AccessStore`](super::AccessStore) and
-//! [`PolicyStore`](super::PolicyStore) method,
+//! [`Store`](super::Store), [`AccessStore`](super::AccessStore),
+//! [`PolicyStore`](super::PolicyStore) and [`AuditStore`](super::AuditStore) method,
 //! written once for every backend.
 
 use bosun_contracts::Destination;
 use uuid::Uuid;
 
-use super::{AcceptedCommand, ApiKeyRecord, DeadLetterRecord, DeliveryRecord, HandledMessage};
+use super::{AcceptedCommand, ApiKeyRecord, AuditEntry, DeadLetterRecord, DeliveryRecord, HandledMessage};
 
 /// [`Store::is_handled`](super::Store::is_handled).
 pub(crate) fn is_handled(consumer: &str, message_id: &str) -> String {
@@ -240,4 +240,17 @@ pub(crate) fn release_policy(tenant_id: &str) -> String {
 /// [`PolicyStore::release_policy_history`](super::PolicyStore::release_policy_history).
 pub(crate) fn release_policy_history(tenant_id: &str) -> String {
     format!("reading the release policy history of tenant {tenant_id}")
+}
+
+/// [`AuditStore::append_audit`](super::AuditStore::append_audit).
+pub(crate) fn append_audit(entry: &AuditEntry) -> String {
+    format!(
+        "appending entry {} ({}) to the release audit of tenant {}",
+        entry.id, entry.action, entry.tenant_id
+    )
+}
+
+/// [`AuditStore::audit_entries`](super::AuditStore::audit_entries).
+pub(crate) fn audit_entries(tenant_id: &str) -> String {
+    format!("reading the release audit of tenant {tenant_id}")
 }

@@ -8,8 +8,9 @@
 //! correlation id), [`DeliveryStore`] (how each delivery started),
 //! [`AdminStore`] (the schema check, retention and the fleet of processes), and beside them
 //! [`AccessStore`] (API keys, HTTP idempotency), [`ReplayJobStore`]
-//! (bulk replay jobs) and [`PolicyStore`] (each tenant's release policy,
-//! versioned and append-only). [`Store`] is all of the first seven; a part of
+//! (bulk replay jobs), [`PolicyStore`] (each tenant's release policy,
+//! versioned and append-only) and [`AuditStore`] (each tenant's log of
+//! release decisions, append-only). [`Store`] is all of the first seven; a part of
 //! bosun takes the traits it uses. A backend implements each trait in the
 //! file that holds that concern's SQL.
 //!
@@ -23,7 +24,7 @@
 //! kind of record: `writes.rs` (what a settlement or an accepted command
 //! writes), `sagas.rs`, `timeline.rs`, `dead_letters.rs`, `access.rs` (with
 //! [`AccessStore`]), `retention.rs`, `jobs.rs` (with [`ReplayJobStore`]),
-//! `policies.rs` (with [`PolicyStore`]).
+//! `policies.rs` (with [`PolicyStore`]), `audit.rs` (with [`AuditStore`]).
 //!
 //! The implementations live with their technology under
 //! [`crate::backends`]: SQLite (the default, a file under the data
@@ -49,6 +50,7 @@ pub(crate) use jobs::{controls_from_json, controls_to_json, outcome_columns, out
 pub use watch::{TimelineWait, TimelineWatch, Woken};
 
 mod access;
+mod audit;
 mod dead_letters;
 mod fleet;
 mod policies;
@@ -58,6 +60,7 @@ mod timeline;
 mod writes;
 
 pub use access::*;
+pub use audit::*;
 pub use dead_letters::*;
 pub use fleet::*;
 pub use policies::*;

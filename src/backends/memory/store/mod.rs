@@ -18,8 +18,9 @@
 //! `dead_letters` ([`DeadLetterStore`]), `timeline` ([`TimelineStore`] and
 //! [`DeliveryStore`]), `retention` ([`AdminStore`]), `access`
 //! ([`AccessStore`]: API keys, HTTP idempotency), `jobs`
-//! ([`ReplayJobStore`]) and `policies` ([`PolicyStore`]: each tenant's
-//! release policy, append-only).
+//! ([`ReplayJobStore`]), `policies` ([`PolicyStore`]: each tenant's
+//! release policy, append-only) and `audit` ([`AuditStore`]: each tenant's
+//! release audit log, append-only).
 //!
 //! What only a durable store can show, this one does not pretend to: there
 //! is no schema to check ([`AdminStore::check_schema`] answers Ok), no
@@ -40,6 +41,7 @@
 //! [`AccessStore`]: crate::ports::store::AccessStore
 //! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
 //! [`PolicyStore`]: crate::ports::store::PolicyStore
+//! [`AuditStore`]: crate::ports::store::AuditStore
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -50,6 +52,7 @@ use crate::ports::store::{DEFAULT_TIMELINE_FALLBACK, TimelineEntry, TimelineWatc
 use crate::ports::transport::{from_unix_ms, unix_ms};
 
 mod access;
+mod audit;
 mod dead_letters;
 mod handled;
 mod jobs;
@@ -78,6 +81,7 @@ struct State {
     access: access::Access,
     jobs: jobs::Jobs,
     policies: policies::Policies,
+    audit: audit::Audit,
 }
 
 impl Default for MemoryStore {

@@ -20,8 +20,10 @@
 //! `outbox` ([`OutboxStore`]), `dead_letters` ([`DeadLetterStore`]),
 //! `timeline` ([`TimelineStore`] and [`DeliveryStore`]), `retention`
 //! ([`AdminStore`]), `access` ([`AccessStore`]: API keys, HTTP idempotency),
-//! `jobs` ([`ReplayJobStore`]) and `policies` ([`PolicyStore`]: each
-//! tenant's release policy, append-only; migration 15). Each method names what it was
+//! `jobs` ([`ReplayJobStore`]), `policies` ([`PolicyStore`]: each
+//! tenant's release policy, append-only; migration 15) and `audit`
+//! ([`AuditStore`]: each tenant's release audit log, append-only; migration
+//! 16). Each method names what it was
 //! doing in its errors with the port's words (`ports::store::doing`).
 //!
 //! [`HandledStore`]: crate::ports::store::HandledStore
@@ -34,6 +36,7 @@
 //! [`AccessStore`]: crate::ports::store::AccessStore
 //! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
 //! [`PolicyStore`]: crate::ports::store::PolicyStore
+//! [`AuditStore`]: crate::ports::store::AuditStore
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +49,7 @@ pub use crate::backends::postgres::SCHEMA_VERSION;
 pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 
 mod access;
+mod audit;
 pub(crate) mod commit;
 pub(crate) mod dead_letters;
 mod fleet;

@@ -440,3 +440,94 @@ async fn a_stored_release_policy_version_cannot_be_updated_or_deleted() {
     assert_eq!(store.release_policy_history("contoso").await.unwrap(), [stored]);
     test.finish().await;
 }
+
+/// Contoso's release audit entry `id`, approved now.
+fn audit_entry(id: &str) -> crate::ports::store::AuditEntry {
+    crate::ports::store::AuditEntry {
+        id: id.into(),
+        tenant_id: "contoso".into(),
+        sequence: 0,
+        at: OffsetDateTime::now_utc(),
+        action: "approved".into(),
+        release_id: Some("r-1".into()),
+        environment: Some("prod".into()),
+        by: Some("key:k1 (deploy key)".into()),
+        door: Some("api:k1".into()),
+        reason: None,
+        detail: json!({"rule": "one-approval"}),
+    }
+}
+
+/// Two stores on two pools of one database (two processes, as far as the
+/// database can tell) append to contoso's audit log at once while a third
+/// pages through it by sequence: the numbers run 1 to N with no gap, and
+/// the reader, reading after the last sequence it saw, never finds an
+/// entry numbered past one it has not seen (entries become visible in
+/// the order they are numbered, so no page skips one).
+#[tokio::test]
+async fn audit_appends_from_two_pools_become_visible_in_sequence_order() {
+    use crate::ports::store::AuditStore;
+
+    const EACH: u64 = 40;
+    let test = testing::migrated().await;
+    let stores = [
+        PostgresStore::new(test.database.clone()),
+        PostgresStore::new(test.connect_again().await),
+    ];
+    let reader = PostgresStore::new(test.connect_again().await);
+    let start = Arc::new(tokio::sync::Barrier::new(2));
+    let writers: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(writer, store)| {
+            let (store, start) = (store.clone(), Arc::clone(&start));
+            tokio::spawn(async move {
+                start.wait().await;
+                for n in 0..EACH {
+                    let (_, new) = store
+                        .append_audit(&audit_entry(&format!("w{writer}-{n}")))
+                        .await
+                        .unwrap();
+                    assert!(new);
+                }
+            })
+        })
+        .collect();
+    let mut seen = 0u64;
+    while seen < 2 * EACH {
+        for entry in reader.audit_entries("contoso", None, Some(seen), 7).await.unwrap() {
+            assert_eq!(entry.sequence, seen + 1, "an entry after {seen} was skipped");
+            seen = entry.sequence;
+        }
+        tokio::task::yield_now().await;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let log = reader.audit_entries("contoso", None, None, 1000).await.unwrap();
+    assert_eq!(
+        log.iter().map(|entry| entry.sequence).collect::<Vec<_>>(),
+        (1..=2 * EACH).collect::<Vec<_>>()
+    );
+    test.finish().await;
+}
+
+/// The table itself refuses to change or delete an audit entry.
+#[tokio::test]
+async fn a_release_audit_entry_cannot_be_updated_or_deleted() {
+    use crate::ports::store::AuditStore;
+
+    let test = testing::migrated().await;
+    let store = PostgresStore::new(test.database.clone());
+    let (stored, new) = store.append_audit(&audit_entry("m-1")).await.unwrap();
+    assert!(new);
+    for statement in [
+        "UPDATE bosun_release_audit SET action = 'rejected' WHERE tenant_id = 'contoso'",
+        "DELETE FROM bosun_release_audit WHERE tenant_id = 'contoso'",
+    ] {
+        let err = query(statement).execute(test.database.pool()).await.unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{statement}: {err}");
+    }
+    assert_eq!(store.audit_entries("contoso", None, None, 10).await.unwrap(), [stored]);
+    test.finish().await;
+}

@@ -7,7 +7,8 @@
 //! `timeline` ([`TimelineStore`] and [`DeliveryStore`]), `retention`
 //! ([`AdminStore`]), `access` ([`AccessStore`]: API keys, HTTP idempotency)
 //! and `jobs` ([`ReplayJobStore`]), `policies` ([`PolicyStore`]: each
-//! tenant's release policy, append-only) and `schema` (tables and
+//! tenant's release policy, append-only), `audit` ([`AuditStore`]: each
+//! tenant's release audit log, append-only) and `schema` (tables and
 //! upgrades of older files). Each method names what it was
 //! doing in its errors with the port's words (`ports::store::doing`).
 //!
@@ -21,6 +22,7 @@
 //! [`AccessStore`]: crate::ports::store::AccessStore
 //! [`ReplayJobStore`]: crate::ports::store::ReplayJobStore
 //! [`PolicyStore`]: crate::ports::store::PolicyStore
+//! [`AuditStore`]: crate::ports::store::AuditStore
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use crate::ports::transport::unix_ms;
 use schema::{SCHEMA, upgrade};
 
 mod access;
+mod audit;
 mod dead_letters;
 mod handled;
 mod jobs;

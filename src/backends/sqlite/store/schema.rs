@@ -189,6 +189,31 @@ CREATE TRIGGER IF NOT EXISTS release_policies_no_update BEFORE UPDATE ON release
 BEGIN SELECT RAISE(ABORT, 'release policy versions are append-only: store a new version'); END;
 CREATE TRIGGER IF NOT EXISTS release_policies_no_delete BEFORE DELETE ON release_policies
 BEGIN SELECT RAISE(ABORT, 'release policy versions are append-only: they are never deleted'); END;
+-- Each tenant's release audit log (audit.rs; see
+-- migrations/postgres/0016_release_audit.sql): one row per decision, only
+-- ever inserted, the key the tenant and the entry's id, numbered per tenant
+-- in the order appended. Retention leaves it alone, and the triggers refuse
+-- an update or a delete.
+CREATE TABLE IF NOT EXISTS release_audit (
+    tenant_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL CHECK (sequence >= 1),
+    id TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    release_id TEXT,
+    environment TEXT,
+    by TEXT,
+    door TEXT,
+    reason TEXT,
+    detail TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, id),
+    UNIQUE (tenant_id, sequence)
+);
+CREATE INDEX IF NOT EXISTS release_audit_at ON release_audit (tenant_id, at);
+CREATE TRIGGER IF NOT EXISTS release_audit_no_update BEFORE UPDATE ON release_audit
+BEGIN SELECT RAISE(ABORT, 'release audit entries are append-only: they are never changed'); END;
+CREATE TRIGGER IF NOT EXISTS release_audit_no_delete BEFORE DELETE ON release_audit
+BEGIN SELECT RAISE(ABORT, 'release audit entries are append-only: they are never deleted'); END;
 ";
 
 /// Columns added to tables after their first release: state.db files made by

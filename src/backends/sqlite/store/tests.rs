@@ -503,3 +503,98 @@ async fn release_policies_are_added_to_an_older_file_and_are_append_only() {
     }
     assert_eq!(store.release_policy_history("contoso").await.unwrap(), [stored]);
 }
+
+/// Contoso's release audit entry `id`, approved now.
+fn audit_entry(id: &str) -> crate::ports::store::AuditEntry {
+    crate::ports::store::AuditEntry {
+        id: id.into(),
+        tenant_id: "contoso".into(),
+        sequence: 0,
+        at: OffsetDateTime::now_utc(),
+        action: "approved".into(),
+        release_id: Some("r-1".into()),
+        environment: Some("prod".into()),
+        by: Some("cli:alice".into()),
+        door: Some("cli:alice".into()),
+        reason: None,
+        detail: json!({"rule": "one-approval"}),
+    }
+}
+
+/// Two stores opened on one file (two connections, as two processes
+/// have) append to contoso's audit log at once: every entry is numbered
+/// once, the numbers run 1 to N with no gap, and each store's own appends
+/// are numbered in the order it made them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_appends_from_two_connections_are_numbered_in_order() {
+    use crate::ports::store::AuditStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let stores = [SqliteStore::open(&path).unwrap(), SqliteStore::open(&path).unwrap()];
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let mut writers = Vec::new();
+    for (writer, store) in stores.iter().enumerate() {
+        let (store, start) = (store.clone(), std::sync::Arc::clone(&start));
+        writers.push(tokio::spawn(async move {
+            start.wait().await;
+            let mut numbered = Vec::new();
+            for n in 0..20 {
+                let (entry, new) = store
+                    .append_audit(&audit_entry(&format!("w{writer}-{n}")))
+                    .await
+                    .unwrap();
+                assert!(new);
+                numbered.push(entry.sequence);
+            }
+            numbered
+        }));
+    }
+    for writer in writers {
+        let numbered = writer.await.unwrap();
+        assert!(numbered.windows(2).all(|pair| pair[0] < pair[1]), "{numbered:?}");
+    }
+    let log = stores[1].audit_entries("contoso", None, None, 100).await.unwrap();
+    assert_eq!(
+        log.iter().map(|entry| entry.sequence).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<u64>>()
+    );
+}
+
+/// A state.db of the previous release (no `release_audit`) gets the table
+/// when this release opens it, its data version unchanged, and the table
+/// refuses to change or delete an entry.
+#[tokio::test]
+async fn the_release_audit_is_added_to_an_older_file_and_is_append_only() {
+    use crate::ports::store::AuditStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let user_version = |path: &Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap()
+    };
+    let before = user_version(&path);
+    // What the previous release made: the same file without the table.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE release_audit")
+        .unwrap();
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(user_version(&path), before);
+    let (stored, new) = store.append_audit(&audit_entry("m-1")).await.unwrap();
+    assert!(new);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for statement in [
+        "UPDATE release_audit SET action = 'rejected' WHERE tenant_id = 'contoso'",
+        "DELETE FROM release_audit WHERE tenant_id = 'contoso'",
+    ] {
+        let err = conn.execute_batch(statement).unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{statement}: {err}");
+    }
+    assert_eq!(store.audit_entries("contoso", None, None, 10).await.unwrap(), [stored]);
+}
