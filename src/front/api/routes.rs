@@ -30,7 +30,7 @@ use super::openapi::{
     json_rpc_message, query, schema,
 };
 use super::{
-    ApiState, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
+    ApiState, audit_log, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
     dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz,
     lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold, purge, purge_group, readyz,
     release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs, resume_replay_job, saga,
