@@ -368,6 +368,9 @@ async fn every_operation_answers_what_the_openapi_document_says() {
             404,
             delete("/v1/tenants/contoso/release-policy/holds/prod"),
         ),
+        case("getAuditLog", 200, get("/v1/tenants/contoso/audit?limit=5")),
+        case("getAuditLog", 422, get("/v1/tenants/contoso/audit?after=-1")),
+        case("getAuditLog", 404, get("/v1/tenants/nobody/audit")),
         case("getReleasePolicy", 200, get("/v1/tenants/contoso/release-policy")),
         case("getReleasePolicy", 404, get("/v1/tenants/nobody/release-policy")),
         case(
