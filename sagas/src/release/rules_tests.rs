@@ -475,9 +475,11 @@ fn an_approval_the_previous_release_recorded_ahead_of_time_is_checked_on_arrival
     assert!(!state.approvals.contains_key("prod"));
 }
 
-/// The decisions a transition records for the audit log, as
-/// (decision, environment, by, rule).
-fn decisions(actions: &[Action]) -> Vec<(String, Option<String>, Option<String>, Option<String>)> {
+/// One recorded decision: (decision, environment, by, rule).
+type Recorded = (String, Option<String>, Option<String>, Option<String>);
+
+/// The decisions a transition records for the audit log.
+fn decisions(actions: &[Action]) -> Vec<Recorded> {
     actions
         .iter()
         .filter_map(|action| match action {
