@@ -1,8 +1,9 @@
 //! Who may approve an environment, and how many must: a tenant's
 //! [`ApprovalPolicy`] (a document stored in versions, see README "Approval
-//! policies"; it also holds the promotion windows and holds of
-//! [`super::windows`]), and the checks a person's approval goes through before it
-//! counts ([`ApprovalPolicy::check`]).
+//! policies"; it also holds the promotion windows,
+//! [`PromotionWindow`](super::PromotionWindow), and holds,
+//! [`Hold`](super::Hold)), and the checks a person's approval goes through
+//! before it counts ([`ApprovalPolicy::check`]).
 //!
 //! Every approval names the identities its sender answers to (the front
 //! door stamps them: `key:<id>` and the key's sponsor for an API key,
@@ -197,7 +198,7 @@ impl ApprovalPolicy {
 
     /// Whether a promotion to `environment` may happen `at` under the
     /// policy's windows and holds: `None` when it may, else what closes the
-    /// gate and when it opens ([`super::windows`]).
+    /// gate and when it opens (see [`PromotionWindow`](super::PromotionWindow) and [`Hold`](super::Hold)).
     pub fn promotion_gate(&self, environment: &str, at: time::OffsetDateTime) -> Option<super::Closure> {
         super::windows::gate(&self.windows, &self.holds, environment, at)
     }
