@@ -49,6 +49,17 @@ pub trait VersionedState: Serialize + DeserializeOwned + Default {
     /// The upcast steps, oldest first: `UPCASTS[n]` takes version `n + 1`
     /// to `n + 2`, so there are `VERSION - 1` of them.
     const UPCASTS: &'static [Upcast];
+
+    /// The version this state is saved as: [`VersionedState::VERSION`],
+    /// unless the state holds nothing an older version lacks. A state whose
+    /// newest part only some states use (a queue that is empty most of the
+    /// time) saves as the older version while it does not use it, so the
+    /// previous release keeps reading it, and as the newer one while it
+    /// does, so the previous release leaves it alone rather than dropping
+    /// what it does not know.
+    fn stored_version(&self) -> u32 {
+        Self::VERSION
+    }
 }
 
 /// Why a stored saga state cannot be loaded.
@@ -148,15 +159,19 @@ pub fn load_state<S: VersionedState>(stored: &Value) -> Result<S, StateError> {
     })
 }
 
-/// The state as stored: its fields and `stateVersion` at this build's
-/// [`VersionedState::VERSION`].
+/// The state as stored: its fields and `stateVersion` at
+/// [`VersionedState::stored_version`] (this build's
+/// [`VersionedState::VERSION`], or older when the state needs no more).
 pub fn save_state<S: VersionedState>(state: &S) -> Result<Value, StateError> {
     let unwritable = |reason: String| StateError::Unwritable { kind: S::KIND, reason };
     let mut value = serde_json::to_value(state).map_err(|err| unwritable(err.to_string()))?;
     let object = value
         .as_object_mut()
         .ok_or_else(|| unwritable("a saga state serializes to a JSON object".to_owned()))?;
-    object.insert(STATE_VERSION_FIELD.to_owned(), Value::from(S::VERSION));
+    object.insert(
+        STATE_VERSION_FIELD.to_owned(),
+        Value::from(state.stored_version().min(S::VERSION)),
+    );
     Ok(value)
 }
 

@@ -96,11 +96,13 @@ fn saga_files() -> Vec<(String, String)> {
 
 fn saga_file<S: VersionedState>(state: &S, phase: &str) -> (String, String) {
     let saved = save_state(state).unwrap_or(Value::Null);
-    (saga_path::<S>(phase), pretty(&saved))
+    (saga_path::<S>(state.stored_version(), phase), pretty(&saved))
 }
 
-fn saga_path<S: VersionedState>(phase: &str) -> String {
-    format!("sagas/{}.v{}.{phase}.json", S::KIND, S::VERSION)
+/// Named by the version the state is saved as (a GitOps state without a
+/// queue is still version 1).
+fn saga_path<S: VersionedState>(version: u32, phase: &str) -> String {
+    format!("sagas/{}.v{version}.{phase}.json", S::KIND)
 }
 
 /// A release from its build to production, through dev (approved on its
@@ -188,6 +190,14 @@ fn gitops_states() -> Vec<(&'static str, GitOpsState)> {
         commit_sha: "9fceb02d0ae598e95dc970b74767f19372d61af8".to_owned(),
     };
     if let Ok(reconciling) = saga.step(&writing.state, &GitOpsInput::DesiredStateWritten(written)) {
+        // Another release promoted while that one is in flight: queued.
+        let mut next = promoted.clone();
+        next.release_id = format!("{}-next", promoted.release_id);
+        next.promoted_at = promoted.promoted_at + time::Duration::minutes(5);
+        let message: Message = next.into();
+        if let Ok(queued) = saga.step(&reconciling.state, &GitOpsInput::Message(&message)) {
+            states.push(("queued", queued.state));
+        }
         states.push(("reconciling", reconciling.state));
     }
     states

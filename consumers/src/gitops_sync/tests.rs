@@ -302,7 +302,7 @@ async fn an_environment_not_yet_at_the_desired_commit_is_reconciled_again_with_b
 }
 
 #[tokio::test]
-async fn a_newer_promotion_supersedes_an_older_one_in_flight() {
+async fn a_promotion_waits_for_the_one_in_flight_then_goes_in_its_own_turn() {
     let port = FakeEnvironments::with_commits(&[SHA_1, SHA_2]);
     *port.lagging.lock().unwrap() = true;
     let consumer = consumer(port);
@@ -310,29 +310,40 @@ async fn a_newer_promotion_supersedes_an_older_one_in_flight() {
     let first = deliver(&consumer, &mut stored, promoted("payments-api-1.4.0-7f3c2a1", 0))
         .await
         .unwrap();
-    let old_timer = scheduled(&first)[0].0.clone();
+    let timer = scheduled(&first)[0].0.clone();
+    // The next release queues: nothing written, nothing scheduled.
     let second = deliver(&consumer, &mut stored, promoted("payments-api-1.5.0-8a8a8a8", 10))
         .await
         .unwrap();
-    let new_timer = scheduled(&second)[0].0.clone();
-    assert_eq!(new_timer.desired_commit_sha.as_deref(), Some(SHA_2));
-    assert_eq!(state_of(&stored).desired_commit(), Some(SHA_2));
+    assert!(second.messages.is_empty(), "{:?}", second.messages);
+    assert_eq!(consumer.environments().writes.lock().unwrap().len(), 1);
+    assert_eq!(state_of(&stored).desired_commit(), Some(SHA_1));
+    assert_eq!(state_of(&stored).queued.len(), 1);
+    assert_eq!(stored["stateVersion"], 2, "a queue is saved as version 2");
 
+    // The first syncs; the saga sends itself the next one's turn.
     *consumer.environments().lagging.lock().unwrap() = false;
-    // The old timer is stale: nothing is reconciled for it.
-    let reconciles_before = consumer.environments().reconciles.lock().unwrap().len();
-    let stale = deliver(&consumer, &mut stored, old_timer).await.unwrap();
-    assert!(stale.messages.is_empty());
-    assert_eq!(
-        consumer.environments().reconciles.lock().unwrap().len(),
-        reconciles_before
-    );
-
-    let done = deliver(&consumer, &mut stored, new_timer).await.unwrap();
+    let done = deliver(&consumer, &mut stored, timer).await.unwrap();
     let events = synced(&done);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].commit_sha, SHA_1);
+    assert_eq!(events[0].release_id.as_deref(), Some("payments-api-1.4.0-7f3c2a1"));
+    let turn = done
+        .messages
+        .iter()
+        .find_map(|m| match (&m.message, m.delay) {
+            (Message::ReconcileEnvironment(request), None) => Some(request.clone()),
+            _ => None,
+        })
+        .expect("the next promotion's turn");
+    assert_eq!(turn.reason, ReconcileReason::Promotion);
+    let next = deliver(&consumer, &mut stored, turn).await.unwrap();
+    let events = synced(&next);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].commit_sha, SHA_2);
     assert_eq!(events[0].release_id.as_deref(), Some("payments-api-1.5.0-8a8a8a8"));
+    assert!(state_of(&stored).queued.is_empty());
+    assert_eq!(stored["stateVersion"], 1);
 
     // A late promotion of the older release does not roll back.
     let late = deliver(&consumer, &mut stored, promoted("payments-api-1.4.0-7f3c2a1", 0))

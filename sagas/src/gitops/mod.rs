@@ -7,11 +7,19 @@
 //! The saga consumes three messages and two observations ([`GitOpsInput`]):
 //!
 //! - `DeploymentPromoted` — a release becomes the desired state of the
-//!   environment. The saga keeps, per module, the newest promotion it
-//!   accepted (ordered by `promotedAt`, then `releaseId`): a promotion older
-//!   than that one is ignored (a late promotion never rolls an environment
-//!   back), the same release again asks for no new write, and a newer one
-//!   asks the consumer to write it ([`Work::WriteDesiredState`]).
+//!   environment. One release at a time: while another release's desired
+//!   commit is not synced yet ([`GitOpsState::in_flight`]), the promotion
+//!   is queued ([`GitOpsState::queued`], oldest first, at most
+//!   [`QUEUE_LIMIT`]); when that one is synced the saga sends itself a
+//!   `ReconcileEnvironment` (reason `promotion`) and the next queued
+//!   promotion goes in that turn. The saga keeps, per module, the newest
+//!   promotion it wrote (ordered by `promotedAt`, then `releaseId`): a
+//!   promotion older than that one is ignored (a late promotion never rolls
+//!   an environment back), the same release again asks for no new write,
+//!   and a newer one asks the consumer to write it
+//!   ([`Work::WriteDesiredState`]). A state with a queue is saved as
+//!   version 2, which the previous release leaves alone rather than
+//!   dropping the queue; without one, as version 1.
 //! - [`DesiredStateWritten`] — the consumer wrote a promotion into the
 //!   environment repository; the commit it got becomes the desired commit
 //!   (a newer desired commit supersedes one still in flight) and the
@@ -88,6 +96,10 @@ pub const HISTORY_LIMIT: usize = 50;
 /// Superseded desired commits kept to report them once a newer commit that
 /// contains them is synced.
 pub const SUPERSEDED_LIMIT: usize = 20;
+
+/// Promotions an environment queues behind the one in flight; one more is
+/// ignored (and recorded).
+pub const QUEUE_LIMIT: usize = 64;
 
 /// Commits remembered as reported (`GitOpsSynced` sent), the newest.
 pub const REPORTED_LIMIT: usize = 100;

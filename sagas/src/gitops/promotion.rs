@@ -1,12 +1,13 @@
-//! Promotions: the newest promotion of each module is written (a late one
-//! never rolls the environment back), and the commit written becomes the
-//! desired commit, superseding the one in flight.
+//! Promotions: one release at a time (a promotion that arrives while
+//! another is in flight is queued, and goes once that one is synced), the
+//! newest promotion of each module is written (a late one never rolls the
+//! environment back), and the commit written becomes the desired commit.
 
 use bosun_contracts::messages::{DeploymentPromoted, ReconcileReason};
 
 use super::{
     AppRelease, DesiredCommit, DesiredStateWritten, GitOpsPhase, GitOpsSaga, HistoryEntry, HistoryEvent, Next,
-    SUPERSEDED_LIMIT, Work,
+    QUEUE_LIMIT, SUPERSEDED_LIMIT, Work,
 };
 
 impl GitOpsSaga {
@@ -39,8 +40,43 @@ impl GitOpsSaga {
                 return;
             }
         }
+        if let Some(position) = state
+            .queued
+            .iter()
+            .position(|queued| queued.release_id == promoted.release_id)
+        {
+            let detail = format!("queued already (position {})", position + 1);
+            state.record(entry(HistoryEvent::PromotionRepeated, Some(detail)));
+            return;
+        }
+        if let Some(in_flight) = state.in_flight().map(str::to_owned) {
+            // One release at a time: this one waits for the one in flight.
+            if state.queued.len() >= QUEUE_LIMIT {
+                let detail = format!("{QUEUE_LIMIT} promotions are queued already: not queued");
+                state.record(entry(HistoryEvent::PromotionIgnored, Some(detail)));
+                return;
+            }
+            state.queued.push(promoted.clone());
+            let detail = format!("queued behind {in_flight} (position {})", state.queued.len());
+            state.record(entry(HistoryEvent::PromotionAccepted, Some(detail)));
+            return;
+        }
         state.record(entry(HistoryEvent::PromotionAccepted, None));
         next.work = Some(Work::WriteDesiredState(Box::new(promoted.clone())));
+    }
+
+    /// With nothing in flight, the oldest queued promotion goes next; one
+    /// that no longer applies (older than its module's release written
+    /// since, or that very release) is recorded and the next one goes.
+    /// Returns whether any was taken from the queue.
+    pub(super) fn dequeue(next: &mut Next) -> bool {
+        let mut taken = false;
+        while next.state.in_flight().is_none() && next.work.is_none() && !next.state.queued.is_empty() {
+            let promoted = next.state.queued.remove(0);
+            Self::on_promoted(next, &promoted);
+            taken = true;
+        }
+        taken
     }
 
     pub(super) fn on_written(next: &mut Next, written: &DesiredStateWritten) {

@@ -8,6 +8,11 @@ use super::{GitOpsPhase, GitOpsSaga, GitOpsState, HistoryEntry, HistoryEvent, Ne
 
 impl GitOpsSaga {
     pub(super) fn on_reconcile_request(next: &mut Next, request: &ReconcileEnvironment) {
+        // The environment is free and a promotion waits: it goes now (the
+        // saga sends itself this request when the one in flight is synced).
+        if Self::dequeue(next) && next.work.is_some() {
+            return;
+        }
         let state = &mut next.state;
         let ignored = |state: &mut GitOpsState, detail: String| {
             state.record(HistoryEntry {

@@ -99,6 +99,16 @@ impl GitOpsSaga {
                     synced_at: report.observed_at,
                 })));
             }
+            if !state.queued.is_empty() {
+                // The next promotion goes in a turn of its own.
+                next.actions
+                    .push(Action::Send(Message::ReconcileEnvironment(ReconcileEnvironment {
+                        environment: state.environment.clone(),
+                        desired_commit_sha: None,
+                        reason: ReconcileReason::Promotion,
+                        requested_by: None,
+                    })));
+            }
             return;
         }
 

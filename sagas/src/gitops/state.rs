@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use bosun_contracts::messages::DeploymentPromoted;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -161,6 +162,10 @@ pub struct GitOpsState {
     /// The scheduled reconcile retry not yet delivered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_reconcile: Option<PendingReconcile>,
+    /// Promotions waiting for the one in flight to be synced, oldest first:
+    /// one release is promoted to an environment at a time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<DeploymentPromoted>,
     /// What happened (oldest first, at most [`HISTORY_LIMIT`]).
     pub history: Vec<HistoryEntry>,
 }
@@ -168,10 +173,18 @@ pub struct GitOpsState {
 /// Version 1: the state as it was when states were first versioned (and as
 /// states saved before then read). See [`crate::versioned`] for when to
 /// bump it.
+/// Version 2 adds `queued`. A state with no promotion queued is saved as
+/// version 1, which the previous release reads; one with a queue as version
+/// 2, which it leaves alone (its message waits for this release) instead
+/// of saving it without the queue.
 impl crate::versioned::VersionedState for GitOpsState {
     const KIND: crate::SagaKind = crate::SagaKind::Gitops;
-    const VERSION: u32 = 1;
-    const UPCASTS: &'static [crate::versioned::Upcast] = &[];
+    const VERSION: u32 = 2;
+    const UPCASTS: &'static [crate::versioned::Upcast] = &[|state| Ok(state)];
+
+    fn stored_version(&self) -> u32 {
+        if self.queued.is_empty() { 1 } else { 2 }
+    }
 }
 
 impl GitOpsState {
@@ -188,6 +201,15 @@ impl GitOpsState {
     /// Whether the environment reports the desired commit.
     pub fn is_synced(&self) -> bool {
         self.phase == GitOpsPhase::Synced
+    }
+
+    /// The release whose promotion is in flight (written, not yet synced),
+    /// if one is.
+    pub fn in_flight(&self) -> Option<&str> {
+        if self.phase != GitOpsPhase::Reconciling {
+            return None;
+        }
+        self.desired.as_ref().and_then(|desired| desired.release_id.as_deref())
     }
 
     pub(super) fn record(&mut self, entry: HistoryEntry) {

@@ -109,6 +109,8 @@ struct Driver {
     world: World,
     synced: Vec<GitOpsSynced>,
     timers: VecDeque<ReconcileEnvironment>,
+    /// Requests the saga sent itself (the next queued promotion's turn).
+    requests: VecDeque<ReconcileEnvironment>,
 }
 
 impl Driver {
@@ -119,6 +121,7 @@ impl Driver {
             world: World::default(),
             synced: Vec::new(),
             timers: VecDeque::new(),
+            requests: VecDeque::new(),
         }
     }
 
@@ -130,6 +133,7 @@ impl Driver {
                     message: Message::ReconcileEnvironment(timer),
                     ..
                 } => self.timers.push_back(timer),
+                Action::Send(Message::ReconcileEnvironment(request)) => self.requests.push_back(request),
                 other => panic!("unexpected action {other:?}"),
             }
         }
@@ -144,6 +148,13 @@ impl Driver {
             };
             let next = match work {
                 Work::WriteDesiredState(promotion) => {
+                    // One release at a time: nothing else is in flight.
+                    assert_eq!(
+                        transition.state.in_flight(),
+                        None,
+                        "{} written while another release is in flight",
+                        promotion.release_id
+                    );
                     let commit = self.world.write(&promotion);
                     GitOpsInput::DesiredStateWritten(DesiredStateWritten {
                         module_id: promotion.module_id.clone(),
@@ -162,9 +173,14 @@ impl Driver {
         self.state = transition.state;
     }
 
+    /// Handles `message`, then what the saga sent itself meanwhile.
     fn message(&mut self, message: impl Into<Message>) {
         let message = message.into();
         self.input(GitOpsInput::Message(&message));
+        while let Some(request) = self.requests.pop_front() {
+            let request = Message::ReconcileEnvironment(request);
+            self.input(GitOpsInput::Message(&request));
+        }
     }
 
     fn fire_timer(&mut self) -> bool {
@@ -207,43 +223,44 @@ fn a_promotion_is_written_reconciled_and_reported_once() {
 }
 
 #[test]
-fn a_newer_promotion_supersedes_an_older_one_in_flight() {
+fn a_promotion_waits_for_the_one_in_flight_and_each_release_is_reported() {
     let mut driver = Driver::new();
     driver.world.lagging = true;
     driver.message(promoted("payments-api", "payments-api-1.0.0-aaaaaaa", 0));
     let first = driver.world.head.clone().unwrap();
     assert_eq!(driver.state.phase, GitOpsPhase::Reconciling);
+    assert_eq!(driver.state.in_flight(), Some("payments-api-1.0.0-aaaaaaa"));
     assert_eq!(driver.timers.len(), 1, "one retry scheduled");
-    assert_eq!(driver.timers[0].desired_commit_sha.as_deref(), Some(first.as_str()));
 
+    // The next release waits: nothing written, the queue says so.
     driver.message(promoted("payments-api", "payments-api-1.1.0-bbbbbbb", 5));
+    assert_eq!(driver.world.head.as_deref(), Some(first.as_str()));
+    assert_eq!(driver.state.desired_commit(), Some(first.as_str()));
+    let queued: Vec<&str> = driver.state.queued.iter().map(|q| q.release_id.as_str()).collect();
+    assert_eq!(queued, ["payments-api-1.1.0-bbbbbbb"]);
+    let note = driver.state.history.last().unwrap().detail.clone().unwrap();
+    assert_eq!(note, "queued behind payments-api-1.0.0-aaaaaaa (position 1)");
+    // The same release again is not queued twice.
+    driver.message(promoted("payments-api", "payments-api-1.1.0-bbbbbbb", 5));
+    assert_eq!(driver.state.queued.len(), 1);
+    // Saved with its queue, the state is version 2 (the previous release
+    // leaves it alone); without, version 1.
+    let saved = crate::versioned::save_state(&driver.state).unwrap();
+    assert_eq!(saved["stateVersion"], 2);
+    let loaded: GitOpsState = crate::versioned::load_state(&saved).unwrap();
+    assert_eq!(loaded, driver.state);
+
+    // The first one syncs, then the second goes in a turn of its own.
+    driver.world.lagging = false;
+    assert!(driver.fire_timer());
     let second = driver.world.head.clone().unwrap();
     assert_ne!(first, second);
-    assert_eq!(driver.state.desired_commit(), Some(second.as_str()));
-    assert_eq!(driver.timers.len(), 2, "a retry for the new commit");
-
-    // The environment catches up with the old commit only: not synced.
-    driver.world.lagging = false;
-    driver.world.running = Some(first.clone());
-    driver.input(GitOpsInput::EnvironmentReported(driver.world.report()));
-    assert_eq!(driver.state.phase, GitOpsPhase::Reconciling);
-    assert!(driver.synced.is_empty());
-
-    // The old timer is stale; the new one reconciles the new commit.
-    assert!(driver.fire_timer());
-    assert!(driver.synced.is_empty());
-    assert_eq!(
-        driver.state.history.last().map(|entry| entry.event),
-        Some(HistoryEvent::ReconcileIgnored)
-    );
-    assert!(driver.fire_timer());
     assert!(driver.state.is_synced());
-    // The superseded release of the same module is never reported.
-    assert_eq!(driver.synced_commits(), vec![second.as_str()]);
-    assert_eq!(
-        driver.synced[0].release_id.as_deref(),
-        Some("payments-api-1.1.0-bbbbbbb")
-    );
+    assert!(driver.state.queued.is_empty());
+    assert_eq!(driver.synced_commits(), vec![first.as_str(), second.as_str()]);
+    let releases: Vec<&str> = driver.synced.iter().map(|s| s.release_id.as_deref().unwrap()).collect();
+    assert_eq!(releases, ["payments-api-1.0.0-aaaaaaa", "payments-api-1.1.0-bbbbbbb"]);
+    assert_eq!(crate::versioned::save_state(&driver.state).unwrap()["stateVersion"], 1);
 }
 
 #[test]
@@ -262,21 +279,22 @@ fn a_late_older_promotion_does_not_roll_back() {
 }
 
 #[test]
-fn releases_contained_in_a_newer_synced_commit_are_reported() {
+fn releases_of_two_modules_take_turns_and_each_is_reported() {
     let mut driver = Driver::new();
     driver.world.lagging = true;
     driver.message(promoted("payments-api", "payments-api-1.0.0-aaaaaaa", 0));
     let first = driver.world.head.clone().unwrap();
     driver.message(promoted("billing", "billing-2.0.0-ccccccc", 1));
     let second = driver.world.head.clone().unwrap();
+    // billing waited for payments-api: nothing was written for it yet.
+    assert_eq!(second, first);
     driver.world.lagging = false;
     while driver.fire_timer() {}
     assert!(driver.state.is_synced());
-    assert_eq!(driver.synced_commits(), vec![second.as_str(), first.as_str()]);
-    assert_eq!(
-        driver.synced[1].release_id.as_deref(),
-        Some("payments-api-1.0.0-aaaaaaa")
-    );
+    let second = driver.world.head.clone().unwrap();
+    assert_ne!(second, first);
+    assert_eq!(driver.synced_commits(), vec![first.as_str(), second.as_str()]);
+    assert_eq!(driver.synced[1].release_id.as_deref(), Some("billing-2.0.0-ccccccc"));
 }
 
 #[test]
@@ -527,6 +545,8 @@ proptest! {
             }
         }
 
+        // Every queued promotion had its turn.
+        prop_assert!(driver.state.queued.is_empty(), "{:?}", driver.state.queued);
         if promoted_any.is_empty() {
             prop_assert_eq!(driver.state.phase, GitOpsPhase::Idle);
             prop_assert!(driver.synced.is_empty());
