@@ -29,6 +29,7 @@ CREATE TABLE bosun_release_audit (
 );
 
 CREATE INDEX bosun_release_audit_at ON bosun_release_audit (tenant_id, at);
+CREATE INDEX bosun_release_audit_release ON bosun_release_audit (tenant_id, release_id, sequence);
 
 CREATE FUNCTION bosun_release_audit_append_only() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -27,19 +27,31 @@ pub enum AuditCommand {
         /// 30m, 2h, 7d).
         #[arg(long, value_name = "TIME")]
         since: Option<String>,
+        /// Only this release's decisions.
+        #[arg(long, value_name = "RELEASE_ID")]
+        release: Option<String>,
     },
 }
 
 /// Runs an audit command.
 pub async fn run(command: AuditCommand, settings: &Settings) -> Result<()> {
     match command {
-        AuditCommand::Export { tenant, since } => {
+        AuditCommand::Export { tenant, since, release } => {
             let since = since
                 .map(|since| parse_since(&since, time::OffsetDateTime::now_utc()))
                 .transpose()?;
             let backends = Backends::open_existing(settings).await?;
             let store = backends.audit.as_ref();
             let mut out = std::io::stdout().lock();
+            if let Some(release) = release {
+                let entries = audit::release_entries(store, &tenant, &release, MAX_AUDIT_PAGE).await?;
+                for entry in entries.iter().filter(|entry| since.is_none_or(|since| entry.at >= since)) {
+                    serde_json::to_writer(&mut out, entry)?;
+                    out.write_all(b"\n")?;
+                }
+                out.flush()?;
+                return Ok(());
+            }
             let mut after = None;
             let mut exported = 0_u64;
             loop {

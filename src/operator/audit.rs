@@ -46,6 +46,24 @@ pub async fn entries(
     Ok(store.audit_entries(tenant, since, after, limit).await?)
 }
 
+/// `tenant`'s entries about release `release_id`, in log order, at most
+/// `limit` (1 to [`MAX_AUDIT_PAGE`]).
+pub async fn release_entries(
+    store: &dyn AuditStore,
+    tenant: &str,
+    release_id: &str,
+    limit: usize,
+) -> Result<Vec<AuditEntry>, OperatorError> {
+    validate::tenant_id("tenantId", tenant)
+        .map_err(|err| OperatorError::Invalid(format!("`{}`: {}", err.field, err.reason)))?;
+    if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
+        return Err(OperatorError::Invalid(format!(
+            "`limit`: must be between 1 and {MAX_AUDIT_PAGE}"
+        )));
+    }
+    Ok(store.release_audit(tenant, release_id, limit).await?)
+}
+
 /// Adds the policy version `record` (stored through `door`) to its
 /// tenant's audit log, once (its id is `policy:<version>`). The policy's
 /// own history stays the record of its versions; this entry puts the

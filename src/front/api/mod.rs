@@ -49,7 +49,7 @@ use self::query::QueryValues;
 use self::rate_limit::RateLimiter;
 use self::routes::{DEAD_LETTER_QUERY, DELIVERIES_QUERY, REPLAY_JOBS_QUERY, SAGAS_QUERY, Serve};
 use crate::front::access::{ALL_TENANTS, Caller, Refusal};
-use crate::front::gateway::{CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs};
+use crate::front::gateway::{AuditPage, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs};
 use crate::front::http::{prometheus, server};
 use crate::front::mcp::McpServer;
 use crate::ports::store::ReplayJobAction;
@@ -813,16 +813,14 @@ async fn audit_log(
 ) -> ApiResult<Response> {
     let caller = caller(&state, &headers).await?;
     let query = QueryValues::read(&uri, routes::AUDIT_QUERY)?;
-    let entries = state
-        .gateway
-        .audit_log(
-            &caller,
-            &tenant,
-            query.time("since"),
-            query.integer("after").map(|after| after as u64),
-            query.integer("limit").unwrap_or(100),
-        )
-        .await?;
+    let release = query.text("releaseId");
+    let page = AuditPage {
+        since: query.time("since"),
+        after: query.integer("after").map(|after| after as u64),
+        release: release.as_deref(),
+        limit: query.integer("limit").unwrap_or(100),
+    };
+    let entries = state.gateway.audit_log(&caller, &tenant, page).await?;
     Ok(Json(entries).into_response())
 }
 

@@ -236,6 +236,7 @@ pub const AUDIT_QUERY: &[QueryDoc] = &[
         },
         "only entries after this `sequence` (the last one of the previous page)",
     ),
+    query("releaseId", QueryType::Text, "only this release's decisions"),
     query(
         "limit",
         QueryType::Integer {

@@ -18,6 +18,7 @@ mod reads;
 mod views;
 
 pub use commands::CommandRouting;
+pub use policies::AuditPage;
 pub use error::{ErrorBody, ErrorDetail, GatewayError, Outage};
 pub use views::*;
 

@@ -124,19 +124,47 @@ impl Gateway {
     }
 
     /// A page of `tenant`'s release audit log (`deliveries:read`): entries
-    /// at or after `since`, after the cursor `after`, at most `limit`.
+    /// at or after `since`, after the cursor `after`, at most `limit`; of
+    /// one release only when `release` names it.
     pub async fn audit_log(
         &self,
         caller: &Caller,
         tenant: &str,
-        since: Option<OffsetDateTime>,
-        after: Option<u64>,
-        limit: usize,
+        page: AuditPage<'_>,
     ) -> Result<Vec<crate::ports::store::AuditEntry>, GatewayError> {
         Self::require(caller, Scope::DeliveriesRead)?;
         if !caller.sees(Some(tenant)) {
             return Err(GatewayError::not_found("audit log of tenant", tenant));
         }
-        Ok(audit::entries(self.backends.audit.as_ref(), tenant, since, after, limit).await?)
+        let store = self.backends.audit.as_ref();
+        let AuditPage {
+            since,
+            after,
+            release,
+            limit,
+        } = page;
+        let Some(release) = release else {
+            return Ok(audit::entries(store, tenant, since, after, limit).await?);
+        };
+        // A release's decisions are few: read them all, then the page.
+        let mut entries = audit::release_entries(store, tenant, release, audit::MAX_AUDIT_PAGE).await?;
+        entries.retain(|entry| {
+            since.is_none_or(|since| entry.at >= since) && after.is_none_or(|after| entry.sequence > after)
+        });
+        entries.truncate(limit);
+        Ok(entries)
     }
+}
+
+/// Which part of an audit log to read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AuditPage<'a> {
+    /// Only entries made at or after this time.
+    pub since: Option<OffsetDateTime>,
+    /// Only entries after this sequence (the last of the page before).
+    pub after: Option<u64>,
+    /// Only entries about this release.
+    pub release: Option<&'a str>,
+    /// At most this many.
+    pub limit: usize,
 }

@@ -263,3 +263,25 @@ pub(super) async fn concurrent_audit_appends_are_numbered_once_each<S: AuditStor
         assert_eq!(in_log, [entry], "{id} is in the log once, as its append said");
     }
 }
+
+pub(super) async fn a_releases_entries_are_read_on_their_own<S: AuditStore>(store: &S) {
+    let of = |tenant: &str, id: &str, release: Option<&str>, offset_ms: u64| AuditEntry {
+        release_id: release.map(str::to_owned),
+        ..entry(tenant, id, offset_ms)
+    };
+    append_new(store, &of("wingtip", "w-1", Some("r-1"), 0)).await;
+    append_new(store, &of("wingtip", "w-2", Some("r-2"), 1)).await;
+    append_new(store, &of("wingtip", "w-3", None, 2)).await;
+    append_new(store, &of("wingtip", "w-4", Some("r-1"), 3)).await;
+    append_new(store, &of("fabrikam", "f-1", Some("r-1"), 4)).await;
+    let ids = |entries: Vec<AuditEntry>| entries.into_iter().map(|entry| entry.id).collect::<Vec<_>>();
+    // In log order, only that release's, only that tenant's.
+    assert_eq!(
+        ids(store.release_audit("wingtip", "r-1", 100).await.unwrap()),
+        ["w-1", "w-4"]
+    );
+    assert_eq!(ids(store.release_audit("wingtip", "r-1", 1).await.unwrap()), ["w-1"]);
+    assert_eq!(ids(store.release_audit("fabrikam", "r-1", 100).await.unwrap()), ["f-1"]);
+    assert!(store.release_audit("wingtip", "r-9", 100).await.unwrap().is_empty());
+    assert!(store.release_audit("nobody", "r-1", 100).await.unwrap().is_empty());
+}

@@ -153,6 +153,7 @@ where
     audit::audit_entries_are_appended_once_and_numbered_in_order(&make().await).await;
     audit::the_audit_log_pages_by_sequence_since_a_time_and_to_a_limit(&make().await).await;
     audit::audit_logs_stay_in_their_tenant(&make().await).await;
+    audit::a_releases_entries_are_read_on_their_own(&make().await).await;
     audit::the_audit_log_outlives_retention(&make().await).await;
     audit::concurrent_audit_appends_are_numbered_once_each(make().await).await;
 }

@@ -89,6 +89,15 @@ pub trait AuditStore: Send + Sync {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// The tenant's entries about one release, in log order, at most
+    /// `limit` (a release's decisions are few: tens, not thousands).
+    async fn release_audit(
+        &self,
+        tenant_id: &str,
+        release_id: &str,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError>;
 }
 
 /// The sequence the next entry of `tenant_id`'s log gets after `last` (1

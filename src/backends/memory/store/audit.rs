@@ -66,4 +66,22 @@ impl AuditStore for MemoryStore {
                 .collect()
         }))
     }
+
+    async fn release_audit(
+        &self,
+        tenant_id: &str,
+        release_id: &str,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.with(|state| {
+            state.audit.by_tenant.get(tenant_id).map_or_else(Vec::new, |log| {
+                log.entries
+                    .iter()
+                    .filter(|entry| entry.release_id.as_deref() == Some(release_id))
+                    .take(limit)
+                    .cloned()
+                    .collect()
+            })
+        }))
+    }
 }

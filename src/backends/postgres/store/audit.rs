@@ -52,6 +52,10 @@ const PAGE: &str = "SELECT tenant_id, sequence, id, at, action, release_id, envi
     FROM bosun_release_audit WHERE tenant_id = $1 AND sequence > $2 AND at >= coalesce($3, '-infinity')
     ORDER BY sequence LIMIT $4";
 
+const RELEASE: &str = "SELECT tenant_id, sequence, id, at, action, release_id, environment, by, door, reason, detail
+    FROM bosun_release_audit WHERE tenant_id = $1 AND release_id = $2
+    ORDER BY sequence LIMIT $3";
+
 fn audit_from_row(row: &PgRow) -> Result<AuditEntry, StoreError> {
     let tenant_id: String = row.try_get(0)?;
     let Json(detail): Json<Value> = row.try_get(10)?;
@@ -132,6 +136,25 @@ impl AuditStore for PostgresStore {
                 .bind(after)
                 .bind(since)
                 .bind(limit)
+                .fetch_all(self.database.pool())
+                .await?;
+            rows.iter().map(audit_from_row).collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::audit_entries(tenant_id)))
+    }
+
+    async fn release_audit(
+        &self,
+        tenant_id: &str,
+        release_id: &str,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let run = async {
+            let rows = query(RELEASE)
+                .bind(tenant_id)
+                .bind(release_id)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .fetch_all(self.database.pool())
                 .await?;
             rows.iter().map(audit_from_row).collect::<Result<Vec<_>, StoreError>>()

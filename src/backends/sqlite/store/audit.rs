@@ -147,4 +147,31 @@ impl AuditStore for SqliteStore {
         run.await
             .map_err(|err: StoreError| err.doing(doing::audit_entries(tenant_id)))
     }
+
+    async fn release_audit(
+        &self,
+        tenant_id: &str,
+        release_id: &str,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let run = async {
+            let (tenant_id, release_id) = (tenant_id.to_owned(), release_id.to_owned());
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let rows = self
+                .database
+                .read(move |conn| {
+                    let mut statement = conn.prepare_cached(&format!(
+                        "SELECT {AUDIT_COLUMNS} FROM release_audit
+                         WHERE tenant_id = ?1 AND release_id = ?2
+                         ORDER BY sequence LIMIT ?3"
+                    ))?;
+                    let rows = statement.query_map(params![tenant_id, release_id, limit], audit_from_row)?;
+                    rows.collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await?;
+            rows.into_iter().map(checked).collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::audit_entries(tenant_id)))
+    }
 }

@@ -210,6 +210,7 @@ CREATE TABLE IF NOT EXISTS release_audit (
     UNIQUE (tenant_id, sequence)
 );
 CREATE INDEX IF NOT EXISTS release_audit_at ON release_audit (tenant_id, at);
+CREATE INDEX IF NOT EXISTS release_audit_release ON release_audit (tenant_id, release_id, sequence);
 CREATE TRIGGER IF NOT EXISTS release_audit_no_update BEFORE UPDATE ON release_audit
 BEGIN SELECT RAISE(ABORT, 'release audit entries are append-only: they are never changed'); END;
 CREATE TRIGGER IF NOT EXISTS release_audit_no_delete BEFORE DELETE ON release_audit
