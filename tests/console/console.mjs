@@ -428,6 +428,32 @@ await step("the release saga's state machine shows where it is and the way it we
   console.log(`  now ${state.phase}; visited ${visited.join(', ')}; taken ${moves.join(', ')}; ${accent} highlighted pixels`);
 });
 
+await step('the release page says where each environment is and lists every decision taken', async () => {
+  // The release saga opened by the step before.
+  await page.waitForSelector(`${byTestId('release-panel')}:visible`);
+  const phase = await page.getAttribute(byTestId('release-phase'), 'data-status');
+  check(phase === 'completed', `the demo's release is ${phase}`);
+  const environments = await page.$$eval('[data-testid="release-environment"]', (rows) =>
+    rows.map((row) => ({
+      environment: row.dataset.environment,
+      status: row.querySelector('[data-testid="release-environment-status"]').dataset.status,
+    })),
+  );
+  check(
+    environments.length >= 1 && environments.every((row) => row.status === 'deployed'),
+    `environments: ${JSON.stringify(environments)}`,
+  );
+  await page.waitForSelector(byTestId('release-audit-row'));
+  const actions = await page.$$eval('[data-testid="release-audit-row"]', (rows) => rows.map((row) => row.dataset.action));
+  for (const wanted of ['requested', 'approved', 'promoted', 'deployed', 'completed']) {
+    check(actions.includes(wanted), `the release's decisions lack ${wanted}: ${actions.join(', ')}`);
+  }
+  check(actions.indexOf('requested') < actions.indexOf('completed'), `decisions out of order: ${actions.join(', ')}`);
+  const errors = await page.locator(`#release-audit-error ${byTestId('error')}`).count();
+  check(errors === 0, 'the release audit shows an error');
+  console.log(`  ${environments.map((row) => `${row.environment} ${row.status}`).join(', ')}; decisions: ${actions.join(', ')}`);
+});
+
 const deadRow = `${byTestId('dead-letter-row')}[data-reason=${cssString(reason)}]`;
 let deadIds = [];
 

@@ -1021,6 +1021,8 @@ async function openSaga(kind, key) {
     $('saga-detail').hidden = false;
     $('saga-title').textContent = `${saga.kind}/${saga.key} v${saga.version}`;
     $('saga-state').textContent = pretty(saga.state);
+    $('release-panel').hidden = saga.kind !== 'release';
+    if (saga.kind === 'release') renderRelease(saga, () => selectedSaga === `${kind}/${key}`);
     const picture = clear($('saga-diagram'));
     try {
       const diagram = await api(`/v1/sagas/${encodeURIComponent(kind)}/${encodeURIComponent(key)}/diagram`);
@@ -1047,6 +1049,94 @@ async function openSaga(kind, key) {
     }
   } catch (err) {
     showError($('sagas-error'), err);
+  }
+}
+
+// ---------------------------------------------------------------- releases
+
+/** Where one environment of a release is, read from the release's state. */
+function environmentStatus(state, environment) {
+  if ((state.deployed ?? []).includes(environment)) return 'deployed';
+  const emitted = state.emitted ?? [];
+  if (emitted.includes(`DeploymentPromoted/${environment}`)) return 'syncing';
+  if (state.windowWait?.environment === environment) return 'waiting-window';
+  if (emitted.includes(`ReleaseApproved/${environment}`)) return 'approved';
+  if (state.waitingFor?.environment === environment) return 'awaiting-approval';
+  if (state.phase === 'rejected') return 'rejected';
+  return 'pending';
+}
+
+/** The release manager's view of a release saga: what it waits for, each
+ * environment, and every decision taken on it (its audit log). */
+function renderRelease(saga, stillShown) {
+  const state = saga.state ?? {};
+  const summary = clear($('release-summary'));
+  summary.append(
+    h('p', {}, badge(state.phase, 'release-phase'), ' ', text(state.releaseId),
+      state.currentEnvironment ? ` — now ${state.currentEnvironment}` : ''),
+  );
+  const waiting = state.waitingFor;
+  if (waiting) {
+    const given = (waiting.required ?? 1) - (waiting.stillNeeded ?? 0);
+    summary.append(
+      h('p', { 'data-testid': 'release-waiting-approval' },
+        `Waiting for approval of ${waiting.environment}: ${given} of ${waiting.required} given, ${waiting.stillNeeded} more needed`,
+        waiting.approverGroups?.length ? ` (groups ${waiting.approverGroups.join(', ')})` : '',
+        waiting.excluded?.length ? `; may not approve: ${waiting.excluded.join(', ')}` : ''),
+    );
+  }
+  const wait = state.windowWait;
+  if (wait) {
+    summary.append(
+      h('p', { 'data-testid': 'release-waiting-window' },
+        `Promotion to ${wait.environment} waits (${wait.rule}): ${wait.reason} — `,
+        wait.until ? h('span', {}, 'until ', time(wait.until)) : h('span', {}, 'no end known; looking again at ', time(wait.checkAt))),
+    );
+  }
+  if (state.refusedApprovals?.length) {
+    summary.append(
+      h('p', { 'data-testid': 'release-refusals' },
+        `${state.refusedApprovals.length} approval(s) refused; last: ${state.refusedApprovals.at(-1).approver} by rule ${state.refusedApprovals.at(-1).rule}`),
+    );
+  }
+  const body = clear($('release-environments-body'));
+  for (const planned of state.plan?.environments ?? []) {
+    const environment = planned.environment;
+    const approval = state.approvals?.[environment];
+    const approvers = approval?.approvers?.length ? approval.approvers.join(', ') : approval?.approver;
+    const overriding = state.overrides?.[environment];
+    body.append(
+      h('tr', { 'data-testid': 'release-environment', 'data-environment': environment },
+        h('td', {}, environment),
+        h('td', {}, badge(environmentStatus(state, environment), 'release-environment-status')),
+        h('td', {}, text(approvers)),
+        h('td', {}, overriding ? `${overriding.by}: ${overriding.reason}` : '—')),
+    );
+  }
+  loadReleaseAudit(saga.key, stillShown);
+}
+
+async function loadReleaseAudit(key, stillShown) {
+  const slash = key.indexOf('/');
+  const [tenant, releaseId] = slash > 0 ? [key.slice(0, slash), key.slice(slash + 1)] : ['default', key];
+  const body = clear($('release-audit-body'));
+  showError($('release-audit-error'), null);
+  try {
+    const entries = await api(`/v1/tenants/${encodeURIComponent(tenant)}/audit${query({ releaseId, limit: 1000 })}`);
+    if (!stillShown()) return;
+    for (const entry of entries ?? []) {
+      body.append(
+        h('tr', { 'data-testid': 'release-audit-row', 'data-action': entry.action },
+          h('td', {}, time(entry.at)),
+          h('td', {}, entry.action, entry.detail?.rule ? ` (${entry.detail.rule})` : ''),
+          h('td', {}, text(entry.environment)),
+          h('td', {}, text(entry.by)),
+          h('td', {}, text(entry.door)),
+          h('td', {}, text(entry.reason))),
+      );
+    }
+  } catch (err) {
+    showError($('release-audit-error'), err);
   }
 }
 
