@@ -92,9 +92,10 @@ pub struct MessageSpec {
     pub oldest_read: u32,
     /// One line saying what the message means.
     pub description: &'static str,
-    /// A message bosun schedules for itself (a timeout, a poll): no front
-    /// door (HTTP API, MCP, `bosun send`) accepts it, and it is left out of
-    /// the OpenAPI document.
+    /// A message bosun schedules or records for itself (a timeout, a poll,
+    /// the release audit's record): no front door (HTTP API, MCP, `bosun
+    /// send`) accepts it, it is left out of the OpenAPI document, and a
+    /// dead letter of it is only ever replayed as it is, never edited.
     pub internal: bool,
 }
 
@@ -227,7 +228,7 @@ catalogue! {
     // the ids it gave the others.
     Command ReleaseWindowCheck version 1 (internal): "The release saga's scheduled look at a promotion window or hold its promotion waits on.";
     Command OverrideReleaseWindow version 1: "Someone holding releases:override lets one release through a closed promotion window or hold of one environment, with a reason.";
-    Event ReleaseDecisionRecorded version 1: "One decision of a release (requested, approved, refused, rejected, overridden, waiting for a window, promoted, deployed ...), for the tenant's audit log.";
+    Event ReleaseDecisionRecorded version 1 (internal): "One decision of a release (requested, approved, refused, rejected, overridden, waiting for a window, promoted, deployed ...), for the tenant's audit log.";
 }
 
 impl Message {

@@ -45,7 +45,10 @@ pub async fn run(command: AuditCommand, settings: &Settings) -> Result<()> {
             let mut out = std::io::stdout().lock();
             if let Some(release) = release {
                 let entries = audit::release_entries(store, &tenant, &release, MAX_AUDIT_PAGE).await?;
-                for entry in entries.iter().filter(|entry| since.is_none_or(|since| entry.at >= since)) {
+                for entry in entries
+                    .iter()
+                    .filter(|entry| since.is_none_or(|since| entry.at >= since))
+                {
                     serde_json::to_writer(&mut out, entry)?;
                     out.write_all(b"\n")?;
                 }

@@ -203,7 +203,9 @@ impl Consumer for ReleaseOrchestration {
         }
         if let Message::ReleaseWindowCheck(check) = inbound.message {
             let early = check.check_at - OffsetDateTime::now_utc();
-            if early > DEADLINE_TOLERANCE {
+            // The gate is read at this host's clock: a check looked at any
+            // sooner would find it closed and only schedule another.
+            if early > time::Duration::ZERO {
                 // The saga reads the gate at `checkAt`; looked at sooner, a
                 // closed gate would read as open.
                 tracing::warn!(
@@ -243,8 +245,17 @@ impl Consumer for ReleaseOrchestration {
         } else {
             Vec::new()
         };
+        // The promotion gate is read at this host's clock too: a message
+        // handled late (a backlog, a replay) never promotes into a window
+        // that opened since it occurred.
         let transition = machine
-            .apply_with(&state, inbound.message, inbound.envelope.occurred_at, &requesters)
+            .apply_observed(
+                &state,
+                inbound.message,
+                inbound.envelope.occurred_at,
+                Some(OffsetDateTime::now_utc()),
+                &requesters,
+            )
             .map_err(HandlerError::permanent)?;
         if transition.state == state && transition.actions.is_empty() {
             if let Message::ReleaseApprovalTimeout(timeout) = inbound.message {

@@ -552,7 +552,10 @@ pub struct DeploymentPromoted {
     /// Who approved the promotion (from the recorded `ReleaseApproved`).
     #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
     pub approved_by: String,
-    /// When.
+    /// When the release was ready to be promoted there (approved and
+    /// provisioned): when it was promoted, or, for a promotion a window or
+    /// hold held back, when it started waiting, so the environment orders a
+    /// module's releases by readiness, not by when a window let them through.
     #[serde(with = "time::serde::rfc3339")]
     #[schemars(with = "String", extend("format" = "date-time"))]
     pub promoted_at: OffsetDateTime,

@@ -115,6 +115,7 @@ pub const DEFAULT_RECONCILE_MAX_DELAY: Duration = Duration::from_secs(300);
 pub struct GitOpsSaga {
     reconcile_base_delay: Duration,
     reconcile_max_delay: Duration,
+    queue: bool,
 }
 
 impl Default for GitOpsSaga {
@@ -130,7 +131,18 @@ impl GitOpsSaga {
         Self {
             reconcile_base_delay: DEFAULT_RECONCILE_BASE_DELAY,
             reconcile_max_delay: DEFAULT_RECONCILE_MAX_DELAY,
+            queue: true,
         }
+    }
+
+    /// Whether a promotion that arrives while another release is in flight
+    /// is queued (`true`, the default: one release at a time) or written at
+    /// once, superseding the one in flight (`false`: while a previous
+    /// release that drops queues may run beside this one). Promotions
+    /// already queued still go, one at a time.
+    pub fn queueing_promotions(mut self, queue: bool) -> Self {
+        self.queue = queue;
+        self
     }
 
     /// The same saga retrying reconciles after `base`, doubling up to `max`.
@@ -194,8 +206,8 @@ impl GitOpsSaga {
             ));
         }
         match message {
-            Message::DeploymentPromoted(promoted) => Self::on_promoted(next, promoted),
-            Message::ReconcileEnvironment(request) => Self::on_reconcile_request(next, request),
+            Message::DeploymentPromoted(promoted) => Self::on_promoted(next, promoted, self.queue),
+            Message::ReconcileEnvironment(request) => Self::on_reconcile_request(next, request, self.queue),
             Message::InfrastructureProvisioned(provisioned) => Self::on_infrastructure(next, provisioned),
             _ => {}
         }

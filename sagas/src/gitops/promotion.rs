@@ -11,7 +11,7 @@ use super::{
 };
 
 impl GitOpsSaga {
-    pub(super) fn on_promoted(next: &mut Next, promoted: &DeploymentPromoted) {
+    pub(super) fn on_promoted(next: &mut Next, promoted: &DeploymentPromoted, queue: bool) {
         let state = &mut next.state;
         state.repository = Some(promoted.environment_repository.clone());
         let entry = |event, detail: Option<String>| HistoryEntry {
@@ -49,7 +49,7 @@ impl GitOpsSaga {
             state.record(entry(HistoryEvent::PromotionRepeated, Some(detail)));
             return;
         }
-        if let Some(in_flight) = state.in_flight().map(str::to_owned) {
+        if queue && let Some(in_flight) = state.in_flight().map(str::to_owned) {
             // One release at a time: this one waits for the one in flight.
             if state.queued.len() >= QUEUE_LIMIT {
                 let detail = format!("{QUEUE_LIMIT} promotions are queued already: not queued");
@@ -69,11 +69,11 @@ impl GitOpsSaga {
     /// that no longer applies (older than its module's release written
     /// since, or that very release) is recorded and the next one goes.
     /// Returns whether any was taken from the queue.
-    pub(super) fn dequeue(next: &mut Next) -> bool {
+    pub(super) fn dequeue(next: &mut Next, queue: bool) -> bool {
         let mut taken = false;
         while next.state.in_flight().is_none() && next.work.is_none() && !next.state.queued.is_empty() {
             let promoted = next.state.queued.remove(0);
-            Self::on_promoted(next, &promoted);
+            Self::on_promoted(next, &promoted, queue);
             taken = true;
         }
         taken

@@ -7,10 +7,10 @@ use bosun_contracts::messages::{InfrastructureProvisioned, ReconcileEnvironment,
 use super::{GitOpsPhase, GitOpsSaga, GitOpsState, HistoryEntry, HistoryEvent, Next, Work};
 
 impl GitOpsSaga {
-    pub(super) fn on_reconcile_request(next: &mut Next, request: &ReconcileEnvironment) {
+    pub(super) fn on_reconcile_request(next: &mut Next, request: &ReconcileEnvironment, queue: bool) {
         // The environment is free and a promotion waits: it goes now (the
         // saga sends itself this request when the one in flight is synced).
-        if Self::dequeue(next) && next.work.is_some() {
+        if Self::dequeue(next, queue) && next.work.is_some() {
             return;
         }
         let state = &mut next.state;

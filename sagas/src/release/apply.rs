@@ -21,6 +21,12 @@ pub(super) struct Step<'a> {
     pub(super) release_id: String,
     pub(super) message_type: &'static str,
     pub(super) now: OffsetDateTime,
+    /// When the promotion gate is read: the handling host's clock when the
+    /// consumer gives it (never before `now`), else `now`.
+    pub(super) gate_at: OffsetDateTime,
+    /// Set when the step only looked at a closed gate again: no history
+    /// entry for it (a hold with no end is looked at every few minutes).
+    pub(super) quiet: bool,
     pub(super) state: ReleaseState,
     pub(super) actions: Vec<Action>,
     pub(super) emitted: Vec<String>,
@@ -128,6 +134,12 @@ impl Step<'_> {
             ));
         }
         self.state.release_id = Some(self.release_id);
+        if self.quiet && self.notes.is_empty() && self.emitted.is_empty() {
+            return Transition {
+                state: self.state,
+                actions: self.actions,
+            };
+        }
         self.state.history.push(HistoryEntry {
             at: self.now,
             message_type: self.message_type.to_owned(),

@@ -206,6 +206,24 @@ impl ReleaseSaga {
         now: OffsetDateTime,
         requested_by: &[String],
     ) -> Result<Transition<ReleaseState>, SagaError> {
+        self.apply_observed(state, message, now, None, requested_by)
+    }
+
+    /// [`ReleaseSaga::apply_with`], handled at `observed_at` (the handling
+    /// host's clock): the promotion gate is read at the later of it and the
+    /// message's time, so a message handled late (a backlog, a replay)
+    /// never promotes into a window that opened meanwhile, and a window
+    /// check handled early does not promote before its time. Without it
+    /// (`None`), the gate is read at the message's time (a check's
+    /// `checkAt`).
+    pub fn apply_observed(
+        &self,
+        state: &ReleaseState,
+        message: &Message,
+        now: OffsetDateTime,
+        observed_at: Option<OffsetDateTime>,
+        requested_by: &[String],
+    ) -> Result<Transition<ReleaseState>, SagaError> {
         let unchanged = || Transition {
             state: state.clone(),
             actions: Vec::new(),
@@ -218,6 +236,7 @@ impl ReleaseSaga {
         }
         // A window check looks at the gate no earlier than it was due,
         // whenever its envelope says it was written.
+        let gate_at = observed_at.map(|observed| observed.max(now));
         let now = match message {
             Message::ReleaseWindowCheck(check) => now.max(check.check_at),
             _ => now,
@@ -227,6 +246,8 @@ impl ReleaseSaga {
             release_id,
             message_type: message.message_type(),
             now,
+            gate_at: gate_at.unwrap_or(now),
+            quiet: false,
             state: state.clone(),
             actions: Vec::new(),
             emitted: Vec::new(),

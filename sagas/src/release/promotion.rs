@@ -31,12 +31,18 @@ impl Step<'_> {
         if let Some(closure) = self.gate(environment) {
             return self.wait_for_window(environment, closure);
         }
-        if self
+        // A promotion a window held back keeps the time it was ready: the
+        // GitOps saga orders releases of a module by `promotedAt`, and two
+        // releases let through when a freeze ends (or a hotfix overridden
+        // through it before them) must keep the order they were ready in.
+        let mut ready_at = self.gate_at;
+        if let Some(wait) = self
             .state
             .window_wait
             .take()
-            .is_some_and(|wait| wait.environment == environment)
+            .filter(|wait| wait.environment == environment)
         {
+            ready_at = wait.since;
             self.note(format!("the promotion window of {environment} is open"));
         }
         let Some(plan) = self.state.plan.as_ref() else {
@@ -51,7 +57,7 @@ impl Step<'_> {
             environment_repository: self.policy.environment_repository.clone(),
             desired_commit_sha: PENDING_DESIRED_COMMIT.to_owned(),
             approved_by: approval.approver,
-            promoted_at: self.now,
+            promoted_at: ready_at,
         };
         self.note(format!("promoted to {environment}"));
         let mut decision = self.decision(ReleaseDecision::Promoted, Some(environment));
@@ -68,8 +74,22 @@ impl Step<'_> {
     /// What closes the promotion gate of `environment` now, unless this
     /// release has an override for it.
     fn gate(&mut self, environment: &str) -> Option<Closure> {
-        let closure = self.policy.approval.promotion_gate(environment, self.now)?;
-        if let Some(overriding) = self.state.overrides.get(environment) {
+        let closure = self.policy.approval.promotion_gate(environment, self.gate_at)?;
+        if let Some(overriding) = self.state.overrides.get(environment).cloned() {
+            // Checked again when used: a requester learnt since the
+            // override was given cannot have let their own release through.
+            let identities = overrider_identities(&overriding);
+            if let Some(shared) = identities
+                .iter()
+                .find(|identity| self.state.requested_by.contains(identity))
+            {
+                self.note(format!(
+                    "the override of {environment} by {} no longer counts: {shared} requested this release",
+                    overriding.by
+                ));
+                self.state.overrides.remove(environment);
+                return Some(closure);
+            }
             let used = format!(
                 "{} overridden by {} ({})",
                 closure.rule, overriding.by, overriding.reason
@@ -85,16 +105,25 @@ impl Step<'_> {
     /// to come is not doubled).
     fn wait_for_window(&mut self, environment: &str, closure: Closure) -> Result<(), SagaError> {
         let recheck = time::Duration::try_from(WINDOW_RECHECK).unwrap_or(time::Duration::MINUTE);
-        let check_at = closure
-            .until
-            .map_or(self.now + recheck, |until| until.max(self.now + time::Duration::SECOND));
+        let at = self.gate_at;
+        let soon = at.checked_add(recheck).unwrap_or(at);
+        let check_at = closure.until.map_or(soon, |until| {
+            until
+                .min(at.checked_add(time::Duration::days(366)).unwrap_or(until))
+                .max(at.checked_add(time::Duration::SECOND).unwrap_or(at))
+        });
         let pending = self
             .state
             .window_wait
             .as_ref()
-            .filter(|wait| wait.environment == environment && wait.check_at > self.now)
+            .filter(|wait| wait.environment == environment && wait.check_at > at)
             .map(|wait| (wait.check_at, wait.since));
-        let since = pending.map_or(self.now, |(_, since)| since);
+        let since = self
+            .state
+            .window_wait
+            .as_ref()
+            .filter(|wait| wait.environment == environment)
+            .map_or(self.now, |wait| wait.since);
         let wait = WindowWait {
             environment: environment.to_owned(),
             rule: closure.rule,
@@ -105,7 +134,16 @@ impl Step<'_> {
             check_at: pending.map_or(check_at, |(pending, _)| pending),
             policy_version: self.policy.approval_version,
         };
-        let changed = self.state.window_wait.as_ref() != Some(&wait);
+        // Only the next look changed (a hold with no end, looked at again):
+        // no note, no history entry.
+        let same_but_when = self.state.window_wait.as_ref().is_some_and(|known| {
+            WindowWait {
+                check_at: wait.check_at,
+                ..known.clone()
+            } == wait
+        });
+        let changed = !same_but_when && self.state.window_wait.as_ref() != Some(&wait);
+        self.quiet = same_but_when;
         if pending.is_none()
             && self
                 .state
@@ -130,11 +168,14 @@ impl Step<'_> {
                 }
             ));
         }
+        // One look pending at a time (`windowWait.checkAt`): a check that
+        // is not it adds none.
         if pending.is_none() {
-            let key = step::window_check(environment, check_at);
-            if self.state.emitted.insert(key) {
-                let after = std::time::Duration::try_from(check_at - self.now).unwrap_or(WINDOW_RECHECK);
-                self.emitted.push("ReleaseWindowCheck (scheduled)".to_owned());
+            {
+                let after = std::time::Duration::try_from(check_at - at).unwrap_or(WINDOW_RECHECK);
+                if !same_but_when {
+                    self.emitted.push("ReleaseWindowCheck (scheduled)".to_owned());
+                }
                 self.actions.push(Action::Schedule {
                     message: ReleaseWindowCheck {
                         release_id: self.release_id.clone(),
@@ -190,11 +231,7 @@ impl Step<'_> {
                 }
             )));
         }
-        let identities = if overriding.identities.is_empty() {
-            vec![overriding.by.split(" (").next().unwrap_or(&overriding.by).to_owned()]
-        } else {
-            overriding.identities.clone()
-        };
+        let identities = overrider_identities(&overriding);
         if let Some(shared) = identities
             .iter()
             .find(|identity| self.state.requested_by.contains(identity))
@@ -323,5 +360,15 @@ impl Step<'_> {
             self.check_sync(environment)?;
         }
         Ok(())
+    }
+}
+
+/// The identities an override answers to: those the front door stamped,
+/// else the identity its author names.
+fn overrider_identities(overriding: &WindowOverride) -> Vec<String> {
+    if overriding.identities.is_empty() {
+        vec![overriding.by.split(" (").next().unwrap_or(&overriding.by).to_owned()]
+    } else {
+        overriding.identities.clone()
     }
 }

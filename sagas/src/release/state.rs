@@ -400,10 +400,6 @@ pub(super) mod step {
         format!("ReleaseApproved/{environment}")
     }
 
-    pub fn window_check(environment: &str, at: time::OffsetDateTime) -> String {
-        format!("ReleaseWindowCheck/{environment}/{}", at.unix_timestamp())
-    }
-
     pub fn promoted(environment: &str) -> String {
         format!("DeploymentPromoted/{environment}")
     }

@@ -179,7 +179,7 @@ impl Compiled<'_> {
     fn open_until(&self, at: OffsetDateTime) -> Option<OffsetDateTime> {
         let local = to_chrono(at)?.with_timezone(&self.zone);
         let start = self.cron.find_previous_occurrence(&local, true).ok()?;
-        let end = from_chrono(&start)? + self.duration;
+        let end = from_chrono(&start)?.checked_add(self.duration)?;
         (end > at).then_some(end)
     }
 
@@ -357,7 +357,7 @@ pub(super) fn gate(
 /// The first time from `from` at which no deny window is open and, where
 /// allow windows apply, one is; `None` beyond [`HORIZON`].
 fn opening(deny: &[&Compiled<'_>], allow: &[&Compiled<'_>], from: OffsetDateTime) -> Option<OffsetDateTime> {
-    let horizon = from + HORIZON;
+    let horizon = from.checked_add(HORIZON)?;
     let mut at = from;
     for _ in 0..MAX_EDGES {
         if at > horizon {

@@ -348,6 +348,138 @@ fn a_hold_with_no_end_is_looked_at_again_every_few_minutes_and_a_stale_check_add
     assert_eq!(state.window_wait, None);
 }
 
+#[test]
+fn a_hold_far_in_the_future_or_a_long_freeze_never_overflows() {
+    let holds = BTreeMap::from([(
+        "dev".to_owned(),
+        Hold {
+            reason: "until further notice".to_owned(),
+            until: Some(datetime!(9999-12-31 23:59:59 UTC)),
+        },
+    )]);
+    let policy = policy_with(
+        vec![window("long", WindowKind::Deny, "0 0 1 1 *", MAX_WINDOW_SECONDS, "UTC")],
+        holds,
+    );
+    let closure = policy.promotion_gate("dev", FRIDAY_5PM).unwrap();
+    assert_eq!((closure.rule, closure.until), (WindowRule::Hold, None));
+    assert!(
+        policy
+            .promotion_gate("dev", datetime!(9999-12-31 23:00:00 UTC))
+            .is_some()
+    );
+    let held = saga(policy);
+    let (state, actions) = provisioned_dev_at(&held, FRIDAY_5PM);
+    assert_eq!(scheduled_checks(&actions)[0].1, WINDOW_RECHECK);
+    assert_eq!(state.phase, ReleasePhase::Provisioning);
+}
+
+#[test]
+fn looking_again_at_a_hold_leaves_no_trace_but_the_next_look() {
+    let holds = BTreeMap::from([(
+        "dev".to_owned(),
+        Hold {
+            reason: "x".repeat(3000),
+            until: None,
+        },
+    )]);
+    let held = saga(policy_with(Vec::new(), holds));
+    let (mut state, actions) = provisioned_dev_at(&held, FRIDAY_5PM);
+    let mut check = scheduled_checks(&actions)[0].0.clone();
+    let history = state.history.len();
+    let emitted = state.emitted.len();
+    // A day of looks every five minutes.
+    for _ in 0..288 {
+        let (next, actions) = run_at(&held, state, &[check.clone().into()], check.check_at);
+        let checks = scheduled_checks(&actions);
+        assert_eq!(checks.len(), 1);
+        check = checks[0].0.clone();
+        state = next;
+    }
+    assert_eq!(state.history.len(), history, "{:#?}", &state.history[history..]);
+    assert_eq!(state.emitted.len(), emitted);
+    assert_eq!(state.window_wait.as_ref().unwrap().check_at, check.check_at);
+    assert_eq!(state.window_wait.as_ref().unwrap().since, FRIDAY_5PM);
+}
+
+#[test]
+fn the_gate_is_read_at_the_handling_hosts_clock_when_it_is_later() {
+    let saga = saga(policy_with(vec![weekend_freeze()], BTreeMap::new()));
+    let inputs: [Message; 4] = [
+        samples::build_completed().into(),
+        samples::container_image_built().into(),
+        samples::package_published().into(),
+        provisioned("dev"),
+    ];
+    // Provisioned just before the freeze, handled inside it: it waits.
+    let occurred = FRIDAY_5PM - time::Duration::MINUTE;
+    let mut state = ReleaseState::default();
+    let mut actions = Vec::new();
+    for message in &inputs {
+        let transition = saga
+            .apply_observed(&state, message, occurred, Some(FRIDAY_5PM), &[AGENT.to_owned()])
+            .unwrap();
+        state = transition.state;
+        actions.extend(transition.actions);
+    }
+    assert!(!promoted_to(&actions, "dev"));
+    assert_eq!(state.window_wait.as_ref().unwrap().rule, WindowRule::DenyWindow);
+    // Its check, handled a little early by the host's clock: still waits.
+    let check = scheduled_checks(&actions)[0].0.clone();
+    let early = check.check_at - time::Duration::SECOND;
+    let transition = saga
+        .apply_observed(&state, &check.clone().into(), FRIDAY_5PM, Some(early), &[])
+        .unwrap();
+    assert!(!promoted_to(&transition.actions, "dev"));
+    // On time, it goes.
+    let transition = saga
+        .apply_observed(&state, &check.clone().into(), FRIDAY_5PM, Some(check.check_at), &[])
+        .unwrap();
+    let promoted = transition
+        .actions
+        .iter()
+        .find_map(|action| match action {
+            Action::Send(Message::DeploymentPromoted(promoted)) => Some(promoted.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // Stamped with when it was ready (the GitOps saga orders a module's
+    // releases by it), not when the freeze let it through.
+    assert_eq!(promoted.promoted_at, occurred);
+}
+
+#[test]
+fn an_override_by_someone_later_known_as_a_requester_no_longer_counts() {
+    let saga = saga(policy_with(vec![weekend_freeze()], BTreeMap::new()));
+    // The override is given before the release knows who requested it.
+    let mut state = ReleaseState::default();
+    let transition = saga
+        .apply_with(&state, &samples::build_completed().into(), FRIDAY_5PM, &[])
+        .unwrap();
+    state = transition.state;
+    let transition = saga
+        .apply_with(&state, &override_of("dev", "cli:dana"), FRIDAY_5PM, &[])
+        .unwrap();
+    state = transition.state;
+    assert!(state.overrides.contains_key("dev"));
+    // Then Dana's delivery brings the artifacts: she requested it.
+    let mut actions = Vec::new();
+    for message in [
+        samples::container_image_built().into(),
+        samples::package_published().into(),
+        provisioned("dev"),
+    ] {
+        let transition = saga
+            .apply_with(&state, &message, FRIDAY_5PM, &["cli:dana".to_owned()])
+            .unwrap();
+        state = transition.state;
+        actions.extend(transition.actions);
+    }
+    assert!(!promoted_to(&actions, "dev"), "{actions:#?}");
+    assert!(state.window_wait.is_some());
+    assert!(!state.overrides.contains_key("dev"));
+}
+
 proptest! {
     /// Over any deny window and any time: nothing is promoted while the
     /// gate is closed, and the promotion happens at the check the saga

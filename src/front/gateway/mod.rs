@@ -18,8 +18,8 @@ mod reads;
 mod views;
 
 pub use commands::CommandRouting;
-pub use policies::AuditPage;
 pub use error::{ErrorBody, ErrorDetail, GatewayError, Outage};
+pub use policies::AuditPage;
 pub use views::*;
 
 use std::collections::BTreeMap;

@@ -65,7 +65,13 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     )))
 }
 
-/// The GitOps saga with the configured reconcile backoff.
+/// The GitOps saga with the configured reconcile backoff. While
+/// `BOSUN_COMPAT_VERSION` says a previous release may be running beside
+/// this one, promotions are not queued (a previous release would read a
+/// queued state and save it without its queue): a newer promotion
+/// supersedes the one in flight, as it did before.
 fn gitops_saga(settings: &Settings) -> GitOpsSaga {
-    GitOpsSaga::new().with_reconcile_backoff(settings.delivery.reconcile, settings.delivery.reconcile_max)
+    GitOpsSaga::new()
+        .with_reconcile_backoff(settings.delivery.reconcile, settings.delivery.reconcile_max)
+        .queueing_promotions(settings.message_versions.compat_version.is_none())
 }
