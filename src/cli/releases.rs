@@ -314,10 +314,7 @@ async fn policy(command: PolicyCommand, settings: &Settings) -> Result<()> {
             policies::check(&document)?;
             let backends = Backends::open(settings).await?;
             let store = backends.policies.as_ref();
-            let expected = match expect_version {
-                Some(version) => Some(version),
-                None => policies::current(store, &tenant).await?.map(|record| record.version),
-            };
+            let expected = policies::expected_or_current(store, &tenant, expect_version).await?;
             let changed_by = format!("cli:{}", settings.operator);
             let record = policies::store_change(
                 store,

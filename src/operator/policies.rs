@@ -45,6 +45,19 @@ pub async fn current(store: &dyn PolicyStore, tenant: &str) -> Result<Option<Rel
     Ok(store.release_policy(tenant).await?)
 }
 
+/// The version a change is made against: `expected` when the changer
+/// named one, else the version in force now (`None`: the tenant has none).
+pub async fn expected_or_current(
+    store: &dyn PolicyStore,
+    tenant: &str,
+    expected: Option<u64>,
+) -> Result<Option<u64>, OperatorError> {
+    match expected {
+        Some(version) => Ok(Some(version)),
+        None => Ok(current(store, tenant).await?.map(|record| record.version)),
+    }
+}
+
 /// Every version of `tenant`'s approval policy, oldest first.
 pub async fn history(store: &dyn PolicyStore, tenant: &str) -> Result<Vec<ReleasePolicyRecord>, OperatorError> {
     check_tenant(tenant)?;

@@ -183,40 +183,28 @@ impl Consumer for ReleaseOrchestration {
                 release_id: release_id.to_owned(),
             }));
         }
-        if let Message::ReleaseApprovalTimeout(timeout) = inbound.message {
-            let early = timeout.deadline - OffsetDateTime::now_utc();
-            if early > DEADLINE_TOLERANCE {
-                // Not due yet (the scheduling host's clock is ahead, or it is
-                // not the saga's): it counts no sooner than its deadline.
+        // The saga's own scheduled messages count no sooner than they are
+        // due (the scheduling host's clock may be ahead): one that arrives
+        // early is scheduled again for its time. An approval timeout within
+        // a tolerance counts; a window check never early, as the gate is
+        // read at this host's clock and would only be found closed.
+        let due = match inbound.message {
+            Message::ReleaseApprovalTimeout(timeout) => Some((timeout.deadline, DEADLINE_TOLERANCE)),
+            Message::ReleaseWindowCheck(check) => Some((check.check_at, time::Duration::ZERO)),
+            _ => None,
+        };
+        if let Some((due, tolerance)) = due {
+            let early = due - OffsetDateTime::now_utc();
+            if early > tolerance {
                 tracing::warn!(
-                    release_id = %timeout.release_id,
-                    environment = %timeout.environment,
-                    deadline = %timeout.deadline,
-                    "approval timeout arrived before its deadline; scheduled again for the deadline"
+                    release_id = %saga.key,
+                    message_type = inbound.message.message_type(),
+                    due = %due,
+                    "arrived before it is due; scheduled again for its time"
                 );
                 let wait = std::time::Duration::try_from(early).unwrap_or_default();
                 return Ok(Outcome {
-                    messages: vec![Outgoing::after(timeout.clone(), wait)],
-                    saga_state: None,
-                });
-            }
-        }
-        if let Message::ReleaseWindowCheck(check) = inbound.message {
-            let early = check.check_at - OffsetDateTime::now_utc();
-            // The gate is read at this host's clock: a check looked at any
-            // sooner would find it closed and only schedule another.
-            if early > time::Duration::ZERO {
-                // The saga reads the gate at `checkAt`; looked at sooner, a
-                // closed gate would read as open.
-                tracing::warn!(
-                    release_id = %check.release_id,
-                    environment = %check.environment,
-                    check_at = %check.check_at,
-                    "promotion window check arrived before it was due; scheduled again for its time"
-                );
-                let wait = std::time::Duration::try_from(early).unwrap_or_default();
-                return Ok(Outcome {
-                    messages: vec![Outgoing::after(check.clone(), wait)],
+                    messages: vec![Outgoing::after(inbound.message.clone(), wait)],
                     saga_state: None,
                 });
             }

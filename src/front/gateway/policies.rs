@@ -52,10 +52,7 @@ impl Gateway {
             return Err(GatewayError::not_found("approval policy of tenant", tenant));
         }
         let store = self.backends.policies.as_ref();
-        let expected = match expected {
-            Some(version) => Some(version),
-            None => policies::current(store, tenant).await?.map(|record| record.version),
-        };
+        let expected = policies::expected_or_current(store, tenant, expected).await?;
         let changed_by = caller.principal();
         let record = policies::store_change(
             store,
