@@ -707,6 +707,7 @@ fn the_top_level_help_lists_every_command_in_order() {
             "send",
             "deliveries",
             "dead-letters",
+            "audit",
             "releases",
             "sagas",
             "schema",
