@@ -232,7 +232,8 @@ pub const AUDIT_QUERY: &[QueryDoc] = &[
         "after",
         QueryType::Integer {
             minimum: 0,
-            maximum: None,
+            // A sequence is kept as a signed 64-bit number.
+            maximum: Some(i64::MAX as u64),
         },
         "only entries after this `sequence` (the last one of the previous page)",
     ),
