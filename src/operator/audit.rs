@@ -36,13 +36,7 @@ pub async fn entries(
     after: Option<u64>,
     limit: usize,
 ) -> Result<Vec<AuditEntry>, OperatorError> {
-    validate::tenant_id("tenantId", tenant)
-        .map_err(|err| OperatorError::Invalid(format!("`{}`: {}", err.field, err.reason)))?;
-    if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
-        return Err(OperatorError::Invalid(format!(
-            "`limit`: must be between 1 and {MAX_AUDIT_PAGE}"
-        )));
-    }
+    check_read(tenant, limit)?;
     Ok(store.audit_entries(tenant, since, after, limit).await?)
 }
 
@@ -54,6 +48,12 @@ pub async fn release_entries(
     release_id: &str,
     limit: usize,
 ) -> Result<Vec<AuditEntry>, OperatorError> {
+    check_read(tenant, limit)?;
+    Ok(store.release_audit(tenant, release_id, limit).await?)
+}
+
+/// Checks a read of `tenant`'s log of at most `limit` entries.
+fn check_read(tenant: &str, limit: usize) -> Result<(), OperatorError> {
     validate::tenant_id("tenantId", tenant)
         .map_err(|err| OperatorError::Invalid(format!("`{}`: {}", err.field, err.reason)))?;
     if !(1..=MAX_AUDIT_PAGE).contains(&limit) {
@@ -61,7 +61,7 @@ pub async fn release_entries(
             "`limit`: must be between 1 and {MAX_AUDIT_PAGE}"
         )));
     }
-    Ok(store.release_audit(tenant, release_id, limit).await?)
+    Ok(())
 }
 
 /// Adds the policy version `record` (stored through `door`) to its

@@ -171,21 +171,19 @@ impl Step<'_> {
         // One look pending at a time (`windowWait.checkAt`): a check that
         // is not it adds none.
         if pending.is_none() {
-            {
-                let after = std::time::Duration::try_from(check_at - at).unwrap_or(WINDOW_RECHECK);
-                if !same_but_when {
-                    self.emitted.push("ReleaseWindowCheck (scheduled)".to_owned());
-                }
-                self.actions.push(Action::Schedule {
-                    message: ReleaseWindowCheck {
-                        release_id: self.release_id.clone(),
-                        environment: environment.to_owned(),
-                        check_at,
-                    }
-                    .into(),
-                    after,
-                });
+            let after = std::time::Duration::try_from(check_at - at).unwrap_or(WINDOW_RECHECK);
+            if !same_but_when {
+                self.emitted.push("ReleaseWindowCheck (scheduled)".to_owned());
             }
+            self.actions.push(Action::Schedule {
+                message: ReleaseWindowCheck {
+                    release_id: self.release_id.clone(),
+                    environment: environment.to_owned(),
+                    check_at,
+                }
+                .into(),
+                after,
+            });
         }
         self.state.window_wait = Some(wait);
         Ok(())
