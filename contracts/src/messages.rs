@@ -37,6 +37,7 @@ pub mod pull_request;
 pub mod release;
 pub mod repository;
 pub mod source_control;
+pub mod verification;
 
 pub use artifacts::*;
 pub use blob::*;
@@ -50,6 +51,7 @@ pub use pull_request::*;
 pub use release::*;
 pub use repository::*;
 pub use source_control::*;
+pub use verification::*;
 
 /// Whether a message asks for something to be done or records that it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -229,6 +231,9 @@ catalogue! {
     Command ReleaseWindowCheck version 1 (internal): "The release saga's scheduled look at a promotion window or hold its promotion waits on.";
     Command OverrideReleaseWindow version 1: "Someone holding releases:override lets one release through a closed promotion window or hold of one environment, with a reason.";
     Event ReleaseDecisionRecorded version 1 (internal): "One decision of a release (requested, approved, refused, rejected, overridden, waiting for a window, promoted, deployed ...), for the tenant's audit log.";
+    Command ReleaseVerificationCheck version 1 (internal): "The release saga's scheduled sample of the verification checks of the environment a release was synced in.";
+    Event ReleaseVerified version 1: "A release passed verification in an environment (soak time and checks, or a healthy sync); a rollback may go back to it.";
+    Command RollbackEnvironment version 1: "Roll one module of an environment back to a release verified there (after a failed verification, or by someone holding releases:rollback).";
 }
 
 impl Message {

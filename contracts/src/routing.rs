@@ -87,6 +87,7 @@ pub const CONSUMERS: &[ConsumerRoute] = &[
             "ReleaseApprovalTimeout",
             "ReleaseWindowCheck",
             "OverrideReleaseWindow",
+            "ReleaseVerificationCheck",
         ],
         events: &[
             "BuildCompleted",
@@ -104,8 +105,8 @@ pub const CONSUMERS: &[ConsumerRoute] = &[
     },
     ConsumerRoute {
         name: "gitops-sync",
-        commands: &["ReconcileEnvironment"],
-        events: &["DeploymentPromoted", "InfrastructureProvisioned"],
+        commands: &["ReconcileEnvironment", "RollbackEnvironment"],
+        events: &["DeploymentPromoted", "InfrastructureProvisioned", "ReleaseVerified"],
     },
     ConsumerRoute {
         name: "container-build",

@@ -81,6 +81,9 @@ pub fn samples() -> Vec<Message> {
         release_window_check().into(),
         override_release_window().into(),
         release_decision_recorded().into(),
+        release_verification_check().into(),
+        release_verified().into(),
+        rollback_environment().into(),
     ]
 }
 
@@ -563,6 +566,43 @@ pub fn release_decision_recorded() -> ReleaseDecisionRecorded {
             until: None,
             decided_at: datetime!(2026-12-01 10:31:00 UTC),
         }],
+    }
+}
+
+/// `ReleaseVerificationCheck`.
+pub fn release_verification_check() -> ReleaseVerificationCheck {
+    ReleaseVerificationCheck {
+        release_id: RELEASE_ID.to_owned(),
+        environment: "prod".to_owned(),
+        attempt: 3,
+        check_at: datetime!(2026-11-29 14:12:00 UTC),
+    }
+}
+
+/// `ReleaseVerified`.
+pub fn release_verified() -> ReleaseVerified {
+    ReleaseVerified {
+        release_id: RELEASE_ID.to_owned(),
+        environment: "prod".to_owned(),
+        promotion: deployment_promoted(),
+        summary: "soak 600s; checks health (http), error-rate (prometheus), payments-5xx (azureMonitor): 20 samples"
+            .to_owned(),
+        verified_at: datetime!(2026-11-29 14:20:00 UTC),
+    }
+}
+
+/// `RollbackEnvironment`.
+pub fn rollback_environment() -> RollbackEnvironment {
+    RollbackEnvironment {
+        environment: "prod".to_owned(),
+        module_id: MODULE_ID.to_owned(),
+        to_release_id: None,
+        failed_release_id: None,
+        reason: "INC-42: error rate up since the last release".to_owned(),
+        on_behalf_of: None,
+        requested_by: Some("cli:carol".to_owned()),
+        requester_identities: vec!["cli:carol".to_owned()],
+        requested_at: datetime!(2026-11-29 15:00:00 UTC),
     }
 }
 

@@ -176,7 +176,7 @@ pub const MAX_APPROVERS: usize = 32;
 
 /// Checks a list of identities: each a short text, none twice, at most
 /// [`MAX_APPROVERS`].
-fn validate_identities(field: &str, identities: &[String]) -> Result<(), FieldError> {
+pub(super) fn validate_identities(field: &str, identities: &[String]) -> Result<(), FieldError> {
     if identities.len() > MAX_APPROVERS {
         return Err(FieldError::new(
             field,
@@ -695,6 +695,17 @@ pub enum ReleaseDecision {
     Blocked,
     /// Every environment is deployed.
     Completed,
+    /// The release passed verification in an environment (soak time and
+    /// checks, or a healthy sync where the policy asks for none).
+    Verified,
+    /// The release failed verification in an environment; it is not
+    /// promoted further.
+    VerificationFailed,
+    /// An environment was rolled back to a release verified there.
+    RolledBack,
+    /// A rollback was refused or could not be done (no verified release to
+    /// go back to, a closed promotion window).
+    RollbackRefused,
 }
 
 impl ReleaseDecision {
@@ -712,6 +723,10 @@ impl ReleaseDecision {
             Self::Deployed => "deployed",
             Self::Blocked => "blocked",
             Self::Completed => "completed",
+            Self::Verified => "verified",
+            Self::VerificationFailed => "verification-failed",
+            Self::RolledBack => "rolled-back",
+            Self::RollbackRefused => "rollback-refused",
         }
     }
 }

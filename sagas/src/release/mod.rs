@@ -99,6 +99,8 @@ mod rules_tests;
 mod state;
 #[cfg(test)]
 mod tests;
+mod verification;
+mod verify;
 mod windows;
 #[cfg(test)]
 mod windows_tests;
@@ -120,6 +122,10 @@ pub use self::rules::{
 pub use self::state::{
     ApprovalProgress, ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, RefusedApproval,
     ReleaseState, SyncRecord, WindowOverride, WindowWait,
+};
+pub use self::verification::{
+    AzureMonitorCheck, CheckOutcome, DEFAULT_INTERVAL_SECONDS, HttpCheck, MAX_CHECKS, MAX_SOAK_SECONDS, PrometheusCheck,
+    Verification, VerificationCheck,
 };
 pub use self::windows::{Closure, Hold, MAX_WINDOW_SECONDS, MAX_WINDOWS, PromotionWindow, WindowKind, WindowRule};
 use crate::{SagaError, SagaKind, StateMachine, Transition};

@@ -30,6 +30,7 @@ use bosun_contracts::validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::verification::Verification;
 use super::windows::{Hold, PromotionWindow};
 
 /// The most approvals an environment can require.
@@ -77,6 +78,13 @@ pub struct ApprovalPolicy {
     /// environment name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub holds: BTreeMap<String, Hold>,
+    /// What a release synced in an environment must pass before it counts
+    /// as verified there, by environment: soak time, checks, rollback, the
+    /// environments it must be verified in first. An environment it does
+    /// not name is verified by a healthy sync.
+    /// Also checked by bosun, beyond this schema: each name is an environment name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub verification: BTreeMap<String, Verification>,
 }
 
 /// Who may approve one environment, and how many must.
@@ -329,7 +337,8 @@ impl ApprovalPolicy {
                 compile(pattern).map_err(|err| validate::FieldError::new(pattern_field, err.to_string()))?;
             }
         }
-        super::windows::validate(&self.windows, &self.holds)
+        super::windows::validate(&self.windows, &self.holds)?;
+        super::verification::validate_all(&self.verification)
     }
 }
 
