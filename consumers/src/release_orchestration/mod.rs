@@ -40,6 +40,7 @@ use time::OffsetDateTime;
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy};
 
 mod governance;
+pub mod probes;
 #[cfg(test)]
 mod tests;
 
