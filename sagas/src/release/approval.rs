@@ -4,7 +4,7 @@
 //! the timeout.
 
 use bosun_contracts::messages::{
-    MAX_REASON_CHARS, ReleaseApprovalTimeout, ReleaseApproved, ReleaseDecision, ReleaseRejected,
+    MAX_REASON_CHARS, ReleaseApprovalTimeout, ReleaseApproved, ReleaseDecision, ReleaseRejected, ReleaseStep,
 };
 
 use super::apply::{Step, clip, rfc3339};
@@ -35,6 +35,24 @@ impl Step<'_> {
         };
         let environment = planned.environment;
         self.state.current_environment = Some(environment.clone());
+        // The promotion graph: evidence from the environments this one
+        // requires, not only the order of the path.
+        let missing = self.missing_evidence(&environment);
+        if !missing.is_empty() {
+            let verified: Vec<&str> = self.state.verified.keys().map(String::as_str).collect();
+            let reason = format!(
+                "{environment} requires the release to be verified in {} first; it was verified in {}",
+                missing.join(", "),
+                if verified.is_empty() {
+                    "none".to_owned()
+                } else {
+                    verified.join(", ")
+                }
+            );
+            self.note(format!("not promoted to {environment}: {reason}"));
+            self.block(ReleaseStep::Promotion, reason, Some(&environment));
+            return self.enter(ReleasePhase::Blocked);
+        }
         if !planned.requires_approval {
             let record = ApprovalRecord {
                 approver: AUTO_APPROVER.to_owned(),

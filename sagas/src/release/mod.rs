@@ -121,12 +121,13 @@ pub use self::rules::{
 };
 pub use self::state::{
     ApprovalProgress, ApprovalRecord, BuildRecord, HistoryEntry, InfrastructureRecord, PendingTimeout, RefusedApproval,
-    ReleaseState, SyncRecord, WindowOverride, WindowWait,
+    ReleaseState, SyncRecord, VerificationFailure, VerificationRun, VerifiedRecord, WindowOverride, WindowWait,
 };
 pub use self::verification::{
-    AzureMonitorCheck, CheckOutcome, DEFAULT_INTERVAL_SECONDS, HttpCheck, MAX_CHECKS, MAX_SOAK_SECONDS, PrometheusCheck,
-    Verification, VerificationCheck,
+    AzureMonitorCheck, CheckOutcome, DEFAULT_INTERVAL_SECONDS, HttpCheck, MAX_CHECKS, MAX_SOAK_SECONDS,
+    PrometheusCheck, Verification, VerificationCheck,
 };
+pub use self::verify::AUTO_ROLLBACK;
 pub use self::windows::{Closure, Hold, MAX_WINDOW_SECONDS, MAX_WINDOWS, PromotionWindow, WindowKind, WindowRule};
 use crate::{SagaError, SagaKind, StateMachine, Transition};
 
@@ -247,19 +248,7 @@ impl ReleaseSaga {
             Message::ReleaseWindowCheck(check) => now.max(check.check_at),
             _ => now,
         };
-        let mut step = Step {
-            policy: &self.policy,
-            release_id,
-            message_type: message.message_type(),
-            now,
-            gate_at: gate_at.unwrap_or(now),
-            quiet: false,
-            state: state.clone(),
-            actions: Vec::new(),
-            emitted: Vec::new(),
-            notes: Vec::new(),
-            decisions: Vec::new(),
-        };
+        let mut step = self.step(state, release_id, message.message_type(), now, gate_at.unwrap_or(now));
         if !is_decision(message) {
             // Every delivery that brings the release something adds who
             // requested it: a re-run fired by someone else is theirs too.
@@ -315,6 +304,82 @@ impl ReleaseSaga {
         Ok(step.finish(state))
     }
 
+    /// One sample of a verification's checks, taken by the consumer at
+    /// `sampled_at` (its clock) for `check` (the saga's scheduled
+    /// `ReleaseVerificationCheck`): counted, and the release is verified,
+    /// fails verification (blocked, and rolled back where the policy says
+    /// so) or waits for the next sample. A sample the release does not wait
+    /// for (another environment or attempt, a release that moved on)
+    /// changes nothing. Pure, as [`ReleaseSaga::apply_at`].
+    pub fn apply_samples(
+        &self,
+        state: &ReleaseState,
+        check: &bosun_contracts::messages::ReleaseVerificationCheck,
+        outcomes: &[CheckOutcome],
+        sampled_at: OffsetDateTime,
+    ) -> Result<Transition<ReleaseState>, SagaError> {
+        if state
+            .release_id
+            .as_ref()
+            .is_some_and(|known| *known != check.release_id)
+        {
+            return Ok(Transition {
+                state: state.clone(),
+                actions: Vec::new(),
+            });
+        }
+        let now = sampled_at.max(check.check_at);
+        let mut step = self.step(state, check.release_id.clone(), "ReleaseVerificationCheck", now, now);
+        step.on_samples(check, outcomes)?;
+        Ok(step.finish(state))
+    }
+
+    /// The verification the release waits on, with the policy's checks for
+    /// it: what the consumer samples for `check` (none: nothing to sample,
+    /// the check changes nothing).
+    pub fn checks_due(
+        &self,
+        state: &ReleaseState,
+        check: &bosun_contracts::messages::ReleaseVerificationCheck,
+    ) -> Option<Vec<VerificationCheck>> {
+        let run = state.verifying.as_ref()?;
+        if run.environment != check.environment || run.attempt != check.attempt || state.phase != ReleasePhase::Syncing
+        {
+            return None;
+        }
+        Some(
+            self.policy
+                .approval
+                .verification
+                .get(&check.environment)
+                .map(|verification| verification.checks.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn step(
+        &self,
+        state: &ReleaseState,
+        release_id: String,
+        message_type: &'static str,
+        now: OffsetDateTime,
+        gate_at: OffsetDateTime,
+    ) -> Step<'_> {
+        Step {
+            policy: &self.policy,
+            release_id,
+            message_type,
+            now,
+            gate_at,
+            quiet: false,
+            state: state.clone(),
+            actions: Vec::new(),
+            emitted: Vec::new(),
+            notes: Vec::new(),
+            decisions: Vec::new(),
+        }
+    }
+
     /// The time [`StateMachine::apply`] stamps a message with: the time the
     /// message carries, else the time of the saga's last step, else the
     /// Unix epoch.
@@ -325,6 +390,7 @@ impl ReleaseSaga {
             Message::PackagePublished(m) => m.published_at,
             Message::ReleaseApprovalTimeout(m) => m.deadline,
             Message::ReleaseWindowCheck(m) => m.check_at,
+            Message::ReleaseVerificationCheck(m) => m.check_at,
             Message::InfrastructureProvisioned(m) => m.provisioned_at,
             Message::GitOpsSynced(m) => m.synced_at,
             _ => state.last_step_at().unwrap_or(OffsetDateTime::UNIX_EPOCH),
@@ -361,6 +427,7 @@ pub fn release_of(message: &Message) -> Option<String> {
         Message::ReleaseApprovalTimeout(m) => Some(m.release_id.clone()),
         Message::ReleaseWindowCheck(m) => Some(m.release_id.clone()),
         Message::OverrideReleaseWindow(m) => Some(m.release_id.clone()),
+        Message::ReleaseVerificationCheck(m) => Some(m.release_id.clone()),
         // Not applied to the saga: keyed by it so that a release's
         // decisions reach its audit log in the order they were taken (its
         // turn, its Service Bus session).

@@ -75,7 +75,9 @@ impl ReleasePhase {
             Self::Syncing => "promoted, waiting for GitOps to sync the environment",
             Self::Completed => "deployed to every environment",
             Self::Rejected => "rejected or approval timed out, stopped",
-            Self::Blocked => "build failed, waiting for a successful re-run or a rejection",
+            Self::Blocked => {
+                "a step failed (the build, a verification, missing evidence), waiting for a successful re-run or a rejection"
+            }
         }
     }
 
@@ -178,26 +180,38 @@ pub const TRANSITIONS: &[PhaseTransition] = {
         edge(
             Syncing,
             Syncing,
-            "GitOpsSynced unhealthy / ReleaseBlocked (sync)",
-            &["GitOpsSynced"],
+            "GitOpsSynced unhealthy / ReleaseBlocked (sync), or healthy and verifying (soak, checks sampled) / schedule ReleaseVerificationCheck",
+            &["GitOpsSynced", "ReleaseVerificationCheck"],
+        ),
+        edge(
+            Syncing,
+            Blocked,
+            "verification failed / ReleaseBlocked, RollbackEnvironment (policy rolls back, gate open), or the next environment lacks evidence / ReleaseBlocked",
+            &["GitOpsSynced", "ReleaseVerificationCheck"],
+        ),
+        edge(
+            Blocked,
+            Blocked,
+            "rollback waited for a window, now open (ReleaseWindowCheck) or overridden (OverrideReleaseWindow) / RollbackEnvironment",
+            &["ReleaseWindowCheck", "OverrideReleaseWindow"],
         ),
         edge(
             Syncing,
             Provisioning,
-            "GitOpsSynced, next environment auto- or pre-approved / ReleaseApproved",
-            &["GitOpsSynced"],
+            "verified (healthy sync, or soak and checks passed), next environment auto- or pre-approved / ReleaseVerified, ReleaseApproved",
+            &["GitOpsSynced", "ReleaseVerificationCheck"],
         ),
         edge(
             Syncing,
             AwaitingApproval,
-            "GitOpsSynced, next environment needs a person / schedule ReleaseApprovalTimeout",
-            &["GitOpsSynced"],
+            "verified, next environment needs a person / ReleaseVerified, schedule ReleaseApprovalTimeout",
+            &["GitOpsSynced", "ReleaseVerificationCheck"],
         ),
         edge(
             Syncing,
             Completed,
-            "GitOpsSynced of the last environment",
-            &["GitOpsSynced"],
+            "verified in the last environment / ReleaseVerified",
+            &["GitOpsSynced", "ReleaseVerificationCheck"],
         ),
         edge(
             AwaitingApproval,

@@ -73,7 +73,7 @@ impl Step<'_> {
 
     /// What closes the promotion gate of `environment` now, unless this
     /// release has an override for it.
-    fn gate(&mut self, environment: &str) -> Option<Closure> {
+    pub(super) fn gate(&mut self, environment: &str) -> Option<Closure> {
         let closure = self.policy.approval.promotion_gate(environment, self.gate_at)?;
         if let Some(overriding) = self.state.overrides.get(environment).cloned() {
             // Checked again when used: a requester learnt since the
@@ -103,7 +103,7 @@ impl Step<'_> {
     /// Records that the promotion of `environment` waits for `closure` to
     /// open, and schedules a look at it then (one at a time: a check still
     /// to come is not doubled).
-    fn wait_for_window(&mut self, environment: &str, closure: Closure) -> Result<(), SagaError> {
+    pub(super) fn wait_for_window(&mut self, environment: &str, closure: Closure) -> Result<(), SagaError> {
         let recheck = time::Duration::try_from(WINDOW_RECHECK).unwrap_or(time::Duration::MINUTE);
         let at = self.gate_at;
         let soon = at.checked_add(recheck).unwrap_or(at);
@@ -203,6 +203,8 @@ impl Step<'_> {
     pub(super) fn on_window_check(&mut self, check: &ReleaseWindowCheck) -> Result<(), SagaError> {
         if self.promotion_due(&check.environment) {
             self.promote(&check.environment)?;
+        } else if self.rollback_due(&check.environment) {
+            self.roll_back(&check.environment)?;
         }
         Ok(())
     }
@@ -217,7 +219,10 @@ impl Step<'_> {
                 self.release_id
             )));
         }
-        if self.state.phase.is_final() || self.state.deployed.iter().any(|deployed| deployed == environment) {
+        let rollback = self.rollback_due(environment);
+        if !rollback
+            && (self.state.phase.is_final() || self.state.deployed.iter().any(|deployed| deployed == environment))
+        {
             return Err(self.refuse(format!(
                 "release {} is {} ({environment} {}): nothing to override",
                 self.release_id,
@@ -255,6 +260,8 @@ impl Step<'_> {
         self.state.overrides.insert(environment.to_owned(), overriding);
         if self.promotion_due(environment) {
             self.promote(environment)?;
+        } else if rollback {
+            self.roll_back(environment)?;
         }
         Ok(())
     }
@@ -288,17 +295,7 @@ impl Step<'_> {
         decision.reason = Some(format!("synced healthy at commit {}", sync.commit_sha));
         self.record(decision);
         self.note(format!("{environment} deployed at commit {}", sync.commit_sha));
-        let next = self
-            .state
-            .plan
-            .as_ref()
-            .and_then(|plan| {
-                plan.environments
-                    .iter()
-                    .position(|planned| planned.environment == environment)
-            })
-            .map_or(usize::MAX, |index| index + 1);
-        self.enter_environment(next)
+        self.verify(environment)
     }
 
     pub(super) fn on_infrastructure(&mut self, provisioned: &InfrastructureProvisioned) -> Result<(), SagaError> {

@@ -508,7 +508,7 @@ fn every_decision_is_recorded_for_the_audit_log_in_order_and_once() {
     let names: Vec<&str> = recorded.iter().map(|(decision, ..)| decision.as_str()).collect();
     assert_eq!(
         names,
-        ["requested", "approved", "promoted", "deployed"],
+        ["requested", "approved", "promoted", "deployed", "verified"],
         "{recorded:#?}"
     );
     assert_eq!(recorded[0].2.as_deref(), Some(AGENT), "the requester");
@@ -547,6 +547,7 @@ fn every_decision_is_recorded_for_the_audit_log_in_order_and_once() {
             "approved",
             "promoted",
             "deployed",
+            "verified",
             "completed"
         ],
         "{recorded:#?}"

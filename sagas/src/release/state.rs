@@ -10,7 +10,7 @@ use bosun_contracts::messages::{
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{ReleasePhase, ReleasePolicy, Rule, WindowRule};
+use super::{CheckOutcome, ReleasePhase, ReleasePolicy, Rule, WindowRule};
 
 /// The successful build a release ships, and what its module requires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,6 +214,72 @@ pub struct WindowOverride {
     pub at: OffsetDateTime,
 }
 
+/// A verification running in one environment: samples taken, passes per
+/// check, failures, and the sample the saga waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationRun {
+    /// The environment.
+    pub environment: String,
+    /// When it started (the healthy sync).
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When the soak time is over.
+    #[serde(with = "time::serde::rfc3339")]
+    pub soak_until: OffsetDateTime,
+    /// The sample the saga waits for (its `ReleaseVerificationCheck`).
+    pub attempt: u32,
+    /// When that sample is due.
+    #[serde(with = "time::serde::rfc3339")]
+    pub check_at: OffsetDateTime,
+    /// Samples taken so far.
+    pub samples: u32,
+    /// Passing samples, by check.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub passes: BTreeMap<String, u32>,
+    /// Failed samples so far (of any check).
+    pub failures: u32,
+    /// The outcomes of the last sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last: Vec<CheckOutcome>,
+    /// The policy version in force when it started, if a stored one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u64>,
+}
+
+/// A release verified in one environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedRecord {
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// What was verified (`healthy sync`, `soak 600s; 3 checks; 20 samples`).
+    pub summary: String,
+}
+
+/// A verification that failed, and what became of the rollback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationFailure {
+    /// The environment.
+    pub environment: String,
+    /// What failed.
+    pub reason: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The outcomes of the sample that failed it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outcomes: Vec<CheckOutcome>,
+    /// Whether the policy rolls the environment back.
+    pub roll_back: bool,
+    /// Whether the rollback was asked of the environment (false while it
+    /// waits for a promotion window, or when the policy does not roll back).
+    #[serde(default)]
+    pub rollback_requested: bool,
+}
+
 /// Infrastructure provisioned for one environment of the release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -337,6 +403,17 @@ pub struct ReleaseState {
     /// GitOps sync reports, by environment.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub syncs: BTreeMap<String, SyncRecord>,
+    /// While the release verifies in the current environment (synced
+    /// healthy, its soak time and checks running): how far it got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verifying: Option<VerificationRun>,
+    /// Environments the release passed verification in.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub verified: BTreeMap<String, VerifiedRecord>,
+    /// The verification that failed, if one did: the release is blocked
+    /// and never promoted further.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification_failed: Option<VerificationFailure>,
     /// Environments deployed, in promotion order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deployed: Vec<String>,
@@ -406,6 +483,14 @@ pub(super) mod step {
 
     pub fn rejected() -> String {
         "ReleaseRejected".to_owned()
+    }
+
+    pub fn verified(environment: &str) -> String {
+        format!("ReleaseVerified/{environment}")
+    }
+
+    pub fn rollback(environment: &str) -> String {
+        format!("RollbackEnvironment/{environment}")
     }
 
     pub fn blocked(failing: ReleaseStep, environment: Option<&str>) -> String {

@@ -745,7 +745,7 @@ fn a_healthy_sync_completes_a_single_environment_release() {
     let saga = ReleaseSaga::default();
     let (state, _) = run(&saga, planned(&saga), &[provisioned("dev")]);
     let (state, actions) = run(&saga, state, &[synced("dev")]);
-    assert_eq!(actions, []);
+    assert_eq!(types(&actions), ["ReleaseVerified"]);
     assert_eq!(state.phase, ReleasePhase::Completed);
     assert!(state.is_finished());
     assert_eq!(state.deployed, ["dev"]);
@@ -763,7 +763,7 @@ fn a_sync_of_the_next_environment_moves_on_along_the_path() {
     let saga = three_environments();
     let (state, actions) = run(&saga, planned(&saga), &[provisioned("dev"), synced("dev")]);
     assert_eq!(
-        actions[1..],
+        actions[2..],
         [approval_timeout_of("staging", DEFAULT_APPROVAL_TIMEOUT)],
         "{:?}",
         types(&actions)
@@ -777,7 +777,7 @@ fn a_sync_of_the_next_environment_moves_on_along_the_path() {
         planned(&auto_staging),
         &[provisioned("dev"), synced("dev")],
     );
-    assert_eq!(actions[1], Action::Send(auto_approved("staging")));
+    assert_eq!(actions[2], Action::Send(auto_approved("staging")));
 }
 
 #[test]
@@ -787,7 +787,7 @@ fn a_sync_reported_early_counts_once_promoted() {
     assert_eq!(actions, []);
     assert_eq!(state.phase, ReleasePhase::Provisioning);
     let (state, actions) = run(&saga, state, &[provisioned("dev")]);
-    assert_eq!(types(&actions), ["DeploymentPromoted"]);
+    assert_eq!(types(&actions), ["DeploymentPromoted", "ReleaseVerified"]);
     assert_eq!(state.phase, ReleasePhase::Completed);
 }
 
@@ -812,7 +812,7 @@ fn an_unhealthy_sync_blocks_once_until_a_healthy_one() {
     );
     assert_eq!(state.phase, ReleasePhase::Syncing);
     let (state, actions) = run(&saga, state, &[synced("dev")]);
-    assert_eq!(actions, []);
+    assert_eq!(types(&actions), ["ReleaseVerified"]);
     assert_eq!(state.phase, ReleasePhase::Completed);
     assert_eq!(state.blocked, None);
 }
@@ -877,12 +877,15 @@ fn the_whole_path_through_three_environments() {
             "ReleasePlanned",
             "ReleaseApproved",
             "DeploymentPromoted",
+            "ReleaseVerified",
             "schedule ReleaseApprovalTimeout",
             "ReleaseApproved",
             "DeploymentPromoted",
+            "ReleaseVerified",
             "schedule ReleaseApprovalTimeout",
             "ReleaseApproved",
             "DeploymentPromoted",
+            "ReleaseVerified",
         ]
     );
     for message in sends(&actions) {
@@ -902,6 +905,9 @@ fn the_whole_path_through_three_environments() {
             "ReleaseApproved/prod",
             "ReleaseApproved/staging",
             "ReleasePlanned",
+            "ReleaseVerified/dev",
+            "ReleaseVerified/prod",
+            "ReleaseVerified/staging",
         ]
     );
     assert_eq!(state.history.len(), 11);
@@ -1008,6 +1014,7 @@ fn step_of(action: &Action) -> String {
     let environment = match message {
         Message::ReleaseApproved(m) => m.environment.clone(),
         Message::DeploymentPromoted(m) => m.environment.clone(),
+        Message::ReleaseVerified(m) => m.environment.clone(),
         Message::ReleaseApprovalTimeout(m) => m.environment.clone(),
         Message::ReleaseBlocked(m) => format!("{:?}/{:?}", m.failing_step, m.environment),
         _ => String::new(),

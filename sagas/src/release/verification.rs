@@ -276,12 +276,18 @@ impl Verification {
         for (index, check) in self.checks.iter().enumerate() {
             check.validate(&format!("{field}.checks[{index}]"))?;
         }
-        validate::unique(&format!("{field}.checks"), self.checks.iter().map(VerificationCheck::name))?;
+        validate::unique(
+            &format!("{field}.checks"),
+            self.checks.iter().map(VerificationCheck::name),
+        )?;
         let upstream_field = format!("{field}.requiresVerifiedIn");
         if self.requires_verified_in.len() > MAX_CHECKS {
             return Err(validate::FieldError::new(
                 upstream_field,
-                format!("names {} environments; at most {MAX_CHECKS} are allowed", self.requires_verified_in.len()),
+                format!(
+                    "names {} environments; at most {MAX_CHECKS} are allowed",
+                    self.requires_verified_in.len()
+                ),
             ));
         }
         for (index, upstream) in self.requires_verified_in.iter().enumerate() {
@@ -328,7 +334,10 @@ impl VerificationCheck {
                 }
                 for (name, bound) in [("min", check.min), ("max", check.max)] {
                     if bound.is_some_and(|bound| !bound.is_finite()) {
-                        return Err(validate::FieldError::new(format!("{field}.{name}"), "must be a finite number"));
+                        return Err(validate::FieldError::new(
+                            format!("{field}.{name}"),
+                            "must be a finite number",
+                        ));
                     }
                 }
                 if let (Some(min), Some(max)) = (check.min, check.max)
@@ -349,9 +358,7 @@ impl VerificationCheck {
                     .split('/')
                     .nth(3)
                     .is_some_and(|segment| segment.eq_ignore_ascii_case("resourceGroups"));
-                if check.subscription().is_none()
-                    || !has_group
-                    || check.alert_rule_id.chars().any(char::is_whitespace)
+                if check.subscription().is_none() || !has_group || check.alert_rule_id.chars().any(char::is_whitespace)
                 {
                     return Err(validate::FieldError::new(
                         rule_field,

@@ -1,0 +1,354 @@
+//! Verification after promotion: once an environment reports the release
+//! synced and healthy, the policy's soak time and checks
+//! ([`Verification`](super::Verification)) must pass before the release is
+//! `verified` there and goes on; a failed verification blocks the release
+//! (it is never promoted further) and, where the policy says so, rolls the
+//! environment back to its last verified release (a `RollbackEnvironment`
+//! the environment's GitOps saga carries out), obeying the environment's
+//! promotion windows and holds unless overridden. The promotion graph: an
+//! environment that requires verification in others first is entered only
+//! once the release was verified there.
+
+use bosun_contracts::messages::{
+    DeploymentPromoted, ReleaseDecision, ReleaseStep, ReleaseVerificationCheck, ReleaseVerified, RollbackEnvironment,
+};
+
+use super::apply::Step;
+use super::state::step;
+use super::{
+    CheckOutcome, PENDING_DESIRED_COMMIT, ReleasePhase, Verification, VerificationFailure, VerificationRun,
+    VerifiedRecord,
+};
+use crate::{Action, SagaError};
+
+/// Who asks for the rollback a failed verification starts.
+pub const AUTO_ROLLBACK: &str = "policy:auto-rollback";
+
+impl Step<'_> {
+    /// `environment` is deployed (synced healthy): verify it as its policy
+    /// says, or count the healthy sync as verification when it asks for
+    /// nothing more.
+    pub(super) fn verify(&mut self, environment: &str) -> Result<(), SagaError> {
+        let verification = self.policy.approval.verification.get(environment).cloned();
+        match verification.filter(Verification::waits) {
+            Some(verification) => self.start_verification(environment, &verification),
+            None => self.verified(environment, "healthy sync".to_owned()),
+        }
+    }
+
+    fn start_verification(&mut self, environment: &str, verification: &Verification) -> Result<(), SagaError> {
+        let soak = time::Duration::seconds(i64::try_from(verification.soak_seconds).unwrap_or(i64::MAX));
+        let started_at = self.gate_at;
+        let run = VerificationRun {
+            environment: environment.to_owned(),
+            started_at,
+            soak_until: started_at.checked_add(soak).unwrap_or(started_at),
+            attempt: 1,
+            check_at: started_at,
+            samples: 0,
+            passes: Default::default(),
+            failures: 0,
+            last: Vec::new(),
+            policy_version: self.policy.approval_version,
+        };
+        self.note(format!(
+            "verifying {environment}: soak {}s, {} check{}",
+            verification.soak_seconds,
+            verification.checks.len(),
+            if verification.checks.len() == 1 { "" } else { "s" }
+        ));
+        let first = if verification.checks.is_empty() {
+            run.soak_until
+        } else {
+            started_at
+        };
+        self.schedule_sample(run, first);
+        Ok(())
+    }
+
+    /// Schedules sample `run.attempt` at `at` and keeps `run`.
+    fn schedule_sample(&mut self, mut run: VerificationRun, at: time::OffsetDateTime) {
+        run.check_at = at;
+        let after = std::time::Duration::try_from(at - self.gate_at).unwrap_or_default();
+        self.actions.push(Action::Schedule {
+            message: ReleaseVerificationCheck {
+                release_id: self.release_id.clone(),
+                environment: run.environment.clone(),
+                attempt: run.attempt,
+                check_at: at,
+            }
+            .into(),
+            after,
+        });
+        self.state.verifying = Some(run);
+    }
+
+    /// One sample of `environment`'s checks, taken by the consumer: counted,
+    /// then the release is verified, fails, or the next sample is scheduled.
+    /// A sample the release does not wait for changes nothing.
+    pub(super) fn on_samples(
+        &mut self,
+        check: &ReleaseVerificationCheck,
+        outcomes: &[CheckOutcome],
+    ) -> Result<(), SagaError> {
+        let Some(mut run) = self
+            .state
+            .verifying
+            .clone()
+            .filter(|run| run.environment == check.environment && run.attempt == check.attempt)
+        else {
+            return Ok(());
+        };
+        if self.state.phase != ReleasePhase::Syncing || !self.is_current(&check.environment) {
+            return Ok(());
+        }
+        let environment = check.environment.as_str();
+        // The policy in force now: one that no longer asks for anything
+        // verifies at once.
+        let Some(verification) = self
+            .policy
+            .approval
+            .verification
+            .get(environment)
+            .cloned()
+            .filter(Verification::waits)
+        else {
+            self.state.verifying = None;
+            return self.verified(
+                environment,
+                "healthy sync (the policy no longer asks for more)".to_owned(),
+            );
+        };
+        run.samples += 1;
+        let mut failed = Vec::new();
+        for outcome in outcomes {
+            if outcome.passed {
+                *run.passes.entry(outcome.check.clone()).or_default() += 1;
+            } else {
+                run.failures += 1;
+                failed.push(format!("{}: {}", outcome.check, outcome.detail));
+            }
+        }
+        run.last = outcomes.to_vec();
+        if run.failures > verification.failure_limit {
+            self.state.verifying = None;
+            let reason = format!(
+                "{} failed sample{} (the policy tolerates {}); last: {}",
+                run.failures,
+                if run.failures == 1 { "" } else { "s" },
+                verification.failure_limit,
+                failed.join("; ")
+            );
+            return self.fail_verification(environment, reason, outcomes.to_vec(), verification.roll_back);
+        }
+        if !failed.is_empty() {
+            self.note(format!("verification of {environment}: {}", failed.join("; ")));
+        }
+        let soaked = self.gate_at >= run.soak_until;
+        let passed = verification
+            .checks
+            .iter()
+            .all(|check| run.passes.get(check.name()).copied().unwrap_or(0) >= check.successes());
+        if soaked && passed {
+            self.state.verifying = None;
+            let summary = format!(
+                "soak {}s; {} check{}; {} sample{}, {} failed",
+                verification.soak_seconds,
+                verification.checks.len(),
+                if verification.checks.len() == 1 { "" } else { "s" },
+                run.samples,
+                if run.samples == 1 { "" } else { "s" },
+                run.failures
+            );
+            return self.verified(environment, summary);
+        }
+        // Nothing to say but that a sample passed: no history entry.
+        self.quiet = failed.is_empty();
+        let interval = time::Duration::seconds(i64::try_from(verification.interval_seconds).unwrap_or(i64::MAX));
+        let mut next = self.gate_at.checked_add(interval).unwrap_or(self.gate_at);
+        if passed || verification.checks.is_empty() {
+            // Only the soak time is left: one last sample when it is over.
+            next = next.max(run.soak_until);
+        }
+        run.attempt += 1;
+        self.schedule_sample(run, next);
+        Ok(())
+    }
+
+    /// `environment` is verified: recorded, `ReleaseVerified` sent (what a
+    /// rollback goes back to), and the release goes on.
+    fn verified(&mut self, environment: &str, summary: String) -> Result<(), SagaError> {
+        let promotion = self.verified_promotion(environment)?;
+        self.state.verified.insert(
+            environment.to_owned(),
+            VerifiedRecord {
+                at: self.gate_at,
+                summary: summary.clone(),
+            },
+        );
+        let mut decision = self.decision(ReleaseDecision::Verified, Some(environment));
+        decision.by = Some("bosun".to_owned());
+        decision.reason = Some(summary.clone());
+        self.record(decision);
+        self.note(format!("{environment} verified ({summary})"));
+        self.send(
+            step::verified(environment),
+            ReleaseVerified {
+                release_id: self.release_id.clone(),
+                environment: environment.to_owned(),
+                promotion,
+                summary,
+                verified_at: self.gate_at,
+            }
+            .into(),
+        );
+        let next = self
+            .state
+            .plan
+            .as_ref()
+            .and_then(|plan| {
+                plan.environments
+                    .iter()
+                    .position(|planned| planned.environment == environment)
+            })
+            .map_or(usize::MAX, |index| index + 1);
+        self.enter_environment(next)
+    }
+
+    /// The promotion of `environment` as a rollback would write it again.
+    fn verified_promotion(&self, environment: &str) -> Result<DeploymentPromoted, SagaError> {
+        let plan = self
+            .state
+            .plan
+            .as_ref()
+            .ok_or_else(|| self.refuse(format!("release {} is not planned: nothing verified", self.release_id)))?;
+        Ok(DeploymentPromoted {
+            release_id: self.release_id.clone(),
+            module_id: plan.module_id.clone(),
+            environment: environment.to_owned(),
+            image: plan.artifacts.image.clone(),
+            package: plan.artifacts.package.clone(),
+            environment_repository: self.policy.environment_repository.clone(),
+            desired_commit_sha: PENDING_DESIRED_COMMIT.to_owned(),
+            approved_by: self
+                .state
+                .approvals
+                .get(environment)
+                .map_or_else(|| "bosun".to_owned(), |approval| approval.approver.clone()),
+            promoted_at: self.gate_at,
+        })
+    }
+
+    fn fail_verification(
+        &mut self,
+        environment: &str,
+        reason: String,
+        outcomes: Vec<CheckOutcome>,
+        roll_back: bool,
+    ) -> Result<(), SagaError> {
+        let mut decision = self.decision(ReleaseDecision::VerificationFailed, Some(environment));
+        decision.by = Some("bosun".to_owned());
+        decision.reason = Some(reason.clone());
+        self.record(decision);
+        self.note(format!("verification of {environment} failed: {reason}"));
+        self.block(
+            ReleaseStep::Sync,
+            format!("verification of {environment} failed: {reason}"),
+            Some(environment),
+        );
+        self.state.verification_failed = Some(VerificationFailure {
+            environment: environment.to_owned(),
+            reason,
+            at: self.gate_at,
+            outcomes,
+            roll_back,
+            rollback_requested: false,
+        });
+        self.enter(ReleasePhase::Blocked)?;
+        if roll_back {
+            self.roll_back(environment)
+        } else {
+            self.note(format!(
+                "the policy of {environment} does not roll back: it keeps this release"
+            ));
+            Ok(())
+        }
+    }
+
+    /// Whether a rollback of `environment` after a failed verification is
+    /// still to be asked for.
+    pub(super) fn rollback_due(&self, environment: &str) -> bool {
+        self.state.phase == ReleasePhase::Blocked
+            && self.state.verification_failed.as_ref().is_some_and(|failure| {
+                failure.environment == environment && failure.roll_back && !failure.rollback_requested
+            })
+    }
+
+    /// Asks `environment`'s GitOps saga to go back to its last verified
+    /// release, once the promotion gate is open (or overridden).
+    pub(super) fn roll_back(&mut self, environment: &str) -> Result<(), SagaError> {
+        if let Some(closure) = self.gate(environment) {
+            return self.wait_for_window(environment, closure);
+        }
+        if self
+            .state
+            .window_wait
+            .take_if(|wait| wait.environment == environment)
+            .is_some()
+        {
+            self.note(format!("the promotion window of {environment} is open"));
+        }
+        let Some(module_id) = self.state.plan.as_ref().map(|plan| plan.module_id.clone()) else {
+            return Ok(());
+        };
+        let reason = self
+            .state
+            .verification_failed
+            .as_ref()
+            .map(|failure| failure.reason.clone())
+            .unwrap_or_default();
+        if let Some(failure) = self.state.verification_failed.as_mut() {
+            failure.rollback_requested = true;
+        }
+        self.note(format!(
+            "rollback of {environment} to its last verified release asked for"
+        ));
+        self.send(
+            step::rollback(environment),
+            RollbackEnvironment {
+                environment: environment.to_owned(),
+                module_id,
+                to_release_id: None,
+                failed_release_id: Some(self.release_id.clone()),
+                reason: super::apply::clip(
+                    format!("verification of {} in {environment} failed: {reason}", self.release_id),
+                    bosun_contracts::messages::MAX_REASON_CHARS,
+                ),
+                on_behalf_of: None,
+                requested_by: Some(AUTO_ROLLBACK.to_owned()),
+                requester_identities: Vec::new(),
+                requested_at: self.gate_at,
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// The environments `environment` requires this release to have been
+    /// verified in and that it was not (empty: it may go there).
+    pub(super) fn missing_evidence(&self, environment: &str) -> Vec<String> {
+        self.policy
+            .approval
+            .verification
+            .get(environment)
+            .map(|verification| {
+                verification
+                    .requires_verified_in
+                    .iter()
+                    .filter(|upstream| !self.state.verified.contains_key(*upstream))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

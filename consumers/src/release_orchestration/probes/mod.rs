@@ -17,6 +17,11 @@ use bosun_sagas::release::{CheckOutcome, VerificationCheck};
 pub trait VerificationProbes: Send + Sync + std::fmt::Debug {
     /// One sample of `check`, for `tenant`'s release `release_id` in
     /// `environment` (named in logs and the telemetry of the call).
-    async fn sample(&self, tenant: &str, release_id: &str, environment: &str, check: &VerificationCheck)
-    -> CheckOutcome;
+    async fn sample(
+        &self,
+        tenant: &str,
+        release_id: &str,
+        environment: &str,
+        check: &VerificationCheck,
+    ) -> CheckOutcome;
 }
