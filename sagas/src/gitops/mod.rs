@@ -29,6 +29,16 @@
 //!   request: reconcile the desired commit now. A timer scheduled for a
 //!   commit that is no longer desired is ignored. A request naming another
 //!   commit than the desired one is ignored (a rollback is a promotion).
+//! - `ReleaseVerified` — a release passed verification here: kept, per
+//!   module, as a release a rollback may go back to
+//!   ([`GitOpsState::verified`], the newest [`VERIFIED_LIMIT`]).
+//! - `RollbackEnvironment` — go back to a verified release of one module
+//!   (the one named, else the newest that is neither the current one nor
+//!   the failed one): its promotion is written again, stamped with when
+//!   the rollback was asked for, ahead of queued promotions. A rollback
+//!   with nothing to go back to, or for a failed release that is no longer
+//!   the current one, changes nothing. Both are recorded for the tenant's
+//!   audit log (`ReleaseDecisionRecorded` on the release rolled back from).
 //! - `InfrastructureProvisioned` — the environment's infrastructure changed:
 //!   reconcile the desired commit again (previews are ignored).
 //! - [`EnvironmentReport`] — what the environment reports after a reconcile
@@ -75,6 +85,7 @@ mod input;
 mod promotion;
 mod reconcile;
 mod report;
+mod rollback;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -87,7 +98,9 @@ use bosun_contracts::Message;
 pub use self::input::{DesiredStateWritten, EnvironmentReport, GitOpsInput, GitOpsTransition, Work};
 pub use self::state::{
     AppRelease, DesiredCommit, GitOpsPhase, GitOpsState, HistoryEntry, HistoryEvent, ObservedCommit, PendingReconcile,
+    VerifiedRelease,
 };
+pub use self::rollback::VERIFIED_LIMIT;
 use crate::{Action, SagaError, SagaKind, StateMachine, Transition};
 
 /// History entries kept in the state (the newest).
@@ -209,6 +222,8 @@ impl GitOpsSaga {
             Message::DeploymentPromoted(promoted) => Self::on_promoted(next, promoted, self.queue),
             Message::ReconcileEnvironment(request) => Self::on_reconcile_request(next, request, self.queue),
             Message::InfrastructureProvisioned(provisioned) => Self::on_infrastructure(next, provisioned),
+            Message::ReleaseVerified(verified) => Self::on_verified(next, verified),
+            Message::RollbackEnvironment(rollback) => Self::on_rollback(next, rollback, self.queue),
             _ => {}
         }
         Ok(())
@@ -238,6 +253,8 @@ pub fn environment_of(message: &Message) -> Option<String> {
         Message::DeploymentPromoted(promoted) => Some(promoted.environment.clone()),
         Message::ReconcileEnvironment(request) => Some(request.environment.clone()),
         Message::InfrastructureProvisioned(provisioned) => Some(provisioned.environment.clone()),
+        Message::ReleaseVerified(verified) => Some(verified.environment.clone()),
+        Message::RollbackEnvironment(rollback) => Some(rollback.environment.clone()),
         _ => None,
     }
 }
@@ -267,6 +284,7 @@ impl StateMachine for GitOpsSaga {
         let lines = [
             "[*] --> Idle",
             "Idle --> Writing : DeploymentPromoted (newest of its module)",
+            "Synced --> Writing : RollbackEnvironment (a verified release, written again as the newest)",
             "Idle --> Reconciling : ReconcileEnvironment (adopt branch head)",
             "Reconciling --> Writing : DeploymentPromoted (newer release)",
             "Synced --> Writing : DeploymentPromoted (newer release)",
@@ -293,12 +311,13 @@ impl StateMachine for GitOpsSaga {
 /// handling of one message, so a message moves the phase at most once.
 pub fn machine() -> crate::machine::Machine {
     use crate::machine::{Machine, MachineState, MachineTransition};
-    const PROMOTED: &[&str] = &["DeploymentPromoted"];
+    const PROMOTED: &[&str] = &["DeploymentPromoted", "ReleaseVerified", "RollbackEnvironment"];
     const RECONCILED: &[&str] = &["ReconcileEnvironment", "InfrastructureProvisioned"];
     const ANY: &[&str] = &[
         "DeploymentPromoted",
         "ReconcileEnvironment",
         "InfrastructureProvisioned",
+        "RollbackEnvironment",
     ];
     let state = |value, name, description| MachineState {
         value,
@@ -359,7 +378,7 @@ pub fn machine() -> crate::machine::Machine {
             edge(
                 "synced",
                 "synced",
-                "promotion of a release already accepted or older",
+                "promotion of a release already accepted or older, a verified release kept, a rollback refused",
                 PROMOTED,
             ),
         ],

@@ -166,8 +166,26 @@ pub struct GitOpsState {
     /// one release is promoted to an environment at a time.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub queued: Vec<DeploymentPromoted>,
+    /// Releases verified in the environment, by module (oldest first, at
+    /// most [`VERIFIED_LIMIT`](super::VERIFIED_LIMIT)): what a rollback
+    /// goes back to.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub verified: BTreeMap<String, Vec<VerifiedRelease>>,
     /// What happened (oldest first, at most [`HISTORY_LIMIT`]).
     pub history: Vec<HistoryEntry>,
+}
+
+/// A release verified in the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedRelease {
+    /// The release.
+    pub release_id: String,
+    /// Its promotion, as a rollback writes it again.
+    pub promotion: DeploymentPromoted,
+    /// When it was verified.
+    #[serde(with = "time::serde::rfc3339")]
+    pub verified_at: OffsetDateTime,
 }
 
 /// Version 1: the state as it was when states were first versioned (and as
