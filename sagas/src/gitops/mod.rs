@@ -96,11 +96,11 @@ use std::time::Duration;
 use bosun_contracts::Message;
 
 pub use self::input::{DesiredStateWritten, EnvironmentReport, GitOpsInput, GitOpsTransition, Work};
+pub use self::rollback::VERIFIED_LIMIT;
 pub use self::state::{
     AppRelease, DesiredCommit, GitOpsPhase, GitOpsState, HistoryEntry, HistoryEvent, ObservedCommit, PendingReconcile,
     VerifiedRelease,
 };
-pub use self::rollback::VERIFIED_LIMIT;
 use crate::{Action, SagaError, SagaKind, StateMachine, Transition};
 
 /// History entries kept in the state (the newest).

@@ -3,7 +3,9 @@
 //! and a `RollbackEnvironment` writes the promotion of one of them again,
 //! stamped with when the rollback was asked for so it is the module's newest
 //! promotion. The rollback goes before promotions queued behind the one in
-//! flight. Every rollback, and every refusal (nothing verified to go back
+//! flight; those, promoted before the rollback was asked for, are older
+//! than it and are then ignored (a rollback is not undone by what it rolled
+//! back from). Every rollback, and every refusal (nothing verified to go back
 //! to, a failed release that is no longer the module's current one), is
 //! recorded for the tenant's audit log (`ReleaseDecisionRecorded`, on the
 //! release rolled back from).
@@ -123,7 +125,9 @@ impl GitOpsSaga {
         if queue && next.state.in_flight().is_some() {
             // Ahead of the promotions waiting: it goes when the one in
             // flight is synced.
-            next.state.queued.retain(|queued| queued.release_id != promoted.release_id);
+            next.state
+                .queued
+                .retain(|queued| queued.release_id != promoted.release_id);
             next.state.queued.insert(0, promoted);
             return;
         }

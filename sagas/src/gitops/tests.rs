@@ -113,6 +113,8 @@ struct Driver {
     requests: VecDeque<ReconcileEnvironment>,
     /// Whether the saga queues promotions (one release at a time).
     queueing: bool,
+    /// Decisions recorded for the audit log (rollbacks and refusals).
+    decisions: Vec<bosun_contracts::messages::ReleaseDecisionRecorded>,
 }
 
 impl Driver {
@@ -125,6 +127,7 @@ impl Driver {
             timers: VecDeque::new(),
             requests: VecDeque::new(),
             queueing: true,
+            decisions: Vec::new(),
         }
     }
 
@@ -137,6 +140,7 @@ impl Driver {
                     ..
                 } => self.timers.push_back(timer),
                 Action::Send(Message::ReconcileEnvironment(request)) => self.requests.push_back(request),
+                Action::Send(Message::ReleaseDecisionRecorded(recorded)) => self.decisions.push(recorded),
                 other => panic!("unexpected action {other:?}"),
             }
         }
@@ -593,6 +597,178 @@ proptest! {
                 driver.synced.iter().any(|event| event.release_id.as_deref() == Some(release.as_str())),
                 "{} never reported", release
             );
+        }
+    }
+}
+
+// --- verified releases and rollbacks ------------------------------------
+
+fn verified(module: &str, release: &str, minute: i64) -> bosun_contracts::messages::ReleaseVerified {
+    let promotion = promoted(module, release, minute);
+    bosun_contracts::messages::ReleaseVerified {
+        release_id: release.to_owned(),
+        environment: ENV.to_owned(),
+        verified_at: promotion.promoted_at + time::Duration::minutes(1),
+        promotion,
+        summary: "healthy sync".to_owned(),
+    }
+}
+
+fn rollback(
+    module: &str,
+    failed: Option<&str>,
+    to: Option<&str>,
+    minute: i64,
+) -> bosun_contracts::messages::RollbackEnvironment {
+    bosun_contracts::messages::RollbackEnvironment {
+        environment: ENV.to_owned(),
+        module_id: module.to_owned(),
+        to_release_id: to.map(str::to_owned),
+        failed_release_id: failed.map(str::to_owned),
+        reason: "health check answered 500".to_owned(),
+        on_behalf_of: None,
+        requested_by: Some(
+            if failed.is_some() {
+                crate::release::AUTO_ROLLBACK
+            } else {
+                "cli:carol"
+            }
+            .to_owned(),
+        ),
+        requester_identities: Vec::new(),
+        requested_at: datetime!(2026-11-29 10:00 UTC) + time::Duration::minutes(minute),
+    }
+}
+
+fn running(driver: &Driver, module: &str) -> Option<String> {
+    driver.world.content().get(module).cloned()
+}
+
+fn last_decision(driver: &Driver) -> (String, bosun_contracts::messages::ReleaseDecision, String) {
+    let recorded = driver.decisions.last().expect("a decision recorded");
+    let entry = &recorded.decisions[0];
+    (
+        recorded.release_id.clone(),
+        entry.decision,
+        entry.reason.clone().unwrap_or_default(),
+    )
+}
+
+#[test]
+fn a_failed_release_is_rolled_back_to_the_last_verified_one() {
+    use bosun_contracts::messages::ReleaseDecision;
+    let mut driver = Driver::new();
+    driver.message(promoted("payments-api", "r1", 0));
+    driver.message(verified("payments-api", "r1", 0));
+    driver.message(promoted("payments-api", "r2", 10));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r2"));
+    driver.message(rollback("payments-api", Some("r2"), None, 12));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    assert_eq!(driver.state.apps["payments-api"].release_id, "r1");
+    let (release, decision, reason) = last_decision(&driver);
+    assert_eq!((release.as_str(), decision), ("r2", ReleaseDecision::RolledBack));
+    assert!(reason.contains("rolled back to r1"), "{reason}");
+    // The same rollback again (a redelivery) changes nothing: r2 is no
+    // longer the current release.
+    let writes = driver.world.writes.len();
+    driver.message(rollback("payments-api", Some("r2"), None, 12));
+    assert_eq!(driver.world.writes.len(), writes);
+    assert_eq!(last_decision(&driver).1, ReleaseDecision::RollbackRefused);
+    // A late promotion of r2 does not bring it back.
+    driver.message(promoted("payments-api", "r2", 10));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+}
+
+#[test]
+fn a_rollback_with_nothing_verified_is_refused_and_recorded() {
+    use bosun_contracts::messages::ReleaseDecision;
+    let mut driver = Driver::new();
+    driver.message(promoted("payments-api", "r1", 0));
+    driver.message(rollback("payments-api", Some("r1"), None, 5));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    let (release, decision, reason) = last_decision(&driver);
+    assert_eq!((release.as_str(), decision), ("r1", ReleaseDecision::RollbackRefused));
+    assert!(reason.contains("no release of payments-api verified"), "{reason}");
+}
+
+#[test]
+fn a_manual_rollback_goes_to_the_verified_release_before_the_current_one_or_the_one_named() {
+    let mut driver = Driver::new();
+    for (release, minute) in [("r1", 0), ("r2", 10), ("r3", 20)] {
+        driver.message(promoted("payments-api", release, minute));
+        driver.message(verified("payments-api", release, minute));
+    }
+    driver.message(rollback("payments-api", None, None, 30));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r2"));
+    driver.message(rollback("payments-api", None, Some("r1"), 31));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    // A release never verified here cannot be gone back to.
+    driver.message(rollback("payments-api", None, Some("r9"), 32));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    assert!(last_decision(&driver).2.contains("r9 was not verified"));
+}
+
+#[test]
+fn a_rollback_goes_ahead_of_queued_promotions() {
+    let mut driver = Driver::new();
+    driver.message(promoted("payments-api", "r1", 0));
+    driver.message(verified("payments-api", "r1", 0));
+    driver.world.lagging = true;
+    driver.message(promoted("payments-api", "r2", 10));
+    driver.message(promoted("payments-api", "r3", 20));
+    assert_eq!(driver.state.queued.len(), 1);
+    driver.message(rollback("payments-api", None, Some("r1"), 21));
+    assert_eq!(driver.state.queued[0].release_id, "r1");
+    driver.world.lagging = false;
+    while driver.fire_timer() {}
+    // r2 synced, then r1 (the rollback), then r3, newer than both.
+    let order: Vec<&str> = driver
+        .world
+        .writes
+        .iter()
+        .map(|(_, release)| release.as_str())
+        .collect();
+    assert_eq!(order, ["r1", "r2", "r1", "r3"]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Releases of one module promoted one after another, each verified or
+    /// failing (and then rolled back, as the release saga asks): after a
+    /// failure the environment runs the newest verified release before it,
+    /// or, when there is none, keeps the failed one and a refusal is
+    /// recorded.
+    #[test]
+    fn a_failed_verification_ends_in_the_last_verified_release_or_a_recorded_refusal(
+        outcomes in prop::collection::vec(any::<bool>(), 1..12),
+    ) {
+        use bosun_contracts::messages::ReleaseDecision;
+        let mut driver = Driver::new();
+        let mut last_verified: Option<String> = None;
+        for (index, passes) in outcomes.into_iter().enumerate() {
+            let release = format!("r{index}");
+            let minute = i64::try_from(index).unwrap() * 10;
+            driver.message(promoted("payments-api", &release, minute));
+            prop_assert_eq!(running(&driver, "payments-api"), Some(release.clone()));
+            if passes {
+                driver.message(verified("payments-api", &release, minute));
+                last_verified = Some(release);
+                continue;
+            }
+            driver.message(rollback("payments-api", Some(&release), None, minute + 5));
+            let (recorded_on, decision, _) = last_decision(&driver);
+            prop_assert_eq!(recorded_on, release.clone());
+            match &last_verified {
+                Some(good) => {
+                    prop_assert_eq!(running(&driver, "payments-api"), Some(good.clone()));
+                    prop_assert_eq!(decision, ReleaseDecision::RolledBack);
+                }
+                None => {
+                    prop_assert_eq!(running(&driver, "payments-api"), Some(release.clone()));
+                    prop_assert_eq!(decision, ReleaseDecision::RollbackRefused);
+                }
+            }
         }
     }
 }

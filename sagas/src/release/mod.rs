@@ -101,6 +101,8 @@ mod state;
 mod tests;
 mod verification;
 mod verify;
+#[cfg(test)]
+mod verify_tests;
 mod windows;
 #[cfg(test)]
 mod windows_tests;
