@@ -721,14 +721,23 @@ fn a_rollback_goes_ahead_of_queued_promotions() {
     assert_eq!(driver.state.queued[0].release_id, "r1");
     driver.world.lagging = false;
     while driver.fire_timer() {}
-    // r2 synced, then r1 (the rollback), then r3, newer than both.
+    // r2 synced, then r1 (the rollback); r3, promoted before the rollback
+    // was asked for, is older than it and not written.
     let order: Vec<&str> = driver
         .world
         .writes
         .iter()
         .map(|(_, release)| release.as_str())
         .collect();
-    assert_eq!(order, ["r1", "r2", "r1", "r3"]);
+    assert_eq!(order, ["r1", "r2", "r1"]);
+    assert!(driver.state.queued.is_empty());
+    assert!(
+        driver
+            .state
+            .history
+            .iter()
+            .any(|entry| entry.event == HistoryEvent::PromotionIgnored && entry.release_id.as_deref() == Some("r3"))
+    );
 }
 
 proptest! {
