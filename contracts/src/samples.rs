@@ -599,6 +599,7 @@ pub fn rollback_environment() -> RollbackEnvironment {
         to_release_id: None,
         failed_release_id: None,
         reason: "INC-42: error rate up since the last release".to_owned(),
+        override_reason: None,
         on_behalf_of: None,
         requested_by: Some("cli:carol".to_owned()),
         requester_identities: vec!["cli:carol".to_owned()],

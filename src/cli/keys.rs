@@ -28,7 +28,8 @@ pub enum KeysCommand {
         tenant: String,
         /// Comma-separated: commands:send, deliveries:read,
         /// dead-letters:replay, releases:approve (or
-        /// releases:approve:<environment>, once per environment), releases:override, admin.
+        /// releases:approve:<environment>, once per environment), releases:override, releases:rollback,
+        /// admin.
         #[arg(long, value_name = "S1,S2")]
         scopes: String,
         /// Free text to tell keys apart; recorded with the approvals the

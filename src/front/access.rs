@@ -46,6 +46,11 @@ pub enum Scope {
     /// `commands:send` nor by `releases:approve`.
     #[serde(rename = "releases:override")]
     ReleasesOverride,
+    /// Roll an environment back to a release verified there
+    /// (`RollbackEnvironment`, `bosun releases rollback`); not implied by
+    /// `commands:send`, `releases:approve` nor `releases:override`.
+    #[serde(rename = "releases:rollback")]
+    ReleasesRollback,
     /// Everything, purging dead letters included.
     #[serde(rename = "admin")]
     Admin,
@@ -53,12 +58,13 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::CommandsSend,
         Scope::DeliveriesRead,
         Scope::DeadLettersReplay,
         Scope::ReleasesApprove,
         Scope::ReleasesOverride,
+        Scope::ReleasesRollback,
         Scope::Admin,
     ];
 
@@ -70,6 +76,7 @@ impl Scope {
             Self::DeadLettersReplay => "dead-letters:replay",
             Self::ReleasesApprove => "releases:approve",
             Self::ReleasesOverride => "releases:override",
+            Self::ReleasesRollback => "releases:rollback",
             Self::Admin => "admin",
         }
     }
@@ -95,7 +102,7 @@ pub enum KeyError {
     /// A scope name that does not exist.
     #[error(
         "unknown scope `{0}` in field `scopes` (known: commands:send, deliveries:read, dead-letters:replay, \
-         releases:approve, releases:approve:<environment>, releases:override, admin)"
+         releases:approve, releases:approve:<environment>, releases:override, releases:rollback, admin)"
     )]
     UnknownScope(String),
     /// No scope given.
@@ -122,11 +129,13 @@ pub enum KeyError {
 
 /// The right a command of `message_type` needs instead of
 /// `commands:send`, when it decides on a release: `releases:approve` to
-/// approve or reject, `releases:override` to override a promotion window.
+/// approve or reject, `releases:override` to override a promotion window,
+/// `releases:rollback` to roll an environment back.
 pub fn decision_scope(message_type: &str) -> Option<Scope> {
     match message_type {
         "ApproveRelease" | "RejectRelease" => Some(Scope::ReleasesApprove),
         "OverrideReleaseWindow" => Some(Scope::ReleasesOverride),
+        "RollbackEnvironment" => Some(Scope::ReleasesRollback),
         _ => None,
     }
 }

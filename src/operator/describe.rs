@@ -125,6 +125,18 @@ pub fn describe(message: &Message) -> Option<String> {
             decided_by(m.overridden_by.as_deref(), m.on_behalf_of.as_deref()),
             m.reason
         ),
+        Message::ReleaseVerificationCheck(m) => {
+            format!("release {} in {}, sample {}", m.release_id, m.environment, m.attempt)
+        }
+        Message::ReleaseVerified(m) => format!("release {} in {}: {}", m.release_id, m.environment, m.summary),
+        Message::RollbackEnvironment(m) => format!(
+            "{} in {} to {} by {}: {}",
+            m.module_id,
+            m.environment,
+            m.to_release_id.as_deref().unwrap_or("the last verified release"),
+            decided_by(m.requested_by.as_deref(), m.on_behalf_of.as_deref()),
+            m.reason
+        ),
         Message::ReleaseApproved(m) => format!("release {} in {} by {}", m.release_id, m.environment, m.approver),
         Message::ReleaseRejected(m) => format!("release {}: {}", m.release_id, m.reason),
         Message::ReleaseBlocked(m) => format!("release {} stopped at {:?}: {}", m.release_id, m.failing_step, m.reason),

@@ -559,6 +559,7 @@ impl Operator {
                     "ApproveRelease" => Some(("approvedBy", Some("approverIdentities"))),
                     "RejectRelease" => Some(("rejectedBy", None)),
                     "OverrideReleaseWindow" => Some(("overriddenBy", Some("overriderIdentities"))),
+                    "RollbackEnvironment" => Some(("requestedBy", Some("requesterIdentities"))),
                     _ => None,
                 } && let Some(object) = payload.as_object_mut()
                 {

@@ -129,6 +129,10 @@ impl Operator {
                 overriding.overridden_by = Some(self.principal.clone());
                 overriding.overrider_identities = self.identities.clone();
             }
+            Message::RollbackEnvironment(rollback) => {
+                rollback.requested_by = Some(self.principal.clone());
+                rollback.requester_identities = self.identities.clone();
+            }
             _ => {}
         }
         message.validate()?;

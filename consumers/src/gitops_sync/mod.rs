@@ -221,7 +221,13 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
                         release_id: promoted.release_id.clone(),
                         path,
                         manifest,
-                        message: format!("Promote {} to {}", promoted.release_id, promoted.environment),
+                        message: match message {
+                            Message::RollbackEnvironment(rollback) => format!(
+                                "Roll {} in {} back to {}: {}",
+                                promoted.module_id, promoted.environment, promoted.release_id, rollback.reason
+                            ),
+                            _ => format!("Promote {} to {}", promoted.release_id, promoted.environment),
+                        },
                         date: promoted.promoted_at,
                     };
                     let written = self.environments.write_desired_state(&write).await.inspect_err(|err| {
@@ -291,6 +297,12 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
         let messages = actions
             .into_iter()
             .map(|action| match action {
+                // A rollback's decision came through the rollback's door
+                // (`cli:<operator>`, `api:<key>`, or the release saga).
+                Action::Send(Message::ReleaseDecisionRecorded(mut recorded)) => {
+                    recorded.door = Some(inbound.envelope.source.clone());
+                    Outgoing::now(recorded)
+                }
                 Action::Send(message) => Outgoing::now(message),
                 Action::Schedule { message, after } => {
                     if let Message::ReconcileEnvironment(timer) = &message

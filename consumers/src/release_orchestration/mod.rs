@@ -6,16 +6,21 @@
 //! Triggered by `BuildCompleted`, `ContainerImageBuilt`, `PackagePublished`,
 //! `InfrastructureProvisioned`, `GitOpsSynced` and the commands
 //! `ApproveRelease`, `RejectRelease`, `OverrideReleaseWindow`,
-//! `ReleaseApprovalTimeout` and `ReleaseWindowCheck` (the saga's own
-//! scheduled timeout and look at a promotion window). Emits
-//! `ReleasePlanned`, `ReleaseApproved`, `ReleaseRejected`, `ReleaseBlocked`
-//! and `DeploymentPromoted`, and with every message that made the saga
+//! `ReleaseApprovalTimeout`, `ReleaseWindowCheck` and
+//! `ReleaseVerificationCheck` (the saga's own scheduled timeout, look at a
+//! promotion window and sample of a verification). Emits
+//! `ReleasePlanned`, `ReleaseApproved`, `ReleaseRejected`, `ReleaseBlocked`,
+//! `DeploymentPromoted`, `ReleaseVerified` and `RollbackEnvironment`, and
+//! with every message that made the saga
 //! decide something a `ReleaseDecisionRecorded` (stamped with the door the
 //! deciding message came through), which it handles too: it appends the
 //! decisions to the tenant's audit log through its governance port.
 //!
-//! Unlike the other consumers this one talks to no outside service, so it
-//! has no adapters: the saga is pure, and the runtime loads its
+//! The saga is pure: a verification's checks (an HTTP health URL, a
+//! Prometheus query, an Azure Monitor alert rule) are sampled here, through
+//! the [`probes`] port, and their outcomes handed to the saga
+//! ([`ReleaseSaga::apply_samples`]); a probe never fails the message, a
+//! check that cannot be read is a failed sample. The runtime loads its
 //! state, passes it in [`Inbound::saga`], and saves the new state with the
 //! outgoing messages in one transaction (reloading and re-applying on a
 //! version conflict). Idempotency is the saga's: a step is never emitted
@@ -33,7 +38,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::Action;
-use bosun_sagas::release::{ReleaseSaga, ReleaseState};
+use bosun_contracts::messages::ReleaseVerificationCheck;
+use bosun_sagas::release::{CheckOutcome, ReleaseSaga, ReleaseState, VerificationCheck};
 use bosun_sagas::versioned::{StateError, load_state, save_state};
 use time::OffsetDateTime;
 
@@ -45,6 +51,7 @@ pub mod probes;
 mod tests;
 
 pub use governance::{DefaultGovernance, GovernanceError, ReleaseGovernance, VersionedApprovalPolicy};
+pub use probes::VerificationProbes;
 
 /// The consumer's name: its queue and subscription.
 pub const NAME: ConsumerName = "release-orchestration";
@@ -57,6 +64,7 @@ pub const SAGA_KIND: &str = "release";
 pub struct ReleaseOrchestration {
     saga: ReleaseSaga,
     governance: Arc<dyn ReleaseGovernance>,
+    probes: Option<Arc<dyn VerificationProbes>>,
 }
 
 impl ReleaseOrchestration {
@@ -67,7 +75,34 @@ impl ReleaseOrchestration {
         Self {
             saga,
             governance: Arc::new(DefaultGovernance),
+            probes: None,
         }
+    }
+
+    /// Samples verification checks through `probes`. Without, every sample
+    /// of a check fails, saying no probes are configured.
+    #[must_use]
+    pub fn with_probes(mut self, probes: Arc<dyn VerificationProbes>) -> Self {
+        self.probes = Some(probes);
+        self
+    }
+
+    /// One sample of each of `checks`.
+    async fn sample(&self, tenant: &str, check: &ReleaseVerificationCheck, checks: &[VerificationCheck]) -> Vec<CheckOutcome> {
+        let Some(probes) = &self.probes else {
+            return checks
+                .iter()
+                .map(|verification| CheckOutcome {
+                    check: verification.name().to_owned(),
+                    passed: false,
+                    detail: "this bosun has no verification probes configured".to_owned(),
+                })
+                .collect();
+        };
+        let samples = checks
+            .iter()
+            .map(|verification| probes.sample(tenant, &check.release_id, &check.environment, verification));
+        futures_util::future::join_all(samples).await
     }
 
     /// Reads tenants' approval policies and deliveries' requesters from
@@ -192,6 +227,7 @@ impl Consumer for ReleaseOrchestration {
         let due = match inbound.message {
             Message::ReleaseApprovalTimeout(timeout) => Some((timeout.deadline, DEADLINE_TOLERANCE)),
             Message::ReleaseWindowCheck(check) => Some((check.check_at, time::Duration::ZERO)),
+            Message::ReleaseVerificationCheck(check) => Some((check.check_at, time::Duration::ZERO)),
             _ => None,
         };
         if let Some((due, tolerance)) = due {
@@ -237,15 +273,44 @@ impl Consumer for ReleaseOrchestration {
         // The promotion gate is read at this host's clock too: a message
         // handled late (a backlog, a replay) never promotes into a window
         // that opened since it occurred.
-        let transition = machine
-            .apply_observed(
+        let transition = match inbound.message {
+            // A sample of a verification's checks: taken here (the saga
+            // runs none), then counted by the saga.
+            Message::ReleaseVerificationCheck(check) => match machine.checks_due(&state, check) {
+                Some(checks) => {
+                    let outcomes = self.sample(tenant, check, &checks).await;
+                    for outcome in &outcomes {
+                        tracing::info!(
+                            release_id = %saga.key,
+                            environment = %check.environment,
+                            attempt = check.attempt,
+                            check = %outcome.check,
+                            passed = outcome.passed,
+                            detail = %outcome.detail,
+                            "verification sample"
+                        );
+                    }
+                    machine.apply_samples(&state, check, &outcomes, OffsetDateTime::now_utc())
+                }
+                None => {
+                    tracing::info!(
+                        release_id = %saga.key,
+                        environment = %check.environment,
+                        attempt = check.attempt,
+                        "not the verification sample the release waits for; ignored"
+                    );
+                    return Ok(Outcome::default());
+                }
+            },
+            message => machine.apply_observed(
                 &state,
-                inbound.message,
+                message,
                 inbound.envelope.occurred_at,
                 Some(OffsetDateTime::now_utc()),
                 &requesters,
-            )
-            .map_err(HandlerError::permanent)?;
+            ),
+        }
+        .map_err(HandlerError::permanent)?;
         if transition.state == state && transition.actions.is_empty() {
             if let Message::ReleaseApprovalTimeout(timeout) = inbound.message {
                 tracing::warn!(

@@ -116,6 +116,13 @@ pub struct RollbackEnvironment {
     /// Why.
     #[schemars(transform = rule::text(MAX_REASON_CHARS))]
     pub reason: String,
+    /// Why the rollback goes through a closed promotion window or a hold of
+    /// the environment (an incident); needs `releases:override` besides
+    /// `releases:rollback`. Without it, a rollback into a closed window is
+    /// refused, the rule named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = rule::text(MAX_REASON_CHARS))]
+    pub override_reason: Option<String>,
     /// The person the sender acts for, as the sender names them (a note).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = rule::text(MAX_APPROVER_CHARS))]
@@ -148,6 +155,9 @@ impl Validate for RollbackEnvironment {
             validate::identifier("failedReleaseId", failed)?;
         }
         validate::text("reason", &self.reason, MAX_REASON_CHARS)?;
+        if let Some(override_reason) = &self.override_reason {
+            validate::text("overrideReason", override_reason, MAX_REASON_CHARS)?;
+        }
         if let Some(on_behalf_of) = &self.on_behalf_of {
             validate::text("onBehalfOf", on_behalf_of, MAX_APPROVER_CHARS)?;
         }

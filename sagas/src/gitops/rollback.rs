@@ -14,13 +14,48 @@ use bosun_contracts::messages::{
     DecisionEntry, MAX_REASON_CHARS, ReleaseDecision, ReleaseDecisionRecorded, ReleaseVerified, RollbackEnvironment,
 };
 
-use super::{GitOpsSaga, HistoryEntry, HistoryEvent, Next, VerifiedRelease};
+use super::{GitOpsSaga, GitOpsState, GitOpsTransition, HistoryEntry, HistoryEvent, Next, VerifiedRelease};
 use crate::Action;
 
 /// Verified releases kept per module (the newest).
 pub const VERIFIED_LIMIT: usize = 10;
 
 impl GitOpsSaga {
+    /// A rollback asked for while the environment's promotion gate is
+    /// closed (`closed` says by what and until when) and not overridden:
+    /// refused and recorded, nothing written. The consumer reads the gate
+    /// (the tenant's windows and holds); a rollback the release saga asked
+    /// for went through the gate there.
+    pub fn refuse_closed_rollback(
+        &self,
+        state: &GitOpsState,
+        rollback: &RollbackEnvironment,
+        closed: &str,
+    ) -> GitOpsTransition {
+        let mut next = Next {
+            state: state.clone(),
+            actions: Vec::new(),
+            work: None,
+        };
+        if next.state.environment.is_empty() {
+            next.state.environment = rollback.environment.clone();
+        }
+        let from = rollback
+            .failed_release_id
+            .clone()
+            .or_else(|| next.state.apps.get(&rollback.module_id).map(|app| app.release_id.clone()));
+        let by = rollback.requested_by.clone().unwrap_or_else(|| "bosun".to_owned());
+        let reason = format!(
+            "{closed}; a rollback obeys the environment's promotion windows and holds unless given an override reason"
+        );
+        Self::refuse_rollback(&mut next, rollback, from, &by, reason);
+        GitOpsTransition {
+            state: next.state,
+            actions: next.actions,
+            work: None,
+        }
+    }
+
     pub(super) fn on_verified(next: &mut Next, verified: &ReleaseVerified) {
         let releases = next
             .state
@@ -117,10 +152,16 @@ impl GitOpsSaga {
             from.unwrap_or_else(|| target.release_id.clone()),
             ReleaseDecision::RolledBack,
             &by,
-            format!(
-                "{} of {module} rolled back to {}: {}",
-                next.state.environment, target.release_id, rollback.reason
-            ),
+            match &rollback.override_reason {
+                Some(overriding) => format!(
+                    "{} of {module} rolled back to {}: {} (promotion windows and holds overridden: {overriding})",
+                    next.state.environment, target.release_id, rollback.reason
+                ),
+                None => format!(
+                    "{} of {module} rolled back to {}: {}",
+                    next.state.environment, target.release_id, rollback.reason
+                ),
+            },
         );
         if queue && next.state.in_flight().is_some() {
             // Ahead of the promotions waiting: it goes when the one in

@@ -626,6 +626,7 @@ fn rollback(
         to_release_id: to.map(str::to_owned),
         failed_release_id: failed.map(str::to_owned),
         reason: "health check answered 500".to_owned(),
+        override_reason: None,
         on_behalf_of: None,
         requested_by: Some(
             if failed.is_some() {

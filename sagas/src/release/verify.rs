@@ -324,6 +324,7 @@ impl Step<'_> {
                     format!("verification of {} in {environment} failed: {reason}", self.release_id),
                     bosun_contracts::messages::MAX_REASON_CHARS,
                 ),
+                override_reason: None,
                 on_behalf_of: None,
                 requested_by: Some(AUTO_ROLLBACK.to_owned()),
                 requester_identities: Vec::new(),
