@@ -14,6 +14,8 @@
 //! - [`argocd`]: Argo CD's application API.
 //! - [`entra`]: a Microsoft Entra token endpoint (client credentials and the
 //!   workload-identity federated token exchange).
+//! - [`monitor`]: Azure Monitor's Alerts Management (the alerts each alert
+//!   rule fired, fired and resolved by the test).
 //!
 //! Every double shares the same machinery ([`serve`]): a [`Faults`] plan
 //! that makes chosen requests fail as the real services fail (429 with
@@ -26,6 +28,7 @@ pub mod argocd;
 pub mod artifacts;
 pub mod devops;
 pub mod entra;
+pub mod monitor;
 mod serve;
 
 pub use serve::{

@@ -8,9 +8,26 @@
 //! refused connection, an unreadable answer, no credential) is a failed
 //! sample whose `detail` says what was seen. A detail never carries a
 //! response body or a secret.
+//!
+//! The adapter is [`Probes`] (`adapter.rs`), one module per kind of
+//! check: `http_check.rs` (a `GET` that must answer 2xx),
+//! `prometheus.rs` (an instant query whose values must be within bounds)
+//! and [`azure_monitor`] (an alert rule that must have no fired alert in
+//! Alerts Management).
+
+mod adapter;
+pub mod azure_monitor;
+mod http_check;
+mod prometheus;
+#[cfg(test)]
+mod tests;
 
 use async_trait::async_trait;
 use bosun_sagas::release::{CheckOutcome, VerificationCheck};
+
+pub use adapter::{
+    AzureMonitorAccess, DEFAULT_REQUEST_TIMEOUT, MAX_ANSWER_BYTES, MAX_ERROR_CHARS, Probes, ProbesError,
+};
 
 /// Samples verification checks.
 #[async_trait]
