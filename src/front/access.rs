@@ -140,6 +140,16 @@ pub fn decision_scope(message_type: &str) -> Option<Scope> {
     }
 }
 
+/// The second right a decision of `message_type` needs for `payload`, if
+/// any: a rollback that goes through closed promotion windows
+/// (`overrideReason`) needs `releases:override` besides `releases:rollback`.
+pub fn override_scope(message_type: &str, payload: Option<&serde_json::Value>) -> Option<Scope> {
+    let overrides = payload
+        .and_then(|payload| payload.get("overrideReason"))
+        .is_some_and(|reason| !reason.is_null());
+    (message_type == "RollbackEnvironment" && overrides).then_some(Scope::ReleasesOverride)
+}
+
 /// One right a key holds: a scope, and for `releases:approve` optionally
 /// the one environment it is limited to.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

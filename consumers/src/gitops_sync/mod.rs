@@ -42,10 +42,11 @@ pub mod port;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bosun_contracts::messages::{DeploymentPromoted, ReconcileReason};
+use bosun_contracts::messages::{DeploymentPromoted, ReconcileReason, RollbackEnvironment};
 use bosun_contracts::validate;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::gitops::{DesiredStateWritten, GitOpsInput, GitOpsSaga, GitOpsState, Work};
@@ -56,6 +57,7 @@ use time::format_description::well_known::Rfc3339;
 
 pub use port::{DesiredStateCommit, DesiredStateWrite, EnvironmentReport, Environments, GitOpsError, ReconcileRequest};
 
+use crate::release_orchestration::{GovernanceError, ReleaseGovernance};
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy, UnexpectedMessage};
 
 /// The consumer's name: its queue and subscription.
@@ -72,6 +74,7 @@ const MAX_STEPS: usize = 4;
 pub struct GitOpsSync<P> {
     environments: P,
     saga: GitOpsSaga,
+    governance: Option<Arc<dyn ReleaseGovernance>>,
 }
 
 impl<P: Environments> GitOpsSync<P> {
@@ -89,7 +92,45 @@ impl<P: Environments> GitOpsSync<P> {
         Self {
             environments,
             saga: saga.with_reconcile_backoff(reconcile_base_delay, reconcile_max_delay),
+            governance: None,
         }
+    }
+
+    /// Reads tenants' promotion windows and holds from `governance`: a
+    /// rollback a person asks for without an override reason obeys them.
+    /// Without, no window closes a rollback.
+    #[must_use]
+    pub fn with_governance(mut self, governance: Arc<dyn ReleaseGovernance>) -> Self {
+        self.governance = Some(governance);
+        self
+    }
+
+    /// What closes `environment`'s promotion gate for `rollback` now: a
+    /// person's rollback without an override reason obeys the tenant's
+    /// windows and holds (one the release saga asked for went through them
+    /// there).
+    async fn rollback_closed(
+        &self,
+        tenant: &str,
+        rollback: &RollbackEnvironment,
+    ) -> Result<Option<String>, HandlerError> {
+        let Some(governance) = &self.governance else {
+            return Ok(None);
+        };
+        if rollback.failed_release_id.is_some() || rollback.override_reason.is_some() {
+            return Ok(None);
+        }
+        let Some(stored) = governance.approval_policy(tenant).await.map_err(|err| match err {
+            GovernanceError::Unavailable { .. } => HandlerError::transient(err),
+            GovernanceError::Unreadable { .. } => HandlerError::needs_newer(err),
+        })?
+        else {
+            return Ok(None);
+        };
+        Ok(stored
+            .policy
+            .promotion_gate(&rollback.environment, time::OffsetDateTime::now_utc())
+            .map(|closure| format!("{} (rule `{}`, policy version {})", closure.reason, closure.rule.name(), stored.version)))
     }
 
     /// The port.
@@ -200,10 +241,20 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
             }
         };
 
-        let mut transition = self
-            .saga
-            .step(&state, &GitOpsInput::Message(message))
-            .map_err(saga_error)?;
+        let closed = match message {
+            Message::RollbackEnvironment(rollback) => self.rollback_closed(&tenant, rollback).await?,
+            _ => None,
+        };
+        let mut transition = match (message, closed) {
+            (Message::RollbackEnvironment(rollback), Some(closed)) => {
+                tracing::warn!(environment = %rollback.environment, module_id = %rollback.module_id, %closed, "rollback refused: the promotion gate is closed");
+                self.saga.refuse_closed_rollback(&state, rollback, &closed)
+            }
+            _ => self
+                .saga
+                .step(&state, &GitOpsInput::Message(message))
+                .map_err(saga_error)?,
+        };
         let mut actions: Vec<Action> = Vec::new();
         for _ in 0..MAX_STEPS {
             actions.append(&mut transition.actions);

@@ -52,6 +52,11 @@ impl Gateway {
             if !caller.may_decide(scope, environment) {
                 return Err(GatewayError::Forbidden { scope });
             }
+            if let Some(scope) = access::override_scope(spec.message_type, Some(payload))
+                && !caller.may_decide(scope, environment)
+            {
+                return Err(GatewayError::Forbidden { scope });
+            }
         } else {
             Self::require(caller, Scope::CommandsSend)?;
         }

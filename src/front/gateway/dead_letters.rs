@@ -145,10 +145,16 @@ impl Gateway {
         let environment = payload
             .and_then(|payload| payload.get("environment"))
             .and_then(Value::as_str);
-        if caller.may_decide(scope, environment) {
-            Ok(())
-        } else {
-            Err(GatewayError::Forbidden { scope })
+        if !caller.may_decide(scope, environment) {
+            return Err(GatewayError::Forbidden { scope });
+        }
+        match record
+            .message_type
+            .as_deref()
+            .and_then(|message_type| access::override_scope(message_type, payload))
+        {
+            Some(scope) if !caller.may_decide(scope, environment) => Err(GatewayError::Forbidden { scope }),
+            _ => Ok(()),
         }
     }
 

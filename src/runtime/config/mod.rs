@@ -503,6 +503,10 @@ impl Settings {
                 .map_err(|_| invalid("BOSUN_PIPELINE_MAX_POLLS", "is too large"))?,
             reconcile: millis("BOSUN_RECONCILE_MS", 2_000)?,
             reconcile_max: millis("BOSUN_RECONCILE_MAX_MS", 60_000)?,
+            verify_azure_identity: get("BOSUN_VERIFY_AZURE_AUTH")
+                .map(|text| EntraIdentity::parse("BOSUN_VERIFY_AZURE_AUTH", &text))
+                .transpose()?,
+            verify_arm_endpoint: get("BOSUN_VERIFY_ARM_ENDPOINT").map(|url| url.trim().trim_end_matches('/').to_owned()),
         };
         if delivery.environments.is_empty() {
             return Err(invalid("BOSUN_RELEASE_ENVIRONMENTS", "names no environment"));

@@ -661,4 +661,12 @@ pub struct DeliverySettings {
     pub reconcile: Duration,
     /// `BOSUN_RECONCILE_MAX_MS`: longest reconcile delay. Default 60 000.
     pub reconcile_max: Duration,
+    /// `BOSUN_VERIFY_AZURE_AUTH`: the Entra identity whose Azure Resource
+    /// Manager tokens read Azure Monitor alerts for verification checks
+    /// (`workload-identity`, `managed-identity`, `azure-cli`, `default`);
+    /// unset, an `azureMonitor` check fails saying bosun has no identity.
+    pub verify_azure_identity: Option<EntraIdentity>,
+    /// `BOSUN_VERIFY_ARM_ENDPOINT`: Azure Resource Manager for those reads;
+    /// by default `https://management.azure.com`.
+    pub verify_arm_endpoint: Option<String>,
 }

@@ -37,12 +37,15 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     let delivery = &settings.delivery;
     let azure = match &settings.adapters {
         AdapterKind::Local => {
-            return Ok(Arc::new(GitOpsSync::new(
-                local::LocalEnvironments::with_host(Arc::clone(&shared.git), settings.data_dir.join("environments")),
-                gitops_saga(settings),
-                delivery.reconcile,
-                delivery.reconcile_max,
-            )));
+            return Ok(Arc::new(
+                GitOpsSync::new(
+                    local::LocalEnvironments::with_host(Arc::clone(&shared.git), settings.data_dir.join("environments")),
+                    gitops_saga(settings),
+                    delivery.reconcile,
+                    delivery.reconcile_max,
+                )
+                .with_governance(Arc::clone(&shared.governance)),
+            ));
         }
         AdapterKind::Azure(azure) => azure,
     };
@@ -57,12 +60,10 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
         argo_cd: ArgoCdConfig::new(argo.url.clone(), argo.token.expose().to_owned()),
     };
     let environments = AzureEnvironments::new(&config).map_err(|err| adapter_error(NAME, &err))?;
-    Ok(Arc::new(GitOpsSync::new(
-        environments,
-        gitops_saga(settings),
-        delivery.reconcile,
-        delivery.reconcile_max,
-    )))
+    Ok(Arc::new(
+        GitOpsSync::new(environments, gitops_saga(settings), delivery.reconcile, delivery.reconcile_max)
+            .with_governance(Arc::clone(&shared.governance)),
+    ))
 }
 
 /// The GitOps saga with the configured reconcile backoff. While

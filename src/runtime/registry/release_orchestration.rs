@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
+use bosun_consumers::container_build::acr_tasks::ARM_SCOPE;
+use bosun_consumers::release_orchestration::probes::{AzureMonitorAccess, Probes};
 use bosun_consumers::release_orchestration::{NAME, ReleaseOrchestration, SAGA_KIND, saga_of};
 use bosun_sagas::StateMachine;
 use bosun_sagas::release::{ReleasePhase, ReleasePolicy, ReleaseSaga};
@@ -19,6 +21,8 @@ pub(super) const REGISTRATION: Registration = Registration {
         "BOSUN_RELEASE_ENVIRONMENTS",
         "BOSUN_AUTO_APPROVE",
         "BOSUN_APPROVAL_TIMEOUT_MS",
+        "BOSUN_VERIFY_AZURE_AUTH",
+        "BOSUN_VERIFY_ARM_ENDPOINT",
     ],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     saga: Some(SagaRegistration {
@@ -36,8 +40,27 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     let policy = release_policy(settings);
     policy.validate().map_err(RegistryError::Policy)?;
     Ok(Arc::new(
-        ReleaseOrchestration::new(ReleaseSaga::new(policy)).with_governance(Arc::clone(&shared.governance)),
+        ReleaseOrchestration::new(ReleaseSaga::new(policy))
+            .with_governance(Arc::clone(&shared.governance))
+            .with_probes(Arc::new(probes(settings)?)),
     ))
+}
+
+/// The verification probes: HTTP and Prometheus always; Azure Monitor with
+/// the identity of `BOSUN_VERIFY_AZURE_AUTH`.
+fn probes(settings: &Settings) -> Result<Probes, RegistryError> {
+    let azure = match settings.delivery.verify_azure_identity {
+        Some(identity) => {
+            let tokens = Arc::new(super::refreshing_token(NAME, identity, ARM_SCOPE)?);
+            let mut access = AzureMonitorAccess::new(tokens);
+            if let Some(endpoint) = &settings.delivery.verify_arm_endpoint {
+                access = access.with_endpoint(endpoint.clone());
+            }
+            Some(access)
+        }
+        None => None,
+    };
+    Probes::new(azure).map_err(|err| super::adapter_error(NAME, &err))
 }
 
 /// The release saga's state machine under the configured policy.
