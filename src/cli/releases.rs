@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use bosun::operator::audit::{self, PolicyAction};
 use bosun::operator::policies::{self, HoldChange, PolicyChange};
+use bosun::operator::rollback::RollbackRequest;
 use bosun::operator::{Operator, SendOptions};
 use bosun::ports::store::ReleasePolicyRecord;
 use bosun::runtime::config::Settings;
@@ -78,6 +79,29 @@ pub enum ReleasesCommand {
         #[arg(long)]
         reason: String,
         /// The tenant whose release it is.
+        #[arg(long, value_name = "ID", default_value = "default")]
+        tenant: String,
+    },
+    /// Roll an environment back to a release verified there: the newest one
+    /// before the module's current release, or --to. Obeys the
+    /// environment's promotion windows and holds unless --override-reason
+    /// is given (recorded).
+    Rollback {
+        /// The environment.
+        environment: String,
+        /// Why (an incident, a change ticket).
+        #[arg(long)]
+        reason: String,
+        /// The module, when the environment runs several.
+        #[arg(long, value_name = "MODULE")]
+        module: Option<String>,
+        /// The verified release to go back to.
+        #[arg(long, value_name = "RELEASE")]
+        to: Option<String>,
+        /// Why the rollback goes through a closed promotion window or hold.
+        #[arg(long, value_name = "REASON")]
+        override_reason: Option<String>,
+        /// The tenant whose environment it is.
         #[arg(long, value_name = "ID", default_value = "default")]
         tenant: String,
     },
@@ -208,6 +232,44 @@ pub async fn run(command: ReleasesCommand, settings: &Settings) -> Result<()> {
             let payload = json!({"releaseId": release_id, "environment": environment, "reason": reason});
             decide(settings, "OverrideReleaseWindow", &payload, &tenant).await
         }
+        ReleasesCommand::Rollback {
+            environment,
+            reason,
+            module,
+            to,
+            override_reason,
+            tenant,
+        } => {
+            let backends = Backends::open(settings).await?;
+            let operator: Operator = backends.operator(&settings.operator);
+            let plan = operator
+                .plan_rollback(
+                    backends.policies.as_ref(),
+                    RollbackRequest {
+                        tenant: &tenant,
+                        environment: &environment,
+                        module_id: module.as_deref(),
+                        to_release_id: to.as_deref(),
+                        reason: &reason,
+                        override_reason: override_reason.as_deref(),
+                    },
+                    time::OffsetDateTime::now_utc(),
+                )
+                .await?;
+            let sent = operator
+                .send_with("RollbackEnvironment", &plan.payload, &tenant, &SendOptions::default())
+                .await?;
+            println!(
+                "sent RollbackEnvironment {} as cli:{}: {} in {environment} from {} to {} (verified {});                  `bosun sagas show gitops {tenant}/{environment}` shows it, `bosun audit export --tenant {tenant}`                  records it",
+                sent.message_id,
+                settings.operator,
+                plan.module_id,
+                plan.from_release_id.as_deref().unwrap_or("nothing"),
+                plan.to_release_id,
+                short_time(plan.verified_at),
+            );
+            Ok(())
+        }
         ReleasesCommand::Hold {
             environment,
             reason,
@@ -226,6 +288,68 @@ pub async fn run(command: ReleasesCommand, settings: &Settings) -> Result<()> {
         ReleasesCommand::Unhold { environment, tenant } => change_hold(settings, &tenant, &environment, None).await,
         ReleasesCommand::Policy { command } => policy(command, settings).await,
     }
+}
+
+/// What a release's verification says: the run in progress, where it was
+/// verified, and a failure with what became of the rollback.
+fn write_verification(out: &mut impl Write, state: &Value) -> Result<()> {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+    let run = &state["verifying"];
+    if run.is_object() {
+        writeln!(
+            out,
+            "verifying {}: {} sample(s), {} failed; soak until {}; next sample at {}",
+            text(&run["environment"]),
+            run["samples"],
+            run["failures"],
+            text(&run["soakUntil"]),
+            text(&run["checkAt"])
+        )?;
+        for outcome in run["last"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "  {:<16} {}  {}",
+                text(&outcome["check"]),
+                if outcome["passed"].as_bool() == Some(true) {
+                    "passed"
+                } else {
+                    "FAILED"
+                },
+                text(&outcome["detail"])
+            )?;
+        }
+    }
+    if let Some(verified) = state["verified"].as_object() {
+        writeln!(out, "verified:")?;
+        for (environment, record) in verified {
+            writeln!(
+                out,
+                "  {environment:<12} {}  {}",
+                text(&record["at"]),
+                text(&record["summary"])
+            )?;
+        }
+    }
+    let failure = &state["verificationFailed"];
+    if failure.is_object() {
+        writeln!(
+            out,
+            "verification FAILED in {} at {}: {}",
+            text(&failure["environment"]),
+            text(&failure["at"]),
+            text(&failure["reason"])
+        )?;
+        let rollback = match (failure["rollBack"].as_bool(), failure["rollbackRequested"].as_bool()) {
+            (Some(false), _) => "the policy does not roll back: the environment keeps this release".to_owned(),
+            (_, Some(true)) => format!(
+                "rollback to the last verified release asked for; `bosun sagas show gitops {}` shows it",
+                text(&failure["environment"])
+            ),
+            _ => "rollback waits for the promotion gate (see `window` above), or an override".to_owned(),
+        };
+        writeln!(out, "  {rollback}")?;
+    }
+    Ok(())
 }
 
 async fn change_hold(
@@ -439,6 +563,7 @@ fn write_release(out: &mut impl Write, state: &Value) -> Result<()> {
             text(&window["environment"])
         )?;
     }
+    write_verification(out, state)?;
     if let Some(overrides) = state["overrides"].as_object() {
         writeln!(out, "overrides:")?;
         for (environment, record) in overrides {

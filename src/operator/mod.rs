@@ -7,6 +7,7 @@ pub mod audit;
 pub mod describe;
 pub mod groups;
 pub mod policies;
+pub mod rollback;
 mod send;
 pub mod status;
 

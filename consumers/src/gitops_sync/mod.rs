@@ -130,7 +130,14 @@ impl<P: Environments> GitOpsSync<P> {
         Ok(stored
             .policy
             .promotion_gate(&rollback.environment, time::OffsetDateTime::now_utc())
-            .map(|closure| format!("{} (rule `{}`, policy version {})", closure.reason, closure.rule.name(), stored.version)))
+            .map(|closure| {
+                format!(
+                    "{} (rule `{}`, policy version {})",
+                    closure.reason,
+                    closure.rule.name(),
+                    stored.version
+                )
+            }))
     }
 
     /// The port.

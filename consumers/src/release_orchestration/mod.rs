@@ -36,9 +36,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bosun_contracts::messages::ReleaseVerificationCheck;
 use bosun_contracts::{ConsumerName, Envelope, Message};
 use bosun_sagas::Action;
-use bosun_contracts::messages::ReleaseVerificationCheck;
 use bosun_sagas::release::{CheckOutcome, ReleaseSaga, ReleaseState, VerificationCheck};
 use bosun_sagas::versioned::{StateError, load_state, save_state};
 use time::OffsetDateTime;
@@ -88,7 +88,12 @@ impl ReleaseOrchestration {
     }
 
     /// One sample of each of `checks`.
-    async fn sample(&self, tenant: &str, check: &ReleaseVerificationCheck, checks: &[VerificationCheck]) -> Vec<CheckOutcome> {
+    async fn sample(
+        &self,
+        tenant: &str,
+        check: &ReleaseVerificationCheck,
+        checks: &[VerificationCheck],
+    ) -> Vec<CheckOutcome> {
         let Some(probes) = &self.probes else {
             return checks
                 .iter()

@@ -40,10 +40,12 @@ impl GitOpsSaga {
         if next.state.environment.is_empty() {
             next.state.environment = rollback.environment.clone();
         }
-        let from = rollback
-            .failed_release_id
-            .clone()
-            .or_else(|| next.state.apps.get(&rollback.module_id).map(|app| app.release_id.clone()));
+        let from = rollback.failed_release_id.clone().or_else(|| {
+            next.state
+                .apps
+                .get(&rollback.module_id)
+                .map(|app| app.release_id.clone())
+        });
         let by = rollback.requested_by.clone().unwrap_or_else(|| "bosun".to_owned());
         let reason = format!(
             "{closed}; a rollback obeys the environment's promotion windows and holds unless given an override reason"

@@ -506,7 +506,8 @@ impl Settings {
             verify_azure_identity: get("BOSUN_VERIFY_AZURE_AUTH")
                 .map(|text| EntraIdentity::parse("BOSUN_VERIFY_AZURE_AUTH", &text))
                 .transpose()?,
-            verify_arm_endpoint: get("BOSUN_VERIFY_ARM_ENDPOINT").map(|url| url.trim().trim_end_matches('/').to_owned()),
+            verify_arm_endpoint: get("BOSUN_VERIFY_ARM_ENDPOINT")
+                .map(|url| url.trim().trim_end_matches('/').to_owned()),
         };
         if delivery.environments.is_empty() {
             return Err(invalid("BOSUN_RELEASE_ENVIRONMENTS", "names no environment"));
