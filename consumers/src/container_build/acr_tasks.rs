@@ -101,11 +101,7 @@ use crate::delivery::pipeline::LOG_CONTAINER;
 /// What builds: the `builder` of this adapter's errors.
 pub const BUILDER: &str = "ACR Tasks";
 
-/// The scope of Entra ID tokens for Azure Resource Manager.
-pub const ARM_SCOPE: &str = "https://management.azure.com/.default";
-
-/// Azure Resource Manager in the public cloud.
-pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
+pub use crate::delivery::azure::{ARM_SCOPE, DEFAULT_ARM_ENDPOINT};
 
 /// How long a `scheduleRun` answered `202` is followed for its `Run`.
 pub const LRO_PATIENCE: Duration = Duration::from_secs(120);

@@ -33,6 +33,7 @@ pub mod atomic_file;
 pub mod azure;
 pub mod blob;
 pub mod git;
+pub mod governance;
 pub mod oci;
 pub mod pipeline;
 pub mod tenant;

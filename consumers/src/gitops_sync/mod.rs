@@ -57,7 +57,7 @@ use time::format_description::well_known::Rfc3339;
 
 pub use port::{DesiredStateCommit, DesiredStateWrite, EnvironmentReport, Environments, GitOpsError, ReconcileRequest};
 
-use crate::release_orchestration::{GovernanceError, ReleaseGovernance};
+use crate::delivery::governance::{GovernanceError, ReleaseGovernance};
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy, UnexpectedMessage};
 
 /// The consumer's name: its queue and subscription.

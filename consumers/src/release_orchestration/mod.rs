@@ -45,12 +45,11 @@ use time::OffsetDateTime;
 
 use crate::{Consumer, HandlerError, Inbound, Outcome, Outgoing, RetryPolicy};
 
-mod governance;
 pub mod probes;
 #[cfg(test)]
 mod tests;
 
-pub use governance::{DefaultGovernance, GovernanceError, ReleaseGovernance, VersionedApprovalPolicy};
+pub use crate::delivery::governance::{DefaultGovernance, GovernanceError, ReleaseGovernance, VersionedApprovalPolicy};
 pub use probes::VerificationProbes;
 
 /// The consumer's name: its queue and subscription.

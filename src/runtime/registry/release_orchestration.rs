@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bosun_consumers::Consumer;
-use bosun_consumers::container_build::acr_tasks::ARM_SCOPE;
+use bosun_consumers::delivery::azure::ARM_SCOPE;
 use bosun_consumers::release_orchestration::probes::{AzureMonitorAccess, Probes};
 use bosun_consumers::release_orchestration::{NAME, ReleaseOrchestration, SAGA_KIND, saga_of};
 use bosun_sagas::StateMachine;

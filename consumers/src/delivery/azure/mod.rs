@@ -21,3 +21,9 @@ pub mod retry;
 pub(crate) mod test_server;
 
 pub(crate) use crate::error_chain;
+
+/// The scope of Entra ID tokens for Azure Resource Manager.
+pub const ARM_SCOPE: &str = "https://management.azure.com/.default";
+
+/// Azure Resource Manager in the public cloud.
+pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";

@@ -31,7 +31,7 @@ use tracing::Instrument;
 use super::VerificationProbes;
 use super::azure_monitor::AzureMonitor;
 use super::{http_check, prometheus};
-use crate::container_build::acr_tasks::DEFAULT_ARM_ENDPOINT;
+use crate::delivery::azure::DEFAULT_ARM_ENDPOINT;
 use crate::delivery::azure::credential::RefreshingToken;
 use crate::delivery::azure::http::{MAX_CONNECT_TIMEOUT, USER_AGENT};
 
@@ -63,7 +63,7 @@ pub enum ProbesError {
 
 /// How the Azure Monitor checks reach Alerts Management: Azure Resource
 /// Manager's endpoint and bosun's Azure identity, whose tokens (scope
-/// [`crate::container_build::acr_tasks::ARM_SCOPE`]) need the role
+/// [`crate::delivery::azure::ARM_SCOPE`]) need the role
 /// Monitoring Reader on each alert rule's subscription.
 #[derive(Debug, Clone)]
 pub struct AzureMonitorAccess {

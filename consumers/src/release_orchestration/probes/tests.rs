@@ -14,7 +14,7 @@ use bosun_sagas::release::{AzureMonitorCheck, CheckOutcome, HttpCheck, Prometheu
 use tokio::net::TcpListener;
 
 use super::{AzureMonitorAccess, Probes, VerificationProbes};
-use crate::container_build::acr_tasks::ARM_SCOPE;
+use crate::delivery::azure::ARM_SCOPE;
 use crate::delivery::azure::credential::{AccessToken, RefreshingToken, TokenCredential, TokenRequestOptions};
 use crate::delivery::azure::test_server::{MockAzure, Reply};
 

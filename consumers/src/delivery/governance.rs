@@ -1,5 +1,6 @@
 //! What the release saga needs beyond its messages, read when a message is
-//! handled: the tenant's approval policy in force
+//! handled (and the GitOps saga, for the promotion gate a person's rollback
+//! obeys): the tenant's approval policy in force
 //! ([`ReleaseGovernance::approval_policy`]) and who requested a delivery
 //! ([`ReleaseGovernance::requesters`]). The runtime implements it over its
 //! store; [`DefaultGovernance`] (no stored policy, requesters unknown) is
