@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use bosun_contracts::validate;
-use bosun_sagas::gitops::GitOpsState;
+use bosun_sagas::gitops::{GitOpsState, before_current};
 use bosun_sagas::release::ApprovalPolicy;
 use bosun_sagas::versioned::load_state;
 
@@ -114,10 +114,7 @@ impl Operator {
         let verified = state.verified.get(&module_id).cloned().unwrap_or_default();
         let target = match request.to_release_id {
             Some(wanted) => verified.iter().rev().find(|known| known.release_id == wanted),
-            None => verified
-                .iter()
-                .rev()
-                .find(|known| Some(&known.release_id) != current.as_ref()),
+            None => before_current(&verified, current.as_deref()).last(),
         };
         let listed = || {
             if verified.is_empty() {
@@ -138,8 +135,8 @@ impl Operator {
                     listed()
                 ),
                 None => format!(
-                    "no release of {module_id} verified in {} to go back to besides the current one, {} \
-                     (verified: {})",
+                    "no release of {module_id} verified in {} before the current one, {}, to go back to \
+                     (verified, oldest first: {})",
                     request.environment,
                     current.as_deref().unwrap_or("none"),
                     listed()

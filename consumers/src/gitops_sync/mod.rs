@@ -356,9 +356,16 @@ impl<P: Environments> Consumer for GitOpsSync<P> {
             .into_iter()
             .map(|action| match action {
                 // A rollback's decision came through the rollback's door
-                // (`cli:<operator>`, `api:<key>`, or the release saga).
+                // (`cli:<operator>`, `api:<key>`), or is bosun's own (the
+                // release saga's, after a failed verification).
                 Action::Send(Message::ReleaseDecisionRecorded(mut recorded)) => {
-                    recorded.door = Some(inbound.envelope.source.clone());
+                    let automatic = matches!(message, Message::RollbackEnvironment(rollback)
+                        if rollback.requested_by.as_deref() == Some(bosun_sagas::release::AUTO_ROLLBACK));
+                    recorded.door = Some(if automatic {
+                        "bosun".to_owned()
+                    } else {
+                        inbound.envelope.source.clone()
+                    });
                     Outgoing::now(recorded)
                 }
                 Action::Send(message) => Outgoing::now(message),

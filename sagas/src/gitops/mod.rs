@@ -33,8 +33,9 @@
 //!   module, as a release a rollback may go back to
 //!   ([`GitOpsState::verified`], the newest [`VERIFIED_LIMIT`]).
 //! - `RollbackEnvironment` — go back to a verified release of one module
-//!   (the one named, else the newest that is neither the current one nor
-//!   the failed one): its promotion is written again, stamped with when
+//!   (the one named, else the newest verified before the current one, or
+//!   when the current one was never verified the newest that is not the
+//!   failed one): its promotion is written again, stamped with when
 //!   the rollback was asked for, ahead of queued promotions. A rollback
 //!   with nothing to go back to, or for a failed release that is no longer
 //!   the current one, changes nothing. Both are recorded for the tenant's
@@ -96,7 +97,7 @@ use std::time::Duration;
 use bosun_contracts::Message;
 
 pub use self::input::{DesiredStateWritten, EnvironmentReport, GitOpsInput, GitOpsTransition, Work};
-pub use self::rollback::VERIFIED_LIMIT;
+pub use self::rollback::{VERIFIED_LIMIT, before_current};
 pub use self::state::{
     AppRelease, DesiredCommit, GitOpsPhase, GitOpsState, HistoryEntry, HistoryEvent, ObservedCommit, PendingReconcile,
     VerifiedRelease,

@@ -96,10 +96,10 @@ impl GitOpsSaga {
         let verified = next.state.verified.get(module).cloned().unwrap_or_default();
         let target = match &rollback.to_release_id {
             Some(wanted) => verified.iter().rev().find(|known| &known.release_id == wanted),
-            None => verified.iter().rev().find(|known| {
-                Some(&known.release_id) != current_id.as_ref()
-                    && Some(&known.release_id) != rollback.failed_release_id.as_ref()
-            }),
+            None => before_current(&verified, current_id.as_deref())
+                .iter()
+                .rev()
+                .find(|known| Some(&known.release_id) != rollback.failed_release_id.as_ref()),
         };
         let Some(target) = target.cloned() else {
             let reason = match &rollback.to_release_id {
@@ -226,6 +226,16 @@ impl GitOpsSaga {
             }
             .into(),
         ));
+    }
+}
+
+/// The verified releases a rollback may go back to: those verified before
+/// the module's current release when it is one of them (a rollback goes
+/// back, never forward to what it rolled back from), else all of them.
+pub fn before_current<'a>(verified: &'a [VerifiedRelease], current: Option<&str>) -> &'a [VerifiedRelease] {
+    match current.and_then(|current| verified.iter().position(|known| known.release_id == current)) {
+        Some(position) => &verified[..position],
+        None => verified,
     }
 }
 

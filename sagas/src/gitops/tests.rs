@@ -699,13 +699,24 @@ fn a_manual_rollback_goes_to_the_verified_release_before_the_current_one_or_the_
         driver.message(promoted("payments-api", release, minute));
         driver.message(verified("payments-api", release, minute));
     }
+    // Each rollback goes one verified release further back, never forward
+    // to the one it rolled back from.
     driver.message(rollback("payments-api", None, None, 30));
     assert_eq!(running(&driver, "payments-api").as_deref(), Some("r2"));
-    driver.message(rollback("payments-api", None, Some("r1"), 31));
+    driver.message(rollback("payments-api", None, None, 31));
     assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    driver.message(rollback("payments-api", None, None, 32));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    assert_eq!(
+        last_decision(&driver).1,
+        bosun_contracts::messages::ReleaseDecision::RollbackRefused
+    );
+    // The one named goes, forward too.
+    driver.message(rollback("payments-api", None, Some("r3"), 33));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r3"));
     // A release never verified here cannot be gone back to.
-    driver.message(rollback("payments-api", None, Some("r9"), 32));
-    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    driver.message(rollback("payments-api", None, Some("r9"), 34));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r3"));
     assert!(last_decision(&driver).2.contains("r9 was not verified"));
 }
 

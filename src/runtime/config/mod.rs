@@ -508,6 +508,15 @@ impl Settings {
                 .transpose()?,
             verify_arm_endpoint: get("BOSUN_VERIFY_ARM_ENDPOINT")
                 .map(|url| url.trim().trim_end_matches('/').to_owned()),
+            verify_allowed_hosts: get("BOSUN_VERIFY_ALLOWED_HOSTS")
+                .map(|hosts| {
+                    hosts
+                        .split(',')
+                        .map(|host| host.trim().to_owned())
+                        .filter(|host| !host.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         if delivery.environments.is_empty() {
             return Err(invalid("BOSUN_RELEASE_ENVIRONMENTS", "names no environment"));

@@ -669,4 +669,8 @@ pub struct DeliverySettings {
     /// `BOSUN_VERIFY_ARM_ENDPOINT`: Azure Resource Manager for those reads;
     /// by default `https://management.azure.com`.
     pub verify_arm_endpoint: Option<String>,
+    /// `BOSUN_VERIFY_ALLOWED_HOSTS`: the hosts verification checks may
+    /// reach (`payments.contoso.net`, `*.contoso.net`), comma-separated;
+    /// empty (the default): any host but a link-local one.
+    pub verify_allowed_hosts: Vec<String>,
 }

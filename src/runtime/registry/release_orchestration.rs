@@ -23,6 +23,7 @@ pub(super) const REGISTRATION: Registration = Registration {
         "BOSUN_APPROVAL_TIMEOUT_MS",
         "BOSUN_VERIFY_AZURE_AUTH",
         "BOSUN_VERIFY_ARM_ENDPOINT",
+        "BOSUN_VERIFY_ALLOWED_HOSTS",
     ],
     // Its messages are handled one saga key at a time (Service Bus sessions).
     saga: Some(SagaRegistration {
@@ -46,8 +47,9 @@ fn build(settings: &Settings, shared: &Shared) -> Result<Arc<dyn Consumer>, Regi
     ))
 }
 
-/// The verification probes: HTTP and Prometheus always; Azure Monitor with
-/// the identity of `BOSUN_VERIFY_AZURE_AUTH`.
+/// The verification probes: HTTP and Prometheus always (to the hosts of
+/// `BOSUN_VERIFY_ALLOWED_HOSTS` when it names any); Azure Monitor with the
+/// identity of `BOSUN_VERIFY_AZURE_AUTH`.
 fn probes(settings: &Settings) -> Result<Probes, RegistryError> {
     let azure = match settings.delivery.verify_azure_identity {
         Some(identity) => {
@@ -60,7 +62,9 @@ fn probes(settings: &Settings) -> Result<Probes, RegistryError> {
         }
         None => None,
     };
-    Probes::new(azure).map_err(|err| super::adapter_error(NAME, &err))
+    Ok(Probes::new(azure)
+        .map_err(|err| super::adapter_error(NAME, &err))?
+        .with_allowed_hosts(settings.delivery.verify_allowed_hosts.clone()))
 }
 
 /// The release saga's state machine under the configured policy.

@@ -13,6 +13,11 @@
 //! resolver drops them). Redirects are never followed, so a URL cannot
 //! hand the probe on to one that would be refused.
 //!
+//! An operator may narrow further what tenants' checks reach
+//! ([`Probes::with_allowed_hosts`], `BOSUN_VERIFY_ALLOWED_HOSTS`): a URL
+//! whose host none of the patterns match fails its sample without a
+//! request.
+//!
 //! A URL's query and user info may hold secrets (a token, a password):
 //! details and logs show its scheme, host, port and path only
 //! ([`shown`]).
@@ -102,6 +107,7 @@ pub struct Probes {
     http: reqwest::Client,
     request_timeout: Duration,
     azure: Option<AzureMonitor>,
+    allowed_hosts: Vec<String>,
 }
 
 impl Probes {
@@ -126,6 +132,48 @@ impl Probes {
             http,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             azure,
+            allowed_hosts: Vec::new(),
+        })
+    }
+
+    /// Only hosts matching one of `patterns` are probed: a host name
+    /// (`payments.contoso.net`), or a domain and every host under it
+    /// (`*.contoso.net`); case is ignored. Empty (the default): any host
+    /// but a link-local one.
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, patterns: Vec<String>) -> Self {
+        self.allowed_hosts = patterns
+            .into_iter()
+            .map(|pattern| pattern.trim().to_ascii_lowercase())
+            .filter(|pattern| !pattern.is_empty())
+            .collect();
+        self
+    }
+
+    /// Why `raw`'s host may not be probed, if it may not.
+    fn refused_host(&self, raw: &str) -> Option<String> {
+        if self.allowed_hosts.is_empty() {
+            return None;
+        }
+        let url = Url::parse(raw.trim()).ok()?;
+        let host = url
+            .host_str()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let allowed = self
+            .allowed_hosts
+            .iter()
+            .any(|pattern| match pattern.strip_prefix("*.") {
+                Some(domain) => host == domain || host.ends_with(&format!(".{domain}")),
+                None => host == *pattern,
+            });
+        (!allowed).then(|| {
+            format!(
+                "GET {} refused: its host is not among the hosts this bosun's operator lets verification checks reach \
+                 (BOSUN_VERIFY_ALLOWED_HOSTS)",
+                shown(&url)
+            )
         })
     }
 
@@ -155,7 +203,15 @@ impl VerificationProbes for Probes {
             check = check.name(),
             kind = check.kind(),
         );
+        let refused = match check {
+            VerificationCheck::Http(check) => self.refused_host(&check.url),
+            VerificationCheck::Prometheus(check) => self.refused_host(&check.url),
+            VerificationCheck::AzureMonitor(_) => None,
+        };
         let sample = async {
+            if let Some(refused) = refused {
+                return Sample::fail(refused);
+            }
             match check {
                 VerificationCheck::Http(check) => http_check::sample(&self.http, check).await,
                 VerificationCheck::Prometheus(check) => {

@@ -175,6 +175,44 @@ async fn http_link_local_hosts_are_refused_without_a_request() {
 }
 
 #[tokio::test]
+async fn only_the_hosts_an_operator_allows_are_probed() {
+    let allowed = probes().with_allowed_hosts(vec!["*.Contoso.net".to_owned(), " prometheus.monitoring ".to_owned()]);
+    for url in [
+        "http://10.0.0.7:8080/health",
+        "http://contoso.net.evil.example/health",
+        "http://localhost:9090/metrics",
+    ] {
+        let outcome = sample(&allowed, http(url, 5)).await;
+        assert!(!outcome.passed, "{url}");
+        assert!(
+            outcome.detail.contains("BOSUN_VERIFY_ALLOWED_HOSTS"),
+            "{url}: {}",
+            outcome.detail
+        );
+    }
+    let outcome = sample(
+        &allowed,
+        prometheus("http://prometheus.monitoring.evil:9090", None, Some(1.0)),
+    )
+    .await;
+    assert!(
+        outcome.detail.contains("BOSUN_VERIFY_ALLOWED_HOSTS"),
+        "{}",
+        outcome.detail
+    );
+    // An allowed host is probed (nothing answers there: the request failed,
+    // it was not refused).
+    for url in ["http://payments.contoso.net:1/health", "http://contoso.net:1/health"] {
+        let outcome = sample(&allowed, http(url, 1)).await;
+        assert!(
+            !outcome.detail.contains("BOSUN_VERIFY_ALLOWED_HOSTS"),
+            "{url}: {}",
+            outcome.detail
+        );
+    }
+}
+
+#[tokio::test]
 async fn http_unreadable_or_non_http_urls_fail() {
     let outcome = sample(&probes(), http("not a url", 5)).await;
     assert!(!outcome.passed);
