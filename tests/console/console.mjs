@@ -454,6 +454,40 @@ await step('the release page says where each environment is and lists every deci
   console.log(`  ${environments.map((row) => `${row.environment} ${row.status}`).join(', ')}; decisions: ${actions.join(', ')}`);
 });
 
+await step("the release page shows its verification and each environment's releases, and a refused rollback says why", async () => {
+  // The release saga opened by the steps before.
+  await page.waitForSelector(`${byTestId('release-panel')}:visible`);
+  const state = JSON.parse(await page.textContent(byTestId('saga-state')));
+  const verifiedIn = Object.keys(state.verified ?? {}).sort();
+  const shown = (await page.$$eval('[data-testid="release-verified-environment"]', (all) => all.map((node) => node.dataset.environment))).sort();
+  check(JSON.stringify(shown) === JSON.stringify(verifiedIn), `verified in ${verifiedIn.join(', ')}, shown ${shown.join(', ')}`);
+  // Each environment's row fills in from GET /v1/tenants/{tenant}/environments/{environment}.
+  const rows = await waitInPage('every environment says what it runs', () => {
+    const cells = [...document.querySelectorAll('[data-testid="release-environment-current"]')];
+    if (!cells.length || cells.some((cell) => cell.dataset.release === undefined)) return null;
+    return [...document.querySelectorAll('[data-testid="release-environment"]')].map((row) => ({
+      environment: row.dataset.environment,
+      current: row.querySelector('[data-testid="release-environment-current"]').dataset.release,
+      verified: row.querySelector('[data-testid="release-environment-verified"]').dataset.release,
+    }));
+  });
+  check(rows.some((row) => row.current === state.releaseId), `no environment runs ${state.releaseId}: ${JSON.stringify(rows)}`);
+  const errors = await page.locator(`#release-environments-error ${byTestId('error')}`).count();
+  check(errors === 0, 'the environments show an error');
+  // The demo's release is the only one there: nothing to go back to, and the console says so.
+  const target = rows.find((row) => row.current === state.releaseId);
+  await page.click(`${byTestId('release-environment')}[data-environment=${cssString(target.environment)}] ${byTestId('rollback-open')}`);
+  await page.waitForSelector(`${byTestId('rollback-form')}:visible`);
+  await page.fill(byTestId('rollback-reason'), 'console test');
+  await page.click(byTestId('rollback-submit'));
+  await page.waitForSelector(`#rollback-error ${byTestId('error')}`);
+  const code = await page.getAttribute(`#rollback-error ${byTestId('error')}`, 'data-code');
+  const message = await page.textContent(`#rollback-error ${byTestId('error-message')}`);
+  check(code === 'invalid-field' && /go back to|refused by rule/.test(message), `the refusal reads ${code}: ${message}`);
+  await page.click(byTestId('rollback-cancel'));
+  console.log(`  ${rows.map((row) => `${row.environment} runs ${row.current || 'nothing'}, verified ${row.verified || 'none'}`).join('; ')}; rollback refused: ${message}`);
+});
+
 const deadRow = `${byTestId('dead-letter-row')}[data-reason=${cssString(reason)}]`;
 let deadIds = [];
 

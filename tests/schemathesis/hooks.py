@@ -8,7 +8,9 @@ Idempotency-Key; an edited replay's payload may be refused naming a field
 of the payload (it is checked against the contract of the dead letter's
 message type, which the document cannot tie to an id); an approval policy
 may be refused naming a field of its body whose rule is announced the same
-way. Any other 422 of
+way; a rollback may be refused for the environment's state (nothing
+verified to go back to, a closed promotion window), naming no field. Any
+other 422 of
 valid data fails the run, as the built-in positive_data_acceptance check
 would.
 """
@@ -58,6 +60,10 @@ def refusals_are_announced(ctx, response, case):
         if field == "payload" or field.startswith("payload."):
             return None
         raise AssertionError(f"a schema-valid replay was refused for something else than its payload: {error}")
+    if case.path == "/v1/tenants/{tenant}/environments/{environment}/rollback":
+        if not field:
+            return None
+        raise AssertionError(f"a schema-valid rollback was refused for a field: {error}")
     policy = case.path in (
         "/v1/tenants/{tenant}/release-policy",
         "/v1/tenants/{tenant}/release-policy/holds/{environment}",

@@ -10,6 +10,8 @@
 //! schema says as `additionalProperties: false`), no field takes `null`, a
 //! text is never empty, a time is RFC 3339 and an id a hyphenated UUID.
 
+use bosun_contracts::messages::{MAX_APPROVER_CHARS, MAX_REASON_CHARS};
+use bosun_contracts::schema_rules as rules;
 use schemars::{JsonSchema, Schema};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -282,4 +284,37 @@ pub struct ReleasePolicyBody {
     #[serde(default)]
     #[schemars(range(min = 1, max = crate::operator::policies::MAX_POLICY_VERSION))]
     pub expected_version: Option<u64>,
+}
+
+/// `POST /v1/tenants/{tenant}/environments/{environment}/rollback`: roll
+/// one module of the environment back to a release verified there.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = no_null_defaults)]
+pub struct RollbackBody {
+    /// Why (kept on the command and in the environment's history).
+    #[schemars(transform = rules::text(MAX_REASON_CHARS))]
+    pub reason: String,
+    /// The module to roll back; leave it out when the environment runs
+    /// one module.
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String", transform = rules::identifier)]
+    pub module_id: Option<String>,
+    /// The verified release to go back to; leave it out for the newest one
+    /// verified there before the module's current release.
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String", transform = rules::identifier)]
+    pub to_release_id: Option<String>,
+    /// Why the rollback goes through a closed promotion window or a hold of
+    /// the environment (an incident); needs `releases:override` besides
+    /// `releases:rollback`. Without it, a rollback into a closed window is
+    /// refused (422), the rule named.
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String", transform = rules::text(MAX_REASON_CHARS))]
+    pub override_reason: Option<String>,
+    /// The person the caller acts for, as the caller names them (a note;
+    /// `requestedBy` is the caller's key, whatever this says).
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String", transform = rules::text(MAX_APPROVER_CHARS))]
+    pub on_behalf_of: Option<String>,
 }

@@ -42,14 +42,16 @@ use uuid::Uuid;
 
 use self::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
-    ReleasePolicyBody, ReplayBody, SagaList,
+    ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
 };
 use self::origin::{OriginPolicy, OriginVerdict};
 use self::query::QueryValues;
 use self::rate_limit::RateLimiter;
 use self::routes::{DEAD_LETTER_QUERY, DELIVERIES_QUERY, REPLAY_JOBS_QUERY, SAGAS_QUERY, Serve};
 use crate::front::access::{ALL_TENANTS, Caller, Refusal};
-use crate::front::gateway::{AuditPage, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs};
+use crate::front::gateway::{
+    AuditPage, CommandRouting, ErrorBody, Gateway, GatewayError, ReplayJob, ReplayJobs, RollbackAsk,
+};
 use crate::front::http::{prometheus, server};
 use crate::front::mcp::McpServer;
 use crate::ports::store::ReplayJobAction;
@@ -803,6 +805,60 @@ async fn lift_release_hold(
         .change_release_hold(&caller, &tenant, &environment, None)
         .await?;
     Ok(Json(record).into_response())
+}
+
+// -- environments -------------------------------------------------------------
+
+async fn environment(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((tenant, environment)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    Ok(Json(state.gateway.environment(&caller, &tenant, &environment).await?).into_response())
+}
+
+/// Checks a rollback (something verified to go back to, the promotion gate)
+/// and sends it as the caller: 202 with the command's ids and the plan, and
+/// its delivery at `Location`; a refusal of the check is 422 with why.
+async fn rollback_environment(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((tenant, environment)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let body = typed_body::<RollbackBody>(body)?.ok_or_else(|| {
+        invalid(
+            "body",
+            "the body is the rollback: {\"reason\": \"...\", \"moduleId\"?, \"toReleaseId\"?, \"overrideReason\"?}",
+        )
+    })?;
+    let trace = TraceContext::from_headers(
+        header_text(&headers, "traceparent")?,
+        header_text(&headers, "tracestate")?,
+    );
+    let ask = RollbackAsk {
+        reason: &body.reason,
+        module_id: body.module_id.as_deref(),
+        to_release_id: body.to_release_id.as_deref(),
+        override_reason: body.override_reason.as_deref(),
+        on_behalf_of: body.on_behalf_of.as_deref(),
+    };
+    let accepted = state
+        .gateway
+        .rollback_environment(&caller, &tenant, &environment, ask, trace.as_ref())
+        .await?;
+    let location = format!("/v1/deliveries/{}", accepted.correlation_id);
+    let mut response = (StatusCode::ACCEPTED, Json(accepted)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
 }
 
 async fn audit_log(

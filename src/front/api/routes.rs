@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::bodies::{
     BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
-    ReleasePolicyBody, ReplayBody, SagaList,
+    ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
 };
 use super::openapi::{
     self, Body, Content, Operation, PathItem, QueryDoc, QueryType, Reply, SAGA_KINDS, delivery_event, json_reply,
@@ -31,13 +31,15 @@ use super::openapi::{
 };
 use super::{
     ApiState, audit_log, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
-    dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, healthz,
+    dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, environment, healthz,
     lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold, purge, purge_group, readyz,
-    release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs, resume_replay_job, saga,
-    saga_diagram, sagas, send_command, set_release_policy, to_console,
+    release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs, resume_replay_job,
+    rollback_environment, saga, saga_diagram, sagas, send_command, set_release_policy, to_console,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
-use crate::front::gateway::{DeadLetterDetail, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, SagaDiagram};
+use crate::front::gateway::{
+    DeadLetterDetail, EnvironmentView, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, RollbackAccepted, SagaDiagram,
+};
 use crate::front::mcp::jsonrpc::ErrorResponse;
 use crate::front::ops::Readiness;
 use crate::operator::Delivery;
@@ -467,6 +469,38 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
                 errors: &[401, 403, 404, 409, 429, 503],
             },
         ),
+        route(Method::Get, "/v1/tenants/{tenant}/environments/{environment}", environment).documented(Operation {
+            operation_id: "getEnvironment",
+            summary: "One environment of the tenant, as its GitOps saga keeps it: its phase, and per module the release it runs, the releases verified there (newest first: what a rollback can go back to) and the promotions queued. 404 when nothing was ever promoted there (or it is another tenant's).",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the environment", schema::<EnvironmentView>)],
+            errors: READ_ONE,
+        }),
+        route(
+            Method::Post,
+            "/v1/tenants/{tenant}/environments/{environment}/rollback",
+            rollback_environment,
+        )
+        .documented(Operation {
+            operation_id: "rollbackEnvironment",
+            summary: "Rolls one module of the environment back to a release verified there, as the caller (stamped `requestedBy`): checked first as `bosun releases rollback` checks it, then sent as `RollbackEnvironment`, which the environment's GitOps saga carries out. Needs releases:rollback, and releases:override too with `overrideReason`. 404 when nothing was ever promoted there (or it is another tenant's); 422 with the reason when the check refuses it: nothing verified to go back to besides the current release, a `toReleaseId` never verified there, several modules and no `moduleId`, or the promotion gate closed (a deny window, outside the allow windows, a hold) without `overrideReason`.",
+            scope: Some("releases:rollback"),
+            query: &[],
+            body: Some(Body {
+                description: "why, and optionally the module, the release to go back to and an override reason",
+                required: true,
+                content: Content::Json(schema::<RollbackBody>),
+            }),
+            replies: vec![Reply {
+                status: 202,
+                description: "the rollback, checked and sent; follow its delivery at `Location`",
+                content: Content::Json(schema::<RollbackAccepted>),
+                headers: &[("Location", "`/v1/deliveries/{correlationId}`")],
+            }],
+            errors: &[400, 401, 403, 404, 413, 422, 429, 503],
+        }),
         route(Method::Get, "/v1/tenants/{tenant}/release-policy/history", release_policy_history).documented(
             Operation {
                 operation_id: "getReleasePolicyHistory",
@@ -627,7 +661,7 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
         }),
         mcp("/mcp").documented(Operation {
             operation_id: "callMcp",
-            summary: "Model Context Protocol (Streamable HTTP): JSON-RPC 2.0 requests, JSON answers. Tools: send_command, describe_command, get_delivery, wait_for_delivery, list_failures, get_failure, replay_failure, replay_failure_group, purge_failure_group.",
+            summary: "Model Context Protocol (Streamable HTTP): JSON-RPC 2.0 requests, JSON answers. Tools: send_command, describe_command, get_delivery, wait_for_delivery, list_failures, get_failure, get_release, get_environment, replay_failure, replay_failure_group, get_replay_job, control_replay_job, purge_failure_group, rollback_environment.",
             scope: Some("per tool"),
             query: &[],
             body: Some(Body {

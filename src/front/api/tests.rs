@@ -142,6 +142,37 @@ impl Api {
         (id, envelope)
     }
 
+    /// Seeds the GitOps saga of `environment` of `tenant` with
+    /// [`environment_state`].
+    async fn seed_environment(&self, tenant: &str, environment: &str) {
+        self.seed_gitops(tenant, environment, environment_state(environment))
+            .await;
+    }
+
+    /// Stores `state` as the GitOps saga of `environment` of `tenant`.
+    async fn seed_gitops(&self, tenant: &str, environment: &str, state: Value) {
+        let outcome = self
+            .backends
+            .store
+            .commit_handled(HandledMessage {
+                consumer: "gitops".into(),
+                message_id: Uuid::now_v7().to_string(),
+                message_type: "ReleaseVerified".into(),
+                saga: Some(SagaWrite {
+                    kind: "gitops".into(),
+                    key: format!("{tenant}/{environment}"),
+                    expected_version: 0,
+                    state,
+                    tenant_id: Some(tenant.into()),
+                }),
+                outbox: vec![],
+                timeline: vec![],
+            })
+            .await
+            .unwrap();
+        assert_eq!(outcome, CommitOutcome::Committed);
+    }
+
     async fn queue_depth(&self, queue: &str) -> u64 {
         self.backends
             .transport
@@ -149,6 +180,30 @@ impl Api {
             .await
             .unwrap()
     }
+}
+
+/// An environment where module payments-api runs payments-api-2,
+/// payments-api-1 and payments-api-2 were verified (in that order), and
+/// payments-api-3 is queued.
+fn environment_state(environment: &str) -> Value {
+    let promotion = |release: &str| {
+        json!({"releaseId": release, "moduleId": "payments-api", "environment": environment,
+            "environmentRepository": "environments", "desiredCommitSha": "a".repeat(40),
+            "approvedBy": "cli:alice", "promotedAt": "2026-12-01T10:00:00Z"})
+    };
+    let verified =
+        |release: &str, at: &str| json!({"releaseId": release, "promotion": promotion(release), "verifiedAt": at});
+    json!({
+        "environment": environment,
+        "repository": "environments",
+        "phase": "synced",
+        "apps": {"payments-api": {"releaseId": "payments-api-2", "promotedAt": "2026-12-02T10:00:00Z"}},
+        "verified": {"payments-api": [
+            verified("payments-api-1", "2026-12-01T11:00:00Z"),
+            verified("payments-api-2", "2026-12-02T11:00:00Z")
+        ]},
+        "queued": [promotion("payments-api-3")]
+    })
 }
 
 fn commit(repository: &str) -> Value {
@@ -1642,3 +1697,4 @@ async fn a_replay_under_a_fixed_id_is_sent_and_recorded_once_even_when_retried()
 }
 
 mod conformance;
+mod environments;

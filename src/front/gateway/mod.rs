@@ -11,6 +11,7 @@
 
 mod commands;
 mod dead_letters;
+mod environments;
 mod error;
 pub mod jobs;
 mod policies;
@@ -18,6 +19,9 @@ mod reads;
 mod views;
 
 pub use commands::CommandRouting;
+pub use environments::{
+    CurrentRelease, EnvironmentView, ModuleView, RollbackAccepted, RollbackAsk, RollbackPlanView, VerifiedView,
+};
 pub use error::{ErrorBody, ErrorDetail, GatewayError, Outage};
 pub use policies::AuditPage;
 pub use views::*;

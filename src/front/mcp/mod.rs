@@ -73,6 +73,9 @@ dead-lettered; replay_failure sends it again, optionally with a corrected payloa
 with the admin scope, purge_failure_group) acts on every failure of one root cause, by the group's fingerprint.\n\
 5. get_release shows a release: where it is, the approval it waits for and who may give it. Approving needs \
 releases:approve, and never counts for the key that requested the release nor the person it acts for.\n\
+6. get_environment shows an environment: per module the release it runs and the releases verified there. \
+rollback_environment (releases:rollback; with overrideReason, releases:override too) rolls a module back to a \
+verified release.\n\
 Your API key acts for one tenant and sees only that tenant's deliveries and failures. A failed tool call returns \
 isError with {\"error\": {\"code\", \"message\", \"field\"}}: fix the named field and call again. Pass an \
 idempotencyKey to send_command when a retry must not send twice.";

@@ -1099,9 +1099,14 @@ function renderRelease(saga, stillShown) {
         `${state.refusedApprovals.length} approval(s) refused; last: ${state.refusedApprovals.at(-1).approver} by rule ${state.refusedApprovals.at(-1).rule}`),
     );
   }
+  renderVerification(state);
+  closeRollback();
+  const [tenant] = releaseKey(saga.key);
   const body = clear($('release-environments-body'));
+  const environments = [];
   for (const planned of state.plan?.environments ?? []) {
     const environment = planned.environment;
+    environments.push(environment);
     const approval = state.approvals?.[environment];
     const approvers = approval?.approvers?.length ? approval.approvers.join(', ') : approval?.approver;
     const overriding = state.overrides?.[environment];
@@ -1110,15 +1115,156 @@ function renderRelease(saga, stillShown) {
         h('td', {}, environment),
         h('td', {}, badge(environmentStatus(state, environment), 'release-environment-status')),
         h('td', {}, text(approvers)),
-        h('td', {}, overriding ? `${overriding.by}: ${overriding.reason}` : '—')),
+        h('td', {}, overriding ? `${overriding.by}: ${overriding.reason}` : '—'),
+        h('td', { 'data-testid': 'release-environment-current' }, h('span', { class: 'muted' }, '…')),
+        h('td', { 'data-testid': 'release-environment-verified' }, h('span', { class: 'muted' }, '…')),
+        h('td', {},
+          h('button', {
+            type: 'button',
+            class: 'danger small',
+            'data-testid': 'rollback-open',
+            onclick: () => openRollback(tenant, environment, state.build?.moduleId ?? state.plan?.moduleId),
+          }, 'Roll back'))),
     );
   }
+  loadReleaseEnvironments(tenant, environments, state.build?.moduleId ?? state.plan?.moduleId, stillShown);
   loadReleaseAudit(saga.key, stillShown);
 }
 
-async function loadReleaseAudit(key, stillShown) {
+/** A release saga's key as tenant and release id (`tenant/release`). */
+function releaseKey(key) {
   const slash = key.indexOf('/');
-  const [tenant, releaseId] = slash > 0 ? [key.slice(0, slash), key.slice(slash + 1)] : ['default', key];
+  return slash > 0 ? [key.slice(0, slash), key.slice(slash + 1)] : ['default', key];
+}
+
+/** The verification of a release: the run in progress (samples, failures,
+ * soak, the last outcome of each check), where it was verified, and a failed
+ * verification with what became of the rollback. */
+function renderVerification(state) {
+  const slot = clear($('release-verification'));
+  const run = state.verifying;
+  if (run) {
+    slot.append(
+      h('p', { 'data-testid': 'release-verifying', 'data-environment': run.environment },
+        `Verifying ${run.environment}: ${run.samples} sample(s), ${run.failures} failed; soak until `,
+        time(run.soakUntil), '; next sample at ', time(run.checkAt)),
+    );
+    if (run.last?.length) {
+      slot.append(
+        h('ul', { class: 'checks', 'data-testid': 'release-verifying-checks' },
+          run.last.map((outcome) =>
+            h('li', { 'data-testid': 'release-check', 'data-check': outcome.check, 'data-passed': String(outcome.passed) },
+              badge(outcome.passed ? 'passed' : 'failed', 'release-check-status'), ' ', h('code', {}, outcome.check),
+              outcome.detail ? ` — ${outcome.detail}` : ''))),
+      );
+    }
+  }
+  const verified = Object.entries(state.verified ?? {});
+  if (verified.length) {
+    slot.append(
+      h('p', { 'data-testid': 'release-verified' }, 'Verified in ',
+        verified.map(([environment, record], index) => [
+          index ? ', ' : '',
+          h('span', { 'data-testid': 'release-verified-environment', 'data-environment': environment, title: record.summary ?? '' },
+            environment, ' (', time(record.at), ')'),
+        ])),
+    );
+  }
+  const failure = state.verificationFailed;
+  if (failure) {
+    const rollback = failure.rollBack === false
+      ? 'the policy does not roll back: the environment keeps this release'
+      : failure.rollbackRequested
+        ? `rollback to the last verified release asked for (see the gitops saga of ${failure.environment})`
+        : 'rollback waits for the promotion gate (a window or hold), or an override';
+    slot.append(
+      h('p', { class: 'verification-failed', 'data-testid': 'release-verification-failed', 'data-environment': failure.environment },
+        h('strong', {}, `Verification failed in ${failure.environment}`), ' at ', time(failure.at), `: ${failure.reason}. `,
+        h('span', { 'data-testid': 'release-rollback-outcome' }, rollback)),
+    );
+  }
+}
+
+/** Each environment of a release: the release its module runs and the last
+ * one verified there (`GET /v1/tenants/{tenant}/environments/{environment}`). */
+async function loadReleaseEnvironments(tenant, environments, moduleId, stillShown) {
+  showError($('release-environments-error'), null);
+  for (const environment of environments) {
+    let view = null;
+    try {
+      view = await api(`/v1/tenants/${encodeURIComponent(tenant)}/environments/${encodeURIComponent(environment)}`);
+    } catch (err) {
+      if (!stillShown()) return;
+      // Nothing promoted there yet reads as not found.
+      if (err?.status !== 404) showError($('release-environments-error'), err);
+    }
+    if (!stillShown()) return;
+    const row = document.querySelector(`#release-environments-body tr[data-environment="${CSS.escape(environment)}"]`);
+    if (!row) continue;
+    const modules = view?.modules ?? [];
+    const module = modules.find((candidate) => candidate.moduleId === moduleId) ?? (modules.length === 1 ? modules[0] : null);
+    const current = module?.current;
+    const verified = module?.verified?.[0];
+    const currentCell = clear(row.querySelector('[data-testid="release-environment-current"]'));
+    currentCell.dataset.release = current?.releaseId ?? '';
+    currentCell.append(current ? h('code', { title: `promoted ${current.promotedAt}` }, current.releaseId) : '—');
+    const verifiedCell = clear(row.querySelector('[data-testid="release-environment-verified"]'));
+    verifiedCell.dataset.release = verified?.releaseId ?? '';
+    verifiedCell.append(verified ? [h('code', {}, verified.releaseId), ' ', time(verified.verifiedAt)] : '—');
+  }
+}
+
+let rollbackTarget = null; // { tenant, environment, moduleId }
+
+function openRollback(tenant, environment, moduleId) {
+  rollbackTarget = { tenant, environment, moduleId };
+  $('rollback-environment').textContent = environment;
+  $('rollback-reason').value = '';
+  $('rollback-override').value = '';
+  showError($('rollback-error'), null);
+  $('rollback-result').hidden = true;
+  $('rollback-form').hidden = false;
+  $('rollback-reason').focus();
+}
+
+function closeRollback() {
+  rollbackTarget = null;
+  $('rollback-form').hidden = true;
+  showError($('rollback-error'), null);
+}
+
+/** Sends the rollback; a refusal (no verified release to go back to, a
+ * closed window, a missing right) is shown as bosun says it. */
+async function submitRollback(event) {
+  event.preventDefault();
+  if (!rollbackTarget) return;
+  const { tenant, environment, moduleId } = rollbackTarget;
+  const body = { reason: $('rollback-reason').value.trim() };
+  const overriding = $('rollback-override').value.trim();
+  if (overriding) body.overrideReason = overriding;
+  if (moduleId) body.moduleId = moduleId;
+  showError($('rollback-error'), null);
+  $('rollback-result').hidden = true;
+  try {
+    const accepted = await api(
+      `/v1/tenants/${encodeURIComponent(tenant)}/environments/${encodeURIComponent(environment)}/rollback`,
+      { method: 'POST', body },
+    );
+    const plan = accepted.plan ?? {};
+    const result = clear($('rollback-result'));
+    result.append(
+      `Rollback of ${plan.moduleId} in ${plan.environment} sent: ${plan.fromReleaseId ?? 'nothing'} → ${plan.toReleaseId} (verified `,
+      time(plan.verifiedAt), '). ',
+      link(route('deliveries', accepted.correlationId), 'Follow its delivery'),
+    );
+    result.hidden = false;
+  } catch (err) {
+    showError($('rollback-error'), err);
+  }
+}
+
+async function loadReleaseAudit(key, stillShown) {
+  const [tenant, releaseId] = releaseKey(key);
   const body = clear($('release-audit-body'));
   showError($('release-audit-error'), null);
   try {
@@ -1143,6 +1289,8 @@ async function loadReleaseAudit(key, stillShown) {
 function setupSagas() {
   $('sagas-refresh').addEventListener('click', loadSagas);
   $('saga-kind').addEventListener('change', loadSagas);
+  $('rollback-form').addEventListener('submit', submitRollback);
+  $('rollback-cancel').addEventListener('click', closeRollback);
 }
 
 // ---------------------------------------------------------------- dead letters

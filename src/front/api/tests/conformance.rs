@@ -228,6 +228,7 @@ async fn every_operation_answers_what_the_openapi_document_says() {
         .await
         .unwrap();
     assert_eq!(outcome, CommitOutcome::Committed);
+    api.seed_environment("contoso", "staging").await;
     let (shown, _) = api.dead_letter("contoso", "repository-missing").await;
     let (replayed, _) = api.dead_letter("contoso", "repository-missing").await;
     let (purged, _) = api.dead_letter("contoso", "repository-missing").await;
@@ -367,6 +368,32 @@ async fn every_operation_answers_what_the_openapi_document_says() {
             "liftReleaseHold",
             404,
             delete("/v1/tenants/contoso/release-policy/holds/prod"),
+        ),
+        case("getEnvironment", 200, get("/v1/tenants/contoso/environments/staging")),
+        case("getEnvironment", 404, get("/v1/tenants/contoso/environments/nowhere")),
+        case(
+            "rollbackEnvironment",
+            202,
+            post("/v1/tenants/contoso/environments/staging/rollback").json(&json!({"reason": "INC-7"})),
+        ),
+        case(
+            "rollbackEnvironment",
+            422,
+            post("/v1/tenants/contoso/environments/staging/rollback")
+                .json(&json!({"reason": "INC-7", "toReleaseId": "payments-api-9"})),
+        ),
+        case(
+            "rollbackEnvironment",
+            404,
+            post("/v1/tenants/contoso/environments/nowhere/rollback").json(&json!({"reason": "INC-7"})),
+        ),
+        case(
+            "rollbackEnvironment",
+            403,
+            api.client
+                .post(url("/v1/tenants/contoso/environments/staging/rollback"))
+                .bearer_auth(&reader)
+                .json(&json!({"reason": "INC-7"})),
         ),
         case("getAuditLog", 200, get("/v1/tenants/contoso/audit?limit=5")),
         case("getAuditLog", 422, get("/v1/tenants/contoso/audit?after=-1")),

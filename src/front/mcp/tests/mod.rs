@@ -11,6 +11,7 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod environments;
 mod fan_out;
 mod http;
 mod stdio;

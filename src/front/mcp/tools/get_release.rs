@@ -24,7 +24,7 @@ pub struct GetReleaseArguments {
 
 /// The fields of a release's state an agent needs (the whole state is
 /// `GET /v1/sagas/release/{releaseId}`).
-const SHOWN: [&str; 11] = [
+const SHOWN: [&str; 16] = [
     "releaseId",
     "phase",
     "currentEnvironment",
@@ -36,6 +36,11 @@ const SHOWN: [&str; 11] = [
     "blocked",
     "rejected",
     "plan",
+    "windowWait",
+    "overrides",
+    "verifying",
+    "verified",
+    "verificationFailed",
 ];
 
 impl McpTool for GetRelease {
@@ -48,7 +53,10 @@ impl McpTool for GetRelease {
     fn description() -> String {
         "One release: its phase and environment, the approval it waits for (required, given, how many more, the \
          groups that may give it and who may not: whoever requested the release, and the person its key acts for), \
-         the approvals given and those the policy refused with the rule, and its last steps. An agent can request \
+         the approvals given and those the policy refused with the rule, a promotion waiting for a window or hold \
+         (windowWait) and the overrides given, its verification (the run in progress with its last outcomes per \
+         check, the environments it was verified in, a failed verification and whether the environment was rolled \
+         back), and its last steps. An agent can request \
          a release and follow it, never satisfy its own approval. Needs deliveries:read."
             .to_owned()
     }

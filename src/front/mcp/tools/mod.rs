@@ -27,6 +27,7 @@ use crate::runtime::telemetry::TraceContext;
 
 mod commands;
 mod describe_command;
+mod environments;
 mod failure_groups;
 mod get_delivery;
 mod get_failure;
@@ -38,6 +39,7 @@ mod send_command;
 mod wait_for_delivery;
 
 pub use self::describe_command::DescribeCommand;
+pub use self::environments::{GetEnvironment, RollbackEnvironment};
 pub use self::failure_groups::{PurgeFailureGroup, ReplayFailureGroup};
 pub use self::get_delivery::GetDelivery;
 pub use self::get_failure::GetFailure;
@@ -129,11 +131,13 @@ catalogue![
     ListFailures,
     GetFailure,
     GetRelease,
+    GetEnvironment,
     ReplayFailure,
     ReplayFailureGroup,
     GetReplayJob,
     ControlReplayJob,
     PurgeFailureGroup,
+    RollbackEnvironment,
 ];
 
 /// Every tool as `tools/list` shows it, built once. `Err` only when a
