@@ -260,7 +260,9 @@ pub async fn run(command: ReleasesCommand, settings: &Settings) -> Result<()> {
                 .send_with("RollbackEnvironment", &plan.payload, &tenant, &SendOptions::default())
                 .await?;
             println!(
-                "sent RollbackEnvironment {} as cli:{}: {} in {environment} from {} to {} (verified {});                  `bosun sagas show gitops {tenant}/{environment}` shows it, `bosun audit export --tenant {tenant}`                  records it",
+                "sent RollbackEnvironment {} as cli:{}: {} in {environment} from {} to {} (verified {}); \
+                 `bosun sagas show gitops {tenant}/{environment}` shows it, `bosun audit export --tenant {tenant}` \
+                 records it",
                 sent.message_id,
                 settings.operator,
                 plan.module_id,
