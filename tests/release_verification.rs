@@ -1,12 +1,13 @@
 //! Release verification through the real binary: a local health endpoint
-//! the test switches between 200 and 500 is the only check of dev. The
-//! first release passes it and is verified (kept by dev's GitOps saga as a
+//! the test makes answer 500 once is the only check of dev. The first
+//! release passes it and is verified (kept by dev's GitOps saga as a
 //! rollback target); the second fails it, is blocked, and dev is rolled
 //! back to the first on its own (the environment repository names the
-//! first again); the third passes; a person's `bosun releases rollback`
-//! then takes dev back to the verified release before it, the first (the
-//! second was never verified). The audit log lists every decision in
-//! order; a key without `releases:rollback` cannot roll back over HTTP.
+//! first again), which is verified there again; the third passes; a
+//! person's `bosun releases rollback` then takes dev back to the verified
+//! release before it, the first (the second was never verified), verified
+//! again too. The audit log lists every decision in order; a key without
+//! `releases:rollback` cannot roll back over HTTP.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -29,9 +30,11 @@ const TENANT: &str = "acme";
 const MODULE: &str = "payments-api";
 const WAIT: Duration = Duration::from_secs(120);
 
-/// A health endpoint answering every request with the status the test set.
+/// A health endpoint answering every request with the status the test set
+/// (500 to the next `failing` requests first, when set).
 struct Health {
     status: Arc<AtomicU16>,
+    failing: Arc<AtomicU64>,
     hits: Arc<AtomicU64>,
     url: String,
 }
@@ -41,8 +44,9 @@ impl Health {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/healthz", listener.local_addr().unwrap());
         let status = Arc::new(AtomicU16::new(200));
+        let failing = Arc::new(AtomicU64::new(0));
         let hits = Arc::new(AtomicU64::new(0));
-        let (answer, count) = (Arc::clone(&status), Arc::clone(&hits));
+        let (answer, count, fail) = (Arc::clone(&status), Arc::clone(&hits), Arc::clone(&failing));
         std::thread::spawn(move || {
             for mut stream in listener.incoming().map_while(Result::ok) {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
@@ -55,7 +59,10 @@ impl Health {
                     }
                 }
                 count.fetch_add(1, Ordering::SeqCst);
-                let code = answer.load(Ordering::SeqCst);
+                let failed = fail
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+                    .is_ok();
+                let code = if failed { 500 } else { answer.load(Ordering::SeqCst) };
                 let text = if code == 200 { "OK" } else { "Internal Server Error" };
                 let _ = write!(
                     stream,
@@ -64,11 +71,21 @@ impl Health {
                 let _ = stream.flush();
             }
         });
-        Self { status, hits, url }
+        Self {
+            status,
+            failing,
+            hits,
+            url,
+        }
     }
 
     fn answer(&self, code: u16) {
         self.status.store(code, Ordering::SeqCst);
+    }
+
+    /// The next `requests` requests get 500, then the status set again.
+    fn fail_next(&self, requests: u64) {
+        self.failing.store(requests, Ordering::SeqCst);
     }
 
     fn hits(&self) -> u64 {
@@ -262,8 +279,9 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
     assert_eq!(desired(data), r1);
     eprintln!("R1 {r1} verified, {:.1} s", started.elapsed().as_secs_f64());
 
-    // R2: the health endpoint fails; R2 is blocked and dev goes back to R1.
-    health.answer(500);
+    // R2: its first sample fails; R2 is blocked and dev goes back to R1,
+    // which is verified there again (the endpoint is healthy again).
+    health.fail_next(1);
     let r2 = deliver(data, &url, &agent, "1.0.1", &known);
     known.insert(r2.clone());
     let saga = eventually("R2's verification fails", WAIT, || {
@@ -285,10 +303,17 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
     assert_eq!(verified(&state), [r1.as_str()], "R2 is never kept: {state:#}");
     assert_eq!(desired(data), r1, "the environment repository names R1 again");
     eventually("dev runs R1 again", WAIT, || (applied(data)? == r1).then_some(()));
+    let saga = eventually("R1 is verified again in dev", WAIT, || {
+        let saga = release(data, &r1);
+        saga["state"]["verified"]["dev"]["summary"]
+            .as_str()?
+            .contains("verified again after a rollback")
+            .then_some(saga)
+    });
+    assert_eq!(saga["state"]["phase"], "completed", "{saga:#}");
     eprintln!("R2 {r2} rolled back, {:.1} s", started.elapsed().as_secs_f64());
 
-    // R3: healthy again, verified.
-    health.answer(200);
+    // R3: healthy, verified.
     let r3 = deliver(data, &url, &agent, "1.0.2", &known);
     let saga = eventually("R3 completes", WAIT, || {
         let saga = release(data, &r3);
@@ -343,7 +368,7 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
             .find(|(release, _)| release.as_str() == id)
             .map_or("-", |(_, name)| *name)
     };
-    let exported = eventually("the manual rollback is in the audit log", WAIT, || {
+    let exported = eventually("R1 is verified again after the manual rollback", WAIT, || {
         let exported = run(data, &["audit", "export", "--tenant", TENANT]);
         let entries: Vec<Value> = exported
             .lines()
@@ -351,7 +376,9 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
             .collect();
         entries
             .iter()
-            .any(|entry| entry["action"] == "rolled-back" && entry["releaseId"] == r3.as_str())
+            .filter(|entry| entry["action"] == "verified" && entry["releaseId"] == r1.as_str())
+            .count()
+            .eq(&3)
             .then_some(entries)
     });
     let decisions: Vec<(String, String, String)> = exported
@@ -379,6 +406,7 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
         ("R2", "verification-failed", "dev"),
         ("R2", "blocked", "dev"),
         ("R2", "rolled-back", "dev"),
+        ("R1", "verified", "dev"),
         ("R3", "requested", "-"),
         ("R3", "approved", "dev"),
         ("R3", "promoted", "dev"),
@@ -386,6 +414,7 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
         ("R3", "verified", "dev"),
         ("R3", "completed", "-"),
         ("R3", "rolled-back", "dev"),
+        ("R1", "verified", "dev"),
     ]
     .map(|(release, action, environment)| (release.to_owned(), action.to_owned(), environment.to_owned()));
     let printed = exported.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");

@@ -344,11 +344,13 @@ impl ReleaseSaga {
         state: &ReleaseState,
         check: &bosun_contracts::messages::ReleaseVerificationCheck,
     ) -> Option<Vec<VerificationCheck>> {
-        let run = state.verifying.as_ref()?;
-        if run.environment != check.environment || run.attempt != check.attempt || state.phase != ReleasePhase::Syncing
-        {
-            return None;
-        }
+        let matches = |run: &&VerificationRun| run.environment == check.environment && run.attempt == check.attempt;
+        let first = state
+            .verifying
+            .as_ref()
+            .filter(matches)
+            .filter(|_| state.phase == ReleasePhase::Syncing);
+        first.or(state.reverifying.as_ref().filter(matches))?;
         Some(
             self.policy
                 .approval

@@ -190,6 +190,18 @@ pub const TRANSITIONS: &[PhaseTransition] = {
             &["GitOpsSynced", "ReleaseVerificationCheck"],
         ),
         edge(
+            AwaitingApproval,
+            Blocked,
+            "verification failed again in an environment rolled back to it / ReleaseBlocked, RollbackEnvironment",
+            &["ReleaseVerificationCheck"],
+        ),
+        edge(
+            Provisioning,
+            Blocked,
+            "verification failed again in an environment rolled back to it / ReleaseBlocked, RollbackEnvironment",
+            &["ReleaseVerificationCheck"],
+        ),
+        edge(
             Blocked,
             Blocked,
             "rollback waited for a window, now open (ReleaseWindowCheck) or overridden (OverrideReleaseWindow) / RollbackEnvironment",

@@ -326,6 +326,9 @@ impl Step<'_> {
     }
 
     pub(super) fn on_synced(&mut self, synced: &GitOpsSynced) -> Result<(), SagaError> {
+        if self.redeployed(synced) {
+            return self.on_redeployed(synced);
+        }
         let environment = synced.environment.as_str();
         if self.state.phase.is_final()
             || self.requires_approval(environment).is_none()

@@ -407,6 +407,10 @@ pub struct ReleaseState {
     /// healthy, its soak time and checks running): how far it got.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verifying: Option<VerificationRun>,
+    /// While the release verifies again in an environment rolled back to
+    /// it (whatever its phase): how far it got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverifying: Option<VerificationRun>,
     /// Environments the release passed verification in.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub verified: BTreeMap<String, VerifiedRecord>,
@@ -489,8 +493,8 @@ pub(super) mod step {
         format!("ReleaseVerified/{environment}")
     }
 
-    pub fn rollback(environment: &str) -> String {
-        format!("RollbackEnvironment/{environment}")
+    pub fn rollback(environment: &str, commit: &str) -> String {
+        format!("RollbackEnvironment/{environment}/{commit}")
     }
 
     pub fn blocked(failing: ReleaseStep, environment: Option<&str>) -> String {

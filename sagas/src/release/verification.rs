@@ -65,6 +65,12 @@ pub struct Verification {
     /// last verified release (default true).
     #[serde(default = "yes")]
     pub roll_back: bool,
+    /// Whether a release the environment is rolled back to is verified
+    /// again, as a promotion is (default true; false: it was verified there
+    /// before, and that is enough). A rollback whose verification fails
+    /// rolls back further.
+    #[serde(default = "yes")]
+    pub verify_rollbacks: bool,
     /// Environments a release must have been verified in before it may be
     /// promoted here: the promotion graph.
     /// Also checked by bosun, beyond this schema: each is an environment name, named once, not this one.

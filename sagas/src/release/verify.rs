@@ -10,13 +10,14 @@
 //! once the release was verified there.
 
 use bosun_contracts::messages::{
-    DeploymentPromoted, ReleaseDecision, ReleaseStep, ReleaseVerificationCheck, ReleaseVerified, RollbackEnvironment,
+    DeploymentPromoted, GitOpsSynced, ReleaseDecision, ReleaseStep, ReleaseVerificationCheck, ReleaseVerified,
+    RollbackEnvironment,
 };
 
 use super::apply::Step;
 use super::state::step;
 use super::{
-    CheckOutcome, PENDING_DESIRED_COMMIT, ReleasePhase, Verification, VerificationFailure, VerificationRun,
+    CheckOutcome, PENDING_DESIRED_COMMIT, ReleasePhase, SyncRecord, Verification, VerificationFailure, VerificationRun,
     VerifiedRecord,
 };
 use crate::{Action, SagaError};
@@ -62,12 +63,13 @@ impl Step<'_> {
         } else {
             started_at
         };
-        self.schedule_sample(run, first);
+        self.schedule_sample(run, first, false);
         Ok(())
     }
 
-    /// Schedules sample `run.attempt` at `at` and keeps `run`.
-    fn schedule_sample(&mut self, mut run: VerificationRun, at: time::OffsetDateTime) {
+    /// Schedules sample `run.attempt` at `at` and keeps `run` (as the
+    /// verification of a rollback to this release when `rerun`).
+    fn schedule_sample(&mut self, mut run: VerificationRun, at: time::OffsetDateTime, rerun: bool) {
         run.check_at = at;
         let after = std::time::Duration::try_from(at - self.gate_at).unwrap_or_default();
         self.actions.push(Action::Schedule {
@@ -80,7 +82,11 @@ impl Step<'_> {
             .into(),
             after,
         });
-        self.state.verifying = Some(run);
+        if rerun {
+            self.state.reverifying = Some(run);
+        } else {
+            self.state.verifying = Some(run);
+        }
     }
 
     /// One sample of `environment`'s checks, taken by the consumer: counted,
@@ -91,17 +97,27 @@ impl Step<'_> {
         check: &ReleaseVerificationCheck,
         outcomes: &[CheckOutcome],
     ) -> Result<(), SagaError> {
-        let Some(mut run) = self
-            .state
-            .verifying
-            .clone()
-            .filter(|run| run.environment == check.environment && run.attempt == check.attempt)
-        else {
+        let matches = |run: &Option<VerificationRun>| {
+            run.as_ref()
+                .is_some_and(|run| run.environment == check.environment && run.attempt == check.attempt)
+        };
+        let rerun = if matches(&self.state.verifying) {
+            if self.state.phase != ReleasePhase::Syncing || !self.is_current(&check.environment) {
+                return Ok(());
+            }
+            false
+        } else if matches(&self.state.reverifying) {
+            true
+        } else {
             return Ok(());
         };
-        if self.state.phase != ReleasePhase::Syncing || !self.is_current(&check.environment) {
+        let Some(mut run) = (if rerun {
+            self.state.reverifying.take()
+        } else {
+            self.state.verifying.take()
+        }) else {
             return Ok(());
-        }
+        };
         let environment = check.environment.as_str();
         // The policy in force now: one that no longer asks for anything
         // verifies at once.
@@ -131,7 +147,6 @@ impl Step<'_> {
         }
         run.last = outcomes.to_vec();
         if run.failures > verification.failure_limit {
-            self.state.verifying = None;
             let reason = format!(
                 "{} failed sample{} (the policy tolerates {}); last: {}",
                 run.failures,
@@ -139,6 +154,9 @@ impl Step<'_> {
                 verification.failure_limit,
                 failed.join("; ")
             );
+            if rerun {
+                return self.fail_reverification(environment, reason, outcomes.to_vec(), verification.roll_back);
+            }
             return self.fail_verification(environment, reason, outcomes.to_vec(), verification.roll_back);
         }
         if !failed.is_empty() {
@@ -150,7 +168,6 @@ impl Step<'_> {
             .iter()
             .all(|check| run.passes.get(check.name()).copied().unwrap_or(0) >= check.successes());
         if soaked && passed {
-            self.state.verifying = None;
             let summary = format!(
                 "soak {}s; {} check{}; {} sample{}, {} failed",
                 verification.soak_seconds,
@@ -160,6 +177,10 @@ impl Step<'_> {
                 if run.samples == 1 { "" } else { "s" },
                 run.failures
             );
+            if rerun {
+                self.reverified(environment, summary);
+                return Ok(());
+            }
             return self.verified(environment, summary);
         }
         // Nothing to say but that a sample passed: no history entry.
@@ -171,8 +192,143 @@ impl Step<'_> {
             next = next.max(run.soak_until);
         }
         run.attempt += 1;
-        self.schedule_sample(run, next);
+        self.schedule_sample(run, next, rerun);
         Ok(())
+    }
+
+    /// Whether `synced` is this verified release deployed again in its
+    /// environment at a new commit: a rollback to it.
+    pub(super) fn redeployed(&self, synced: &GitOpsSynced) -> bool {
+        synced.healthy
+            && self.state.verified.contains_key(&synced.environment)
+            && self
+                .state
+                .syncs
+                .get(&synced.environment)
+                .is_some_and(|known| known.commit_sha != synced.commit_sha)
+    }
+
+    /// The environment was rolled back to this release: it is verified
+    /// again as its policy says (unless `verifyRollbacks` is false), whatever
+    /// the release's phase.
+    pub(super) fn on_redeployed(&mut self, synced: &GitOpsSynced) -> Result<(), SagaError> {
+        let environment = synced.environment.as_str();
+        self.state.syncs.insert(
+            environment.to_owned(),
+            SyncRecord {
+                commit_sha: synced.commit_sha.clone(),
+                healthy: true,
+                at: synced.synced_at,
+            },
+        );
+        self.note(format!(
+            "{environment} runs this release again at commit {} (rolled back to it)",
+            synced.commit_sha
+        ));
+        let verification = self.policy.approval.verification.get(environment).cloned();
+        match verification.filter(Verification::waits) {
+            Some(verification) if verification.verify_rollbacks => {
+                let soak = time::Duration::seconds(i64::try_from(verification.soak_seconds).unwrap_or(i64::MAX));
+                let started_at = self.gate_at;
+                let attempt = self.state.reverifying.as_ref().map_or(0, |run| run.attempt) + 1;
+                let run = VerificationRun {
+                    environment: environment.to_owned(),
+                    started_at,
+                    soak_until: started_at.checked_add(soak).unwrap_or(started_at),
+                    attempt,
+                    check_at: started_at,
+                    samples: 0,
+                    passes: Default::default(),
+                    failures: 0,
+                    last: Vec::new(),
+                    policy_version: self.policy.approval_version,
+                };
+                self.note(format!("verifying {environment} again after the rollback"));
+                let first = if verification.checks.is_empty() {
+                    run.soak_until
+                } else {
+                    started_at
+                };
+                self.schedule_sample(run, first, true);
+            }
+            Some(_) => self.note(format!(
+                "not verified again in {environment}: its policy says verifyRollbacks false"
+            )),
+            None => self.reverified(environment, "healthy sync".to_owned()),
+        }
+        Ok(())
+    }
+
+    /// Verified again after a rollback to this release.
+    fn reverified(&mut self, environment: &str, summary: String) {
+        let summary = format!("verified again after a rollback: {summary}");
+        self.state.verified.insert(
+            environment.to_owned(),
+            VerifiedRecord {
+                at: self.gate_at,
+                summary: summary.clone(),
+            },
+        );
+        if self
+            .state
+            .verification_failed
+            .as_ref()
+            .is_some_and(|failure| failure.environment == environment && self.state.phase != ReleasePhase::Blocked)
+        {
+            self.state.verification_failed = None;
+        }
+        let mut decision = self.decision(ReleaseDecision::Verified, Some(environment));
+        decision.by = Some("bosun".to_owned());
+        decision.reason = Some(summary.clone());
+        self.record(decision);
+        self.note(format!("{environment} {summary}"));
+    }
+
+    /// A release rolled back to failed its verification there again: the
+    /// environment is rolled back further (through the gate), and a release
+    /// still on its way is blocked.
+    fn fail_reverification(
+        &mut self,
+        environment: &str,
+        reason: String,
+        outcomes: Vec<CheckOutcome>,
+        roll_back: bool,
+    ) -> Result<(), SagaError> {
+        let mut decision = self.decision(ReleaseDecision::VerificationFailed, Some(environment));
+        decision.by = Some("bosun".to_owned());
+        decision.reason = Some(format!("after a rollback to it: {reason}"));
+        self.record(decision);
+        self.note(format!(
+            "verification of {environment} failed again after a rollback to this release: {reason}"
+        ));
+        self.state.verification_failed = Some(VerificationFailure {
+            environment: environment.to_owned(),
+            reason: reason.clone(),
+            at: self.gate_at,
+            outcomes,
+            roll_back,
+            rollback_requested: false,
+        });
+        if !self.state.phase.is_final() && self.state.phase != ReleasePhase::Blocked {
+            // Never promoted further, as after a first failure.
+            self.block(
+                ReleaseStep::Sync,
+                format!("verification of {environment} failed after a rollback to this release: {reason}"),
+                Some(environment),
+            );
+            self.state.verifying = None;
+            self.state.pending_timeout = None;
+            self.state.waiting_for = None;
+            self.enter(ReleasePhase::Blocked)?;
+        }
+        if roll_back {
+            self.roll_back(environment)
+        } else {
+            self.note(format!(
+                "the policy of {environment} does not roll back: it keeps this release"
+            ));
+            Ok(())
+        }
     }
 
     /// `environment` is verified: recorded, `ReleaseVerified` sent (what a
@@ -278,10 +434,9 @@ impl Step<'_> {
     /// Whether a rollback of `environment` after a failed verification is
     /// still to be asked for.
     pub(super) fn rollback_due(&self, environment: &str) -> bool {
-        self.state.phase == ReleasePhase::Blocked
-            && self.state.verification_failed.as_ref().is_some_and(|failure| {
-                failure.environment == environment && failure.roll_back && !failure.rollback_requested
-            })
+        self.state.verification_failed.as_ref().is_some_and(|failure| {
+            failure.environment == environment && failure.roll_back && !failure.rollback_requested
+        })
     }
 
     /// Asks `environment`'s GitOps saga to go back to its last verified
@@ -310,11 +465,17 @@ impl Step<'_> {
         if let Some(failure) = self.state.verification_failed.as_mut() {
             failure.rollback_requested = true;
         }
+        let commit = self
+            .state
+            .syncs
+            .get(environment)
+            .map(|sync| sync.commit_sha.clone())
+            .unwrap_or_default();
         self.note(format!(
             "rollback of {environment} to its last verified release asked for"
         ));
         self.send(
-            step::rollback(environment),
+            step::rollback(environment, &commit),
             RollbackEnvironment {
                 environment: environment.to_owned(),
                 module_id,

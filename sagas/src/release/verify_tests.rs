@@ -32,6 +32,7 @@ fn verification(soak: u64, checks: Vec<VerificationCheck>) -> Verification {
         failure_limit: 0,
         checks,
         roll_back: true,
+        verify_rollbacks: true,
         requires_verified_in: Vec::new(),
     }
 }
@@ -314,6 +315,91 @@ fn a_rollback_obeys_a_deny_window_and_goes_when_it_ends_or_is_overridden() {
     };
     let (_, actions) = run_at(&saga, blocked, &[overriding.into()], START + time::Duration::minutes(2));
     assert_eq!(sent(&actions, "RollbackEnvironment").len(), 1, "{actions:#?}");
+}
+
+/// A release verified in dev (the only environment), then dev rolled back
+/// to it at a new commit.
+fn rolled_back_to(saga: &ReleaseSaga) -> (ReleaseState, Vec<Action>) {
+    let (mut state, actions) = synced_in_dev(saga);
+    let mut check = sample_checks(&actions).pop().unwrap();
+    loop {
+        let (next, actions) = sample(saga, &state, &check, true);
+        state = next;
+        if !sent(&actions, "ReleaseVerified").is_empty() {
+            break;
+        }
+        check = sample_checks(&actions).pop().unwrap();
+    }
+    let rollback_commit = GitOpsSynced {
+        environment: "dev".to_owned(),
+        commit_sha: "1111111111111111111111111111111111111111".to_owned(),
+        ..samples::gitops_synced()
+    };
+    run_at(saga, state, &[rollback_commit.into()], START + time::Duration::hours(1))
+}
+
+fn dev_only(verification: Verification) -> ReleaseSaga {
+    let approval = ApprovalPolicy {
+        verification: BTreeMap::from([("dev".to_owned(), verification)]),
+        ..ApprovalPolicy::default()
+    };
+    let policy = ReleasePolicy {
+        environments: vec!["dev".to_owned()],
+        auto_approve: vec!["dev".to_owned()],
+        approval,
+        ..ReleasePolicy::default()
+    };
+    policy.validate().unwrap();
+    ReleaseSaga::new(policy)
+}
+
+#[test]
+fn a_release_rolled_back_to_is_verified_again_and_a_failure_rolls_back_further() {
+    let saga = dev_only(verification(0, vec![health(1)]));
+    let (state, actions) = rolled_back_to(&saga);
+    assert_eq!(state.phase, ReleasePhase::Completed);
+    let check = sample_checks(&actions)
+        .pop()
+        .expect("a sample of the rollback scheduled");
+    assert!(state.reverifying.is_some());
+    // It passes: verified again, nothing else moves.
+    let (passed, actions) = sample(&saga, &state, &check, true);
+    assert_eq!(passed.reverifying, None);
+    assert!(
+        passed.verified["dev"]
+            .summary
+            .contains("verified again after a rollback")
+    );
+    assert!(sent(&actions, "RollbackEnvironment").is_empty());
+    assert_eq!(passed.phase, ReleasePhase::Completed);
+    // It fails: the environment is rolled back further, from this release.
+    let (failed, actions) = sample(&saga, &state, &check, false);
+    let rollbacks = sent(&actions, "RollbackEnvironment");
+    let [Message::RollbackEnvironment(rollback)] = rollbacks.as_slice() else {
+        panic!("{actions:#?}");
+    };
+    assert_eq!(rollback.failed_release_id, failed.release_id);
+    assert_eq!(failed.phase, ReleasePhase::Completed);
+    assert!(failed.verification_failed.unwrap().rollback_requested);
+    // The same sample again changes nothing.
+    let (again, actions) = sample(&saga, &failed_state(&saga, &state, &check), &check, false);
+    assert!(actions.is_empty());
+    assert_eq!(again.reverifying, None);
+}
+
+fn failed_state(saga: &ReleaseSaga, state: &ReleaseState, check: &ReleaseVerificationCheck) -> ReleaseState {
+    sample(saga, state, check, false).0
+}
+
+#[test]
+fn a_policy_may_skip_verifying_rollbacks() {
+    let mut skip = verification(0, vec![health(1)]);
+    skip.verify_rollbacks = false;
+    let saga = dev_only(skip);
+    let (state, actions) = rolled_back_to(&saga);
+    assert!(sample_checks(&actions).is_empty(), "{actions:#?}");
+    assert_eq!(state.reverifying, None);
+    assert!(state.history.last().unwrap().note.contains("verifyRollbacks false"));
 }
 
 #[test]

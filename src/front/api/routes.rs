@@ -485,7 +485,7 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
         )
         .documented(Operation {
             operation_id: "rollbackEnvironment",
-            summary: "Rolls one module of the environment back to a release verified there, as the caller (stamped `requestedBy`): checked first as `bosun releases rollback` checks it, then sent as `RollbackEnvironment`, which the environment's GitOps saga carries out. Needs releases:rollback, and releases:override too with `overrideReason`. 404 when nothing was ever promoted there (or it is another tenant's); 422 with the reason when the check refuses it: nothing verified to go back to besides the current release, a `toReleaseId` never verified there, several modules and no `moduleId`, or the promotion gate closed (a deny window, outside the allow windows, a hold) without `overrideReason`.",
+            summary: "Rolls one module of the environment back to a release verified there, as the caller (stamped `requestedBy`): checked first as `bosun releases rollback` checks it, then sent as `RollbackEnvironment`, which the environment's GitOps saga carries out. Needs releases:rollback, and releases:override too with `overrideReason`. 404 when nothing was ever promoted there (or it is another tenant's); 422 with the reason when the check refuses it: nothing verified before the current release to go back to, a `toReleaseId` never verified there, several modules and no `moduleId`, or the promotion gate closed (a deny window, outside the allow windows, a hold) without `overrideReason`.",
             scope: Some("releases:rollback"),
             query: &[],
             body: Some(Body {

@@ -91,7 +91,7 @@ impl McpTool for RollbackEnvironment {
 
     fn description() -> String {
         "Rolls one module of an environment of your tenant back to a release verified there, as your key \
-         (recorded as requestedBy): checked first (something verified to go back to besides the current release; \
+         (recorded as requestedBy): checked first (something verified before the current release to go back to; \
          the environment's promotion windows and holds open, unless overrideReason), then sent as \
          RollbackEnvironment; follow it with get_delivery on the returned correlationId. A refusal says why \
          (invalid-field). Needs the releases:rollback scope, and releases:override too with overrideReason; \
