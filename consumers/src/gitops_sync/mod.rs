@@ -117,7 +117,11 @@ impl<P: Environments> GitOpsSync<P> {
         let Some(governance) = &self.governance else {
             return Ok(None);
         };
-        if rollback.failed_release_id.is_some() || rollback.override_reason.is_some() {
+        // The release saga's own rollback went through the gate there; the
+        // front door stamps `requestedBy` on every other one, so no sender
+        // can pass for it.
+        let automatic = rollback.requested_by.as_deref() == Some(bosun_sagas::release::AUTO_ROLLBACK);
+        if automatic || rollback.override_reason.is_some() {
             return Ok(None);
         }
         let Some(stored) = governance.approval_policy(tenant).await.map_err(|err| match err {
