@@ -21,6 +21,8 @@ use super::local::{LocalEnvironments, SYNCED_COMMIT_FILE};
 use super::*;
 use crate::SagaInstance;
 
+mod rollback;
+
 const SHA_1: &str = "1111111111111111111111111111111111111111";
 const SHA_2: &str = "2222222222222222222222222222222222222222";
 const BASE: Duration = Duration::from_secs(2);
