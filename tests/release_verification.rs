@@ -19,7 +19,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -30,10 +30,8 @@ const TENANT: &str = "acme";
 const MODULE: &str = "payments-api";
 const WAIT: Duration = Duration::from_secs(120);
 
-/// A health endpoint answering every request with the status the test set
-/// (500 to the next `failing` requests first, when set).
+/// A health endpoint answering 200, or 500 to the next `failing` requests.
 struct Health {
-    status: Arc<AtomicU16>,
     failing: Arc<AtomicU64>,
     hits: Arc<AtomicU64>,
     url: String,
@@ -43,10 +41,9 @@ impl Health {
     fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/healthz", listener.local_addr().unwrap());
-        let status = Arc::new(AtomicU16::new(200));
         let failing = Arc::new(AtomicU64::new(0));
         let hits = Arc::new(AtomicU64::new(0));
-        let (answer, count, fail) = (Arc::clone(&status), Arc::clone(&hits), Arc::clone(&failing));
+        let (count, fail) = (Arc::clone(&hits), Arc::clone(&failing));
         std::thread::spawn(move || {
             for mut stream in listener.incoming().map_while(Result::ok) {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
@@ -62,7 +59,7 @@ impl Health {
                 let failed = fail
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
                     .is_ok();
-                let code = if failed { 500 } else { answer.load(Ordering::SeqCst) };
+                let code = if failed { 500 } else { 200 };
                 let text = if code == 200 { "OK" } else { "Internal Server Error" };
                 let _ = write!(
                     stream,
@@ -71,19 +68,10 @@ impl Health {
                 let _ = stream.flush();
             }
         });
-        Self {
-            status,
-            failing,
-            hits,
-            url,
-        }
+        Self { failing, hits, url }
     }
 
-    fn answer(&self, code: u16) {
-        self.status.store(code, Ordering::SeqCst);
-    }
-
-    /// The next `requests` requests get 500, then the status set again.
+    /// The next `requests` requests get 500, then 200 again.
     fn fail_next(&self, requests: u64) {
         self.failing.store(requests, Ordering::SeqCst);
     }
