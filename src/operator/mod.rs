@@ -566,6 +566,16 @@ impl Operator {
                 {
                     let (field, identities) = field;
                     object.insert(field.to_owned(), Value::String(self.principal.clone()));
+                    if envelope.message_type == "RollbackEnvironment" {
+                        // As when sent: bosun says when, and only the release
+                        // saga names a failed release.
+                        object.remove("failedReleaseId");
+                        if let Ok(now) =
+                            time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339)
+                        {
+                            object.insert("requestedAt".to_owned(), Value::String(now));
+                        }
+                    }
                     if let Some(identities) = identities {
                         // And who that caller answers to in approval policies.
                         object.insert(identities.to_owned(), serde_json::json!(self.identities));

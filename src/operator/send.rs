@@ -132,6 +132,10 @@ impl Operator {
             Message::RollbackEnvironment(rollback) => {
                 rollback.requested_by = Some(self.principal.clone());
                 rollback.requester_identities = self.identities.clone();
+                // When is bosun's to say (it orders the rollback after what it
+                // undoes), and a failed release is the release saga's to name.
+                rollback.requested_at = OffsetDateTime::now_utc();
+                rollback.failed_release_id = None;
             }
             _ => {}
         }

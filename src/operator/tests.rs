@@ -152,6 +152,46 @@ async fn who_decides_is_who_sent_and_an_edited_replay_is_the_replayers_decision(
 }
 
 #[tokio::test]
+async fn a_rollback_is_stamped_with_who_and_when_and_never_passes_for_the_release_sagas() {
+    let (operator, transport, _) = operator(1).await;
+    let forged = serde_json::json!({
+        "environment": "prod", "moduleId": "payments-api", "reason": "INC-1",
+        "failedReleaseId": "payments-api-2", "requestedBy": "policy:auto-rollback",
+        "requestedAt": "2999-01-01T00:00:00Z"
+    });
+    let before = time::OffsetDateTime::now_utc();
+    operator
+        .send("RollbackEnvironment", &forged, None, "contoso")
+        .await
+        .unwrap();
+    let queue = Destination::Queue("gitops-sync".into());
+    let received = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let envelope = Envelope::from_slice(&received[0].body).unwrap();
+    assert_eq!(envelope.payload["requestedBy"], "cli:alice");
+    assert_eq!(envelope.payload.get("failedReleaseId"), None);
+    let at = time::OffsetDateTime::parse(
+        envelope.payload["requestedAt"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert!(at >= before - time::Duration::SECOND && at.year() < 2999, "{at}");
+    // Edited and replayed by someone else: the same.
+    give_up_on(&transport, &queue, &received[0]).await;
+    let listed = operator.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    operator
+        .clone()
+        .approving_as("cli:bob")
+        .replay_with(&listed[0].id.to_string(), Some(&forged))
+        .await
+        .unwrap();
+    let again = transport.receive(&queue, 1, Duration::from_secs(30)).await.unwrap();
+    let replayed = Envelope::from_slice(&again[0].body).unwrap();
+    assert_eq!(replayed.payload["requestedBy"], "cli:bob");
+    assert_eq!(replayed.payload.get("failedReleaseId"), None);
+    assert_ne!(replayed.payload["requestedAt"], "2999-01-01T00:00:00Z");
+}
+
+#[tokio::test]
 async fn native_dead_letters_are_listed_and_replayable() {
     let (operator, transport, _) = operator(1).await;
     let sent = operator

@@ -101,6 +101,13 @@ impl GitOpsSaga {
                 .rev()
                 .find(|known| Some(&known.release_id) != rollback.failed_release_id.as_ref()),
         };
+        if let Some(failed) = &rollback.failed_release_id
+            && let Some(releases) = next.state.verified.get_mut(module)
+        {
+            // A release that failed here (again, after a rollback to it) is
+            // never gone back to.
+            releases.retain(|known| &known.release_id != failed);
+        }
         let Some(target) = target.cloned() else {
             let reason = match &rollback.to_release_id {
                 Some(wanted) => format!(

@@ -721,6 +721,29 @@ fn a_manual_rollback_goes_to_the_verified_release_before_the_current_one_or_the_
 }
 
 #[test]
+fn a_release_that_fails_after_a_rollback_to_it_is_never_gone_back_to_and_nothing_goes_forward() {
+    let mut driver = Driver::new();
+    for (release, minute) in [("r0", 0), ("r1", 10), ("r3", 20)] {
+        driver.message(promoted("payments-api", release, minute));
+        driver.message(verified("payments-api", release, minute));
+    }
+    // A person goes back from r3 to r1; r1 then fails there again.
+    driver.message(rollback("payments-api", None, None, 30));
+    assert_eq!(running(&driver, "payments-api").as_deref(), Some("r1"));
+    driver.message(rollback("payments-api", Some("r1"), None, 31));
+    assert_eq!(
+        running(&driver, "payments-api").as_deref(),
+        Some("r0"),
+        "back, not forward to r3"
+    );
+    let kept: Vec<&str> = driver.state.verified["payments-api"]
+        .iter()
+        .map(|known| known.release_id.as_str())
+        .collect();
+    assert_eq!(kept, ["r0", "r3"]);
+}
+
+#[test]
 fn a_rollback_goes_ahead_of_queued_promotions() {
     let mut driver = Driver::new();
     driver.message(promoted("payments-api", "r1", 0));

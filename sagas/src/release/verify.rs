@@ -129,11 +129,12 @@ impl Step<'_> {
             .cloned()
             .filter(Verification::waits)
         else {
-            self.state.verifying = None;
-            return self.verified(
-                environment,
-                "healthy sync (the policy no longer asks for more)".to_owned(),
-            );
+            let summary = "healthy sync (the policy no longer asks for more)".to_owned();
+            if rerun {
+                self.reverified(environment, summary);
+                return Ok(());
+            }
+            return self.verified(environment, summary);
         };
         run.samples += 1;
         let mut failed = Vec::new();
@@ -141,9 +142,12 @@ impl Step<'_> {
             if outcome.passed {
                 *run.passes.entry(outcome.check.clone()).or_default() += 1;
             } else {
-                run.failures += 1;
                 failed.push(format!("{}: {}", outcome.check, outcome.detail));
             }
+        }
+        // A sample fails when any of its checks does, and counts once.
+        if !failed.is_empty() {
+            run.failures += 1;
         }
         run.last = outcomes.to_vec();
         if run.failures > verification.failure_limit {
@@ -199,8 +203,7 @@ impl Step<'_> {
     /// Whether `synced` is this verified release deployed again in its
     /// environment at a new commit: a rollback to it.
     pub(super) fn redeployed(&self, synced: &GitOpsSynced) -> bool {
-        synced.healthy
-            && self.state.verified.contains_key(&synced.environment)
+        self.state.verified.contains_key(&synced.environment)
             && self
                 .state
                 .syncs
@@ -217,7 +220,7 @@ impl Step<'_> {
             environment.to_owned(),
             SyncRecord {
                 commit_sha: synced.commit_sha.clone(),
-                healthy: true,
+                healthy: synced.healthy,
                 at: synced.synced_at,
             },
         );
@@ -226,6 +229,15 @@ impl Step<'_> {
             synced.commit_sha
         ));
         let verification = self.policy.approval.verification.get(environment).cloned();
+        if !synced.healthy {
+            // Reported once per commit: an unhealthy rollback is a failed one.
+            let roll_back = verification.as_ref().is_none_or(|verification| verification.roll_back);
+            let reason = format!(
+                "{environment} reconciled to commit {} but not every resource reported ready",
+                synced.commit_sha
+            );
+            return self.fail_reverification(environment, reason, Vec::new(), roll_back);
+        }
         match verification.filter(Verification::waits) {
             Some(verification) if verification.verify_rollbacks => {
                 let soak = time::Duration::seconds(i64::try_from(verification.soak_seconds).unwrap_or(i64::MAX));

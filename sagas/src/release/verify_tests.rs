@@ -392,6 +392,21 @@ fn failed_state(saga: &ReleaseSaga, state: &ReleaseState, check: &ReleaseVerific
 }
 
 #[test]
+fn a_rollback_to_a_release_that_syncs_unhealthy_rolls_back_further() {
+    let saga = dev_only(verification(0, vec![health(1)]));
+    let (state, _) = rolled_back_to(&saga);
+    let unhealthy = GitOpsSynced {
+        environment: "dev".to_owned(),
+        commit_sha: "2222222222222222222222222222222222222222".to_owned(),
+        healthy: false,
+        ..samples::gitops_synced()
+    };
+    let (state, actions) = run_at(&saga, state, &[unhealthy.into()], START + time::Duration::hours(2));
+    assert_eq!(sent(&actions, "RollbackEnvironment").len(), 1, "{actions:#?}");
+    assert!(state.verification_failed.unwrap().reason.contains("not every resource"));
+}
+
+#[test]
 fn a_policy_may_skip_verifying_rollbacks() {
     let mut skip = verification(0, vec![health(1)]);
     skip.verify_rollbacks = false;
