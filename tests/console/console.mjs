@@ -465,6 +465,10 @@ await step("the release page shows its verification and each environment's relea
   const rows = await waitInPage('every environment says what it runs', () => {
     const cells = [...document.querySelectorAll('[data-testid="release-environment-current"]')];
     if (!cells.length || cells.some((cell) => cell.dataset.release === undefined)) return null;
+    // The promotion graph's column fills in from the tenant's policy (the
+    // demo's has none: nothing required).
+    const requires = [...document.querySelectorAll('[data-testid="release-environment-requires"]')];
+    if (requires.length !== cells.length || requires.some((cell) => cell.dataset.requires === undefined)) return null;
     return [...document.querySelectorAll('[data-testid="release-environment"]')].map((row) => ({
       environment: row.dataset.environment,
       current: row.querySelector('[data-testid="release-environment-current"]').dataset.release,

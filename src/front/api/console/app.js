@@ -1116,6 +1116,7 @@ function renderRelease(saga, stillShown) {
         h('td', {}, badge(environmentStatus(state, environment), 'release-environment-status')),
         h('td', {}, text(approvers)),
         h('td', {}, overriding ? `${overriding.by}: ${overriding.reason}` : '—'),
+        h('td', { 'data-testid': 'release-environment-requires' }, h('span', { class: 'muted' }, '…')),
         h('td', { 'data-testid': 'release-environment-current' }, h('span', { class: 'muted' }, '…')),
         h('td', { 'data-testid': 'release-environment-verified' }, h('span', { class: 'muted' }, '…')),
         h('td', {},
@@ -1128,6 +1129,7 @@ function renderRelease(saga, stillShown) {
     );
   }
   loadReleaseEnvironments(tenant, environments, state.build?.moduleId ?? state.plan?.moduleId, stillShown);
+  loadReleaseGraph(tenant, state, environments, stillShown);
   loadReleaseAudit(saga.key, stillShown);
 }
 
@@ -1211,6 +1213,42 @@ async function loadReleaseEnvironments(tenant, environments, moduleId, stillShow
     const verifiedCell = clear(row.querySelector('[data-testid="release-environment-verified"]'));
     verifiedCell.dataset.release = verified?.releaseId ?? '';
     verifiedCell.append(verified ? [h('code', {}, verified.releaseId), ' ', time(verified.verifiedAt)] : '—');
+  }
+}
+
+/** The promotion graph: for each environment of a release, the environments
+ * the tenant's policy requires it to have been verified in first
+ * (`verification.<env>.requiresVerifiedIn`), each marked with whether this
+ * release was. */
+async function loadReleaseGraph(tenant, state, environments, stillShown) {
+  let policy = null;
+  try {
+    const record = await api(`/v1/tenants/${encodeURIComponent(tenant)}/release-policy`);
+    policy = record?.document ?? null;
+  } catch (err) {
+    if (!stillShown()) return;
+    // No policy stored reads as not found: nothing is required.
+    if (err?.status !== 404) showError($('release-environments-error'), err);
+  }
+  if (!stillShown()) return;
+  for (const environment of environments) {
+    const row = document.querySelector(`#release-environments-body tr[data-environment="${CSS.escape(environment)}"]`);
+    if (!row) continue;
+    const required = policy?.verification?.[environment]?.requiresVerifiedIn ?? [];
+    const cell = clear(row.querySelector('[data-testid="release-environment-requires"]'));
+    cell.dataset.requires = required.join(',');
+    if (!required.length) {
+      cell.append('—');
+      continue;
+    }
+    required.forEach((upstream, index) => {
+      const done = Boolean(state.verified?.[upstream]);
+      cell.append(
+        index ? ', ' : '',
+        h('span', { 'data-testid': 'release-requirement', 'data-environment': upstream, 'data-met': String(done) },
+          `${done ? '✓' : '✗'} ${upstream}`),
+      );
+    });
   }
 }
 
