@@ -38,13 +38,27 @@ impl Step<'_> {
     }
 
     fn start_verification(&mut self, environment: &str, verification: &Verification) -> Result<(), SagaError> {
+        self.note(format!(
+            "verifying {environment}: soak {}s, {} check{}",
+            verification.soak_seconds,
+            verification.checks.len(),
+            if verification.checks.len() == 1 { "" } else { "s" }
+        ));
+        self.start_run(environment, verification, 1, false);
+        Ok(())
+    }
+
+    /// Starts a run of `verification` in `environment` now, its first
+    /// sample numbered `attempt`: at once, or at the end of the soak time
+    /// when there is nothing but the soak time.
+    fn start_run(&mut self, environment: &str, verification: &Verification, attempt: u32, rerun: bool) {
         let soak = time::Duration::seconds(i64::try_from(verification.soak_seconds).unwrap_or(i64::MAX));
         let started_at = self.gate_at;
         let run = VerificationRun {
             environment: environment.to_owned(),
             started_at,
             soak_until: started_at.checked_add(soak).unwrap_or(started_at),
-            attempt: 1,
+            attempt,
             check_at: started_at,
             samples: 0,
             passes: Default::default(),
@@ -52,19 +66,12 @@ impl Step<'_> {
             last: Vec::new(),
             policy_version: self.policy.approval_version,
         };
-        self.note(format!(
-            "verifying {environment}: soak {}s, {} check{}",
-            verification.soak_seconds,
-            verification.checks.len(),
-            if verification.checks.len() == 1 { "" } else { "s" }
-        ));
         let first = if verification.checks.is_empty() {
             run.soak_until
         } else {
             started_at
         };
-        self.schedule_sample(run, first, false);
-        Ok(())
+        self.schedule_sample(run, first, rerun);
     }
 
     /// Schedules sample `run.attempt` at `at` and keeps `run` (as the
@@ -240,28 +247,11 @@ impl Step<'_> {
         }
         match verification.filter(Verification::waits) {
             Some(verification) if verification.verify_rollbacks => {
-                let soak = time::Duration::seconds(i64::try_from(verification.soak_seconds).unwrap_or(i64::MAX));
-                let started_at = self.gate_at;
+                // Numbered on from any earlier run, so a sample of that one
+                // is never taken for this one's.
                 let attempt = self.state.reverifying.as_ref().map_or(0, |run| run.attempt) + 1;
-                let run = VerificationRun {
-                    environment: environment.to_owned(),
-                    started_at,
-                    soak_until: started_at.checked_add(soak).unwrap_or(started_at),
-                    attempt,
-                    check_at: started_at,
-                    samples: 0,
-                    passes: Default::default(),
-                    failures: 0,
-                    last: Vec::new(),
-                    policy_version: self.policy.approval_version,
-                };
                 self.note(format!("verifying {environment} again after the rollback"));
-                let first = if verification.checks.is_empty() {
-                    run.soak_until
-                } else {
-                    started_at
-                };
-                self.schedule_sample(run, first, true);
+                self.start_run(environment, &verification, attempt, true);
             }
             Some(_) => self.note(format!(
                 "not verified again in {environment}: its policy says verifyRollbacks false"
