@@ -344,7 +344,7 @@ impl ReleaseSaga {
         state: &ReleaseState,
         check: &bosun_contracts::messages::ReleaseVerificationCheck,
     ) -> Option<Vec<VerificationCheck>> {
-        let matches = |run: &&VerificationRun| run.environment == check.environment && run.attempt == check.attempt;
+        let matches = |run: &&VerificationRun| run.awaits(check);
         let first = state
             .verifying
             .as_ref()

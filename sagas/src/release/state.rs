@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_contracts::messages::{
     BuildArtifact, BuildCompleted, ImageArtifact, PackageArtifact, PlannedEnvironment, ReleaseApprovalTimeout,
-    ReleaseBlocked, ReleasePlanned, ReleaseRejected,
+    ReleaseBlocked, ReleasePlanned, ReleaseRejected, ReleaseVerificationCheck,
 };
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -446,6 +446,15 @@ impl crate::versioned::VersionedState for ReleaseState {
     const KIND: crate::SagaKind = crate::SagaKind::Release;
     const VERSION: u32 = 1;
     const UPCASTS: &'static [crate::versioned::Upcast] = &[];
+}
+
+impl VerificationRun {
+    /// Whether `check` is the sample this run waits for: its environment
+    /// and attempt, scheduled no earlier than the run started (a late
+    /// sample of an earlier run never counts for a later one).
+    pub fn awaits(&self, check: &ReleaseVerificationCheck) -> bool {
+        self.environment == check.environment && self.attempt == check.attempt && check.check_at >= self.started_at
+    }
 }
 
 impl ReleaseState {

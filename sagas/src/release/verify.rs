@@ -104,10 +104,7 @@ impl Step<'_> {
         check: &ReleaseVerificationCheck,
         outcomes: &[CheckOutcome],
     ) -> Result<(), SagaError> {
-        let matches = |run: &Option<VerificationRun>| {
-            run.as_ref()
-                .is_some_and(|run| run.environment == check.environment && run.attempt == check.attempt)
-        };
+        let matches = |run: &Option<VerificationRun>| run.as_ref().is_some_and(|run| run.awaits(check));
         let rerun = if matches(&self.state.verifying) {
             if self.state.phase != ReleasePhase::Syncing || !self.is_current(&check.environment) {
                 return Ok(());

@@ -372,6 +372,18 @@ fn a_release_rolled_back_to_is_verified_again_and_a_failure_rolls_back_further()
     );
     assert!(sent(&actions, "RollbackEnvironment").is_empty());
     assert_eq!(passed.phase, ReleasePhase::Completed);
+    // Rolled back to again later: a late copy of the earlier run's sample
+    // never counts for the new run.
+    let again = GitOpsSynced {
+        environment: "dev".to_owned(),
+        commit_sha: "3333333333333333333333333333333333333333".to_owned(),
+        ..samples::gitops_synced()
+    };
+    let (second, _) = run_at(&saga, passed, &[again.into()], START + time::Duration::hours(3));
+    assert_eq!(second.reverifying.as_ref().map(|run| run.attempt), Some(check.attempt));
+    let (late, actions) = sample(&saga, &second, &check, false);
+    assert_eq!(late, second);
+    assert!(actions.is_empty());
     // It fails: the environment is rolled back further, from this release.
     let (failed, actions) = sample(&saga, &state, &check, false);
     let rollbacks = sent(&actions, "RollbackEnvironment");
