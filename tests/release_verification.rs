@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{api_key, api_request, bosun, eventually, find_repository, git, run, run_json, serve_with_http};
+use common::{
+    api_accepted, api_command, api_key, bosun, eventually, find_repository, git, run, run_json, serve_with_http,
+};
 
 const TENANT: &str = "acme";
 const MODULE: &str = "payments-api";
@@ -79,23 +81,6 @@ impl Health {
     fn hits(&self) -> u64 {
         self.hits.load(Ordering::SeqCst)
     }
-}
-
-fn command(url: &str, key: &str, message_type: &str, payload: &Value, correlation: Option<&str>) -> (u16, Value) {
-    api_request(
-        url,
-        key,
-        reqwest::Method::POST,
-        &format!("/v1/commands/{message_type}"),
-        Some(payload),
-        correlation,
-    )
-}
-
-fn accepted(url: &str, key: &str, message_type: &str, payload: &Value, correlation: Option<&str>) -> Value {
-    let (status, body) = command(url, key, message_type, payload, correlation);
-    assert_eq!(status, 202, "{message_type}: {body}");
-    body
 }
 
 fn release(data: &Path, release_id: &str) -> Value {
@@ -161,7 +146,7 @@ fn module_files(version: &str) -> Vec<Value> {
 /// `main`), then the release it makes: one not among `known`.
 fn deliver(data: &Path, url: &str, agent: &str, version: &str, known: &BTreeSet<String>) -> String {
     let branch = format!("feature/{MODULE}-{version}");
-    accepted(
+    api_accepted(
         url,
         agent,
         "CreateCommit",
@@ -219,7 +204,7 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
     assert_eq!(set["version"], 1, "{set:#}");
 
     let (server, url) = serve_with_http(data, &env, None);
-    let first = accepted(
+    let first = api_accepted(
         &url,
         &agent,
         "ProvisionRepository",
@@ -227,7 +212,7 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
         None,
     );
     let correlation = first["correlationId"].as_str().unwrap().to_owned();
-    accepted(
+    api_accepted(
         &url,
         &agent,
         "CreateCommit",
@@ -318,7 +303,7 @@ fn a_failed_verification_rolls_dev_back_and_a_person_rolls_back_to_the_verified_
 
     // Rolling back is its own right over HTTP.
     let rollback = json!({"environment": "dev", "moduleId": MODULE, "reason": "INC-9"});
-    let (status, body) = command(&url, &sender, "RollbackEnvironment", &rollback, None);
+    let (status, body) = api_command(&url, &sender, "RollbackEnvironment", &rollback, None);
     assert_eq!(status, 403, "{body}");
     assert!(body.to_string().contains("releases:rollback"), "{body}");
     assert_eq!(current(&gitops(data)).as_deref(), Some(r3.as_str()));

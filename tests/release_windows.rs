@@ -18,30 +18,13 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use common::{api_key, api_request, bosun, eventually, run, run_json, serve_with_http};
+use common::{api_accepted, api_command, api_key, api_request, bosun, eventually, run, run_json, serve_with_http};
 
 const TENANT: &str = "acme";
 
 /// How long dev's freeze lasts from the test's start: long enough for the
 /// release to reach dev's promotion inside it on a loaded machine.
 const FREEZE: Duration = Duration::from_secs(30);
-
-fn command(url: &str, key: &str, message_type: &str, payload: &Value, correlation: Option<&str>) -> (u16, Value) {
-    api_request(
-        url,
-        key,
-        reqwest::Method::POST,
-        &format!("/v1/commands/{message_type}"),
-        Some(payload),
-        correlation,
-    )
-}
-
-fn accepted(url: &str, key: &str, message_type: &str, payload: &Value, correlation: Option<&str>) -> Value {
-    let (status, body) = command(url, key, message_type, payload, correlation);
-    assert_eq!(status, 202, "{message_type}: {body}");
-    body
-}
 
 fn release(data: &Path, release_id: &str) -> Value {
     run_json(data, &["releases", "show", release_id, "--tenant", TENANT])
@@ -125,7 +108,7 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
     assert!(held.status.success(), "{}", String::from_utf8_lossy(&held.stderr));
 
     let (server, url) = serve_with_http(data, &env, None);
-    let first = accepted(
+    let first = api_accepted(
         &url,
         &agent,
         "ProvisionRepository",
@@ -133,7 +116,7 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
         None,
     );
     let correlation = first["correlationId"].as_str().unwrap().to_owned();
-    accepted(
+    api_accepted(
         &url,
         &agent,
         "CreateCommit",
@@ -150,7 +133,7 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
             .any(|m| m["messageType"] == "CommitCreated")
             .then_some(())
     });
-    accepted(
+    api_accepted(
         &url,
         &agent,
         "CreateCommit",
@@ -200,7 +183,7 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
         promoted_at >= freeze_ends,
         "promoted at {promoted_at}, inside the freeze"
     );
-    accepted(
+    api_accepted(
         &url,
         &alice,
         "ApproveRelease",
@@ -222,7 +205,7 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
 
     let overriding = json!({"releaseId": release_id, "environment": "prod", "reason": "CHG-7: hotfix"});
     // Overriding is its own right: the agent's commands:send is not it.
-    let (status, body) = command(&url, &agent, "OverrideReleaseWindow", &overriding, None);
+    let (status, body) = api_command(&url, &agent, "OverrideReleaseWindow", &overriding, None);
     assert_eq!(status, 403, "{body}");
     assert!(body.to_string().contains("releases:override"), "{body}");
     // Dana, for whom the agent acts, overrides from the command line: the
@@ -255,7 +238,7 @@ fn a_freeze_delays_dev_a_hold_keeps_prod_and_an_override_lets_it_through() {
     assert_eq!(release(data, &release_id)["state"]["phase"], "provisioning");
 
     // The release manager's override: promoted and completed, recorded.
-    accepted(&url, &carol, "OverrideReleaseWindow", &overriding, None);
+    api_accepted(&url, &carol, "OverrideReleaseWindow", &overriding, None);
     let saga = eventually("the release completes", Duration::from_secs(120), || {
         let saga = release(data, &release_id);
         (saga["state"]["phase"] == "completed").then_some(saga)

@@ -290,6 +290,38 @@ pub fn api_request(
     })
 }
 
+/// `POST /v1/commands/{message_type}` as `key`, joining delivery
+/// `correlation` when given: (status, body).
+pub fn api_command(
+    url: &str,
+    key: &str,
+    message_type: &str,
+    payload: &serde_json::Value,
+    correlation: Option<&str>,
+) -> (u16, serde_json::Value) {
+    api_request(
+        url,
+        key,
+        reqwest::Method::POST,
+        &format!("/v1/commands/{message_type}"),
+        Some(payload),
+        correlation,
+    )
+}
+
+/// [`api_command`], which must be accepted (202): its body.
+pub fn api_accepted(
+    url: &str,
+    key: &str,
+    message_type: &str,
+    payload: &serde_json::Value,
+    correlation: Option<&str>,
+) -> serde_json::Value {
+    let (status, body) = api_command(url, key, message_type, payload, correlation);
+    assert_eq!(status, 202, "{message_type}: {body}");
+    body
+}
+
 /// Runs a future to completion on a fresh runtime.
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
