@@ -81,8 +81,10 @@ mod tests {
         write_total(&mut out, &Pruned::default()).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "batch 1: handled 3, attempts 0, outbox 0, timeline 0, deliveries 0, sagas 1, duplicates 0, replay-jobs 0\n\
-             pruned 4 rows: handled 3, attempts 0, outbox 0, timeline 0, deliveries 0, sagas 1, duplicates 0, replay-jobs 0\n\
+            "batch 1: handled 3, attempts 0, outbox 0, timeline 0, deliveries 0, sagas 1, duplicates 0, replay-jobs 0, \
+             idempotency-keys 0, saga-history 0\n\
+             pruned 4 rows: handled 3, attempts 0, outbox 0, timeline 0, deliveries 0, sagas 1, duplicates 0, \
+             replay-jobs 0, idempotency-keys 0, saga-history 0\n\
              nothing past its retention\n"
         );
     }

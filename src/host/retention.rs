@@ -118,6 +118,9 @@ pub(crate) async fn run(
                 deliveries = pruned.deliveries,
                 sagas = pruned.sagas,
                 duplicates = pruned.duplicates,
+                replay_jobs = pruned.replay_jobs,
+                idempotency_keys = pruned.http_idempotency,
+                saga_history = pruned.saga_history,
                 "pruned rows past their retention"
             ),
             Ok(_) => tracing::debug!("nothing past its retention"),

@@ -136,6 +136,14 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/postgres/0016_release_audit.sql"),
         runs_with: 13,
     },
+    // Two indexes the previous release never relies on: it runs with 13
+    // too.
+    Migration {
+        version: 17,
+        name: "retention_indexes",
+        sql: include_str!("../../../migrations/postgres/0017_retention_indexes.sql"),
+        runs_with: 13,
+    },
 ];
 
 /// Held for the whole migration transaction; keyed by schema so bosun

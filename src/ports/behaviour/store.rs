@@ -143,6 +143,7 @@ where
     retention_prunes_what_is_past_it_and_keeps_what_is_needed(&make().await).await;
     retention_prunes_finished_sagas_only(&make().await).await;
     retention_prunes_in_bounded_batches(&make().await).await;
+    retention_bounds_idempotency_keys_and_the_history_of_sagas_that_never_finish(&make().await).await;
     replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
     replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
     ended_replay_jobs_go_with_the_timelines_retention(&make().await).await;
@@ -1291,6 +1292,76 @@ async fn retention_prunes_finished_sagas_only<S: Store>(store: &S) {
     assert_eq!(
         again.history.iter().map(|h| h.message_id.as_str()).collect::<Vec<_>>(),
         ["m-7"]
+    );
+}
+
+async fn retention_bounds_idempotency_keys_and_the_history_of_sagas_that_never_finish<S: Store + AccessStore>(
+    store: &S,
+) {
+    let now = OffsetDateTime::now_utc();
+    let claimed = store
+        .claim_idempotency("contoso", "provision-1", "hash-1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed, IdempotencyClaim::Claimed);
+    store
+        .complete_idempotency("contoso", "provision-1", 202, &json!({"messageId": "m-1"}))
+        .await
+        .unwrap();
+    // An environment's GitOps saga never finishes: three saves of it.
+    for version in 0..3 {
+        store
+            .commit_handled(HandledMessage {
+                timeline: vec![],
+                ..handled(
+                    &format!("g-{version}"),
+                    Some(SagaWrite {
+                        kind: "gitops".into(),
+                        key: "contoso/dev".into(),
+                        expected_version: version,
+                        state: json!({"phase": "synced", "environment": "dev"}),
+                        tenant_id: Some("contoso".into()),
+                    }),
+                    vec![],
+                )
+            })
+            .await
+            .unwrap();
+    }
+    // Within both retentions: all kept.
+    let pruned = store.prune(&retention(100), now + DAY * 13).await.unwrap();
+    assert_eq!((pruned.http_idempotency, pruned.saga_history), (0, 0));
+    // Past the idempotency records' retention: the key is forgotten (the
+    // same key is a new request again).
+    let pruned = store.prune(&retention(100), now + DAY * 15).await.unwrap();
+    assert_eq!(pruned.http_idempotency, 1);
+    assert_eq!(
+        store
+            .claim_idempotency("contoso", "provision-1", "hash-2", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        IdempotencyClaim::Claimed
+    );
+    // Past the timeline's retention, in bounded batches: the history goes,
+    // the state and its version stay.
+    let pruned = store.prune(&retention(2), now + DAY * 31).await.unwrap();
+    assert_eq!(pruned.saga_history, 2);
+    assert!(pruned.any_full(2));
+    let pruned = store.prune(&retention(2), now + DAY * 31).await.unwrap();
+    assert_eq!(pruned.saga_history, 1);
+    let saga = store.load_saga("gitops", "contoso/dev").await.unwrap().unwrap();
+    assert_eq!(saga.version, 3);
+    assert_eq!(saga.state["phase"], "synced");
+    assert!(saga.history.is_empty(), "{:?}", saga.history);
+    // A kind without retention keeps both.
+    let keep_all = RetentionPolicy {
+        handled: None,
+        timeline: None,
+        ..retention(100)
+    };
+    assert_eq!(
+        store.prune(&keep_all, now + DAY * 1000).await.unwrap().http_idempotency,
+        0
     );
 }
 

@@ -24,14 +24,17 @@ pub struct FinishedSaga {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionPolicy {
     /// Idempotency records (and the attempts of failed handlings), by when
-    /// they were written.
+    /// they were written; the front door's `Idempotency-Key` records too,
+    /// by when they were claimed.
     pub handled: Option<std::time::Duration>,
     /// Outbox entries, by when they were sent (unsent ones are kept).
     pub outbox_sent: Option<std::time::Duration>,
     /// Timeline lines, by their time (the lines of a delivery that has a
     /// dead letter are kept while it exists); a delivery's record goes when
     /// it is older than this and its lines are gone; a bulk replay job when
-    /// it ended longer ago than this.
+    /// it ended longer ago than this; a saga's history entries, by their
+    /// time, whether the saga finishes or not (its state is never pruned
+    /// for age: only a finished saga goes, after `finished_sagas`).
     pub timeline: Option<std::time::Duration>,
     /// Finished sagas (with their history), by their last save.
     pub finished_sagas: Option<std::time::Duration>,
@@ -64,6 +67,10 @@ pub struct Pruned {
     /// Bulk replay jobs that ended (finished or cancelled) before the
     /// timeline's retention, with their items.
     pub replay_jobs: u64,
+    /// The front door's `Idempotency-Key` records.
+    pub http_idempotency: u64,
+    /// Saga history entries past the timeline's retention.
+    pub saga_history: u64,
 }
 
 impl Pruned {
@@ -87,10 +94,13 @@ impl Pruned {
         self.deliveries += other.deliveries;
         self.sagas += other.sagas;
         self.duplicates += other.duplicates;
+        self.replay_jobs += other.replay_jobs;
+        self.http_idempotency += other.http_idempotency;
+        self.saga_history += other.saga_history;
     }
 
     /// Each kind's name and count.
-    pub fn kinds(&self) -> [(&'static str, u64); 8] {
+    pub fn kinds(&self) -> [(&'static str, u64); 10] {
         [
             ("handled", self.handled),
             ("attempts", self.attempts),
@@ -100,6 +110,8 @@ impl Pruned {
             ("sagas", self.sagas),
             ("duplicates", self.duplicates),
             ("replay-jobs", self.replay_jobs),
+            ("idempotency-keys", self.http_idempotency),
+            ("saga-history", self.saga_history),
         ]
     }
 }

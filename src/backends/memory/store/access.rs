@@ -17,14 +17,14 @@ pub(super) struct Access {
     /// at the same time).
     keys: BTreeMap<String, (u64, ApiKeyRecord)>,
     /// Every claimed `Idempotency-Key` by (tenant, key).
-    claims: BTreeMap<(String, String), Claim>,
+    pub(super) claims: BTreeMap<(String, String), Claim>,
 }
 
 /// One claimed `Idempotency-Key`.
 #[derive(Debug)]
-struct Claim {
+pub(super) struct Claim {
     request_hash: String,
-    claimed_at: OffsetDateTime,
+    pub(super) claimed_at: OffsetDateTime,
     /// The status and answer, once completed.
     answer: Option<(u16, Value)>,
 }

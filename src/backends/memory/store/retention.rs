@@ -53,6 +53,7 @@ fn prune(state: &mut State, policy: &RetentionPolicy, now: OffsetDateTime) -> Pr
         timeline,
         deliveries,
         jobs,
+        access,
         ..
     } = state;
     let batch = policy.batch.max(1);
@@ -73,6 +74,9 @@ fn prune(state: &mut State, policy: &RetentionPolicy, now: OffsetDateTime) -> Pr
         // A delivery with a dead letter keeps its lines while the dead letter exists.
         timeline: prune_rows(&mut timeline.lines, timeline_before, batch, |_, line| {
             (!dead_letters.of_delivery(&line.correlation_id)).then_some(line.at)
+        }),
+        http_idempotency: prune_rows(&mut access.claims, handled_before, batch, |_, claim| {
+            Some(claim.claimed_at)
         }),
         ..Pruned::default()
     };
@@ -101,7 +105,47 @@ fn prune(state: &mut State, policy: &RetentionPolicy, now: OffsetDateTime) -> Pr
             |(kind, _), saga| (*kind == finished.kind && is_finished(&saga.state, finished)).then_some(saga.updated_at),
         );
     }
+    pruned.saga_history = prune_history(sagas, timeline_before, batch);
     pruned
+}
+
+/// One history entry: its saga's (kind, key) and its index in the history.
+type HistoryEntryAt = ((String, String), usize);
+
+/// Deletes at most `batch` saga history entries older than `before`, the
+/// oldest first, whatever the saga's phase (its state stays).
+fn prune_history(sagas: &mut super::sagas::Sagas, before: Option<OffsetDateTime>, batch: usize) -> u64 {
+    let Some(before) = before.map(ms) else {
+        return 0;
+    };
+    let past: Vec<(OffsetDateTime, HistoryEntryAt)> = sagas
+        .rows
+        .iter()
+        .flat_map(|(key, saga)| {
+            saga.history
+                .iter()
+                .enumerate()
+                .filter(|(_, entry)| entry.at < before)
+                .map(|(index, entry)| (entry.at, (key.clone(), index)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let gone = oldest(past, batch);
+    let mut by_saga: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (key, index) in &gone {
+        by_saga.entry(key.clone()).or_default().push(*index);
+    }
+    for (key, indexes) in by_saga {
+        if let Some(saga) = sagas.rows.get_mut(&key) {
+            let mut position = 0;
+            saga.history.retain(|_| {
+                let keep = !indexes.contains(&position);
+                position += 1;
+                keep
+            });
+        }
+    }
+    count(&gone)
 }
 
 #[async_trait::async_trait]

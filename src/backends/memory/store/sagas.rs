@@ -23,7 +23,7 @@ pub(super) struct Saga {
     tenant_id: Option<String>,
     created_at: OffsetDateTime,
     pub(super) updated_at: OffsetDateTime,
-    history: Vec<SagaHistoryEntry>,
+    pub(super) history: Vec<SagaHistoryEntry>,
 }
 
 impl Sagas {

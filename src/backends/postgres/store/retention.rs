@@ -65,6 +65,18 @@ const DELIVERIES: &str = "DELETE FROM bosun_deliveries WHERE started_at < $1 AND
     AND NOT EXISTS (SELECT 1 FROM bosun_timeline t WHERE t.correlation_id = d.correlation_id)
     ORDER BY d.started_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
 
+/// The front door's `Idempotency-Key` records, by when they were claimed
+/// (index of migration 17).
+const HTTP_IDEMPOTENCY: &str = "DELETE FROM bosun_http_idempotency WHERE claimed_at < $1 AND (tenant_id, key) IN (
+    SELECT tenant_id, key FROM bosun_http_idempotency WHERE claimed_at < $1
+    ORDER BY claimed_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+
+/// Saga history entries by their time, whether the saga finishes or not
+/// (index of migration 17).
+const SAGA_HISTORY: &str = "DELETE FROM bosun_saga_history WHERE at < $1 AND (kind, key, version) IN (
+    SELECT kind, key, version FROM bosun_saga_history WHERE at < $1
+    ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+
 /// Finished sagas of one kind last saved before the cutoff, with their
 /// history. The outer conditions are checked again on the row deleted, so a
 /// saga saved meanwhile (a late message) stays.
@@ -127,6 +139,7 @@ impl AdminStore for PostgresStore {
                 outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
                 timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
                 deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
+                http_idempotency: delete_batch(database, HTTP_IDEMPOTENCY, handled_before, batch).await?,
                 ..Pruned::default()
             };
             pruned.replay_jobs = delete_batch(database, REPLAY_JOBS, timeline_before, batch).await?;
@@ -139,6 +152,7 @@ impl AdminStore for PostgresStore {
                     pruned.sagas += prune_sagas(database, finished, before, left).await?;
                 }
             }
+            pruned.saga_history = delete_batch(database, SAGA_HISTORY, timeline_before, batch).await?;
             Ok(pruned)
         };
         run.await.map_err(|err: StoreError| err.doing(doing::prune()))

@@ -54,6 +54,14 @@ const DELIVERIES: &str = "DELETE FROM deliveries WHERE rowid IN (
     AND NOT EXISTS (SELECT 1 FROM timeline t WHERE t.correlation_id = d.correlation_id)
     ORDER BY d.started_at LIMIT ?2)";
 
+/// The front door's `Idempotency-Key` records, by when they were claimed.
+const HTTP_IDEMPOTENCY: &str = "DELETE FROM http_idempotency WHERE rowid IN (
+    SELECT rowid FROM http_idempotency WHERE claimed_at < ?1 ORDER BY claimed_at LIMIT ?2)";
+
+/// Saga history entries by their time, whether the saga finishes or not.
+const SAGA_HISTORY: &str = "DELETE FROM saga_history WHERE rowid IN (
+    SELECT rowid FROM saga_history WHERE at < ?1 ORDER BY at LIMIT ?2)";
+
 /// Finished sagas of one kind last saved before `before`, with their history.
 async fn prune_sagas(
     database: &Database,
@@ -131,6 +139,7 @@ impl AdminStore for SqliteStore {
                 outbox: delete_batch(database, OUTBOX, cutoff(now, policy.outbox_sent), batch).await?,
                 timeline: delete_batch(database, TIMELINE, timeline_before, batch).await?,
                 deliveries: delete_batch(database, DELIVERIES, timeline_before, batch).await?,
+                http_idempotency: delete_batch(database, HTTP_IDEMPOTENCY, handled_before, batch).await?,
                 ..Pruned::default()
             };
             if let Some(before) = timeline_before {
@@ -145,6 +154,7 @@ impl AdminStore for SqliteStore {
                     pruned.sagas += prune_sagas(database, finished, before, left).await?;
                 }
             }
+            pruned.saga_history = delete_batch(database, SAGA_HISTORY, timeline_before, batch).await?;
             Ok(pruned)
         };
         run.await.map_err(|err: StoreError| err.doing(doing::prune()))

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS saga_history (
     at INTEGER NOT NULL,
     PRIMARY KEY (kind, key, version)
 );
+CREATE INDEX IF NOT EXISTS saga_history_age ON saga_history (at);
 CREATE TABLE IF NOT EXISTS attempts (
     consumer TEXT NOT NULL,
     received_broker_message_id TEXT NOT NULL,
@@ -137,6 +138,7 @@ CREATE TABLE IF NOT EXISTS http_idempotency (
     completed_at INTEGER,
     PRIMARY KEY (tenant_id, key)
 );
+CREATE INDEX IF NOT EXISTS http_idempotency_age ON http_idempotency (claimed_at);
 -- Bulk replay jobs (jobs.rs): what was asked, who asked, the progress and
 -- the runner holding the job; each dead letter's item has the replay id it
 -- is sent under, fixed when the job is made.
