@@ -293,21 +293,7 @@ impl Step<'_> {
         outcomes: Vec<CheckOutcome>,
         roll_back: bool,
     ) -> Result<(), SagaError> {
-        let mut decision = self.decision(ReleaseDecision::VerificationFailed, Some(environment));
-        decision.by = Some("bosun".to_owned());
-        decision.reason = Some(format!("after a rollback to it: {reason}"));
-        self.record(decision);
-        self.note(format!(
-            "verification of {environment} failed again after a rollback to this release: {reason}"
-        ));
-        self.state.verification_failed = Some(VerificationFailure {
-            environment: environment.to_owned(),
-            reason: reason.clone(),
-            at: self.gate_at,
-            outcomes,
-            roll_back,
-            rollback_requested: false,
-        });
+        self.record_failure(environment, &reason, true, outcomes, roll_back);
         if !self.state.phase.is_final() && self.state.phase != ReleasePhase::Blocked {
             // Never promoted further, as after a first failure.
             self.block(
@@ -320,14 +306,7 @@ impl Step<'_> {
             self.state.waiting_for = None;
             self.enter(ReleasePhase::Blocked)?;
         }
-        if roll_back {
-            self.roll_back(environment)
-        } else {
-            self.note(format!(
-                "the policy of {environment} does not roll back: it keeps this release"
-            ));
-            Ok(())
-        }
+        self.roll_back_or_keep(environment, roll_back)
     }
 
     /// `environment` is verified: recorded, `ReleaseVerified` sent (what a
@@ -401,25 +380,53 @@ impl Step<'_> {
         outcomes: Vec<CheckOutcome>,
         roll_back: bool,
     ) -> Result<(), SagaError> {
-        let mut decision = self.decision(ReleaseDecision::VerificationFailed, Some(environment));
-        decision.by = Some("bosun".to_owned());
-        decision.reason = Some(reason.clone());
-        self.record(decision);
-        self.note(format!("verification of {environment} failed: {reason}"));
+        self.record_failure(environment, &reason, false, outcomes, roll_back);
         self.block(
             ReleaseStep::Sync,
             format!("verification of {environment} failed: {reason}"),
             Some(environment),
         );
+        self.enter(ReleasePhase::Blocked)?;
+        self.roll_back_or_keep(environment, roll_back)
+    }
+
+    /// Records a failed verification of `environment`: the
+    /// `verification-failed` decision, a history note and the failure
+    /// itself, which a rollback is asked for from.
+    fn record_failure(
+        &mut self,
+        environment: &str,
+        reason: &str,
+        after_rollback: bool,
+        outcomes: Vec<CheckOutcome>,
+        roll_back: bool,
+    ) {
+        let mut decision = self.decision(ReleaseDecision::VerificationFailed, Some(environment));
+        decision.by = Some("bosun".to_owned());
+        decision.reason = Some(if after_rollback {
+            format!("after a rollback to it: {reason}")
+        } else {
+            reason.to_owned()
+        });
+        self.record(decision);
+        self.note(if after_rollback {
+            format!("verification of {environment} failed again after a rollback to this release: {reason}")
+        } else {
+            format!("verification of {environment} failed: {reason}")
+        });
         self.state.verification_failed = Some(VerificationFailure {
             environment: environment.to_owned(),
-            reason,
+            reason: reason.to_owned(),
             at: self.gate_at,
             outcomes,
             roll_back,
             rollback_requested: false,
         });
-        self.enter(ReleasePhase::Blocked)?;
+    }
+
+    /// After a failed verification: rolls `environment` back, or keeps
+    /// this release there when its policy says not to roll back.
+    fn roll_back_or_keep(&mut self, environment: &str, roll_back: bool) -> Result<(), SagaError> {
         if roll_back {
             self.roll_back(environment)
         } else {
