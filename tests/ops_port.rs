@@ -146,3 +146,153 @@ fn a_process_on_a_schema_behind_it_waits_unready_then_serves_once_migrated() {
     server.terminate();
     block_on(schema.drop());
 }
+
+/// A TCP proxy on loopback in front of `target` that can be cut: the
+/// listener closes (a new connection is refused) and every connection it
+/// carried is shut down.
+struct CuttableProxy {
+    address: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    streams: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CuttableProxy {
+    /// A proxy on `bind` (`127.0.0.1:0` for a free port).
+    fn start(bind: &str, target: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(bind).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let streams = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+        let accept = std::thread::spawn({
+            let (stop, streams) = (stop.clone(), streams.clone());
+            move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let inbound = match listener.accept() {
+                        Ok((inbound, _)) => inbound,
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(10));
+                            continue;
+                        }
+                    };
+                    inbound.set_nonblocking(false).unwrap();
+                    let Ok(outbound) = TcpStream::connect(&target) else {
+                        continue;
+                    };
+                    let mut held = streams.lock().unwrap();
+                    for (mut from, mut to) in [
+                        (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                        (outbound.try_clone().unwrap(), inbound.try_clone().unwrap()),
+                    ] {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                    held.extend([inbound, outbound]);
+                }
+                // The listener is dropped here: connecting is refused.
+            }
+        });
+        Self {
+            address,
+            stop,
+            streams,
+            accept: Some(accept),
+        }
+    }
+
+    /// Refuses new connections and shuts the open ones down.
+    fn cut(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            accept.join().unwrap();
+        }
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// `/readyz` and `/metrics` answer within their deadline while the
+/// database refuses connections (a pool would wait 30 s for one), naming
+/// what is unreachable; readiness comes back with the database.
+#[test]
+fn readiness_and_metrics_answer_within_a_second_while_the_database_refuses_connections() {
+    let schema = block_on(PostgresSchema::create("ops_down"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    run(data, &["migrate", "--database-url", &schema.url]);
+    // The database's host:port in the URL, and the same URL through a proxy.
+    let authority = schema
+        .url
+        .split_once('@')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .expect("the database URL names host:port after `@`")
+        .to_owned();
+    let mut proxy = CuttableProxy::start("127.0.0.1:0", authority.clone());
+    let url = schema.url.replacen(&authority, &proxy.address, 1);
+    let env = [("BOSUN_DATABASE_URL", url.as_str()), ("BOSUN_TRANSPORT", "postgres")];
+    let mut server = Server::start(data, &env, &["--consumers", "probe", "--ops-addr", "127.0.0.1:0"]);
+    let line = server.wait_for_line("bosun: ops port on http://", Duration::from_secs(60));
+    let address = line
+        .split("http://")
+        .nth(1)
+        .expect("the line names the address")
+        .trim()
+        .to_owned();
+    eventually("ready through the proxy", Duration::from_secs(60), || {
+        get(&address, "/readyz").ok().filter(|(status, _)| *status == 200)
+    });
+
+    proxy.cut();
+    // The deadline is 0.8 s; the bound leaves room for a loaded machine and
+    // still fails for a check that waits on the pool (30 s).
+    let bound = Duration::from_millis(2500);
+    let mut slowest = Duration::ZERO;
+    let mut last = String::new();
+    for round in 0..6 {
+        for path in ["/readyz", "/metrics"] {
+            let started = std::time::Instant::now();
+            let (status, body) = get(&address, path).unwrap();
+            let took = started.elapsed();
+            slowest = slowest.max(took);
+            assert!(
+                took < bound,
+                "{path} took {took:?} (round {round}) with the database refusing connections"
+            );
+            if path == "/readyz" {
+                if round > 0 {
+                    assert_eq!(status, 503, "not ready without the database: {body}");
+                }
+                last = body;
+            } else {
+                assert_eq!(status, 200, "{body}");
+                assert!(body.contains("bosun_ready "), "{body}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    eprintln!("ops_port: slowest answer with the database refusing connections: {slowest:?}");
+    let readiness: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(readiness["ready"], false, "{readiness}");
+    assert_ne!(readiness["checks"]["store"], "ok", "the store is named: {readiness}");
+    assert!(readiness["observed"]["store"].is_object(), "{readiness}");
+    let (_, metrics) = get(&address, "/metrics").unwrap();
+    assert!(metrics.contains("bosun_ready 0"), "{metrics}");
+    assert!(
+        metrics.contains("bosun_health_check_up{check=\"store\"} 0"),
+        "{metrics}"
+    );
+
+    // The database comes back on the same address: ready again.
+    let _back = CuttableProxy::start(&proxy.address, authority);
+    let (status, body) = eventually("ready again with the database", Duration::from_secs(60), || {
+        get(&address, "/readyz").ok().filter(|(status, _)| *status == 200)
+    });
+    assert_eq!(status, 200, "{body}");
+    server.terminate();
+    block_on(schema.drop());
+}

@@ -4,13 +4,14 @@
 //! where `--http` is given, so a consumer pod exposes nothing an outsider
 //! could call.
 //!
-//! Readiness ([`readiness`]) is cheap enough to be asked every few
+//! Readiness ([`Health`]) is cheap enough to be asked every few
 //! seconds: the transport answers from what it holds
 //! ([`Transport::reachable`](crate::ports::transport::Transport::reachable):
 //! a `SELECT 1`, the open Service Bus connection, never a `$management`
-//! call), the store runs one small query and checks its schema version, and
-//! the answer is false as soon as the process is draining (SIGTERM), before
-//! the in-flight work is finished.
+//! call), the store runs one small query and checks its schema version,
+//! every consumer of the process must be receiving, and the answer is false
+//! as soon as the process is draining (SIGTERM), before the in-flight work
+//! is finished. It answers within a second whatever is down ([`health`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -32,6 +33,10 @@ use crate::front::http::server::{self, ConnectionLimits};
 use crate::runtime::metrics::Metrics;
 use crate::wiring::Backends;
 
+pub mod health;
+
+pub use health::{Health, Observed};
+
 /// Connections the ops port keeps open at once (probes and a scraper).
 const OPS_MAX_CONNECTIONS: usize = 64;
 /// Time a probe has to send its request head, and a kept-alive one to send
@@ -51,9 +56,9 @@ pub struct OpsState {
 enum Stage {
     /// Not serving yet, and why.
     Starting(String),
-    /// Serving over `backends`, with the HTTP API's counts (empty when no
-    /// API runs in this process).
-    Serving { backends: Backends, http: Arc<HttpMetrics> },
+    /// Serving, checked by `health`, with the HTTP API's counts (empty
+    /// when no API runs in this process).
+    Serving { health: Health, http: Arc<HttpMetrics> },
 }
 
 impl OpsState {
@@ -63,7 +68,10 @@ impl OpsState {
     /// `/metrics`.
     pub fn new(backends: Backends, draining: CancellationToken, metrics: Arc<Metrics>, http: Arc<HttpMetrics>) -> Self {
         Self {
-            stage: Arc::new(RwLock::new(Stage::Serving { backends, http })),
+            stage: Arc::new(RwLock::new(Stage::Serving {
+                health: Health::new(backends, draining.clone()),
+                http,
+            })),
             draining,
             metrics,
         }
@@ -89,14 +97,15 @@ impl OpsState {
 
     /// The process serves over `backends` from now on.
     pub fn serving(&self, backends: Backends, http: Arc<HttpMetrics>) {
-        *self.stage.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Stage::Serving { backends, http };
+        let health = Health::new(backends, self.draining.clone());
+        *self.stage.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Stage::Serving { health, http };
     }
 
-    /// The backends and HTTP counts, or why there are none yet.
-    fn current(&self) -> Result<(Backends, Arc<HttpMetrics>), String> {
+    /// The health checks and HTTP counts, or why there are none yet.
+    fn current(&self) -> Result<(Health, Arc<HttpMetrics>), String> {
         match &*self.stage.read().unwrap_or_else(std::sync::PoisonError::into_inner) {
             Stage::Starting(reason) => Err(reason.clone()),
-            Stage::Serving { backends, http } => Ok((backends.clone(), Arc::clone(http))),
+            Stage::Serving { health, http } => Ok((health.clone(), Arc::clone(http))),
         }
     }
 }
@@ -107,38 +116,22 @@ impl OpsState {
 pub struct Readiness {
     /// All checks pass and the process is not draining.
     pub ready: bool,
-    /// Each check: `ok` or what failed.
+    /// Each check: `ok` or what failed (`transport`, `store`, `schema`,
+    /// `consumers` where consumers run, `starting` before the backends are
+    /// open), and `draining`.
     pub checks: BTreeMap<&'static str, Value>,
+    /// How each check's answer was come by: within this request's deadline
+    /// or the last one, and how old.
+    pub observed: BTreeMap<&'static str, Observed>,
 }
 
-/// Whether this process can serve: the transport and the store answer, the
-/// store's schema is the one this build expects, and the process is not
-/// draining. Makes no broker management call.
-pub async fn readiness(backends: &Backends, draining: &CancellationToken) -> Readiness {
-    let draining = draining.is_cancelled();
-    let transport = backends.transport.reachable().await.map_err(|e| e.to_string());
-    let store = backends
-        .store
-        .outbox_backlog()
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string());
-    let schema = backends.store.check_schema().await.map_err(|e| e.to_string());
-    let mut checks = BTreeMap::new();
-    let mut ready = !draining;
-    for (name, result) in [("transport", transport), ("store", store), ("schema", schema)] {
-        ready &= result.is_ok();
-        checks.insert(name, json!(result.err().unwrap_or_else(|| "ok".to_owned())));
-    }
-    checks.insert("draining", json!(draining));
-    Readiness { ready, checks }
-}
-
-/// The Prometheus exposition of the host's and the API's metrics, with the
-/// outbox backlog when the store answers.
-pub async fn metrics_text(backends: &Backends, metrics: &Metrics, http: &HttpMetrics) -> String {
-    let backlog = backends.store.outbox_backlog().await.ok();
-    prometheus::render(metrics, http, backlog)
+/// The Prometheus exposition of the host's and the API's metrics, with
+/// readiness, each consumer's receiving and the outbox backlog, within
+/// [`health::ANSWER_WITHIN`] whatever is down.
+pub async fn metrics_text(health: &Health, metrics: &Metrics, http: &HttpMetrics) -> String {
+    let mut text = health.exposition(metrics.receiving()).await;
+    text.insert_str(0, &prometheus::render(metrics, http, health.outbox_backlog()));
+    text
 }
 
 /// The ops router: `/healthz`, `/readyz`, `/metrics`; anything else is 404.
@@ -178,13 +171,14 @@ async fn healthz() -> Json<Value> {
 
 async fn readyz(State(state): State<OpsState>) -> Response {
     let readiness = match state.current() {
-        Ok((backends, _)) => readiness(&backends, &state.draining).await,
+        Ok((health, _)) => health.readiness(state.metrics.receiving()).await,
         Err(reason) => Readiness {
             ready: false,
             checks: BTreeMap::from([
                 ("starting", json!(reason)),
                 ("draining", json!(state.draining.is_cancelled())),
             ]),
+            observed: BTreeMap::new(),
         },
     };
     let status = if readiness.ready {
@@ -197,7 +191,7 @@ async fn readyz(State(state): State<OpsState>) -> Response {
 
 async fn metrics(State(state): State<OpsState>) -> Response {
     let text = match state.current() {
-        Ok((backends, http)) => metrics_text(&backends, &state.metrics, &http).await,
+        Ok((health, http)) => metrics_text(&health, &state.metrics, &http).await,
         Err(_) => prometheus::render(&state.metrics, &HttpMetrics::default(), None),
     };
     (

@@ -306,6 +306,10 @@ impl Host {
             }
             for entity in entities {
                 tracing::info!(consumer = consumer.name(), entity = %entity, "receiving");
+                self.runtime
+                    .metrics
+                    .receiving()
+                    .register(consumer.name(), &entity.path());
                 loops.push(tokio::spawn(receive_loop(
                     Arc::clone(&self.runtime),
                     Arc::clone(consumer),
@@ -480,6 +484,7 @@ async fn receive_loop(
     in_flight: TaskTracker,
 ) {
     let mut failures = 0u32;
+    let path = entity.path();
     loop {
         // A fast consumer waits until a quarter of its room is free and
         // claims that much at once: taking one message whenever one handler
@@ -540,10 +545,15 @@ async fn receive_loop(
         {
             Ok(received) => {
                 failures = 0;
+                runtime.metrics.receiving().received(consumer.name(), &path);
                 received
             }
             Err(err) => {
                 failures = failures.saturating_add(1);
+                runtime
+                    .metrics
+                    .receiving()
+                    .failed(consumer.name(), &path, &err.to_string());
                 let backoff = Duration::from_millis(100u64.saturating_mul(2u64.saturating_pow(failures.min(8))));
                 tracing::warn!(consumer = consumer.name(), entity = %entity, error = %err, ?backoff, "receive failed");
                 drop((held, slots));

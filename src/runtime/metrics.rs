@@ -37,6 +37,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Meter};
 use serde::Serialize;
 
+use crate::runtime::receiving::Receiving;
 use crate::runtime::telemetry;
 
 /// Samples kept per latency distribution.
@@ -358,6 +359,8 @@ pub struct Metrics {
     gauges: Arc<Mutex<Gauges>>,
     /// When metrics are exported over OTLP.
     instruments: Option<Instruments>,
+    /// Whether each consumer's receives come back.
+    receiving: Receiving,
 }
 
 impl Metrics {
@@ -388,6 +391,11 @@ impl Metrics {
     /// The gauges as last sampled.
     pub fn gauges(&self) -> Gauges {
         lock(&self.gauges).clone()
+    }
+
+    /// Whether each consumer of this process can receive.
+    pub fn receiving(&self) -> &Receiving {
+        &self.receiving
     }
 
     fn with<T>(&self, consumer: &str, f: impl FnOnce(&mut ConsumerMetrics) -> T) -> T {

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod metrics;
+pub mod receiving;
 pub mod registry;
 pub mod telemetry;
 

@@ -432,7 +432,7 @@ async fn healthz() -> Json<Health> {
 }
 
 async fn readyz(State(state): State<ApiState>) -> Response {
-    let readiness = state.gateway.readiness().await;
+    let readiness = state.gateway.readiness(state.metrics.receiving()).await;
     let status = if readiness.ready {
         StatusCode::OK
     } else {
@@ -442,7 +442,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
 }
 
 async fn metrics(State(state): State<ApiState>) -> Response {
-    let text = crate::front::ops::metrics_text(state.gateway.backends(), &state.metrics, &state.http).await;
+    let text = crate::front::ops::metrics_text(state.gateway.health(), &state.metrics, &state.http).await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

@@ -48,6 +48,7 @@ use crate::ports::store::{
     AccessStore, DeadLetterFilter, DeadLetterRecord, IdempotencyClaim, ReplayRecord, SagaRecord, StoreError,
     TimelineEntry, TimelineWait,
 };
+use crate::runtime::receiving::Receiving;
 use crate::wiring::Backends;
 
 /// How long a request may hold an `Idempotency-Key` before another request
@@ -69,7 +70,8 @@ pub struct Gateway {
     /// Wakes this process's replay job runner when a job is started or
     /// resumed here.
     wake_runner: Arc<tokio::sync::Notify>,
-    draining: CancellationToken,
+    /// Readiness checks over the backends, with their last answers.
+    health: ops::Health,
 }
 
 impl Gateway {
@@ -78,9 +80,9 @@ impl Gateway {
     pub fn new(backends: Backends, draining: CancellationToken) -> Self {
         Self {
             access: Arc::clone(&backends.access),
+            health: ops::Health::new(backends.clone(), draining.clone()),
             backends,
             wake_runner: Arc::default(),
-            draining,
         }
     }
 
@@ -139,13 +141,19 @@ impl Gateway {
 
     // -- health -------------------------------------------------------------
 
-    /// Whether the transport, the store and its schema answer, and the
-    /// process is not draining ([`ops::readiness`]).
-    pub async fn readiness(&self) -> Readiness {
-        ops::readiness(&self.backends, &self.draining).await
+    /// Whether the transport, the store and its schema answer, each of
+    /// this process's consumers receives (`receiving`), and the process is
+    /// not draining ([`ops::Health::readiness`]), within a second.
+    pub async fn readiness(&self, receiving: &Receiving) -> Readiness {
+        self.health.readiness(receiving).await
     }
 
-    /// The backends (for metrics).
+    /// The health checks over the backends (for metrics).
+    pub fn health(&self) -> &ops::Health {
+        &self.health
+    }
+
+    /// The backends.
     pub fn backends(&self) -> &Backends {
         &self.backends
     }

@@ -104,7 +104,7 @@ impl HttpMetrics {
 }
 
 /// Escapes a label value.
-fn label(value: &str) -> String {
+pub(crate) fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 

@@ -25,6 +25,8 @@ use crate::wiring::Backends;
 struct NoDepth {
     inner: Arc<dyn Broker>,
     depth_calls: AtomicUsize,
+    /// How long `reachable` takes, in milliseconds (a transport that hangs).
+    reachable_ms: std::sync::atomic::AtomicU64,
 }
 
 #[async_trait]
@@ -62,6 +64,7 @@ impl Transport for NoDepth {
         self.inner.dead_letter(lock, reason, description).await
     }
     async fn reachable(&self) -> Result<(), TransportError> {
+        tokio::time::sleep(Duration::from_millis(self.reachable_ms.load(Ordering::SeqCst))).await;
         self.inner.reachable().await
     }
 }
@@ -94,6 +97,7 @@ struct Ops {
     client: reqwest::Client,
     draining: CancellationToken,
     depth_calls: Arc<NoDepth>,
+    metrics: Arc<Metrics>,
     _dir: tempfile::TempDir,
 }
 
@@ -104,10 +108,12 @@ impl Ops {
         let transport = Arc::new(NoDepth {
             inner: Arc::clone(&backends.transport),
             depth_calls: AtomicUsize::new(0),
+            reachable_ms: std::sync::atomic::AtomicU64::new(0),
         });
         backends.transport = Arc::clone(&transport) as Arc<dyn Broker>;
         let draining = CancellationToken::new();
-        let state = OpsState::new(backends, draining.clone(), Arc::new(Metrics::new()), Arc::default());
+        let metrics = Arc::new(Metrics::new());
+        let state = OpsState::new(backends, draining.clone(), Arc::clone(&metrics), Arc::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(serve(listener, state, CancellationToken::new()));
@@ -116,6 +122,7 @@ impl Ops {
             client: reqwest::Client::new(),
             draining,
             depth_calls: transport,
+            metrics,
             _dir: dir,
         }
     }
@@ -169,4 +176,107 @@ async fn serves_metrics_and_nothing_of_the_api() {
     for path in ["/", "/console", "/openapi.json", "/v1/deliveries", "/mcp"] {
         assert_eq!(ops.get(path).await.status(), StatusCode::NOT_FOUND, "{path}");
     }
+}
+
+/// A check slower than the deadline: the request answers within it, with
+/// the last answer and its age while that is recent, as "no answer"
+/// without one; the check's own answer counts once it comes.
+#[tokio::test]
+async fn a_slow_check_is_answered_within_the_deadline_with_its_last_result() {
+    let ops = Ops::start().await;
+    let ready = ops.get("/readyz").await.json::<Value>().await.unwrap();
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["observed"]["transport"]["fresh"], true, "{ready}");
+
+    // The transport now takes 3 s to answer: the last answer (ok, fresh a
+    // moment ago) stands for it, with its age.
+    ops.depth_calls.reachable_ms.store(3000, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let response = ops.get("/readyz").await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "answered in {took:?}");
+    assert_eq!(response.status(), StatusCode::OK);
+    let ready = response.json::<Value>().await.unwrap();
+    assert_eq!(ready["checks"]["transport"], "ok", "{ready}");
+    assert_eq!(ready["observed"]["transport"]["fresh"], false, "{ready}");
+    assert!(ready["observed"]["transport"]["ageMs"].as_u64().is_some(), "{ready}");
+    // The store answered within the deadline meanwhile.
+    assert_eq!(ready["observed"]["store"]["fresh"], true, "{ready}");
+    let metrics = ops.get("/metrics").await.text().await.unwrap();
+    assert!(metrics.contains("bosun_ready 1"), "{metrics}");
+    assert!(
+        metrics.contains("bosun_health_check_age_seconds{check=\"transport\"}"),
+        "{metrics}"
+    );
+}
+
+/// A process none of whose checks ever answered is not ready, and says
+/// which check is still out.
+#[tokio::test]
+async fn a_check_that_never_answered_is_not_ready_within_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Backends::open(&Settings::with_data_dir(dir.path())).await.unwrap();
+    let transport = Arc::new(NoDepth {
+        inner: Arc::clone(&backends.transport),
+        depth_calls: AtomicUsize::new(0),
+        reachable_ms: std::sync::atomic::AtomicU64::new(60_000),
+    });
+    backends.transport = transport as Arc<dyn Broker>;
+    let health = super::Health::with_limits(
+        backends,
+        CancellationToken::new(),
+        Duration::from_millis(300),
+        Duration::from_secs(120),
+    );
+    let started = std::time::Instant::now();
+    let readiness = health.readiness(&crate::runtime::receiving::Receiving::default()).await;
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(!readiness.ready);
+    let transport = readiness.checks["transport"].as_str().unwrap_or_default().to_owned();
+    assert!(transport.starts_with("no answer within 0.3 s"), "{transport}");
+    assert_eq!(readiness.checks["store"], "ok");
+    // A second request waits on the same check, it does not start another.
+    let again = health.readiness(&crate::runtime::receiving::Receiving::default()).await;
+    assert!(!again.ready);
+}
+
+/// A consumer of the process that cannot receive makes it not ready, named
+/// in `/readyz` and in `/metrics`; ready again once it receives.
+#[tokio::test]
+async fn not_ready_while_a_consumer_cannot_receive() {
+    let ops = Ops::start().await;
+    let receiving = ops.metrics.receiving();
+    receiving.register("gitops-sync", "gitops-sync");
+    receiving.register("probe", "probe");
+    let ready = ops.get("/readyz").await;
+    assert_eq!(ready.status(), StatusCode::OK);
+    assert_eq!(ready.json::<Value>().await.unwrap()["checks"]["consumers"], "ok");
+
+    receiving.failed(
+        "gitops-sync",
+        "gitops-sync",
+        "receiving from `gitops-sync` through sessions: amqp:not-allowed",
+    );
+    let ready = ops.get("/readyz").await;
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = ready.json::<Value>().await.unwrap();
+    let consumers = body["checks"]["consumers"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        consumers.starts_with("gitops-sync cannot receive from `gitops-sync`"),
+        "{consumers}"
+    );
+    assert!(consumers.contains("amqp:not-allowed"), "{consumers}");
+    let metrics = ops.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("bosun_consumer_receiving{consumer=\"gitops-sync\",entity=\"gitops-sync\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("bosun_consumer_receiving{consumer=\"probe\",entity=\"probe\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("bosun_ready 0"), "{metrics}");
+
+    receiving.received("gitops-sync", "gitops-sync");
+    assert_eq!(ops.get("/readyz").await.status(), StatusCode::OK);
 }

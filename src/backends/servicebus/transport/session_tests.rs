@@ -398,3 +398,55 @@ async fn retries_replays_and_dead_letters_of_a_session_message_keep_its_session(
     );
     transport.close().await;
 }
+
+/// A saga consumer whose entity does not grant sessions (made before
+/// bosun keyed its messages by saga) never receives: each failed accept
+/// reaches the host at once, so the consumer shows as not receiving (and
+/// readiness false), naming the entity and the fix, instead of receives
+/// that come back empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_whose_entity_refuses_sessions_shows_as_not_receiving() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    // The broker's entities have no sessions; bosun expects them.
+    let broker = test_broker_with(10, &Topology::from_routing()).await;
+    let (endpoint, tokens) = endpoint_of(&broker.connection_string());
+    let options = ServiceBusOptions {
+        topology: crate::runtime::registry::topology(),
+        ..test_options()
+    };
+    let transport = ServiceBusTransport::connect(endpoint, tokens, options)
+        .await
+        .expect("connects to the test broker");
+    let store = Arc::new(SqliteStore::in_memory().expect("an in-memory store"));
+    let consumer: Arc<dyn Consumer> = Arc::new(ProbeConsumer::new());
+    let host = Host::new(Arc::new(transport), store, vec![consumer], host_options());
+    let metrics = host.metrics();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(host.run(shutdown.clone()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let verdict = loop {
+        if let Err(verdict) = metrics.receiving().verdict() {
+            break verdict;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the probe consumer still shows as receiving after 30 s: {:?}",
+            metrics.receiving().snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(verdict.contains("probe cannot receive from `probe`"), "{verdict}");
+    assert!(verdict.contains("does not require sessions"), "{verdict}");
+    // It stays so: every receive fails while the entity refuses sessions.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let entity = metrics
+        .receiving()
+        .snapshot()
+        .into_iter()
+        .find(|health| health.entity == "probe")
+        .expect("the probe queue is registered");
+    assert!(entity.failing.is_some(), "{entity:?}");
+    assert!(entity.failures >= 2, "each failed accept reaches the host: {entity:?}");
+    shutdown.cancel();
+    running.await.expect("the host task").expect("the host stops");
+}

@@ -211,6 +211,9 @@ impl Inner {
                     deadline = until;
                     continue;
                 }
+                if let Some(failure) = lock(&receivers.failure).take() {
+                    return Err(failure);
+                }
                 return Ok(Vec::new());
             }
         }
@@ -332,6 +335,8 @@ async fn accept_sessions(
             Ok(None) => {
                 failures = 0;
                 if let Some(state) = receivers.upgrade() {
+                    // No session has a message, and the entity answered.
+                    lock(&state.failure).take();
                     state.accepts.fetch_add(1, Ordering::SeqCst);
                     state.ready.send_modify(|count| *count = count.wrapping_add(1));
                 }
@@ -372,6 +377,9 @@ async fn note_failure(
         return false;
     };
     *lock(&state.failure) = Some(error);
+    // A receive waiting for a session reports the failure now, not after
+    // its wait: the host sees each failed accept, and readiness with it.
+    state.ready.send_modify(|count| *count = count.wrapping_add(1));
     drop(state);
     let delay = Duration::from_millis(100u64.saturating_mul(2u64.saturating_pow((*failures).min(6))));
     tokio::time::sleep(delay).await;
