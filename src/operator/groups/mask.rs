@@ -216,7 +216,7 @@ fn mask_word(word: &str) -> String {
 /// One token (a word without the punctuation around it), masked.
 fn mask_token(token: &str) -> String {
     let has_digit = token.chars().any(|c| c.is_ascii_digit());
-    if FIXED_WORDS.iter().any(|fixed| fixed.eq_ignore_ascii_case(token)) {
+    if is_fixed_word(token) {
         return token.to_owned();
     }
     if is_url(token) {
@@ -275,6 +275,21 @@ fn mask_token(token: &str) -> String {
         return "<id>".into();
     }
     mask_numbers(token)
+}
+
+/// One of [`FIXED_WORDS`], alone or after a word and a hyphen
+/// (`non-UTF-8`).
+fn is_fixed_word(token: &str) -> bool {
+    let last = token.split_once('-').map_or(token, |(before, rest)| {
+        if before.chars().all(|c| c.is_ascii_alphabetic()) {
+            rest
+        } else {
+            token
+        }
+    });
+    [token, last]
+        .iter()
+        .any(|word| FIXED_WORDS.iter().any(|fixed| fixed.eq_ignore_ascii_case(word)))
 }
 
 /// `scheme://…`.
