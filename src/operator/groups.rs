@@ -17,6 +17,8 @@ use uuid::Uuid;
 
 use crate::ports::store::{DeadLetterRecord, DeadLetterStatus};
 
+#[cfg(test)]
+mod corpus;
 mod mask;
 
 pub use mask::mask;
@@ -244,6 +246,47 @@ mod tests {
         assert_eq!(group.trend.counts[TREND_BUCKETS - 2], 1, "{:?}", group.trend.counts);
         assert_eq!(group.trend.counts[TREND_BUCKETS - 1], 1, "{:?}", group.trend.counts);
         assert_eq!(group.trend.counts.iter().sum::<usize>(), 2);
+    }
+
+    /// README's example: two commits that failed on two different missing
+    /// repositories are one group; a refused push in the same consumer is
+    /// another.
+    #[test]
+    fn two_missing_repositories_are_one_group_and_a_refused_push_another() {
+        let records = [
+            dead(
+                "commit",
+                "retries-exhausted",
+                "failed 6 times; last error: transient: repository `orders` not found for this tenant",
+                NOW - time::Duration::minutes(20),
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "failed 4 times; last error: transient: repository `ledger` not found for this tenant",
+                NOW,
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "failed 6 times; last error: transient: Git host refused the request: create push: HTTP 403: \
+                 TF401027: You need the Git 'GenericContribute' permission to perform this action.",
+                NOW,
+            ),
+        ];
+        let groups = group_failures(&records, NOW);
+        assert_eq!(groups.len(), 2, "{groups:#?}");
+        assert_eq!(groups[0].ids, [records[1].id, records[0].id]);
+        assert_eq!(
+            groups[0].pattern,
+            "failed <n> times; last error: transient: repository `<name>` not found for this tenant"
+        );
+        assert_eq!(groups[0].description, records[1].description, "the sample is unmasked");
+        assert_eq!(
+            groups[1].pattern,
+            "failed <n> times; last error: transient: Git host refused the request: create push: HTTP <n>: \
+             TF401027: You need the Git '<name>' permission to perform this action."
+        );
     }
 
     #[test]
