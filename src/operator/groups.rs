@@ -2,12 +2,33 @@
 //!
 //! A dead letter's fingerprint is its error's kind (the reason code), its
 //! error message with what differs from one occurrence of a cause to the
-//! next masked (ids, numbers, hashes, paths and timestamps), its consumer
-//! and its message type. Two commits to two missing repositories with two
-//! different ids share a group; a missing repository and a refused push in
-//! the same consumer do not. Groups are computed from the records a store
-//! lists, so every store groups alike, and a caller sees the groups of the
-//! dead letters it may see (the front door filters by tenant first).
+//! next masked ([`mask`]), its consumer and its message type. Masked:
+//!
+//! - a span in backticks, single or double quotes, whole, spaces and all:
+//!   `` `<name>` ``, `'<name>'`, `"<name>"` (`` `orders` ``, `'my repo'`);
+//! - URLs (any `scheme://…`): `<url>`; e-mail addresses: `<email>`; IP
+//!   addresses, with or without a port: `<ip>`;
+//! - paths, Unix, Windows or relative with a slash: `<path>`;
+//! - UUIDs and id-like tokens of letters and digits: `<id>`;
+//! - hex hashes of 7 or more digits (Git SHAs): `<hash>`;
+//! - RFC 3339 times: `<time>`;
+//! - numbers, whole or decimal, with a unit or not (`503`, `1.5s`): `<n>`.
+//!
+//! Kept: the words that say what went wrong, the error's type
+//! (`HttpError:`, `io::Error`, `TimedOut`) and code (`TF401019`), JSON
+//! keys, and a quoted sentence (a remote's message), masked word by word.
+//! So two commits to two missing repositories (`` repository `orders` not
+//! found ``, `` repository `ledger` not found ``) share a group; a missing
+//! repository and a refused push in the same consumer do not, nor a time-out
+//! and a refused connection. A name outside quotes with neither a digit nor
+//! a slash is kept: it cannot be told from a word.
+//!
+//! Groups are computed from the records a store lists, so every store
+//! groups alike, and a caller sees the groups of the dead letters it may
+//! see (the front door filters by tenant first). Nothing stores a
+//! fingerprint to find its group by later (a bulk replay records the one it
+//! was started from, with the ids it took): a change to the masking changes
+//! fingerprints, not what is grouped.
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -42,8 +63,12 @@ pub struct FailureGroup {
     pub consumer: Option<String>,
     /// The message type.
     pub message_type: Option<String>,
-    /// The error message with ids, numbers, hashes, paths and timestamps
-    /// masked (`<id>`, `<n>`, `<hash>`, `<path>`, `<time>`).
+    /// The error message with what varies masked: quoted names (`<name>`,
+    /// in their quotes), URLs (`<url>`), e-mail addresses (`<email>`), IP
+    /// addresses with or without a port (`<ip>`), paths (`<path>`), UUIDs
+    /// and id-like tokens (`<id>`), hex hashes (`<hash>`), RFC 3339 times
+    /// (`<time>`) and numbers (`<n>`); the error's words, type and code
+    /// kept.
     pub pattern: String,
     /// How many.
     pub count: usize,
