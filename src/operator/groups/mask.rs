@@ -126,7 +126,7 @@ fn quoted_span(text: &str, at: usize, open: char) -> Option<usize> {
     }
     let inside = at + open.len_utf8();
     let first = text[inside..].chars().next()?;
-    if first == close || (open != '`' && first.is_whitespace()) {
+    if first == close || first == '\n' || (open != '`' && first.is_whitespace()) {
         return None;
     }
     let mut previous = first;
@@ -184,14 +184,20 @@ fn reads_as_sentence(inner: &str) -> bool {
 /// An error type named alone: `GitRepositoryNotFoundException`,
 /// `io::Error`.
 fn is_error_type(inner: &str) -> bool {
-    let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.';
-    !inner.is_empty()
-        && inner.chars().all(identifier)
+    // A path of identifiers (`std::io::Error`, `System.IO.IOException`),
+    // the last a type's name.
+    let segments: Vec<&str> = inner.split("::").flat_map(|part| part.split('.')).collect();
+    let Some(last) = segments.last() else {
+        return false;
+    };
+    segments
+        .iter()
+        .all(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        && last.starts_with(|c: char| c.is_ascii_uppercase())
         && (inner.contains("::")
-            || (inner.starts_with(|c: char| c.is_ascii_uppercase())
-                && ["Error", "Exception", "Fault", "Failure"]
-                    .iter()
-                    .any(|suffix| inner.ends_with(suffix))))
+            || ["Error", "Exception", "Fault", "Failure"]
+                .iter()
+                .any(|suffix| last.ends_with(suffix)))
 }
 
 /// One whitespace-separated word, masked; the punctuation around its token
@@ -411,6 +417,11 @@ mod tests {
             "could not run `git push origin main`: denied",
             "could not run `<name>`: denied",
         );
+        masks(
+            "resource `urn:pulumi:dev::payments::random:index:RandomId::x` is `std::io::Error`, not `io::error`",
+            "resource `<name>` is `std::io::Error`, not `<name>`",
+        );
+        masks("a `\nb` c", "a ` b` c");
         masks("Script exited with code '1'.", "Script exited with code '<name>'.");
         masks("the reference ‘refs/heads/x’ moved", "the reference ‘<name>’ moved");
     }
