@@ -89,9 +89,10 @@ pub enum DeadLettersCommand {
         json: bool,
     },
     /// Dead letters not replayed yet, grouped by root cause: the error's
-    /// kind and its message with ids, numbers, hashes, paths and times
-    /// masked, plus consumer and message type; largest group first, with
-    /// first and last seen, a sample and the last day's trend.
+    /// kind and its message with what varies masked (quoted names, URLs,
+    /// addresses, paths, ids, hashes, times, numbers), plus consumer and
+    /// message type; largest group first, with first and last seen, a
+    /// sample and the last day's trend.
     Groups {
         /// Filters.
         #[command(flatten)]

@@ -2,21 +2,47 @@
 //!
 //! A dead letter's fingerprint is its error's kind (the reason code), its
 //! error message with what differs from one occurrence of a cause to the
-//! next masked (ids, numbers, hashes, paths and timestamps), its consumer
-//! and its message type. Two commits to two missing repositories with two
-//! different ids share a group; a missing repository and a refused push in
-//! the same consumer do not. Groups are computed from the records a store
-//! lists, so every store groups alike, and a caller sees the groups of the
-//! dead letters it may see (the front door filters by tenant first).
+//! next masked ([`mask`]), its consumer and its message type. Masked:
+//!
+//! - a span in backticks, single or double quotes, whole, spaces and all:
+//!   `` `<name>` ``, `'<name>'`, `"<name>"` (`` `orders` ``, `'my repo'`);
+//! - URLs (any `scheme://…`): `<url>`; e-mail addresses: `<email>`; IP
+//!   addresses, with or without a port: `<ip>`;
+//! - paths, Unix, Windows or relative with a slash: `<path>`;
+//! - UUIDs and id-like tokens of letters and digits: `<id>`;
+//! - hex hashes of 7 or more digits (Git SHAs): `<hash>`;
+//! - RFC 3339 times: `<time>`;
+//! - numbers, whole or decimal, with a unit or not (`503`, `1.5s`): `<n>`.
+//!
+//! Kept: the words that say what went wrong, the error's type
+//! (`HttpError:`, `io::Error`, `TimedOut`) and code (`TF401019`), JSON
+//! keys, and a quoted sentence (a remote's message), masked word by word.
+//! So two commits to two missing repositories (`` repository `orders` not
+//! found ``, `` repository `ledger` not found ``) share a group; a missing
+//! repository and a refused push in the same consumer do not, nor a time-out
+//! and a refused connection. A name outside quotes with neither a digit nor
+//! a slash is kept: it cannot be told from a word.
+//!
+//! Groups are computed from the records a store lists, so every store
+//! groups alike, and a caller sees the groups of the dead letters it may
+//! see (the front door filters by tenant first). Nothing stores a
+//! fingerprint to find its group by later (a bulk replay records the one it
+//! was started from, with the ids it took): a change to the masking changes
+//! fingerprints, not what is grouped.
 
 use schemars::JsonSchema;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use crate::ports::store::{DeadLetterRecord, DeadLetterStatus};
+
+#[cfg(test)]
+mod corpus;
+mod mask;
+
+pub use mask::mask;
 
 /// How many buckets a group's trend has, and how long each is: the last
 /// day, by the hour.
@@ -37,8 +63,12 @@ pub struct FailureGroup {
     pub consumer: Option<String>,
     /// The message type.
     pub message_type: Option<String>,
-    /// The error message with ids, numbers, hashes, paths and timestamps
-    /// masked (`<id>`, `<n>`, `<hash>`, `<path>`, `<time>`).
+    /// The error message with what varies masked: quoted names (`<name>`,
+    /// in their quotes), URLs (`<url>`), e-mail addresses (`<email>`), IP
+    /// addresses with or without a port (`<ip>`), paths (`<path>`), UUIDs
+    /// and id-like tokens (`<id>`), hex hashes (`<hash>`), RFC 3339 times
+    /// (`<time>`) and numbers (`<n>`); the error's words, type and code
+    /// kept.
     pub pattern: String,
     /// How many.
     pub count: usize,
@@ -112,65 +142,6 @@ impl Fingerprint {
         }
         hash.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect()
     }
-}
-
-/// `text` with what differs between occurrences of one cause masked: UUIDs
-/// and id-like tokens (letters and digits) as `<id>`, hex hashes as
-/// `<hash>`, paths and URLs as `<path>`, RFC 3339 times as `<time>`, other
-/// numbers as `<n>`; whitespace is normalised.
-pub fn mask(text: &str) -> String {
-    text.split_whitespace().map(mask_word).collect::<Vec<_>>().join(" ")
-}
-
-fn mask_word(word: &str) -> String {
-    const EDGES: &[char] = &['(', ')', '[', ']', '{', '}', '"', '\'', '`', ',', ';', '<', '>'];
-    let core = word.trim_matches(EDGES);
-    // A sentence's full stop or colon is not part of the token.
-    let core = core.strip_suffix(['.', ':']).unwrap_or(core);
-    if core.is_empty() {
-        return word.to_owned();
-    }
-    let start = word.find(core).unwrap_or(0);
-    let (before, after) = (&word[..start], &word[start + core.len()..]);
-    format!("{before}{}{after}", mask_token(core))
-}
-
-fn mask_token(token: &str) -> String {
-    let has_digit = token.chars().any(|c| c.is_ascii_digit());
-    if Uuid::try_parse(token).is_ok() {
-        return "<id>".into();
-    }
-    if OffsetDateTime::parse(token, &Rfc3339).is_ok() {
-        return "<time>".into();
-    }
-    if token.len() > 1 && token.contains('/') {
-        return "<path>".into();
-    }
-    let id_like = token.len() >= 6
-        && has_digit
-        && token.chars().any(|c| c.is_ascii_alphabetic())
-        && token.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:#@".contains(c));
-    if id_like {
-        let hex = token.len() >= 7 && token.chars().all(|c| c.is_ascii_hexdigit());
-        return if hex { "<hash>" } else { "<id>" }.into();
-    }
-    // Numbers inside a word (`attempt#3`, `503`, `1.5s`).
-    let mut out = String::with_capacity(token.len());
-    let mut in_number = false;
-    for c in token.chars() {
-        if c.is_ascii_digit() {
-            if !in_number {
-                out.push_str("<n>");
-                in_number = true;
-            }
-        } else {
-            in_number = in_number && c == '.';
-            if !in_number {
-                out.push(c);
-            }
-        }
-    }
-    out
 }
 
 /// Groups the dead letters not replayed yet by fingerprint, largest group
@@ -268,21 +239,6 @@ mod tests {
     const NOW: OffsetDateTime = datetime!(2026-12-01 12:00:00 UTC);
 
     #[test]
-    fn ids_numbers_hashes_paths_and_times_are_masked() {
-        assert_eq!(
-            mask(
-                "push of 9c1581f87c1a42b9cca654aed6a4675d9fdfb309 to /data/git/contoso/a.git refused (run-3c1aa79bf0649a6568b3)"
-            ),
-            "push of <hash> to <path> refused (<id>)"
-        );
-        assert_eq!(
-            mask("message 01a233f8-165b-7248-a2cc-fc98369fd094 at 2026-12-01T23:37:06.396Z: HTTP 503, retry in 1.5s"),
-            "message <id> at <time>: HTTP <n>, retry in <n>s"
-        );
-        assert_eq!(mask("field `branch`:  is  empty."), "field `branch`: is empty.");
-    }
-
-    #[test]
     fn failures_with_different_ids_but_one_cause_share_a_group() {
         let records = [
             dead(
@@ -315,6 +271,47 @@ mod tests {
         assert_eq!(group.trend.counts[TREND_BUCKETS - 2], 1, "{:?}", group.trend.counts);
         assert_eq!(group.trend.counts[TREND_BUCKETS - 1], 1, "{:?}", group.trend.counts);
         assert_eq!(group.trend.counts.iter().sum::<usize>(), 2);
+    }
+
+    /// README's example: two commits that failed on two different missing
+    /// repositories are one group; a refused push in the same consumer is
+    /// another.
+    #[test]
+    fn two_missing_repositories_are_one_group_and_a_refused_push_another() {
+        let records = [
+            dead(
+                "commit",
+                "retries-exhausted",
+                "failed 6 times; last error: transient: repository `orders` not found for this tenant",
+                NOW - time::Duration::minutes(20),
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "failed 4 times; last error: transient: repository `ledger` not found for this tenant",
+                NOW,
+            ),
+            dead(
+                "commit",
+                "retries-exhausted",
+                "failed 6 times; last error: transient: Git host refused the request: create push: HTTP 403: \
+                 TF401027: You need the Git 'GenericContribute' permission to perform this action.",
+                NOW,
+            ),
+        ];
+        let groups = group_failures(&records, NOW);
+        assert_eq!(groups.len(), 2, "{groups:#?}");
+        assert_eq!(groups[0].ids, [records[1].id, records[0].id]);
+        assert_eq!(
+            groups[0].pattern,
+            "failed <n> times; last error: transient: repository `<name>` not found for this tenant"
+        );
+        assert_eq!(groups[0].description, records[1].description, "the sample is unmasked");
+        assert_eq!(
+            groups[1].pattern,
+            "failed <n> times; last error: transient: Git host refused the request: create push: HTTP <n>: \
+             TF401027: You need the Git '<name>' permission to perform this action."
+        );
     }
 
     #[test]
