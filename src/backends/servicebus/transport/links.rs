@@ -340,16 +340,20 @@ impl Inner {
             .receiver(&path)
             .await
             .map_err(|f| transport_error(&path, f))?;
-        let deliveries = take_deliveries(&mut receiver, max, self.options.receive_wait).await;
-        let mut dead = Vec::new();
-        if let Ok(deliveries) = &deliveries {
-            for delivery in deliveries {
-                dead.push(mapping::dead_lettered_message(entity, delivery.message()));
-                let _ = receiver.release(delivery).await;
-            }
+        let taken = take_deliveries(&mut receiver, max, self.options.receive_wait).await;
+        let (deliveries, failure) = match taken {
+            Ok(deliveries) => (deliveries, None),
+            Err(failure) => (Vec::new(), Some(failure)),
+        };
+        let mut dead: Vec<DeadLetteredMessage> = deliveries
+            .iter()
+            .map(|delivery| mapping::dead_lettered_message(entity, delivery.message()))
+            .collect();
+        give_back(receiver, deliveries).await;
+        if let Some(failure) = failure {
+            return Err(transport_error(&path, failure));
         }
-        let _ = tokio::time::timeout(Duration::from_secs(5), receiver.close()).await;
-        deliveries.map_err(|f| transport_error(&path, f))?;
+        dead.truncate(max);
         dead.sort_by_key(|message| message.sequence);
         Ok(dead)
     }

@@ -416,6 +416,25 @@ async fn take_deliveries(
     Ok(deliveries)
 }
 
+/// Gives a scanning receiver's messages back and closes it. The credit
+/// goes to zero first, and what was already on its way is taken too:
+/// released with credit left, a message would be sent straight back to
+/// this receiver, and closed with it, stay locked until its lock expired
+/// (or, on some brokers, count a delivery).
+async fn give_back(mut receiver: Receiver, mut deliveries: Vec<Delivery<Body<Value>>>) {
+    /// How long messages already sent under the old credit get to arrive.
+    const IN_FLIGHT: Duration = Duration::from_millis(200);
+    if receiver.set_credit(0).await.is_ok() {
+        while let Ok(Ok(delivery)) = tokio::time::timeout(IN_FLIGHT, receiver.recv::<Body<Value>>()).await {
+            deliveries.push(delivery);
+        }
+    }
+    for delivery in &deliveries {
+        let _ = receiver.release(delivery).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), receiver.close()).await;
+}
+
 #[async_trait]
 impl Transport for ServiceBusTransport {
     async fn close(&self) {
@@ -657,8 +676,13 @@ impl TransportAdmin for ServiceBusTransport {
         let mut others = Vec::new();
         let mut found = false;
         let mut failure = None;
+        // Credit sized to the job: a few first (the one wanted is often
+        // near the front), doubling up to 64 while it is not found.
+        let mut batch = 8;
         while !found && others.len() < DEAD_LETTER_SCAN_LIMIT {
-            match take_deliveries(&mut receiver, 64, self.inner.options.receive_wait).await {
+            let take = take_deliveries(&mut receiver, batch, self.inner.options.receive_wait).await;
+            batch = (batch * 2).min(64);
+            match take {
                 Ok(batch) if batch.is_empty() => break,
                 Ok(batch) => {
                     for delivery in batch {
@@ -682,10 +706,7 @@ impl TransportAdmin for ServiceBusTransport {
                 }
             }
         }
-        for delivery in &others {
-            let _ = receiver.release(delivery).await;
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(5), receiver.close()).await;
+        give_back(receiver, others).await;
         match failure {
             Some(err) => Err(err),
             None => Ok(found),

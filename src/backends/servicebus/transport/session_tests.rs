@@ -450,3 +450,69 @@ async fn a_consumer_whose_entity_refuses_sessions_shows_as_not_receiving() {
     shutdown.cancel();
     running.await.expect("the host task").expect("the host stops");
 }
+
+/// Removing one dead letter scans the sub-queue under a lock and gives the
+/// others back: none is sent back to the closing receiver (where it would
+/// stay locked until its lock expired; the test broker counts a delivery
+/// for it instead), so each keeps its delivery count and the next removal
+/// finds its own at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_dead_letter_gives_the_others_back_untouched() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let broker = test_broker(10).await;
+    let (endpoint, tokens) = endpoint_of(&broker.connection_string());
+    let transport = ServiceBusTransport::connect(endpoint, tokens, test_options())
+        .await
+        .expect("connects to the test broker");
+    let queue = Destination::Queue("probe".into());
+    transport
+        .send((0..5).map(|n| probe(&format!("dead-{n}"), n)).collect())
+        .await
+        .expect("sent");
+    let mut received = Vec::new();
+    for _ in 0..20 {
+        if received.len() == 5 {
+            break;
+        }
+        received.extend(transport.receive(&queue, 5, LOCK).await.expect("a receive"));
+    }
+    assert_eq!(received.len(), 5);
+    for message in &received {
+        transport
+            .dead_letter(&message.lock, "invalid-field", "payload.group is wrong")
+            .await
+            .expect("dead-lettered");
+    }
+    let mut dead = Vec::new();
+    for _ in 0..100 {
+        dead = transport.peek_dead_letters(&queue, 10).await.expect("listed");
+        if dead.len() == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(dead.len(), 5, "the five dead letters show within 10 s");
+    let counts = |dead: &[DeadLetteredMessage]| -> Vec<(i64, u32)> {
+        dead.iter().map(|d| (d.sequence, d.delivery_count)).collect()
+    };
+    let before = counts(&dead[1..]);
+
+    assert!(
+        transport
+            .remove_dead_letter(&queue, dead[0].sequence)
+            .await
+            .expect("removed")
+    );
+    let left = transport.peek_dead_letters(&queue, 10).await.expect("listed");
+    assert_eq!(counts(&left), before, "the others are given back as they were");
+    assert!(
+        transport
+            .remove_dead_letter(&queue, dead[4].sequence)
+            .await
+            .expect("removed"),
+        "the next removal finds its dead letter at once (none is held locked)"
+    );
+    let left = transport.peek_dead_letters(&queue, 10).await.expect("listed");
+    assert_eq!(counts(&left), before[..3].to_vec());
+    transport.close().await;
+}
