@@ -35,6 +35,7 @@ pub fn policy(settings: &RetentionSettings) -> RetentionPolicy {
         outbox_sent: settings.outbox_sent,
         timeline: settings.timeline,
         finished_sagas: settings.completed_sagas,
+        saga_history_entries: settings.saga_history_entries,
         finished: registry::finished_sagas(),
         batch: settings.batch,
     }

@@ -939,6 +939,7 @@ async fn retention_runs_in_the_background_and_stops_with_the_host() {
         outbox_sent: Some(day * 7),
         timeline: Some(day * 30),
         finished_sagas: Some(day * 30),
+        saga_history_entries: Some(1000),
         finished: crate::runtime::registry::finished_sagas(),
         // Batches of one: the task goes on while they come back full.
         batch: 1,

@@ -212,6 +212,7 @@ pub(super) async fn the_audit_log_outlives_retention<S: Store + AuditStore>(stor
         outbox_sent: Some(Duration::ZERO),
         timeline: Some(Duration::ZERO),
         finished_sagas: Some(Duration::ZERO),
+        saga_history_entries: Some(0),
         finished: vec![FinishedSaga {
             kind: "release".into(),
             field: "phase".into(),

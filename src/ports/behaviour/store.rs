@@ -144,6 +144,7 @@ where
     retention_prunes_finished_sagas_only(&make().await).await;
     retention_prunes_in_bounded_batches(&make().await).await;
     retention_bounds_idempotency_keys_and_the_history_of_sagas_that_never_finish(&make().await).await;
+    retention_bounds_a_sagas_history_by_count_and_keeps_its_state(&make().await).await;
     replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
     replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
     ended_replay_jobs_go_with_the_timelines_retention(&make().await).await;
@@ -1062,6 +1063,7 @@ fn retention(batch: usize) -> RetentionPolicy {
         outbox_sent: Some(DAY * 7),
         timeline: Some(DAY * 30),
         finished_sagas: Some(DAY * 30),
+        saga_history_entries: Some(1000),
         finished: vec![FinishedSaga {
             kind: "release".into(),
             field: "phase".into(),
@@ -1222,6 +1224,7 @@ async fn retention_prunes_what_is_past_it_and_keeps_what_is_needed<S: Store>(sto
         outbox_sent: None,
         timeline: None,
         finished_sagas: None,
+        saga_history_entries: None,
         ..retention(100)
     };
     store.commit_handled(handled("m-3", None, vec![])).await.unwrap();
@@ -1363,6 +1366,51 @@ async fn retention_bounds_idempotency_keys_and_the_history_of_sagas_that_never_f
         store.prune(&keep_all, now + DAY * 1000).await.unwrap().http_idempotency,
         0
     );
+}
+
+/// A busy saga that never finishes keeps the history of its last versions
+/// only (`saga_history_entries`), well within the timeline's retention,
+/// pruned in batches; its state and version stay.
+async fn retention_bounds_a_sagas_history_by_count_and_keeps_its_state<S: Store>(store: &S) {
+    let now = OffsetDateTime::now_utc();
+    for version in 0..5 {
+        store
+            .commit_handled(HandledMessage {
+                timeline: vec![],
+                ..handled(
+                    &format!("p-{version}"),
+                    Some(SagaWrite {
+                        kind: "probe".into(),
+                        key: "contoso/busy".into(),
+                        expected_version: version,
+                        state: json!({"count": version + 1}),
+                        tenant_id: Some("contoso".into()),
+                    }),
+                    vec![],
+                )
+            })
+            .await
+            .unwrap();
+    }
+    let bounded = |batch| RetentionPolicy {
+        saga_history_entries: Some(2),
+        ..retention(batch)
+    };
+    let first = store.prune(&bounded(2), now).await.unwrap();
+    assert_eq!(first.saga_history, 2);
+    assert!(first.any_full(2), "a full batch says there may be more");
+    assert_eq!(store.prune(&bounded(2), now).await.unwrap().saga_history, 1);
+    assert_eq!(store.prune(&bounded(2), now).await.unwrap(), Pruned::default());
+    let saga = store.load_saga("probe", "contoso/busy").await.unwrap().unwrap();
+    assert_eq!((saga.version, &saga.state), (5, &json!({"count": 5})));
+    let versions: Vec<i64> = saga.history.iter().map(|entry| entry.version).collect();
+    assert_eq!(versions, vec![4, 5], "the last two versions' entries");
+    // Without a bound, nothing more goes within the timeline's retention.
+    let unbounded = RetentionPolicy {
+        saga_history_entries: None,
+        ..retention(100)
+    };
+    assert_eq!(store.prune(&unbounded, now).await.unwrap(), Pruned::default());
 }
 
 async fn retention_prunes_in_bounded_batches<S: Store>(store: &S) {

@@ -38,6 +38,11 @@ pub struct RetentionPolicy {
     pub timeline: Option<std::time::Duration>,
     /// Finished sagas (with their history), by their last save.
     pub finished_sagas: Option<std::time::Duration>,
+    /// The most history entries a saga keeps: those of its last this many
+    /// versions (its state is never pruned), so a saga that never finishes
+    /// and changes often keeps a bounded history within the timeline's
+    /// retention too.
+    pub saga_history_entries: Option<u64>,
     /// How each saga kind that can finish says so.
     pub finished: Vec<FinishedSaga>,
     /// Most rows deleted per kind per call (each a short statement).

@@ -125,6 +125,7 @@ const GENERIC: &[&str] = &[
     "BOSUN_RETENTION_OUTBOX_DAYS",
     "BOSUN_RETENTION_TIMELINE_DAYS",
     "BOSUN_RETENTION_COMPLETED_SAGAS_DAYS",
+    "BOSUN_RETENTION_SAGA_HISTORY_ENTRIES",
     "BOSUN_RETENTION_INTERVAL_MS",
     "BOSUN_RETENTION_BATCH",
     "BOSUN_KEY_MAX_LIFETIME_DAYS",
@@ -583,6 +584,12 @@ impl Settings {
                 outbox_sent: days("BOSUN_RETENTION_OUTBOX_DAYS", defaults.outbox_sent, 1)?,
                 timeline: days("BOSUN_RETENTION_TIMELINE_DAYS", defaults.timeline, 1)?,
                 completed_sagas: days("BOSUN_RETENTION_COMPLETED_SAGAS_DAYS", defaults.completed_sagas, 1)?,
+                saga_history_entries: Some(number(
+                    "BOSUN_RETENTION_SAGA_HISTORY_ENTRIES",
+                    defaults.saga_history_entries.unwrap_or(0),
+                    0,
+                )?)
+                .filter(|entries| *entries > 0),
                 interval: Some(millis(
                     "BOSUN_RETENTION_INTERVAL_MS",
                     defaults

@@ -480,6 +480,12 @@ pub struct RetentionSettings {
     /// save. Default 30: a late message for a release gone longer than this
     /// would start it afresh. GitOps and probe sagas never finish.
     pub completed_sagas: Option<Duration>,
+    /// `BOSUN_RETENTION_SAGA_HISTORY_ENTRIES`: the most history entries a
+    /// saga keeps (those of its last this many versions), within the
+    /// timeline's retention; its state is never pruned. Default 1000: a
+    /// GitOps environment or probe tally that never finishes keeps a
+    /// bounded history however busy; `0` keeps every entry.
+    pub saga_history_entries: Option<u64>,
     /// `BOSUN_RETENTION_INTERVAL_MS`: how often `serve` prunes (batch after
     /// batch while they come back full). Default 300 000 (5 min); `0`: never
     /// in the background (run `bosun prune` instead).
@@ -502,6 +508,7 @@ impl Default for RetentionSettings {
             outbox_sent: Some(DAY * 7),
             timeline: Some(DAY * 30),
             completed_sagas: Some(DAY * 30),
+            saga_history_entries: Some(1000),
             interval: Some(Duration::from_secs(300)),
             batch: 500,
         }

@@ -106,7 +106,35 @@ fn prune(state: &mut State, policy: &RetentionPolicy, now: OffsetDateTime) -> Pr
         );
     }
     pruned.saga_history = prune_history(sagas, timeline_before, batch);
+    if let Some(entries) = policy.saga_history_entries {
+        pruned.saga_history += prune_beyond(sagas, entries, batch);
+    }
     pruned
+}
+
+/// Deletes at most `batch` history entries beyond each saga's last
+/// `entries` versions.
+fn prune_beyond(sagas: &mut super::sagas::Sagas, entries: u64, batch: usize) -> u64 {
+    let keep = i64::try_from(entries).unwrap_or(i64::MAX);
+    let mut left = batch;
+    let mut deleted = 0u64;
+    for saga in sagas.rows.values_mut() {
+        if left == 0 {
+            break;
+        }
+        let oldest_kept = saga.version.saturating_sub(keep);
+        let before = saga.history.len();
+        let mut taken = 0;
+        saga.history.retain(|entry| {
+            let beyond = entry.version <= oldest_kept && taken < left;
+            taken += usize::from(beyond);
+            !beyond
+        });
+        let gone = before - saga.history.len();
+        left -= gone;
+        deleted += u64::try_from(gone).unwrap_or(u64::MAX);
+    }
+    deleted
 }
 
 /// One history entry: its saga's (kind, key) and its index in the history.

@@ -18,7 +18,7 @@ pub(super) struct Sagas {
 /// One saga as kept.
 #[derive(Debug)]
 pub(super) struct Saga {
-    version: i64,
+    pub(super) version: i64,
     pub(super) state: Value,
     tenant_id: Option<String>,
     created_at: OffsetDateTime,

@@ -77,6 +77,14 @@ const SAGA_HISTORY: &str = "DELETE FROM bosun_saga_history WHERE at < $1 AND (ki
     SELECT kind, key, version FROM bosun_saga_history WHERE at < $1
     ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)";
 
+/// History entries beyond a saga's last `$1` versions, a batch of them
+/// (over the primary keys of both tables).
+const SAGA_HISTORY_BEYOND: &str = "DELETE FROM bosun_saga_history WHERE (kind, key, version) IN (
+    SELECT h.kind, h.key, h.version FROM bosun_saga_history h
+    JOIN bosun_sagas s ON s.kind = h.kind AND s.key = h.key
+    WHERE s.version > $1 AND h.version <= s.version - $1
+    LIMIT $2 FOR UPDATE OF h SKIP LOCKED)";
+
 /// Finished sagas of one kind last saved before the cutoff, with their
 /// history. The outer conditions are checked again on the row deleted, so a
 /// saga saved meanwhile (a late message) stays.
@@ -153,6 +161,14 @@ impl AdminStore for PostgresStore {
                 }
             }
             pruned.saga_history = delete_batch(database, SAGA_HISTORY, timeline_before, batch).await?;
+            if let Some(entries) = policy.saga_history_entries {
+                let deleted = query(SAGA_HISTORY_BEYOND)
+                    .bind(i64::try_from(entries).unwrap_or(i64::MAX))
+                    .bind(batch)
+                    .execute(database.pool())
+                    .await?;
+                pruned.saga_history += deleted.rows_affected();
+            }
             Ok(pruned)
         };
         run.await.map_err(|err: StoreError| err.doing(doing::prune()))

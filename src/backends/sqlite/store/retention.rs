@@ -32,6 +32,21 @@ async fn delete_batch(
         .await
 }
 
+/// Deletes a batch of history entries beyond each saga's last `entries`
+/// versions.
+async fn delete_beyond(database: &Database, entries: u64, batch: usize) -> Result<u64, StoreError> {
+    let keep = i64::try_from(entries).unwrap_or(i64::MAX);
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+    database
+        .call(move |conn| {
+            let deleted = conn
+                .prepare_cached(SAGA_HISTORY_BEYOND)?
+                .execute(params![keep, limit])?;
+            Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+        })
+        .await
+}
+
 const HANDLED: &str = "DELETE FROM handled WHERE rowid IN (
     SELECT rowid FROM handled WHERE handled_at < ?1 ORDER BY handled_at LIMIT ?2)";
 
@@ -61,6 +76,11 @@ const HTTP_IDEMPOTENCY: &str = "DELETE FROM http_idempotency WHERE rowid IN (
 /// Saga history entries by their time, whether the saga finishes or not.
 const SAGA_HISTORY: &str = "DELETE FROM saga_history WHERE rowid IN (
     SELECT rowid FROM saga_history WHERE at < ?1 ORDER BY at LIMIT ?2)";
+
+/// History entries beyond a saga's last `?1` versions, a batch of them.
+const SAGA_HISTORY_BEYOND: &str = "DELETE FROM saga_history WHERE rowid IN (
+    SELECT h.rowid FROM saga_history h JOIN sagas s ON s.kind = h.kind AND s.key = h.key
+    WHERE s.version > ?1 AND h.version <= s.version - ?1 LIMIT ?2)";
 
 /// Finished sagas of one kind last saved before `before`, with their history.
 async fn prune_sagas(
@@ -155,6 +175,9 @@ impl AdminStore for SqliteStore {
                 }
             }
             pruned.saga_history = delete_batch(database, SAGA_HISTORY, timeline_before, batch).await?;
+            if let Some(entries) = policy.saga_history_entries {
+                pruned.saga_history += delete_beyond(database, entries, batch).await?;
+            }
             Ok(pruned)
         };
         run.await.map_err(|err: StoreError| err.doing(doing::prune()))
