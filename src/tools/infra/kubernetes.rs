@@ -28,6 +28,7 @@
 use bosun_consumers::iac_provisioning;
 use serde_json::{Value, json};
 
+pub mod dashboard;
 pub mod monitoring;
 mod size;
 
@@ -118,6 +119,7 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
         "keda.yaml".to_owned(),
         "api.yaml".to_owned(),
         "monitoring.yaml".to_owned(),
+        "dashboard.yaml".to_owned(),
     ];
     resources.extend(consumers.iter().map(|c| format!("consumers/{}.yaml", c.name)));
     files.push(yaml_file(
@@ -141,6 +143,7 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
         "kubernetes/base/monitoring.yaml",
         &monitoring::objects(&settings.alerts),
     )?);
+    files.push(base_file("kubernetes/base/dashboard.yaml", &[dashboard::config_map()])?);
     for consumer in consumers {
         files.push(base_file(
             &format!("kubernetes/base/consumers/{}.yaml", consumer.name),

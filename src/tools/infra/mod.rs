@@ -9,7 +9,8 @@
 //!   Service; in every pod an init container running `bosun migrate` before
 //!   bosun starts; the Namespace (Pod Security `restricted`); the
 //!   monitoring ([`kubernetes::monitoring`]: a Prometheus Operator
-//!   PodMonitor and PrometheusRule); and
+//!   PodMonitor and PrometheusRule, and [`kubernetes::dashboard`], a
+//!   Grafana dashboard for the dashboard sidecar); and
 //!   `overlays/example/`, an environment to copy and edit.
 //! - [`identities`]: `bosun infra identities --from-deployment`, an
 //!   overlay's `identities.yaml` from the outputs of the Bicep deployment.

@@ -1,5 +1,6 @@
-//! The rendered monitoring: the PodMonitor scrapes what the pods serve, and
-//! the alerts ask only for series bosun exports.
+//! The rendered monitoring: the PodMonitor scrapes what the pods serve, the
+//! alerts and the dashboard ask only for series bosun exports, and the
+//! dashboard is a Grafana dashboard the sidecar loads.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::kubernetes::AlertThresholds;
+use super::kubernetes::dashboard::{self, FILE};
 use super::kubernetes::monitoring::{self, ANNOUNCED_METRICS, JOB, promql_duration};
 use super::tests::{base_objects, default_files, kind_of, parse_documents};
 use super::*;
@@ -166,7 +168,7 @@ fn the_pod_monitor_scrapes_the_ops_port_of_every_bosun_pod() {
         .find(|file| file.path == "kubernetes/base/kustomization.yaml")
         .unwrap();
     let resources = &parse_documents(&kustomization.text)[0]["resources"];
-    for file in ["monitoring.yaml"] {
+    for file in ["monitoring.yaml", "dashboard.yaml"] {
         assert!(resources.as_array().unwrap().contains(&file.into()), "{resources}");
     }
     let monitor = rendered("PodMonitor");
@@ -260,6 +262,71 @@ fn the_thresholds_are_the_renderers_settings() {
     assert!(slow.expr.ends_with("> 2.5"), "{}", slow.expr);
     let settings = InfraSettings::from_settings(&Settings::with_data_dir(".bosun")).unwrap();
     assert_eq!(settings.alerts, AlertThresholds::default());
+}
+
+/// The dashboard's JSON, from the rendered ConfigMap.
+fn rendered_dashboard() -> Value {
+    let config_map = base_objects(&default_files())
+        .into_iter()
+        .map(|(_, object)| object)
+        .find(|object| kind_of(object) == "ConfigMap" && object["metadata"]["name"] == dashboard::CONFIG_MAP)
+        .unwrap();
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    serde_json::from_str(config_map["data"][FILE].as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn the_dashboard_is_grafana_json_whose_panels_query_only_exported_metrics() {
+    let known = exported_metrics();
+    let dashboard = rendered_dashboard();
+    assert_eq!(dashboard["uid"], dashboard::UID);
+    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 36));
+    let variables = dashboard["templating"]["list"].as_array().unwrap();
+    let datasource = variables.iter().find(|v| v["name"] == "datasource").unwrap();
+    assert_eq!(datasource["type"], "datasource");
+    assert_eq!(datasource["query"], "prometheus");
+    let panels = dashboard["panels"].as_array().unwrap();
+    let mut ids = BTreeSet::new();
+    let mut cells = BTreeSet::new();
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap();
+        assert!(ids.insert(panel["id"].as_u64().unwrap()), "{title}: its id is taken");
+        assert!(
+            matches!(panel["type"].as_str(), Some("timeseries" | "state-timeline")),
+            "{title}"
+        );
+        let grid = &panel["gridPos"];
+        let [h, w, x, y] = ["h", "w", "x", "y"].map(|key| {
+            grid[key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{title}: gridPos.{key} in {grid}"))
+        });
+        assert!(h > 0 && w > 0 && x + w <= 24, "{title}: {grid}");
+        for row in y..y + h {
+            for column in x..x + w {
+                assert!(cells.insert((row, column)), "{title} overlaps another panel");
+            }
+        }
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{title}: no targets");
+        for target in targets {
+            assert!(target["refId"].as_str().is_some(), "{title}");
+            assert_known_metrics(title, target["expr"].as_str().unwrap(), &known);
+        }
+    }
+    let titles: Vec<&str> = panels.iter().map(|panel| panel["title"].as_str().unwrap()).collect();
+    for wanted in [
+        "Queue depth per consumer",
+        "Throughput",
+        "Failure rate",
+        "Handling time p50 / p95",
+        "Dead letters",
+        "Readiness per pod",
+        "HTTP requests",
+    ] {
+        assert!(titles.contains(&wanted), "{wanted} in {titles:?}");
+    }
 }
 
 /// The Prometheus Operator's objects, field by field, against its

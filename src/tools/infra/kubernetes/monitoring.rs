@@ -2,7 +2,8 @@
 //! scraping `/metrics` on the ops port ([`OPS_PORT`](crate::tools::infra::OPS_PORT)) of every bosun pod,
 //! and a `PrometheusRule` with bosun's alerts ([`alerts`]), their
 //! thresholds from [`AlertThresholds`]. Both need the Prometheus Operator
-//! (its CRDs, and a Prometheus selecting them).
+//! (its CRDs, and a Prometheus selecting them); the dashboard is
+//! [`super::dashboard`].
 //!
 //! Every series gets `job="bosun"` (the pods' `app.kubernetes.io/name`,
 //! whatever namespace the overlay sets) and the operator's `namespace` and
