@@ -48,6 +48,8 @@ mod check_tests;
 #[cfg(test)]
 mod monitoring_tests;
 #[cfg(test)]
+mod promtool_tests;
+#[cfg(test)]
 mod scaling_tests;
 #[cfg(test)]
 mod tests;
