@@ -18,9 +18,10 @@ use super::output::outln;
 /// `bosun infra ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum InfraCommand {
-    /// Write infra/kubernetes (kustomize base, KEDA, overlays/example) and
-    /// infra/bicep (main.bicep, topology.json) from bosun's topology and
-    /// settings (lock duration, max delivery count, shutdown grace).
+    /// Write infra/kubernetes (kustomize base, KEDA, monitoring,
+    /// overlays/example) and infra/bicep (main.bicep, topology.json) from
+    /// bosun's topology and settings (lock duration, max delivery count,
+    /// shutdown grace).
     Render {
         /// Where to write.
         #[arg(default_value = "infra")]

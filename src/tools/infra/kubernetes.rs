@@ -28,8 +28,11 @@
 use bosun_consumers::iac_provisioning;
 use serde_json::{Value, json};
 
+pub mod dashboard;
+pub mod monitoring;
 mod size;
 
+pub use monitoring::AlertThresholds;
 pub use size::{PodSize, pod_size};
 
 use super::bicep::{API_COMPONENT, DATABASE_IDENTITY};
@@ -115,6 +118,8 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
         "network.yaml".to_owned(),
         "keda.yaml".to_owned(),
         "api.yaml".to_owned(),
+        "monitoring.yaml".to_owned(),
+        "dashboard.yaml".to_owned(),
     ];
     resources.extend(consumers.iter().map(|c| format!("consumers/{}.yaml", c.name)));
     files.push(yaml_file(
@@ -134,6 +139,11 @@ pub fn render(consumers: &[ConsumerInfra], settings: &InfraSettings) -> Result<V
     )?);
     files.push(base_file("kubernetes/base/keda.yaml", &[trigger_authentication()])?);
     files.push(base_file("kubernetes/base/api.yaml", &api(settings))?);
+    files.push(base_file(
+        "kubernetes/base/monitoring.yaml",
+        &monitoring::objects(&settings.alerts),
+    )?);
+    files.push(base_file("kubernetes/base/dashboard.yaml", &[dashboard::config_map()])?);
     for consumer in consumers {
         files.push(base_file(
             &format!("kubernetes/base/consumers/{}.yaml", consumer.name),

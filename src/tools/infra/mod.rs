@@ -7,7 +7,10 @@
 //!   PodDisruptionBudget and a KEDA ScaledObject on the consumer's queue and
 //!   its subscription of the events topic; the API as its own Deployment and
 //!   Service; in every pod an init container running `bosun migrate` before
-//!   bosun starts; the Namespace (Pod Security `restricted`); and
+//!   bosun starts; the Namespace (Pod Security `restricted`); the
+//!   monitoring ([`kubernetes::monitoring`]: a Prometheus Operator
+//!   PodMonitor and PrometheusRule, and [`kubernetes::dashboard`], a
+//!   Grafana dashboard for the dashboard sidecar); and
 //!   `overlays/example/`, an environment to copy and edit.
 //! - [`identities`]: `bosun infra identities --from-deployment`, an
 //!   overlay's `identities.yaml` from the outputs of the Bicep deployment.
@@ -42,6 +45,10 @@ pub use yaml::YamlError;
 mod bicep_tests;
 #[cfg(test)]
 mod check_tests;
+#[cfg(test)]
+mod monitoring_tests;
+#[cfg(test)]
+mod promtool_tests;
 #[cfg(test)]
 mod scaling_tests;
 #[cfg(test)]
@@ -130,6 +137,9 @@ pub struct InfraSettings {
     pub shutdown_grace_seconds: u64,
     /// The image version the base names (the overlay sets the registry).
     pub image_tag: String,
+    /// The thresholds of the rendered alerts (not bosun settings: change
+    /// the defaults in the code and render again).
+    pub alerts: kubernetes::AlertThresholds,
 }
 
 impl InfraSettings {
@@ -140,6 +150,7 @@ impl InfraSettings {
             topology: wiring::topology_options(settings)?,
             shutdown_grace_seconds: grace.as_secs() + u64::from(grace.subsec_nanos() > 0),
             image_tag: env!("CARGO_PKG_VERSION").to_owned(),
+            alerts: kubernetes::AlertThresholds::default(),
         })
     }
 }

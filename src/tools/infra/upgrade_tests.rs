@@ -198,6 +198,8 @@ const IMMUTABLE: &[(&str, &[&str])] = &[
     ("NetworkPolicy", &[]),
     ("ScaledObject", &[]),
     ("TriggerAuthentication", &[]),
+    ("PodMonitor", &[]),
+    ("PrometheusRule", &[]),
 ];
 
 #[test]
