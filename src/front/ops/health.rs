@@ -288,56 +288,7 @@ impl Health {
     /// The Prometheus lines of readiness, its checks, each consumer's
     /// receiving, and the outbox backlog (when the store answered).
     pub async fn exposition(&self, receiving: &Receiving) -> String {
-        let readiness = self.readiness(receiving).await;
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP bosun_ready Whether this process is ready (1) or not (0), as /readyz answers.\n# TYPE bosun_ready gauge\nbosun_ready {}",
-            u8::from(readiness.ready)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP bosun_health_check_up Whether a readiness check's answer is ok (1) or not (0).\n# TYPE bosun_health_check_up gauge"
-        );
-        for check in Check::ALL {
-            let up = readiness.checks.get(check.name()).is_some_and(|value| value == "ok");
-            let _ = writeln!(
-                out,
-                "bosun_health_check_up{{check=\"{}\"}} {}",
-                check.name(),
-                u8::from(up)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP bosun_health_check_age_seconds How old a readiness check's last answer is.\n# TYPE bosun_health_check_age_seconds gauge"
-        );
-        for (name, how) in &readiness.observed {
-            if let Some(age) = how.age_ms {
-                let _ = writeln!(
-                    out,
-                    "bosun_health_check_age_seconds{{check=\"{name}\"}} {}",
-                    age as f64 / 1000.0
-                );
-            }
-        }
-        let entities = receiving.snapshot();
-        if !entities.is_empty() {
-            let _ = writeln!(
-                out,
-                "# HELP bosun_consumer_receiving Whether a consumer's receives from its queue or subscription come back (1) or fail (0).\n# TYPE bosun_consumer_receiving gauge"
-            );
-            for health in entities {
-                let _ = writeln!(
-                    out,
-                    "bosun_consumer_receiving{{consumer=\"{}\",entity=\"{}\"}} {}",
-                    label(&health.consumer),
-                    label(&health.entity),
-                    u8::from(health.failing.is_none())
-                );
-            }
-        }
-        out
+        render(&self.readiness(receiving).await, receiving)
     }
 
     /// The outbox backlog of the store check's last answer, when it is
@@ -348,6 +299,62 @@ impl Health {
             .then_some(last.outcome.ok().flatten())
             .flatten()
     }
+}
+
+/// The Prometheus lines of `readiness` and of each consumer's
+/// `receiving`: `bosun_ready`, `bosun_health_check_up` and
+/// `bosun_health_check_age_seconds` per check, `bosun_consumer_receiving`
+/// per consumer and entity.
+pub fn render(readiness: &Readiness, receiving: &Receiving) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP bosun_ready Whether this process is ready (1) or not (0), as /readyz answers.\n# TYPE bosun_ready gauge\nbosun_ready {}",
+        u8::from(readiness.ready)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP bosun_health_check_up Whether a readiness check's answer is ok (1) or not (0).\n# TYPE bosun_health_check_up gauge"
+    );
+    for check in Check::ALL {
+        let up = readiness.checks.get(check.name()).is_some_and(|value| value == "ok");
+        let _ = writeln!(
+            out,
+            "bosun_health_check_up{{check=\"{}\"}} {}",
+            check.name(),
+            u8::from(up)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP bosun_health_check_age_seconds How old a readiness check's last answer is.\n# TYPE bosun_health_check_age_seconds gauge"
+    );
+    for (name, how) in &readiness.observed {
+        if let Some(age) = how.age_ms {
+            let _ = writeln!(
+                out,
+                "bosun_health_check_age_seconds{{check=\"{name}\"}} {}",
+                age as f64 / 1000.0
+            );
+        }
+    }
+    let entities = receiving.snapshot();
+    if !entities.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP bosun_consumer_receiving Whether a consumer's receives from its queue or subscription come back (1) or fail (0).\n# TYPE bosun_consumer_receiving gauge"
+        );
+        for health in entities {
+            let _ = writeln!(
+                out,
+                "bosun_consumer_receiving{{consumer=\"{}\",entity=\"{}\"}} {}",
+                label(&health.consumer),
+                label(&health.entity),
+                u8::from(health.failing.is_none())
+            );
+        }
+    }
+    out
 }
 
 fn millis(duration: Duration) -> u64 {

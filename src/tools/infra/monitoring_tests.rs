@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::kubernetes::AlertThresholds;
 use super::kubernetes::dashboard::{self, FILE};
-use super::kubernetes::monitoring::{self, ANNOUNCED_METRICS, JOB, promql_duration};
+use super::kubernetes::monitoring::{self, JOB, promql_duration};
 use super::tests::{base_objects, default_files, kind_of, parse_documents};
 use super::*;
 use crate::front::http::prometheus::{self, HttpMetrics};
@@ -17,7 +17,7 @@ use crate::runtime::metrics::{Gauges, Metrics};
 
 /// Every metric name `/metrics` exports (a histogram's `_bucket`, `_sum`
 /// and `_count`), read from an exposition with every series present, and
-/// the two [`ANNOUNCED_METRICS`].
+/// readiness's and each consumer's receiving.
 pub(super) fn exported_metrics() -> BTreeSet<String> {
     let metrics = Metrics::new();
     for route in bosun_contracts::routing::CONSUMERS {
@@ -44,7 +44,19 @@ pub(super) fn exported_metrics() -> BTreeSet<String> {
         }
     }
     assert!(names.contains("bosun_queue_depth"), "{names:?}");
-    names.extend(ANNOUNCED_METRICS.iter().map(|name| (*name).to_owned()));
+    // Readiness and each consumer's receiving, as `/metrics` renders them.
+    let receiving = crate::runtime::receiving::Receiving::default();
+    receiving.register("commit", "commit");
+    let readiness = crate::front::ops::Readiness {
+        ready: true,
+        checks: Default::default(),
+        observed: Default::default(),
+    };
+    for line in crate::front::ops::health::render(&readiness, &receiving).lines() {
+        if let Some((name, _)) = line.strip_prefix("# TYPE ").and_then(|rest| rest.split_once(' ')) {
+            names.insert(name.to_owned());
+        }
+    }
     names
 }
 

@@ -24,11 +24,6 @@ pub const COMPONENT: &str = "monitoring";
 pub const NAME: &str = "bosun";
 /// How often Prometheus scrapes each pod.
 pub const SCRAPE_INTERVAL: &str = "30s";
-/// The metrics the alerts and the dashboard use that `/metrics` does not
-/// export yet: they come in the same release, each 1 (yes) or 0 (no):
-/// whether the pod is ready (`/readyz`), and whether a consumer's receive
-/// loop is receiving (label `consumer`).
-pub const ANNOUNCED_METRICS: [&str; 2] = ["bosun_ready", "bosun_consumer_receiving"];
 
 /// When the rendered alerts fire: each threshold, and how long it must
 /// hold before the alert fires (its `for:`). [`Default`] gives the
