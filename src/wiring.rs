@@ -22,7 +22,9 @@ use crate::host::claim_check::{ClaimCheck, ClaimCheckSettings};
 use crate::host::{self, Host, HostError, HostOptions};
 use crate::operator::Operator;
 use crate::ports::settle::{Settle, StoreThenSettle};
-use crate::ports::store::{AccessStore, AuditStore, DeliveryStore, PolicyStore, ProcessRecord, Store, StoreError};
+use crate::ports::store::{
+    AccessStore, AuditStore, ControlStore, DeliveryStore, PolicyStore, ProcessRecord, Store, StoreError,
+};
 use crate::ports::transport::{Broker, Transport, TransportError};
 use crate::runtime::config::{ServiceBusSettings, Settings, StoreKind, TransportKind};
 use crate::runtime::metrics::{Gauges, Metrics};
@@ -105,6 +107,7 @@ type StoreParts = (
     Arc<dyn AccessStore>,
     Arc<dyn PolicyStore>,
     Arc<dyn AuditStore>,
+    Arc<dyn ControlStore>,
     Option<PostgresStore>,
 );
 
@@ -128,6 +131,9 @@ pub struct Backends {
     /// Each tenant's release audit log, append-only (same database as
     /// the store).
     pub audit: Arc<dyn AuditStore>,
+    /// The log of operators' consumer pauses and resumes (same database as
+    /// the store: every replica reads the same).
+    pub controls: Arc<dyn ControlStore>,
     /// The blob store and when payloads go there.
     pub claim_check: ClaimCheck,
     /// The transport's `messaging.system`, for the spans of what is sent.
@@ -172,16 +178,23 @@ impl Backends {
             path: settings.data_dir.clone(),
             source,
         })?;
-        let (store, access, policies, audit, postgres): StoreParts = match settings.store_kind() {
+        let (store, access, policies, audit, controls, postgres): StoreParts = match settings.store_kind() {
             StoreKind::Sqlite(path) => {
                 let store = Arc::new(SqliteStore::open(&path)?.with_timeline_fallback(settings.poll_interval));
-                (store.clone(), store.clone(), store.clone(), store, None)
+                (store.clone(), store.clone(), store.clone(), store.clone(), store, None)
             }
             StoreKind::Postgres(url) => {
                 let store = PostgresStore::new(open_database(url.expose(), settings, pool(settings)).await?);
                 store.check_schema().await?;
                 let shared = Arc::new(store.clone());
-                (shared.clone(), shared.clone(), shared.clone(), shared, Some(store))
+                (
+                    shared.clone(),
+                    shared.clone(),
+                    shared.clone(),
+                    shared.clone(),
+                    shared,
+                    Some(store),
+                )
             }
         };
         let (transport, atomic_settle): (Arc<dyn Broker>, Option<Arc<dyn Settle>>) = match settings.transport {
@@ -248,6 +261,7 @@ impl Backends {
             access,
             policies,
             audit,
+            controls,
             claim_check,
             messaging_system: telemetry::messaging_system(settings.transport),
             wire: settings.message_versions.wire(),
@@ -265,6 +279,7 @@ impl Backends {
         )
         .with_settle(Arc::clone(&self.settle))
         .with_claim_check(self.claim_check.clone())
+        .with_controls(Arc::clone(&self.controls))
     }
 
     /// The release saga's view of tenants' approval policies and of who

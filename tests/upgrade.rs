@@ -812,7 +812,7 @@ fn a_rolling_upgrade_and_a_rollback_keep_deliveries_probes_and_readiness() {
     );
     progress.phase(format!("new release migrated: {}", migrated.trim()));
     assert!(
-        migrated.contains("applied migrations [14, 15, 16, 17]"),
+        migrated.contains("applied migrations [14, 15, 16, 17, 18]"),
         "the new release applies its compatible migrations (the fleet, release policies, the release audit, the retention indexes) while the previous one serves: {migrated}"
     );
     deployment.roll(&new, &progress, |deployment| {

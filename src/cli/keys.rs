@@ -29,7 +29,7 @@ pub enum KeysCommand {
         /// Comma-separated: commands:send, deliveries:read,
         /// dead-letters:replay, releases:approve (or
         /// releases:approve:<environment>, once per environment), releases:override, releases:rollback,
-        /// admin.
+        /// consumers:pause (platform keys), admin.
         #[arg(long, value_name = "S1,S2")]
         scopes: String,
         /// Free text to tell keys apart; recorded with the approvals the

@@ -19,6 +19,7 @@
 
 mod audit;
 mod bench;
+mod consumers;
 mod dead_letters;
 mod deliveries;
 mod demo;
@@ -121,6 +122,13 @@ pub enum Command {
     /// store: the release each runs and the message wire versions it
     /// writes and reads.
     Fleet(FleetArgs),
+    /// Pause and resume consumers (their messages wait while paused), list
+    /// which are paused, and the log of pauses and resumes.
+    Consumers {
+        /// What to do.
+        #[command(subcommand)]
+        command: consumers::ConsumersCommand,
+    },
     /// Delete what is past its retention (BOSUN_RETENTION_*) now, batch
     /// after batch, as `serve` does every BOSUN_RETENTION_INTERVAL_MS.
     Prune(PruneArgs),
@@ -198,6 +206,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(args, settings).await,
         Command::Migrate(args) => migrate::run(args, &settings).await,
         Command::Fleet(args) => fleet::run(args, &settings).await,
+        Command::Consumers { command } => consumers::run(command, &settings).await,
         Command::Prune(args) => prune::run(args, &settings).await,
         Command::Send(args) => send::run(args, &settings).await,
         Command::Deliveries { command } => deliveries::run(command, &settings).await,

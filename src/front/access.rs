@@ -51,6 +51,11 @@ pub enum Scope {
     /// `commands:send`, `releases:approve` nor `releases:override`.
     #[serde(rename = "releases:rollback")]
     ReleasesRollback,
+    /// Pause and resume consumers (every tenant's messages wait while one
+    /// is paused), so a platform key's right only; not implied by any other
+    /// but `admin`.
+    #[serde(rename = "consumers:pause")]
+    ConsumersPause,
     /// Everything, purging dead letters included.
     #[serde(rename = "admin")]
     Admin,
@@ -58,13 +63,14 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 8] = [
         Scope::CommandsSend,
         Scope::DeliveriesRead,
         Scope::DeadLettersReplay,
         Scope::ReleasesApprove,
         Scope::ReleasesOverride,
         Scope::ReleasesRollback,
+        Scope::ConsumersPause,
         Scope::Admin,
     ];
 
@@ -77,6 +83,7 @@ impl Scope {
             Self::ReleasesApprove => "releases:approve",
             Self::ReleasesOverride => "releases:override",
             Self::ReleasesRollback => "releases:rollback",
+            Self::ConsumersPause => "consumers:pause",
             Self::Admin => "admin",
         }
     }

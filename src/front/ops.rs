@@ -123,6 +123,10 @@ pub struct Readiness {
     /// How each check's answer was come by: within this request's deadline
     /// or the last one, and how old.
     pub observed: BTreeMap<&'static str, Observed>,
+    /// Consumers of this process an operator paused (they take no message
+    /// until resumed; a pause does not make the process unready), each
+    /// with who paused it, when and why.
+    pub paused: Vec<String>,
 }
 
 /// The Prometheus exposition of the host's and the API's metrics, with
@@ -179,6 +183,7 @@ async fn readyz(State(state): State<OpsState>) -> Response {
                 ("draining", json!(state.draining.is_cancelled())),
             ]),
             observed: BTreeMap::new(),
+            paused: Vec::new(),
         },
     };
     let status = if readiness.ready {

@@ -4,6 +4,7 @@
 //! be another).
 
 pub mod audit;
+pub mod controls;
 pub mod describe;
 pub mod groups;
 pub mod policies;

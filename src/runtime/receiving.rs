@@ -24,6 +24,8 @@ struct State {
     failing: Option<(Instant, String)>,
     /// Failed receives in a row.
     failures: u64,
+    /// Why the consumer takes nothing from it now (an operator's pause).
+    paused: Option<String>,
 }
 
 /// One entity's receive state, as read.
@@ -38,6 +40,9 @@ pub struct ReceiveHealth {
     pub failing: Option<(Duration, String)>,
     /// Failed receives in a row.
     pub failures: u64,
+    /// `Some` while an operator's pause keeps the consumer from taking
+    /// messages: who paused it, when and why.
+    pub paused: Option<String>,
 }
 
 impl Receiving {
@@ -68,6 +73,17 @@ impl Receiving {
         });
     }
 
+    /// The consumer takes nothing from `entity` now, because of `why` (an
+    /// operator's pause). A paused consumer is not failing.
+    pub fn paused(&self, consumer: &str, entity: &str, why: &str) {
+        self.with(consumer, entity, |state| state.paused = Some(why.to_owned()));
+    }
+
+    /// The consumer takes messages from `entity` again.
+    pub fn resumed(&self, consumer: &str, entity: &str) {
+        self.with(consumer, entity, |state| state.paused = None);
+    }
+
     /// Every entity's state, by consumer then entity.
     pub fn snapshot(&self) -> Vec<ReceiveHealth> {
         let entities = self.entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -81,6 +97,7 @@ impl Receiving {
                     .as_ref()
                     .map(|(since, error)| (since.elapsed(), error.clone())),
                 failures: state.failures,
+                paused: state.paused.clone(),
             })
             .collect()
     }

@@ -144,6 +144,14 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/postgres/0017_retention_indexes.sql"),
         runs_with: 13,
     },
+    // A new table only, which the previous release never reads: it runs
+    // with 13 too.
+    Migration {
+        version: 18,
+        name: "consumer_controls",
+        sql: include_str!("../../../migrations/postgres/0018_consumer_controls.sql"),
+        runs_with: 13,
+    },
 ];
 
 /// Held for the whole migration transaction; keyed by schema so bosun

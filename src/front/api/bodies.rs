@@ -318,3 +318,15 @@ pub struct RollbackBody {
     #[schemars(with = "String", transform = rules::text(MAX_APPROVER_CHARS))]
     pub on_behalf_of: Option<String>,
 }
+
+/// `POST /v1/consumers/{consumer}/pause` and `.../resume`: why.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = no_null_defaults)]
+pub struct ConsumerControlBody {
+    /// Why (recorded, and shown to whoever sees the consumer paused);
+    /// required to pause.
+    #[serde(default)]
+    #[schemars(transform = rules::text(crate::operator::controls::MAX_REASON_CHARS))]
+    pub reason: Option<String>,
+}

@@ -61,6 +61,7 @@ use crate::runtime::metrics::Metrics;
 use crate::runtime::telemetry::TraceContext;
 
 pub mod bodies;
+mod consumers;
 pub mod openapi;
 pub mod origin;
 pub mod query;

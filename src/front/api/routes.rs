@@ -22,19 +22,19 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use serde_json::Value;
 
 use super::bodies::{
-    BulkReplayBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody, Health, Purged,
-    ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
+    BulkReplayBody, ConsumerControlBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody,
+    Health, Purged, ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
 };
 use super::openapi::{
     self, Body, Content, Operation, PathItem, QueryDoc, QueryType, Reply, SAGA_KINDS, delivery_event, json_reply,
     json_rpc_message, query, schema,
 };
 use super::{
-    ApiState, audit_log, bulk_replay, cancel_replay_job, console_page, console_script, console_style, dead_letter,
-    dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events, environment, healthz,
-    lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold, purge, purge_group, readyz,
-    release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs, resume_replay_job,
-    rollback_environment, saga, saga_diagram, sagas, send_command, set_release_policy, to_console,
+    ApiState, audit_log, bulk_replay, cancel_replay_job, console_page, console_script, console_style, consumers,
+    dead_letter, dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events,
+    environment, healthz, lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold, purge,
+    purge_group, readyz, release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs,
+    resume_replay_job, rollback_environment, saga, saga_diagram, sagas, send_command, set_release_policy, to_console,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{
@@ -43,6 +43,8 @@ use crate::front::gateway::{
 use crate::front::mcp::jsonrpc::ErrorResponse;
 use crate::front::ops::Readiness;
 use crate::operator::Delivery;
+use crate::operator::controls::{ConsumerControlOutcome, ConsumerView};
+use crate::ports::store::ConsumerControl;
 use crate::ports::store::{ReleasePolicyRecord, SagaRecord};
 
 /// An HTTP method a route answers.
@@ -222,6 +224,16 @@ pub const DEAD_LETTER_QUERY: &[QueryDoc] = &[
         "at most this many, newest first",
     ),
 ];
+
+/// The query of `GET /v1/consumers/controls`.
+pub const CONTROLS_QUERY: &[QueryDoc] = &[query(
+    "limit",
+    QueryType::Integer {
+        minimum: 1,
+        maximum: Some(crate::operator::controls::MAX_LOG_PAGE as u64),
+    },
+    "at most this many, newest first (default 100)",
+)];
 
 /// `GET /v1/tenants/{tenant}/audit`.
 pub const AUDIT_QUERY: &[QueryDoc] = &[
@@ -520,6 +532,50 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
             body: None,
             replies: vec![json_reply(200, "the entries", schema::<Vec<crate::ports::store::AuditEntry>>)],
             errors: &[401, 403, 404, 422, 429, 503],
+        }),
+        route(Method::Get, "/v1/consumers", consumers::consumers).documented(Operation {
+            operation_id: "listConsumers",
+            summary: "Every consumer and whether an operator paused it (its replicas then take no message; they wait in its queue), with its latest pause or resume: who, when, through which door and why.",
+            scope: Some("deliveries:read"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the consumers", schema::<Vec<ConsumerView>>)],
+            errors: &[401, 403, 429, 503],
+        }),
+        route(Method::Get, "/v1/consumers/controls", consumers::consumer_controls).documented(Operation {
+            operation_id: "listConsumerControls",
+            summary: "The log of consumer pauses and resumes, newest first: who, when, through which door and why. A platform key's (consumers:pause).",
+            scope: Some("consumers:pause"),
+            query: CONTROLS_QUERY,
+            body: None,
+            replies: vec![json_reply(200, "the entries", schema::<Vec<ConsumerControl>>)],
+            errors: &[401, 403, 422, 429, 503],
+        }),
+        route(Method::Post, "/v1/consumers/{consumer}/pause", consumers::pause_consumer).documented(Operation {
+            operation_id: "pauseConsumer",
+            summary: "Pauses a consumer for every tenant, as the caller: within a few seconds every replica stops taking its messages, which wait in its queue (none is dead-lettered by the pause), and says so in /readyz and /metrics. Recorded with who, when, the door and the reason (required). A platform key's (consumers:pause); pausing a paused consumer changes nothing (`changed` false).",
+            scope: Some("consumers:pause"),
+            query: &[],
+            body: Some(Body {
+                description: "why",
+                required: true,
+                content: Content::Json(schema::<ConsumerControlBody>),
+            }),
+            replies: vec![json_reply(200, "what the pause did", schema::<ConsumerControlOutcome>)],
+            errors: &[400, 401, 403, 413, 422, 429, 503],
+        }),
+        route(Method::Post, "/v1/consumers/{consumer}/resume", consumers::resume_consumer).documented(Operation {
+            operation_id: "resumeConsumer",
+            summary: "Resumes a paused consumer, as the caller: its replicas take messages again within a few seconds, the ones that waited first. Recorded like a pause (the reason is optional). A platform key's (consumers:pause); resuming a running consumer changes nothing (`changed` false).",
+            scope: Some("consumers:pause"),
+            query: &[],
+            body: Some(Body {
+                description: "why (optional)",
+                required: false,
+                content: Content::Json(schema::<ConsumerControlBody>),
+            }),
+            replies: vec![json_reply(200, "what the resume did", schema::<ConsumerControlOutcome>)],
+            errors: &[400, 401, 403, 413, 422, 429, 503],
         }),
         route(Method::Get, "/v1/dead-letters", dead_letters).documented(Operation {
             operation_id: "listDeadLetters",

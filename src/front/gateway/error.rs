@@ -66,6 +66,10 @@ pub enum GatewayError {
         /// The key's own tenant.
         own: String,
     },
+    /// What the caller asked affects every tenant, and its key is a
+    /// tenant's: only a platform key may do it.
+    #[error("{0} affects every tenant: only a platform key (tenant `*`) with the right may do it")]
+    PlatformOnly(&'static str),
     /// Nothing with that id (for this tenant).
     #[error("no {what} `{id}`")]
     NotFound {
@@ -128,7 +132,7 @@ impl GatewayError {
     pub fn status(&self) -> u16 {
         match self {
             Self::Unauthorized(_) => 401,
-            Self::Forbidden { .. } | Self::OtherTenant { .. } => 403,
+            Self::Forbidden { .. } | Self::OtherTenant { .. } | Self::PlatformOnly(_) => 403,
             Self::NotFound { .. } | Self::UnknownType(_) => 404,
             Self::Invalid { .. } | Self::IdempotencyReused(_) => 422,
             Self::IdempotencyInProgress(_) | Self::Conflict(_) => 409,
@@ -142,6 +146,7 @@ impl GatewayError {
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden { .. } => "forbidden",
             Self::OtherTenant { .. } => "tenant-not-allowed",
+            Self::PlatformOnly(_) => "platform-key-needed",
             Self::NotFound { .. } => "not-found",
             Self::UnknownType(_) => "unknown-type",
             Self::Invalid { .. } => "invalid-field",
@@ -159,7 +164,7 @@ impl GatewayError {
         match self {
             Self::Unauthorized(refusal) => Some(refusal.as_str()),
             Self::Forbidden { .. } => Some("scope"),
-            Self::OtherTenant { .. } => Some("tenant"),
+            Self::OtherTenant { .. } | Self::PlatformOnly(_) => Some("tenant"),
             _ => None,
         }
     }

@@ -10,6 +10,7 @@
 //! by platform keys (tenant `*`) only.
 
 mod commands;
+mod consumers;
 mod dead_letters;
 mod environments;
 mod error;

@@ -76,6 +76,8 @@ releases:approve, and never counts for the key that requested the release nor th
 6. get_environment shows an environment: per module the release it runs and the releases verified there. \
 rollback_environment (releases:rollback; with overrideReason, releases:override too) rolls a module back to a \
 verified release.\n\
+7. list_consumers shows which consumers are paused; control_consumer (consumers:pause, a platform key's) pauses \
+one during an incident at a downstream service (its messages wait) and resumes it.\n\
 Your API key acts for one tenant and sees only that tenant's deliveries and failures. A failed tool call returns \
 isError with {\"error\": {\"code\", \"message\", \"field\"}}: fix the named field and call again. Pass an \
 idempotencyKey to send_command when a retry must not send twice.";

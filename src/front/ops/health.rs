@@ -278,10 +278,17 @@ impl Health {
             checks.insert("consumers", json!(consumers.err().unwrap_or_else(|| "ok".to_owned())));
         }
         checks.insert("draining", json!(draining));
+        let mut paused: Vec<String> = receiving
+            .snapshot()
+            .into_iter()
+            .filter_map(|health| Some(format!("{}: {}", health.consumer, health.paused?)))
+            .collect();
+        paused.dedup();
         Readiness {
             ready,
             checks,
             observed,
+            paused,
         }
     }
 
@@ -351,6 +358,19 @@ pub fn render(readiness: &Readiness, receiving: &Receiving) -> String {
                 label(&health.consumer),
                 label(&health.entity),
                 u8::from(health.failing.is_none())
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP bosun_consumer_paused Whether an operator paused a consumer (1: it takes no message from this entity) or not (0).\n# TYPE bosun_consumer_paused gauge"
+        );
+        for health in receiving.snapshot() {
+            let _ = writeln!(
+                out,
+                "bosun_consumer_paused{{consumer=\"{}\",entity=\"{}\"}} {}",
+                label(&health.consumer),
+                label(&health.entity),
+                u8::from(health.paused.is_some())
             );
         }
     }

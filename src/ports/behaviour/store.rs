@@ -17,10 +17,10 @@ use uuid::Uuid;
 
 use super::audit;
 use crate::ports::store::{
-    AcceptedCommand, AccessStore, ApiKeyRecord, AttemptRecord, AuditStore, CommitOutcome, DeadLetterFilter,
-    DeadLetterRecord, DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage, IdempotencyClaim, OutboxPurpose,
-    PolicyStore, Pruned, ReleasePolicyRecord, ReplayRecord, RetentionPolicy, RetryWrite, SagaWrite, Store, StoreError,
-    TimelineEntry, TimelineStatus,
+    AcceptedCommand, AccessStore, ApiKeyRecord, AttemptRecord, AuditStore, CommitOutcome, ControlStore,
+    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, DeliveryRecord, FinishedSaga, HandledMessage,
+    IdempotencyClaim, OutboxPurpose, PolicyStore, Pruned, ReleasePolicyRecord, ReplayRecord, RetentionPolicy,
+    RetryWrite, SagaWrite, Store, StoreError, TimelineEntry, TimelineStatus,
 };
 use crate::ports::store::{
     ControlOutcome, ReplayItemOutcome, ReplayJobAction, ReplayJobControl, ReplayJobItem, ReplayJobRecord,
@@ -119,7 +119,7 @@ fn at(offset_ms: u64) -> OffsetDateTime {
 /// Runs every behaviour against fresh stores made by `make`.
 pub(crate) async fn run_all<S, F, Fut>(make: F)
 where
-    S: Store + AccessStore + PolicyStore + AuditStore + Clone + 'static,
+    S: Store + AccessStore + PolicyStore + AuditStore + ControlStore + Clone + 'static,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
@@ -145,6 +145,8 @@ where
     retention_prunes_in_bounded_batches(&make().await).await;
     retention_bounds_idempotency_keys_and_the_history_of_sagas_that_never_finish(&make().await).await;
     retention_bounds_a_sagas_history_by_count_and_keeps_its_state(&make().await).await;
+    super::controls::consumer_controls_are_logged_in_order_and_the_latest_counts(&make().await).await;
+    super::controls::pausing_twice_records_once_and_needs_a_reason(&make().await).await;
     replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
     replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
     ended_replay_jobs_go_with_the_timelines_retention(&make().await).await;

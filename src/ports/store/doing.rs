@@ -254,3 +254,12 @@ pub(crate) fn append_audit(entry: &AuditEntry) -> String {
 pub(crate) fn audit_entries(tenant_id: &str) -> String {
     format!("reading the release audit of tenant {tenant_id}")
 }
+
+/// [`ControlStore::record_control`](super::ControlStore::record_control).
+pub(crate) fn record_control(consumer: &str, action: &str) -> String {
+    format!("recording the {action} of consumer {consumer}")
+}
+
+/// [`ControlStore::latest_controls`](super::ControlStore::latest_controls)
+/// and [`ControlStore::controls`](super::ControlStore::controls).
+pub(crate) const CONTROLS: &str = "reading the consumers' pauses and resumes";

@@ -51,6 +51,7 @@ pub use watch::{TimelineWait, TimelineWatch, Woken};
 
 mod access;
 mod audit;
+mod controls;
 mod dead_letters;
 mod fleet;
 mod policies;
@@ -61,6 +62,7 @@ mod writes;
 
 pub use access::*;
 pub use audit::*;
+pub use controls::*;
 pub use dead_letters::*;
 pub use fleet::*;
 pub use policies::*;

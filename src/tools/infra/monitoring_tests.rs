@@ -51,6 +51,7 @@ pub(super) fn exported_metrics() -> BTreeSet<String> {
         ready: true,
         checks: Default::default(),
         observed: Default::default(),
+        paused: Vec::new(),
     };
     for line in crate::front::ops::health::render(&readiness, &receiving).lines() {
         if let Some((name, _)) = line.strip_prefix("# TYPE ").and_then(|rest| rest.split_once(' ')) {

@@ -53,6 +53,7 @@ use crate::ports::transport::{from_unix_ms, unix_ms};
 
 mod access;
 mod audit;
+mod controls;
 mod dead_letters;
 mod handled;
 mod jobs;
@@ -82,6 +83,7 @@ struct State {
     jobs: jobs::Jobs,
     policies: policies::Policies,
     audit: audit::Audit,
+    controls: controls::Controls,
 }
 
 impl Default for MemoryStore {

@@ -51,6 +51,7 @@ pub use listen::{LISTENING_FALLBACK, TIMELINE_CHANNEL};
 mod access;
 mod audit;
 pub(crate) mod commit;
+mod controls;
 pub(crate) mod dead_letters;
 mod fleet;
 pub(crate) mod handled;

@@ -37,6 +37,7 @@ use schema::{SCHEMA, upgrade};
 
 mod access;
 mod audit;
+mod controls;
 mod dead_letters;
 mod handled;
 mod jobs;

@@ -217,6 +217,18 @@ CREATE TRIGGER IF NOT EXISTS release_audit_no_update BEFORE UPDATE ON release_au
 BEGIN SELECT RAISE(ABORT, 'release audit entries are append-only: they are never changed'); END;
 CREATE TRIGGER IF NOT EXISTS release_audit_no_delete BEFORE DELETE ON release_audit
 BEGIN SELECT RAISE(ABORT, 'release audit entries are append-only: they are never deleted'); END;
+-- Consumer pauses and resumes (as migrations/postgres/0018_consumer_controls.sql):
+-- an append-only log; what is paused now is each consumer's latest row.
+CREATE TABLE IF NOT EXISTS consumer_controls (
+    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+    consumer TEXT NOT NULL,
+    action TEXT NOT NULL,
+    by TEXT NOT NULL,
+    door TEXT NOT NULL,
+    reason TEXT,
+    at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS consumer_controls_latest ON consumer_controls (consumer, sequence);
 ";
 
 /// Columns added to tables after their first release: state.db files made by

@@ -194,6 +194,7 @@ async fn every_operation_answers_what_the_openapi_document_says() {
     let api = Api::start().await;
     let admin = api.key("contoso", &[Scope::Admin]).await;
     let reader = api.key("contoso", &[Scope::DeliveriesRead]).await;
+    let platform = api.key("*", &[Scope::ConsumersPause, Scope::DeliveriesRead]).await;
     let doc: Value = api
         .client
         .get(format!("{}/openapi.json", api.url))
@@ -369,6 +370,44 @@ async fn every_operation_answers_what_the_openapi_document_says() {
             404,
             delete("/v1/tenants/contoso/release-policy/holds/prod"),
         ),
+        case("listConsumers", 200, get("/v1/consumers")),
+        case("listConsumers", 401, api.client.get(url("/v1/consumers"))),
+        case(
+            "pauseConsumer",
+            200,
+            api.client
+                .post(url("/v1/consumers/commit/pause"))
+                .bearer_auth(&platform)
+                .json(&json!({"reason": "INC-9: Azure DevOps is down"})),
+        ),
+        case(
+            "pauseConsumer",
+            403,
+            post("/v1/consumers/commit/pause").json(&json!({"reason": "a tenant's key"})),
+        ),
+        case(
+            "resumeConsumer",
+            200,
+            api.client
+                .post(url("/v1/consumers/commit/resume"))
+                .bearer_auth(&platform),
+        ),
+        case(
+            "resumeConsumer",
+            422,
+            api.client
+                .post(url("/v1/consumers/nope/resume"))
+                .bearer_auth(&platform)
+                .json(&json!({})),
+        ),
+        case(
+            "listConsumerControls",
+            200,
+            api.client
+                .get(url("/v1/consumers/controls?limit=5"))
+                .bearer_auth(&platform),
+        ),
+        case("listConsumerControls", 403, get("/v1/consumers/controls")),
         case("getEnvironment", 200, get("/v1/tenants/contoso/environments/staging")),
         case("getEnvironment", 404, get("/v1/tenants/contoso/environments/nowhere")),
         case(

@@ -26,6 +26,7 @@ use crate::front::gateway::{Gateway, GatewayError, Outage};
 use crate::runtime::telemetry::TraceContext;
 
 mod commands;
+mod consumers;
 mod describe_command;
 mod environments;
 mod failure_groups;
@@ -38,6 +39,7 @@ mod replay_jobs;
 mod send_command;
 mod wait_for_delivery;
 
+pub use self::consumers::{ControlConsumer, ListConsumers};
 pub use self::describe_command::DescribeCommand;
 pub use self::environments::{GetEnvironment, RollbackEnvironment};
 pub use self::failure_groups::{PurgeFailureGroup, ReplayFailureGroup};
@@ -138,6 +140,8 @@ catalogue![
     ControlReplayJob,
     PurgeFailureGroup,
     RollbackEnvironment,
+    ListConsumers,
+    ControlConsumer,
 ];
 
 /// Every tool as `tools/list` shows it, built once. `Err` only when a
