@@ -268,7 +268,7 @@ fn the_thresholds_are_the_renderers_settings() {
     };
     let alerts = monitoring::alerts(&thresholds);
     let queue = alerts.iter().find(|alert| alert.name == "BosunQueueGrowing").unwrap();
-    assert!(queue.expr.ends_with("> 500"), "{}", queue.expr);
+    assert!(queue.expr.contains(") > 500)"), "{}", queue.expr);
     assert_eq!(queue.for_, Duration::from_secs(1800));
     assert!(queue.description.contains("30m"), "{}", queue.description);
     let slow = alerts.iter().find(|alert| alert.name == "BosunHandlingSlow").unwrap();

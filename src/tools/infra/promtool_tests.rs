@@ -150,8 +150,9 @@ fn unit_tests(rules: &BTreeMap<String, Value>) -> Vec<Value> {
         ],
     ));
 
-    // A queue deep but flat never alerts; one growing by 10 a minute
-    // alerts once it is over the depth and has grown for `for:`.
+    // A queue deep but flat never alerts, nor one of a paused consumer;
+    // one growing by 10 a minute alerts once it is over the depth and has
+    // grown for `for:`.
     let queue = rule("BosunQueueGrowing");
     let depth = t.queue_depth;
     let over = depth / 10 + 1;
@@ -173,6 +174,30 @@ fn unit_tests(rules: &BTreeMap<String, Value>) -> Vec<Value> {
                     &[("pod", "bosun-build-ingestion-0"), growing[0], growing[1]],
                 ),
                 format!("0+10x{}", fires + 10),
+            ),
+            // Growing as fast, but paused by an operator: its queue is
+            // meant to grow.
+            (
+                series(
+                    "bosun_queue_depth",
+                    &[
+                        ("pod", "bosun-gitops-sync-0"),
+                        ("consumer", "gitops-sync"),
+                        ("entity", "gitops-sync"),
+                    ],
+                ),
+                format!("0+10x{}", fires + 10),
+            ),
+            (
+                series(
+                    "bosun_consumer_paused",
+                    &[
+                        ("pod", "bosun-gitops-sync-0"),
+                        ("consumer", "gitops-sync"),
+                        ("entity", "gitops-sync"),
+                    ],
+                ),
+                format!("1x{}", fires + 10),
             ),
         ],
         vec![(over + 2, vec![]), (fires, vec![firing(queue, &growing)])],

@@ -199,7 +199,8 @@ pub fn alerts(thresholds: &AlertThresholds) -> Vec<Alert> {
         Alert {
             name: "BosunQueueGrowing",
             expr: format!(
-                "{depth_by} (deriv(bosun_queue_depth{job}[{growth}])) > 0 and {depth_by} (bosun_queue_depth{job}) > {}",
+                "({depth_by} (deriv(bosun_queue_depth{job}[{growth}])) > 0 and {depth_by} (bosun_queue_depth{job}) > {}) \
+                 unless on (namespace, consumer) max by (namespace, consumer) (bosun_consumer_paused{job}) == 1",
                 t.queue_depth
             ),
             for_: t.queue_growing_for,
@@ -215,7 +216,8 @@ pub fn alerts(thresholds: &AlertThresholds) -> Vec<Alert> {
             runbook: "Check that KEDA scaled the consumer out (`kubectl get scaledobject,hpa`; at its maximum \
                       replicas it needs a higher one), that its pods are ready and receiving, and whether \
                       handling got slower (the dashboard's handling time): a slow dependency or a stuck \
-                      saga holds the queue.",
+                      saga holds the queue. A consumer an operator paused (`bosun consumers list`) does not \
+                      raise it: its queue is meant to grow until it is resumed.",
         },
         Alert {
             name: "BosunPodDown",
