@@ -53,6 +53,7 @@ mod access;
 mod audit;
 mod dead_letters;
 mod fleet;
+mod lookup;
 mod policies;
 mod retention;
 mod sagas;
@@ -63,6 +64,7 @@ pub use access::*;
 pub use audit::*;
 pub use dead_letters::*;
 pub use fleet::*;
+pub use lookup::*;
 pub use policies::*;
 pub use retention::*;
 pub use sagas::*;
@@ -188,7 +190,7 @@ pub trait DeadLetterStore: Send + Sync {
 
     /// One dead letter by id, of `tenant_id` only when given (a unique
     /// prefix of at least 4 characters is accepted, matched literally; see
-    /// [`DeadLetterLookup`]).
+    /// [`IdLookup`]).
     async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError>;
 
     /// The dead letter recorded for a transport message, if any.
