@@ -246,6 +246,17 @@ pub trait DeliveryStore: Send + Sync {
 
     /// Deliveries, newest first, optionally of one tenant.
     async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Deliveries whose correlation id begins with `prefix` (compared
+    /// literally: no character is a wildcard), of `tenant_id` only when
+    /// given, in correlation id order, at most `limit`; for an operator's
+    /// [`IdLookup::delivery`].
+    async fn deliveries_by_prefix(
+        &self,
+        prefix: &str,
+        tenant_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
 }
 
 /// What an administrator's jobs call: the schema check before work is
