@@ -24,7 +24,7 @@ use bosun::ports::store::{
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{Align, Table, outln, parse_since, print_json, short_time};
+use super::output::{Align, Table, for_terminal, outln, parse_since, print_json, short_time};
 
 /// Filters shared by the dead-letter commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
@@ -258,7 +258,7 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
             }
         }
         DeadLettersCommand::Show { id, json } => {
-            let record = operator.dead_letter(&id).await?;
+            let record = operator.dead_letter(&id).await.map_err(for_terminal)?;
             if json {
                 print_json(&view(&record))?;
             } else {

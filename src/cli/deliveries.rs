@@ -13,7 +13,7 @@ use bosun::ports::store::{DeliveryRecord, StoreError};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{Align, Table, parse_since, print_json, short_time};
+use super::output::{Align, Table, for_terminal, parse_since, print_json, short_time};
 
 /// How many deliveries `list` looks through, newest first, for the ones
 /// its filters keep.
@@ -41,7 +41,8 @@ pub enum DeliveriesCommand {
     /// The timeline of one delivery: every message, its consumer, status,
     /// attempts and times.
     Show {
-        /// The delivery's correlation id.
+        /// The delivery's correlation id (or a unique prefix of at least 4
+        /// characters).
         correlation_id: String,
         /// Print JSON.
         #[arg(long)]
@@ -126,7 +127,10 @@ pub async fn run(command: DeliveriesCommand, settings: &Settings) -> Result<()> 
             }
         }
         DeliveriesCommand::Show { correlation_id, json } => {
-            let delivery = operator.delivery(&correlation_id).await?;
+            let delivery = operator
+                .delivery_of(&correlation_id, None)
+                .await
+                .map_err(for_terminal)?;
             if json {
                 print_json(&delivery)
             } else {

@@ -7,6 +7,8 @@
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
+use bosun::operator::OperatorError;
+use bosun::ports::store::StoreError;
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -43,6 +45,18 @@ pub fn is_closed_pipe(err: &anyhow::Error) -> bool {
                 .and_then(serde_json::Error::io_error_kind)
                 == Some(std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// An operator's error as the terminal shows it: an id prefix several
+/// records begin with lists them a line each (the API says it in one line).
+pub fn for_terminal(err: OperatorError) -> anyhow::Error {
+    match err {
+        OperatorError::Store(StoreError::Ambiguous { what, id, candidates }) => anyhow::anyhow!(
+            "{what} `{id}` is ambiguous: give more of the id; it begins\n  {}",
+            candidates.join("\n  ")
+        ),
+        other => other.into(),
+    }
 }
 
 /// The `--since` units: suffix and seconds.
@@ -279,6 +293,30 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "  dev         ok\n  production\n  qa\n"
         );
+    }
+
+    #[test]
+    fn an_ambiguous_prefix_lists_its_candidates_a_line_each_and_other_errors_read_as_they_are() {
+        let ambiguous = OperatorError::Store(StoreError::Ambiguous {
+            what: "delivery",
+            id: "0195".to_owned(),
+            candidates: vec![
+                "0195-1 (started T, failed)".to_owned(),
+                "0195-2 (started T, completed)".to_owned(),
+            ],
+        });
+        assert_eq!(
+            for_terminal(ambiguous).to_string(),
+            "delivery `0195` is ambiguous: give more of the id; it begins\n  \
+             0195-1 (started T, failed)\n  \
+             0195-2 (started T, completed)"
+        );
+        let missing = StoreError::NotFound {
+            what: "delivery",
+            id: "0196".to_owned(),
+        };
+        let said = missing.to_string();
+        assert_eq!(for_terminal(OperatorError::Store(missing)).to_string(), said);
     }
 
     #[test]
