@@ -2,8 +2,9 @@
 //! data directory with no bosun data say so and create nothing; output to a
 //! closed pipe ends quietly; `deliveries list` filters by status and time;
 //! a tenant's second demo on one directory is refused at once; the operator
-//! falls back to the account's name; id prefixes are taken only when they
-//! are unambiguous; `infra check` names what an overlay leaves to set.
+//! falls back to the account's name; id prefixes (of dead letters and
+//! deliveries) are taken only when they are unambiguous; `infra check`
+//! names what an overlay leaves to set.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -250,6 +251,51 @@ fn an_ambiguous_id_prefix_is_refused_naming_the_candidates_and_a_full_id_works()
         let shown = run_json(data, &["dead-letters", "show", id]);
         assert_eq!(shown["id"], id.as_str());
     }
+}
+
+#[test]
+fn deliveries_show_takes_a_unique_prefix_and_lists_the_deliveries_an_ambiguous_one_begins() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let ids = [probe(data, "contoso"), probe(data, "fabrikam")];
+    // UUIDv7 correlation ids begin with their time: two sent a moment
+    // apart share their first 8 digits or so.
+    let shared = ids[0].chars().zip(ids[1].chars()).take_while(|(a, b)| a == b).count();
+    assert!(shared >= 4, "{ids:?}");
+    let prefix = &ids[0][..shared.min(8)];
+    let out = output(data, &["deliveries", "show", prefix]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("delivery `{prefix}` is ambiguous")),
+        "{stderr}"
+    );
+    for id in &ids {
+        // A line each, with when it started and its status.
+        assert!(
+            stderr
+                .lines()
+                .any(|line| line.starts_with(&format!("  {id} (started ")) && line.ends_with(", in-progress)")),
+            "{id}: {stderr}"
+        );
+    }
+    // One more digit tells them apart, in JSON and as text.
+    for (id, other) in [(&ids[0], &ids[1]), (&ids[1], &ids[0])] {
+        let unique = &id[..=shared];
+        let shown = run_json(data, &["deliveries", "show", unique]);
+        assert_eq!(shown["correlationId"], id.as_str(), "{unique}");
+        assert_eq!(shown["messages"][0]["messageType"], "Probe");
+        let text = run(data, &["deliveries", "show", &unique.to_uppercase()]);
+        assert!(text.starts_with(&format!("delivery {id}")), "{text}");
+        assert!(!text.contains(other.as_str()), "{text}");
+    }
+    let out = output(data, &["deliveries", "show", "ffffffff"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no delivery") && stderr.contains("`ffffffff`"),
+        "{stderr}"
+    );
 }
 
 /// `bosun infra check DIR`: the example overlay as rendered exits 1 naming

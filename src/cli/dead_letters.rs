@@ -24,7 +24,7 @@ use bosun::ports::store::{
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{outln, parse_since, print_json, short_time};
+use super::output::{Align, Table, for_terminal, outln, parse_since, print_json, short_time};
 
 /// Filters shared by the dead-letter commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
@@ -258,7 +258,7 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
             }
         }
         DeadLettersCommand::Show { id, json } => {
-            let record = operator.dead_letter(&id).await?;
+            let record = operator.dead_letter(&id).await.map_err(for_terminal)?;
             if json {
                 print_json(&view(&record))?;
             } else {
@@ -596,23 +596,25 @@ fn write_jobs(out: &mut impl Write, jobs: &[ReplayJob]) -> Result<()> {
         writeln!(out, "no replay jobs")?;
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:<36}  {:<9}  {:>11}  {:>6}  {:<17}  BY",
-        "ID", "STATUS", "DONE", "FAILED", "STARTED"
-    )?;
+    let mut table = Table::new([
+        ("ID", Align::Left),
+        ("STATUS", Align::Left),
+        ("DONE", Align::Right),
+        ("FAILED", Align::Right),
+        ("STARTED", Align::Left),
+        ("BY", Align::Left),
+    ]);
     for job in jobs {
-        writeln!(
-            out,
-            "{:<36}  {:<9}  {:>11}  {:>6}  {:<17}  {}",
-            job.id,
-            job.status,
+        table.row([
+            job.id.to_string(),
+            job.status.clone(),
             format!("{}/{}", job.done, job.total),
-            job.failed_count,
+            job.failed_count.to_string(),
             short_time(job.started_at),
-            job.by
-        )?;
+            job.by.clone(),
+        ]);
     }
+    table.write(out)?;
     Ok(())
 }
 
@@ -704,23 +706,25 @@ fn write_list(out: &mut impl Write, records: &[DeadLetterRecord]) -> Result<()> 
         writeln!(out, "no dead letters")?;
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:<36}  {:<20}  {:<24}  {:<22}  {:<8}  REASON",
-        "ID", "DEAD-LETTERED", "CONSUMER", "TYPE", "STATUS"
-    )?;
+    let mut table = Table::new([
+        ("ID", Align::Left),
+        ("DEAD-LETTERED", Align::Left),
+        ("CONSUMER", Align::Left),
+        ("TYPE", Align::Left),
+        ("STATUS", Align::Left),
+        ("REASON", Align::Left),
+    ]);
     for record in records {
-        writeln!(
-            out,
-            "{:<36}  {:<20}  {:<24}  {:<22}  {:<8}  {}",
-            record.id,
+        table.row([
+            record.id.to_string(),
             short_time(record.dead_lettered_at),
-            record.consumer.as_deref().unwrap_or("-"),
-            record.message_type.as_deref().unwrap_or("-"),
+            record.consumer.clone().unwrap_or_else(|| "-".to_owned()),
+            record.message_type.clone().unwrap_or_else(|| "-".to_owned()),
             status(record.status),
-            record.reason
-        )?;
+            record.reason.clone(),
+        ]);
     }
+    table.write(out)?;
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use bosun::ports::store::{DeliveryRecord, StoreError};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{parse_since, print_json, short_time};
+use super::output::{Align, Table, for_terminal, parse_since, print_json, short_time};
 
 /// How many deliveries `list` looks through, newest first, for the ones
 /// its filters keep.
@@ -41,7 +41,8 @@ pub enum DeliveriesCommand {
     /// The timeline of one delivery: every message, its consumer, status,
     /// attempts and times.
     Show {
-        /// The delivery's correlation id.
+        /// The delivery's correlation id (or a unique prefix of at least 4
+        /// characters).
         correlation_id: String,
         /// Print JSON.
         #[arg(long)]
@@ -126,7 +127,10 @@ pub async fn run(command: DeliveriesCommand, settings: &Settings) -> Result<()> 
             }
         }
         DeliveriesCommand::Show { correlation_id, json } => {
-            let delivery = operator.delivery(&correlation_id).await?;
+            let delivery = operator
+                .delivery_of(&correlation_id, None)
+                .await
+                .map_err(for_terminal)?;
             if json {
                 print_json(&delivery)
             } else {
@@ -142,23 +146,25 @@ fn write_list(out: &mut impl Write, listed: &[Listed]) -> Result<()> {
         writeln!(out, "no deliveries")?;
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:<36}  {:<11}  {:<20}  {:<12}  {:<20}  STARTED BY",
-        "CORRELATION ID", "STATUS", "STARTED", "TENANT", "FIRST MESSAGE"
-    )?;
+    let mut table = Table::new([
+        ("CORRELATION ID", Align::Left),
+        ("STATUS", Align::Left),
+        ("STARTED", Align::Left),
+        ("TENANT", Align::Left),
+        ("FIRST MESSAGE", Align::Left),
+        ("STARTED BY", Align::Left),
+    ]);
     for Listed { record, status } in listed {
-        writeln!(
-            out,
-            "{:<36}  {:<11}  {:<20}  {:<12}  {:<20}  {}",
-            record.correlation_id,
-            status,
+        table.row([
+            record.correlation_id.clone(),
+            status.clone(),
             short_time(record.started_at),
-            record.tenant_id,
-            record.message_type,
-            record.started_by
-        )?;
+            record.tenant_id.clone(),
+            record.message_type.clone(),
+            record.started_by.clone(),
+        ]);
     }
+    table.write(out)?;
     Ok(())
 }
 
@@ -180,12 +186,24 @@ fn consumers_of(message: &bosun::operator::DeliveryMessage) -> String {
     }
 }
 
-/// The timeline: a paragraph per message, a line per event.
+/// The timeline: a paragraph per message, a line per event; the events'
+/// columns in line across the paragraphs.
 fn write_delivery(out: &mut impl Write, delivery: &Delivery) -> Result<()> {
     writeln!(out, "delivery {}  ({})", delivery.correlation_id, delivery.status)?;
     if let Some(trace_id) = &delivery.trace_id {
         writeln!(out, "trace {trace_id}")?;
     }
+    let mut events = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left, Align::Left]).indented("  ");
+    for event in delivery.messages.iter().flat_map(|message| &message.events) {
+        events.row([
+            short_time(event.at),
+            event.status.as_str().to_owned(),
+            event.consumer.clone().unwrap_or_else(|| "-".to_owned()),
+            format!("attempt {}", event.attempt),
+            event.detail.clone().unwrap_or_default(),
+        ]);
+    }
+    let mut lines = events.lines().into_iter();
     for message in &delivery.messages {
         writeln!(
             out,
@@ -199,16 +217,8 @@ fn write_delivery(out: &mut impl Write, delivery: &Delivery) -> Result<()> {
         if let Some(summary) = &message.summary {
             writeln!(out, "  {summary}")?;
         }
-        for event in &message.events {
-            writeln!(
-                out,
-                "  {}  {:<16} {:<24} attempt {}  {}",
-                short_time(event.at),
-                event.status.as_str(),
-                event.consumer.as_deref().unwrap_or("-"),
-                event.attempt,
-                event.detail.as_deref().unwrap_or("")
-            )?;
+        for line in lines.by_ref().take(message.events.len()) {
+            writeln!(out, "{line}")?;
         }
     }
     Ok(())
@@ -233,6 +243,54 @@ mod tests {
             attempt,
             at: datetime!(2026-12-01 10:00:00 UTC),
             detail: detail.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_list_keeps_its_columns_in_line_past_a_long_id_and_a_time_with_fractions() {
+        let record = |id: &str, tenant: &str, at| DeliveryRecord {
+            correlation_id: id.to_owned(),
+            tenant_id: tenant.to_owned(),
+            started_by: "cli:ops".to_owned(),
+            message_type: "CreateCommit".to_owned(),
+            message_id: "m-1".to_owned(),
+            started_at: at,
+            traceparent: None,
+            tracestate: None,
+        };
+        let listed = [
+            Listed {
+                record: record("c-1", "contoso", datetime!(2026-12-01 10:00:00 UTC)),
+                status: "completed".to_owned(),
+            },
+            Listed {
+                record: record(
+                    "01936f7e-8a3b-7c4d-9e5f-0123456789ac-and-then-some",
+                    "fabrikam-international",
+                    datetime!(2026-12-01 10:00:00.123456789 +05:30),
+                ),
+                status: "in-progress".to_owned(),
+            },
+        ];
+        let mut out = Vec::new();
+        write_list(&mut out, &listed).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        let column = |line: &str, cell: &str| line.find(cell).unwrap_or_else(|| panic!("{cell} in {line}"));
+        for (header, cells) in [
+            ("STATUS", ["completed", "in-progress"]),
+            (
+                "STARTED",
+                ["2026-12-01T10:00:00Z", "2026-12-01T10:00:00.123456789+05:30"],
+            ),
+            ("TENANT", ["contoso", "fabrikam-international"]),
+            ("FIRST MESSAGE", ["CreateCommit", "CreateCommit"]),
+            ("STARTED BY", ["cli:ops", "cli:ops"]),
+        ] {
+            let at = column(lines[0], header);
+            assert_eq!(column(lines[1], cells[0]), at, "{header}\n{text}");
+            assert_eq!(column(lines[2], cells[1]), at, "{header}\n{text}");
         }
     }
 
@@ -312,14 +370,12 @@ mod tests {
                  \n\
                  CreateCommit  msg-1  status=dead-lettered  attempts=2  consumers=commit\n  \
                  commit to payments-api\n  \
-                 2026-12-01T10:00:00Z  sent{sent} -{dash} attempt 0  \n  \
-                 2026-12-01T10:00:00Z  dead-lettered{dead} commit{commit} attempt 1  no repository\n\
+                 2026-12-01T10:00:00Z  sent{sent}  -{dash}  attempt 0\n  \
+                 2026-12-01T10:00:00Z  dead-lettered  commit  attempt 1  no repository\n\
                  \n\
                  CommitCreated  msg-2  status=sent  attempts=0  consumers=-\n",
-                sent = " ".repeat(12),
-                dash = " ".repeat(23),
-                dead = " ".repeat(3),
-                commit = " ".repeat(18),
+                sent = " ".repeat(9),
+                dash = " ".repeat(5),
             )
         );
     }

@@ -12,7 +12,7 @@ use bosun::runtime::config::Settings;
 use bosun::runtime::telemetry;
 use bosun::tools::demo::{self, DemoOptions, DemoReport};
 
-use super::output::{outln, print_json};
+use super::output::{Align, Table, outln, print_json};
 
 /// `bosun demo`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -147,26 +147,29 @@ fn progress_line(seconds: f64, line: &TimelineEntry) -> String {
 /// produced, and whether it completed.
 fn write_summary(out: &mut impl Write, report: &DemoReport) -> Result<()> {
     writeln!(out)?;
-    writeln!(
-        out,
-        "{:<26} {:<15} {:>8} {:>9}  CONSUMERS",
-        "HOP", "STATUS", "ATTEMPTS", "LATENCY"
-    )?;
+    let mut hops = Table::new([
+        ("HOP", Align::Left),
+        ("STATUS", Align::Left),
+        ("ATTEMPTS", Align::Right),
+        ("LATENCY", Align::Right),
+        ("CONSUMERS", Align::Left),
+    ]);
     for hop in &report.hops {
-        writeln!(
-            out,
-            "{:<26} {:<15} {:>8} {:>7}ms  {}",
-            hop.message_type,
-            hop.status.as_str(),
-            hop.attempts,
-            hop.latency_ms,
-            hop.consumers.join(",")
-        )?;
+        hops.row([
+            hop.message_type.clone(),
+            hop.status.as_str().to_owned(),
+            hop.attempts.to_string(),
+            format!("{}ms", hop.latency_ms),
+            hop.consumers.join(","),
+        ]);
     }
+    hops.write(out)?;
     writeln!(out)?;
+    let mut results = Table::headless([Align::Left, Align::Left]);
     for (label, value) in &report.results {
-        writeln!(out, "{label:<32} {value}")?;
+        results.row([label.as_str(), value.as_str()]);
     }
+    results.write(out)?;
     writeln!(out)?;
     match &report.failure {
         None => writeln!(
@@ -241,17 +244,13 @@ mod tests {
         assert_eq!(
             summary(&report(None)),
             format!(
-                "\nHOP{hop} STATUS{status} ATTEMPTS   LATENCY  CONSUMERS\n\
-                 ProvisionRepository{pr} completed{completed}        1      42ms  repository-provisioning\n\
+                "\nHOP{hop}  STATUS     ATTEMPTS  LATENCY  CONSUMERS\n\
+                 ProvisionRepository  completed         1     42ms  repository-provisioning\n\
                  \n\
-                 release{release} payments-api-1\n\
+                 release  payments-api-1\n\
                  \n\
                  delivery {nil} completed (GitOpsSynced) in 2.0s\n",
-                hop = " ".repeat(23),
-                status = " ".repeat(9),
-                pr = " ".repeat(7),
-                completed = " ".repeat(6),
-                release = " ".repeat(25),
+                hop = " ".repeat(16),
             )
         );
         assert!(summary(&report(Some("timed out"))).ends_with(&format!("delivery {nil} FAILED: timed out\n")));

@@ -15,7 +15,7 @@ use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
 use super::keys::parse_duration;
-use super::output::print_json;
+use super::output::{Align, Table, print_json, short_time};
 
 /// `bosun fleet`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -57,22 +57,29 @@ fn write_fleet(out: &mut impl Write, fleet: Option<&[ProcessRecord]>, within: Du
     if fleet.is_empty() {
         writeln!(out, "no process seen in the last {} s", within.as_secs())?;
     } else {
-        writeln!(out, "ROLE   RELEASE  SCHEMA  WRITES  READS  HOST  STARTED  SEEN")?;
+        let mut table = Table::new([
+            ("ROLE", Align::Left),
+            ("RELEASE", Align::Left),
+            ("SCHEMA", Align::Right),
+            ("WRITES", Align::Left),
+            ("READS", Align::Left),
+            ("HOST", Align::Left),
+            ("STARTED", Align::Left),
+            ("SEEN", Align::Left),
+        ]);
         for process in fleet {
-            writeln!(
-                out,
-                "{:<6} {:<8} {:<7} wire {:<2} {}..={}  {}  {}  {}",
-                process.role,
-                process.release,
-                process.built_for_schema,
-                process.writes_wire,
-                process.reads_wire_from,
-                process.reads_wire_to,
-                process.host,
-                process.started_at,
-                process.seen_at,
-            )?;
+            table.row([
+                process.role.clone(),
+                process.release.clone(),
+                process.built_for_schema.to_string(),
+                format!("wire {}", process.writes_wire),
+                format!("{}..={}", process.reads_wire_from, process.reads_wire_to),
+                process.host.clone(),
+                short_time(process.started_at),
+                short_time(process.seen_at),
+            ]);
         }
+        table.write(out)?;
         let newest_all_read = fleet.iter().map(|p| p.reads_wire_to).min().unwrap_or_default();
         writeln!(
             out,
@@ -116,7 +123,10 @@ mod tests {
     fn says_what_every_listed_process_reads_and_what_it_cannot_see() {
         let listed = text(Some(&[process("api", 2), process("serve", 1)]));
         assert!(
-            listed.contains("api    0.1.0    14      wire 1  1..=2  bosun-api-1"),
+            listed.contains(
+                "ROLE   RELEASE  SCHEMA  WRITES  READS  HOST         STARTED               SEEN\n\
+                 api    0.1.0        14  wire 1  1..=2  bosun-api-1  1970-01-01T00:00:00Z  1970-01-01T00:00:00Z\n"
+            ),
             "{listed}"
         );
         assert!(listed.contains("reads wire versions up to 1"), "{listed}");

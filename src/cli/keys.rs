@@ -16,7 +16,7 @@ use bosun::ports::store::ApiKeyRecord;
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{outln, print_json, short_time};
+use super::output::{Align, Table, outln, print_json, short_time};
 
 /// `bosun keys ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -283,25 +283,28 @@ fn write_key_list(out: &mut impl Write, keys: &[ApiKeyRecord], now: OffsetDateTi
         }
         return Ok(());
     }
-    writeln!(
-        out,
-        "{:<14} {:<16} {:<40} {:<22} {:<22} {:<22} status",
-        "id", "tenant", "scopes", "created", "expires", "last used"
-    )?;
+    let mut table = Table::new([
+        ("id", Align::Left),
+        ("tenant", Align::Left),
+        ("scopes", Align::Left),
+        ("created", Align::Left),
+        ("expires", Align::Left),
+        ("last used", Align::Left),
+        ("status", Align::Left),
+    ]);
     let time_or = |at: Option<OffsetDateTime>, none: &str| at.map_or_else(|| none.to_owned(), short_time);
     for key in keys {
-        writeln!(
-            out,
-            "{:<14} {:<16} {:<40} {:<22} {:<22} {:<22} {}",
-            key.id,
-            key.tenant_id,
+        table.row([
+            key.id.clone(),
+            key.tenant_id.clone(),
             key.scopes.join(","),
             short_time(key.created_at),
             time_or(key.expires_at, "never"),
             time_or(key.last_used_at, "never"),
-            status(key, now)
-        )?;
+            status(key, now),
+        ]);
     }
+    table.write(out)?;
     Ok(())
 }
 
@@ -371,10 +374,12 @@ mod tests {
             expired,
             ancient,
         ]);
+        // Each column as wide as its widest cell: the scopes of ba98...,
+        // the times.
         let lines: Vec<&str> = text.lines().collect();
         let row = |id: &str, tenant: &str, scopes: &str, expires: &str, used: &str, status: &str| {
             format!(
-                "{id:<14} {tenant:<16} {scopes:<40} {:<22} {expires:<22} {used:<22} {status}",
+                "{id:<12}  {tenant:<7}  {scopes:<29}  {:<20}  {expires:<20}  {used:<20}  {status}",
                 "2026-12-01T10:00:00Z"
             )
         };
@@ -382,7 +387,7 @@ mod tests {
             lines,
             [
                 format!(
-                    "{:<14} {:<16} {:<40} {:<22} {:<22} {:<22} status",
+                    "{:<12}  {:<7}  {:<29}  {:<20}  {:<20}  {:<20}  status",
                     "id", "tenant", "scopes", "created", "expires", "last used"
                 ),
                 row(

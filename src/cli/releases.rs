@@ -17,7 +17,7 @@ use bosun::ports::store::ReleasePolicyRecord;
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{print_json, short_time};
+use super::output::{Align, Table, print_json, short_time};
 use super::send::read_payload;
 
 /// `bosun releases ...`
@@ -307,30 +307,24 @@ fn write_verification(out: &mut impl Write, state: &Value) -> Result<()> {
             text(&run["soakUntil"]),
             text(&run["checkAt"])
         )?;
+        let mut outcomes = Table::headless([Align::Left, Align::Left, Align::Left]).indented("  ");
         for outcome in run["last"].as_array().into_iter().flatten() {
-            writeln!(
-                out,
-                "  {:<16} {}  {}",
-                text(&outcome["check"]),
-                if outcome["passed"].as_bool() == Some(true) {
-                    "passed"
-                } else {
-                    "FAILED"
-                },
-                text(&outcome["detail"])
-            )?;
+            let passed = if outcome["passed"].as_bool() == Some(true) {
+                "passed"
+            } else {
+                "FAILED"
+            };
+            outcomes.row([text(&outcome["check"]), passed.to_owned(), text(&outcome["detail"])]);
         }
+        outcomes.write(out)?;
     }
     if let Some(verified) = state["verified"].as_object() {
         writeln!(out, "verified:")?;
+        let mut table = Table::headless([Align::Left, Align::Left, Align::Left]).indented("  ");
         for (environment, record) in verified {
-            writeln!(
-                out,
-                "  {environment:<12} {}  {}",
-                text(&record["at"]),
-                text(&record["summary"])
-            )?;
+            table.row([environment.clone(), text(&record["at"]), text(&record["summary"])]);
         }
+        table.write(out)?;
     }
     let failure = &state["verificationFailed"];
     if failure.is_object() {
@@ -471,16 +465,16 @@ async fn policy(command: PolicyCommand, settings: &Settings) -> Result<()> {
             if versions.is_empty() {
                 writeln!(out, "tenant {tenant} has never stored an approval policy")?;
             }
+            let mut table = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left]);
             for record in &versions {
-                writeln!(
-                    out,
-                    "v{:<4} {}  {}  {}",
-                    record.version,
+                table.row([
+                    format!("v{}", record.version),
                     short_time(record.changed_at),
-                    record.changed_by,
-                    record.reason.as_deref().unwrap_or("-")
-                )?;
+                    record.changed_by.clone(),
+                    record.reason.clone().unwrap_or_else(|| "-".to_owned()),
+                ]);
             }
+            table.write(&mut out)?;
             Ok(())
         }
     }
@@ -568,52 +562,54 @@ fn write_release(out: &mut impl Write, state: &Value) -> Result<()> {
     write_verification(out, state)?;
     if let Some(overrides) = state["overrides"].as_object() {
         writeln!(out, "overrides:")?;
+        let mut table = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left]).indented("  ");
         for (environment, record) in overrides {
-            writeln!(
-                out,
-                "  {environment:<12} {}  {}  {}",
+            table.row([
+                environment.clone(),
                 text(&record["by"]),
                 text(&record["at"]),
-                text(&record["reason"])
-            )?;
+                text(&record["reason"]),
+            ]);
         }
+        table.write(out)?;
     }
     if let Some(approvals) = state["approvals"].as_object() {
         writeln!(out, "approvals:")?;
+        let mut table = Table::headless([Align::Left, Align::Left, Align::Left]).indented("  ");
         for (environment, record) in approvals {
             let by = match record["approvers"].as_array() {
                 Some(all) if !all.is_empty() => all.iter().map(text).collect::<Vec<_>>().join(", "),
                 _ => text(&record["approver"]),
             };
-            writeln!(out, "  {environment:<12} {by}  {}", text(&record["at"]))?;
+            table.row([environment.clone(), by, text(&record["at"])]);
         }
+        table.write(out)?;
     }
     if let Some(refused) = state["refusedApprovals"].as_array() {
         writeln!(out, "refused approvals:")?;
+        let mut table = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left]).indented("  ");
         for refusal in refused {
-            writeln!(
-                out,
-                "  {}  {:<12} {}  rule {}: {}",
+            table.row([
                 text(&refusal["at"]),
                 text(&refusal["environment"]),
                 text(&refusal["approver"]),
-                text(&refusal["rule"]),
-                text(&refusal["reason"])
-            )?;
+                format!("rule {}: {}", text(&refusal["rule"]), text(&refusal["reason"])),
+            ]);
         }
+        table.write(out)?;
     }
     if let Some(history) = state["history"].as_array() {
         writeln!(out, "history:")?;
+        let mut table = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left]).indented("  ");
         for entry in history {
-            writeln!(
-                out,
-                "  {}  {:<26} {:<18} {}",
+            table.row([
                 text(&entry["at"]),
                 text(&entry["messageType"]),
                 text(&entry["phase"]),
-                text(&entry["note"])
-            )?;
+                text(&entry["note"]),
+            ]);
         }
+        table.write(out)?;
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use bosun::runtime::config::Settings;
 use bosun::runtime::registry;
 use bosun::wiring::Backends;
 
-use super::output::{out, print_json, short_time};
+use super::output::{Align, Table, out, print_json, short_time};
 
 /// `bosun sagas ...`
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -83,17 +83,21 @@ fn write_list(out: &mut impl Write, sagas: &[SagaRecord]) -> Result<()> {
         writeln!(out, "no sagas")?;
         return Ok(());
     }
-    writeln!(out, "{:<8} {:<40} {:>7}  UPDATED", "KIND", "KEY", "VERSION")?;
+    let mut table = Table::new([
+        ("KIND", Align::Left),
+        ("KEY", Align::Left),
+        ("VERSION", Align::Right),
+        ("UPDATED", Align::Left),
+    ]);
     for saga in sagas {
-        writeln!(
-            out,
-            "{:<8} {:<40} {:>7}  {}",
-            saga.kind,
-            saga.key,
-            saga.version,
-            short_time(saga.updated_at)
-        )?;
+        table.row([
+            saga.kind.clone(),
+            saga.key.clone(),
+            saga.version.to_string(),
+            short_time(saga.updated_at),
+        ]);
     }
+    table.write(out)?;
     Ok(())
 }
 
@@ -129,16 +133,16 @@ fn write_saga(out: &mut impl Write, saga: &SagaRecord) -> Result<()> {
     }
     writeln!(out, "state:\n{}", serde_json::to_string_pretty(&saga.state)?)?;
     writeln!(out, "history:")?;
+    let mut history = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left]).indented("  ");
     for entry in &saga.history {
-        writeln!(
-            out,
-            "  v{:<4} {}  {}  {}",
-            entry.version,
+        history.row([
+            format!("v{}", entry.version),
             short_time(entry.at),
-            entry.message_type,
-            entry.message_id
-        )?;
+            entry.message_type.clone(),
+            entry.message_id.clone(),
+        ]);
     }
+    history.write(out)?;
     Ok(())
 }
 
@@ -205,8 +209,8 @@ mod tests {
                \"pendingSync\": null\n\
              }\n\
              history:\n  \
-             v1    2026-12-01T10:00:00Z  BuildCompleted  msg-1\n  \
-             v2    2026-12-01T10:30:00Z  ReleasePlanned  msg-2\n"
+             v1  2026-12-01T10:00:00Z  BuildCompleted  msg-1\n  \
+             v2  2026-12-01T10:30:00Z  ReleasePlanned  msg-2\n"
         );
     }
 
@@ -224,8 +228,8 @@ mod tests {
             table,
             format!(
                 "KIND     KEY{}VERSION  UPDATED\nrelease  payments-api-1{}2  2026-12-01T10:30:00Z\n",
-                " ".repeat(38),
-                " ".repeat(33)
+                " ".repeat(13),
+                " ".repeat(8)
             )
         );
         assert_eq!(text(|out| write_list(out, &[])), "no sagas\n");

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod controls;
 pub mod describe;
 pub mod groups;
+mod lookup;
 pub mod policies;
 pub mod rollback;
 mod send;

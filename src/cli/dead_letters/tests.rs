@@ -166,12 +166,11 @@ fn the_list_is_a_table_of_one_line_per_dead_letter() {
     assert_eq!(
         lines,
         [
-            "ID                                    DEAD-LETTERED         CONSUMER                  \
-             TYPE                    STATUS    REASON",
-            "01910000-0000-7000-8000-000000000001  2026-12-01T10:05:00Z  commit                    \
-             CreateCommit            dead      retries-exhausted",
-            "00000000-0000-0000-0000-000000000002  2026-12-01T10:05:00Z  -                         \
-             -                       replayed  MaxDeliveryCountExceeded",
+            "ID                                    DEAD-LETTERED         CONSUMER  TYPE          STATUS    REASON",
+            "01910000-0000-7000-8000-000000000001  2026-12-01T10:05:00Z  commit    CreateCommit  dead      \
+             retries-exhausted",
+            "00000000-0000-0000-0000-000000000002  2026-12-01T10:05:00Z  -         -             replayed  \
+             MaxDeliveryCountExceeded",
         ]
     );
     assert_eq!(text(|out| write_list(out, &[])), "no dead letters\n");

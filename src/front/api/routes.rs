@@ -32,8 +32,8 @@ use super::openapi::{
 use super::{
     ApiState, audit_log, bulk_replay, cancel_replay_job, console_page, console_script, console_style, consumers,
     dead_letter, dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events,
-    environment, healthz, lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold, purge,
-    purge_group, readyz, release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs,
+    environment, favicon, healthz, lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold,
+    purge, purge_group, readyz, release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs,
     resume_replay_job, rollback_environment, saga, saga_diagram, sagas, send_command, set_release_policy, to_console,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
@@ -307,6 +307,8 @@ const JOB_ACCEPTED: &[Reply] = &[Reply {
 pub(crate) fn routes() -> Vec<ApiRoute> {
     vec![
         route(Method::Get, "/", to_console).undocumented("a redirect to /console, for a person at a browser"),
+        route(Method::Get, "/favicon.ico", favicon)
+            .undocumented("a browser's own request for a page's icon: 204 No Content, bosun has none"),
         route(Method::Get, "/healthz", healthz).documented(Operation {
             operation_id: "getHealth",
             summary: "Liveness: the process answers.",

@@ -1139,6 +1139,39 @@ async fn events_stream_is_woken_by_the_timeline_write_not_a_poll() {
 }
 
 #[tokio::test]
+async fn the_browser_s_favicon_request_is_answered_204_without_a_key_and_left_out_of_the_document() {
+    let api = Api::start().await;
+    for _ in 0..2 {
+        let response = api.client.get(format!("{}/favicon.ico", api.url)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        assert!(
+            response.headers()["cache-control"]
+                .to_str()
+                .unwrap()
+                .contains("max-age="),
+            "kept by the browser"
+        );
+        assert!(response.bytes().await.unwrap().is_empty());
+    }
+    let metrics = api.metrics().await;
+    assert!(
+        metrics.contains("bosun_http_requests_total{method=\"GET\",route=\"/favicon.ico\",status=\"204\"} 2"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("status=\"404\""), "{metrics}");
+    let doc: Value = api
+        .client
+        .get(format!("{}/openapi.json", api.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["paths"].get("/favicon.ico").is_none(), "undocumented");
+}
+
+#[tokio::test]
 async fn metrics_openapi_and_console_are_served_and_every_documented_route_exists() {
     let api = Api::start().await;
     let key = api.key("contoso", &[Scope::Admin]).await;

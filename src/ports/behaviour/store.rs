@@ -135,6 +135,7 @@ where
     dead_letters_filter_by_tenant_reason_and_limit(&make().await).await;
     timeline_keeps_order(&make().await).await;
     deliveries_keep_their_first_record(&make().await).await;
+    deliveries_are_found_by_a_prefix_within_their_tenant(&make().await).await;
     api_keys_round_trip_and_revoke_once(&make().await).await;
     api_keys_rotate_and_record_their_use(&make().await).await;
     idempotency_keys_claim_complete_and_release(&make().await).await;
@@ -781,6 +782,50 @@ async fn deliveries_keep_their_first_record<S: Store>(store: &S) {
     assert_eq!(correlation_ids(None, 2).await, ["d-3", "d-2"]);
     assert_eq!(correlation_ids(Some("contoso"), 1).await, ["d-3"]);
     assert!(correlation_ids(None, 0).await.is_empty());
+}
+
+async fn deliveries_are_found_by_a_prefix_within_their_tenant<S: Store>(store: &S) {
+    let shared = "0195f3a0-0000-7000-8000-0000000000";
+    for (suffix, tenant, offset_ms) in [("03", "contoso", 0), ("02", "fabrikam", 1000), ("01", "contoso", 2000)] {
+        store
+            .record_delivery(delivery(&format!("{shared}{suffix}"), tenant, offset_ms))
+            .await
+            .unwrap();
+    }
+    store
+        .record_delivery(delivery("0195f3a1-other", "contoso", 3000))
+        .await
+        .unwrap();
+    let found = |prefix: &'static str, tenant: Option<&'static str>, limit| async move {
+        store
+            .deliveries_by_prefix(prefix, tenant, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| record.correlation_id)
+            .collect::<Vec<_>>()
+    };
+    let id = |suffix: &str| format!("{shared}{suffix}");
+    // In correlation id order, whole records.
+    assert_eq!(found(shared, None, 11).await, [id("01"), id("02"), id("03")]);
+    assert_eq!(
+        store.deliveries_by_prefix(shared, None, 11).await.unwrap()[1],
+        delivery(&id("02"), "fabrikam", 1000)
+    );
+    // Within the tenant when one is given: another tenant's neither match
+    // nor count against the limit.
+    assert_eq!(found(shared, Some("contoso"), 11).await, [id("01"), id("03")]);
+    assert_eq!(found(shared, Some("fabrikam"), 11).await, [id("02")]);
+    assert!(found(shared, Some("nobody"), 11).await.is_empty());
+    assert_eq!(found("0195f3a", Some("contoso"), 2).await, [id("01"), id("03")]);
+    assert_eq!(found("0195f3a", None, 11).await.len(), 4);
+    // A whole id is its own prefix.
+    assert_eq!(found("0195f3a1-other", None, 11).await, ["0195f3a1-other"]);
+    // No wildcards, and case as stored.
+    for pattern in ["%", "_195", "0195%", "0195f3a0-0000-7000-8000-00000000000_", "0195F3A0"] {
+        assert!(found(pattern, None, 11).await.is_empty(), "{pattern}");
+    }
+    assert!(found("0196", None, 11).await.is_empty());
 }
 
 fn api_key(id: &str, tenant: &str, offset_ms: u64) -> ApiKeyRecord {

@@ -1,78 +1,11 @@
-//! Dead letters: the record kept of each (original bytes, error chain, attempts), their replays and edits, and how they are found.
+//! Dead letters: the record kept of each (original bytes, error chain, attempts), their replays and edits; how they
+//! are found by an id prefix is [`IdLookup`]'s.
 
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
-
-use super::*;
-
-/// How many ids an [`StoreError::Ambiguous`] lists.
-pub const AMBIGUOUS_SHOWN: usize = 10;
-
-/// A dead-letter lookup by id or id prefix, the same on every backend: the
-/// prefix is matched literally (ids are lowercase hex and dashes; anything
-/// else matches nothing), within one tenant when one is given, and "not
-/// found" reads the same whatever other tenants have.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetterLookup {
-    /// The id or prefix as given, for messages.
-    pub given: String,
-    /// The prefix to match (lowercase), or `None` when it can match nothing.
-    pub prefix: Option<String>,
-}
-
-impl DeadLetterLookup {
-    /// What "not found" calls a dead letter.
-    const WHAT: &'static str = "dead letter (give the full id or a unique prefix of at least 4 characters)";
-
-    /// Reads an id or prefix.
-    pub fn new(id: &str) -> Self {
-        let prefix = id.trim().to_ascii_lowercase();
-        let valid = prefix.len() >= 4 && prefix.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-        Self {
-            given: id.to_owned(),
-            prefix: valid.then_some(prefix),
-        }
-    }
-
-    /// The rows to fetch at most: enough to list an ambiguity.
-    pub const LIMIT: usize = AMBIGUOUS_SHOWN + 1;
-
-    /// The answer for no match.
-    pub fn not_found(&self) -> StoreError {
-        StoreError::NotFound {
-            what: Self::WHAT,
-            id: self.given.clone(),
-        }
-    }
-
-    /// The answer from the records the prefix matched (in id order, at most
-    /// [`Self::LIMIT`]).
-    pub fn pick(&self, mut found: Vec<DeadLetterRecord>) -> Result<DeadLetterRecord, StoreError> {
-        let Some(prefix) = &self.prefix else {
-            return Err(self.not_found());
-        };
-        if let Some(exact) = found.iter().position(|record| record.id.to_string() == *prefix) {
-            return Ok(found.swap_remove(exact));
-        }
-        match <[DeadLetterRecord; 1]>::try_from(found) {
-            Ok([only]) => Ok(only),
-            Err(found) if found.is_empty() => Err(self.not_found()),
-            Err(found) => Err(StoreError::Ambiguous {
-                what: "dead letter",
-                id: self.given.clone(),
-                candidates: found
-                    .iter()
-                    .take(AMBIGUOUS_SHOWN)
-                    .map(|record| record.id.to_string())
-                    .chain((found.len() > AMBIGUOUS_SHOWN).then(|| "...".to_owned()))
-                    .collect(),
-            }),
-        }
-    }
-}
 
 /// One failed attempt at handling a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]

@@ -126,6 +126,11 @@ pub(crate) fn list_deliveries() -> &'static str {
     "listing deliveries"
 }
 
+/// [`Store::deliveries_by_prefix`](super::Store::deliveries_by_prefix).
+pub(crate) fn deliveries_by_prefix(prefix: &str) -> String {
+    format!("looking up deliveries beginning {prefix}")
+}
+
 /// [`Store::prune`](super::Store::prune).
 pub(crate) fn prune() -> &'static str {
     "pruning rows past their retention"

@@ -54,6 +54,7 @@ mod audit;
 mod controls;
 mod dead_letters;
 mod fleet;
+mod lookup;
 mod policies;
 mod retention;
 mod sagas;
@@ -65,6 +66,7 @@ pub use audit::*;
 pub use controls::*;
 pub use dead_letters::*;
 pub use fleet::*;
+pub use lookup::*;
 pub use policies::*;
 pub use retention::*;
 pub use sagas::*;
@@ -190,7 +192,7 @@ pub trait DeadLetterStore: Send + Sync {
 
     /// One dead letter by id, of `tenant_id` only when given (a unique
     /// prefix of at least 4 characters is accepted, matched literally; see
-    /// [`DeadLetterLookup`]).
+    /// [`IdLookup`]).
     async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError>;
 
     /// The dead letter recorded for a transport message, if any.
@@ -246,6 +248,17 @@ pub trait DeliveryStore: Send + Sync {
 
     /// Deliveries, newest first, optionally of one tenant.
     async fn list_deliveries(&self, tenant_id: Option<&str>, limit: usize) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Deliveries whose correlation id begins with `prefix` (compared
+    /// literally: no character is a wildcard), of `tenant_id` only when
+    /// given, in correlation id order, at most `limit`; for an operator's
+    /// [`IdLookup::delivery`].
+    async fn deliveries_by_prefix(
+        &self,
+        prefix: &str,
+        tenant_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
 }
 
 /// What an administrator's jobs call: the schema check before work is

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{MemoryStore, ms};
 use crate::ports::store::DeadLetterStore;
 use crate::ports::store::{
-    DeadLetterFilter, DeadLetterLookup, DeadLetterRecord, DeadLetterStatus, ReplayRecord, StoreError, TimelineEntry,
+    DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, IdLookup, ReplayRecord, StoreError, TimelineEntry,
 };
 
 /// Every dead letter by id (in id order, as lookups by prefix list them).
@@ -105,7 +105,7 @@ impl DeadLetterStore for MemoryStore {
     }
 
     async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
-        let lookup = DeadLetterLookup::new(id);
+        let lookup = IdLookup::dead_letter(id);
         let Some(prefix) = &lookup.prefix else {
             return Err(lookup.not_found());
         };
@@ -119,11 +119,11 @@ impl DeadLetterStore for MemoryStore {
                     record.id.to_string().starts_with(prefix.as_str())
                         && tenant_id.is_none_or(|tenant| record.tenant_id.as_deref() == Some(tenant))
                 })
-                .take(DeadLetterLookup::LIMIT)
+                .take(IdLookup::LIMIT)
                 .map(read)
                 .collect()
         });
-        lookup.pick(found)
+        lookup.pick(found, |record| record.id.to_string())
     }
 
     async fn dead_letter_for(

@@ -113,4 +113,26 @@ impl DeliveryStore for MemoryStore {
         found.sort_by_key(|(seq, record)| std::cmp::Reverse((record.started_at, *seq)));
         Ok(found.into_iter().take(limit).map(|(_, record)| record).collect())
     }
+
+    async fn deliveries_by_prefix(
+        &self,
+        prefix: &str,
+        tenant_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        // Compared literally, within the tenant when one is given; the map
+        // is in correlation id order.
+        Ok(self.with(|state| {
+            state
+                .deliveries
+                .records
+                .range(prefix.to_owned()..)
+                .take_while(|(id, _)| id.starts_with(prefix))
+                .map(|(_, (_, record))| record)
+                .filter(|record| tenant_id.is_none_or(|tenant| record.tenant_id == tenant))
+                .take(limit)
+                .cloned()
+                .collect()
+        }))
+    }
 }

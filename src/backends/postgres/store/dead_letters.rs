@@ -11,7 +11,7 @@ use super::PostgresStore;
 use super::timeline::insert_timeline;
 use crate::backends::postgres::notify::Wakes;
 use crate::ports::store::{
-    AttemptRecord, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord, DeadLetterStatus, ReplayRecord, StoreError,
+    AttemptRecord, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, IdLookup, ReplayRecord, StoreError,
     TimelineEntry,
 };
 use crate::ports::store::{DeadLetterStore, doing};
@@ -148,7 +148,7 @@ impl DeadLetterStore for PostgresStore {
     async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
         let run = async {
             let database = &self.database;
-            let lookup = DeadLetterLookup::new(id);
+            let lookup = IdLookup::dead_letter(id);
             let Some(prefix) = lookup.prefix.as_deref() else {
                 return Err(lookup.not_found());
             };
@@ -160,11 +160,11 @@ impl DeadLetterStore for PostgresStore {
             )))
             .bind(prefix)
             .bind(tenant_id)
-            .bind(i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX))
+            .bind(i64::try_from(IdLookup::LIMIT).unwrap_or(i64::MAX))
             .fetch_all(database.pool())
             .await?;
             let found = rows.iter().map(dead_letter_from_row).collect::<Result<Vec<_>, _>>()?;
-            lookup.pick(found)
+            lookup.pick(found, |record| record.id.to_string())
         };
         run.await.map_err(|err: StoreError| err.doing(doing::dead_letter(id)))
     }

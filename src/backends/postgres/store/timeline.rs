@@ -221,4 +221,31 @@ impl DeliveryStore for PostgresStore {
         };
         run.await.map_err(|err: StoreError| err.doing(doing::list_deliveries()))
     }
+
+    async fn deliveries_by_prefix(
+        &self,
+        prefix: &str,
+        tenant_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            // `starts_with` compares literally: no character is a wildcard.
+            let rows = query(sqlx_core::sql_str::AssertSqlSafe(format!(
+                "SELECT {DELIVERY_COLUMNS} FROM bosun_deliveries
+             WHERE starts_with(correlation_id, $1) AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY correlation_id COLLATE \"C\" LIMIT $3"
+            )))
+            .bind(prefix)
+            .bind(tenant_id)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(database.pool())
+            .await?;
+            rows.iter()
+                .map(delivery_from_row)
+                .collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::deliveries_by_prefix(prefix)))
+    }
 }

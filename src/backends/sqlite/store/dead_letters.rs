@@ -9,7 +9,7 @@ use super::timeline::insert_timeline;
 use super::to_json;
 use crate::backends::sqlite::undecodable;
 use crate::ports::store::{
-    AttemptRecord, DeadLetterFilter, DeadLetterLookup, DeadLetterRecord, DeadLetterStatus, ReplayRecord, StoreError,
+    AttemptRecord, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, IdLookup, ReplayRecord, StoreError,
     TimelineEntry,
 };
 use crate::ports::store::{DeadLetterStore, doing};
@@ -148,7 +148,7 @@ impl DeadLetterStore for SqliteStore {
     async fn dead_letter(&self, id: &str, tenant_id: Option<&str>) -> Result<DeadLetterRecord, StoreError> {
         let run = async {
             let database = &self.database;
-            let lookup = DeadLetterLookup::new(id);
+            let lookup = IdLookup::dead_letter(id);
             let Some(prefix) = lookup.prefix.clone() else {
                 return Err(lookup.not_found());
             };
@@ -161,13 +161,13 @@ impl DeadLetterStore for SqliteStore {
                      WHERE substr(id, 1, length(?1)) = ?1 AND (?2 IS NULL OR tenant_id = ?2)
                      ORDER BY id LIMIT ?3"
                     ))?;
-                    let limit = i64::try_from(DeadLetterLookup::LIMIT).unwrap_or(i64::MAX);
+                    let limit = i64::try_from(IdLookup::LIMIT).unwrap_or(i64::MAX);
                     Ok(statement
                         .query_map(params![prefix, tenant_id, limit], dead_letter_from_row)?
                         .collect::<Result<Vec<_>, _>>()?)
                 })
                 .await?;
-            lookup.pick(found)
+            lookup.pick(found, |record| record.id.to_string())
         };
         run.await.map_err(|err: StoreError| err.doing(doing::dead_letter(id)))
     }

@@ -178,4 +178,33 @@ impl DeliveryStore for SqliteStore {
         };
         run.await.map_err(|err: StoreError| err.doing(doing::list_deliveries()))
     }
+
+    async fn deliveries_by_prefix(
+        &self,
+        prefix: &str,
+        tenant_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let run = async {
+            let database = &self.database;
+            let (prefix, tenant_id) = (prefix.to_owned(), tenant_id.map(str::to_owned));
+            database
+                .call(move |conn| {
+                    // `substr` compares literally: no character is a wildcard.
+                    let mut statement = conn.prepare_cached(&format!(
+                        "SELECT {DELIVERY_COLUMNS} FROM deliveries
+                     WHERE substr(correlation_id, 1, length(?1)) = ?1 AND (?2 IS NULL OR tenant_id = ?2)
+                     ORDER BY correlation_id LIMIT ?3"
+                    ))?;
+                    let rows = statement.query_map(
+                        params![prefix, tenant_id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                        delivery_from_row,
+                    )?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })
+                .await
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::deliveries_by_prefix(prefix)))
+    }
 }
