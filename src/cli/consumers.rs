@@ -12,7 +12,7 @@ use bosun::ports::store::{ConsumerControl, ControlAction};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{print_json, short_time};
+use super::output::{Align, Table, print_json, short_time};
 
 /// `bosun consumers ...`.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -115,16 +115,20 @@ fn describe(control: &ConsumerControl) -> String {
 }
 
 fn write_consumers(out: &mut impl Write, consumers: &[ConsumerView]) -> Result<()> {
-    let width = consumers.iter().map(|c| c.name.len()).max().unwrap_or(8).max(8);
-    writeln!(out, "{:<width$}  STATE    SINCE", "CONSUMER")?;
+    let mut table = Table::new([
+        ("CONSUMER", Align::Left),
+        ("STATE", Align::Left),
+        ("SINCE", Align::Left),
+    ]);
     for consumer in consumers {
         let state = if consumer.paused { "paused" } else { "running" };
         let since = match (&consumer.last_control, consumer.paused) {
             (Some(control), true) => describe(control),
             _ => String::new(),
         };
-        writeln!(out, "{:<width$}  {state:<7}  {since}", consumer.name)?;
+        table.row([consumer.name.clone(), state.to_owned(), since]);
     }
+    table.write(out)?;
     Ok(())
 }
 
