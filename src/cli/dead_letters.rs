@@ -14,12 +14,14 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use bosun::front::access::ALL_TENANTS;
 use bosun::front::gateway::ReplayJob;
 use bosun::front::gateway::jobs::MAX_JOBS_LISTED;
 use bosun::operator::Operator;
 use bosun::operator::groups::FailureGroup;
 use bosun::ports::store::{
-    ControlOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayJobAction, ReplayJobControl,
+    ControlOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, GroupAcknowledgement, ReplayJobAction,
+    ReplayJobControl,
 };
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
@@ -97,9 +99,27 @@ pub enum DeadLettersCommand {
         /// Filters.
         #[command(flatten)]
         filter: DeadLetterFilterArgs,
+        /// Include acknowledged groups with no newer failure.
+        #[arg(long)]
+        all: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Acknowledge a failure group (its fingerprint from `groups`), with a
+    /// note: it is left out of `groups` until a failure of its cause newer
+    /// than now arrives, then listed again with the note.
+    Ack {
+        /// The group's fingerprint.
+        fingerprint: String,
+        /// What the next operator should know (a ticket, the cause).
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Take a group's acknowledgement back: it is listed again.
+    Unack {
+        /// The group's fingerprint.
+        fingerprint: String,
     },
     /// Everything about one dead letter: original message, error chain,
     /// attempts, replays.
@@ -249,8 +269,39 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                 write_list(&mut std::io::stdout().lock(), &records)?;
             }
         }
-        DeadLettersCommand::Groups { filter, json } => {
+        DeadLettersCommand::Ack { fingerprint, note } => {
+            let group = operator
+                .failure_group(&Default::default(), &fingerprint)
+                .await
+                .map_err(for_terminal)?;
+            let by = format!("cli:{}", settings.operator);
+            backends
+                .controls
+                .acknowledge_group(&GroupAcknowledgement {
+                    scope: ALL_TENANTS.to_owned(),
+                    fingerprint: group.fingerprint.clone(),
+                    by: by.clone(),
+                    door: by,
+                    note: note.map(|note| note.trim().to_owned()).filter(|note| !note.is_empty()),
+                    at: OffsetDateTime::now_utc().max(group.last_at),
+                })
+                .await?;
+            println!(
+                "group {} acknowledged: left out of `groups` until a newer failure of its cause arrives",
+                group.fingerprint
+            );
+        }
+        DeadLettersCommand::Unack { fingerprint } => {
+            if backends.controls.unacknowledge_group(ALL_TENANTS, &fingerprint).await? {
+                println!("group {fingerprint} is listed again");
+            } else {
+                bail!("group {fingerprint} is not acknowledged");
+            }
+        }
+        DeadLettersCommand::Groups { filter, all, json } => {
             let groups = operator.failure_groups(&filter.to_filter(false)?).await?;
+            let acknowledgements = backends.controls.group_acknowledgements(ALL_TENANTS).await?;
+            let groups = bosun::operator::groups::with_acknowledgements(groups, &acknowledgements, all);
             if json {
                 print_json(&groups)?;
             } else {
@@ -560,6 +611,10 @@ fn write_groups(out: &mut impl Write, groups: &[FailureGroup]) -> Result<()> {
         )?;
         writeln!(out, "  last 24h [{}]", sparkline(&group.trend.counts))?;
         writeln!(out, "  sample   {}  {}", group.sample, group.description)?;
+        if let Some(ack) = &group.acknowledgement {
+            let note = ack.note.as_deref().map(|note| format!(": {note}")).unwrap_or_default();
+            writeln!(out, "  acked    {} by {}{note}", short_time(ack.at), ack.by)?;
+        }
     }
     Ok(())
 }

@@ -88,6 +88,10 @@ pub struct FailureGroup {
     pub ids: Vec<Uuid>,
     /// How many per hour over the last day.
     pub trend: Trend,
+    /// An operator's acknowledgement of the group, with its note. The
+    /// group is left out of the list while no failure newer than it
+    /// arrived; with a newer one it is listed again, keeping the note.
+    pub acknowledgement: Option<crate::ports::store::GroupAcknowledgement>,
 }
 
 /// Counts per time bucket, oldest first.
@@ -144,6 +148,30 @@ impl Fingerprint {
     }
 }
 
+/// `groups` with their acknowledgements among `acknowledgements` (of the
+/// caller's scope); an acknowledged group with no failure after its
+/// acknowledgement is left out unless `include_acknowledged`.
+pub fn with_acknowledgements(
+    groups: Vec<FailureGroup>,
+    acknowledgements: &[crate::ports::store::GroupAcknowledgement],
+    include_acknowledged: bool,
+) -> Vec<FailureGroup> {
+    groups
+        .into_iter()
+        .filter_map(|mut group| {
+            group.acknowledgement = acknowledgements
+                .iter()
+                .find(|ack| ack.fingerprint == group.fingerprint)
+                .cloned();
+            let quiet = group
+                .acknowledgement
+                .as_ref()
+                .is_some_and(|ack| group.last_at <= ack.at);
+            (include_acknowledged || !quiet).then_some(group)
+        })
+        .collect()
+}
+
 /// Groups the dead letters not replayed yet by fingerprint, largest group
 /// first (then the most recent); `now` ends the trend.
 pub fn group_failures(records: &[DeadLetterRecord], now: OffsetDateTime) -> Vec<FailureGroup> {
@@ -166,6 +194,7 @@ pub fn group_failures(records: &[DeadLetterRecord], now: OffsetDateTime) -> Vec<
                     first_at: record.dead_lettered_at,
                     last_at: record.dead_lettered_at,
                     description: record.description.clone(),
+                    acknowledgement: None,
                     sample: record.id,
                     ids: Vec::new(),
                     trend: Trend {
@@ -357,6 +386,53 @@ mod tests {
         let mut fingerprints: Vec<&str> = groups.iter().map(|g| g.fingerprint.as_str()).collect();
         fingerprints.dedup();
         assert_eq!(fingerprints.len(), 4);
+    }
+
+    #[test]
+    fn an_acknowledged_group_is_hidden_until_a_newer_failure_and_keeps_its_note() {
+        let first = dead(
+            "commit",
+            "permanent",
+            "repository `orders` not found",
+            NOW - time::Duration::hours(2),
+        );
+        let other = dead("commit", "permanent", "push refused", NOW - time::Duration::hours(1));
+        let groups = group_failures(&[first.clone(), other.clone()], NOW);
+        let acknowledged = groups
+            .iter()
+            .find(|group| group.description.contains("orders"))
+            .unwrap()
+            .fingerprint
+            .clone();
+        let ack = crate::ports::store::GroupAcknowledgement {
+            scope: "contoso".into(),
+            fingerprint: acknowledged.clone(),
+            by: "key:k1".into(),
+            door: "api:k1".into(),
+            note: Some("INC-3: repositories come with the next provisioning run".into()),
+            at: NOW - time::Duration::minutes(90),
+        };
+        let listed = with_acknowledgements(groups.clone(), std::slice::from_ref(&ack), false);
+        assert_eq!(listed.len(), 1, "the acknowledged group is left out");
+        assert!(listed[0].acknowledgement.is_none());
+        let all = with_acknowledgements(groups, std::slice::from_ref(&ack), true);
+        assert_eq!(all.len(), 2);
+        // A newer failure of its cause: listed again, with the note.
+        let again = dead("commit", "permanent", "repository `ledger` not found", NOW);
+        let groups = group_failures(&[first, other, again], NOW);
+        let listed = with_acknowledgements(groups, &[ack], false);
+        assert_eq!(listed.len(), 2);
+        let back = listed.iter().find(|group| group.fingerprint == acknowledged).unwrap();
+        assert_eq!(back.count, 2);
+        assert!(
+            back.acknowledgement
+                .as_ref()
+                .unwrap()
+                .note
+                .as_deref()
+                .unwrap()
+                .starts_with("INC-3")
+        );
     }
 
     #[test]

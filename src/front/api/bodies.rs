@@ -330,3 +330,14 @@ pub struct ConsumerControlBody {
     #[schemars(transform = rules::text(crate::operator::controls::MAX_REASON_CHARS))]
     pub reason: Option<String>,
 }
+
+/// `PUT /v1/dead-letters/groups/{fingerprint}/acknowledgement`: a note.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = no_null_defaults)]
+pub struct AcknowledgementBody {
+    /// What the next operator should know (a ticket, the cause).
+    #[serde(default)]
+    #[schemars(transform = rules::text(crate::operator::controls::MAX_REASON_CHARS))]
+    pub note: Option<String>,
+}

@@ -922,8 +922,41 @@ async fn dead_letter_groups(
 ) -> ApiResult<Json<FailureGroupList>> {
     let caller = caller(&state, &headers).await?;
     let filter = dead_letter_filter(&uri)?;
-    let groups = state.gateway.dead_letter_groups(&caller, filter).await?;
+    let include_acknowledged = QueryValues::read(&uri, DEAD_LETTER_QUERY)?
+        .boolean("includeAcknowledged")
+        .unwrap_or(false);
+    let groups = state
+        .gateway
+        .dead_letter_groups(&caller, filter, include_acknowledged)
+        .await?;
     Ok(Json(FailureGroupList { groups }))
+}
+
+/// `PUT /v1/dead-letters/groups/{fingerprint}/acknowledgement`.
+async fn acknowledge_group(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(fingerprint): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    let body = typed_body::<bodies::AcknowledgementBody>(body)?;
+    let note = body.as_ref().and_then(|body| body.note.as_deref());
+    Ok(Json(state.gateway.acknowledge_group(&caller, &fingerprint, note).await?).into_response())
+}
+
+/// `DELETE /v1/dead-letters/groups/{fingerprint}/acknowledgement`.
+async fn unacknowledge_group(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(fingerprint): Path<String>,
+) -> ApiResult<Response> {
+    let caller = caller(&state, &headers).await?;
+    no_query(&uri)?;
+    Ok(Json(state.gateway.unacknowledge_group(&caller, &fingerprint).await?).into_response())
 }
 
 async fn dead_letter_group(

@@ -22,19 +22,20 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use serde_json::Value;
 
 use super::bodies::{
-    BulkReplayBody, ConsumerControlBody, DeadLetterList, DeliveryList, FailureGroupList, GroupPurged, GroupReplayBody,
-    Health, Purged, ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
+    AcknowledgementBody, BulkReplayBody, ConsumerControlBody, DeadLetterList, DeliveryList, FailureGroupList,
+    GroupPurged, GroupReplayBody, Health, Purged, ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
 };
 use super::openapi::{
     self, Body, Content, Operation, PathItem, QueryDoc, QueryType, Reply, SAGA_KINDS, delivery_event, json_reply,
     json_rpc_message, query, schema,
 };
 use super::{
-    ApiState, audit_log, bulk_replay, cancel_replay_job, console_page, console_script, console_style, consumers,
-    dead_letter, dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery, delivery_events,
-    environment, favicon, healthz, lift_release_hold, metrics, openapi_document, pause_replay_job, place_release_hold,
-    purge, purge_group, readyz, release_policy, release_policy_history, replay, replay_group, replay_job, replay_jobs,
-    resume_replay_job, rollback_environment, saga, saga_diagram, sagas, send_command, set_release_policy, to_console,
+    ApiState, acknowledge_group, audit_log, bulk_replay, cancel_replay_job, console_page, console_script,
+    console_style, consumers, dead_letter, dead_letter_group, dead_letter_groups, dead_letters, deliveries, delivery,
+    delivery_events, environment, favicon, healthz, lift_release_hold, metrics, openapi_document, pause_replay_job,
+    place_release_hold, purge, purge_group, readyz, release_policy, release_policy_history, replay, replay_group,
+    replay_job, replay_jobs, resume_replay_job, rollback_environment, saga, saga_diagram, sagas, send_command,
+    set_release_policy, to_console, unacknowledge_group,
 };
 use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{
@@ -215,6 +216,11 @@ pub const DEAD_LETTER_QUERY: &[QueryDoc] = &[
         "only dead-lettered at or after this RFC 3339 time",
     ),
     query("includeReplayed", QueryType::Boolean, "`true` to include replayed ones"),
+    query(
+        "includeAcknowledged",
+        QueryType::Boolean,
+        "groups only: `true` to include acknowledged groups with no newer failure",
+    ),
     query(
         "limit",
         QueryType::Integer {
@@ -613,6 +619,38 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
             query: &[],
             body: None,
             replies: vec![json_reply(200, "the dead letters purged", schema::<GroupPurged>)],
+            errors: READ_ONE,
+        }),
+        route(
+            Method::Put,
+            "/v1/dead-letters/groups/{fingerprint}/acknowledgement",
+            acknowledge_group,
+        )
+        .documented(Operation {
+            operation_id: "acknowledgeFailureGroup",
+            summary: "Acknowledges a failure group of the key's tenant, with an optional note: it is left out of the group list (unless `includeAcknowledged`) until a failure of its cause newer than the acknowledgement arrives, then listed again with the note. Acknowledging again replaces the note.",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: Some(Body {
+                description: "the note (optional)",
+                required: false,
+                content: Content::Json(schema::<AcknowledgementBody>),
+            }),
+            replies: vec![json_reply(200, "the group, acknowledged", schema::<FailureGroup>)],
+            errors: &[400, 401, 403, 404, 413, 422, 429, 503],
+        }),
+        route(
+            Method::Delete,
+            "/v1/dead-letters/groups/{fingerprint}/acknowledgement",
+            unacknowledge_group,
+        )
+        .documented(Operation {
+            operation_id: "unacknowledgeFailureGroup",
+            summary: "Takes back the acknowledgement of a failure group of the key's tenant: it is listed again. 404 when it was not acknowledged.",
+            scope: Some("dead-letters:replay"),
+            query: &[],
+            body: None,
+            replies: vec![json_reply(200, "the group", schema::<FailureGroup>)],
             errors: READ_ONE,
         }),
         route(Method::Post, "/v1/dead-letters/groups/{fingerprint}/replay", replay_group).documented(Operation {

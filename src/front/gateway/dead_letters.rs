@@ -30,14 +30,71 @@ impl Gateway {
     /// The caller's dead letters matching `filter`, grouped by cause
     /// (fingerprint: error kind, masked message, consumer, message type),
     /// largest group first.
+    /// A group the caller acknowledged is left out while no newer failure
+    /// arrived, unless `include_acknowledged`.
     pub async fn dead_letter_groups(
         &self,
         caller: &Caller,
         mut filter: DeadLetterFilter,
+        include_acknowledged: bool,
     ) -> Result<Vec<FailureGroup>, GatewayError> {
         Self::require_dead_letter_read(caller)?;
         filter.tenant_id = caller.tenant_filter();
-        Ok(self.operator(caller).failure_groups(&filter).await?)
+        let groups = self.operator(caller).failure_groups(&filter).await?;
+        let acknowledgements = self.backends.controls.group_acknowledgements(&caller.tenant_id).await?;
+        Ok(crate::operator::groups::with_acknowledgements(
+            groups,
+            &acknowledgements,
+            include_acknowledged,
+        ))
+    }
+
+    /// Acknowledges one of the caller's failure groups, with `note`: it is
+    /// left out of the caller's list until a failure of its cause newer
+    /// than now arrives (`dead-letters:replay`). Returns the group.
+    pub async fn acknowledge_group(
+        &self,
+        caller: &Caller,
+        fingerprint: &str,
+        note: Option<&str>,
+    ) -> Result<FailureGroup, GatewayError> {
+        Self::require(caller, Scope::DeadLettersReplay)?;
+        let mut group = self.dead_letter_group(caller, fingerprint).await?;
+        let note = note.map(str::trim).filter(|note| !note.is_empty());
+        if note.is_some_and(|note| note.chars().count() > crate::operator::controls::MAX_REASON_CHARS) {
+            return Err(GatewayError::Invalid {
+                field: Some("note".to_owned()),
+                message: format!("at most {} characters", crate::operator::controls::MAX_REASON_CHARS),
+            });
+        }
+        let acknowledgement = crate::ports::store::GroupAcknowledgement {
+            scope: caller.tenant_id.clone(),
+            fingerprint: group.fingerprint.clone(),
+            by: caller.principal(),
+            door: format!("api:{}", caller.key_id),
+            note: note.map(str::to_owned),
+            // Not before the group's newest failure, which it acknowledges.
+            at: OffsetDateTime::now_utc().max(group.last_at),
+        };
+        self.backends.controls.acknowledge_group(&acknowledgement).await?;
+        group.acknowledgement = Some(acknowledgement);
+        Ok(group)
+    }
+
+    /// Takes the acknowledgement of one of the caller's failure groups
+    /// back: it is listed again. Not found when it was not acknowledged.
+    pub async fn unacknowledge_group(&self, caller: &Caller, fingerprint: &str) -> Result<FailureGroup, GatewayError> {
+        Self::require(caller, Scope::DeadLettersReplay)?;
+        let group = self.dead_letter_group(caller, fingerprint).await?;
+        if !self
+            .backends
+            .controls
+            .unacknowledge_group(&caller.tenant_id, &group.fingerprint)
+            .await?
+        {
+            return Err(GatewayError::not_found("acknowledged failure group", fingerprint));
+        }
+        Ok(group)
     }
 
     /// One of the caller's failure groups; "not found" when the caller's

@@ -5,7 +5,7 @@
 use time::OffsetDateTime;
 
 use crate::operator::controls::{self, Actor};
-use crate::ports::store::{ConsumerControl, ControlAction, ControlStore};
+use crate::ports::store::{ConsumerControl, ControlAction, ControlStore, GroupAcknowledgement};
 
 fn control(consumer: &str, action: ControlAction, by: &str, at_ms: i64) -> ConsumerControl {
     ConsumerControl {
@@ -105,6 +105,30 @@ pub(crate) async fn pausing_twice_records_once_and_needs_a_reason<S: ControlStor
         2,
         "a pause and a resume recorded"
     );
+}
+
+/// Acknowledgements are kept per scope (a tenant's never seen from
+/// another's), replaced by a newer one, and removed once.
+pub(crate) async fn group_acknowledgements_stay_in_their_scope<S: ControlStore>(store: &S) {
+    let ack = |scope: &str, note: &str, at_ms: i64| GroupAcknowledgement {
+        scope: scope.to_owned(),
+        fingerprint: "0123456789abcdef".to_owned(),
+        by: "key:k1 (ops)".to_owned(),
+        door: "api:k1".to_owned(),
+        note: Some(note.to_owned()),
+        at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap() + time::Duration::milliseconds(at_ms),
+    };
+    store.acknowledge_group(&ack("contoso", "first", 1)).await.unwrap();
+    store.acknowledge_group(&ack("contoso", "second", 2)).await.unwrap();
+    assert_eq!(
+        store.group_acknowledgements("contoso").await.unwrap(),
+        vec![ack("contoso", "second", 2)]
+    );
+    assert!(store.group_acknowledgements("fabrikam").await.unwrap().is_empty());
+    assert!(!store.unacknowledge_group("fabrikam", "0123456789abcdef").await.unwrap());
+    assert!(store.unacknowledge_group("contoso", "0123456789abcdef").await.unwrap());
+    assert!(!store.unacknowledge_group("contoso", "0123456789abcdef").await.unwrap());
+    assert!(store.group_acknowledgements("contoso").await.unwrap().is_empty());
 }
 
 trait WithSequence {

@@ -148,6 +148,7 @@ where
     retention_bounds_a_sagas_history_by_count_and_keeps_its_state(&make().await).await;
     super::controls::consumer_controls_are_logged_in_order_and_the_latest_counts(&make().await).await;
     super::controls::pausing_twice_records_once_and_needs_a_reason(&make().await).await;
+    super::controls::group_acknowledgements_stay_in_their_scope(&make().await).await;
     replay_jobs_are_held_by_one_runner_at_a_time(&make().await).await;
     replay_jobs_pause_resume_cancel_and_finish(&make().await).await;
     ended_replay_jobs_go_with_the_timelines_retention(&make().await).await;

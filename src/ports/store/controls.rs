@@ -1,5 +1,6 @@
-//! Live control of consumers: an operator pauses a consumer (for every
-//! tenant) during an incident at a downstream service, and resumes it.
+//! Live control: an operator pauses a consumer (for every tenant) during an
+//! incident at a downstream service, and resumes it; and acknowledges a
+//! failure group, hiding it until a new failure of its cause arrives.
 //! Every pause and resume is one row of an append-only log
 //! ([`ControlStore`]); what is paused now is each consumer's latest row.
 //! Every replica of the consumer reads it every few seconds and stops
@@ -79,4 +80,38 @@ pub trait ControlStore: Send + Sync {
 
     /// The log, newest first, at most `limit` entries.
     async fn controls(&self, limit: usize) -> Result<Vec<ConsumerControl>, StoreError>;
+
+    /// Records `acknowledgement` of its failure group in its scope,
+    /// replacing an earlier one.
+    async fn acknowledge_group(&self, acknowledgement: &GroupAcknowledgement) -> Result<(), StoreError>;
+
+    /// Removes the acknowledgement of `fingerprint` in `scope`; false when
+    /// there was none.
+    async fn unacknowledge_group(&self, scope: &str, fingerprint: &str) -> Result<bool, StoreError>;
+
+    /// The acknowledgements in `scope`.
+    async fn group_acknowledgements(&self, scope: &str) -> Result<Vec<GroupAcknowledgement>, StoreError>;
+}
+
+/// An operator's acknowledgement of a failure group: the group is hidden
+/// from the list until a failure of its cause newer than `at` arrives, and
+/// carries the note.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupAcknowledgement {
+    /// Whose view of the groups it is in: the tenant, or `*` for the
+    /// platform's (every tenant's dead letters).
+    pub scope: String,
+    /// The group's fingerprint.
+    pub fingerprint: String,
+    /// Who acknowledged it.
+    pub by: String,
+    /// Through which door.
+    pub door: String,
+    /// What the operator wants the next one to know (a ticket, a cause).
+    pub note: Option<String>,
+    /// When (whole milliseconds).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub at: OffsetDateTime,
 }

@@ -268,3 +268,6 @@ pub(crate) fn record_control(consumer: &str, action: &str) -> String {
 /// [`ControlStore::latest_controls`](super::ControlStore::latest_controls)
 /// and [`ControlStore::controls`](super::ControlStore::controls).
 pub(crate) const CONTROLS: &str = "reading the consumers' pauses and resumes";
+
+/// The [`ControlStore`](super::ControlStore)'s failure group acknowledgements.
+pub(crate) const GROUP_ACKNOWLEDGEMENTS: &str = "reading or writing the acknowledgements of failure groups";

@@ -1,12 +1,14 @@
 //! The log of consumer pauses and resumes ([`ControlStore`]).
 
 use super::{MemoryStore, ms};
-use crate::ports::store::{ConsumerControl, ControlStore, StoreError};
+use crate::ports::store::{ConsumerControl, ControlStore, GroupAcknowledgement, StoreError};
 
-/// Every entry, oldest first; only ever pushed.
+/// Every entry, oldest first; only ever pushed. And the acknowledgements
+/// by (scope, fingerprint).
 #[derive(Debug, Default)]
 pub(super) struct Controls {
     log: Vec<ConsumerControl>,
+    acknowledgements: std::collections::BTreeMap<(String, String), GroupAcknowledgement>,
 }
 
 #[async_trait::async_trait]
@@ -37,5 +39,41 @@ impl ControlStore for MemoryStore {
 
     async fn controls(&self, limit: usize) -> Result<Vec<ConsumerControl>, StoreError> {
         Ok(self.with(|state| state.controls.log.iter().rev().take(limit).cloned().collect()))
+    }
+
+    async fn acknowledge_group(&self, acknowledgement: &GroupAcknowledgement) -> Result<(), StoreError> {
+        let stored = GroupAcknowledgement {
+            at: ms(acknowledgement.at),
+            ..acknowledgement.clone()
+        };
+        self.with(|state| {
+            state
+                .controls
+                .acknowledgements
+                .insert((stored.scope.clone(), stored.fingerprint.clone()), stored);
+        });
+        Ok(())
+    }
+
+    async fn unacknowledge_group(&self, scope: &str, fingerprint: &str) -> Result<bool, StoreError> {
+        Ok(self.with(|state| {
+            state
+                .controls
+                .acknowledgements
+                .remove(&(scope.to_owned(), fingerprint.to_owned()))
+                .is_some()
+        }))
+    }
+
+    async fn group_acknowledgements(&self, scope: &str) -> Result<Vec<GroupAcknowledgement>, StoreError> {
+        Ok(self.with(|state| {
+            state
+                .controls
+                .acknowledgements
+                .values()
+                .filter(|ack| ack.scope == scope)
+                .cloned()
+                .collect()
+        }))
     }
 }

@@ -6,7 +6,7 @@ use sqlx_core::row::Row;
 use sqlx_postgres::PgRow;
 
 use super::PostgresStore;
-use crate::ports::store::{ConsumerControl, ControlAction, ControlStore, StoreError, doing};
+use crate::ports::store::{ConsumerControl, ControlAction, ControlStore, GroupAcknowledgement, StoreError, doing};
 use crate::ports::transport::{from_unix_ms, unix_ms};
 
 const INSERT: &str = "INSERT INTO bosun_consumer_controls (consumer, action, by, door, reason, at)
@@ -83,5 +83,63 @@ impl ControlStore for PostgresStore {
                 .collect::<Result<Vec<_>, StoreError>>()
         };
         run.await.map_err(|err: StoreError| err.doing(doing::CONTROLS))
+    }
+
+    async fn acknowledge_group(&self, acknowledgement: &GroupAcknowledgement) -> Result<(), StoreError> {
+        let run = async {
+            query(
+                "INSERT INTO bosun_failure_group_acks (scope, fingerprint, by, door, note, at) VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (scope, fingerprint) DO UPDATE SET by = excluded.by, door = excluded.door,
+                 note = excluded.note, at = excluded.at",
+            )
+            .bind(&acknowledgement.scope)
+            .bind(&acknowledgement.fingerprint)
+            .bind(&acknowledgement.by)
+            .bind(&acknowledgement.door)
+            .bind(&acknowledgement.note)
+            .bind(from_unix_ms(unix_ms(acknowledgement.at)))
+            .execute(self.database.pool())
+            .await?;
+            Ok(())
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::GROUP_ACKNOWLEDGEMENTS))
+    }
+
+    async fn unacknowledge_group(&self, scope: &str, fingerprint: &str) -> Result<bool, StoreError> {
+        let run = async {
+            let done = query("DELETE FROM bosun_failure_group_acks WHERE scope = $1 AND fingerprint = $2")
+                .bind(scope)
+                .bind(fingerprint)
+                .execute(self.database.pool())
+                .await?;
+            Ok(done.rows_affected() > 0)
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::GROUP_ACKNOWLEDGEMENTS))
+    }
+
+    async fn group_acknowledgements(&self, scope: &str) -> Result<Vec<GroupAcknowledgement>, StoreError> {
+        let run = async {
+            let rows =
+                query("SELECT scope, fingerprint, by, door, note, at FROM bosun_failure_group_acks WHERE scope = $1")
+                    .bind(scope)
+                    .fetch_all(self.database.pool())
+                    .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(GroupAcknowledgement {
+                        scope: row.try_get(0)?,
+                        fingerprint: row.try_get(1)?,
+                        by: row.try_get(2)?,
+                        door: row.try_get(3)?,
+                        note: row.try_get(4)?,
+                        at: row.try_get(5)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        };
+        run.await
+            .map_err(|err: StoreError| err.doing(doing::GROUP_ACKNOWLEDGEMENTS))
     }
 }

@@ -5,7 +5,7 @@ use rusqlite::{Row, params};
 
 use super::SqliteStore;
 use crate::backends::sqlite::undecodable;
-use crate::ports::store::{ConsumerControl, ControlAction, ControlStore, StoreError, doing};
+use crate::ports::store::{ConsumerControl, ControlAction, ControlStore, GroupAcknowledgement, StoreError, doing};
 use crate::ports::transport::{from_unix_ms, unix_ms};
 
 const COLUMNS: &str = "sequence, consumer, action, by, door, reason, at";
@@ -87,5 +87,57 @@ impl ControlStore for SqliteStore {
             })
             .await
             .map_err(|err: StoreError| err.doing(doing::CONTROLS))
+    }
+
+    async fn acknowledge_group(&self, acknowledgement: &GroupAcknowledgement) -> Result<(), StoreError> {
+        let ack = acknowledgement.clone();
+        self.database
+            .call(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO failure_group_acks (scope, fingerprint, by, door, note, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (scope, fingerprint) DO UPDATE SET by = excluded.by, door = excluded.door,
+                     note = excluded.note, at = excluded.at",
+                )?
+                .execute(params![ack.scope, ack.fingerprint, ack.by, ack.door, ack.note, unix_ms(ack.at)])?;
+                Ok(())
+            })
+            .await
+            .map_err(|err: StoreError| err.doing(doing::GROUP_ACKNOWLEDGEMENTS))
+    }
+
+    async fn unacknowledge_group(&self, scope: &str, fingerprint: &str) -> Result<bool, StoreError> {
+        let (scope, fingerprint) = (scope.to_owned(), fingerprint.to_owned());
+        self.database
+            .call(move |conn| {
+                let deleted = conn
+                    .prepare_cached("DELETE FROM failure_group_acks WHERE scope = ?1 AND fingerprint = ?2")?
+                    .execute(params![scope, fingerprint])?;
+                Ok(deleted > 0)
+            })
+            .await
+            .map_err(|err: StoreError| err.doing(doing::GROUP_ACKNOWLEDGEMENTS))
+    }
+
+    async fn group_acknowledgements(&self, scope: &str) -> Result<Vec<GroupAcknowledgement>, StoreError> {
+        let scope = scope.to_owned();
+        self.database
+            .call(move |conn| {
+                let mut statement = conn.prepare_cached(
+                    "SELECT scope, fingerprint, by, door, note, at FROM failure_group_acks WHERE scope = ?1",
+                )?;
+                let rows = statement.query_map([scope], |row| {
+                    Ok(GroupAcknowledgement {
+                        scope: row.get(0)?,
+                        fingerprint: row.get(1)?,
+                        by: row.get(2)?,
+                        door: row.get(3)?,
+                        note: row.get(4)?,
+                        at: from_unix_ms(row.get(5)?),
+                    })
+                })?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+            .map_err(|err: StoreError| err.doing(doing::GROUP_ACKNOWLEDGEMENTS))
     }
 }

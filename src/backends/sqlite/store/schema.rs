@@ -229,6 +229,16 @@ CREATE TABLE IF NOT EXISTS consumer_controls (
     at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS consumer_controls_latest ON consumer_controls (consumer, sequence);
+-- Acknowledged failure groups, one row per (scope, fingerprint).
+CREATE TABLE IF NOT EXISTS failure_group_acks (
+    scope TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    by TEXT NOT NULL,
+    door TEXT NOT NULL,
+    note TEXT,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (scope, fingerprint)
+);
 ";
 
 /// Columns added to tables after their first release: state.db files made by

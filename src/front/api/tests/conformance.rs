@@ -370,6 +370,31 @@ async fn every_operation_answers_what_the_openapi_document_says() {
             404,
             delete("/v1/tenants/contoso/release-policy/holds/prod"),
         ),
+        case(
+            "acknowledgeFailureGroup",
+            200,
+            api.client
+                .put(url(&format!("/v1/dead-letters/groups/{replay_group}/acknowledgement")))
+                .bearer_auth(&admin)
+                .json(&json!({"note": "INC-5"})),
+        ),
+        case(
+            "acknowledgeFailureGroup",
+            404,
+            api.client
+                .put(url("/v1/dead-letters/groups/ffffffffffffffff/acknowledgement"))
+                .bearer_auth(&admin),
+        ),
+        case(
+            "unacknowledgeFailureGroup",
+            200,
+            delete(&format!("/v1/dead-letters/groups/{replay_group}/acknowledgement")),
+        ),
+        case(
+            "unacknowledgeFailureGroup",
+            404,
+            delete(&format!("/v1/dead-letters/groups/{replay_group}/acknowledgement")),
+        ),
         case("listConsumers", 200, get("/v1/consumers")),
         case("listConsumers", 401, api.client.get(url("/v1/consumers"))),
         case(

@@ -77,7 +77,7 @@ impl McpTool for ListFailures {
             ..DeadLetterFilter::default()
         };
         if grouped {
-            let groups = gateway.dead_letter_groups(caller, filter).await?;
+            let groups = gateway.dead_letter_groups(caller, filter, false).await?;
             Ok(json!({"groups": to_json(&groups)?}))
         } else {
             let dead_letters = gateway.dead_letters(caller, filter).await?;
