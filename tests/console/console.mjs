@@ -14,7 +14,11 @@
 //                                    (not replayed yet), all of one consumer and type
 //   BOSUN_DEMO_DELIVERY              a whole delivery that completed (`bosun demo --data-dir`), with its
 //                                    release saga: drawn as a waterfall and a state machine
-//   BOSUN_PICTURES_DIR               optional: where the pictures' screenshots go (default: not kept)
+//   BOSUN_FAILED_DELIVERY            optional: a delivery whose release a failing unit test stopped
+//                                    (`bosun demo --failing-test`), of another tenant than BOSUN_KEY's
+//   BOSUN_FAILED_KEY                 with BOSUN_FAILED_DELIVERY: a key of its tenant
+//   BOSUN_PICTURES_DIR               optional: where the pictures' screenshots go, and the failed
+//                                    delivery page's (delivery-failed.png) (default: not kept)
 //   BOSUN_LIVE_PROBE                 optional: `1` to also send a Probe that takes 3 s (the probe
 //                                    consumer must run) and follow it live until it completes
 //   BOSUN_SCREENSHOT                 optional: a PNG path for a screenshot (taken on failure too)
@@ -48,6 +52,8 @@ const key = env('BOSUN_KEY');
 const deliveryId = env('BOSUN_DELIVERY');
 const reason = env('BOSUN_DEAD_LETTER_GROUP_REASON');
 const demoDelivery = env('BOSUN_DEMO_DELIVERY');
+const failedDelivery = process.env.BOSUN_FAILED_DELIVERY || '';
+const failedKey = failedDelivery ? env('BOSUN_FAILED_KEY') : '';
 const picturesDir = process.env.BOSUN_PICTURES_DIR || '';
 const liveProbe = process.env.BOSUN_LIVE_PROBE === '1';
 const screenshotPath = process.env.BOSUN_SCREENSHOT || '';
@@ -401,6 +407,140 @@ await step("a failed delivery's waterfall highlights its retries and its dead le
   check(red > 50, `the failed waterfall has ${red} pixels of the failure colour`);
   console.log(`  bars: ${statuses.join(', ')}; ${red} failure pixels`);
 });
+
+await step('a dead-lettered delivery opens with what ended it, a replay button and a link to the dead letter', async () => {
+  // The failed delivery opened by the step before.
+  const banner = byTestId('delivery-outcome');
+  await page.waitForSelector(`${banner}[data-state="failed"]:visible`);
+  check((await page.getAttribute(banner, 'data-cause')) === 'dead-letter', 'the banner does not say dead letter');
+  const sentence = (await page.textContent(byTestId('delivery-outcome-sentence'))).trim();
+  check(
+    /^Failed: CreateCommit was dead-lettered by commit on attempt \d+: retries-exhausted: .*; next: replay dead letter [0-9a-f-]{36}/.test(sentence),
+    `the sentence reads: ${sentence}`,
+  );
+  const actions = await page.$$eval('[data-testid="outcome-action"]', (nodes) =>
+    nodes.map((node) => ({ kind: node.dataset.kind, target: node.dataset.target, tag: node.tagName, href: node.getAttribute('href') })),
+  );
+  const replay = actions.find((action) => action.kind === 'replay-dead-letter');
+  const open = actions.find((action) => action.kind === 'open-dead-letter');
+  check(replay && replay.tag === 'BUTTON' && sentence.includes(replay.target), `no replay button for the dead letter: ${JSON.stringify(actions)}`);
+  check(open && open.href === `#/dead-letters/${open.target}` && open.target === replay.target, `no link to the dead letter: ${JSON.stringify(actions)}`);
+  // The attempts the timeline shows count from 1, as the card's.
+  const attempts = await page.$$eval('[data-testid="timeline-event-attempt"]', (cells) => cells.map((cell) => Number(cell.textContent)));
+  check(attempts.length && attempts.every((n) => n >= 1), `attempts in the timeline: ${attempts.join(', ')}`);
+  const card = (await page.textContent(`${byTestId('delivery-message')}[data-message-type="CreateCommit"]`)) ?? '';
+  check(card.includes(`attempts ${Math.max(...attempts)}`), `the card's attempts differ from the timeline's ${Math.max(...attempts)}: ${card}`);
+  // The link opens the dead letter (nothing replayed: the group steps below replay it).
+  await page.click(`[data-testid="outcome-action"][data-kind="open-dead-letter"]`);
+  await waitInPage(
+    'the dead letter opens',
+    (id) => document.querySelector('[data-testid="dl-detail-id"]')?.textContent === id,
+    open.target,
+  );
+  console.log(`  ${sentence}`);
+});
+
+if (failedDelivery) {
+  await step('a release stopped by a failing unit test opens with what ended it, its hop red', async () => {
+    // Its tenant's key (the delivery is fabrikam's), put back at the end.
+    await page.fill('#api-key', failedKey);
+    await page.click(byTestId('key-save'));
+    await page.waitForSelector(`${byTestId('key-state')}[data-state="set"]`);
+    await page.goto(`${baseUrl}/console#/deliveries/${encodeURIComponent(failedDelivery)}`);
+    const banner = byTestId('delivery-outcome');
+    await page.waitForSelector(`${banner}[data-state="failed"]:visible`);
+    await page.waitForSelector(`${byTestId('waterfall-row')}[data-message-type="ReleaseBlocked"]`);
+    check((await page.getAttribute(banner, 'data-cause')) === 'release-blocked', 'the banner does not say the release was blocked');
+    const sentence = (await page.textContent(byTestId('delivery-outcome-sentence'))).trim();
+    check(
+      sentence.startsWith('Failed: ReleaseBlocked from release-orchestration: release ') &&
+        sentence.includes('stopped at its build step') &&
+        sentence.includes('add_two_and_three') &&
+        sentence.includes('next: open the release saga fabrikam/'),
+      `the sentence reads: ${sentence}`,
+    );
+    // First on the page: above the waterfall, the cards and the timeline; red.
+    const top = async (selector) => (await page.locator(selector).first().boundingBox())?.y ?? -1;
+    const bannerTop = await top(banner);
+    for (const below of [byTestId('delivery-waterfall'), byTestId('delivery-message'), byTestId('timeline')]) {
+      check(bannerTop >= 0 && bannerTop < (await top(below)), `the banner is not above ${below}`);
+    }
+    const colours = await page.$eval(banner, (node) => [getComputedStyle(node).borderLeftColor, getComputedStyle(node).backgroundColor]);
+    const [bad, badBg] = await page.evaluate(() => {
+      const probe = document.createElement('span');
+      document.body.append(probe);
+      probe.style.color = 'var(--bad)';
+      probe.style.backgroundColor = 'var(--bad-bg)';
+      const style = getComputedStyle(probe);
+      const found = [style.color, style.backgroundColor];
+      probe.remove();
+      return found;
+    });
+    check(colours[0] === bad && colours[1] === badBg, `the banner is ${colours.join(' on ')}, not red (${bad} on ${badBg})`);
+    const release = await page.$eval('[data-testid="outcome-action"][data-kind="open-release"]', (node) => ({
+      target: node.dataset.target,
+      href: node.getAttribute('href'),
+    }));
+    check(
+      release.target.startsWith('fabrikam/') && release.href === `#/sagas/release/${encodeURIComponent(release.target)}`,
+      `the release link: ${JSON.stringify(release)}`,
+    );
+    // The hop that ended it is red; no other is.
+    const ended = await page.$$eval('[data-testid="waterfall-row"][data-ended="true"]', (rows) =>
+      rows.map((row) => ({
+        type: row.dataset.messageType,
+        failed: row.classList.contains('wf-failed'),
+        bars: [...row.querySelectorAll('[data-testid="waterfall-bar"]')].map((bar) => [bar.dataset.status, getComputedStyle(bar).fill]),
+      })),
+    );
+    check(
+      ended.length === 1 && ended[0].type === 'ReleaseBlocked' && ended[0].failed && ended[0].bars.every(([, fill]) => fill === bad),
+      `the ended hops: ${JSON.stringify(ended)} (failure colour ${bad})`,
+    );
+    check(ended[0].bars[0][0] === 'published', `ReleaseBlocked is drawn as ${ended[0].bars[0][0]}`);
+    // Events no consumer receives are published: neutral, not an amber "sent".
+    const published = await page.$$eval('[data-testid="delivery-message"][data-status="published"]', (cards) =>
+      cards.map((card) => [card.dataset.messageType, getComputedStyle(card.querySelector('[data-testid="delivery-message-status"]')).color]),
+    );
+    const [muted, warn] = await page.evaluate(() => {
+      const probe = document.createElement('span');
+      document.body.append(probe);
+      probe.style.color = 'var(--muted)';
+      const first = getComputedStyle(probe).color;
+      probe.style.color = 'var(--warn)';
+      const second = getComputedStyle(probe).color;
+      probe.remove();
+      return [first, second];
+    });
+    const types = published.map(([type]) => type);
+    check(types.includes('ReleaseBlocked') && types.includes('PipelineGenerated'), `published cards: ${types.join(', ')}`);
+    check(published.every(([, colour]) => colour === muted && colour !== warn), `published badges: ${JSON.stringify(published)}`);
+    // Every time to the millisecond, saying its zone; attempts from 1.
+    const times = await page.$$eval('[data-testid="delivery-detail"] time', (nodes) => nodes.map((node) => node.textContent));
+    const odd = times.filter((shown) => !/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC$/.test(shown));
+    check(times.length > 10 && odd.length === 0, `times not shown as YYYY-MM-DD HH:MM:SS.mmm UTC: ${odd.slice(0, 5).join(' | ')}`);
+    const attempts = await page.$$eval('[data-testid="timeline-event-attempt"]', (cells) => cells.map((cell) => cell.textContent));
+    check(attempts.length && attempts.every((n) => Number(n) >= 1), `attempts in the timeline: ${attempts.join(', ')}`);
+    // The page as an operator sees it, kept with the pictures.
+    const dir = picturesDir || mkdtempSync(join(tmpdir(), 'bosun-console-'));
+    const path = join(dir, 'delivery-failed.png');
+    await page.screenshot({ path, fullPage: true });
+    const png = await pictureOf(banner, 'delivery-failed-banner');
+    const red = pixelsOf(png, await cssColour('--bad'));
+    check(red > 200, `the banner's screenshot has ${red} pixels of the failure colour`);
+    console.log(`  ${sentence}\n  page screenshot at ${path}; ${red} failure pixels in the banner`);
+    // Its link opens the release saga, blocked.
+    await page.click('[data-testid="outcome-action"][data-kind="open-release"]');
+    await page.waitForSelector(`${byTestId('release-panel')}:visible`);
+    const phase = await waitInPage('the release page shows its phase', () =>
+      document.querySelector('[data-testid="release-phase"]')?.dataset.status,
+    );
+    check(phase === 'blocked', `the release is ${phase}, not blocked`);
+    await page.fill('#api-key', key);
+    await page.click(byTestId('key-save'));
+    await page.waitForSelector(`${byTestId('key-state')}[data-state="set"]`);
+  });
+}
 
 await step("the release saga's state machine shows where it is and the way it went", async () => {
   await page.goto(`${baseUrl}/console#/sagas`);
