@@ -72,7 +72,9 @@ impl TimelineStatus {
 
 /// One line of a delivery's timeline.
 ///
-/// Serialized with `attemptNumber` beside `attempt` ([`TimelineLine`]).
+/// Serialized (API, MCP, `--json`) with its fields and `attemptNumber`
+/// beside `attempt`: the attempt counted from 1
+/// ([`TimelineEntry::attempt_number`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineEntry {
     /// The delivery.
