@@ -105,11 +105,21 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    let failing_report: Value = serde_json::from_slice(&failing.stdout)
-        .unwrap_or_else(|err| panic!("demo --failing-test printed no JSON ({err}): {}", String::from_utf8_lossy(&failing.stderr)));
-    assert!(!failing.status.success(), "the failing demo must fail: {failing_report:#}");
+    let failing_report: Value = serde_json::from_slice(&failing.stdout).unwrap_or_else(|err| {
+        panic!(
+            "demo --failing-test printed no JSON ({err}): {}",
+            String::from_utf8_lossy(&failing.stderr)
+        )
+    });
     assert!(
-        failing_report["failure"].as_str().unwrap_or_default().contains("ReleaseBlocked"),
+        !failing.status.success(),
+        "the failing demo must fail: {failing_report:#}"
+    );
+    assert!(
+        failing_report["failure"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ReleaseBlocked"),
         "{failing_report:#}"
     );
     let failed_delivery = failing_report["correlationId"].as_str().unwrap().to_owned();
