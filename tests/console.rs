@@ -9,8 +9,11 @@
 //! Before it, `bosun demo` runs one whole delivery on the same data
 //! directory, whose waterfall and release saga's state machine the script
 //! checks in the page and in screenshots (their pixels of the completed,
-//! failure and highlight colours); and nothing the page loads comes from
-//! another origin.
+//! failure and highlight colours), and `bosun demo --failing-test` (tenant
+//! fabrikam, with a key of its own) one whose release a failing unit test
+//! stops: its page opens with the red banner saying what ended it, the
+//! ReleaseBlocked hop red; and nothing the page loads comes from another
+//! origin.
 //!
 //! Ignored by a plain `cargo test` (reported as ignored): it needs Node.js
 //! 20+, Debian's Chromium and playwright-core, which `scripts/browser`
@@ -18,7 +21,8 @@
 //! runs it (`cargo test --test console -- --ignored`); run explicitly
 //! without them, it fails saying what is missing. Set
 //! BOSUN_TEST_CONSOLE_SCREENSHOT to a PNG path to keep a screenshot of the
-//! console.
+//! console; the pictures' and the failed delivery page's screenshots
+//! (`delivery-failed.png`) are kept beside it.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -92,6 +96,33 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
     let demo: Value = serde_json::from_slice(&demo.stdout).unwrap();
     assert_eq!(demo["completed"], true, "{demo:#}");
     let demo_delivery = demo["correlationId"].as_str().unwrap().to_owned();
+    // And one whose unit test fails, as `bosun demo --failing-test` runs
+    // it (another tenant: a second demo of one tenant is refused): the
+    // release stops with ReleaseBlocked, which the console opens with.
+    let failing = common::bosun(data)
+        .args(["demo", "--failing-test", "--tenant", "fabrikam", "--json", "--data-dir"])
+        .arg(data)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let failing_report: Value = serde_json::from_slice(&failing.stdout).unwrap_or_else(|err| {
+        panic!(
+            "demo --failing-test printed no JSON ({err}): {}",
+            String::from_utf8_lossy(&failing.stderr)
+        )
+    });
+    assert!(
+        !failing.status.success(),
+        "the failing demo must fail: {failing_report:#}"
+    );
+    assert!(
+        failing_report["failure"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ReleaseBlocked"),
+        "{failing_report:#}"
+    );
+    let failed_delivery = failing_report["correlationId"].as_str().unwrap().to_owned();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut server = Server::start(
@@ -106,6 +137,8 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
 
     let created = run_json(data, &["keys", "create", "--tenant", "contoso", "--scopes", "admin"]);
     let key = created["key"].as_str().expect("keys create prints the key").to_owned();
+    let created = run_json(data, &["keys", "create", "--tenant", "fabrikam", "--scopes", "admin"]);
+    let failed_key = created["key"].as_str().expect("keys create prints the key").to_owned();
 
     // A delivery that completes.
     let (status, accepted) = api(
@@ -166,6 +199,8 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
             ("BOSUN_DELIVERY", delivery.as_str()),
             ("BOSUN_DEAD_LETTER_GROUP_REASON", reason),
             ("BOSUN_DEMO_DELIVERY", demo_delivery.as_str()),
+            ("BOSUN_FAILED_DELIVERY", failed_delivery.as_str()),
+            ("BOSUN_FAILED_KEY", failed_key.as_str()),
             ("BOSUN_PICTURES_DIR", pictures.as_str()),
             ("BOSUN_LIVE_PROBE", "1"),
             ("BOSUN_SCREENSHOT", screenshot_text.as_str()),

@@ -260,8 +260,35 @@ fn a_failing_unit_test_stops_the_release_before_promotion() {
         "{delivery:#}"
     );
     assert!(summary_of("ReleaseBlocked").contains("stopped"), "{delivery:#}");
+    // What ended it, first: the hop, the consumer, the failing test, and
+    // the release saga to open.
+    let outcome = &delivery["outcome"];
+    assert_eq!(outcome["state"], "failed", "{outcome:#}");
+    assert_eq!(outcome["cause"], "release-blocked", "{outcome:#}");
+    assert_eq!(outcome["messageType"], "ReleaseBlocked", "{outcome:#}");
+    assert_eq!(outcome["consumer"], "release-orchestration", "{outcome:#}");
+    assert!(
+        outcome["error"].as_str().unwrap().contains("add_two_and_three"),
+        "{outcome:#}"
+    );
+    assert_eq!(outcome["actions"][0]["kind"], "open-release", "{outcome:#}");
+    // No consumer receives ReleaseBlocked: published, not waiting.
+    let blocked = delivery["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["messageType"] == "ReleaseBlocked")
+        .unwrap();
+    assert_eq!(blocked["status"], "published", "{blocked:#}");
     let text = common::run(data, &["deliveries", "show", correlation]);
     assert!(text.contains("add_two_and_three"), "{text}");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Failed: ReleaseBlocked from release-orchestration: release ")
+            && first.contains("add_two_and_three")
+            && first == outcome["sentence"],
+        "{text}"
+    );
     progress.phase(format!(
         "checked {} hops: the release stopped before promotion",
         hops.len()

@@ -13,7 +13,7 @@ use bosun::ports::store::{DeliveryRecord, StoreError};
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
 
-use super::output::{Align, Table, for_terminal, parse_since, print_json, short_time};
+use super::output::{Align, Table, for_terminal, parse_since, precise_time, print_json, short_time};
 
 /// How many deliveries `list` looks through, newest first, for the ones
 /// its filters keep.
@@ -38,8 +38,9 @@ pub enum DeliveriesCommand {
         #[arg(long)]
         json: bool,
     },
-    /// The timeline of one delivery: every message, its consumer, status,
-    /// attempts and times.
+    /// What became of one delivery in one sentence (what ended it and
+    /// where, and what to do next), then its timeline: every message, its
+    /// consumer, status, attempts and times.
     Show {
         /// The delivery's correlation id (or a unique prefix of at least 4
         /// characters).
@@ -186,20 +187,26 @@ fn consumers_of(message: &bosun::operator::DeliveryMessage) -> String {
     }
 }
 
-/// The timeline: a paragraph per message, a line per event; the events'
-/// columns in line across the paragraphs.
+/// The outcome's sentence and its next actions as commands, then the
+/// timeline: a paragraph per message, a line per event (attempts counted
+/// from 1, times to the millisecond in UTC); the events' columns in line
+/// across the paragraphs.
 fn write_delivery(out: &mut impl Write, delivery: &Delivery) -> Result<()> {
-    writeln!(out, "delivery {}  ({})", delivery.correlation_id, delivery.status)?;
+    writeln!(out, "{}", delivery.outcome.sentence)?;
+    for action in &delivery.outcome.actions {
+        writeln!(out, "  {}: {}", action.label, action.command)?;
+    }
+    writeln!(out, "\ndelivery {}  ({})", delivery.correlation_id, delivery.status)?;
     if let Some(trace_id) = &delivery.trace_id {
         writeln!(out, "trace {trace_id}")?;
     }
     let mut events = Table::headless([Align::Left, Align::Left, Align::Left, Align::Left, Align::Left]).indented("  ");
     for event in delivery.messages.iter().flat_map(|message| &message.events) {
         events.row([
-            short_time(event.at),
+            precise_time(event.at),
             event.status.as_str().to_owned(),
             event.consumer.clone().unwrap_or_else(|| "-".to_owned()),
-            format!("attempt {}", event.attempt),
+            format!("attempt {}", event.attempt_number()),
             event.detail.clone().unwrap_or_default(),
         ]);
     }
@@ -324,56 +331,77 @@ mod tests {
     }
 
     #[test]
-    fn the_timeline_has_a_paragraph_per_message_and_a_line_per_event() {
+    fn the_outcome_comes_first_then_a_paragraph_per_message_and_a_line_per_event() {
+        let dead = "01936f7e-8a3b-7c4d-9e5f-0123456789ac";
+        let messages = vec![
+            DeliveryMessage {
+                message_id: "msg-1".to_owned(),
+                message_type: "CreateCommit".to_owned(),
+                consumers: vec!["commit".to_owned()],
+                status: TimelineStatus::DeadLettered,
+                attempts: 2,
+                first_seen: datetime!(2026-12-01 10:00:00 UTC),
+                last_update: datetime!(2026-12-01 10:00:00.25 UTC),
+                by_consumer: vec![ConsumerStatus {
+                    consumer: "commit".to_owned(),
+                    status: TimelineStatus::DeadLettered,
+                }],
+                summary: Some("commit to payments-api".to_owned()),
+                events: vec![
+                    event(TimelineStatus::Sent, None, 0, None),
+                    TimelineEntry {
+                        at: datetime!(2026-12-01 10:00:00.25 UTC),
+                        ..event(
+                            TimelineStatus::DeadLettered,
+                            Some("commit"),
+                            1,
+                            Some(&format!("permanent-failure: no repository (dead letter {dead})")),
+                        )
+                    },
+                ],
+            },
+            DeliveryMessage {
+                message_id: "msg-2".to_owned(),
+                message_type: "PipelineGenerated".to_owned(),
+                consumers: vec![],
+                status: TimelineStatus::Published,
+                attempts: 0,
+                first_seen: datetime!(2026-12-01 10:00:00 UTC),
+                last_update: datetime!(2026-12-01 10:00:00 UTC),
+                by_consumer: vec![],
+                summary: None,
+                events: vec![],
+            },
+        ];
         let delivery = Delivery {
             correlation_id: "corr-1".to_owned(),
             tenant_id: Some("contoso".to_owned()),
             status: "failed".to_owned(),
+            outcome: bosun::operator::outcome::outcome("failed", &messages, &[]),
             trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned()),
-            messages: vec![
-                DeliveryMessage {
-                    message_id: "msg-1".to_owned(),
-                    message_type: "CreateCommit".to_owned(),
-                    consumers: vec!["commit".to_owned()],
-                    status: TimelineStatus::DeadLettered,
-                    attempts: 2,
-                    first_seen: datetime!(2026-12-01 10:00:00 UTC),
-                    last_update: datetime!(2026-12-01 10:00:00 UTC),
-                    by_consumer: vec![],
-                    summary: Some("commit to payments-api".to_owned()),
-                    events: vec![
-                        event(TimelineStatus::Sent, None, 0, None),
-                        event(TimelineStatus::DeadLettered, Some("commit"), 1, Some("no repository")),
-                    ],
-                },
-                DeliveryMessage {
-                    message_id: "msg-2".to_owned(),
-                    message_type: "CommitCreated".to_owned(),
-                    consumers: vec![],
-                    status: TimelineStatus::Sent,
-                    attempts: 0,
-                    first_seen: datetime!(2026-12-01 10:00:00 UTC),
-                    last_update: datetime!(2026-12-01 10:00:00 UTC),
-                    by_consumer: vec![],
-                    summary: None,
-                    events: vec![],
-                },
-            ],
+            messages,
         };
         let mut out = Vec::new();
         write_delivery(&mut out, &delivery).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             format!(
-                "delivery corr-1  (failed)\n\
+                "Failed: CreateCommit was dead-lettered by commit on attempt 2: permanent-failure: no repository; \
+                 next: replay dead letter {dead} once the cause is fixed, or open it to read its error chain and \
+                 edit its payload.\n  \
+                 Replay dead letter 01936f7e...: bosun dead-letters replay {dead}\n  \
+                 Open dead letter 01936f7e...: bosun dead-letters show {dead}\n\
+                 \n\
+                 delivery corr-1  (failed)\n\
                  trace 4bf92f3577b34da6a3ce929d0e0e4736\n\
                  \n\
-                 CreateCommit  msg-1  status=dead-lettered  attempts=2  consumers=commit\n  \
+                 CreateCommit  msg-1  status=dead-lettered  attempts=2  consumers=commit:dead-lettered\n  \
                  commit to payments-api\n  \
-                 2026-12-01T10:00:00Z  sent{sent}  -{dash}  attempt 0\n  \
-                 2026-12-01T10:00:00Z  dead-lettered  commit  attempt 1  no repository\n\
+                 2026-12-01 10:00:00.000 UTC  sent{sent}  -{dash}  attempt 1\n  \
+                 2026-12-01 10:00:00.250 UTC  dead-lettered  commit  attempt 2  \
+                 permanent-failure: no repository (dead letter {dead})\n\
                  \n\
-                 CommitCreated  msg-2  status=sent  attempts=0  consumers=-\n",
+                 PipelineGenerated  msg-2  status=published  attempts=0  consumers=-\n",
                 sent = " ".repeat(9),
                 dash = " ".repeat(5),
             )

@@ -133,6 +133,8 @@ fn progress_line(seconds: f64, line: &TimelineEntry) -> String {
         TimelineStatus::DeadLettered => "XX",
         TimelineStatus::Duplicate => "==",
         TimelineStatus::Replayed => "<>",
+        // A message's status, never a line's.
+        TimelineStatus::Published => "->",
     };
     format!(
         "[{seconds:7.2}s] {arrow} {:<26} {:<15} {:<22} {}",

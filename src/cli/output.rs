@@ -209,6 +209,15 @@ impl Table {
     }
 }
 
+/// A time to the millisecond, in UTC and saying so, as the console shows
+/// it: `2026-12-07 21:49:33.412 UTC`.
+pub fn precise_time(at: OffsetDateTime) -> String {
+    let format =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3] UTC");
+    let utc = at.to_offset(time::UtcOffset::UTC);
+    utc.format(&format).unwrap_or_else(|_| utc.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use time::macros::datetime;
@@ -325,6 +334,18 @@ mod tests {
         assert_eq!(
             short_time(datetime!(2026-12-01 10:00:00.25 +01:00)),
             "2026-12-01T10:00:00.25+01:00"
+        );
+    }
+
+    #[test]
+    fn precise_times_have_milliseconds_and_say_utc() {
+        assert_eq!(
+            precise_time(datetime!(2026-12-07 21:49:33.412_345 UTC)),
+            "2026-12-07 21:49:33.412 UTC"
+        );
+        assert_eq!(
+            precise_time(datetime!(2026-12-07 22:49:33 +01:00)),
+            "2026-12-07 21:49:33.000 UTC"
         );
     }
 

@@ -547,7 +547,17 @@ fn every_command_parses_into_its_variant_and_fields() {
                         consumer: some("commit"),
                         ..Default::default()
                     },
+                    all: false,
                     json: true,
+                },
+            }),
+        ),
+        (
+            vec!["dead-letters", "ack", "0123456789abcdef", "--note", "INC-5"],
+            plain(Command::DeadLetters {
+                command: DeadLettersCommand::Ack {
+                    fingerprint: "0123456789abcdef".to_owned(),
+                    note: some("INC-5"),
                 },
             }),
         ),
@@ -703,6 +713,7 @@ fn the_top_level_help_lists_every_command_in_order() {
             "bench",
             "migrate",
             "fleet",
+            "consumers",
             "prune",
             "send",
             "deliveries",

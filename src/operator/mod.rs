@@ -3,23 +3,27 @@
 //! sagas. The CLI is a thin layer over this module (and the HTTP API will
 //! be another).
 
+mod assemble;
 pub mod audit;
 pub mod controls;
 pub mod describe;
 pub mod groups;
 mod lookup;
+pub mod outcome;
 pub mod policies;
 pub mod rollback;
 mod send;
 pub mod status;
 
+#[cfg(test)]
+pub(crate) use assemble::expected_consumers;
+pub use outcome::DeliveryOutcome;
 pub use send::{PreparedCommand, SendOptions, SentMessage};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_contracts::routing::{command_handler, event_subscribers};
-use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageKind, MessageSpec, versions};
+use bosun_contracts::{ContractError, Destination, Envelope, Message, MessageSpec, versions};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -91,14 +95,18 @@ pub struct DeliveryMessage {
     pub consumers: Vec<String>,
     /// What became of it: `dead-lettered` as soon as one consumer
     /// dead-lettered it (and it was not replayed since), `completed` when
-    /// every consumer it is routed to handled it, else in flight (`sent`,
+    /// every consumer it is routed to handled it, `published` when no
+    /// consumer is routed to it (sent, and over), else in flight (`sent`,
     /// `retry-scheduled`, `replayed`); never from the order its lines were
     /// written in ([`status`]).
     pub status: TimelineStatus,
     /// What became of it at each consumer it is routed to (and any other
     /// that wrote a line about it).
     pub by_consumer: Vec<ConsumerStatus>,
-    /// Handling attempts (retries + 1) seen so far.
+    /// Handling attempts (retries + 1) seen so far, counted as its lines'
+    /// `attemptNumber`: the highest of its `completed`, `retry-scheduled`
+    /// and `dead-lettered` lines (0 before any consumer handled it, and for
+    /// a `published` one).
     pub attempts: u32,
     /// First time it appears.
     #[serde(with = "time::serde::rfc3339")]
@@ -128,6 +136,11 @@ pub struct Delivery {
     /// sent or emitted has been handled by every consumer it is routed to
     /// (nothing in flight, nothing scheduled); `in-progress` otherwise.
     pub status: String,
+    /// What became of it, in one sentence and its parts: for a failed
+    /// delivery what ended it and where (the hop, the consumer, the error)
+    /// and what to do next; for a completed one how long it took through
+    /// how many hops.
+    pub outcome: DeliveryOutcome,
     /// The delivery's W3C trace id (32 hex digits), to look it up in the
     /// tracing backend: the trace of its first command, which every
     /// message of the delivery is a span of. `None` when unknown (a
@@ -249,45 +262,7 @@ impl Operator {
             }
             .into());
         }
-        let mut messages: Vec<DeliveryMessage> = Vec::new();
-        for line in lines.iter().cloned() {
-            let index = match messages.iter().position(|m| m.message_id == line.message_id) {
-                Some(index) => index,
-                None => {
-                    messages.push(DeliveryMessage {
-                        message_id: line.message_id.clone(),
-                        message_type: line.message_type.clone(),
-                        consumers: Vec::new(),
-                        status: line.status,
-                        by_consumer: Vec::new(),
-                        attempts: 0,
-                        first_seen: line.at,
-                        last_update: line.at,
-                        summary: None,
-                        events: Vec::new(),
-                    });
-                    messages.len() - 1
-                }
-            };
-            let message = &mut messages[index];
-            if let Some(consumer) = line.consumer.as_ref().filter(|c| !message.consumers.contains(c)) {
-                message.consumers.push(consumer.clone());
-            }
-            if matches!(
-                line.status,
-                TimelineStatus::Completed | TimelineStatus::RetryScheduled | TimelineStatus::DeadLettered
-            ) {
-                message.attempts = message.attempts.max(line.attempt + 1);
-            }
-            message.first_seen = message.first_seen.min(line.at);
-            message.last_update = message.last_update.max(line.at);
-            message.events.push(line);
-        }
-        for message in &mut messages {
-            message.by_consumer =
-                status::consumer_statuses(&expected_consumers(&message.message_type), &message.events);
-            message.status = status::message_status(&message.by_consumer, &message.events);
-        }
+        let mut messages = assemble::messages_of(&lines);
         let record = self.store.delivery_record(correlation_id).await?;
         let mut trace_id = record
             .as_ref()
@@ -295,9 +270,8 @@ impl Operator {
             .and_then(telemetry::trace_id)
             .map(str::to_owned);
         let mut tenant = record.map(|record| record.tenant_id);
-        // Messages consumers emitted: committed with the handling of their
-        // cause, before the dispatcher's `sent` line, so a delivery is not
-        // complete while one of them waits in the outbox.
+        // Messages consumers emitted: what they say, and (sent or still in
+        // the outbox) whether the delivery is settled.
         let mut emitted = Vec::new();
         for body in self.store.emitted(correlation_id).await? {
             if let Ok((envelope, message)) = Envelope::parse(&body) {
@@ -313,31 +287,20 @@ impl Operator {
                         .and_then(telemetry::trace_id)
                         .map(str::to_owned);
                 }
-                emitted.push((id, envelope.message_type));
+                emitted.push((envelope, message));
             }
         }
-        let stopped = messages
+        let emitted_types: Vec<(String, String)> = emitted
             .iter()
-            .any(|m| matches!(m.message_type.as_str(), "ReleaseBlocked" | "ReleaseRejected"));
-        let failed = stopped || messages.iter().any(|m| m.status == TimelineStatus::DeadLettered);
-        let settled = messages.iter().all(|m| handled_everywhere(&m.message_type, &m.events))
-            && emitted.iter().all(
-                |(id, message_type)| match messages.iter().find(|m| &m.message_id == id) {
-                    Some(message) => handled_everywhere(message_type, &message.events),
-                    None => expected_consumers(message_type).is_empty(),
-                },
-            );
-        let status = if failed {
-            "failed"
-        } else if settled {
-            "completed"
-        } else {
-            "in-progress"
-        };
+            .map(|(envelope, _)| (envelope.message_id.to_string(), envelope.message_type.clone()))
+            .collect();
+        let status = assemble::delivery_status(&messages, &emitted_types);
+        let outcome = outcome::outcome(status, &messages, &emitted);
         let delivery = Delivery {
             correlation_id: correlation_id.to_owned(),
             tenant_id: tenant,
             status: status.to_owned(),
+            outcome,
             trace_id,
             messages,
         };
@@ -728,20 +691,6 @@ impl Operator {
             .into()),
         }
     }
-}
-
-/// The consumers a message of this type is routed to.
-pub(crate) fn expected_consumers(message_type: &str) -> Vec<&'static str> {
-    match MessageSpec::find(message_type).map(|spec| spec.kind) {
-        Some(MessageKind::Command) => command_handler(message_type).map(|c| c.name).into_iter().collect(),
-        Some(MessageKind::Event) => event_subscribers(message_type).map(|c| c.name).collect(),
-        None => Vec::new(),
-    }
-}
-
-/// Whether every consumer a message is routed to has handled it.
-fn handled_everywhere(message_type: &str, events: &[TimelineEntry]) -> bool {
-    status::handled_everywhere(&expected_consumers(message_type), events)
 }
 
 #[cfg(test)]

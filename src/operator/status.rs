@@ -18,7 +18,9 @@
 //!
 //! A message is `dead-lettered` as soon as one of its hops is, `completed`
 //! when every consumer it is routed to (and every consumer that wrote a
-//! line about it) handled it, and in flight otherwise. A delivery is
+//! line about it) handled it, `published` when it was sent and no consumer
+//! is routed to it (an event nobody subscribes to: over, not waiting), and
+//! in flight otherwise. A delivery is
 //! `failed` as soon as one of its messages is dead-lettered (whatever the
 //! other subscribers did, or do later). As lines are added, a hop's status
 //! only moves forward (`sent` -> in flight -> `dead-lettered` or
@@ -98,10 +100,14 @@ pub fn consumer_statuses(expected: &[&str], lines: &[TimelineEntry]) -> Vec<Cons
 }
 
 /// A message's status from its consumers' (see the module's documentation);
-/// `lines` decides it for a message no consumer receives.
+/// `lines` decides it for a message no consumer receives: `published` once
+/// sent.
 pub fn message_status(consumers: &[ConsumerStatus], lines: &[TimelineEntry]) -> TimelineStatus {
     if consumers.is_empty() {
-        return hop_status(lines);
+        return match hop_status(lines) {
+            TimelineStatus::Sent => TimelineStatus::Published,
+            status => status,
+        };
     }
     let any = |status: TimelineStatus| consumers.iter().any(|hop| hop.status == status);
     if any(TimelineStatus::DeadLettered) {
@@ -275,13 +281,27 @@ mod tests {
     }
 
     #[test]
+    fn a_message_no_consumer_is_routed_to_is_published_not_sent() {
+        // ReleaseBlocked: an event no consumer subscribes to.
+        let mut line = sent();
+        line.message_type = "ReleaseBlocked".into();
+        let lines = [line];
+        let consumers = consumer_statuses(&[], &lines);
+        assert!(consumers.is_empty());
+        assert_eq!(message_status(&consumers, &lines), TimelineStatus::Published);
+        assert!(handled_everywhere(&[], &lines));
+        // A message routed to a consumer that has not handled it yet is sent.
+        assert_eq!(status_of(&[sent()]), TimelineStatus::Sent);
+    }
+
+    #[test]
     fn a_hops_status_never_goes_backwards_as_lines_are_added() {
         fn rank(status: TimelineStatus) -> u8 {
             match status {
                 TimelineStatus::Sent => 0,
                 TimelineStatus::RetryScheduled | TimelineStatus::Replayed | TimelineStatus::Duplicate => 1,
                 TimelineStatus::DeadLettered => 2,
-                TimelineStatus::Completed => 3,
+                TimelineStatus::Completed | TimelineStatus::Published => 3,
             }
         }
         let id = Uuid::now_v7();

@@ -215,7 +215,8 @@ pub fn message_counts(cluster: &Cluster, correlation: &str) -> BTreeMap<String, 
     let delivery = cluster.bosun_json(&["deliveries", "show", correlation]);
     let mut counts = BTreeMap::new();
     for message in delivery["messages"].as_array().into_iter().flatten() {
-        let handled = message["status"] == "completed" || message["status"] == "sent";
+        let handled =
+            message["status"] == "completed" || message["status"] == "sent" || message["status"] == "published";
         if handled {
             *counts
                 .entry(message["messageType"].as_str().unwrap_or_default().to_owned())

@@ -14,7 +14,11 @@
 //                                    (not replayed yet), all of one consumer and type
 //   BOSUN_DEMO_DELIVERY              a whole delivery that completed (`bosun demo --data-dir`), with its
 //                                    release saga: drawn as a waterfall and a state machine
-//   BOSUN_PICTURES_DIR               optional: where the pictures' screenshots go (default: not kept)
+//   BOSUN_FAILED_DELIVERY            optional: a delivery whose release a failing unit test stopped
+//                                    (`bosun demo --failing-test`), of another tenant than BOSUN_KEY's
+//   BOSUN_FAILED_KEY                 with BOSUN_FAILED_DELIVERY: a key of its tenant
+//   BOSUN_PICTURES_DIR               optional: where the pictures' screenshots go, and the failed
+//                                    delivery page's (delivery-failed.png) (default: not kept)
 //   BOSUN_LIVE_PROBE                 optional: `1` to also send a Probe that takes 3 s (the probe
 //                                    consumer must run) and follow it live until it completes
 //   BOSUN_SCREENSHOT                 optional: a PNG path for a screenshot (taken on failure too)
@@ -28,7 +32,7 @@ import { createRequire } from 'node:module';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { inflateSync } from 'node:zlib';
+import { decodePng, pixelsOf } from './png.mjs';
 
 const require = createRequire(import.meta.url);
 
@@ -48,6 +52,8 @@ const key = env('BOSUN_KEY');
 const deliveryId = env('BOSUN_DELIVERY');
 const reason = env('BOSUN_DEAD_LETTER_GROUP_REASON');
 const demoDelivery = env('BOSUN_DEMO_DELIVERY');
+const failedDelivery = process.env.BOSUN_FAILED_DELIVERY || '';
+const failedKey = failedDelivery ? env('BOSUN_FAILED_KEY') : '';
 const picturesDir = process.env.BOSUN_PICTURES_DIR || '';
 const liveProbe = process.env.BOSUN_LIVE_PROBE === '1';
 const screenshotPath = process.env.BOSUN_SCREENSHOT || '';
@@ -150,71 +156,6 @@ async function waitInPage(what, predicate, arg) {
     const shown = errors.length ? `; errors on the page: ${errors.join(' | ')}` : '';
     throw new Error(`timed out waiting until ${what}${shown}`);
   }
-}
-
-/** Decodes a PNG (8-bit RGB or RGBA, not interlaced): { width, height, pixel(x, y) -> [r, g, b] }. */
-function decodePng(buffer) {
-  check(buffer.readUInt32BE(0) === 0x89504e47, 'the screenshot is not a PNG');
-  let offset = 8;
-  let width = 0;
-  let height = 0;
-  let channels = 0;
-  const data = [];
-  while (offset < buffer.length) {
-    const length = buffer.readUInt32BE(offset);
-    const type = buffer.toString('ascii', offset + 4, offset + 8);
-    const body = buffer.subarray(offset + 8, offset + 8 + length);
-    if (type === 'IHDR') {
-      width = body.readUInt32BE(0);
-      height = body.readUInt32BE(4);
-      const [depth, colour, , , interlace] = body.subarray(8, 13);
-      check(depth === 8 && (colour === 2 || colour === 6) && interlace === 0, `unexpected PNG format ${depth}/${colour}/${interlace}`);
-      channels = colour === 6 ? 4 : 3;
-    } else if (type === 'IDAT') {
-      data.push(body);
-    }
-    offset += 12 + length;
-  }
-  const raw = inflateSync(Buffer.concat(data));
-  const stride = width * channels;
-  const pixels = Buffer.alloc(stride * height);
-  for (let y = 0; y < height; y += 1) {
-    const filter = raw[y * (stride + 1)];
-    const line = raw.subarray(y * (stride + 1) + 1, (y + 1) * (stride + 1));
-    for (let i = 0; i < stride; i += 1) {
-      const left = i >= channels ? pixels[y * stride + i - channels] : 0;
-      const up = y > 0 ? pixels[(y - 1) * stride + i] : 0;
-      const corner = y > 0 && i >= channels ? pixels[(y - 1) * stride + i - channels] : 0;
-      let value = line[i];
-      if (filter === 1) value += left;
-      else if (filter === 2) value += up;
-      else if (filter === 3) value += (left + up) >> 1;
-      else if (filter === 4) {
-        const p = left + up - corner;
-        const [pa, pb, pc] = [Math.abs(p - left), Math.abs(p - up), Math.abs(p - corner)];
-        value += pa <= pb && pa <= pc ? left : pb <= pc ? up : corner;
-      }
-      pixels[y * stride + i] = value & 0xff;
-    }
-  }
-  return {
-    width,
-    height,
-    pixel: (x, y) => [...pixels.subarray(y * stride + x * channels, y * stride + x * channels + 3)],
-  };
-}
-
-/** How many pixels of `png` are within a few levels of the colour `hex`. */
-function pixelsOf(png, hex) {
-  const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
-  let count = 0;
-  for (let y = 0; y < png.height; y += 1) {
-    for (let x = 0; x < png.width; x += 1) {
-      const got = png.pixel(x, y);
-      if (got.every((value, i) => Math.abs(value - want[i]) <= 6)) count += 1;
-    }
-  }
-  return count;
 }
 
 /** A screenshot of one element, kept under BOSUN_PICTURES_DIR when set, decoded. */
@@ -401,6 +342,140 @@ await step("a failed delivery's waterfall highlights its retries and its dead le
   check(red > 50, `the failed waterfall has ${red} pixels of the failure colour`);
   console.log(`  bars: ${statuses.join(', ')}; ${red} failure pixels`);
 });
+
+await step('a dead-lettered delivery opens with what ended it, a replay button and a link to the dead letter', async () => {
+  // The failed delivery opened by the step before.
+  const banner = byTestId('delivery-outcome');
+  await page.waitForSelector(`${banner}[data-state="failed"]:visible`);
+  check((await page.getAttribute(banner, 'data-cause')) === 'dead-letter', 'the banner does not say dead letter');
+  const sentence = (await page.textContent(byTestId('delivery-outcome-sentence'))).trim();
+  check(
+    /^Failed: CreateCommit was dead-lettered by commit on attempt \d+: retries-exhausted: .*; next: replay dead letter [0-9a-f-]{36}/.test(sentence),
+    `the sentence reads: ${sentence}`,
+  );
+  const actions = await page.$$eval('[data-testid="outcome-action"]', (nodes) =>
+    nodes.map((node) => ({ kind: node.dataset.kind, target: node.dataset.target, tag: node.tagName, href: node.getAttribute('href') })),
+  );
+  const replay = actions.find((action) => action.kind === 'replay-dead-letter');
+  const open = actions.find((action) => action.kind === 'open-dead-letter');
+  check(replay && replay.tag === 'BUTTON' && sentence.includes(replay.target), `no replay button for the dead letter: ${JSON.stringify(actions)}`);
+  check(open && open.href === `#/dead-letters/${open.target}` && open.target === replay.target, `no link to the dead letter: ${JSON.stringify(actions)}`);
+  // The attempts the timeline shows count from 1, as the card's.
+  const attempts = await page.$$eval('[data-testid="timeline-event-attempt"]', (cells) => cells.map((cell) => Number(cell.textContent)));
+  check(attempts.length && attempts.every((n) => n >= 1), `attempts in the timeline: ${attempts.join(', ')}`);
+  const card = (await page.textContent(`${byTestId('delivery-message')}[data-message-type="CreateCommit"]`)) ?? '';
+  check(card.includes(`attempts ${Math.max(...attempts)}`), `the card's attempts differ from the timeline's ${Math.max(...attempts)}: ${card}`);
+  // The link opens the dead letter (nothing replayed: the group steps below replay it).
+  await page.click(`[data-testid="outcome-action"][data-kind="open-dead-letter"]`);
+  await waitInPage(
+    'the dead letter opens',
+    (id) => document.querySelector('[data-testid="dl-detail-id"]')?.textContent === id,
+    open.target,
+  );
+  console.log(`  ${sentence}`);
+});
+
+if (failedDelivery) {
+  await step('a release stopped by a failing unit test opens with what ended it, its hop red', async () => {
+    // Its tenant's key (the delivery is fabrikam's), put back at the end.
+    await page.fill('#api-key', failedKey);
+    await page.click(byTestId('key-save'));
+    await page.waitForSelector(`${byTestId('key-state')}[data-state="set"]`);
+    await page.goto(`${baseUrl}/console#/deliveries/${encodeURIComponent(failedDelivery)}`);
+    const banner = byTestId('delivery-outcome');
+    await page.waitForSelector(`${banner}[data-state="failed"]:visible`);
+    await page.waitForSelector(`${byTestId('waterfall-row')}[data-message-type="ReleaseBlocked"]`);
+    check((await page.getAttribute(banner, 'data-cause')) === 'release-blocked', 'the banner does not say the release was blocked');
+    const sentence = (await page.textContent(byTestId('delivery-outcome-sentence'))).trim();
+    check(
+      sentence.startsWith('Failed: ReleaseBlocked from release-orchestration: release ') &&
+        sentence.includes('stopped at its build step') &&
+        sentence.includes('add_two_and_three') &&
+        sentence.includes('next: open the release saga fabrikam/'),
+      `the sentence reads: ${sentence}`,
+    );
+    // First on the page: above the waterfall, the cards and the timeline; red.
+    const top = async (selector) => (await page.locator(selector).first().boundingBox())?.y ?? -1;
+    const bannerTop = await top(banner);
+    for (const below of [byTestId('delivery-waterfall'), byTestId('delivery-message'), byTestId('timeline')]) {
+      check(bannerTop >= 0 && bannerTop < (await top(below)), `the banner is not above ${below}`);
+    }
+    const colours = await page.$eval(banner, (node) => [getComputedStyle(node).borderLeftColor, getComputedStyle(node).backgroundColor]);
+    const [bad, badBg] = await page.evaluate(() => {
+      const probe = document.createElement('span');
+      document.body.append(probe);
+      probe.style.color = 'var(--bad)';
+      probe.style.backgroundColor = 'var(--bad-bg)';
+      const style = getComputedStyle(probe);
+      const found = [style.color, style.backgroundColor];
+      probe.remove();
+      return found;
+    });
+    check(colours[0] === bad && colours[1] === badBg, `the banner is ${colours.join(' on ')}, not red (${bad} on ${badBg})`);
+    const release = await page.$eval('[data-testid="outcome-action"][data-kind="open-release"]', (node) => ({
+      target: node.dataset.target,
+      href: node.getAttribute('href'),
+    }));
+    check(
+      release.target.startsWith('fabrikam/') && release.href === `#/sagas/release/${encodeURIComponent(release.target)}`,
+      `the release link: ${JSON.stringify(release)}`,
+    );
+    // The hop that ended it is red; no other is.
+    const ended = await page.$$eval('[data-testid="waterfall-row"][data-ended="true"]', (rows) =>
+      rows.map((row) => ({
+        type: row.dataset.messageType,
+        failed: row.classList.contains('wf-failed'),
+        bars: [...row.querySelectorAll('[data-testid="waterfall-bar"]')].map((bar) => [bar.dataset.status, getComputedStyle(bar).fill]),
+      })),
+    );
+    check(
+      ended.length === 1 && ended[0].type === 'ReleaseBlocked' && ended[0].failed && ended[0].bars.every(([, fill]) => fill === bad),
+      `the ended hops: ${JSON.stringify(ended)} (failure colour ${bad})`,
+    );
+    check(ended[0].bars[0][0] === 'published', `ReleaseBlocked is drawn as ${ended[0].bars[0][0]}`);
+    // Events no consumer receives are published: neutral, not an amber "sent".
+    const published = await page.$$eval('[data-testid="delivery-message"][data-status="published"]', (cards) =>
+      cards.map((card) => [card.dataset.messageType, getComputedStyle(card.querySelector('[data-testid="delivery-message-status"]')).color]),
+    );
+    const [muted, warn] = await page.evaluate(() => {
+      const probe = document.createElement('span');
+      document.body.append(probe);
+      probe.style.color = 'var(--muted)';
+      const first = getComputedStyle(probe).color;
+      probe.style.color = 'var(--warn)';
+      const second = getComputedStyle(probe).color;
+      probe.remove();
+      return [first, second];
+    });
+    const types = published.map(([type]) => type);
+    check(types.includes('ReleaseBlocked') && types.includes('PipelineGenerated'), `published cards: ${types.join(', ')}`);
+    check(published.every(([, colour]) => colour === muted && colour !== warn), `published badges: ${JSON.stringify(published)}`);
+    // Every time to the millisecond, saying its zone; attempts from 1.
+    const times = await page.$$eval('[data-testid="delivery-detail"] time', (nodes) => nodes.map((node) => node.textContent));
+    const odd = times.filter((shown) => !/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC$/.test(shown));
+    check(times.length > 10 && odd.length === 0, `times not shown as YYYY-MM-DD HH:MM:SS.mmm UTC: ${odd.slice(0, 5).join(' | ')}`);
+    const attempts = await page.$$eval('[data-testid="timeline-event-attempt"]', (cells) => cells.map((cell) => cell.textContent));
+    check(attempts.length && attempts.every((n) => Number(n) >= 1), `attempts in the timeline: ${attempts.join(', ')}`);
+    // The page as an operator sees it, kept with the pictures.
+    const dir = picturesDir || mkdtempSync(join(tmpdir(), 'bosun-console-'));
+    const path = join(dir, 'delivery-failed.png');
+    await page.screenshot({ path, fullPage: true });
+    const png = await pictureOf(banner, 'delivery-failed-banner');
+    const red = pixelsOf(png, await cssColour('--bad'));
+    check(red > 200, `the banner's screenshot has ${red} pixels of the failure colour`);
+    console.log(`  ${sentence}\n  page screenshot at ${path}; ${red} failure pixels in the banner`);
+    // Its link opens the release saga, blocked.
+    await page.click('[data-testid="outcome-action"][data-kind="open-release"]');
+    await page.waitForSelector(`${byTestId('release-panel')}:visible`);
+    const phase = await waitInPage('the release page shows its phase', () =>
+      document.querySelector('[data-testid="release-phase"]')?.dataset.status,
+    );
+    check(phase === 'blocked', `the release is ${phase}, not blocked`);
+    await page.fill('#api-key', key);
+    await page.click(byTestId('key-save'));
+    await page.waitForSelector(`${byTestId('key-state')}[data-state="set"]`);
+  });
+}
 
 await step("the release saga's state machine shows where it is and the way it went", async () => {
   await page.goto(`${baseUrl}/console#/sagas`);

@@ -1731,3 +1731,4 @@ async fn a_replay_under_a_fixed_id_is_sent_and_recorded_once_even_when_retried()
 
 mod conformance;
 mod environments;
+mod outcome;

@@ -59,8 +59,8 @@ const FIXED_WORDS: &[&str] = &[
     "x509", "tls1.2", "tls1.3", "k8s", "s3", "win32", "and/or", "i/o", "n/a",
 ];
 
-/// `text` with what differs between occurrences of one cause masked (see
-/// the [module](self) for what is masked and what is kept).
+/// `text` with what differs between occurrences of one cause masked (this
+/// module's documentation says what is masked and what is kept).
 pub fn mask(text: &str) -> String {
     let mut out = Out::default();
     let mut word = 0;

@@ -51,13 +51,35 @@ function badge(status, testid) {
   return h('span', { class: `badge status-${token(status)}`, 'data-testid': testid, 'data-status': status ?? '' }, status ?? '—');
 }
 
+const pad = (value, width = 2) => String(value).padStart(width, '0');
+
+/**
+ * A time as the console shows every time, and as `bosun deliveries show`
+ * prints it: to the millisecond, in UTC, saying so
+ * (`2026-12-07 21:49:33.412 UTC`).
+ */
+function utcText(date) {
+  const day = `${date.getUTCFullYear()}-${pad(date.getUTCMonth() + 1)}-${pad(date.getUTCDate())}`;
+  const clock = `${pad(date.getUTCHours())}:${pad(date.getUTCMinutes())}:${pad(date.getUTCSeconds())}`;
+  return `${day} ${clock}.${pad(date.getUTCMilliseconds(), 3)} UTC`;
+}
+
+/** The same time on this browser's clock, with its offset (`2026-12-07 22:49:33.412 +01:00`). */
+function localText(date) {
+  const offset = -date.getTimezoneOffset();
+  const sign = offset < 0 ? '-' : '+';
+  const zone = `${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+  const day = `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}`;
+  const clock = `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+  return `${day} ${clock}.${pad(date.getMilliseconds(), 3)} ${zone}`;
+}
+
+/** A time from the API: shown in UTC to the millisecond; the exact value and the local time on hover. */
 function time(iso) {
   if (!iso) return h('span', { class: 'muted' }, '—');
   const date = new Date(iso);
-  const shown = Number.isNaN(date.getTime())
-    ? String(iso)
-    : date.toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' });
-  return h('time', { datetime: iso, title: iso }, shown);
+  if (Number.isNaN(date.getTime())) return h('time', { datetime: iso, title: iso }, String(iso));
+  return h('time', { datetime: iso, title: `${iso} (here: ${localText(date)})` }, utcText(date));
 }
 
 const text = (value) => (value === undefined || value === null || value === '' ? '—' : String(value));
@@ -110,11 +132,23 @@ const millis = (iso) => {
   return Number.isNaN(value) ? null : value;
 };
 
+/** An RFC 3339 time with its fraction to nine digits, so that two compare as text (`…29.4Z` before `…29.461Z`). */
+const fineTime = (iso) => {
+  const value = String(iso ?? '');
+  return /\.\d+/.test(value) ? value.replace(/\.(\d+)/, (_, digits) => `.${digits.padEnd(9, '0')}`) : value.replace(/(:\d\d)(?=[Z+-])/, '$1.000000000');
+};
+
+/** Orders timeline lines by when they happened (not as text: fractions of a second vary in length). */
+const byTime = (a, b) => (millis(a.at) ?? 0) - (millis(b.at) ?? 0) || fineTime(a.at).localeCompare(fineTime(b.at));
+
 function duration(ms) {
   if (ms < 1) return '<1 ms';
   if (ms < 1000) return `${Math.round(ms)} ms`;
   return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }
+
+/** The attempt a timeline line is about, counted from 1 as everywhere (`attemptNumber`; `attempt` + 1 from an older bosun). */
+const attemptNumber = (event) => event.attemptNumber ?? (Number(event.attempt ?? 0) + 1);
 
 /** What a consumer did with a message: its outcome lines in order. */
 const OUTCOMES = new Set(['completed', 'retry-scheduled', 'dead-lettered', 'duplicate']);
@@ -129,14 +163,15 @@ const OUTCOMES = new Set(['completed', 'retry-scheduled', 'dead-lettered', 'dupl
 function waterfallRows(delivery) {
   const rows = [];
   for (const message of delivery.messages ?? []) {
-    const events = [...(message.events ?? [])].sort((a, b) => String(a.at).localeCompare(String(b.at)));
+    const events = [...(message.events ?? [])].sort(byTime);
     const sent = events.find((event) => event.status === 'sent');
     const start = millis(sent?.at ?? message.firstSeen ?? events[0]?.at);
     if (start === null) continue;
     const routed = (message.byConsumer ?? []).map((hop) => hop.consumer);
     const consumers = [...new Set([...routed, ...events.filter((event) => event.consumer).map((event) => event.consumer)])];
     if (!consumers.length) {
-      rows.push({ message, consumer: null, segments: [{ from: start, to: start, status: 'sent', attempt: 0 }] });
+      // Published: sent, and no consumer is routed to it (over, not waiting).
+      rows.push({ message, consumer: null, segments: [{ from: start, to: start, status: 'published', attempt: null }] });
       continue;
     }
     for (const consumer of consumers) {
@@ -144,11 +179,12 @@ function waterfallRows(delivery) {
       const segments = [];
       for (const event of events.filter((event) => event.consumer === consumer && OUTCOMES.has(event.status))) {
         const at = millis(event.at) ?? from;
-        segments.push({ from, to: at, status: event.status, attempt: event.attempt, detail: event.detail });
+        segments.push({ from, to: at, status: event.status, attempt: attemptNumber(event), detail: event.detail });
         from = at;
       }
       if (!segments.length || segments[segments.length - 1].status === 'retry-scheduled') {
-        segments.push({ from, to: null, status: 'waiting', attempt: segments.length });
+        const last = segments[segments.length - 1];
+        segments.push({ from, to: null, status: 'waiting', attempt: last ? last.attempt + 1 : 1 });
       }
       rows.push({ message, consumer, segments });
     }
@@ -187,24 +223,32 @@ function drawWaterfall(delivery, width) {
       svgNode('text', { class: 'wf-tick', x: at, y: 13, 'text-anchor': anchor }, duration(((t1 - t0) * tick) / 4)),
     );
   }
+  // The hop that ended a failed delivery (its outcome's message): red, as a
+  // dead letter is, even when no consumer receives it (ReleaseBlocked).
+  const outcome = delivery.outcome ?? {};
+  const endedBy = outcome.state === 'failed' ? outcome.messageId : null;
   rows.forEach((row, index) => {
     const y = top + index * rowHeight;
-    const failed = row.segments.some((segment) => segment.status === 'dead-lettered');
+    const ended = endedBy !== null && endedBy !== undefined && row.message.messageId === endedBy &&
+      (!outcome.consumer || !row.consumer || row.consumer === outcome.consumer);
+    const failed = ended || row.segments.some((segment) => segment.status === 'dead-lettered');
     const retried = row.segments.some((segment) => segment.status === 'retry-scheduled');
     const label = row.consumer ? `${row.message.messageType} → ${row.consumer}` : `${row.message.messageType} (no consumer)`;
     const group = svgNode('g', {
-      class: `wf-row${failed ? ' wf-failed' : ''}${retried ? ' wf-retried' : ''}`,
+      class: `wf-row${failed ? ' wf-failed' : ''}${retried ? ' wf-retried' : ''}${ended ? ' wf-ended' : ''}`,
       'data-testid': 'waterfall-row',
       'data-message-type': row.message.messageType ?? '',
+      'data-message-id': row.message.messageId ?? '',
       'data-consumer': row.consumer ?? '',
+      'data-ended': ended ? 'true' : null,
     });
+    if (ended) {
+      group.append(svgNode('rect', { class: 'wf-ended-band', x: 0, y: y + 1, width: total, height: rowHeight - 2, rx: 3 }));
+    }
+    const consumerText = row.consumer ?? (ended && outcome.consumer ? `from ${outcome.consumer}` : 'no consumer');
     group.append(
       svgNode('text', { class: 'wf-label', x: labelWidth - 8, y: y + 13, 'text-anchor': 'end' }, text(row.message.messageType)),
-      svgNode(
-        'text',
-        { class: 'wf-consumer', x: labelWidth - 8, y: y + 26, 'text-anchor': 'end' },
-        row.consumer ?? 'no consumer',
-      ),
+      svgNode('text', { class: 'wf-consumer', x: labelWidth - 8, y: y + 26, 'text-anchor': 'end' }, consumerText),
     );
     for (const segment of row.segments) {
       const left = x(segment.from);
@@ -213,23 +257,24 @@ function drawWaterfall(delivery, width) {
       const what =
         segment.status === 'waiting'
           ? `waiting for ${duration(spent)}`
-          : segment.status === 'sent'
-            ? 'sent, no consumer receives it'
+          : segment.status === 'published'
+            ? `published, no consumer receives it${ended ? '; it ended the delivery' : ''}`
             : `${segment.status} after ${duration(spent)}`;
+      const attempt = segment.attempt === null ? '' : ` (attempt ${segment.attempt})`;
       group.append(
         svgNode(
           'rect',
           {
-            class: `wf-bar wf-${token(segment.status)}`,
+            class: `wf-bar wf-${token(segment.status)}${ended ? ' wf-ended-bar' : ''}`,
             'data-testid': 'waterfall-bar',
             'data-status': segment.status,
             x: left.toFixed(1),
             y: y + 7,
-            width: Math.max(3, right - left).toFixed(1),
+            width: Math.max(segment.status === 'published' && ended ? 8 : 3, right - left).toFixed(1),
             height: rowHeight - 14,
             rx: 2,
           },
-          svgNode('title', {}, `${label}: ${what} (attempt ${segment.attempt ?? 0})${segment.detail ? ` — ${segment.detail}` : ''}`),
+          svgNode('title', {}, `${label}: ${what}${attempt}${segment.detail ? ` — ${segment.detail}` : ''}`),
         ),
       );
     }
@@ -721,6 +766,8 @@ async function openDelivery(id, { force = false } = {}) {
   $('delivery-detail').hidden = false;
   $('delivery-id').textContent = id;
   clear($('delivery-status'));
+  $('delivery-outcome').hidden = true;
+  $('delivery-outcome-result').hidden = true;
   clear($('delivery-messages'));
   clear($('timeline-body'));
   showError($('delivery-error'), null);
@@ -764,6 +811,7 @@ function renderDelivery() {
   status.className = `badge status-${token(delivery.status)}`;
   status.dataset.status = delivery.status ?? '';
   status.textContent = text(delivery.status);
+  renderOutcome(delivery);
   // The trace id, to look the delivery up in the tracing backend.
   $('delivery-trace').textContent = delivery.traceId ?? '';
   $('delivery-trace-line').hidden = !delivery.traceId;
@@ -772,13 +820,14 @@ function renderDelivery() {
   clear(waterfall).append(drawWaterfall(delivery, waterfall.clientWidth));
 
   const messages = clear($('delivery-messages'));
+  const endedBy = delivery.outcome?.state === 'failed' ? delivery.outcome.messageId : null;
   const events = new Map();
   for (const message of delivery.messages ?? []) {
     messages.append(
       h(
         'article',
         {
-          class: 'message',
+          class: `message${endedBy && message.messageId === endedBy ? ' ended' : ''}`,
           'data-testid': 'delivery-message',
           'data-message-type': message.messageType ?? '',
           'data-status': message.status ?? '',
@@ -806,7 +855,7 @@ function renderDelivery() {
     for (const event of message.events ?? []) events.set(eventKey(event), event);
   }
   for (const [key, event] of live) if (!events.has(key)) events.set(key, event);
-  const ordered = [...events.values()].sort((a, b) => String(a.at).localeCompare(String(b.at)));
+  const ordered = [...events.values()].sort(byTime);
 
   const body = clear($('timeline-body'));
   for (const event of ordered) {
@@ -818,10 +867,70 @@ function renderDelivery() {
         h('td', {}, text(event.messageType)),
         h('td', {}, text(event.consumer)),
         h('td', {}, badge(event.status, 'timeline-event-status')),
-        h('td', {}, text(event.attempt)),
+        h('td', { 'data-testid': 'timeline-event-attempt' }, text(attemptNumber(event))),
         h('td', { class: 'detail' }, text(event.detail)),
       ),
     );
+  }
+}
+
+/**
+ * The delivery's outcome first, as a banner: red when it failed, amber when
+ * a hop is failing and retried, green when it completed; its sentence (what
+ * ended it and where, what to do next) and its next actions: replay the
+ * dead letter here, open the dead letter or the release saga.
+ */
+function renderOutcome(delivery) {
+  const outcome = delivery.outcome;
+  const banner = $('delivery-outcome');
+  banner.hidden = !outcome;
+  if (!outcome) return;
+  const state = outcome.state ?? delivery.status ?? '';
+  banner.className = `outcome outcome-${token(state)}`;
+  banner.dataset.state = state;
+  banner.dataset.cause = outcome.cause ?? '';
+  banner.setAttribute('role', state === 'failed' ? 'alert' : 'status');
+  $('delivery-outcome-sentence').textContent = text(outcome.sentence);
+  const actions = clear($('delivery-outcome-actions'));
+  for (const action of outcome.actions ?? []) {
+    const attrs = {
+      'data-testid': 'outcome-action',
+      'data-kind': action.kind ?? '',
+      'data-target': action.target ?? '',
+      title: `${action.method} ${action.path} · ${action.command}`,
+    };
+    if (action.kind === 'replay-dead-letter') {
+      actions.append(h('button', { ...attrs, type: 'button', onclick: (event) => replayFromOutcome(event.currentTarget, action) }, text(action.label)));
+    } else if (action.kind === 'open-dead-letter') {
+      actions.append(h('a', { ...attrs, class: 'button-link', href: route('dead-letters', action.target ?? '') }, text(action.label)));
+    } else if (action.kind === 'open-release') {
+      actions.append(h('a', { ...attrs, class: 'button-link', href: route('sagas', 'release', action.target ?? '') }, text(action.label)));
+    }
+  }
+  actions.hidden = !actions.childElementCount;
+}
+
+/** Replays the dead letter the outcome names, then reads the delivery again. */
+async function replayFromOutcome(button, action) {
+  const id = deliveryModel?.id;
+  const result = $('delivery-outcome-result');
+  button.disabled = true;
+  result.hidden = true;
+  showError($('delivery-error'), null);
+  try {
+    const replay = await api(action.path, { method: action.method || 'POST' });
+    result.textContent = `Replayed to ${text(replay?.destination)} by ${text(replay?.by)}.`;
+    result.hidden = false;
+    if (id && deliveryModel?.id === id) {
+      // In progress again: follow it live anew.
+      stopDeliveryStream();
+      if ((await refreshDelivery(id)) && selectedDelivery === id) followDelivery(id);
+      loadDeliveries();
+    }
+  } catch (err) {
+    showError($('delivery-error'), err);
+  } finally {
+    button.disabled = false;
   }
 }
 

@@ -28,10 +28,12 @@ impl McpTool for GetDelivery {
     type Arguments = GetDeliveryArguments;
 
     fn description() -> String {
-        "The current state of a delivery: status (`in-progress`, `completed` or `failed`) and every message that \
-         followed from the command, with its consumers, status (sent, completed, retry-scheduled, dead-lettered, \
-         duplicate, replayed), attempts and events. Does not wait; see wait_for_delivery. Needs the \
-         deliveries:read scope."
+        "The current state of a delivery: status (`in-progress`, `completed` or `failed`), its outcome (one \
+         sentence saying what ended it and where, the hop, consumer and error, and the next actions with their \
+         targets: replay or open the dead letter, open the release saga; or how long it took through how many \
+         hops), and every message that followed from the command, with its consumers, status (sent, completed, \
+         retry-scheduled, dead-lettered, duplicate, replayed, published), attempts (from 1) and events. Does not \
+         wait; see wait_for_delivery. Needs the deliveries:read scope."
             .to_owned()
     }
 
