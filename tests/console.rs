@@ -139,6 +139,18 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
     let key = created["key"].as_str().expect("keys create prints the key").to_owned();
     let created = run_json(data, &["keys", "create", "--tenant", "fabrikam", "--scopes", "admin"]);
     let failed_key = created["key"].as_str().expect("keys create prints the key").to_owned();
+    let created = run_json(
+        data,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "*",
+            "--scopes",
+            "consumers:pause,deliveries:read",
+        ],
+    );
+    let platform_key = created["key"].as_str().expect("keys create prints the key").to_owned();
 
     // A delivery that completes.
     let (status, accepted) = api(
@@ -201,6 +213,7 @@ fn the_console_shows_deliveries_and_replays_a_dead_letter_group_in_a_browser() {
             ("BOSUN_DEMO_DELIVERY", demo_delivery.as_str()),
             ("BOSUN_FAILED_DELIVERY", failed_delivery.as_str()),
             ("BOSUN_FAILED_KEY", failed_key.as_str()),
+            ("BOSUN_PLATFORM_KEY", platform_key.as_str()),
             ("BOSUN_PICTURES_DIR", pictures.as_str()),
             ("BOSUN_LIVE_PROBE", "1"),
             ("BOSUN_SCREENSHOT", screenshot_text.as_str()),

@@ -17,6 +17,7 @@
 //   BOSUN_FAILED_DELIVERY            optional: a delivery whose release a failing unit test stopped
 //                                    (`bosun demo --failing-test`), of another tenant than BOSUN_KEY's
 //   BOSUN_FAILED_KEY                 with BOSUN_FAILED_DELIVERY: a key of its tenant
+//   BOSUN_PLATFORM_KEY               a platform key with consumers:pause (controls.mjs)
 //   BOSUN_PICTURES_DIR               optional: where the pictures' screenshots go, and the failed
 //                                    delivery page's (delivery-failed.png) (default: not kept)
 //   BOSUN_LIVE_PROBE                 optional: `1` to also send a Probe that takes 3 s (the probe
@@ -28,6 +29,7 @@
 // Prints one line per step that passed; exits 1 with the reason on the first
 // failure. The group replay changes the data: run it on a fresh data directory.
 
+import { controlSteps } from './controls.mjs';
 import { createRequire } from 'node:module';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -753,6 +755,8 @@ await screenshot();
 await step('the page asked nothing of any other origin', async () => {
   check(outside.length === 0, `requests outside bosun: ${outside.join(', ')}`);
 });
+
+await controlSteps({ page, step, check, byTestId, cssString, waitInPage, pictureOf, platformKey: env('BOSUN_PLATFORM_KEY') });
 
 await step('a wrong key is refused and said so', async () => {
   await page.fill('#api-key', 'bsn_nobody_notasecret');

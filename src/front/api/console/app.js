@@ -11,7 +11,7 @@
 //                                    edit-and-replay, replay a group at a rate
 
 const KEY_STORAGE = 'bosun.console.apiKey';
-const SECTIONS = ['deliveries', 'sagas', 'dead-letters'];
+const SECTIONS = ['deliveries', 'sagas', 'dead-letters', 'consumers'];
 const POLL_MS = 500;
 
 // ---------------------------------------------------------------- helpers
@@ -668,6 +668,8 @@ async function onRoute({ force = false } = {}) {
     if (entered) loadSagas();
     if (parts[1] && parts[2]) openSaga(parts[1], parts[2]);
     else closeSaga();
+  } else if (section === 'consumers') {
+    loadConsumers();
   } else {
     if (entered) loadDeadLetters();
     if (parts[1]) openDeadLetter(parts[1]);
@@ -1456,6 +1458,13 @@ function deadLetterFilters() {
   };
 }
 
+function groupFilters() {
+  return {
+    ...deadLetterFilters(),
+    includeAcknowledged: $('dl-include-acknowledged').checked ? 'true' : '',
+  };
+}
+
 const groupedView = () => $('dl-view-groups').checked;
 
 async function loadDeadLetters() {
@@ -1466,7 +1475,7 @@ async function loadDeadLetters() {
   $('dl-groups').hidden = !grouped;
   try {
     if (grouped) {
-      const data = await api(`/v1/dead-letters/groups${query(deadLetterFilters())}`);
+      const data = await api(`/v1/dead-letters/groups${query(groupFilters())}`);
       renderGroups(data?.groups ?? []);
     } else {
       const data = await api(`/v1/dead-letters${query({ ...deadLetterFilters(), limit: 200 })}`);
@@ -1530,6 +1539,29 @@ function sparkline(counts, label) {
   return svg;
 }
 
+async function acknowledgeGroup(group, slot) {
+  const note = window.prompt('Acknowledge this group: it is hidden until a newer failure of its cause arrives. Note (optional):', group.acknowledgement?.note ?? '');
+  if (note === null) return;
+  try {
+    await api(`/v1/dead-letters/groups/${encodeURIComponent(group.fingerprint)}/acknowledgement`, {
+      method: 'PUT',
+      body: note.trim() ? { note: note.trim() } : {},
+    });
+    loadDeadLetters();
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
+async function unacknowledgeGroup(group, slot) {
+  try {
+    await api(`/v1/dead-letters/groups/${encodeURIComponent(group.fingerprint)}/acknowledgement`, { method: 'DELETE' });
+    loadDeadLetters();
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
 async function purgeGroup(group) {
   if (!window.confirm(`Purge all ${group.count} dead letters of this group? Their messages are deleted for good.`)) return;
   try {
@@ -1564,6 +1596,16 @@ function renderGroups(groups) {
           'td',
           { class: 'detail', title: group.description ?? '' },
           h('div', { 'data-testid': 'group-pattern' }, text(group.pattern ?? group.description)),
+          group.acknowledgement
+            ? h(
+                'div',
+                { class: 'muted', 'data-testid': 'group-acknowledgement' },
+                'acknowledged ',
+                time(group.acknowledgement.at),
+                ` by ${group.acknowledgement.by}`,
+                group.acknowledgement.note ? `: ${group.acknowledgement.note}` : '',
+              )
+            : '',
           h('div', { class: 'muted' }, 'last 24 h ', sparkline(group.trend?.counts, `dead letters per hour over the last day: ${(group.trend?.counts ?? []).join(', ')}`)),
         ),
         h(
@@ -1584,14 +1626,32 @@ function renderGroups(groups) {
             ),
             h(
               'button',
+              { type: 'button', class: 'secondary', 'data-testid': 'group-acknowledge', onclick: (event) => acknowledgeGroup(group, rowError(event)) },
+              'Acknowledge…',
+            ),
+            group.acknowledgement
+              ? h(
+                  'button',
+                  { type: 'button', class: 'secondary', 'data-testid': 'group-unacknowledge', onclick: (event) => unacknowledgeGroup(group, rowError(event)) },
+                  'Unacknowledge',
+                )
+              : '',
+            h(
+              'button',
               { type: 'button', class: 'danger', 'data-testid': 'group-purge', onclick: () => purgeGroup(group) },
               'Purge group…',
             ),
           ),
+          h('div', { class: 'error-slot', 'data-testid': 'group-error', 'aria-live': 'polite' }),
         ),
       ),
     );
   }
+}
+
+// The error slot of the row a click came from: errors show where the click was.
+function rowError(event) {
+  return event.target.closest('td').querySelector('.error-slot');
 }
 
 function showGroup(group) {
@@ -1947,6 +2007,7 @@ function setupDeadLetters() {
     loadDeadLetters();
   });
   $('dl-include-replayed').addEventListener('change', loadDeadLetters);
+  $('dl-include-acknowledged').addEventListener('change', loadDeadLetters);
   $('dl-view-list').addEventListener('change', loadDeadLetters);
   $('dl-view-groups').addEventListener('change', loadDeadLetters);
   $('dl-replay').addEventListener('click', replayOne);
@@ -1957,6 +2018,73 @@ function setupDeadLetters() {
 }
 
 // ---------------------------------------------------------------- start
+
+// ---------------------------------------------------------------- consumers
+
+async function loadConsumers() {
+  const slot = $('consumers-error');
+  showError(slot, null);
+  try {
+    renderConsumers((await api('/v1/consumers')) ?? []);
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
+async function controlConsumer(consumer, action, slot) {
+  let reason = '';
+  if (action === 'pause') {
+    reason = window.prompt(`Pause ${consumer.name} for every tenant: its messages wait until it is resumed. Why?`, '');
+    if (reason === null) return;
+  }
+  try {
+    await api(`/v1/consumers/${encodeURIComponent(consumer.name)}/${action}`, {
+      method: 'POST',
+      body: reason.trim() ? { reason: reason.trim() } : {},
+    });
+    loadConsumers();
+  } catch (err) {
+    showError(slot, err);
+  }
+}
+
+function renderConsumers(consumers) {
+  const body = clear($('consumers-body'));
+  for (const consumer of consumers) {
+    const last = consumer.lastControl;
+    const slot = h('div', { class: 'error-slot', 'data-testid': 'consumer-error', 'aria-live': 'polite' });
+    body.append(
+      h(
+        'tr',
+        { 'data-testid': 'consumer-row', 'data-consumer': consumer.name, 'data-paused': String(consumer.paused) },
+        h('td', {}, consumer.name),
+        h('td', {}, badge(consumer.paused ? 'paused' : 'receiving', 'consumer-state')),
+        h(
+          'td',
+          { class: 'detail' },
+          consumer.paused && last
+            ? h('span', {}, time(last.at), ` by ${last.by}`, last.reason ? `: ${last.reason}` : '')
+            : '',
+        ),
+        h(
+          'td',
+          {},
+          h(
+            'button',
+            {
+              type: 'button',
+              class: consumer.paused ? '' : 'secondary',
+              'data-testid': consumer.paused ? 'consumer-resume' : 'consumer-pause',
+              onclick: () => controlConsumer(consumer, consumer.paused ? 'resume' : 'pause', slot),
+            },
+            consumer.paused ? 'Resume' : 'Pause…',
+          ),
+          slot,
+        ),
+      ),
+    );
+  }
+}
 
 function start() {
   setupKey();
