@@ -26,8 +26,7 @@ use super::bodies::{
     GroupPurged, GroupReplayBody, Health, Purged, ReleasePolicyBody, ReplayBody, RollbackBody, SagaList,
 };
 use super::openapi::{
-    self, Body, Content, Operation, PathItem, QueryDoc, QueryType, Reply, SAGA_KINDS, delivery_event, json_reply,
-    json_rpc_message, query, schema,
+    self, Body, Content, Operation, PathItem, Reply, delivery_event, json_reply, json_rpc_message, schema,
 };
 use super::{
     ApiState, acknowledge_group, audit_log, bulk_replay, cancel_replay_job, console_page, console_script,
@@ -37,7 +36,6 @@ use super::{
     replay_job, replay_jobs, resume_replay_job, rollback_environment, saga, saga_diagram, sagas, send_command,
     set_release_policy, to_console, unacknowledge_group,
 };
-use crate::front::gateway::jobs::MAX_JOBS_LISTED;
 use crate::front::gateway::{
     DeadLetterDetail, EnvironmentView, FailureGroup, ReplayDone, ReplayJob, ReplayJobs, RollbackAccepted, SagaDiagram,
 };
@@ -204,96 +202,6 @@ pub(crate) fn document() -> Value {
 
 /// The most a list of deliveries or dead letters shows at once.
 pub const MAX_LISTED: u64 = 500;
-
-/// `GET /v1/dead-letters` and `GET /v1/dead-letters/groups`.
-pub const DEAD_LETTER_QUERY: &[QueryDoc] = &[
-    query("consumer", QueryType::Text, "only this consumer's"),
-    query("type", QueryType::Text, "only this message type"),
-    query("reason", QueryType::Text, "only this failure cause"),
-    query(
-        "since",
-        QueryType::DateTime,
-        "only dead-lettered at or after this RFC 3339 time",
-    ),
-    query("includeReplayed", QueryType::Boolean, "`true` to include replayed ones"),
-    query(
-        "includeAcknowledged",
-        QueryType::Boolean,
-        "groups only: `true` to include acknowledged groups with no newer failure",
-    ),
-    query(
-        "limit",
-        QueryType::Integer {
-            minimum: 1,
-            maximum: Some(MAX_LISTED),
-        },
-        "at most this many, newest first",
-    ),
-];
-
-/// The query of `GET /v1/consumers/controls`.
-pub const CONTROLS_QUERY: &[QueryDoc] = &[query(
-    "limit",
-    QueryType::Integer {
-        minimum: 1,
-        maximum: Some(crate::operator::controls::MAX_LOG_PAGE as u64),
-    },
-    "at most this many, newest first (default 100)",
-)];
-
-/// `GET /v1/tenants/{tenant}/audit`.
-pub const AUDIT_QUERY: &[QueryDoc] = &[
-    query(
-        "since",
-        QueryType::DateTime,
-        "only decisions taken at or after this RFC 3339 time",
-    ),
-    query(
-        "after",
-        QueryType::Integer {
-            minimum: 0,
-            // A sequence is kept as a signed 64-bit number.
-            maximum: Some(i64::MAX as u64),
-        },
-        "only entries after this `sequence` (the last one of the previous page)",
-    ),
-    query("releaseId", QueryType::Text, "only this release's decisions"),
-    query(
-        "limit",
-        QueryType::Integer {
-            minimum: 1,
-            maximum: Some(crate::operator::audit::MAX_AUDIT_PAGE as u64),
-        },
-        "at most this many, in log order (default 100)",
-    ),
-];
-
-/// `GET /v1/deliveries`.
-pub const DELIVERIES_QUERY: &[QueryDoc] = &[query(
-    "limit",
-    QueryType::Integer {
-        minimum: 1,
-        maximum: Some(MAX_LISTED),
-    },
-    "at most this many (default 50)",
-)];
-
-/// `GET /v1/sagas`.
-pub const SAGAS_QUERY: &[QueryDoc] = &[query(
-    "kind",
-    QueryType::Enum("SagaKind", SAGA_KINDS),
-    "only sagas of this kind",
-)];
-
-/// `GET /v1/replays`.
-pub const REPLAY_JOBS_QUERY: &[QueryDoc] = &[query(
-    "limit",
-    QueryType::Integer {
-        minimum: 1,
-        maximum: Some(MAX_JOBS_LISTED as u64),
-    },
-    "at most this many (default 50)",
-)];
 
 /// The errors of a read by id: no key, no scope, not found, a query
 /// parameter (it takes none), over budget, store down.
@@ -810,6 +718,9 @@ pub(crate) fn routes() -> Vec<ApiRoute> {
         route(Method::Post, "/v1/commands/{type}", send_command).per_command(),
     ]
 }
+
+mod queries;
+pub use queries::*;
 
 #[cfg(test)]
 mod tests;
