@@ -286,7 +286,9 @@ fn deliveries_show_takes_a_unique_prefix_and_lists_the_deliveries_an_ambiguous_o
         assert_eq!(shown["correlationId"], id.as_str(), "{unique}");
         assert_eq!(shown["messages"][0]["messageType"], "Probe");
         let text = run(data, &["deliveries", "show", &unique.to_uppercase()]);
-        assert!(text.starts_with(&format!("delivery {id}")), "{text}");
+        // The outcome's sentence first, then the delivery it is about.
+        assert!(text.starts_with("In progress: "), "{text}");
+        assert!(text.contains(&format!("\ndelivery {id}  (in-progress)")), "{text}");
         assert!(!text.contains(other.as_str()), "{text}");
     }
     let out = output(data, &["deliveries", "show", "ffffffff"]);
