@@ -18,10 +18,10 @@ use bosun::front::access::ALL_TENANTS;
 use bosun::front::gateway::ReplayJob;
 use bosun::front::gateway::jobs::MAX_JOBS_LISTED;
 use bosun::operator::Operator;
+use bosun::operator::controls::{self, Actor};
 use bosun::operator::groups::FailureGroup;
 use bosun::ports::store::{
-    ControlOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, GroupAcknowledgement, ReplayJobAction,
-    ReplayJobControl,
+    ControlOutcome, DeadLetterFilter, DeadLetterRecord, DeadLetterStatus, ReplayJobAction, ReplayJobControl,
 };
 use bosun::runtime::config::Settings;
 use bosun::wiring::Backends;
@@ -275,17 +275,14 @@ pub async fn run(command: DeadLettersCommand, settings: &Settings) -> Result<()>
                 .await
                 .map_err(for_terminal)?;
             let by = format!("cli:{}", settings.operator);
-            backends
-                .controls
-                .acknowledge_group(&GroupAcknowledgement {
-                    scope: ALL_TENANTS.to_owned(),
-                    fingerprint: group.fingerprint.clone(),
-                    by: by.clone(),
-                    door: by,
-                    note: note.map(|note| note.trim().to_owned()).filter(|note| !note.is_empty()),
-                    at: OffsetDateTime::now_utc().max(group.last_at),
-                })
-                .await?;
+            let group = controls::acknowledge_group(
+                backends.controls.as_ref(),
+                ALL_TENANTS,
+                group,
+                Actor { by: &by, door: &by },
+                note.as_deref(),
+            )
+            .await?;
             println!(
                 "group {} acknowledged: left out of `groups` until a newer failure of its cause arrives",
                 group.fingerprint

@@ -10,7 +10,8 @@ use time::OffsetDateTime;
 use bosun_contracts::routing;
 
 use crate::operator::OperatorError;
-use crate::ports::store::{ConsumerControl, ControlAction, ControlStore};
+use crate::operator::groups::FailureGroup;
+use crate::ports::store::{ConsumerControl, ControlAction, ControlStore, GroupAcknowledgement};
 
 /// The most characters of a pause's or resume's reason.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -106,43 +107,29 @@ pub async fn control(
             "`reason`: at most {MAX_REASON_CHARS} characters"
         )));
     }
+    let requested = ConsumerControl {
+        sequence: 0,
+        consumer: route.name.to_owned(),
+        action,
+        by: actor.by.to_owned(),
+        door: actor.door.to_owned(),
+        reason: reason.map(str::to_owned),
+        at: OffsetDateTime::now_utc(),
+    };
     let latest = controls.latest_controls().await?;
     let current = latest.into_iter().find(|control| control.consumer == route.name);
     let paused = current
         .as_ref()
         .is_some_and(|control| control.action == ControlAction::Pause);
-    if let Some(current) = current.filter(|_| paused == (action == ControlAction::Pause)) {
+    if paused == (action == ControlAction::Pause) {
+        // So already: the pause that stands, or the consumer running (its
+        // last resume, or none when it was never paused); nothing recorded.
         return Ok(ConsumerControlOutcome {
             changed: false,
-            control: current,
+            control: current.unwrap_or(requested),
         });
     }
-    if current_is_running(paused, action) {
-        // Resuming a consumer that was never paused records nothing.
-        return Ok(ConsumerControlOutcome {
-            changed: false,
-            control: ConsumerControl {
-                sequence: 0,
-                consumer: route.name.to_owned(),
-                action: ControlAction::Resume,
-                by: actor.by.to_owned(),
-                door: actor.door.to_owned(),
-                reason: reason.map(str::to_owned),
-                at: OffsetDateTime::now_utc(),
-            },
-        });
-    }
-    let control = controls
-        .record_control(&ConsumerControl {
-            sequence: 0,
-            consumer: route.name.to_owned(),
-            action,
-            by: actor.by.to_owned(),
-            door: actor.door.to_owned(),
-            reason: reason.map(str::to_owned),
-            at: OffsetDateTime::now_utc(),
-        })
-        .await?;
+    let control = controls.record_control(&requested).await?;
     tracing::warn!(
         consumer = route.name,
         action = action.as_str(),
@@ -154,7 +141,33 @@ pub async fn control(
     Ok(ConsumerControlOutcome { changed: true, control })
 }
 
-/// A resume of a consumer that is not paused (and never was).
-fn current_is_running(paused: bool, action: ControlAction) -> bool {
-    !paused && action == ControlAction::Resume
+/// Acknowledges `group` in `scope` (a tenant, or `*` for the platform's
+/// view) as `actor`, with `note`: it is left out of that scope's group list
+/// until a failure of its cause newer than the acknowledgement arrives.
+/// Returns the group with its acknowledgement.
+pub async fn acknowledge_group(
+    controls: &dyn ControlStore,
+    scope: &str,
+    mut group: FailureGroup,
+    actor: Actor<'_>,
+    note: Option<&str>,
+) -> Result<FailureGroup, OperatorError> {
+    let note = note.map(str::trim).filter(|note| !note.is_empty());
+    if note.is_some_and(|note| note.chars().count() > MAX_REASON_CHARS) {
+        return Err(OperatorError::Invalid(format!(
+            "`note`: at most {MAX_REASON_CHARS} characters"
+        )));
+    }
+    let acknowledgement = GroupAcknowledgement {
+        scope: scope.to_owned(),
+        fingerprint: group.fingerprint.clone(),
+        by: actor.by.to_owned(),
+        door: actor.door.to_owned(),
+        note: note.map(str::to_owned),
+        // Not before the group's newest failure, which it acknowledges.
+        at: OffsetDateTime::now_utc().max(group.last_at),
+    };
+    controls.acknowledge_group(&acknowledgement).await?;
+    group.acknowledgement = Some(acknowledgement);
+    Ok(group)
 }

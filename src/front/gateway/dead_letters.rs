@@ -59,26 +59,17 @@ impl Gateway {
         note: Option<&str>,
     ) -> Result<FailureGroup, GatewayError> {
         Self::require(caller, Scope::DeadLettersReplay)?;
-        let mut group = self.dead_letter_group(caller, fingerprint).await?;
-        let note = note.map(str::trim).filter(|note| !note.is_empty());
-        if note.is_some_and(|note| note.chars().count() > crate::operator::controls::MAX_REASON_CHARS) {
-            return Err(GatewayError::Invalid {
-                field: Some("note".to_owned()),
-                message: format!("at most {} characters", crate::operator::controls::MAX_REASON_CHARS),
-            });
-        }
-        let acknowledgement = crate::ports::store::GroupAcknowledgement {
-            scope: caller.tenant_id.clone(),
-            fingerprint: group.fingerprint.clone(),
-            by: caller.principal(),
-            door: format!("api:{}", caller.key_id),
-            note: note.map(str::to_owned),
-            // Not before the group's newest failure, which it acknowledges.
-            at: OffsetDateTime::now_utc().max(group.last_at),
-        };
-        self.backends.controls.acknowledge_group(&acknowledgement).await?;
-        group.acknowledgement = Some(acknowledgement);
-        Ok(group)
+        let group = self.dead_letter_group(caller, fingerprint).await?;
+        let by = caller.principal();
+        let door = format!("api:{}", caller.key_id);
+        Ok(crate::operator::controls::acknowledge_group(
+            self.backends.controls.as_ref(),
+            &caller.tenant_id,
+            group,
+            crate::operator::controls::Actor { by: &by, door: &door },
+            note,
+        )
+        .await?)
     }
 
     /// Takes the acknowledgement of one of the caller's failure groups
